@@ -1,0 +1,356 @@
+"""Scaled dot-product attention and multi-head attention.
+
+The lecture's equations, and where they live here:
+
+* scores ``S = Q Kᵀ / √d_k``                      -> :func:`attention_scores`
+* weights ``P = softmax(S)`` row by row (rows sum to 1) -> :func:`scaled_dot_product_attention` (reference path)
+* output ``Z = P V``                               -> :func:`scaled_dot_product_attention`
+* causal (masked) attention, future scores = −∞  -> :func:`causal_mask`
+* multi-head ``concat(head_1..head_H) W_O``        -> :class:`MultiHeadAttention`
+
+Mask convention, everywhere in attnlab: a boolean mask is **True where a query
+may attend to a key**. Float tensors passed as ``bias`` are *added* to the
+scores before the softmax (ALiBi, relative positions, or −inf for "never").
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from einops import rearrange
+from torch import Tensor, nn
+
+__all__ = [
+    "attention_scores",
+    "causal_mask",
+    "scaled_dot_product_attention",
+    "MultiHeadAttention",
+    "KVCache",
+]
+
+
+def causal_mask(t_q: int, t_k: int | None = None, device=None) -> Tensor:
+    """Boolean (t_q, t_k) mask, True where query i may attend to key j.
+
+    Queries are aligned to the *end* of the keys, so with a KV cache (t_k > t_q)
+    query i sits at absolute position ``t_k - t_q + i`` and sees keys ``0..that``.
+    """
+    t_k = t_q if t_k is None else t_k
+    offset = t_k - t_q
+    i = torch.arange(t_q, device=device)[:, None]
+    j = torch.arange(t_k, device=device)[None, :]
+    return j <= i + offset
+
+
+def attention_scores(q: Tensor, k: Tensor, scale: float | None = None) -> Tensor:
+    """``Q Kᵀ / √d_k``: (..., Tq, d_k) x (..., Tk, d_k) -> (..., Tq, Tk)."""
+    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
+    return (q @ k.transpose(-2, -1)) * scale
+
+
+def _check_qkv(q: Tensor, k: Tensor, v: Tensor) -> None:
+    if q.dim() < 2 or k.dim() < 2 or v.dim() < 2:
+        raise ValueError(
+            f"attention needs q, k, v of shape (..., T, d); got q{tuple(q.shape)}, "
+            f"k{tuple(k.shape)}, v{tuple(v.shape)}"
+        )
+    if q.shape[-1] != k.shape[-1]:
+        raise ValueError(
+            f"queries and keys must have the same width d_k: q{tuple(q.shape)} vs k{tuple(k.shape)}"
+        )
+    if k.shape[-2] != v.shape[-2]:
+        raise ValueError(
+            f"keys and values must have the same length: k{tuple(k.shape)} vs v{tuple(v.shape)}"
+        )
+
+
+def _check_broadcast(name: str, m: Tensor, t_q: int, t_k: int, lead: tuple[int, ...]) -> None:
+    if m.dim() < 2 or m.shape[-2] not in (1, t_q) or m.shape[-1] not in (1, t_k):
+        raise ValueError(
+            f"{name} of shape {tuple(m.shape)} does not fit scores of shape "
+            f"{(*lead, t_q, t_k)}; it must broadcast to (..., Tq={t_q}, Tk={t_k})"
+        )
+    try:
+        torch.broadcast_shapes(m.shape, (*lead, t_q, t_k))
+    except RuntimeError:
+        raise ValueError(
+            f"{name} of shape {tuple(m.shape)} does not broadcast to scores of shape {(*lead, t_q, t_k)}"
+        ) from None
+
+
+def _combine(mask: Tensor | None, causal: bool, t_q: int, t_k: int, device) -> Tensor | None:
+    """One boolean 'may attend' mask from an explicit mask and the causal flag."""
+    if causal:
+        c = causal_mask(t_q, t_k, device)
+        mask = c if mask is None else mask & c
+    return mask
+
+
+def scaled_dot_product_attention(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    mask: Tensor | None = None,
+    *,
+    causal: bool = False,
+    bias: Tensor | None = None,
+    dropout: float = 0.0,
+    return_weights: bool = False,
+    scale: float | None = None,
+) -> Tensor | tuple[Tensor, Tensor]:
+    """``softmax(Q Kᵀ/√d_k + bias, masked) V``.
+
+    Shapes: q (..., Tq, d_k), k (..., Tk, d_k), v (..., Tk, d_v) -> (..., Tq, d_v).
+    ``mask``: bool, broadcastable to (..., Tq, Tk), True = may attend.
+    ``causal``: query i sees keys up to its own position (bottom-right aligned
+    when Tk > Tq, as with a KV cache). ``bias``: float, added to the scores.
+
+    With ``return_weights=True`` the readable reference path forms the weight
+    matrix P explicitly and returns ``(out, P)``; otherwise the fused
+    ``torch.nn.functional.scaled_dot_product_attention`` runs, which for a plain
+    causal or unmasked call never materialises the (Tq, Tk) matrix.
+    A query that may attend to no key at all gets zero weights and a zero output.
+    """
+    _check_qkv(q, k, v)
+    t_q, t_k = q.shape[-2], k.shape[-2]
+    lead = tuple(q.shape[:-2])
+    if mask is not None:
+        if mask.dtype != torch.bool:
+            raise ValueError(
+                f"mask must be boolean (True = may attend), got {mask.dtype}; pass float scores as bias="
+            )
+        _check_broadcast("mask", mask, t_q, t_k, lead)
+    if bias is not None:
+        _check_broadcast("bias", bias, t_q, t_k, lead)
+    if return_weights:
+        return _reference(q, k, v, _combine(mask, causal, t_q, t_k, q.device), bias, dropout, scale)
+    return _fast(q, k, v, mask, causal, bias, dropout, scale)
+
+
+def _reference(q, k, v, allowed, bias, dropout, scale):
+    scores = attention_scores(q, k, scale)  # (..., Tq, Tk)
+    if bias is not None:
+        scores = scores + bias
+    if allowed is not None:
+        scores = scores.masked_fill(~allowed, float("-inf"))
+    weights = torch.softmax(scores.float(), dim=-1).to(q.dtype)
+    if allowed is not None:  # a row with nothing to attend to: zeros, not NaN
+        weights = weights.masked_fill(~allowed.any(-1, keepdim=True), 0.0)
+    if dropout > 0.0:
+        weights = F.dropout(weights, p=dropout)
+    return weights @ v, weights
+
+
+def _fast(q, k, v, mask, causal, bias, dropout, scale):
+    t_q, t_k = q.shape[-2], k.shape[-2]
+    if mask is None and bias is None and (not causal or t_q == t_k or t_q == 1):
+        # 'is_causal' is top-left aligned, so it is exact only when Tq == Tk; a single
+        # new query (KV-cache decoding) may see every cached key.
+        return F.scaled_dot_product_attention(
+            q, k, v, dropout_p=dropout, is_causal=causal and t_q == t_k and t_q > 1, scale=scale
+        )
+    allowed = _combine(mask, causal, t_q, t_k, q.device)
+    attn_mask = allowed
+    if bias is not None:
+        attn_mask = bias.to(q.dtype)
+        if allowed is not None:
+            attn_mask = attn_mask.masked_fill(~allowed, float("-inf"))
+    out = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, dropout_p=dropout, scale=scale)
+    if allowed is not None:
+        out = out.masked_fill(~allowed.any(-1, keepdim=True), 0.0)
+    return out
+
+
+@dataclass
+class KVCache:
+    """Keys and values of the tokens seen so far, for one attention layer.
+
+    Preallocated to ``max_len`` so that decoding one token costs a copy of one
+    row, not a concatenation of the whole history. Shapes (B, H_kv, T, d).
+    """
+
+    k: Tensor
+    v: Tensor
+    length: int = 0
+
+    @classmethod
+    def empty(cls, batch: int, n_kv_heads: int, max_len: int, d_k: int, d_v: int, *, device=None, dtype=None):
+        k = torch.empty(batch, n_kv_heads, max_len, d_k, device=device, dtype=dtype)
+        v = torch.empty(batch, n_kv_heads, max_len, d_v, device=device, dtype=dtype)
+        return cls(k, v, 0)
+
+    @property
+    def max_len(self) -> int:
+        return self.k.shape[2]
+
+    def append(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+        t = k.shape[2]
+        if self.length + t > self.max_len:
+            raise ValueError(
+                f"KV cache is full: {self.length} cached + {t} new tokens > max_len {self.max_len}; "
+                "allocate a larger cache or shorten the sequence"
+            )
+        self.k[:, :, self.length : self.length + t] = k.to(self.k.dtype)
+        self.v[:, :, self.length : self.length + t] = v.to(self.v.dtype)
+        self.length += t
+        return self.k[:, :, : self.length], self.v[:, :, : self.length]
+
+    def reorder(self, index: Tensor) -> None:
+        """Select batch rows (beam search)."""
+        self.k = self.k.index_select(0, index)
+        self.v = self.v.index_select(0, index)
+
+
+class MultiHeadAttention(nn.Module):
+    """H heads of scaled dot-product attention, concatenated and projected by W_O.
+
+    Self-attention (default): Q, K, V all come from ``x`` through one fused
+    projection. Cross-attention (``cross=True`` or ``d_context`` given): Q from
+    ``x`` (B, Tq, d_model), K and V from ``context`` (B, Tk, d_context).
+
+    Options: ``d_k``/``d_v`` per head (default d_model // n_heads), grouped-query
+    attention with ``n_kv_heads`` < ``n_heads``, a rotary embedding applied to
+    Q and K, an attention-bias position module (ALiBi, relative), KV cache.
+
+    Set ``record_weights = True`` (see :func:`attnlab.inspect.capture_attention`)
+    and every forward keeps its per-head weights (B, H, Tq, Tk) in ``last_weights``.
+    """
+
+    def __init__(
+        self,
+        d_model: int,
+        n_heads: int,
+        *,
+        cross: bool = False,
+        d_context: int | None = None,
+        d_k: int | None = None,
+        d_v: int | None = None,
+        n_kv_heads: int | None = None,
+        d_out: int | None = None,
+        bias: bool = True,
+        dropout: float = 0.0,
+        causal: bool = False,
+        rotary: nn.Module | None = None,
+        position_bias: nn.Module | None = None,
+    ) -> None:
+        super().__init__()
+        if n_heads < 1:
+            raise ValueError(f"n_heads must be >= 1, got {n_heads}")
+        if d_k is None and d_model % n_heads != 0:
+            raise ValueError(
+                f"d_model={d_model} is not divisible by n_heads={n_heads}; "
+                f"choose n_heads dividing {d_model} or pass d_k explicitly"
+            )
+        n_kv_heads = n_heads if n_kv_heads is None else n_kv_heads
+        if n_kv_heads < 1 or n_heads % n_kv_heads != 0:
+            raise ValueError(f"n_heads={n_heads} must be a multiple of n_kv_heads={n_kv_heads}")
+        self.d_model, self.n_heads, self.n_kv_heads = d_model, n_heads, n_kv_heads
+        self.d_k = d_k if d_k is not None else d_model // n_heads
+        self.d_v = d_v if d_v is not None else self.d_k
+        self.cross = cross or d_context is not None
+        self.d_context = d_context if d_context is not None else d_model
+        self.causal, self.dropout = causal, dropout
+        self.rotary, self.position_bias = rotary, position_bias
+        q_dim, k_dim, v_dim = n_heads * self.d_k, n_kv_heads * self.d_k, n_kv_heads * self.d_v
+        self._split = (q_dim, k_dim, v_dim)
+        if self.cross:
+            self.q_proj = nn.Linear(d_model, q_dim, bias=bias)
+            self.kv_proj = nn.Linear(self.d_context, k_dim + v_dim, bias=bias)
+        else:
+            self.qkv = nn.Linear(d_model, q_dim + k_dim + v_dim, bias=bias)  # [W_Q; W_K; W_V]
+        self.out_proj = nn.Linear(n_heads * self.d_v, d_out or d_model, bias=bias)  # W_O
+        self.record_weights = False
+        self.last_weights: Tensor | None = None
+
+    def new_cache(self, batch: int, max_len: int, *, device=None, dtype=None) -> KVCache:
+        return KVCache.empty(batch, self.n_kv_heads, max_len, self.d_k, self.d_v, device=device, dtype=dtype)
+
+    def _project(self, x: Tensor, context: Tensor | None) -> tuple[Tensor, Tensor, Tensor]:
+        if x.dim() != 3 or x.shape[-1] != self.d_model:
+            raise ValueError(f"attention input must be (B, T, {self.d_model}), got {tuple(x.shape)}")
+        if self.cross:
+            if context is None:
+                raise ValueError("cross-attention needs a context tensor (B, Tk, d_context)")
+            if context.dim() != 3 or context.shape[-1] != self.d_context or context.shape[0] != x.shape[0]:
+                raise ValueError(
+                    f"context must be ({x.shape[0]}, Tk, {self.d_context}), got {tuple(context.shape)}"
+                )
+            q = self.q_proj(x)
+            k, v = self.kv_proj(context).split(self._split[1:], dim=-1)
+        else:
+            if context is not None:
+                raise ValueError("self-attention got a context; build the module with cross=True")
+            q, k, v = self.qkv(x).split(self._split, dim=-1)
+        q = rearrange(q, "b t (h d) -> b h t d", h=self.n_heads)  # (B, H, Tq, d_k)
+        k = rearrange(k, "b t (h d) -> b h t d", h=self.n_kv_heads)  # (B, Hkv, Tk, d_k)
+        v = rearrange(v, "b t (h d) -> b h t d", h=self.n_kv_heads)  # (B, Hkv, Tk, d_v)
+        return q, k, v
+
+    def forward(
+        self,
+        x: Tensor,
+        context: Tensor | None = None,
+        *,
+        mask: Tensor | None = None,
+        key_mask: Tensor | None = None,
+        bias: Tensor | None = None,
+        positions: Tensor | None = None,
+        cache: KVCache | None = None,
+        need_weights: bool = False,
+    ) -> Tensor | tuple[Tensor, Tensor]:
+        """x (B, Tq, d_model) -> (B, Tq, d_out); with ``need_weights`` also (B, H, Tq, Tk).
+
+        ``mask``: bool (Tq, Tk), (B, Tq, Tk) or (B, H, Tq, Tk), True = may attend.
+        ``key_mask``: bool (B, Tk), True = a real token, False = padding (never attended).
+        ``positions``: (Tq,) or (B, Tq) absolute positions of the queries for rotary
+        embeddings (default: cache length + 0..Tq-1).
+        ``cache``: a :class:`KVCache`; new keys/values are appended and attention runs
+        over everything cached.
+        """
+        q, k, v = self._project(x, context)
+        t_q = q.shape[2]
+        offset = cache.length if cache is not None else 0
+        if self.rotary is not None:
+            if positions is None:
+                positions = torch.arange(offset, offset + t_q, device=x.device)
+            q = self.rotary(q, positions)
+            if not self.cross:
+                k = self.rotary(k, positions)
+        if cache is not None:
+            k, v = cache.append(k, v)
+        t_k = k.shape[2]
+        if self.n_kv_heads != self.n_heads:  # grouped-query: each K/V head serves n_heads/n_kv_heads queries
+            rep = self.n_heads // self.n_kv_heads
+            k, v = k.repeat_interleave(rep, dim=1), v.repeat_interleave(rep, dim=1)
+        mask = self._full_mask(mask, key_mask, x.shape[0], t_q, t_k)
+        if self.position_bias is not None:
+            pb = self.position_bias(q, t_k)  # (H, Tq, Tk) or (B, H, Tq, Tk)
+            bias = pb if bias is None else bias + pb
+        want = need_weights or self.record_weights
+        out = scaled_dot_product_attention(
+            q, k, v, mask, causal=self.causal, bias=bias,
+            dropout=self.dropout if self.training else 0.0, return_weights=want,
+        )
+        weights = None
+        if want:
+            out, weights = out
+            if self.record_weights:
+                self.last_weights = weights.detach()
+        out = self.out_proj(rearrange(out, "b h t d -> b t (h d)"))  # concat heads, W_O
+        return (out, weights) if need_weights else out
+
+    def _full_mask(self, mask, key_mask, batch, t_q, t_k):
+        if mask is not None and mask.dim() == 3:
+            mask = mask[:, None]  # (B, Tq, Tk) -> (B, 1, Tq, Tk)
+        if key_mask is not None:
+            if key_mask.dtype != torch.bool or key_mask.shape != (batch, t_k):
+                raise ValueError(
+                    f"key_mask must be bool ({batch}, {t_k}) with True for real tokens, "
+                    f"got {key_mask.dtype} {tuple(key_mask.shape)}"
+                )
+            km = key_mask[:, None, None, :]  # (B, 1, 1, Tk)
+            mask = km if mask is None else mask & km
+        return mask

@@ -1,0 +1,191 @@
+"""Transformer blocks assembled from :mod:`attnlab.attention`.
+
+Pre-LN block (default, GPT-2/ViT):  x = x + MHA(LN(x));  x = x + MLP(LN(x))
+Post-LN block (Vaswani et al.):     x = LN(x + MHA(x));  x = LN(x + MLP(x))
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from .attention import KVCache, MultiHeadAttention
+
+__all__ = ["MLP", "TransformerBlock", "DecoderBlock", "Encoder", "Decoder", "init_gpt2_weights"]
+
+_ACTIVATIONS = {
+    "gelu": lambda x: F.gelu(x),
+    "gelu_tanh": lambda x: F.gelu(x, approximate="tanh"),
+    "relu": F.relu,
+}
+
+
+class MLP(nn.Module):
+    """Token-wise feed-forward network: Linear(d, h) -> activation -> Linear(h, d) -> dropout."""
+
+    def __init__(self, dim: int, hidden: int, activation: str = "gelu", dropout: float = 0.0, bias: bool = True):
+        super().__init__()
+        if activation not in _ACTIVATIONS:
+            raise ValueError(f"unknown activation {activation!r}; choose one of {sorted(_ACTIVATIONS)}")
+        self.activation = activation
+        self.fc = nn.Linear(dim, hidden, bias=bias)
+        self.proj = nn.Linear(hidden, dim, bias=bias)
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.dropout(self.proj(_ACTIVATIONS[self.activation](self.fc(x))))
+
+
+class TransformerBlock(nn.Module):
+    """Self-attention + MLP with residuals. (B, T, D) -> (B, T, D).
+
+    ``causal=True`` makes it a decoder-only (GPT) block; ``norm_first=False`` gives
+    the original post-LN arrangement.
+    """
+
+    def __init__(
+        self,
+        dim: int,
+        n_heads: int,
+        *,
+        mlp_hidden: int | None = None,
+        activation: str = "gelu",
+        dropout: float = 0.0,
+        attn_dropout: float = 0.0,
+        norm_first: bool = True,
+        causal: bool = False,
+        bias: bool = True,
+        norm_eps: float = 1e-5,
+        n_kv_heads: int | None = None,
+        rotary: nn.Module | None = None,
+        position_bias: nn.Module | None = None,
+    ) -> None:
+        super().__init__()
+        self.norm_first = norm_first
+        self.ln1 = nn.LayerNorm(dim, eps=norm_eps, bias=bias)
+        self.attn = MultiHeadAttention(
+            dim, n_heads, bias=bias, dropout=attn_dropout, causal=causal,
+            n_kv_heads=n_kv_heads, rotary=rotary, position_bias=position_bias,
+        )
+        self.ln2 = nn.LayerNorm(dim, eps=norm_eps, bias=bias)
+        self.mlp = MLP(dim, mlp_hidden or 4 * dim, activation, dropout, bias)
+        self.resid_dropout = nn.Dropout(dropout)
+
+    def forward(
+        self,
+        x: Tensor,
+        *,
+        mask: Tensor | None = None,
+        key_mask: Tensor | None = None,
+        positions: Tensor | None = None,
+        cache: KVCache | None = None,
+    ) -> Tensor:
+        kw = dict(mask=mask, key_mask=key_mask, positions=positions, cache=cache)
+        if self.norm_first:
+            x = x + self.resid_dropout(self.attn(self.ln1(x), **kw))
+            return x + self.mlp(self.ln2(x))
+        x = self.ln1(x + self.resid_dropout(self.attn(x, **kw)))
+        return self.ln2(x + self.mlp(x))
+
+
+class DecoderBlock(nn.Module):
+    """Masked self-attention, cross-attention to the encoder's memory, MLP; each with a residual."""
+
+    def __init__(
+        self,
+        dim: int,
+        n_heads: int,
+        *,
+        d_memory: int | None = None,
+        mlp_hidden: int | None = None,
+        activation: str = "gelu",
+        dropout: float = 0.0,
+        attn_dropout: float = 0.0,
+        norm_first: bool = True,
+        bias: bool = True,
+        norm_eps: float = 1e-5,
+    ) -> None:
+        super().__init__()
+        self.norm_first = norm_first
+        self.ln1 = nn.LayerNorm(dim, eps=norm_eps, bias=bias)
+        self.self_attn = MultiHeadAttention(dim, n_heads, bias=bias, dropout=attn_dropout, causal=True)
+        self.ln2 = nn.LayerNorm(dim, eps=norm_eps, bias=bias)
+        self.cross_attn = MultiHeadAttention(
+            dim, n_heads, cross=True, d_context=d_memory or dim, bias=bias, dropout=attn_dropout
+        )
+        self.ln3 = nn.LayerNorm(dim, eps=norm_eps, bias=bias)
+        self.mlp = MLP(dim, mlp_hidden or 4 * dim, activation, dropout, bias)
+        self.drop1, self.drop2 = nn.Dropout(dropout), nn.Dropout(dropout)
+
+    def forward(
+        self,
+        x: Tensor,
+        memory: Tensor,
+        *,
+        key_mask: Tensor | None = None,
+        memory_mask: Tensor | None = None,
+        cache: KVCache | None = None,
+    ) -> Tensor:
+        """x (B, T, D) target tokens; memory (B, S, D_mem); key_mask (B, T) and
+        memory_mask (B, S) are True for real tokens."""
+        sa = dict(key_mask=key_mask, cache=cache)
+        if self.norm_first:
+            x = x + self.drop1(self.self_attn(self.ln1(x), **sa))
+            x = x + self.drop2(self.cross_attn(self.ln2(x), memory, key_mask=memory_mask))
+            return x + self.mlp(self.ln3(x))
+        x = self.ln1(x + self.drop1(self.self_attn(x, **sa)))
+        x = self.ln2(x + self.drop2(self.cross_attn(x, memory, key_mask=memory_mask)))
+        return self.ln3(x + self.mlp(x))
+
+
+class Encoder(nn.Module):
+    """A stack of :class:`TransformerBlock`; pre-LN stacks end with a final LayerNorm."""
+
+    def __init__(self, n_layers: int, dim: int, n_heads: int, **block_kw) -> None:
+        super().__init__()
+        self.blocks = nn.ModuleList(TransformerBlock(dim, n_heads, **block_kw) for _ in range(n_layers))
+        norm_first = block_kw.get("norm_first", True)
+        self.ln_f = nn.LayerNorm(dim, eps=block_kw.get("norm_eps", 1e-5)) if norm_first else nn.Identity()
+
+    def forward(self, x: Tensor, *, key_mask: Tensor | None = None, mask: Tensor | None = None) -> Tensor:
+        for block in self.blocks:
+            x = block(x, key_mask=key_mask, mask=mask)
+        return self.ln_f(x)
+
+
+class Decoder(nn.Module):
+    """A stack of :class:`DecoderBlock`; pre-LN stacks end with a final LayerNorm."""
+
+    def __init__(self, n_layers: int, dim: int, n_heads: int, **block_kw) -> None:
+        super().__init__()
+        self.blocks = nn.ModuleList(DecoderBlock(dim, n_heads, **block_kw) for _ in range(n_layers))
+        norm_first = block_kw.get("norm_first", True)
+        self.ln_f = nn.LayerNorm(dim, eps=block_kw.get("norm_eps", 1e-5)) if norm_first else nn.Identity()
+
+    def forward(self, x, memory, *, key_mask=None, memory_mask=None, caches: list[KVCache] | None = None):
+        for i, block in enumerate(self.blocks):
+            x = block(x, memory, key_mask=key_mask, memory_mask=memory_mask, cache=caches[i] if caches else None)
+        return self.ln_f(x)
+
+
+def init_gpt2_weights(model: nn.Module, n_layers: int, std: float = 0.02) -> None:
+    """GPT-2 initialisation: N(0, 0.02) weights, zero biases, LayerNorm = identity, and the
+    projections that write into the residual stream scaled by 1/√(2·n_layers) so the
+    residual's variance does not grow with depth."""
+    for name, m in model.named_modules():
+        if isinstance(m, nn.Linear):
+            nn.init.normal_(m.weight, 0.0, std)
+            if m.bias is not None:
+                nn.init.zeros_(m.bias)
+        elif isinstance(m, nn.Embedding):
+            nn.init.normal_(m.weight, 0.0, std)
+        elif isinstance(m, nn.LayerNorm):
+            if m.weight is not None:
+                nn.init.ones_(m.weight)
+            if m.bias is not None:
+                nn.init.zeros_(m.bias)
+    for name, p in model.named_parameters():
+        if name.endswith("out_proj.weight") or name.endswith("mlp.proj.weight"):
+            nn.init.normal_(p, 0.0, std / math.sqrt(2 * n_layers))

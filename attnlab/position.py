@@ -1,0 +1,251 @@
+"""Positional encodings. Attention alone is permutation-equivariant, so order must be put in.
+
+Every module here has a ``kind`` saying where it plugs into a transformer:
+
+* ``"absolute"``  -- ``forward(x, offset=0)`` returns ``x + PE`` for tokens (B, T, D):
+  :class:`SinusoidalPosition`, :class:`LearnedPosition`, :class:`SinCos2DPosition`,
+  :class:`FourierFeatures` (of continuous coordinates, ``forward(coords)``).
+* ``"bias"``      -- ``forward(q, t_k)`` returns an additive score bias (…, H, Tq, Tk):
+  :class:`ALiBi`, :class:`RelativePosition` (Shaw et al. 2018).
+* ``"rotary"``    -- ``forward(x, positions)`` rotates queries/keys (B, H, T, d):
+  :class:`RotaryEmbedding` (RoPE).
+* ``"conditional"`` -- ``forward(x, grid)`` adds a depthwise convolution of the token grid:
+  :class:`PEG` (conditional positional encoding, CPVT).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from einops import rearrange
+from torch import Tensor, nn
+
+__all__ = [
+    "sinusoidal_encoding",
+    "sincos_2d_encoding",
+    "SinusoidalPosition",
+    "LearnedPosition",
+    "SinCos2DPosition",
+    "FourierFeatures",
+    "RelativePosition",
+    "RotaryEmbedding",
+    "ALiBi",
+    "alibi_slopes",
+    "PEG",
+]
+
+
+def sinusoidal_encoding(n_positions: int, dim: int, base: float = 10000.0) -> Tensor:
+    """Vaswani et al.: PE(pos, 2i) = sin(pos / base^(2i/d)), PE(pos, 2i+1) = cos(same). (T, D)."""
+    if dim % 2:
+        raise ValueError(f"sinusoidal encoding needs an even width, got {dim}")
+    pos = torch.arange(n_positions, dtype=torch.float64)[:, None]
+    freq = base ** (-torch.arange(0, dim, 2, dtype=torch.float64) / dim)  # (D/2,)
+    pe = torch.zeros(n_positions, dim, dtype=torch.float64)
+    pe[:, 0::2] = torch.sin(pos * freq)
+    pe[:, 1::2] = torch.cos(pos * freq)
+    return pe.float()
+
+
+def _check_tokens(x: Tensor, dim: int, max_len: int, offset: int) -> None:
+    if x.dim() != 3 or x.shape[-1] != dim:
+        raise ValueError(f"expected tokens (B, T, {dim}), got {tuple(x.shape)}")
+    if offset + x.shape[1] > max_len:
+        raise ValueError(
+            f"sequence of {offset + x.shape[1]} positions is longer than the {max_len} this "
+            f"encoding was built for; shorten the input or build it with a larger max_len"
+        )
+
+
+class SinusoidalPosition(nn.Module):
+    """Fixed sinusoidal encoding added to the tokens (no parameters)."""
+
+    kind = "absolute"
+
+    def __init__(self, dim: int, max_len: int = 4096, base: float = 10000.0) -> None:
+        super().__init__()
+        self.dim, self.max_len = dim, max_len
+        self.register_buffer("pe", sinusoidal_encoding(max_len, dim, base), persistent=False)
+
+    def forward(self, x: Tensor, offset: int = 0) -> Tensor:
+        _check_tokens(x, self.dim, self.max_len, offset)
+        return x + self.pe[offset : offset + x.shape[1]].to(x.dtype)
+
+
+class LearnedPosition(nn.Module):
+    """A learned vector per position (GPT-2, BERT, ViT)."""
+
+    kind = "absolute"
+
+    def __init__(self, dim: int, max_len: int, init_std: float = 0.02) -> None:
+        super().__init__()
+        self.dim, self.max_len = dim, max_len
+        self.weight = nn.Parameter(torch.randn(max_len, dim) * init_std)
+
+    def forward(self, x: Tensor, offset: int = 0) -> Tensor:
+        _check_tokens(x, self.dim, self.max_len, offset)
+        return x + self.weight[offset : offset + x.shape[1]]
+
+
+def _sincos_1d(dim: int, pos: Tensor) -> Tensor:
+    """MAE-style 1-D sin-cos: [sin(pos ω), cos(pos ω)] with ω_i = 1/10000^(i/(D/2)). (N, D)."""
+    omega = 1.0 / 10000 ** (torch.arange(dim // 2, dtype=torch.float64) / (dim / 2))
+    out = pos.double().reshape(-1)[:, None] * omega[None, :]
+    return torch.cat([torch.sin(out), torch.cos(out)], dim=1)
+
+
+def sincos_2d_encoding(grid_h: int, grid_w: int, dim: int) -> Tensor:
+    """2-D sin-cos for a patch grid (MAE / "ViT baseline"): half the width encodes the row,
+    half the column. Returns (grid_h * grid_w, D), row-major like the patch order."""
+    if dim % 4:
+        raise ValueError(f"2-D sin-cos encoding needs a width divisible by 4, got {dim}")
+    rows, cols = torch.meshgrid(torch.arange(grid_h), torch.arange(grid_w), indexing="ij")
+    emb = torch.cat([_sincos_1d(dim // 2, rows), _sincos_1d(dim // 2, cols)], dim=1)
+    return emb.float()
+
+
+class SinCos2DPosition(nn.Module):
+    """Fixed 2-D sin-cos encoding added to patch tokens (B, N=h*w, D)."""
+
+    kind = "absolute"
+
+    def __init__(self, dim: int, grid: tuple[int, int]) -> None:
+        super().__init__()
+        self.dim, self.grid = dim, tuple(grid)
+        self.register_buffer("pe", sincos_2d_encoding(grid[0], grid[1], dim), persistent=False)
+
+    def forward(self, x: Tensor, offset: int = 0) -> Tensor:
+        _check_tokens(x, self.dim, self.pe.shape[0], offset)
+        return x + self.pe[offset : offset + x.shape[1]].to(x.dtype)
+
+
+class FourierFeatures(nn.Module):
+    """Random Fourier features of continuous coordinates (Tancik et al. 2020).
+
+    γ(v) = [cos(2π B v), sin(2π B v)] with a fixed B ~ N(0, σ²) of shape (m, c);
+    coords (..., c) -> (..., 2m), then optionally a linear map to ``dim``.
+    """
+
+    kind = "absolute"
+
+    def __init__(self, in_dim: int, n_features: int = 64, sigma: float = 10.0, dim: int | None = None, seed: int = 0):
+        super().__init__()
+        g = torch.Generator().manual_seed(seed)
+        self.in_dim = in_dim
+        self.register_buffer("B", torch.randn(n_features, in_dim, generator=g) * sigma)
+        self.proj = nn.Linear(2 * n_features, dim) if dim is not None else None
+
+    def forward(self, coords: Tensor) -> Tensor:
+        if coords.shape[-1] != self.in_dim:
+            raise ValueError(f"coordinates must end in {self.in_dim} values, got {tuple(coords.shape)}")
+        phase = 2 * math.pi * coords.to(self.B.dtype) @ self.B.T  # (..., m)
+        feats = torch.cat([torch.cos(phase), torch.sin(phase)], dim=-1)
+        return self.proj(feats) if self.proj is not None else feats
+
+
+class RelativePosition(nn.Module):
+    """Shaw et al. (2018) relative position representations, as a score bias.
+
+    A learned vector a_k per clipped distance k = clip(j - i, -K, K), one table per
+    layer shared by all heads: e_ij = q_i · (k_j + a_ij)ᵀ / √d. Here the q_i · a_ij
+    part is returned as an additive bias (B, H, Tq, Tk) so the fused kernel applies.
+    Queries are aligned to the end of the keys (KV cache friendly).
+    """
+
+    kind = "bias"
+
+    def __init__(self, head_dim: int, max_distance: int = 16) -> None:
+        super().__init__()
+        self.head_dim, self.max_distance = head_dim, max_distance
+        self.table = nn.Parameter(torch.randn(2 * max_distance + 1, head_dim) * 0.02)
+
+    def distances(self, t_q: int, t_k: int, device=None) -> Tensor:
+        """Clipped j - i as table indices (Tq, Tk)."""
+        i = torch.arange(t_k - t_q, t_k, device=device)[:, None]
+        j = torch.arange(t_k, device=device)[None, :]
+        return (j - i).clamp(-self.max_distance, self.max_distance) + self.max_distance
+
+    def forward(self, q: Tensor, t_k: int) -> Tensor:
+        t_q = q.shape[-2]
+        a = self.table[self.distances(t_q, t_k, q.device)]  # (Tq, Tk, d)
+        return torch.einsum("bhid,ijd->bhij", q, a.to(q.dtype)) / math.sqrt(self.head_dim)
+
+
+class RotaryEmbedding(nn.Module):
+    """RoPE (Su et al.): rotate each pair of dimensions (x_i, x_{i+d/2}) of queries and
+    keys by the angle pos·θ_i, θ_i = base^(-2i/d). Then q_m · k_n depends only on m - n."""
+
+    kind = "rotary"
+
+    def __init__(self, head_dim: int, base: float = 10000.0) -> None:
+        super().__init__()
+        if head_dim % 2:
+            raise ValueError(f"rotary embedding needs an even head width, got {head_dim}")
+        self.head_dim = head_dim
+        self.register_buffer("inv_freq", base ** (-torch.arange(0, head_dim, 2).float() / head_dim), persistent=False)
+
+    def forward(self, x: Tensor, positions: Tensor) -> Tensor:
+        """x (B, H, T, d), positions (T,) or (B, T) -> same shape, rotated."""
+        angles = positions.float()[..., None] * self.inv_freq  # (..., T, d/2)
+        if angles.dim() == 3:
+            angles = angles[:, None]  # (B, 1, T, d/2): broadcast over heads
+        cos = torch.cat([angles.cos(), angles.cos()], dim=-1).to(x.dtype)
+        sin = torch.cat([angles.sin(), angles.sin()], dim=-1).to(x.dtype)
+        x1, x2 = x.chunk(2, dim=-1)
+        return x * cos + torch.cat([-x2, x1], dim=-1) * sin
+
+
+def alibi_slopes(n_heads: int) -> Tensor:
+    """Head slopes of ALiBi (Press et al.): the geometric sequence 2^(-8/n), 2^(-16/n), ...;
+    for n not a power of two, the paper's interleaving of the next power of two."""
+
+    def pow2(n: int) -> list[float]:
+        start = 2 ** (-8 / n)
+        return [start ** (i + 1) for i in range(n)]
+
+    if math.log2(n_heads).is_integer():
+        return torch.tensor(pow2(n_heads))
+    closest = 2 ** math.floor(math.log2(n_heads))
+    return torch.tensor(pow2(closest) + pow2(2 * closest)[0::2][: n_heads - closest])
+
+
+class ALiBi(nn.Module):
+    """Attention with linear biases: score_ij -= slope_h · |i - j|. (H, Tq, Tk)."""
+
+    kind = "bias"
+
+    def __init__(self, n_heads: int) -> None:
+        super().__init__()
+        self.register_buffer("slopes", alibi_slopes(n_heads), persistent=False)
+
+    def forward(self, q: Tensor, t_k: int) -> Tensor:
+        t_q = q.shape[-2]
+        i = torch.arange(t_k - t_q, t_k, device=q.device)[:, None]
+        j = torch.arange(t_k, device=q.device)[None, :]
+        dist = (i - j).abs().to(q.dtype)  # (Tq, Tk)
+        return -self.slopes.to(q.dtype)[:, None, None] * dist
+
+
+class PEG(nn.Module):
+    """Positional encoding generator (Chu et al., CPVT): x + DepthwiseConv(x on its grid).
+
+    Tokens (B, N=h*w, D) are laid out on the (h, w) grid, convolved per channel with
+    a k×k kernel (zero padding gives the position cue), and added back. Extra leading
+    tokens (a class token) pass through unchanged.
+    """
+
+    kind = "conditional"
+
+    def __init__(self, dim: int, kernel_size: int = 3) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(dim, dim, kernel_size, padding=kernel_size // 2, groups=dim)
+
+    def forward(self, x: Tensor, grid: tuple[int, int], n_prefix: int = 0) -> Tensor:
+        h, w = grid
+        prefix, tokens = x[:, :n_prefix], x[:, n_prefix:]
+        if tokens.shape[1] != h * w:
+            raise ValueError(f"PEG: {tokens.shape[1]} tokens do not fill a {h}x{w} grid")
+        img = rearrange(tokens, "b (h w) d -> b d h w", h=h, w=w)
+        tokens = tokens + rearrange(self.conv(img), "b d h w -> b (h w) d")
+        return torch.cat([prefix, tokens], dim=1)

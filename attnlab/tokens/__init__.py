@@ -1,0 +1,27 @@
+"""Tokens: text to ids, images and signals to sequences of vectors."""
+
+from __future__ import annotations
+
+from pathlib import Path
+import json
+
+from .bpe import BPETokenizer
+from .char import CharTokenizer
+from .patch import ChunkEmbed1D, PatchEmbed
+
+__all__ = ["CharTokenizer", "BPETokenizer", "PatchEmbed", "ChunkEmbed1D", "tokenizer_from_dict", "load_tokenizer"]
+
+
+def tokenizer_from_dict(d: dict):
+    kinds = {"char": CharTokenizer, "bpe": BPETokenizer}
+    if d.get("type") not in kinds:
+        raise ValueError(f"unknown tokenizer type {d.get('type')!r}; expected one of {sorted(kinds)}")
+    return kinds[d["type"]].from_dict(d)
+
+
+def load_tokenizer(path: str | Path):
+    """Load a tokenizer saved by attnlab (char or bpe JSON) or a plain HF tokenizer.json."""
+    d = json.loads(Path(path).read_text(encoding="utf-8"))
+    if d.get("type") in ("char", "bpe"):
+        return tokenizer_from_dict(d)
+    return BPETokenizer.load(path)

@@ -1,0 +1,87 @@
+"""Byte-level BPE (GPT-2 style) trained with HuggingFace ``tokenizers``.
+
+Byte-level means every UTF-8 string, whatever its alphabet, is encodable, and
+decode(encode(text)) == text exactly.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from pathlib import Path
+
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+from ..errors import DataError, UnknownTokenError
+
+_BYTE_ALPHABET = 256
+
+
+class BPETokenizer:
+    kind = "bpe"
+
+    def __init__(self, tokenizer: Tokenizer) -> None:
+        self._tok = tokenizer
+
+    @classmethod
+    def train(
+        cls, texts: Iterable[str] | str, vocab_size: int, special_tokens: list[str] | None = None, min_frequency: int = 2
+    ) -> "BPETokenizer":
+        """Learn ``vocab_size - 256 - len(special_tokens)`` merges on top of the 256 bytes."""
+        special_tokens = list(special_tokens or [])
+        if vocab_size < _BYTE_ALPHABET + len(special_tokens):
+            raise ValueError(
+                f"vocab_size={vocab_size} is smaller than the {_BYTE_ALPHABET} byte tokens plus "
+                f"{len(special_tokens)} special tokens; use at least {_BYTE_ALPHABET + len(special_tokens)}"
+            )
+        if isinstance(texts, str):
+            texts = [texts]
+        texts = list(texts)
+        if not any(t for t in texts):
+            raise DataError("cannot train a BPE tokenizer on an empty corpus")
+        tok = Tokenizer(models.BPE())
+        tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+        tok.decoder = decoders.ByteLevel()
+        trainer = trainers.BpeTrainer(
+            vocab_size=vocab_size,
+            min_frequency=min_frequency,
+            special_tokens=special_tokens,
+            initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+            show_progress=False,
+        )
+        tok.train_from_iterator(texts, trainer=trainer)
+        return cls(tok)
+
+    @property
+    def vocab_size(self) -> int:
+        return self._tok.get_vocab_size()
+
+    def encode(self, text: str) -> list[int]:
+        return self._tok.encode(text, add_special_tokens=False).ids
+
+    def encode_batch(self, texts: list[str]) -> list[list[int]]:
+        return [e.ids for e in self._tok.encode_batch(texts, add_special_tokens=False)]
+
+    def decode(self, ids) -> str:
+        ids = [int(i) for i in ids]
+        bad = [i for i in ids if not 0 <= i < self.vocab_size]
+        if bad:
+            raise UnknownTokenError(f"token id {bad[0]} is outside the vocabulary (0..{self.vocab_size - 1})")
+        return self._tok.decode(ids, skip_special_tokens=False)
+
+    def token_to_id(self, token: str) -> int | None:
+        return self._tok.token_to_id(token)
+
+    def to_dict(self) -> dict:
+        return {"type": "bpe", "tokenizer": json.loads(self._tok.to_str())}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "BPETokenizer":
+        return cls(Tokenizer.from_str(json.dumps(d["tokenizer"])))
+
+    def save(self, path: str | Path) -> None:
+        self._tok.save(str(path))
+
+    @classmethod
+    def load(cls, path: str | Path) -> "BPETokenizer":
+        return cls(Tokenizer.from_file(str(path)))

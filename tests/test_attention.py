@@ -1,0 +1,193 @@
+import math
+
+import pytest
+import torch
+from torch import nn
+
+from attnlab.attention import MultiHeadAttention, causal_mask, scaled_dot_product_attention
+
+
+def test_lecture_worked_example():
+    # q·k1 = 102, q·k2 = 99, d_k = 3  ->  58.9 and 57.2  ->  0.85 / 0.15
+    q = torch.tensor([[[1.0, 10.0, 1.0]]])  # chosen so the dot products are 102 and 99
+    k = torch.tensor([[[2.0, 10.0, 0.0], [1.0, 9.8, 0.0]]])
+    k[0, 1, 2] = 99 - (1.0 * 1 + 10 * 9.8)
+    scores = (q @ k.transpose(-2, -1))[0, 0]
+    assert torch.allclose(scores, torch.tensor([102.0, 99.0]))
+    v = torch.eye(2)[None]
+    out, w = scaled_dot_product_attention(q, k, v, return_weights=True)
+    scaled = scores / math.sqrt(3)
+    assert round(scaled[0].item(), 1) == 58.9  # 102 / sqrt(3) = 58.89
+    assert round(scaled[1].item(), 1) == 57.2  # 99 / sqrt(3) = 57.16
+    assert w[0, 0, 0].item() == pytest.approx(0.85, abs=0.01)
+    assert w[0, 0, 1].item() == pytest.approx(0.15, abs=0.01)
+    assert torch.allclose(out[0, 0], w[0, 0])  # V = I returns the weights
+
+
+def test_rows_sum_to_one():
+    q, k, v = torch.randn(2, 3, 5, 8), torch.randn(2, 3, 7, 8), torch.randn(2, 3, 7, 4)
+    _, w = scaled_dot_product_attention(q, k, v, return_weights=True)
+    assert torch.allclose(w.sum(-1), torch.ones(2, 3, 5), atol=1e-6)
+    assert (w >= 0).all()
+
+
+def test_causal_mask_shape_and_alignment():
+    m = causal_mask(3)
+    assert m.tolist() == [[True, False, False], [True, True, False], [True, True, True]]
+    m = causal_mask(2, 4)  # queries at positions 2 and 3 of 4
+    assert m.tolist() == [[True, True, True, False], [True, True, True, True]]
+
+
+def test_causal_no_gradient_from_future():
+    x = torch.randn(1, 6, 16, requires_grad=True)
+    mha = MultiHeadAttention(16, 4, causal=True)
+    out = mha(x)
+    t = 2
+    out[0, t].sum().backward()
+    assert x.grad[0, t + 1 :].abs().max() == 0
+    assert x.grad[0, : t + 1].abs().max() > 0
+
+
+def test_padding_gets_zero_weight_and_does_not_matter():
+    mha = MultiHeadAttention(16, 2).eval()
+    x = torch.randn(2, 5, 16)
+    key_mask = torch.tensor([[True] * 5, [True, True, True, False, False]])
+    out1, w = mha(x, key_mask=key_mask, need_weights=True)
+    assert (w[1, :, :, 3:] == 0).all()
+    x2 = x.clone()
+    x2[1, 3:] = torch.randn(2, 16) * 100
+    out2 = mha(x2, key_mask=key_mask)
+    assert torch.allclose(out1[:, :3], out2[:, :3], atol=1e-5)
+    assert torch.allclose(out1[0], out2[0])
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("use_mask", [False, True])
+def test_reference_and_fast_paths_agree(causal, use_mask):
+    q = torch.randn(2, 3, 9, 8, requires_grad=True)
+    k = torch.randn(2, 3, 9, 8, requires_grad=True)
+    v = torch.randn(2, 3, 9, 5, requires_grad=True)
+    mask = torch.rand(2, 1, 9, 9) > 0.3 if use_mask else None
+    bias = torch.randn(3, 9, 9)
+    ref, _ = scaled_dot_product_attention(q, k, v, mask, causal=causal, bias=bias, return_weights=True)
+    g_ref = torch.autograd.grad(ref.square().sum(), (q, k, v))
+    fast = scaled_dot_product_attention(q, k, v, mask, causal=causal, bias=bias)
+    g_fast = torch.autograd.grad(fast.square().sum(), (q, k, v))
+    assert torch.allclose(ref, fast, atol=1e-5)
+    for a, b in zip(g_ref, g_fast):
+        assert torch.allclose(a, b, atol=1e-4)
+
+
+def test_fully_masked_row_is_zero_in_both_paths():
+    q, k, v = torch.randn(1, 1, 2, 4), torch.randn(1, 1, 3, 4), torch.randn(1, 1, 3, 4)
+    mask = torch.tensor([[True, False, True], [False, False, False]])
+    ref, w = scaled_dot_product_attention(q, k, v, mask, return_weights=True)
+    fast = scaled_dot_product_attention(q, k, v, mask)
+    assert torch.isfinite(ref).all() and torch.isfinite(fast).all()
+    assert (w[0, 0, 1] == 0).all() and (ref[0, 0, 1] == 0).all()
+    assert torch.allclose(ref, fast, atol=1e-6)
+
+
+def _copy_into_torch_mha(ours: MultiHeadAttention, theirs: nn.MultiheadAttention):
+    with torch.no_grad():
+        if ours.cross:
+            theirs.in_proj_weight.copy_(torch.cat([ours.q_proj.weight, ours.kv_proj.weight]))
+            theirs.in_proj_bias.copy_(torch.cat([ours.q_proj.bias, ours.kv_proj.bias]))
+        else:
+            theirs.in_proj_weight.copy_(ours.qkv.weight)
+            theirs.in_proj_bias.copy_(ours.qkv.bias)
+        theirs.out_proj.weight.copy_(ours.out_proj.weight)
+        theirs.out_proj.bias.copy_(ours.out_proj.bias)
+
+
+def test_self_attention_equals_torch_mha_with_masks():
+    d, h = 32, 4
+    ours = MultiHeadAttention(d, h).eval()
+    theirs = nn.MultiheadAttention(d, h, batch_first=True).eval()
+    _copy_into_torch_mha(ours, theirs)
+    x = torch.randn(3, 7, d)
+    key_mask = torch.ones(3, 7, dtype=torch.bool)
+    key_mask[1, 5:] = False
+    causal = causal_mask(7)
+    out, w = ours(x, mask=causal, key_mask=key_mask, need_weights=True)
+    ref, ref_w = theirs(x, x, x, attn_mask=~causal, key_padding_mask=~key_mask, average_attn_weights=False)
+    assert torch.allclose(out, ref, atol=1e-5)
+    assert torch.allclose(w, ref_w, atol=1e-5)
+    fast = ours(x, mask=causal, key_mask=key_mask)
+    assert torch.allclose(fast, ref, atol=1e-5)
+
+
+def test_cross_attention_equals_torch_mha():
+    d, h = 24, 3
+    ours = MultiHeadAttention(d, h, cross=True).eval()
+    theirs = nn.MultiheadAttention(d, h, batch_first=True).eval()
+    _copy_into_torch_mha(ours, theirs)
+    x, ctx = torch.randn(2, 4, d), torch.randn(2, 9, d)
+    key_mask = torch.ones(2, 9, dtype=torch.bool)
+    key_mask[0, 6:] = False
+    out = ours(x, ctx, key_mask=key_mask)
+    ref, _ = theirs(x, ctx, ctx, key_padding_mask=~key_mask)
+    assert torch.allclose(out, ref, atol=1e-5)
+
+
+def test_cross_attention_other_width_and_dk_dv():
+    mha = MultiHeadAttention(16, 2, d_context=40, d_k=5, d_v=7, d_out=11)
+    out, w = mha(torch.randn(2, 3, 16), torch.randn(2, 6, 40), need_weights=True)
+    assert out.shape == (2, 3, 11) and w.shape == (2, 2, 3, 6)
+
+
+def test_grouped_query_attention_equals_repeated_heads():
+    d, h, kv = 32, 4, 2
+    gqa = MultiHeadAttention(d, h, n_kv_heads=kv).eval()
+    full = MultiHeadAttention(d, h).eval()
+    dk = d // h
+    with torch.no_grad():
+        wq, wk, wv = gqa.qkv.weight.split([h * dk, kv * dk, kv * dk])
+        bq, bk, bv = gqa.qkv.bias.split([h * dk, kv * dk, kv * dk])
+        rep = lambda t: t.reshape(kv, dk, *t.shape[1:]).repeat_interleave(h // kv, 0).reshape(h * dk, *t.shape[1:])
+        full.qkv.weight.copy_(torch.cat([wq, rep(wk), rep(wv)]))
+        full.qkv.bias.copy_(torch.cat([bq, rep(bk), rep(bv)]))
+        full.out_proj.load_state_dict(gqa.out_proj.state_dict())
+    x = torch.randn(2, 5, d)
+    assert torch.allclose(gqa(x), full(x), atol=1e-5)
+
+
+@pytest.mark.parametrize("n_kv_heads", [None, 2])
+def test_kv_cache_decoding_equals_full_forward(n_kv_heads):
+    mha = MultiHeadAttention(32, 4, causal=True, n_kv_heads=n_kv_heads).eval()
+    x = torch.randn(2, 10, 32)
+    full = mha(x)
+    cache = mha.new_cache(2, 16)
+    prefix = mha(x[:, :4], cache=cache)
+    steps = [mha(x[:, t : t + 1], cache=cache) for t in range(4, 10)]
+    inc = torch.cat([prefix, *steps], dim=1)
+    assert torch.allclose(full, inc, atol=1e-5)
+
+
+def test_scaling_keeps_logits_unit_variance():
+    # The lecture's reason for 1/sqrt(d_k): with unit-variance q, k the dot product has
+    # variance d_k, so unscaled logits grow like sqrt(d_k) and the scaled ones stay ~1.
+    for d_k in (16, 256, 1024):
+        q, k = torch.randn(64, 128, d_k), torch.randn(64, 128, d_k)
+        raw = q @ k.transpose(-2, -1)
+        scaled = raw / math.sqrt(d_k)
+        assert scaled.std().item() == pytest.approx(1.0, rel=0.05)
+        assert raw.std().item() == pytest.approx(math.sqrt(d_k), rel=0.05)
+
+
+def test_bad_shapes_raise_value_error_naming_shapes():
+    with pytest.raises(ValueError, match="d_model=30 is not divisible by n_heads=4"):
+        MultiHeadAttention(30, 4)
+    with pytest.raises(ValueError, match=r"q\(1, 2, 8\) vs k\(1, 2, 6\)"):
+        scaled_dot_product_attention(torch.randn(1, 2, 8), torch.randn(1, 2, 6), torch.randn(1, 2, 6))
+    with pytest.raises(ValueError, match=r"k\(1, 3, 8\) vs v\(1, 2, 8\)"):
+        scaled_dot_product_attention(torch.randn(1, 2, 8), torch.randn(1, 3, 8), torch.randn(1, 2, 8))
+    with pytest.raises(ValueError, match=r"mask of shape \(3, 3\)"):
+        scaled_dot_product_attention(
+            torch.randn(1, 2, 8), torch.randn(1, 4, 8), torch.randn(1, 4, 8), torch.ones(3, 3, dtype=torch.bool)
+        )
+    mha = MultiHeadAttention(16, 2)
+    with pytest.raises(ValueError, match=r"\(B, T, 16\), got \(2, 3, 12\)"):
+        mha(torch.randn(2, 3, 12))
+    with pytest.raises(ValueError, match="key_mask"):
+        mha(torch.randn(2, 3, 16), key_mask=torch.ones(2, 4, dtype=torch.bool))

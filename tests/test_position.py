@@ -1,0 +1,126 @@
+import math
+
+import pytest
+import torch
+
+from attnlab.attention import MultiHeadAttention
+from attnlab.position import (
+    ALiBi,
+    PEG,
+    FourierFeatures,
+    LearnedPosition,
+    RelativePosition,
+    RotaryEmbedding,
+    SinCos2DPosition,
+    SinusoidalPosition,
+    alibi_slopes,
+    sinusoidal_encoding,
+)
+
+
+def test_sinusoidal_matches_formula():
+    pe = sinusoidal_encoding(50, 16)
+    for pos in (0, 3, 49):
+        for i in range(8):
+            w = 1 / 10000 ** (2 * i / 16)
+            assert pe[pos, 2 * i].item() == pytest.approx(math.sin(pos * w), abs=1e-6)
+            assert pe[pos, 2 * i + 1].item() == pytest.approx(math.cos(pos * w), abs=1e-6)
+
+
+def test_sinusoidal_offset_is_a_fixed_linear_map():
+    # For every k there is one matrix M_k with PE(pos + k) = M_k PE(pos) for all pos.
+    pe = sinusoidal_encoding(200, 32).double()
+    for k in (1, 5, 17):
+        a, b = pe[:-k], pe[k:]
+        m = torch.linalg.lstsq(a, b).solution  # fitted from all positions at once
+        assert torch.allclose(a @ m, b, atol=1e-6)
+        # and it is the block rotation the lecture writes down
+        w = 1 / 10000 ** (torch.arange(0, 32, 2).double() / 32)
+        rot = torch.zeros(32, 32, dtype=torch.float64)
+        for i, wi in enumerate(w):
+            c, s = math.cos(k * wi), math.sin(k * wi)
+            rot[2 * i : 2 * i + 2, 2 * i : 2 * i + 2] = torch.tensor([[c, s], [-s, c]])  # (sin, cos) pair
+        assert torch.allclose(pe[:-k] @ rot.T, pe[k:], atol=1e-5)
+
+
+def test_absolute_modules_add_encoding():
+    x = torch.zeros(2, 5, 8)
+    assert torch.allclose(SinusoidalPosition(8, 16)(x)[0], sinusoidal_encoding(5, 8))
+    lp = LearnedPosition(8, 16)
+    assert torch.allclose(lp(x, offset=3)[1], lp.weight[3:8])
+    with pytest.raises(ValueError, match="longer than the 16"):
+        lp(torch.zeros(1, 17, 8))
+
+
+def test_sincos_2d_rows_and_columns():
+    pos = SinCos2DPosition(16, (3, 4))
+    pe = pos.pe.reshape(3, 4, 16)
+    assert torch.allclose(pe[0, :, :8], pe[2, :, :8]) is False
+    assert torch.allclose(pe[:, 0, :8], pe[:, 3, :8])  # first half depends on the row only
+    assert torch.allclose(pe[0, :, 8:], pe[2, :, 8:])  # second half on the column only
+
+
+def test_fourier_features():
+    ff = FourierFeatures(2, n_features=8, sigma=1.0)
+    coords = torch.rand(5, 2)
+    out = ff(coords)
+    phase = 2 * math.pi * coords @ ff.B.T
+    assert torch.allclose(out, torch.cat([phase.cos(), phase.sin()], -1), atol=1e-6)
+    assert FourierFeatures(2, 8, dim=12)(coords).shape == (5, 12)
+
+
+def test_rope_depends_only_on_offset():
+    rope = RotaryEmbedding(16)
+    q, k = torch.randn(1, 1, 1, 16), torch.randn(1, 1, 1, 16)
+    dots = {}
+    for m, n in [(3, 1), (10, 8), (52, 50), (5, 9), (41, 45)]:
+        qm = rope(q, torch.tensor([m]))
+        kn = rope(k, torch.tensor([n]))
+        dots.setdefault(m - n, []).append((qm * kn).sum().item())
+    for vals in dots.values():
+        assert max(vals) - min(vals) < 1e-4
+    assert abs(dots[2][0] - dots[-4][0]) > 1e-3
+    # rotation keeps the norm
+    x = torch.randn(2, 3, 7, 16)
+    assert torch.allclose(rope(x, torch.arange(7)).norm(dim=-1), x.norm(dim=-1), atol=1e-5)
+
+
+def test_rope_in_attention_kv_cache():
+    mha = MultiHeadAttention(32, 4, causal=True, rotary=RotaryEmbedding(8)).eval()
+    x = torch.randn(1, 6, 32)
+    cache = mha.new_cache(1, 6)
+    inc = torch.cat([mha(x[:, :2], cache=cache)] + [mha(x[:, t : t + 1], cache=cache) for t in range(2, 6)], 1)
+    assert torch.allclose(mha(x), inc, atol=1e-5)
+
+
+def test_alibi_slopes():
+    s = alibi_slopes(8)
+    assert torch.allclose(s, torch.tensor([1 / 2**i for i in range(1, 9)]))
+    assert alibi_slopes(6).shape == (6,)
+    bias = ALiBi(8)(torch.zeros(1, 8, 4, 8), 4)
+    assert bias.shape == (8, 4, 4)
+    assert bias[0, 3, 0].item() == pytest.approx(-1.5)  # slope 1/2, distance 3
+
+
+def test_relative_position_bias_shaw():
+    rel = RelativePosition(head_dim=4, max_distance=2)
+    q = torch.randn(1, 2, 5, 4)
+    b = rel(q, 5)
+    # clipped: distances -4 and -2 share the same table row
+    expect = (q[0, 1, 4] @ rel.table[0]) / 2.0
+    assert b[0, 1, 4, 0].item() == pytest.approx(expect.item(), abs=1e-6)
+    assert b[0, 1, 4, 2].item() == pytest.approx(expect.item(), abs=1e-6)
+    mha = MultiHeadAttention(8, 2, position_bias=RelativePosition(4, 2))
+    x = torch.randn(1, 5, 8)
+    perm = torch.tensor([4, 3, 2, 1, 0])
+    assert not torch.allclose(mha(x)[:, perm], mha(x[:, perm]), atol=1e-4)
+
+
+def test_peg_depthwise_and_grid_check():
+    peg = PEG(8)
+    x = torch.randn(2, 1 + 12, 8)
+    y = peg(x, (3, 4), n_prefix=1)
+    assert torch.equal(y[:, 0], x[:, 0]) and y.shape == x.shape
+    assert peg.conv.groups == 8
+    with pytest.raises(ValueError, match="do not fill a 3x3 grid"):
+        peg(x, (3, 3), n_prefix=1)
