@@ -1,0 +1,132 @@
+"""HuggingFace checkpoint directories <-> attnlab models (no transformers import needed).
+
+GPT-2: ``transformer.h.{i}.attn.c_attn`` is a Conv1D whose weight is (in, out), the
+transpose of a Linear's; its output is [q; k; v] like attnlab's fused ``qkv``.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+from safetensors import SafetensorError
+from safetensors.torch import load_file, save_file
+from torch import Tensor, nn
+
+from .errors import CheckpointError
+
+_ACT_FROM_HF = {"gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "gelu": "gelu", "relu": "relu"}
+_ACT_TO_HF = {"gelu_tanh": "gelu_new", "gelu": "gelu", "relu": "relu"}
+
+
+def _read_state(d: Path) -> dict[str, Tensor]:
+    try:
+        if (d / "model.safetensors").is_file():
+            return load_file(str(d / "model.safetensors"))
+        if (d / "pytorch_model.bin").is_file():
+            return torch.load(d / "pytorch_model.bin", map_location="cpu", weights_only=True)
+    except (SafetensorError, RuntimeError, OSError, EOFError) as e:
+        raise CheckpointError(f"weights in {d} are corrupt or truncated ({str(e).splitlines()[0]})") from None
+    raise CheckpointError(f"{d} has a config.json but no model.safetensors or pytorch_model.bin")
+
+
+def load_hf(directory: str | Path) -> nn.Module:
+    d = Path(directory)
+    cfg = json.loads((d / "config.json").read_text())
+    mtype = cfg.get("model_type")
+    if mtype == "gpt2":
+        return _load_gpt2(cfg, _read_state(d))
+    raise CheckpointError(
+        f"{d} is a HuggingFace {mtype!r} checkpoint; attnlab reads gpt2 checkpoints here"
+    )
+
+
+def _gpt2_config(cfg: dict):
+    from .models.gpt import GPTConfig
+
+    if cfg.get("scale_attn_by_inverse_layer_idx") or cfg.get("reorder_and_upcast_attn"):
+        raise CheckpointError("GPT-2 variants with scale_attn_by_inverse_layer_idx/reorder_and_upcast_attn are not supported")
+    n_inner = cfg.get("n_inner")
+    if n_inner not in (None, 4 * cfg["n_embd"]):
+        raise CheckpointError(f"GPT-2 config with n_inner={n_inner} (not 4*n_embd) is not supported")
+    act = cfg.get("activation_function", "gelu_new")
+    if act not in _ACT_FROM_HF:
+        raise CheckpointError(f"GPT-2 activation {act!r} is not supported; attnlab knows {sorted(_ACT_FROM_HF)}")
+    return GPTConfig(
+        vocab_size=cfg["vocab_size"], block_size=cfg["n_positions"], n_layer=cfg["n_layer"],
+        n_head=cfg["n_head"], n_embd=cfg["n_embd"], dropout=0.0, bias=True, position="learned",
+        activation=_ACT_FROM_HF[act], norm_eps=cfg.get("layer_norm_epsilon", 1e-5),
+        tie_weights=cfg.get("tie_word_embeddings", True),
+    )
+
+
+def _gpt2_key_map(n_layer: int) -> list[tuple[str, str, bool]]:
+    """(hf name without 'transformer.', attnlab name, transpose?)"""
+    m = [("wte.weight", "tok_emb.weight", False), ("wpe.weight", "pos_emb.weight", False),
+         ("ln_f.weight", "ln_f.weight", False), ("ln_f.bias", "ln_f.bias", False)]
+    for i in range(n_layer):
+        h, a = f"h.{i}.", f"blocks.{i}."
+        m += [
+            (h + "ln_1.weight", a + "ln1.weight", False), (h + "ln_1.bias", a + "ln1.bias", False),
+            (h + "attn.c_attn.weight", a + "attn.qkv.weight", True), (h + "attn.c_attn.bias", a + "attn.qkv.bias", False),
+            (h + "attn.c_proj.weight", a + "attn.out_proj.weight", True), (h + "attn.c_proj.bias", a + "attn.out_proj.bias", False),
+            (h + "ln_2.weight", a + "ln2.weight", False), (h + "ln_2.bias", a + "ln2.bias", False),
+            (h + "mlp.c_fc.weight", a + "mlp.fc.weight", True), (h + "mlp.c_fc.bias", a + "mlp.fc.bias", False),
+            (h + "mlp.c_proj.weight", a + "mlp.proj.weight", True), (h + "mlp.c_proj.bias", a + "mlp.proj.bias", False),
+        ]
+    return m
+
+
+def _load_gpt2(cfg: dict, state: dict[str, Tensor]) -> nn.Module:
+    from .models.gpt import GPT
+
+    config = _gpt2_config(cfg)
+    model = GPT(config)
+    prefix = "transformer." if any(k.startswith("transformer.") for k in state) else ""
+    new = {}
+    for hf, ours, transpose in _gpt2_key_map(config.n_layer):
+        if prefix + hf not in state:
+            raise CheckpointError(f"GPT-2 checkpoint lacks {prefix + hf}; it is incomplete or not GPT-2")
+        t = state[prefix + hf]
+        new[ours] = t.t().contiguous() if transpose else t
+    if not config.tie_weights:
+        if "lm_head.weight" not in state:
+            raise CheckpointError("untied GPT-2 checkpoint lacks lm_head.weight")
+        new["lm_head.weight"] = state["lm_head.weight"]
+    missing, unexpected = model.load_state_dict(new, strict=False)
+    missing = [k for k in missing if not (config.tie_weights and k == "lm_head.weight")]
+    if missing or unexpected:
+        raise CheckpointError(f"GPT-2 weights do not fit: missing {missing[:3]}, unexpected {unexpected[:3]}")
+    return model
+
+
+def export_hf(model: nn.Module, directory: str | Path) -> None:
+    """Write a HuggingFace GPT-2 directory (config.json + model.safetensors) that
+    ``transformers.GPT2LMHeadModel.from_pretrained`` loads."""
+    if getattr(model, "model_type", None) != "gpt":
+        raise CheckpointError(f"export_hf supports GPT models here, got {type(model).__name__}")
+    c = model.config
+    if c.position != "learned" or not c.bias:
+        raise CheckpointError(
+            f"only GPT models with learned positions and biases map to GPT-2; this one has position={c.position!r}, bias={c.bias}"
+        )
+    d = Path(directory)
+    d.mkdir(parents=True, exist_ok=True)
+    sd = model.state_dict()
+    out = {}
+    for hf, ours, transpose in _gpt2_key_map(c.n_layer):
+        t = sd[ours]
+        out["transformer." + hf] = (t.t() if transpose else t).detach().cpu().contiguous()
+    if not c.tie_weights:
+        out["lm_head.weight"] = sd["lm_head.weight"].detach().cpu().contiguous()
+    config = {
+        "architectures": ["GPT2LMHeadModel"], "model_type": "gpt2", "vocab_size": c.vocab_size,
+        "n_positions": c.block_size, "n_ctx": c.block_size, "n_embd": c.n_embd, "n_layer": c.n_layer,
+        "n_head": c.n_head, "n_inner": None, "activation_function": _ACT_TO_HF[c.activation],
+        "layer_norm_epsilon": c.norm_eps, "resid_pdrop": 0.0, "embd_pdrop": 0.0, "attn_pdrop": 0.0,
+        "tie_word_embeddings": c.tie_weights, "bos_token_id": c.vocab_size - 1, "eos_token_id": c.vocab_size - 1,
+        "initializer_range": 0.02, "scale_attn_weights": True, "torch_dtype": "float32",
+    }
+    save_file(out, str(d / "model.safetensors"), metadata={"format": "pt"})
+    (d / "config.json").write_text(json.dumps(config, indent=1))

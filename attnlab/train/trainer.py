@@ -1,0 +1,296 @@
+"""One trainer for every attnlab model.
+
+AdamW (decay / no-decay groups), linear warmup + cosine decay, gradient clipping and
+accumulation, bf16 autocast where the hardware has fast bf16, optional torch.compile,
+periodic validation, best and last checkpoints, exact resume, Ctrl-C saves.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import time
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+from typing import Any, Protocol
+
+import torch
+from torch import Tensor, nn
+from tqdm.auto import tqdm
+
+from ..checkpoint import find_checkpoint, load_trainer_state, load_weights, write_checkpoint
+from ..errors import CheckpointError
+from .optim import adamw, warmup_cosine
+
+
+@dataclass
+class TrainConfig:
+    max_iters: int = 2000
+    batch_size: int = 12
+    grad_accum: int = 1  # micro-batches per optimizer step
+    lr: float = 1e-3
+    min_lr: float | None = None  # default: lr / 10
+    warmup_iters: int = 100
+    lr_decay_iters: int | None = None  # default: max_iters
+    weight_decay: float = 0.1
+    beta1: float = 0.9
+    beta2: float = 0.99
+    grad_clip: float = 1.0  # 0 disables clipping
+    eval_interval: int = 250
+    eval_iters: int = 20
+    log_interval: int = 10
+    device: str = "auto"  # auto | cpu | cuda
+    dtype: str = "auto"  # auto | fp32 | bf16
+    compile: bool = False
+    seed: int = 1337
+    progress: bool = True
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "TrainConfig":
+        names = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in d.items() if k in names})
+
+
+class Task(Protocol):
+    """What the trainer needs to know about a dataset + objective."""
+
+    items_per_batch: int  # tokens (or images) in one micro-batch, for throughput
+
+    def batch(self, split: str, batch_size: int, generator: torch.Generator) -> tuple[Tensor, ...]: ...
+
+    def loss(self, model: nn.Module, batch: tuple[Tensor, ...]) -> Tensor: ...
+
+    def meta(self) -> dict: ...
+
+
+def pick_device(name: str = "auto") -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name == "cuda" and not torch.cuda.is_available():
+        raise ValueError("--device cuda was asked for, but no CUDA GPU is available; use --device cpu or auto")
+    return torch.device(name)
+
+
+def cpu_has_fast_bf16() -> bool:
+    """bf16 matmuls are only faster than fp32 on CPUs with AVX512-BF16 or AMX."""
+    checks = ("_is_amx_tile_supported", "_is_avx512_bf16_supported")
+    return any(getattr(torch.cpu, c, lambda: False)() for c in checks)
+
+
+def pick_dtype(name: str, device: torch.device) -> torch.dtype:
+    if name == "fp32":
+        return torch.float32
+    if name == "bf16":
+        return torch.bfloat16
+    if name != "auto":
+        raise ValueError(f"unknown dtype {name!r}; choose auto, fp32 or bf16")
+    if device.type == "cuda":
+        return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float32
+    return torch.bfloat16 if cpu_has_fast_bf16() else torch.float32
+
+
+class TrainingInterrupted(Exception):
+    """Ctrl-C during training; a checkpoint was saved first."""
+
+    def __init__(self, step: int, path: Path):
+        super().__init__(f"interrupted at step {step}; checkpoint saved to {path}; continue with --resume")
+        self.step, self.path = step, path
+
+
+def _optimizer_tensors(opt: torch.optim.Optimizer) -> tuple[dict, dict[str, Tensor]]:
+    sd = opt.state_dict()
+    tensors, scalars = {}, {}
+    for idx, st in sd["state"].items():
+        for k, v in st.items():
+            if torch.is_tensor(v):
+                tensors[f"optim.{idx}.{k}"] = v
+            else:
+                scalars[f"{idx}.{k}"] = v
+    return {"param_groups": sd["param_groups"], "scalars": scalars}, tensors
+
+
+def _restore_optimizer(opt: torch.optim.Optimizer, meta: dict, tensors: dict[str, Tensor]) -> None:
+    state: dict[int, dict] = {}
+    for key, v in tensors.items():
+        if key.startswith("optim."):
+            _, idx, name = key.split(".", 2)
+            state.setdefault(int(idx), {})[name] = v
+    for key, v in meta["scalars"].items():
+        idx, name = key.split(".", 1)
+        state.setdefault(int(idx), {})[name] = v
+    try:
+        opt.load_state_dict({"state": state, "param_groups": meta["param_groups"]})
+    except (ValueError, KeyError) as e:
+        raise CheckpointError(f"optimizer state does not fit this model ({e}); start a new run") from None
+
+
+class Trainer:
+    def __init__(self, model: nn.Module, task: Task, cfg: TrainConfig, out_dir: str | Path, meta: dict | None = None):
+        self.cfg, self.task = cfg, task
+        self.out = Path(out_dir)
+        self.meta = meta or {}
+        self.device = pick_device(cfg.device)
+        self.dtype = pick_dtype(cfg.dtype, self.device)
+        torch.manual_seed(cfg.seed)
+        self.model = model.to(self.device)
+        self.optimizer = adamw(model, cfg.lr, cfg.weight_decay, (cfg.beta1, cfg.beta2), self.device.type)
+        self.data_gen = torch.Generator().manual_seed(cfg.seed + 1)
+        self.step = 0
+        self.best_val = math.inf
+        self.history: list[dict] = []
+        self._compiled = torch.compile(model) if cfg.compile else model
+
+    # -- schedule --------------------------------------------------------------------------
+    def lr_at(self, step: int) -> float:
+        c = self.cfg
+        return warmup_cosine(
+            step, lr=c.lr, min_lr=c.lr / 10 if c.min_lr is None else c.min_lr,
+            warmup=c.warmup_iters, decay_steps=c.lr_decay_iters or c.max_iters,
+        )
+
+    def autocast(self):
+        if self.dtype == torch.bfloat16:
+            return torch.autocast(self.device.type, dtype=torch.bfloat16)
+        return contextlib.nullcontext()
+
+    # -- one step --------------------------------------------------------------------------
+    def train_step(self) -> float:
+        cfg, model = self.cfg, self._compiled
+        model.train()
+        lr = self.lr_at(self.step)
+        for g in self.optimizer.param_groups:
+            g["lr"] = lr
+        total = 0.0
+        for _ in range(cfg.grad_accum):
+            batch = [t.to(self.device, non_blocking=True) for t in self.task.batch("train", cfg.batch_size, self.data_gen)]
+            with self.autocast():
+                loss = self.task.loss(model, batch) / cfg.grad_accum
+            loss.backward()
+            total += loss.item()
+        if cfg.grad_clip > 0:
+            torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.grad_clip)
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        self.step += 1
+        return total
+
+    @torch.no_grad()
+    def evaluate(self, splits=("train", "val")) -> dict[str, float]:
+        """Mean loss over ``eval_iters`` batches per split, drawn from a fixed-seed generator
+        so evaluation never disturbs the training data stream."""
+        self._compiled.eval()
+        out = {}
+        for split in splits:
+            g = torch.Generator().manual_seed(self.cfg.seed + 2)
+            losses = []
+            for _ in range(self.cfg.eval_iters):
+                batch = [t.to(self.device) for t in self.task.batch(split, self.cfg.batch_size, g)]
+                with self.autocast():
+                    losses.append(self.task.loss(self._compiled, batch).item())
+            out[split] = sum(losses) / len(losses)
+        return out
+
+    # -- checkpoints -----------------------------------------------------------------------
+    def _state(self) -> tuple[dict, dict[str, Tensor]]:
+        opt_meta, tensors = _optimizer_tensors(self.optimizer)
+        tensors["rng.torch"] = torch.get_rng_state()
+        tensors["rng.data"] = self.data_gen.get_state()
+        if torch.cuda.is_available():
+            for i, s in enumerate(torch.cuda.get_rng_state_all()):
+                tensors[f"rng.cuda.{i}"] = s
+        state = {"step": self.step, "best_val": self.best_val, "optimizer": opt_meta, "train_config": self.cfg.to_dict()}
+        return state, tensors
+
+    def save(self, name: str = "last") -> Path:
+        state, tensors = self._state()
+        meta = {**self.meta, **self.task.meta(), "train": self.cfg.to_dict(), "step": self.step}
+        path = self.out / name
+        if name == "best":
+            write_checkpoint(path, self.model, meta)
+        else:
+            write_checkpoint(path, self.model, meta, state, tensors)
+        return path
+
+    def resume(self) -> None:
+        ckpt = find_checkpoint(self.out, prefer="last")
+        state, tensors = load_trainer_state(ckpt)
+        load_weights(self.model, ckpt)
+        _restore_optimizer(self.optimizer, state["optimizer"], tensors)
+        self.step, self.best_val = state["step"], state["best_val"]
+        torch.set_rng_state(tensors["rng.torch"])
+        self.data_gen.set_state(tensors["rng.data"])
+        if torch.cuda.is_available():
+            cuda = [tensors[k] for k in sorted(tensors) if k.startswith("rng.cuda.")]
+            if len(cuda) == torch.cuda.device_count():
+                torch.cuda.set_rng_state_all(cuda)
+        self.history = read_metrics(self.out / "metrics.jsonl", upto=self.step)
+
+    # -- the loop --------------------------------------------------------------------------
+    def log(self, record: dict) -> None:
+        self.history.append(record)
+        with open(self.out / "metrics.jsonl", "a") as f:
+            f.write(json.dumps(record) + "\n")
+
+    def fit(self) -> dict:
+        cfg = self.cfg
+        self.out.mkdir(parents=True, exist_ok=True)
+        if self.step == 0:
+            (self.out / "metrics.jsonl").write_text("")
+        else:  # drop lines logged after the checkpoint we resumed from
+            rewrite_metrics(self.out / "metrics.jsonl", self.history)
+        bar = tqdm(total=cfg.max_iters, initial=self.step, disable=not cfg.progress, unit="it", dynamic_ncols=True)
+        t0, items = time.perf_counter(), 0
+        try:
+            while self.step < cfg.max_iters:
+                loss = self.train_step()
+                items += self.task.items_per_batch * cfg.grad_accum
+                rec = {"step": self.step, "loss": loss, "lr": self.lr_at(self.step - 1)}
+                if self.step % cfg.log_interval == 0 or self.step == cfg.max_iters:
+                    dt = time.perf_counter() - t0
+                    rec["items_per_s"] = items / dt if dt > 0 else 0.0
+                    bar.set_postfix(loss=f"{loss:.4f}", tok_s=f"{rec['items_per_s']:.0f}")
+                if self.step % cfg.eval_interval == 0 or self.step == cfg.max_iters:
+                    ev = self.evaluate()
+                    rec.update(train_loss=ev["train"], val_loss=ev["val"])
+                    bar.write(f"step {self.step}: train loss {ev['train']:.4f}, val loss {ev['val']:.4f}")
+                    if ev["val"] < self.best_val:
+                        self.best_val = ev["val"]
+                        self.save("best")
+                    self.save("last")
+                self.log(rec)
+                bar.update(1)
+        except KeyboardInterrupt:
+            bar.close()
+            path = self.save("last")
+            self.plot()
+            raise TrainingInterrupted(self.step, path) from None
+        bar.close()
+        self.plot()
+        return {"step": self.step, "best_val": self.best_val, "seconds": time.perf_counter() - t0}
+
+    def plot(self) -> Path | None:
+        from ..inspect.plots import loss_curve
+
+        return loss_curve(self.history, self.out / "loss.png")
+
+
+def read_metrics(path: Path, upto: int | None = None) -> list[dict]:
+    if not path.exists():
+        return []
+    recs = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return [r for r in recs if upto is None or r["step"] <= upto]
+
+
+def rewrite_metrics(path: Path, records: list[dict]) -> None:
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text("".join(json.dumps(r) + "\n" for r in records))
+    tmp.replace(path)
+
+
+def train_config_fields() -> list[tuple[str, Any, Any]]:
+    """(name, type, default) of every TrainConfig field, for building CLI options."""
+    return [(f.name, f.type, f.default) for f in fields(TrainConfig)]

@@ -1,0 +1,98 @@
+import json
+import subprocess
+import sys
+
+import pytest
+
+from attnlab.cli import main
+
+TEXT = "To be, or not to be, that is the question.\n" * 150
+FAST = ["--preset", "nano", "--block-size", "16", "--max-iters", "6", "--eval-interval", "3",
+        "--eval-iters", "2", "--batch-size", "4", "--no-progress", "--sample-chars", "0"]
+
+
+@pytest.fixture
+def run(tmp_path):
+    corpus = tmp_path / "c.txt"
+    corpus.write_text(TEXT)
+    out = tmp_path / "run"
+    assert main(["train", "gpt", "--data", str(corpus), "--out", str(out), *FAST]) == 0
+    return out
+
+
+def test_help_and_version():
+    r = subprocess.run([sys.executable, "-m", "attnlab", "--help"], capture_output=True, text=True)
+    assert r.returncode == 0 and "train" in r.stdout and "sample" in r.stdout
+    for cmd in (["train", "gpt"], ["sample"], ["eval"]):
+        with pytest.raises(SystemExit) as e:
+            main([*cmd, "--help"])
+        assert e.value.code == 0
+    with pytest.raises(SystemExit):
+        main(["--version"])
+
+
+def test_train_sample_eval_resume(run, capsys):
+    assert (run / "last" / "model.safetensors").exists() and (run / "metrics.jsonl").exists()
+    capsys.readouterr()
+    assert main(["sample", "--ckpt", str(run), "--prompt", "To be", "--max-new-tokens", "20", "--seed", "1"]) == 0
+    first = capsys.readouterr().out
+    assert first.startswith("To be") and len(first) > 10
+    main(["sample", "--ckpt", str(run), "--prompt", "To be", "--max-new-tokens", "20", "--seed", "1"])
+    assert capsys.readouterr().out == first  # reproducible from the seed
+    assert main(["sample", "--ckpt", str(run), "--prompt", "To", "--temperature", "0", "--max-new-tokens", "10",
+                 "--no-cache"]) == 0
+    greedy_nocache = capsys.readouterr().out
+    main(["sample", "--ckpt", str(run), "--prompt", "To", "--temperature", "0", "--max-new-tokens", "10"])
+    assert capsys.readouterr().out == greedy_nocache
+    assert main(["eval", "--ckpt", str(run), "--json"]) == 0
+    res = json.loads(capsys.readouterr().out)
+    assert res["perplexity"] > 1 and res["bits_per_char"] == pytest.approx(res["loss"] / 0.6931, rel=1e-3)
+    assert main(["train", "gpt", "--out", str(run), "--resume", "--max-iters", "9", "--no-progress",
+                 "--sample-chars", "0"]) == 0
+    assert json.loads((run / "last" / "trainer.json").read_text())["step"] == 9
+
+
+def _err(capsys, argv):
+    code = main(argv)
+    err = capsys.readouterr().err.strip()
+    assert code == 2, err
+    assert err.startswith("error: ") and "\n" not in err and "Traceback" not in err
+    return err
+
+
+def test_bad_corpora(tmp_path, capsys):
+    empty = tmp_path / "empty.txt"
+    empty.write_text("   \n")
+    assert "is empty" in _err(capsys, ["train", "gpt", "--data", str(empty), "--out", str(tmp_path / "a"), *FAST])
+    binary = tmp_path / "b.bin"
+    binary.write_bytes(bytes(range(256)) * 10)
+    assert "binary" in _err(capsys, ["train", "gpt", "--data", str(binary), "--out", str(tmp_path / "b"), *FAST])
+    latin = tmp_path / "l.txt"
+    latin.write_bytes("caf\xe9 ".encode("latin-1") * 100)
+    assert "not UTF-8" in _err(capsys, ["train", "gpt", "--data", str(latin), "--out", str(tmp_path / "c"), *FAST])
+    short = tmp_path / "s.txt"
+    short.write_text("hello world")
+    assert "too short" in _err(capsys, ["train", "gpt", "--data", str(short), "--out", str(tmp_path / "d"), *FAST])
+    assert "no such file" in _err(capsys, ["train", "gpt", "--data", str(tmp_path / "nope.txt"), *FAST])
+
+
+def test_bad_prompt_and_checkpoints(run, tmp_path, capsys):
+    assert "not in this tokenizer's vocabulary" in _err(capsys, ["sample", "--ckpt", str(run), "--prompt", "zebra €"])
+    assert "larger than the model's context" in _err(capsys, ["eval", "--ckpt", str(run), "--block-size", "999"])
+    assert "does not exist" in _err(capsys, ["sample", "--ckpt", str(tmp_path / "missing")])
+    # never overwrite a run without --resume
+    assert "already holds a checkpoint" in _err(capsys, ["train", "gpt", "--out", str(run), *FAST])
+    # resume with a different model shape
+    assert "differ from the checkpoint" in _err(capsys, ["train", "gpt", "--out", str(run), "--resume", "--n-layer", "5"])
+    # truncated weights
+    w = run / "best" / "model.safetensors"
+    good = w.read_bytes()
+    w.write_bytes(good[: len(good) // 2])
+    assert "truncated or corrupt" in _err(capsys, ["sample", "--ckpt", str(run)])
+    assert (run / "last" / "model.safetensors").exists()  # the last good checkpoint is untouched
+    # a checkpoint of another model type
+    cfg = json.loads((run / "last" / "config.json").read_text())
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "config.json").write_text(json.dumps({**cfg, "model_type": "vit"}))
+    assert "unknown model_type 'vit'" in _err(capsys, ["sample", "--ckpt", str(other)])

@@ -1,0 +1,95 @@
+import json
+
+import pytest
+import torch
+
+from attnlab.checkpoint import find_checkpoint
+from attnlab.data.text import prepare
+from attnlab.models import GPT, GPTConfig
+from attnlab.train import LanguageModelTask, TrainConfig, Trainer, TrainingInterrupted
+from attnlab.train.optim import warmup_cosine
+
+TEXT = "the quick brown fox jumps over the lazy dog. " * 200
+
+
+def _setup(tmp_path, interrupt_at=None, **cfg):
+    data = prepare(str(tmp_path / "corpus.txt"), tmp_path / "run" / "data")
+    dropout = cfg.pop("dropout", 0.1)
+    torch.manual_seed(0)  # the same initial weights in every run
+    model = GPT(GPTConfig(vocab_size=data.tokenizer.vocab_size, block_size=16, n_layer=2, n_head=2, n_embd=32, dropout=dropout))
+    task = LanguageModelTask(data, 16, 4)
+    tcfg = TrainConfig(**{**dict(max_iters=12, batch_size=4, eval_interval=4, eval_iters=2, warmup_iters=3,
+                                 log_interval=1, progress=False, seed=3), **cfg})
+    trainer = Trainer(model, task, tcfg, tmp_path / "run")
+    if interrupt_at is not None:  # Ctrl-C while fetching the batch of step interrupt_at + 1
+        real = task.batch
+
+        def batch(split, bs, gen):
+            if gen is trainer.data_gen and trainer.step == interrupt_at:
+                raise KeyboardInterrupt
+            return real(split, bs, gen)
+
+        task.batch = batch
+    return trainer
+
+
+def test_interrupt_and_resume_give_the_same_curve(tmp_path):
+    (tmp_path / "corpus.txt").write_text(TEXT)
+    full = _setup(tmp_path)
+    full.fit()
+    ref = [r["loss"] for r in full.history]
+    ref_params = {k: v.clone() for k, v in full.model.state_dict().items()}
+    import shutil
+
+    shutil.rmtree(tmp_path / "run")
+    t = _setup(tmp_path, interrupt_at=7)
+    with pytest.raises(TrainingInterrupted) as e:
+        t.fit()
+    assert e.value.step == 7
+    assert json.loads((find_checkpoint(tmp_path / "run", "last") / "trainer.json").read_text())["step"] == 7
+    resumed = _setup(tmp_path)
+    resumed.resume()
+    assert resumed.step == 7
+    resumed.fit()
+    got = [r["loss"] for r in resumed.history]
+    assert len(got) == len(ref) == 12
+    assert got == pytest.approx(ref, abs=1e-6)
+    for k, v in resumed.model.state_dict().items():
+        assert torch.allclose(v, ref_params[k], atol=1e-6), k
+    lines = (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()
+    assert [json.loads(x)["step"] for x in lines] == list(range(1, 13))
+    assert (tmp_path / "run" / "loss.png").stat().st_size > 1000
+    assert (tmp_path / "run" / "best" / "model.safetensors").exists()
+
+
+def test_training_lowers_the_loss(tmp_path):
+    (tmp_path / "corpus.txt").write_text(TEXT)
+    t = _setup(tmp_path, max_iters=60, eval_interval=60, lr=3e-3, eval_iters=4)
+    before = t.evaluate()["val"]
+    t.fit()
+    assert t.best_val < before - 1.0
+
+
+def test_grad_accumulation_matches_big_batch(tmp_path):
+    (tmp_path / "corpus.txt").write_text(TEXT)
+    a = _setup(tmp_path, max_iters=1, batch_size=8, dropout=0.0)
+    b = _setup(tmp_path, max_iters=1, batch_size=4, grad_accum=2)
+    # same data: draw the 8 windows of `a` as two micro-batches of 4 in `b`
+    x, y = a.task.batch("train", 8, torch.Generator().manual_seed(0))
+    for m in (a.model, b.model):
+        m.eval()  # no dropout
+    b.model.load_state_dict(a.model.state_dict())
+    la = a.task.loss(a.model, (x, y))
+    la.backward()
+    for i in range(2):
+        (b.task.loss(b.model, (x[4 * i : 4 * i + 4], y[4 * i : 4 * i + 4])) / 2).backward()
+    for pa, pb in zip(a.model.parameters(), b.model.parameters()):
+        assert torch.allclose(pa.grad, pb.grad, atol=1e-5)
+
+
+def test_schedule():
+    kw = dict(lr=1.0, min_lr=0.1, warmup=10, decay_steps=110)
+    assert warmup_cosine(0, **kw) == pytest.approx(1 / 11)
+    assert warmup_cosine(10, **kw) == pytest.approx(1.0)
+    assert warmup_cosine(60, **kw) == pytest.approx(0.55)
+    assert warmup_cosine(500, **kw) == pytest.approx(0.1)
