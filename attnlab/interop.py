@@ -37,8 +37,10 @@ def load_hf(directory: str | Path) -> nn.Module:
     mtype = cfg.get("model_type")
     if mtype == "gpt2":
         return _load_gpt2(cfg, _read_state(d))
+    if mtype == "vit":
+        return _load_vit(cfg, _read_state(d))
     raise CheckpointError(
-        f"{d} is a HuggingFace {mtype!r} checkpoint; attnlab reads gpt2 checkpoints here"
+        f"{d} is a HuggingFace {mtype!r} checkpoint; attnlab reads gpt2 and vit checkpoints"
     )
 
 
@@ -130,3 +132,54 @@ def export_hf(model: nn.Module, directory: str | Path) -> None:
     }
     save_file(out, str(d / "model.safetensors"), metadata={"format": "pt"})
     (d / "config.json").write_text(json.dumps(config, indent=1))
+
+
+def _load_vit(cfg: dict, state: dict[str, Tensor]) -> nn.Module:
+    """HF ViTModel / ViTForImageClassification -> attnlab ViT (class-token pooling, learned positions).
+    A ViTModel (no classifier) becomes a ViT with num_classes=0 returning the class token's features."""
+    from .models.vit import ViT, ViTConfig
+
+    if cfg.get("hidden_act", "gelu") != "gelu":
+        raise CheckpointError(f"ViT with hidden_act={cfg.get('hidden_act')!r} is not supported (only exact gelu)")
+    prefix = "vit." if any(k.startswith("vit.") for k in state) else ""
+    has_head = "classifier.weight" in state
+    d = cfg["hidden_size"]
+    id2label = cfg.get("id2label") or {}
+    num_classes = state["classifier.weight"].shape[0] if has_head else 0
+    labels = [id2label.get(str(i), id2label.get(i, str(i))) for i in range(num_classes)] if has_head else None
+    config = ViTConfig(
+        image_size=cfg["image_size"], patch_size=cfg["patch_size"], in_chans=cfg.get("num_channels", 3),
+        num_classes=num_classes, dim=d, depth=cfg["num_hidden_layers"], heads=cfg["num_attention_heads"],
+        mlp_ratio=cfg["intermediate_size"] / d, pool="cls", pos="learned",
+        norm_eps=cfg.get("layer_norm_eps", 1e-12), qkv_bias=cfg.get("qkv_bias", True), labels=labels,
+    )
+    model = ViT(config)
+
+    def get(k: str) -> Tensor:
+        if prefix + k not in state:
+            raise CheckpointError(f"ViT checkpoint lacks {prefix + k}; it is incomplete or not a ViT")
+        return state[prefix + k]
+
+    new = {
+        "cls_token": get("embeddings.cls_token"),
+        "pos_embed": get("embeddings.position_embeddings"),
+        "patch_embed.proj.weight": get("embeddings.patch_embeddings.projection.weight"),
+        "patch_embed.proj.bias": get("embeddings.patch_embeddings.projection.bias"),
+        "encoder.ln_f.weight": get("layernorm.weight"),
+        "encoder.ln_f.bias": get("layernorm.bias"),
+    }
+    for i in range(config.depth):
+        h, a = f"encoder.layer.{i}.", f"encoder.blocks.{i}."
+        new[a + "attn.qkv.weight"] = torch.cat([get(h + f"attention.attention.{n}.weight") for n in ("query", "key", "value")])
+        if config.qkv_bias:
+            new[a + "attn.qkv.bias"] = torch.cat([get(h + f"attention.attention.{n}.bias") for n in ("query", "key", "value")])
+        for ours, theirs in (("attn.out_proj", "attention.output.dense"), ("mlp.fc", "intermediate.dense"),
+                             ("mlp.proj", "output.dense"), ("ln1", "layernorm_before"), ("ln2", "layernorm_after")):
+            new[a + ours + ".weight"] = get(h + theirs + ".weight")
+            new[a + ours + ".bias"] = get(h + theirs + ".bias")
+    if has_head:
+        new["head.weight"], new["head.bias"] = state["classifier.weight"], state["classifier.bias"]
+    missing, unexpected = model.load_state_dict(new, strict=False)
+    if missing or unexpected:
+        raise CheckpointError(f"ViT weights do not fit: missing {missing[:3]}, unexpected {unexpected[:3]}")
+    return model

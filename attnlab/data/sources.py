@@ -17,7 +17,13 @@ from ..errors import DataError
 class RemoteFile:
     relpath: str  # path inside the data directory / cache
     url: str
-    sha256: str
+    sha256: str | None = None
+    md5: str | None = None  # where only the publisher's MD5 is known
+
+    def check(self, path: Path) -> str | None:
+        """None when the file matches its checksum, else what was found."""
+        got = sha256_file(path) if self.sha256 else md5_file(path)
+        return None if got == (self.sha256 or self.md5) else got
 
 
 # Files a named dataset needs; the relative paths match ../shared/data's layout.
@@ -27,6 +33,25 @@ NAMED: dict[str, list[RemoteFile]] = {
             "tinyshakespeare/input.txt",
             "https://raw.githubusercontent.com/karpathy/char-rnn/master/data/tinyshakespeare/input.txt",
             "86c4e6aa9db7c042ec79f339dcb96d42b0075e16b8fc2e86bf0ca57e2dc565ed",
+        )
+    ],
+    "mnist": [
+        RemoteFile(
+            "mnist/t10k-images-idx3-ubyte.gz",
+            "https://ossci-datasets.s3.amazonaws.com/mnist/t10k-images-idx3-ubyte.gz",
+            "8d422c7b0a1c1c79245a5bcf07fe86e33eeafee792b84584aec276f5a2dbc4e6",
+        ),
+        RemoteFile(
+            "mnist/t10k-labels-idx1-ubyte.gz",
+            "https://ossci-datasets.s3.amazonaws.com/mnist/t10k-labels-idx1-ubyte.gz",
+            "f7ae60f92e00ec6debd23a6088c31dbd2371eca3ffa0defaefb259924204aec6",
+        ),
+    ],
+    "cifar10": [
+        RemoteFile(
+            "cifar-10-python.tar.gz",
+            "https://www.cs.toronto.edu/~kriz/cifar-10-python.tar.gz",
+            md5="c58f30108f718f92721af3b95e74349a",
         )
     ],
 }
@@ -50,6 +75,14 @@ def sha256_file(path: Path) -> str:
     return h.hexdigest()
 
 
+def md5_file(path: Path) -> str:
+    h = hashlib.md5()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
 def download(rf: RemoteFile, dest: Path) -> Path:
     """Download to a temp file, check the SHA-256, then rename into place (never a partial file)."""
     dest.parent.mkdir(parents=True, exist_ok=True)
@@ -62,9 +95,9 @@ def download(rf: RemoteFile, dest: Path) -> Path:
             raise DataError(
                 f"could not download {rf.url} ({e}); put the file at <data dir>/{rf.relpath} and set ATTNLAB_DATA"
             ) from None
-        got = sha256_file(Path(tmp))
-        if got != rf.sha256:
-            raise DataError(f"download of {rf.url} has SHA-256 {got}, expected {rf.sha256}; try again later")
+        got = rf.check(Path(tmp))
+        if got is not None:
+            raise DataError(f"download of {rf.url} has checksum {got}, expected {rf.sha256 or rf.md5}; try again later")
         os.replace(tmp, dest)
     finally:
         if os.path.exists(tmp):
@@ -81,7 +114,7 @@ def resolve(name: str, explicit_dir=None, allow_download: bool = True) -> list[P
             out.append(d / rf.relpath)
             continue
         cached = cache_dir() / rf.relpath
-        if cached.is_file() and sha256_file(cached) == rf.sha256:
+        if cached.is_file() and rf.check(cached) is None:
             out.append(cached)
             continue
         if not allow_download:

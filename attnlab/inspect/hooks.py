@@ -38,3 +38,31 @@ def capture_attention(model: nn.Module, include: str | None = None) -> Iterator[
     finally:
         for m in mods.values():
             m.record_weights = False
+
+
+def representation_layers(model: nn.Module) -> dict[str, nn.Module]:
+    """The layers whose outputs are a model's successive representations (blocks or stages)."""
+    for attr in ("encoder.blocks", "blocks", "stages", "decoder.blocks"):
+        obj = model
+        try:
+            for part in attr.split("."):
+                obj = getattr(obj, part)
+        except AttributeError:
+            continue
+        if isinstance(obj, nn.ModuleList):
+            return {f"{attr}.{i}": m for i, m in enumerate(obj)}
+    raise ValueError(f"{type(model).__name__} has no blocks or stages to inspect")
+
+
+@contextlib.contextmanager
+def capture_features(model: nn.Module, layers: dict[str, nn.Module] | None = None) -> Iterator[dict[str, Tensor]]:
+    """``with capture_features(model) as feats: model(x)`` -> feats[name] is that layer's output."""
+    layers = layers if layers is not None else representation_layers(model)
+    feats: dict[str, Tensor] = {}
+    handles = [m.register_forward_hook(lambda _m, _i, out, n=n: feats.__setitem__(n, out.detach()))
+               for n, m in layers.items()]
+    try:
+        yield feats
+    finally:
+        for h in handles:
+            h.remove()

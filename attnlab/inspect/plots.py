@@ -31,3 +31,148 @@ def loss_curve(history: list[dict], path: Path) -> Path | None:
     plt.close(fig)
     tmp.replace(path)
     return path
+
+
+def _save(fig, path: Path) -> Path:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.stem + ".tmp.png")
+    fig.savefig(tmp, bbox_inches="tight")
+    plt.close(fig)
+    tmp.replace(path)
+    return path
+
+
+def _show_image(ax, img) -> None:
+    """img (C, H, W) tensor/array in [0, 1]."""
+    import numpy as np
+
+    a = np.asarray(img)
+    if a.shape[0] == 1:
+        ax.imshow(a[0], cmap="gray", vmin=0, vmax=1)
+    else:
+        ax.imshow(np.clip(a.transpose(1, 2, 0), 0, 1))
+    ax.set_xticks([])
+    ax.set_yticks([])
+
+
+def confusion_matrix_png(cm, labels, path: Path, title: str = "") -> Path:
+    k = len(labels)
+    fig, ax = plt.subplots(figsize=(1 + 0.5 * k, 1 + 0.5 * k), dpi=100)
+    ax.imshow(cm, cmap="Blues")
+    for i in range(k):
+        for j in range(k):
+            if cm[i, j]:
+                ax.text(j, i, str(cm[i, j]), ha="center", va="center", fontsize=7,
+                        color="white" if cm[i, j] > cm.max() / 2 else "black")
+    ax.set_xticks(range(k), labels, rotation=90)
+    ax.set_yticks(range(k), labels)
+    ax.set_xlabel("predicted")
+    ax.set_ylabel("true")
+    ax.set_title(title, fontsize=9)
+    return _save(fig, path)
+
+
+def attention_grid_png(img, grids, path: Path, title: str = "") -> Path:
+    """grids (L, H, h, w): one small map per layer (rows) and head (columns), image first."""
+    import numpy as np
+
+    n_layers, n_heads = grids.shape[:2]
+    fig, axes = plt.subplots(n_layers, n_heads + 1, figsize=(1.4 * (n_heads + 1), 1.4 * n_layers), dpi=100,
+                             squeeze=False)
+    for layer in range(n_layers):
+        _show_image(axes[layer, 0], img)
+        axes[layer, 0].set_ylabel(f"layer {layer}", fontsize=7)
+        for h in range(n_heads):
+            ax = axes[layer, h + 1]
+            ax.imshow(np.asarray(grids[layer, h]), cmap="inferno")
+            ax.set_xticks([])
+            ax.set_yticks([])
+            if layer == 0:
+                ax.set_title(f"head {h}", fontsize=7)
+    fig.suptitle(title, fontsize=9)
+    return _save(fig, path)
+
+
+def overlay_png(img, heat, path: Path, title: str = "") -> Path:
+    """The image, the heat map upsampled over it, and the heat map alone."""
+    import numpy as np
+    import torch
+    import torch.nn.functional as F
+
+    h, w = np.asarray(img).shape[-2:]
+    up = F.interpolate(torch.as_tensor(heat)[None, None].float(), size=(h, w), mode="bilinear", align_corners=False)[0, 0]
+    fig, axes = plt.subplots(1, 3, figsize=(7.5, 2.8), dpi=100)
+    _show_image(axes[0], img)
+    axes[0].set_title("image", fontsize=8)
+    _show_image(axes[1], img)
+    axes[1].imshow(up.numpy(), cmap="jet", alpha=0.5)
+    axes[1].set_title("overlay", fontsize=8)
+    axes[2].imshow(heat, cmap="jet")
+    axes[2].set_xticks([])
+    axes[2].set_yticks([])
+    axes[2].set_title("map", fontsize=8)
+    fig.suptitle(title, fontsize=9)
+    return _save(fig, path)
+
+
+def components_png(comps, var, path: Path) -> Path:
+    """comps (n, C, P, P): each principal component of the embedding filters as a small image."""
+    import numpy as np
+
+    n = comps.shape[0]
+    cols = 7
+    rows = (n + cols - 1) // cols
+    fig, axes = plt.subplots(rows, cols, figsize=(cols * 1.1, rows * 1.2), dpi=100, squeeze=False)
+    for i, ax in enumerate(axes.flat):
+        ax.set_xticks([])
+        ax.set_yticks([])
+        if i >= n:
+            ax.axis("off")
+            continue
+        c = comps[i]
+        c = (c - c.min()) / (np.ptp(c) + 1e-8)
+        ax.imshow(c[0] if c.shape[0] == 1 else c.transpose(1, 2, 0), cmap="gray" if c.shape[0] == 1 else None)
+        ax.set_title(f"{100 * var[i]:.0f}%", fontsize=6)
+    fig.suptitle("principal components of the patch-embedding filters", fontsize=9)
+    return _save(fig, path)
+
+
+def position_similarity_png(sim, grid, path: Path) -> Path:
+    """sim (N, N): for each patch position (laid out on the grid), its similarity to all others."""
+    h, w = grid
+    fig, axes = plt.subplots(h, w, figsize=(w * 0.9, h * 0.9), dpi=100, squeeze=False)
+    for i in range(h):
+        for j in range(w):
+            ax = axes[i, j]
+            im = ax.imshow(sim[i * w + j].reshape(h, w), cmap="viridis", vmin=-1, vmax=1)
+            ax.set_xticks([])
+            ax.set_yticks([])
+    fig.colorbar(im, ax=axes, shrink=0.6, label="cosine similarity")
+    fig.suptitle("position embedding similarity", fontsize=9)
+    return _save(fig, path)
+
+
+def attention_distance_png(dist, path: Path, image_size: int | None = None) -> Path:
+    """dist (L, H): mean attention distance of each head (dots) against depth."""
+    n_layers, n_heads = dist.shape
+    fig, ax = plt.subplots(figsize=(5, 3.5), dpi=100)
+    for h in range(n_heads):
+        ax.scatter(range(n_layers), dist[:, h], s=14, label=f"head {h}")
+    ax.set_xlabel("network depth (layer)")
+    ax.set_ylabel("mean attention distance (pixels)")
+    if image_size:
+        ax.set_ylim(0, image_size)
+    ax.legend(fontsize=6, ncol=2)
+    ax.grid(alpha=0.3)
+    return _save(fig, path)
+
+
+def cka_png(m, path: Path, xlabel: str = "layer", ylabel: str = "layer", title: str = "CKA") -> Path:
+    fig, ax = plt.subplots(figsize=(4.5, 4), dpi=100)
+    im = ax.imshow(m, cmap="magma", vmin=0, vmax=1, origin="lower")
+    ax.set_xlabel(xlabel, fontsize=8)
+    ax.set_ylabel(ylabel, fontsize=8)
+    ax.set_title(title, fontsize=9)
+    fig.colorbar(im, ax=ax)
+    return _save(fig, path)

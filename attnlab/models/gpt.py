@@ -32,7 +32,7 @@ class GPTConfig:
     dropout: float = 0.0
     bias: bool = True
     position: str = "learned"  # learned | rope | alibi | sinusoidal
-    activation: str = "gelu_tanh"  # GPT-2's "gelu_new"
+    activation: str = "gelu"  # exact GELU (nanoGPT); the gpt2 preset uses "gelu_tanh" (GPT-2's gelu_new)
     norm_eps: float = 1e-5
     tie_weights: bool = True
 
@@ -67,7 +67,7 @@ GPT_PRESETS: dict[str, dict] = {
     # nanoGPT's GPU Shakespeare model
     "shakespeare": dict(n_layer=6, n_head=6, n_embd=384, block_size=256, dropout=0.2),
     # GPT-2 small (124M)
-    "gpt2": dict(n_layer=12, n_head=12, n_embd=768, block_size=1024, vocab_size=50257),
+    "gpt2": dict(n_layer=12, n_head=12, n_embd=768, block_size=1024, vocab_size=50257, activation="gelu_tanh"),
 }
 
 

@@ -35,3 +35,77 @@ class LanguageModelTask:
 
     def meta(self) -> dict:
         return {"tokenizer": self.data.tokenizer.to_dict(), "data": self.data.name}
+
+
+class ImageClassificationTask:
+    """Images and labels; light augmentation on the training split (random crop after zero
+    padding, horizontal flip where it makes sense), normalisation by training-split statistics."""
+
+    def __init__(self, splits, batch_size: int, *, pad: int = 1, flip: bool = False, label_smoothing: float = 0.0,
+                 rotate: float = 0.0, scale: float = 0.0):
+        self.splits, self.pad, self.flip, self.label_smoothing = splits, pad, flip, label_smoothing
+        self.rotate, self.scale = rotate, scale  # random affine: ± degrees, ± relative scale
+        self.items_per_batch = batch_size
+        c = splits.shape[0]
+        self.mean = torch.tensor(splits.mean).view(1, c, 1, 1)
+        self.std = torch.tensor(splits.std).view(1, c, 1, 1)
+
+    def normalize(self, x: Tensor) -> Tensor:
+        return (x - self.mean.to(x.device)) / self.std.to(x.device)
+
+    def _affine(self, x: Tensor, g: torch.Generator) -> Tensor:
+        b = x.shape[0]
+        angle = (torch.rand(b, generator=g) * 2 - 1) * self.rotate * torch.pi / 180
+        s = 1 + (torch.rand(b, generator=g) * 2 - 1) * self.scale
+        cos, sin = torch.cos(angle) / s, torch.sin(angle) / s
+        theta = torch.stack([torch.stack([cos, -sin, torch.zeros(b)], -1), torch.stack([sin, cos, torch.zeros(b)], -1)], 1)
+        grid = F.affine_grid(theta, list(x.shape), align_corners=False)
+        return F.grid_sample(x, grid, padding_mode="zeros", align_corners=False)
+
+    def _augment(self, x: Tensor, g: torch.Generator) -> Tensor:
+        b, _, h, w = x.shape
+        if self.rotate > 0 or self.scale > 0:
+            x = self._affine(x, g)
+        if self.pad > 0:
+            p = self.pad
+            padded = F.pad(x, (p, p, p, p))
+            dy = torch.randint(0, 2 * p + 1, (b,), generator=g)
+            dx = torch.randint(0, 2 * p + 1, (b,), generator=g)
+            rows = (dy[:, None] + torch.arange(h)[None])[:, None, :, None]  # (B, 1, H, 1)
+            cols = (dx[:, None] + torch.arange(w)[None])[:, None, None, :]  # (B, 1, 1, W)
+            bi = torch.arange(b)[:, None, None, None]
+            ci = torch.arange(x.shape[1])[None, :, None, None]
+            x = padded[bi, ci, rows, cols]
+        if self.flip:
+            flip = torch.rand(b, generator=g) < 0.5
+            x = torch.where(flip[:, None, None, None], x.flip(-1), x)
+        return x
+
+    def batch(self, split: str, batch_size: int, generator: torch.Generator) -> tuple[Tensor, Tensor]:
+        x, y = getattr(self.splits, split)
+        idx = torch.randint(len(x), (batch_size,), generator=generator)
+        xb = x[idx]
+        if split == "train":
+            xb = self._augment(xb, generator)
+        return self.normalize(xb), y[idx]
+
+    def loss(self, model: nn.Module, batch) -> Tensor:
+        x, y = batch
+        return F.cross_entropy(model(x).float(), y, label_smoothing=self.label_smoothing)
+
+    @torch.no_grad()
+    def predict(self, model: nn.Module, split: str, batch_size: int = 256, device="cpu") -> tuple[Tensor, Tensor]:
+        """Predicted and true labels over a whole split (no augmentation)."""
+        model.eval()
+        x, y = getattr(self.splits, split)
+        preds = [model(self.normalize(x[i : i + batch_size].to(device))).argmax(-1).cpu()
+                 for i in range(0, len(x), batch_size)]
+        return torch.cat(preds), y
+
+    def eval_metrics(self, model: nn.Module, device) -> dict:
+        pred, y = self.predict(model, "val", device=device)
+        return {"val_acc": (pred == y).float().mean().item()}
+
+    def meta(self) -> dict:
+        s = self.splits
+        return {"data": s.name, "labels": s.labels, "mean": s.mean, "std": s.std, "data_note": s.note}

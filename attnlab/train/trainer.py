@@ -192,6 +192,10 @@ class Trainer:
                 with self.autocast():
                     losses.append(self.task.loss(self._compiled, batch).item())
             out[split] = sum(losses) / len(losses)
+        extra = getattr(self.task, "eval_metrics", None)  # e.g. validation accuracy
+        if extra is not None:
+            with self.autocast():
+                out.update(extra(self._compiled, self.device))
         return out
 
     # -- checkpoints -----------------------------------------------------------------------
@@ -255,10 +259,11 @@ class Trainer:
                     bar.set_postfix(loss=f"{loss:.4f}", tok_s=f"{rec['items_per_s']:.0f}")
                 if self.step % cfg.eval_interval == 0 or self.step == cfg.max_iters:
                     ev = self.evaluate()
-                    rec.update(train_loss=ev["train"], val_loss=ev["val"])
-                    bar.write(f"step {self.step}: train loss {ev['train']:.4f}, val loss {ev['val']:.4f}")
-                    if ev["val"] < self.best_val:
-                        self.best_val = ev["val"]
+                    rec.update(train_loss=ev.pop("train"), val_loss=ev.pop("val"), **ev)
+                    extra = "".join(f", {k.replace('_', ' ')} {v:.4f}" for k, v in ev.items())
+                    bar.write(f"step {self.step}: train loss {rec['train_loss']:.4f}, val loss {rec['val_loss']:.4f}{extra}")
+                    if rec["val_loss"] < self.best_val:
+                        self.best_val = rec["val_loss"]
                         self.save("best")
                     self.save("last")
                 self.log(rec)

@@ -1,0 +1,222 @@
+"""Image classification data: embedded digits, MNIST (IDX), CIFAR-10 (python batches), and
+any folder laid out one sub-folder per class. All splits are float tensors (N, C, H, W) in
+[0, 1] plus integer labels; normalisation statistics come from the training split."""
+
+from __future__ import annotations
+
+import gzip
+import io
+import pickle
+import tarfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from ..errors import DataError
+from . import sources
+
+IMAGE_SUFFIXES = {".png", ".jpg", ".jpeg", ".bmp", ".gif", ".webp", ".tif", ".tiff"}
+
+
+@dataclass
+class ImageSplits:
+    name: str
+    train: tuple[Tensor, Tensor]
+    val: tuple[Tensor, Tensor]
+    test: tuple[Tensor, Tensor]
+    labels: list[str]
+    note: str = ""
+    mean: list[float] = field(default_factory=list)
+    std: list[float] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        x = self.train[0]
+        self.mean = x.mean(dim=(0, 2, 3)).tolist()
+        self.std = x.std(dim=(0, 2, 3)).clamp_min(1e-3).tolist()
+
+    @property
+    def shape(self) -> tuple[int, int, int]:
+        return tuple(self.train[0].shape[1:])
+
+
+def _split(x: Tensor, y: Tensor, fractions: tuple[float, float], seed: int = 0):
+    """Shuffle once (fixed seed) and cut into train / val / test."""
+    g = torch.Generator().manual_seed(seed)
+    perm = torch.randperm(len(x), generator=g)
+    x, y = x[perm], y[perm]
+    n_val, n_test = int(len(x) * fractions[0]), int(len(x) * fractions[1])
+    n_train = len(x) - n_val - n_test
+    return (x[:n_train], y[:n_train]), (x[n_train : n_train + n_val], y[n_train : n_train + n_val]), (
+        x[n_train + n_val :], y[n_train + n_val :])
+
+
+def digits() -> ImageSplits:
+    """scikit-learn's 1,797 8×8 handwritten digits (ship with scikit-learn, no download):
+    shuffled, 70% train / 10% validation / 20% test."""
+    try:
+        from sklearn.datasets import load_digits
+    except ImportError:
+        raise DataError("the digits dataset needs scikit-learn: pip install 'attnlab[vision]'") from None
+    d = load_digits()
+    x = torch.tensor(d.images, dtype=torch.float32)[:, None] / 16.0
+    y = torch.tensor(d.target, dtype=torch.long)
+    tr, va, te = _split(x, y, (0.1, 0.2))
+    return ImageSplits("digits", tr, va, te, [str(i) for i in range(10)],
+                       note=f"sklearn digits: {len(tr[0])} train / {len(va[0])} val / {len(te[0])} test")
+
+
+def read_idx(path: Path) -> np.ndarray:
+    """An IDX file (MNIST format), gzipped or not."""
+    try:
+        raw = gzip.open(path).read() if path.suffix == ".gz" else path.read_bytes()
+    except (OSError, EOFError) as e:
+        raise DataError(f"{path} is not a readable (gzipped) IDX file: {e}") from None
+    if len(raw) < 4 or raw[0] != 0 or raw[1] != 0 or raw[2] != 0x08:
+        raise DataError(f"{path} is not an IDX file of unsigned bytes (bad magic number)")
+    ndim = raw[3]
+    dims = [int.from_bytes(raw[4 + 4 * i : 8 + 4 * i], "big") for i in range(ndim)]
+    data = np.frombuffer(raw, dtype=np.uint8, offset=4 + 4 * ndim)
+    if data.size != int(np.prod(dims)):
+        raise DataError(f"{path} is truncated: expected {int(np.prod(dims))} values, found {data.size}")
+    return data.reshape(dims)
+
+
+def _find(root: Path, *names: str) -> Path | None:
+    for n in names:
+        for cand in (root / n, root / (n + ".gz")):
+            if cand.is_file():
+                return cand
+    return None
+
+
+def mnist(data_dir: str | None = None) -> ImageSplits:
+    """MNIST from IDX files in <data dir>/mnist. With only the 10,000-image test set present,
+    train on its first 8,000 (the last 800 of those for validation) and test on the last 2,000."""
+    root = _mnist_root(data_dir)
+    tx, ty = _find(root, "t10k-images-idx3-ubyte"), _find(root, "t10k-labels-idx1-ubyte")
+    trx, tr_y = _find(root, "train-images-idx3-ubyte"), _find(root, "train-labels-idx1-ubyte")
+    if tx is None or ty is None:
+        raise DataError(f"MNIST test files (t10k-images-idx3-ubyte[.gz]) not found in {root}")
+    xt = torch.from_numpy(read_idx(tx).copy()).float()[:, None] / 255.0
+    yt = torch.from_numpy(read_idx(ty).astype(np.int64))
+    labels = [str(i) for i in range(10)]
+    if trx is not None and tr_y is not None:
+        x = torch.from_numpy(read_idx(trx).copy()).float()[:, None] / 255.0
+        y = torch.from_numpy(read_idx(tr_y).astype(np.int64))
+        return ImageSplits("mnist", (x[:-5000], y[:-5000]), (x[-5000:], y[-5000:]), (xt, yt), labels,
+                           note="MNIST: 55,000 train / 5,000 val / 10,000 test")
+    return ImageSplits("mnist", (xt[:7200], yt[:7200]), (xt[7200:8000], yt[7200:8000]), (xt[8000:], yt[8000:]),
+                       labels, note="MNIST test set only: train on images 0-7199, validate on 7200-7999, "
+                                    "test on the last 2,000 (8000-9999)")
+
+
+def _mnist_root(data_dir) -> Path:
+    d = sources.data_dir(data_dir)
+    if d is not None and (d / "mnist").is_dir():
+        return d / "mnist"
+    paths = sources.resolve("mnist", data_dir)
+    return paths[0].parent
+
+
+class _NumpyOnlyUnpickler(pickle.Unpickler):
+    """CIFAR-10's python batches are pickles; allow only what numpy arrays need."""
+
+    ALLOWED = {("numpy.core.multiarray", "_reconstruct"), ("numpy._core.multiarray", "_reconstruct"),
+               ("numpy", "ndarray"), ("numpy", "dtype")}
+
+    def find_class(self, module, name):
+        if (module, name) in self.ALLOWED:
+            return super().find_class(module, name)
+        raise DataError(f"refusing to unpickle {module}.{name}: not a CIFAR-10 batch file")
+
+
+def _read_cifar_batch(data: bytes) -> tuple[np.ndarray, np.ndarray]:
+    d = _NumpyOnlyUnpickler(io.BytesIO(data), encoding="bytes").load()
+    x = np.asarray(d[b"data"], dtype=np.uint8).reshape(-1, 3, 32, 32)
+    return x, np.asarray(d[b"labels"], dtype=np.int64)
+
+
+def cifar10(data_dir: str | None = None) -> ImageSplits:
+    """CIFAR-10 python batches (<data dir>/cifar-10-batches-py or the tar.gz): 45,000 train /
+    5,000 val (the end of data_batch_5) / 10,000 test."""
+    d = sources.data_dir(data_dir)
+    folder = d / "cifar-10-batches-py" if d is not None else None
+    if folder is not None and folder.is_dir():
+        read = lambda n: (folder / n).read_bytes()  # noqa: E731
+    else:
+        tar = tarfile.open(sources.resolve("cifar10", data_dir)[0])
+        read = lambda n: tar.extractfile(f"cifar-10-batches-py/{n}").read()  # noqa: E731
+    parts = [_read_cifar_batch(read(f"data_batch_{i}")) for i in range(1, 6)]
+    x = torch.from_numpy(np.concatenate([p[0] for p in parts])).float() / 255.0
+    y = torch.from_numpy(np.concatenate([p[1] for p in parts]))
+    xt, yt = _read_cifar_batch(read("test_batch"))
+    labels = ["airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck"]
+    return ImageSplits("cifar10", (x[:45000], y[:45000]), (x[45000:], y[45000:]),
+                       (torch.from_numpy(xt).float() / 255.0, torch.from_numpy(yt)), labels,
+                       note="CIFAR-10: 45,000 train / 5,000 val / 10,000 test")
+
+
+def load_image(path: str | Path, channels: int, size: int | None = None) -> tuple[Tensor, str | None]:
+    """One image as (C, H, W) in [0, 1]; returns (tensor, a note when it was converted)."""
+    from PIL import Image, UnidentifiedImageError
+
+    path = Path(path)
+    if not path.is_file():
+        raise DataError(f"image {path} does not exist")
+    try:
+        img = Image.open(path)
+        img.load()
+    except (UnidentifiedImageError, OSError) as e:
+        raise DataError(f"{path} is not an image file PIL can read ({type(e).__name__}); give a PNG or JPEG") from None
+    note = None
+    mode = "L" if channels == 1 else "RGB"
+    if img.mode != mode:
+        if mode == "RGB" and img.mode in ("L", "LA", "1", "I", "I;16"):
+            note = f"{path.name} is grayscale; converted to RGB for this {channels}-channel model"
+        elif mode == "L" and img.mode not in ("L", "1", "I", "I;16"):
+            note = f"{path.name} is {img.mode}; converted to grayscale for this 1-channel model"
+        img = img.convert(mode)
+    if size is not None and img.size != (size, size):
+        note = (note + "; " if note else "") + f"resized {img.size[0]}x{img.size[1]} to {size}x{size}"
+        img = img.resize((size, size), Image.BILINEAR)
+    arr = np.asarray(img, dtype=np.float32) / 255.0
+    x = torch.from_numpy(arr)
+    return (x[None] if x.dim() == 2 else x.permute(2, 0, 1)).contiguous(), note
+
+
+def image_folder(root: str | Path, size: int | None = None) -> ImageSplits:
+    """root/<class name>/<image files>: 70 / 10 / 20 split after a fixed shuffle."""
+    root = Path(root)
+    classes = sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith("."))
+    if len(classes) < 2:
+        raise DataError(f"{root} has {len(classes)} class folder(s); image classification needs at least 2 "
+                        "(one sub-folder per class)")
+    files = [(f, i) for i, c in enumerate(classes) for f in sorted(c.rglob("*")) if f.suffix.lower() in IMAGE_SUFFIXES]
+    if not files:
+        raise DataError(f"no images ({', '.join(sorted(IMAGE_SUFFIXES))}) found under {root}")
+    from PIL import Image
+
+    with Image.open(files[0][0]) as first:
+        channels = 1 if first.mode in ("L", "1") else 3
+        size = size or min(first.size)
+    xs = [load_image(f, channels, size)[0] for f, _ in files]
+    x, y = torch.stack(xs), torch.tensor([i for _, i in files])
+    tr, va, te = _split(x, y, (0.1, 0.2))
+    return ImageSplits(root.name, tr, va, te, [c.name for c in classes],
+                       note=f"{root}: {len(classes)} classes, {len(files)} images, {size}x{size}")
+
+
+def load_images(spec: str | None, data_dir: str | None = None) -> ImageSplits:
+    if spec in (None, "", "digits"):
+        return digits()
+    if spec == "mnist":
+        return mnist(data_dir)
+    if spec == "cifar10":
+        return cifar10(data_dir)
+    p = Path(spec).expanduser()
+    if p.is_dir():
+        return image_folder(p)
+    raise DataError(f"unknown image dataset {spec!r}; use digits, mnist, cifar10 or a folder with one sub-folder per class")

@@ -1,0 +1,58 @@
+"""A small CNN baseline for comparisons with ViT (accuracy, CKA)."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, fields
+
+from torch import Tensor, nn
+
+__all__ = ["CNNConfig", "CNN"]
+
+
+@dataclass
+class CNNConfig:
+    in_chans: int = 1
+    num_classes: int = 10
+    widths: tuple = (32, 64, 128)  # channels of each stage; each stage after the first halves H and W
+    image_size: int = 28
+    labels: list | None = None
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["widths"] = list(self.widths)
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "CNNConfig":
+        known = {f.name for f in fields(cls)}
+        return cls(**{k: (tuple(v) if k == "widths" else v) for k, v in d.items() if k in known})
+
+
+class CNN(nn.Module):
+    """Stages of (conv3x3 -> BatchNorm -> ReLU) x2, stride 2 between stages, global average
+    pooling, linear head. ``stages[i]`` are the layers inspected by CKA."""
+
+    model_type = "cnn"
+    config_class = CNNConfig
+
+    def __init__(self, config: CNNConfig) -> None:
+        super().__init__()
+        self.config = c = config
+        stages, prev = [], c.in_chans
+        for i, w in enumerate(c.widths):
+            stride = 1 if i == 0 else 2
+            stages.append(nn.Sequential(
+                nn.Conv2d(prev, w, 3, stride=stride, padding=1, bias=False), nn.BatchNorm2d(w), nn.ReLU(inplace=True),
+                nn.Conv2d(w, w, 3, padding=1, bias=False), nn.BatchNorm2d(w), nn.ReLU(inplace=True),
+            ))
+            prev = w
+        self.stages = nn.ModuleList(stages)
+        self.head = nn.Linear(prev, c.num_classes)
+
+    def forward(self, images: Tensor) -> Tensor:
+        if images.dim() != 4 or images.shape[1] != self.config.in_chans:
+            raise ValueError(f"CNN expects images (B, {self.config.in_chans}, H, W), got {tuple(images.shape)}")
+        x = images
+        for stage in self.stages:
+            x = stage(x)
+        return self.head(x.mean(dim=(2, 3)))

@@ -1,0 +1,176 @@
+"""GPT speed: attnlab against HuggingFace GPT-2 of the same shape, measured in the same run.
+
+Rows:
+* training step (forward, loss, backward, clip, AdamW) tokens/s at nanoGPT's CPU shape
+  (4 layers, 4 heads, 128 wide, context 64, batch 12) and the `shakespeare` shape
+  (6/6/384, context 256, batch 16): attnlab vs transformers.GPT2LMHeadModel (SDPA attention,
+  same activation, no dropout), and model FLOPs utilisation against the matmul peak measured
+  at the start of the run;
+* optionally attnlab eager vs torch.compile (--compile, adds a minute of compiling);
+* generation of 256 new tokens (greedy, batch 1) from a GPT-2-small-shaped model with random
+  weights: attnlab with KV cache vs HuggingFace `generate` vs attnlab without the cache.
+
+bf16 rows run only where bf16 is fast (GPU, or a CPU with AVX512-BF16/AMX).
+
+    python benchmarks/gpt_speed.py [--quick] [--compile] [--json FILE]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+
+import torch
+import torch.nn.functional as F
+
+sys.path.insert(0, os.path.dirname(__file__))
+from common import matmul_peak, print_table, save_json, time_it  # noqa: E402
+
+from attnlab.generate import generate  # noqa: E402
+from attnlab.models import GPT, GPTConfig  # noqa: E402
+from attnlab.train.optim import adamw  # noqa: E402
+from attnlab.train.trainer import cpu_has_fast_bf16  # noqa: E402
+
+
+def hf_gpt2(cfg: GPTConfig):
+    import transformers
+
+    act = {"gelu": "gelu", "gelu_tanh": "gelu_pytorch_tanh", "relu": "relu"}[cfg.activation]
+    hc = transformers.GPT2Config(
+        vocab_size=cfg.vocab_size, n_positions=cfg.block_size, n_embd=cfg.n_embd, n_layer=cfg.n_layer,
+        n_head=cfg.n_head, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, activation_function=act,
+        bos_token_id=0, eos_token_id=0, attn_implementation="sdpa",
+    )
+    return transformers.GPT2LMHeadModel(hc)
+
+
+def flops_per_token(cfg: GPTConfig, n_params: int) -> float:
+    """PaLM/nanoGPT estimate: 6N for the weights plus 12·L·D·T for attention scores, per token."""
+    return 6 * n_params + 12 * cfg.n_layer * cfg.n_embd * cfg.block_size
+
+
+def train_step_fn(model, batch: int, cfg: GPTConfig, dtype, hf: bool):
+    x = torch.randint(0, cfg.vocab_size, (batch, cfg.block_size))
+    y = torch.randint(0, cfg.vocab_size, (batch, cfg.block_size))
+    opt = adamw(model, 1e-4, 0.1, (0.9, 0.99))
+    ctx = (lambda: torch.autocast("cpu", dtype=torch.bfloat16)) if dtype == torch.bfloat16 else None
+    model.train()
+
+    def step():
+        if ctx:
+            with ctx():
+                logits = model(x).logits if hf else model(x)
+        else:
+            logits = model(x).logits if hf else model(x)
+        loss = F.cross_entropy(logits.float().flatten(0, 1), y.flatten())
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+
+    return step
+
+
+def train_rows(shapes, dtypes, peaks, repeat, do_compile) -> list[dict]:
+    rows = []
+    for name, cfg, batch in shapes:
+        for dtype in dtypes:
+            torch.manual_seed(0)
+            ours = GPT(cfg)
+            hf = hf_gpt2(cfg)
+            n = sum(p.numel() for p in ours.parameters()) - ours.pos_emb.weight.numel()
+            fpt = flops_per_token(cfg, n)
+            tokens = batch * cfg.block_size
+            # alternate the two models so both see the same machine state
+            t_ours, t_hf = [], []
+            for _ in range(2):
+                t_ours.append(time_it(train_step_fn(ours, batch, cfg, dtype, False), warmup=3, repeat=repeat))
+                t_hf.append(time_it(train_step_fn(hf, batch, cfg, dtype, True), warmup=3, repeat=repeat))
+            a, b = tokens / min(t_ours), tokens / min(t_hf)
+            dn = str(dtype).replace("torch.", "")
+            rows.append({"row": f"train {name} {dn}", "attnlab": a, "baseline": b, "baseline is": "HF GPT2LMHeadModel",
+                         "ratio": a / b, "unit": "tokens/s", "attnlab MFU": a * fpt / peaks[dtype],
+                         "baseline MFU": b * fpt / peaks[dtype]})
+            if do_compile:
+                compiled = torch.compile(GPT(cfg))
+                t0 = time.perf_counter()
+                train_step_fn(compiled, batch, cfg, dtype, False)()
+                print(f"  compiled in {time.perf_counter() - t0:.0f}s", file=sys.stderr)
+                c = tokens / time_it(train_step_fn(compiled, batch, cfg, dtype, False), warmup=3, repeat=repeat)
+                rows.append({"row": f"train {name} {dn} compile", "attnlab": c, "baseline": a,
+                             "baseline is": "attnlab eager", "ratio": c / a, "unit": "tokens/s",
+                             "attnlab MFU": c * fpt / peaks[dtype]})
+            print(f"  {rows[-1]['row']} done", file=sys.stderr, flush=True)
+    return rows
+
+
+def generation_rows(cfg: GPTConfig, new_tokens: int, prompt_len: int) -> list[dict]:
+    torch.manual_seed(0)
+    ours = GPT(cfg).eval()
+    hf = hf_gpt2(cfg).eval()
+    hf.load_state_dict(_to_hf_state(ours), strict=False)
+    prompt = torch.randint(0, cfg.vocab_size, (1, prompt_len))
+
+    def run_ours(cache):
+        return lambda: generate(ours, prompt.tolist(), new_tokens, temperature=0, use_cache=cache)
+
+    def run_hf():
+        with torch.no_grad():
+            return hf.generate(prompt, max_new_tokens=new_tokens, min_new_tokens=new_tokens, do_sample=False,
+                               pad_token_id=0, use_cache=True)
+
+    same = run_ours(True)()[0] == run_hf()[0].tolist()
+    t_cache = time_it(run_ours(True), warmup=1, repeat=3)
+    t_hf = time_it(run_hf, warmup=1, repeat=3)
+    t_nocache = time_it(run_ours(False), warmup=0, repeat=1)
+    a, b, c = new_tokens / t_cache, new_tokens / t_hf, new_tokens / t_nocache
+    shape = f"{cfg.n_layer}/{cfg.n_head}/{cfg.n_embd} V={cfg.vocab_size}"
+    return [
+        {"row": f"generate {new_tokens} tok, {shape}", "attnlab": a, "baseline": b, "baseline is": "HF generate",
+         "ratio": a / b, "unit": "tokens/s", "note": f"same tokens: {same}"},
+        {"row": f"generate {new_tokens} tok, {shape}", "attnlab": a, "baseline": c,
+         "baseline is": "attnlab without KV cache", "ratio": a / c, "unit": "tokens/s"},
+    ]
+
+
+def _to_hf_state(model: GPT) -> dict:
+    import tempfile
+
+    from safetensors.torch import load_file
+
+    from attnlab.interop import export_hf
+
+    with tempfile.TemporaryDirectory() as d:
+        export_hf(model, d)
+        return load_file(os.path.join(d, "model.safetensors"))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true", help="small shapes only")
+    ap.add_argument("--compile", action="store_true", help="add attnlab torch.compile rows")
+    ap.add_argument("--json", default=None)
+    args = ap.parse_args()
+    torch.manual_seed(0)
+    dtypes = [torch.float32] + ([torch.bfloat16] if cpu_has_fast_bf16() else [])
+    peaks = {dt: matmul_peak(dt) for dt in dtypes}
+    for dt, p in peaks.items():
+        print(f"measured matmul peak {str(dt).replace('torch.', '')}: {p / 1e9:.0f} GFLOP/s "
+              f"({torch.get_num_threads()} threads)")
+    shapes = [("4/4/128 T=64 B=12", GPTConfig(vocab_size=65, block_size=64, n_layer=4, n_head=4, n_embd=128), 12)]
+    if not args.quick:
+        shapes.append(("6/6/384 T=256 B=16",
+                       GPTConfig(vocab_size=65, block_size=256, n_layer=6, n_head=6, n_embd=384), 16))
+    rows = train_rows(shapes, dtypes, peaks, repeat=3 if args.quick else 8, do_compile=args.compile)
+    gen_cfg = (GPTConfig(vocab_size=50257, block_size=1024, n_layer=6, n_head=6, n_embd=384, activation="gelu_tanh")
+               if args.quick else GPTConfig(n_layer=12, n_head=12, n_embd=768, activation="gelu_tanh"))
+    rows += generation_rows(gen_cfg, 64 if args.quick else 256, 16)
+    print()
+    print_table(rows, ["row", "unit", "attnlab", "baseline", "baseline is", "ratio", "attnlab MFU", "baseline MFU", "note"])
+    save_json(rows, args.json)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,136 @@
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from attnlab.inspect import analysis as A
+from attnlab.models import CNN, ViT, ViTConfig
+from attnlab.models.cnn import CNNConfig
+
+
+def test_shapes_and_patch_count():
+    for pool in ("cls", "mean"):
+        m = ViT(ViTConfig(image_size=32, patch_size=4, in_chans=3, num_classes=7, dim=48, depth=2, heads=3, pool=pool))
+        x = torch.randn(2, 3, 32, 32)
+        assert m(x).shape == (2, 7)
+        assert m.tokens(x).shape == (2, 64 + (pool == "cls"), 48)
+    with pytest.raises(ValueError, match="not divisible by patch size 5"):
+        ViTConfig(image_size=32, patch_size=5)
+    with pytest.raises(ValueError, match=r"built for 32x32 images, got 28x28"):
+        m(torch.randn(1, 3, 28, 28))
+    assert CNN(CNNConfig(in_chans=1, num_classes=10)).forward(torch.randn(2, 1, 28, 28)).shape == (2, 10)
+
+
+def test_sincos_positions_are_fixed():
+    m = ViT(ViTConfig(image_size=8, patch_size=2, in_chans=1, dim=16, depth=1, heads=2, pos="sincos"))
+    assert "pos_embed" not in dict(m.named_parameters())
+    assert m.pos_embed.shape == (1, 17, 16)
+
+
+def test_rollout_of_identity_attention_is_identity():
+    t = 5
+    eye = torch.eye(t).expand(2, 3, t, t)
+    r = A.rollout([eye, eye, eye])
+    assert torch.allclose(r, torch.eye(t).expand(2, t, t))
+    # and a uniform layer mixes: rows still sum to one
+    uni = torch.full((1, 2, t, t), 1.0 / t)
+    r = A.rollout([uni], discard_ratio=0.0)
+    assert torch.allclose(r.sum(-1), torch.ones(1, t))
+    assert torch.allclose(r[0], 0.5 * torch.eye(t) + 0.5 / t)
+
+
+def test_rollout_head_fusion_and_discard():
+    a = torch.softmax(torch.randn(1, 4, 6, 6), -1)
+    for how in ("mean", "max", "min"):
+        r = A.rollout([a, a], how, discard_ratio=0.5)
+        assert torch.allclose(r.sum(-1), torch.ones(1, 6), atol=1e-5)
+    with pytest.raises(ValueError, match="head fusion"):
+        A.rollout([a], "median")
+
+
+def test_mean_attention_distance_uniform_closed_form():
+    # a 2x2 grid of 4-pixel patches: from any patch the others are 4, 4 and 4*sqrt(2) away
+    uniform = torch.full((1, 1, 5, 5), 0.2)
+    d = A.mean_attention_distance(uniform, (2, 2), 4, n_prefix=1)
+    assert d.item() == pytest.approx((0 + 4 + 4 + 4 * math.sqrt(2)) / 4, rel=1e-5)
+    # attention to itself only: distance 0
+    eye = torch.eye(5)[None, None]
+    assert A.mean_attention_distance(eye, (2, 2), 4).item() == pytest.approx(0.0)
+
+
+def test_cka_properties():
+    torch.manual_seed(0)
+    x = torch.randn(200, 30)
+    assert A.linear_cka(x, x) == pytest.approx(1.0)
+    assert A.rbf_cka(x, x) == pytest.approx(1.0)
+    q, _ = torch.linalg.qr(torch.randn(30, 30))
+    assert A.linear_cka(x, x @ q) == pytest.approx(1.0, abs=1e-6)  # orthogonal transform
+    assert A.linear_cka(x, 3.7 * x) == pytest.approx(1.0, abs=1e-6)  # isotropic scaling
+    assert A.rbf_cka(x, 3.7 * x @ q) == pytest.approx(1.0, abs=1e-6)
+    m = torch.diag(torch.logspace(-2, 2, 30))  # invertible but not orthogonal
+    assert A.linear_cka(x, x @ m) < 0.9
+    assert A.linear_cka(x, torch.randn(200, 30)) < 0.3
+    # minibatch estimator agrees with the full one
+    y = x @ torch.randn(30, 20) + 0.5 * torch.randn(200, 20)
+    xb, yb = torch.randn(2000, 30), None
+    yb = xb @ torch.randn(30, 20) + torch.randn(2000, 20)
+    mb = A.MinibatchCKA(1, 1)
+    for i in range(0, 2000, 200):
+        mb.update([xb[i : i + 200]], [yb[i : i + 200]])
+    assert mb.compute()[0, 0].item() == pytest.approx(A.linear_cka(xb, yb), abs=0.03)
+    assert 0 < A.linear_cka(x, y) < 1
+
+
+def test_embedding_components_and_position_similarity():
+    w = torch.randn(64, 3, 4, 4)
+    comps, var = A.embedding_components(w, 28)
+    assert comps.shape == (28, 3, 4, 4) and torch.all(var[:-1] >= var[1:])
+    flat = comps.reshape(28, -1)
+    assert torch.allclose(flat @ flat.T, torch.eye(28), atol=1e-4)  # orthonormal basis
+    sim = A.position_similarity(torch.randn(16, 8))
+    assert torch.allclose(sim.diagonal(), torch.ones(16), atol=1e-6)
+
+
+def test_position_interpolation_keeps_accuracy(tmp_path):
+    from attnlab.data.images import digits
+    from attnlab.train import TrainConfig, Trainer
+    from attnlab.train.tasks import ImageClassificationTask
+
+    splits = digits()
+    torch.manual_seed(0)
+    m = ViT(ViTConfig(image_size=8, patch_size=2, in_chans=1, num_classes=10, dim=48, depth=2, heads=4, mlp_ratio=2,
+                      peg=True))
+    task = ImageClassificationTask(splits, 64, pad=1)
+    Trainer(m, task, TrainConfig(max_iters=600, batch_size=64, lr=3e-3, warmup_iters=20, eval_interval=600,
+                                 eval_iters=1, progress=False), tmp_path).fit()
+    pred, y = task.predict(m, "test")
+    acc = (pred == y).float().mean().item()
+    assert acc > 0.8  # well above chance (0.1)
+    m.resize_pos_embed(16)  # 8x8 grid of patches
+    m.resize_pos_embed(8)  # and back: bicubic there and back keeps the model nearly intact
+    pred2, _ = task.predict(m, "test")
+    assert (pred2 == y).float().mean().item() > acc - 0.05
+
+
+def test_hf_vit_interop(tmp_path):
+    transformers = pytest.importorskip("transformers")
+    cfg = transformers.ViTConfig(image_size=16, patch_size=4, num_channels=3, hidden_size=32, num_hidden_layers=2,
+                                 num_attention_heads=4, intermediate_size=48, num_labels=5)
+    torch.manual_seed(0)
+    hf = transformers.ViTForImageClassification(cfg).eval()
+    with torch.no_grad():
+        for p in hf.parameters():
+            p.add_(torch.randn_like(p) * 0.05)
+    hf.save_pretrained(tmp_path / "cls")
+    import attnlab
+
+    ours = attnlab.load(tmp_path / "cls")
+    x = torch.randn(2, 3, 16, 16)
+    with torch.no_grad():
+        assert torch.allclose(ours(x), hf(pixel_values=x).logits, atol=1e-4)
+    base = transformers.ViTModel(cfg, add_pooling_layer=False).eval()
+    base.save_pretrained(tmp_path / "base")
+    ours = attnlab.load(tmp_path / "base")
+    with torch.no_grad():
+        assert torch.allclose(ours(x), base(pixel_values=x).last_hidden_state[:, 0], atol=1e-4)
