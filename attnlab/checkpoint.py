@@ -140,6 +140,8 @@ def load_model(path: str | Path, *, expect: str | None = None, device: str | Non
     else:
         ckpt = find_checkpoint(p)
         meta = read_config(ckpt)
+        if expect is not None and meta.get("model_type") in _model_classes() and meta["model_type"] != expect:
+            raise CheckpointError(f"{path} holds a {meta['model_type']} model, but this command needs a {expect} model")
         model = build_model(meta)
         load_weights(model, ckpt)
     if expect is not None and model.model_type != expect:

@@ -95,4 +95,6 @@ def test_bad_prompt_and_checkpoints(run, tmp_path, capsys):
     other = tmp_path / "other"
     other.mkdir()
     (other / "config.json").write_text(json.dumps({**cfg, "model_type": "vit"}))
-    assert "unknown model_type 'vit'" in _err(capsys, ["sample", "--ckpt", str(other)])
+    assert "holds a vit model, but this command needs a gpt model" in _err(capsys, ["sample", "--ckpt", str(other)])
+    (other / "config.json").write_text(json.dumps({**cfg, "model_type": "lstm9"}))
+    assert "unknown model_type 'lstm9'" in _err(capsys, ["sample", "--ckpt", str(other)])
