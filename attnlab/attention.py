@@ -29,6 +29,8 @@ __all__ = [
     "scaled_dot_product_attention",
     "MultiHeadAttention",
     "KVCache",
+    "AdditiveAttention",
+    "attend",
 ]
 
 
@@ -134,9 +136,16 @@ def _reference(q, k, v, allowed, bias, dropout, scale):
     scores = attention_scores(q, k, scale)  # (..., Tq, Tk)
     if bias is not None:
         scores = scores + bias
+    return attend(scores, v, allowed, dropout)
+
+
+def attend(scores: Tensor, v: Tensor, allowed: Tensor | None = None, dropout: float = 0.0) -> tuple[Tensor, Tensor]:
+    """Any attention's second half: P = softmax(scores) over allowed keys, Z = P V.
+
+    scores (..., Tq, Tk), v (..., Tk, d_v) -> (Z (..., Tq, d_v), P (..., Tq, Tk))."""
     if allowed is not None:
         scores = scores.masked_fill(~allowed, float("-inf"))
-    weights = torch.softmax(scores.float(), dim=-1).to(q.dtype)
+    weights = torch.softmax(scores.float(), dim=-1).to(v.dtype)
     if allowed is not None:  # a row with nothing to attend to: zeros, not NaN
         weights = weights.masked_fill(~allowed.any(-1, keepdim=True), 0.0)
     if dropout > 0.0:
@@ -354,3 +363,30 @@ class MultiHeadAttention(nn.Module):
             km = key_mask[:, None, None, :]  # (B, 1, 1, Tk)
             mask = km if mask is None else mask & km
         return mask
+
+
+class AdditiveAttention(nn.Module):
+    """Bahdanau et al. (2015): e_{t,i} = vᵀ tanh(W s_{t-1} + U h_i), a_t = softmax(e_t),
+    c_t = Σ_i a_{t,i} h_i. The scores differ from dot-product attention; the softmax and the
+    weighted sum are the shared :func:`attend`.
+
+    query (B, Tq, d_query), keys/values (B, Tk, d_key) -> context (B, Tq, d_key), weights (B, Tq, Tk).
+    """
+
+    def __init__(self, d_query: int, d_key: int, d_att: int | None = None) -> None:
+        super().__init__()
+        d_att = d_att or d_key
+        self.w_query = nn.Linear(d_query, d_att, bias=False)  # W
+        self.w_key = nn.Linear(d_key, d_att, bias=True)  # U (its bias is the b inside tanh)
+        self.v = nn.Linear(d_att, 1, bias=False)  # v
+
+    def project_keys(self, keys: Tensor) -> Tensor:
+        """U h_i for all i; compute once per source sentence and pass as ``projected``."""
+        return self.w_key(keys)
+
+    def forward(self, query: Tensor, keys: Tensor, key_mask: Tensor | None = None,
+                projected: Tensor | None = None) -> tuple[Tensor, Tensor]:
+        uk = self.project_keys(keys) if projected is None else projected  # (B, Tk, A)
+        e = self.v(torch.tanh(self.w_query(query)[:, :, None, :] + uk[:, None, :, :])).squeeze(-1)  # (B, Tq, Tk)
+        allowed = key_mask[:, None, :] if key_mask is not None else None
+        return attend(e, keys, allowed)

@@ -21,9 +21,9 @@ from .errors import AttnlabError
 EPILOG = "Every command has --help. Data directory: --data-dir or the ATTNLAB_DATA environment variable."
 
 
-def _field_options(parser: argparse.ArgumentParser, cls, skip=(), title: str = "") -> list[str]:
+def _field_options(parser: argparse.ArgumentParser, cls, skip=(), title: str = "", group=None) -> list[str]:
     """One --option per dataclass field (default None = 'not given'); returns the field names."""
-    group = parser.add_argument_group(title)
+    group = group or parser.add_argument_group(title)
     hints = typing.get_type_hints(cls)
     names = []
     for f in dataclasses.fields(cls):
@@ -48,13 +48,17 @@ def _given(args, names) -> dict:
 
 
 LM_TRAIN_DEFAULTS: dict = {}
-VISION_TRAIN_DEFAULTS = dict(batch_size=128, lr=1e-3, min_lr=1e-5, warmup_iters=100, max_iters=1500,
+VISION_TRAIN_DEFAULTS = dict(batch_size=128, lr=1e-3, min_lr=1e-5, warmup_iters=100, max_iters=2000,
                              weight_decay=0.05, beta2=0.999, eval_interval=250, eval_iters=5)
+SEQ2SEQ_TRAIN_DEFAULTS = dict(batch_size=64, lr=1e-3, min_lr=1e-5, warmup_iters=200, max_iters=2000,
+                              weight_decay=0.01, beta2=0.98, eval_interval=250, eval_iters=10)
 
 
 def build_parser() -> argparse.ArgumentParser:
     from .models.cnn import CNNConfig
     from .models.gpt import GPT_PRESETS, GPTConfig
+    from .models.rnn import RNNConfig
+    from .models.seq2seq import TransformerConfig
     from .models.vit import VIT_PRESETS, ViTConfig
     from .train.trainer import TrainConfig
 
@@ -116,6 +120,44 @@ def build_parser() -> argparse.ArgumentParser:
         v.set_defaults(func="vision:cmd_train_vision", model_fields=mf, train_fields=tf,
                        train_defaults=VISION_TRAIN_DEFAULTS, arch=name)
 
+    s2 = tsub.add_parser("seq2seq", help="a translation model: Transformer, or RNN with/without attention",
+                         epilog=EPILOG, description="Train an encoder-decoder on parallel text with teacher forcing. "
+                         "With no --data it learns a synthetic task generated on the fly (reverse).")
+    s2.add_argument("--data", default="reverse",
+                    help="copy | reverse | sort | addition | dates (synthetic, default reverse) | multi30k | "
+                         "SRC_FILE:TGT_FILE | FILE.tsv")
+    s2.add_argument("--data-dir", default=None, help="folder holding named datasets (default: $ATTNLAB_DATA)")
+    s2.add_argument("--src", default="de", help="source language for multi30k (default de)")
+    s2.add_argument("--tgt", default="en", help="target language for multi30k (default en)")
+    s2.add_argument("--arch", choices=["transformer", "rnn", "rnn-attention"], default="transformer",
+                    help="transformer (default), rnn (no attention: one context vector), rnn-attention (Bahdanau)")
+    s2.add_argument("--tokenizer", choices=["char", "bpe"], default=None, help="default: bpe for text, char for synthetic")
+    s2.add_argument("--vocab-size", type=int, default=8000, help="BPE vocabulary size (default 8000)")
+    s2.add_argument("--separate-vocab", action="store_true", help="separate source/target BPE (default: joint)")
+    s2.add_argument("--min-length", type=int, default=5, help="synthetic tasks: shortest input (default 5)")
+    s2.add_argument("--max-length", type=int, default=20, help="synthetic tasks: longest input (default 20)")
+    s2.add_argument("--label-smoothing", type=float, default=0.1, help="label smoothing (default 0.1)")
+    s2.add_argument("--teacher-forcing", type=float, default=1.0, help="RNN teacher-forcing ratio (default 1.0)")
+    s2.add_argument("--out", default="runs/seq2seq", help="run folder (default: runs/seq2seq)")
+    s2.add_argument("--resume", action="store_true", help="continue the run in --out from its last checkpoint")
+    grp = s2.add_argument_group("model")
+    mf = _field_options(s2, TransformerConfig, skip=("src_vocab", "tgt_vocab"), group=grp)
+    mf += _field_options(s2, RNNConfig, skip=("src_vocab", "tgt_vocab", *mf), group=grp)
+    tf = _field_options(s2, TrainConfig, title="training")
+    s2.set_defaults(func="seq2seq:cmd_train_seq2seq", model_fields=mf, train_fields=tf,
+                    train_defaults=SEQ2SEQ_TRAIN_DEFAULTS)
+
+    tr = sub.add_parser("translate", help="translate sentences with a trained seq2seq model",
+                        description="Prints one translation per input line (arguments, --file or stdin).")
+    tr.add_argument("--ckpt", required=True, help="run folder of a seq2seq model")
+    tr.add_argument("text", nargs="*", help="sentences to translate (default: read lines from --file or stdin)")
+    tr.add_argument("--file", default=None, help="read sentences from this file, one per line")
+    tr.add_argument("--beam", type=int, default=5, help="beam size; 1 = greedy (default 5)")
+    tr.add_argument("--alpha", type=float, default=1.0, help="length penalty exponent (GNMT; default 1.0)")
+    tr.add_argument("--max-len", type=int, default=None, help="longest output in tokens (default 100)")
+    tr.add_argument("--device", default="auto", help="auto | cpu | cuda")
+    tr.set_defaults(func="seq2seq:cmd_translate")
+
     s = sub.add_parser("sample", help="generate text from a trained GPT", description="Continue a prompt, streaming tokens as they come.")
     s.add_argument("--ckpt", required=True, help="run folder (or checkpoint / HuggingFace folder)")
     s.add_argument("--prompt", default="", help="text to continue (default: start from a newline)")
@@ -142,6 +184,8 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--batch-size", type=int, default=16, help="examples per forward pass (default 16)")
     e.add_argument("--max-tokens", type=int, default=200_000, help="LM: evaluate at most this many tokens (default 200000)")
     e.add_argument("--out", default=None, help="classifiers: confusion-matrix PNG (default: <run>/confusion.png)")
+    e.add_argument("--beam", type=int, default=1, help="seq2seq: beam size for BLEU (default 1 = greedy)")
+    e.add_argument("--max-sentences", type=int, default=100_000, help="seq2seq: evaluate at most this many")
     e.add_argument("--json", action="store_true", help="print the metrics as one JSON object")
     e.add_argument("--device", default="auto", help="auto | cpu | cuda")
     e.set_defaults(func="dispatch:cmd_eval")
@@ -157,10 +201,11 @@ def build_parser() -> argparse.ArgumentParser:
     ins = sub.add_parser("inspect", help="look inside a trained model (PNG + raw numbers)",
                          description="Attention maps, rollout, patch-embedding components, position similarity, "
                          "mean attention distance, CKA. Each writes a PNG and its numbers (.npz) beside it.")
-    ins.add_argument("what", choices=["attention", "rollout", "embeddings", "positions", "distance", "cka"],
-                     help="what to draw")
+    ins.add_argument("what", choices=["attention", "rollout", "embeddings", "positions", "distance", "cka",
+                                      "alignment"], help="what to draw")
     ins.add_argument("--ckpt", required=True, help="run folder")
     ins.add_argument("--image", default=None, help="image file (attention, rollout)")
+    ins.add_argument("--text", default=None, help="alignment: the source sentence to translate")
     ins.add_argument("--out", required=True, help="PNG file to write")
     ins.add_argument("--token", type=int, default=0, help="attention: query token to show (default 0 = class token)")
     ins.add_argument("--head-fusion", choices=["mean", "max", "min"], default="mean", help="rollout: how to fuse heads")
@@ -170,7 +215,7 @@ def build_parser() -> argparse.ArgumentParser:
     ins.add_argument("--n-images", type=int, default=512, help="distance/cka: test images to use (default 512)")
     ins.add_argument("--batch-size", type=int, default=128, help="cka: minibatch size (default 128)")
     ins.add_argument("--data-dir", default=None, help="folder holding named datasets (default: $ATTNLAB_DATA)")
-    ins.set_defaults(func="vision:cmd_inspect")
+    ins.set_defaults(func="dispatch:cmd_inspect")
     return p
 
 

@@ -22,9 +22,23 @@ def cmd_eval(args) -> int:
         from .vision import cmd_eval_classifier
 
         return cmd_eval_classifier(args)
+    if kind in ("transformer", "rnn"):
+        from .seq2seq import cmd_eval_seq2seq
+
+        return cmd_eval_seq2seq(args)
     from .lm import cmd_eval as lm_eval
 
     if args.split == "test":
         raise ValueError("language models have train and val splits; use --split val or train")
     args.split = args.split or "val"
     return lm_eval(args)
+
+
+def cmd_inspect(args) -> int:
+    if args.what == "alignment":
+        from .seq2seq import cmd_inspect_alignment
+
+        return cmd_inspect_alignment(args)
+    from .vision import cmd_inspect as vision_inspect
+
+    return vision_inspect(args)

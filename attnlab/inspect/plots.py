@@ -176,3 +176,24 @@ def cka_png(m, path: Path, xlabel: str = "layer", ylabel: str = "layer", title: 
     ax.set_title(title, fontsize=9)
     fig.colorbar(im, ax=ax)
     return _save(fig, path)
+
+
+def alignment_png(src_tokens, tgt_tokens, maps: dict, path: Path) -> Path:
+    """One alignment matrix (target rows × source columns) per entry of ``maps``."""
+    import math
+
+    names = list(maps)
+    cols = min(4, len(names))
+    rows = math.ceil(len(names) / cols)
+    cell = max(0.25, min(0.45, 6 / max(len(src_tokens), 1)))
+    w = max(3.0, cell * len(src_tokens) + 1.5)
+    h = max(3.0, cell * len(tgt_tokens) + 1.5)
+    fig, axes = plt.subplots(rows, cols, figsize=(w * cols, h * rows), dpi=100, squeeze=False)
+    for ax, name in zip(axes.flat, names):
+        ax.imshow(maps[name].numpy(), cmap="Greys", vmin=0, vmax=1, aspect="auto")
+        ax.set_xticks(range(len(src_tokens)), src_tokens, rotation=90, fontsize=7)
+        ax.set_yticks(range(len(tgt_tokens)), tgt_tokens, fontsize=7)
+        ax.set_title(name, fontsize=8)
+    for ax in list(axes.flat)[len(names):]:
+        ax.axis("off")
+    return _save(fig, path)

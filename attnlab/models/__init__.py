@@ -2,8 +2,11 @@
 
 from .cnn import CNN, CNNConfig
 from .gpt import GPT, GPT_PRESETS, GPTConfig
+from .rnn import RNNConfig, RNNSeq2Seq
+from .seq2seq import Transformer, TransformerConfig
 from .vit import VIT_PRESETS, ViT, ViTConfig
 
-MODEL_TYPES = {"gpt": GPT, "vit": ViT, "cnn": CNN}
+MODEL_TYPES = {"gpt": GPT, "vit": ViT, "cnn": CNN, "transformer": Transformer, "rnn": RNNSeq2Seq}
 
-__all__ = ["GPT", "GPTConfig", "GPT_PRESETS", "ViT", "ViTConfig", "VIT_PRESETS", "CNN", "CNNConfig", "MODEL_TYPES"]
+__all__ = ["GPT", "GPTConfig", "GPT_PRESETS", "ViT", "ViTConfig", "VIT_PRESETS", "CNN", "CNNConfig", "Transformer",
+           "TransformerConfig", "RNNSeq2Seq", "RNNConfig", "MODEL_TYPES"]

@@ -109,3 +109,29 @@ class ImageClassificationTask:
     def meta(self) -> dict:
         s = self.splits
         return {"data": s.name, "labels": s.labels, "mean": s.mean, "std": s.std, "data_note": s.note}
+
+
+class Seq2SeqTask:
+    """Teacher forcing: the decoder reads <bos> y_1 … y_{n-1} and predicts y_1 … y_n <eos>;
+    padding never enters the loss (ignore_index) nor attention (masks)."""
+
+    def __init__(self, data, batch_size: int, label_smoothing: float = 0.0):
+        self.data, self.label_smoothing = data, label_smoothing
+        self.items_per_batch = batch_size * 16  # rough tokens per batch, for throughput display
+
+    def batch(self, split: str, batch_size: int, generator: torch.Generator):
+        return self.data.batch(split, batch_size, generator)
+
+    def loss(self, model: nn.Module, batch) -> Tensor:
+        src, src_mask, tgt_in, tgt_out = batch
+        logits = model(src, tgt_in, src_mask)  # (B, T, V)
+        return F.cross_entropy(logits.float().flatten(0, 1), tgt_out.flatten(), ignore_index=0,
+                               label_smoothing=self.label_smoothing)
+
+    def meta(self) -> dict:
+        d = self.data
+        meta = {"data": d.name, "vocab": {"src": d.src_vocab.to_dict(), "tgt": d.tgt_vocab.to_dict()},
+                "seq_max_len": d.max_len}
+        if d.synthetic:
+            meta["synthetic"] = d.synthetic
+        return meta

@@ -1,0 +1,224 @@
+"""`attnlab train seq2seq`, `attnlab translate`, seq2seq `eval` and `inspect alignment`."""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+import warnings
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from ..cli import _given
+from ..errors import CheckpointError
+
+ARCH_ATTENTION = {"rnn": "none", "rnn-attention": "additive"}
+
+
+def _model_from_args(args, data, model_over):
+    from ..models import RNNConfig, RNNSeq2Seq, Transformer, TransformerConfig
+
+    sv, tv = data.src_vocab.size, data.tgt_vocab.size
+    if args.arch == "transformer":
+        fields = {k: v for k, v in model_over.items() if k in TransformerConfig.__dataclass_fields__}
+        joint = data.src_vocab is data.tgt_vocab
+        fields.setdefault("share_embeddings", joint)
+        cfg = TransformerConfig(**{**fields, "src_vocab": sv, "tgt_vocab": tv})
+        return Transformer(cfg)
+    fields = {k: v for k, v in model_over.items() if k in RNNConfig.__dataclass_fields__}
+    fields.setdefault("attention", args.attention or ARCH_ATTENTION[args.arch])
+    return RNNSeq2Seq(RNNConfig(**{**fields, "src_vocab": sv, "tgt_vocab": tv}))
+
+
+def _load_data(args, saved=None):
+    from ..data.parallel import load_parallel
+
+    spec = saved.get("data_spec") if saved else args.data
+    opts = saved.get("data_opts", {}) if saved else dict(
+        src_lang=args.src, tgt_lang=args.tgt, tokenizer=args.tokenizer, vocab_size=args.vocab_size,
+        joint=not args.separate_vocab, min_len=args.min_length, max_len=args.max_length)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        data = load_parallel(spec, data_dir=args.data_dir, vocab=saved.get("vocab") if saved else None, **opts)
+    for w in caught:
+        print(f"warning: {w.message}", file=sys.stderr)
+    return spec, opts, data
+
+
+def cmd_train_seq2seq(args) -> int:
+    from ..checkpoint import find_checkpoint, read_config
+    from ..models import RNNSeq2Seq, Transformer
+    from ..train import TrainConfig, Trainer
+    from ..train.tasks import Seq2SeqTask
+
+    out = Path(args.out)
+    model_over, train_over = _given(args, args.model_fields), _given(args, args.train_fields)
+    saved = None
+    if args.resume:
+        saved = read_config(find_checkpoint(out, prefer="last"))
+        if saved.get("model_type") not in ("transformer", "rnn"):
+            raise CheckpointError(f"{out} holds a {saved.get('model_type')} run, not a seq2seq run")
+    elif (out / "last").exists() or (out / "best").exists():
+        raise CheckpointError(f"{out} already holds a checkpoint; pass --resume to continue it, or choose another --out")
+    spec, opts, data = _load_data(args, saved)
+    if saved:
+        cls = Transformer if saved["model_type"] == "transformer" else RNNSeq2Seq
+        model_cfg = cls.config_class.from_dict(saved["model"])
+        tcfg = TrainConfig.from_dict({**saved.get("train", {}), **train_over})
+        torch.manual_seed(tcfg.seed)
+        model = cls(model_cfg)
+    else:
+        tcfg = TrainConfig(**{**args.train_defaults, **train_over})
+        torch.manual_seed(tcfg.seed)
+        model = _model_from_args(args, data, model_over)
+    if isinstance(model, RNNSeq2Seq):
+        model.teacher_forcing = args.teacher_forcing
+    task = Seq2SeqTask(data, tcfg.batch_size, args.label_smoothing)
+    trainer = Trainer(model, task, tcfg, out, meta={"data_spec": spec, "data_opts": opts})
+    if args.resume:
+        trainer.resume()
+    n = sum(p.numel() for p in model.parameters())
+    print(f"{model.model_type} {n / 1e6:.2f}M parameters | data {data.name} | vocab {data.src_vocab.size}/"
+          f"{data.tgt_vocab.size} | {trainer.device} {str(trainer.dtype).replace('torch.', '')}", file=sys.stderr)
+    result = trainer.fit()
+    print(f"done: step {result['step']}, best val loss {result['best_val']:.4f}, run folder {out}", file=sys.stderr)
+    return 0
+
+
+def load_seq2seq(ckpt: str, device: str = "auto"):
+    from ..checkpoint import load_model
+    from ..data.parallel import Vocab
+    from ..train.trainer import pick_device
+
+    dev = pick_device(device)
+    model, meta = load_model(ckpt, device=str(dev), with_meta=True)
+    if model.model_type not in ("transformer", "rnn"):
+        raise CheckpointError(f"{ckpt} holds a {model.model_type} model; this command needs a seq2seq model "
+                              "(trained with `attnlab train seq2seq`)")
+    return model, Vocab.from_dict(meta["vocab"]["src"]), Vocab.from_dict(meta["vocab"]["tgt"]), meta, dev
+
+
+def translate_texts(model, sv, tv, texts, *, beam=5, alpha=1.0, max_len=None, device="cpu", batch_size=64):
+    from ..data.parallel import pad_batch
+    from ..decode import beam_search, greedy_decode
+
+    limit = model.config.max_len
+    max_len = max_len or min(limit - 1, 100)
+    outs = []
+    for i in range(0, len(texts), batch_size):
+        ids = []
+        for t in texts[i : i + batch_size]:
+            e = sv.encode(t) or [sv.unk_id]
+            if len(e) > limit:
+                print(f"warning: a sentence of {len(e)} tokens was truncated to the model's maximum of {limit}",
+                      file=sys.stderr)
+                e = e[:limit]
+            ids.append(e)
+        src, mask = pad_batch(ids)
+        src, mask = src.to(device), mask.to(device)
+        if beam <= 1:
+            outs += greedy_decode(model, src, mask, max_len=max_len)
+        else:
+            outs += [h[0].tokens for h in beam_search(model, src, mask, beam=beam, max_len=max_len, alpha=alpha)]
+    return [tv.decode(o) for o in outs]
+
+
+def cmd_translate(args) -> int:
+    model, sv, tv, _, dev = load_seq2seq(args.ckpt, args.device)
+    if args.text:
+        texts = list(args.text)
+    elif args.file:
+        texts = Path(args.file).read_text(encoding="utf-8").splitlines()
+    else:
+        texts = sys.stdin.read().splitlines()
+    for line in translate_texts(model, sv, tv, texts, beam=args.beam, alpha=args.alpha, max_len=args.max_len, device=dev):
+        print(line, flush=True)
+    return 0
+
+
+def cmd_eval_seq2seq(args) -> int:
+    import sacrebleu
+
+    from ..data.parallel import collate
+
+    model, sv, tv, meta, dev = load_seq2seq(args.ckpt, args.device)
+
+    class _A:  # the data options the run used
+        data_dir = args.data_dir
+
+    _, _, data = _load_data(_A, {**meta, "vocab": meta["vocab"]})
+    split = args.split or "test"
+    pairs, texts = data.pairs[split], data.texts[split]
+    n = min(len(pairs), args.max_sentences)
+    total, count = 0.0, 0
+    with torch.no_grad():
+        for i in range(0, n, args.batch_size):
+            src, mask, tin, tout = (t.to(dev) for t in collate(pairs[i : min(n, i + args.batch_size)], data.max_len))
+            logits = model(src, tin, mask)
+            total += F.cross_entropy(logits.float().flatten(0, 1), tout.flatten(), ignore_index=0, reduction="sum").item()
+            count += int((tout != 0).sum())
+    hyps = translate_texts(model, sv, tv, [s for s, _ in texts[:n]], beam=args.beam, device=dev)
+    refs = [t for _, t in texts[:n]]
+    metric = sacrebleu.BLEU()
+    bleu = metric.corpus_score(hyps, [refs])
+    res = {"data": data.name, "split": split, "sentences": n, "loss": total / count, "perplexity": math.exp(total / count),
+           "bleu": bleu.score, "bleu_signature": str(metric.get_signature()),
+           "exact_match": sum(h == r for h, r in zip(hyps, refs)) / n, "beam": args.beam}
+    if args.json:
+        print(json.dumps(res))
+    else:
+        print(f"{data.name} [{split}], {n} sentences: perplexity {res['perplexity']:.2f}, BLEU {bleu.score:.2f} "
+              f"({res['bleu_signature']}), exact match {res['exact_match']:.3f}, beam {args.beam}")
+    return 0
+
+
+def alignment(model, sv, tv, text: str, device="cpu"):
+    """Greedy-translate ``text`` and return (source tokens, target tokens, {name: (T, S) weights})."""
+    from ..data.parallel import pad_batch
+    from ..decode import greedy_decode
+    from ..inspect import capture_attention
+
+    ids = sv.encode(text)[: model.config.max_len]
+    if not ids:
+        raise ValueError("--text is empty")
+    src, mask = pad_batch([ids])
+    out = greedy_decode(model, src.to(device), mask.to(device), max_len=min(100, model.config.max_len - 1))[0]
+    tgt_in = torch.tensor([[1] + out], device=device)
+    maps = {}
+    with torch.no_grad():
+        if model.model_type == "rnn":
+            if model.config.attention == "none":
+                raise ValueError("this RNN has no attention (attention='none'), so it has no alignment to draw")
+            model(src.to(device), tgt_in, mask.to(device))
+            maps["attention"] = model.last_alignment[0]
+        else:
+            with capture_attention(model, include="cross_attn") as rec:
+                model(src.to(device), tgt_in, mask.to(device))
+            per_layer = rec.maps()
+            for name, w in sorted(per_layer.items()):
+                layer = name.split(".")[1]
+                for h in range(w.shape[1]):
+                    maps[f"layer {layer} head {h}"] = w[0, h]
+            maps["average"] = torch.stack([w[0].mean(0) for w in per_layer.values()]).mean(0)
+    tok = lambda v, i: v.tokenizer.decode([i]) if v.tokenizer.kind == "bpe" else v.tokenizer.itos[i]  # noqa: E731
+    src_tokens = [tok(sv, i) for i in ids]
+    tgt_tokens = [tok(tv, i) for i in out] + ["<eos>"]
+    return src_tokens, tgt_tokens, {k: v[: len(tgt_tokens), : len(src_tokens)].cpu() for k, v in maps.items()}
+
+
+def cmd_inspect_alignment(args) -> int:
+    import numpy as np
+
+    from ..inspect.plots import alignment_png
+
+    if not args.text:
+        raise ValueError("inspect alignment needs --text \"a source sentence\"")
+    model, sv, tv, _, dev = load_seq2seq(args.ckpt, "cpu")
+    src_tokens, tgt_tokens, maps = alignment(model, sv, tv, args.text)
+    out = Path(args.out)
+    alignment_png(src_tokens, tgt_tokens, maps, out)
+    np.savez(out.with_suffix(".npz"), **{k.replace(" ", "_"): v.numpy() for k, v in maps.items()})
+    print(f"wrote {out} and {out.with_suffix('.npz')}")
+    return 0

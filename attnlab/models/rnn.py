@@ -1,0 +1,161 @@
+"""RNN encoder–decoder, with and without attention (Cho et al. 2014; Bahdanau et al. 2015; Luong et al. 2015).
+
+Without attention the decoder sees the source only through one vector c (the encoder's final
+state), at every step: the bottleneck. With attention it computes a new context at each step,
+
+    e_{t,i} = f_att(s_{t-1}, h_i),   a_t = softmax(e_t),   c_t = Σ_i a_{t,i} h_i,
+
+with f_att additive (Bahdanau) or scaled dot-product (Luong "general"), and the weights a_{t,i}
+form the alignment matrix.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, fields
+
+import torch
+from torch import Tensor, nn
+from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
+
+from ..attention import AdditiveAttention, scaled_dot_product_attention
+
+__all__ = ["RNNConfig", "RNNSeq2Seq"]
+
+
+@dataclass
+class RNNConfig:
+    src_vocab: int = 8000
+    tgt_vocab: int = 8000
+    emb_dim: int = 256
+    hidden: int = 512
+    layers: int = 1
+    cell: str = "gru"  # gru | lstm
+    bidirectional: bool = True
+    attention: str = "additive"  # none | additive | dot
+    dropout: float = 0.2
+    max_len: int = 256
+
+    def __post_init__(self) -> None:
+        if self.cell not in ("gru", "lstm"):
+            raise ValueError(f"cell must be gru or lstm, got {self.cell!r}")
+        if self.attention not in ("none", "additive", "dot"):
+            raise ValueError(f"attention must be none, additive or dot, got {self.attention!r}")
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "RNNConfig":
+        known = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in d.items() if k in known})
+
+
+class RNNSeq2Seq(nn.Module):
+    """forward(src (B, S), tgt_in (B, T), src_mask) -> logits (B, T, tgt_vocab).
+
+    ``teacher_forcing`` < 1 feeds the model's own greedy prediction instead of the reference
+    token with probability 1 - teacher_forcing at each step (training only)."""
+
+    model_type = "rnn"
+    config_class = RNNConfig
+
+    def __init__(self, config: RNNConfig) -> None:
+        super().__init__()
+        self.config = c = config
+        rnn = nn.GRU if c.cell == "gru" else nn.LSTM
+        self.src_emb = nn.Embedding(c.src_vocab, c.emb_dim, padding_idx=0)
+        self.tgt_emb = nn.Embedding(c.tgt_vocab, c.emb_dim, padding_idx=0)
+        self.encoder = rnn(c.emb_dim, c.hidden, c.layers, batch_first=True, bidirectional=c.bidirectional,
+                           dropout=c.dropout if c.layers > 1 else 0.0)
+        enc_dim = c.hidden * (2 if c.bidirectional else 1)
+        self.bridge = nn.Linear(enc_dim, c.hidden * c.layers)  # final encoder state -> initial decoder state
+        self.decoder = rnn(c.emb_dim + enc_dim, c.hidden, c.layers, batch_first=True,
+                           dropout=c.dropout if c.layers > 1 else 0.0)
+        if c.attention == "additive":
+            self.attn = AdditiveAttention(c.hidden, enc_dim, c.hidden)
+        elif c.attention == "dot":
+            self.attn_query = nn.Linear(c.hidden, enc_dim, bias=False)  # Luong "general": s W h
+        self.drop = nn.Dropout(c.dropout)
+        self.out = nn.Linear(c.hidden + enc_dim + c.emb_dim, c.tgt_vocab)
+        self.teacher_forcing = 1.0
+        self.last_alignment: Tensor | None = None
+
+    # ---- encoder ----------------------------------------------------------------------------
+    def encode(self, src: Tensor, src_mask: Tensor | None = None) -> dict:
+        c = self.config
+        if src_mask is None:
+            src_mask = src != 0
+        lengths = src_mask.sum(1).clamp(min=1).cpu()
+        packed = pack_padded_sequence(self.drop(self.src_emb(src)), lengths, batch_first=True, enforce_sorted=False)
+        out, h = self.encoder(packed)
+        h_enc, _ = pad_packed_sequence(out, batch_first=True, total_length=src.shape[1])  # (B, S, enc_dim)
+        h_last = h[0] if c.cell == "lstm" else h  # (layers*dirs, B, hidden)
+        h_last = h_last.view(c.layers, 2 if c.bidirectional else 1, src.shape[0], c.hidden)[-1]  # top layer
+        summary = torch.cat(list(h_last), dim=-1)  # (B, enc_dim): forward and backward final states
+        s0 = torch.tanh(self.bridge(summary)).view(src.shape[0], c.layers, c.hidden).transpose(0, 1).contiguous()
+        state = {"keys": h_enc, "mask": src_mask, "summary": summary,
+                 "hidden": (s0, torch.zeros_like(s0)) if c.cell == "lstm" else s0}
+        if c.attention == "additive":
+            state["projected"] = self.attn.project_keys(h_enc)
+        return state
+
+    # ---- one decoder step -------------------------------------------------------------------
+    def _context(self, state: dict) -> tuple[Tensor, Tensor | None]:
+        """c_t from s_{t-1}: (B, enc_dim) and the weights (B, S)."""
+        c = self.config
+        if c.attention == "none":
+            return state["summary"], None  # the same vector at every step: the bottleneck
+        h = state["hidden"][0] if c.cell == "lstm" else state["hidden"]
+        s_prev = h[-1][:, None]  # (B, 1, hidden), top layer
+        if c.attention == "additive":
+            ctx, w = self.attn(s_prev, state["keys"], state["mask"], projected=state["projected"])
+        else:
+            q = self.attn_query(s_prev)  # (B, 1, enc_dim)
+            ctx, w = scaled_dot_product_attention(q, state["keys"], state["keys"], state["mask"][:, None, :],
+                                                  return_weights=True)
+        return ctx[:, 0], w[:, 0]
+
+    def _step(self, state: dict, prev: Tensor) -> tuple[Tensor, Tensor | None]:
+        emb = self.drop(self.tgt_emb(prev))  # (B, E)
+        ctx, w = self._context(state)
+        out, state["hidden"] = self.decoder(torch.cat([emb, ctx], -1)[:, None], state["hidden"])
+        logits = self.out(self.drop(torch.cat([out[:, 0], ctx, emb], -1)))
+        return logits, w
+
+    def forward(self, src: Tensor, tgt_in: Tensor, src_mask: Tensor | None = None) -> Tensor:
+        state = self.encode(src, src_mask)
+        logits, weights = [], []
+        prev = tgt_in[:, 0]
+        for t in range(tgt_in.shape[1]):
+            lg, w = self._step(state, prev)
+            logits.append(lg)
+            weights.append(w)
+            if t + 1 < tgt_in.shape[1]:
+                prev = tgt_in[:, t + 1]
+                if self.training and self.teacher_forcing < 1.0:
+                    use_own = torch.rand(prev.shape[0], device=prev.device) >= self.teacher_forcing
+                    prev = torch.where(use_own, lg.argmax(-1), prev)
+        if weights[0] is not None:
+            self.last_alignment = torch.stack(weights, 1).detach()  # (B, T, S)
+        return torch.stack(logits, 1)
+
+    # ---- incremental decoding interface -----------------------------------------------------
+    def start(self, state: dict, max_len: int) -> dict:
+        return state
+
+    def step(self, state: dict, prev: Tensor) -> tuple[Tensor, dict]:
+        logits, w = self._step(state, prev)
+        state["weights"] = w
+        return logits.float().log_softmax(-1), state
+
+    def reorder(self, state: dict, index: Tensor) -> dict:
+        new = {}
+        for k, v in state.items():
+            if k == "hidden":
+                new[k] = tuple(x.index_select(1, index) for x in v) if isinstance(v, tuple) else v.index_select(1, index)
+            elif torch.is_tensor(v):
+                new[k] = v.index_select(0, index)
+            else:
+                new[k] = v
+        return new
+

@@ -1,0 +1,134 @@
+"""The encoder–decoder Transformer (Vaswani et al. 2017), assembled from the shared blocks.
+
+    memory = Encoder(E_src[src]·√d + PE)                  self-attention, padding masked
+    h = Decoder(E_tgt[tgt_in]·√d + PE, memory)            masked self-attention + cross-attention
+    logits = h E_tgtᵀ (tied) or W h
+
+Every sequence-to-sequence model here (this and :class:`attnlab.models.RNNSeq2Seq`) offers the
+same decoding interface used by greedy and beam search: ``encode``, ``start``, ``step``,
+``reorder``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, fields
+
+import torch
+from torch import Tensor, nn
+
+from ..blocks import DecoderBlock, Encoder
+from ..position import LearnedPosition, SinusoidalPosition
+
+__all__ = ["TransformerConfig", "Transformer"]
+
+
+@dataclass
+class TransformerConfig:
+    src_vocab: int = 8000
+    tgt_vocab: int = 8000
+    dim: int = 256
+    heads: int = 8
+    enc_layers: int = 3
+    dec_layers: int = 3
+    ff_dim: int = 512
+    dropout: float = 0.1
+    norm_first: bool = False  # the paper's post-LN; True for pre-LN
+    pos: str = "sinusoidal"  # sinusoidal | learned
+    activation: str = "relu"
+    share_embeddings: bool = True  # only when the vocabulary is joint (src_vocab == tgt_vocab)
+    tie_output: bool = True
+    max_len: int = 256
+
+    def __post_init__(self) -> None:
+        if self.pos not in ("sinusoidal", "learned"):
+            raise ValueError(f"pos must be sinusoidal or learned, got {self.pos!r}")
+        if self.dim % self.heads:
+            raise ValueError(f"dim={self.dim} is not divisible by heads={self.heads}")
+        if self.share_embeddings and self.src_vocab != self.tgt_vocab:
+            raise ValueError("share_embeddings needs a joint vocabulary (src_vocab == tgt_vocab)")
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "TransformerConfig":
+        known = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in d.items() if k in known})
+
+
+class Transformer(nn.Module):
+    """forward(src (B, S), tgt_in (B, T), src_mask (B, S) True = token) -> logits (B, T, tgt_vocab)."""
+
+    model_type = "transformer"
+    config_class = TransformerConfig
+
+    def __init__(self, config: TransformerConfig) -> None:
+        super().__init__()
+        self.config = c = config
+        self.src_emb = nn.Embedding(c.src_vocab, c.dim, padding_idx=0)
+        self.tgt_emb = self.src_emb if c.share_embeddings else nn.Embedding(c.tgt_vocab, c.dim, padding_idx=0)
+        pos_cls = SinusoidalPosition if c.pos == "sinusoidal" else LearnedPosition
+        self.src_pos = pos_cls(c.dim, c.max_len)
+        self.tgt_pos = pos_cls(c.dim, c.max_len)
+        self.drop = nn.Dropout(c.dropout)
+        kw = dict(mlp_hidden=c.ff_dim, activation=c.activation, dropout=c.dropout, attn_dropout=c.dropout,
+                  norm_first=c.norm_first)
+        self.encoder = Encoder(c.enc_layers, c.dim, c.heads, **kw)
+        self.decoder_blocks = nn.ModuleList(DecoderBlock(c.dim, c.heads, **kw) for _ in range(c.dec_layers))
+        self.decoder_norm = nn.LayerNorm(c.dim) if c.norm_first else nn.Identity()
+        self.out = nn.Linear(c.dim, c.tgt_vocab, bias=False)
+        self._init()
+        if c.tie_output:
+            self.out.weight = self.tgt_emb.weight
+
+    def _init(self) -> None:
+        for p in self.parameters():
+            if p.dim() > 1:
+                nn.init.xavier_uniform_(p)
+        nn.init.normal_(self.src_emb.weight, 0, self.config.dim**-0.5)
+        if self.tgt_emb is not self.src_emb:
+            nn.init.normal_(self.tgt_emb.weight, 0, self.config.dim**-0.5)
+
+    def _embed(self, emb: nn.Embedding, pos, ids: Tensor, offset: int = 0) -> Tensor:
+        if ids.shape[1] + offset > self.config.max_len:
+            raise ValueError(f"sequence of {ids.shape[1] + offset} tokens is longer than max_len={self.config.max_len}")
+        return self.drop(pos(emb(ids) * math.sqrt(self.config.dim), offset=offset))
+
+    # ---- training -------------------------------------------------------------------------
+    def encode(self, src: Tensor, src_mask: Tensor | None = None) -> dict:
+        """-> decoding state: memory (B, S, D) and its mask."""
+        if src_mask is None:
+            src_mask = src != 0
+        memory = self.encoder(self._embed(self.src_emb, self.src_pos, src), key_mask=src_mask)
+        return {"memory": memory, "memory_mask": src_mask}
+
+    def decode(self, tgt_in: Tensor, state: dict, caches=None, offset: int = 0) -> Tensor:
+        x = self._embed(self.tgt_emb, self.tgt_pos, tgt_in, offset)
+        key_mask = None if caches is not None else (tgt_in != 0)
+        for i, block in enumerate(self.decoder_blocks):
+            x = block(x, state["memory"], key_mask=key_mask, memory_mask=state["memory_mask"],
+                      cache=caches[i] if caches is not None else None)
+        return self.out(self.decoder_norm(x))
+
+    def forward(self, src: Tensor, tgt_in: Tensor, src_mask: Tensor | None = None) -> Tensor:
+        return self.decode(tgt_in, self.encode(src, src_mask))
+
+    # ---- incremental decoding ---------------------------------------------------------------
+    def start(self, state: dict, max_len: int) -> dict:
+        b = state["memory"].shape[0]
+        dev, dt = state["memory"].device, state["memory"].dtype
+        caches = [blk.self_attn.new_cache(b, max_len + 1, device=dev, dtype=dt) for blk in self.decoder_blocks]
+        return {**state, "caches": caches, "t": 0}
+
+    def step(self, state: dict, prev: Tensor) -> tuple[Tensor, dict]:
+        """prev (B,) last tokens -> log-probabilities (B, V) of the next, and the new state."""
+        logits = self.decode(prev[:, None], state, state["caches"], offset=state["t"])[:, -1]
+        state["t"] += 1
+        return logits.float().log_softmax(-1), state
+
+    def reorder(self, state: dict, index: Tensor) -> dict:
+        for c in state["caches"]:
+            c.reorder(index)
+        return {**state, "memory": state["memory"].index_select(0, index),
+                "memory_mask": state["memory_mask"].index_select(0, index)}

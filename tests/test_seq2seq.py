@@ -1,0 +1,187 @@
+import gzip
+import math
+
+import pytest
+import torch
+from torch import nn
+
+from attnlab.attention import causal_mask
+from attnlab.decode import beam_search, greedy_decode
+from attnlab.models import RNNConfig, RNNSeq2Seq, Transformer, TransformerConfig
+
+
+def tiny_transformer(**kw):
+    cfg = dict(src_vocab=20, tgt_vocab=20, dim=32, heads=4, enc_layers=2, dec_layers=2, ff_dim=64, dropout=0.0, max_len=40)
+    return Transformer(TransformerConfig(**{**cfg, **kw})).eval()
+
+
+def tiny_rnn(**kw):
+    cfg = dict(src_vocab=20, tgt_vocab=20, emb_dim=16, hidden=32, dropout=0.0, max_len=40)
+    return RNNSeq2Seq(RNNConfig(**{**cfg, **kw})).eval()
+
+
+MODELS = [tiny_transformer, lambda: tiny_transformer(norm_first=True, pos="learned"), tiny_rnn,
+          lambda: tiny_rnn(attention="dot", cell="lstm"), lambda: tiny_rnn(attention="none", bidirectional=False)]
+
+
+@pytest.mark.parametrize("make", MODELS)
+def test_padding_content_changes_nothing(make):
+    m = make()
+    src = torch.tensor([[5, 6, 7, 8, 0, 0], [4, 5, 6, 7, 8, 9]])
+    tgt = torch.tensor([[1, 5, 6, 7], [1, 9, 8, 7]])
+    out1 = m(src, tgt, src != 0)
+    src2 = src.clone()
+    src2[0, 4:] = torch.tensor([11, 12])
+    out2 = m(src2, tgt, src != 0)
+    assert torch.allclose(out1, out2, atol=1e-5)
+
+
+@pytest.mark.parametrize("make", MODELS[:2])  # the RNN decoder is causal by construction
+def test_decoder_never_sees_the_future(make):
+    m = make()
+    src = torch.tensor([[5, 6, 7, 8]])
+    tgt = torch.tensor([[1, 5, 6, 7, 8]])
+    emb = m.tgt_emb
+    x = emb(tgt).detach().requires_grad_(True)
+    handle = emb.register_forward_hook(lambda _m, inp, _o: x if inp[0] is tgt else None)
+    out = m(src, tgt)
+    handle.remove()
+    out[0, 2].sum().backward()
+    assert x.grad[0, 3:].abs().max() == 0 and x.grad[0, :3].abs().max() > 0
+
+
+@pytest.mark.parametrize("make", MODELS)
+def test_beam_one_equals_greedy_and_order(make):
+    torch.manual_seed(0)
+    m = make()
+    src = torch.tensor([[5, 6, 7, 8, 9], [4, 3, 0, 0, 0]])
+    greedy = greedy_decode(m, src, src != 0, max_len=12)
+    beam1 = [h[0].tokens for h in beam_search(m, src, src != 0, beam=1, max_len=12)]
+    assert beam1 == greedy
+    hyps = beam_search(m, src, src != 0, beam=4, max_len=12)
+    for hs in hyps:
+        assert len(hs) >= 1
+        scores = [h.score for h in hs]
+        assert scores == sorted(scores, reverse=True)
+
+
+def test_beam_search_without_any_end_finishes_at_max_len():
+    m = tiny_transformer()
+    with torch.no_grad():
+        m.out.weight.data = m.out.weight.data.clone()  # untie
+        m.out.weight[2] = -100.0  # <eos> is never likely
+    hyps = beam_search(m, torch.tensor([[5, 6, 7]]), beam=3, max_len=7)
+    assert len(hyps[0]) == 3 and all(len(h.tokens) == 7 for h in hyps[0])
+
+
+def test_post_ln_transformer_equals_torch_transformer():
+    m = tiny_transformer(share_embeddings=False, tie_output=False)
+    t = nn.Transformer(32, 4, 2, 2, 64, dropout=0.0, batch_first=True).eval()
+    t.encoder.norm, t.decoder.norm = nn.Identity(), nn.Identity()  # the paper's post-LN stack has no final norm
+
+    def copy_attn(ours, theirs):
+        if ours.cross:
+            theirs.in_proj_weight.copy_(torch.cat([ours.q_proj.weight, ours.kv_proj.weight]))
+            theirs.in_proj_bias.copy_(torch.cat([ours.q_proj.bias, ours.kv_proj.bias]))
+        else:
+            theirs.in_proj_weight.copy_(ours.qkv.weight)
+            theirs.in_proj_bias.copy_(ours.qkv.bias)
+        theirs.out_proj.load_state_dict(ours.out_proj.state_dict())
+
+    with torch.no_grad():
+        for ob, tb in zip(m.encoder.blocks, t.encoder.layers):
+            copy_attn(ob.attn, tb.self_attn)
+            tb.linear1.load_state_dict(ob.mlp.fc.state_dict())
+            tb.linear2.load_state_dict(ob.mlp.proj.state_dict())
+            tb.norm1.load_state_dict(ob.ln1.state_dict())
+            tb.norm2.load_state_dict(ob.ln2.state_dict())
+        for ob, tb in zip(m.decoder_blocks, t.decoder.layers):
+            copy_attn(ob.self_attn, tb.self_attn)
+            copy_attn(ob.cross_attn, tb.multihead_attn)
+            tb.linear1.load_state_dict(ob.mlp.fc.state_dict())
+            tb.linear2.load_state_dict(ob.mlp.proj.state_dict())
+            for a, b in (("ln1", "norm1"), ("ln2", "norm2"), ("ln3", "norm3")):
+                getattr(tb, b).load_state_dict(getattr(ob, a).state_dict())
+    src = torch.tensor([[5, 6, 7, 8, 0], [4, 5, 6, 7, 8]])
+    tgt = torch.tensor([[1, 5, 6], [1, 9, 8]])
+    ours = m(src, tgt, src != 0)
+    emb_s = m.src_pos(m.src_emb(src) * math.sqrt(32))
+    emb_t = m.tgt_pos(m.tgt_emb(tgt) * math.sqrt(32))
+    ref = t(emb_s, emb_t, tgt_mask=~causal_mask(3), src_key_padding_mask=(src == 0),
+            memory_key_padding_mask=(src == 0))
+    assert torch.allclose(ours, m.out(ref), atol=1e-5)
+
+
+def test_bleu_hand_checked():
+    sacrebleu = pytest.importorskip("sacrebleu")
+    # p1 = 6/7, p2 = 4/6, p3 = 2/5, p4 = 1/4, equal lengths (BP = 1)
+    expected = 100 * (6 / 7 * 4 / 6 * 2 / 5 * 1 / 4) ** 0.25
+    got = sacrebleu.corpus_bleu(["the cat sat on the mat today"], [["the cat sat on a mat today"]]).score
+    assert got == pytest.approx(expected, abs=0.01)
+
+
+@pytest.mark.parametrize("arch", ["transformer", "rnn-attention"])
+def test_tiny_models_learn_copy(arch, tmp_path, capsys):
+    import json
+
+    from attnlab.cli import main
+
+    out = tmp_path / arch
+    model = (["--dim", "64", "--heads", "4", "--enc-layers", "2", "--dec-layers", "2", "--ff-dim", "128"]
+             if arch == "transformer" else ["--emb-dim", "32", "--hidden", "64"])
+    assert main(["train", "seq2seq", "--data", "copy", "--arch", arch, "--min-length", "3", "--max-length", "6",
+                 "--max-iters", "500", "--eval-interval", "500", "--lr", "3e-3", "--dropout", "0",
+                 "--label-smoothing", "0", "--no-progress", "--out", str(out), *model]) == 0
+    capsys.readouterr()
+    assert main(["eval", "--ckpt", str(out), "--json", "--max-sentences", "200"]) == 0
+    res = json.loads(capsys.readouterr().out)
+    assert res["exact_match"] == 1.0, res
+
+
+def test_bad_parallel_data(tmp_path, capsys):
+    from attnlab.cli import main
+
+    def err(argv):
+        assert main(argv) == 2
+        return capsys.readouterr().err.strip().splitlines()[-1]
+
+    a, b = tmp_path / "a.txt", tmp_path / "b.txt"
+    a.write_text("ein\nzwei\ndrei\n")
+    b.write_text("one\ntwo\n")
+    assert "stop being aligned at line 3" in err(["train", "seq2seq", "--data", f"{a}:{b}", "--out", str(tmp_path / "r")])
+    bad = tmp_path / "c.de.gz"
+    full = gzip.compress("\n".join(f"satz {i} {i * 7919 % 1000}" for i in range(500)).encode())
+    bad.write_bytes(full[: len(full) // 2])
+    assert "corrupt gzip" in err(["train", "seq2seq", "--data", f"{bad}:{b}", "--out", str(tmp_path / "r")])
+    assert "unknown language pair" in err(["train", "seq2seq", "--data", "multi30k", "--src", "fr", "--tgt", "en",
+                                           "--out", str(tmp_path / "r")])
+
+
+def test_empty_lines_warn_and_long_sentence_truncates(tmp_path, capsys):
+    from attnlab.cli import main
+
+    a, b = tmp_path / "a.txt", tmp_path / "b.txt"
+    words = [f"w{i}" for i in range(30)]
+    a.write_text("\n".join(" ".join(words[: 3 + i % 5]) for i in range(40)) + "\n\n")
+    b.write_text("\n".join(" ".join(reversed(words[: 3 + i % 5])) for i in range(40)) + "\nx\n")
+    out = tmp_path / "run"
+    assert main(["train", "seq2seq", "--data", f"{a}:{b}", "--tokenizer", "char", "--max-iters", "2",
+                 "--eval-interval", "2", "--eval-iters", "1", "--dim", "16", "--heads", "2", "--enc-layers", "1",
+                 "--dec-layers", "1", "--ff-dim", "16", "--max-len", "64", "--no-progress", "--out", str(out)]) == 0
+    assert "empty side" in capsys.readouterr().err
+    assert main(["translate", "--ckpt", str(out), "--beam", "2", "w1 " * 40]) == 0
+    assert "truncated to the model's maximum of 64" in capsys.readouterr().err
+
+
+def test_gpt_checkpoint_given_to_translate(tmp_path, capsys):
+    from attnlab.cli import main
+
+    corpus = tmp_path / "c.txt"
+    corpus.write_text("abc def ghi " * 200)
+    run = tmp_path / "gpt"
+    assert main(["train", "gpt", "--data", str(corpus), "--out", str(run), "--preset", "nano", "--block-size", "8",
+                 "--max-iters", "2", "--eval-interval", "2", "--eval-iters", "1", "--no-progress",
+                 "--sample-chars", "0"]) == 0
+    capsys.readouterr()
+    assert main(["translate", "--ckpt", str(run), "hallo"]) == 2
+    assert "needs a seq2seq model" in capsys.readouterr().err
