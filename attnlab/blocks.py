@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import math
 
+import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+from torch.utils.checkpoint import checkpoint
 
 from .attention import KVCache, MultiHeadAttention
 
@@ -72,6 +74,7 @@ class TransformerBlock(nn.Module):
         self.ln2 = nn.LayerNorm(dim, eps=norm_eps, bias=bias)
         self.mlp = MLP(dim, mlp_hidden or 4 * dim, activation, dropout, bias)
         self.resid_dropout = nn.Dropout(dropout)
+        self.checkpoint_activations = False
 
     def forward(
         self,
@@ -83,6 +86,12 @@ class TransformerBlock(nn.Module):
         cache: KVCache | None = None,
     ) -> Tensor:
         kw = dict(mask=mask, key_mask=key_mask, positions=positions, cache=cache)
+        if self.checkpoint_activations and self.training and torch.is_grad_enabled() and cache is None:
+            # keep only the block's input; recompute its activations during backward
+            return checkpoint(self._forward, x, use_reentrant=False, **kw)
+        return self._forward(x, **kw)
+
+    def _forward(self, x: Tensor, **kw) -> Tensor:
         if self.norm_first:
             x = x + self.resid_dropout(self.attn(self.ln1(x), **kw))
             return x + self.mlp(self.ln2(x))
@@ -118,6 +127,7 @@ class DecoderBlock(nn.Module):
         self.ln3 = nn.LayerNorm(dim, eps=norm_eps, bias=bias)
         self.mlp = MLP(dim, mlp_hidden or 4 * dim, activation, dropout, bias)
         self.drop1, self.drop2 = nn.Dropout(dropout), nn.Dropout(dropout)
+        self.checkpoint_activations = False
 
     def forward(
         self,
@@ -130,6 +140,11 @@ class DecoderBlock(nn.Module):
     ) -> Tensor:
         """x (B, T, D) target tokens; memory (B, S, D_mem); key_mask (B, T) and
         memory_mask (B, S) are True for real tokens."""
+        if self.checkpoint_activations and self.training and torch.is_grad_enabled() and cache is None:
+            return checkpoint(self._forward, x, memory, key_mask, memory_mask, None, use_reentrant=False)
+        return self._forward(x, memory, key_mask, memory_mask, cache)
+
+    def _forward(self, x, memory, key_mask, memory_mask, cache) -> Tensor:
         sa = dict(key_mask=key_mask, cache=cache)
         if self.norm_first:
             x = x + self.drop1(self.self_attn(self.ln1(x), **sa))

@@ -158,6 +158,18 @@ def build_parser() -> argparse.ArgumentParser:
     tr.add_argument("--device", default="auto", help="auto | cpu | cuda")
     tr.set_defaults(func="seq2seq:cmd_translate")
 
+    b = sub.add_parser("bench", help="benchmark attnlab against its peers and this machine's peak",
+                       description="Attention, GPT training and generation, ViT and encoder-decoder training steps, "
+                       "each against a peer (HuggingFace, torch.nn) measured in the same run, with model FLOPs "
+                       "utilisation against the matmul peak measured at the start. Runs on CUDA when present.")
+    b.add_argument("--quick", action="store_true", help="small shapes: about a minute on 2 CPU cores")
+    b.add_argument("--compile", action=argparse.BooleanOptionalAction, default=None,
+                   help="add torch.compile rows (default: on with CUDA, off on CPU where compiling takes minutes)")
+    b.add_argument("--json", default=None, help="write the table as JSON to this file")
+    b.add_argument("--markdown", default=None, help="write the table as Markdown to this file")
+    b.add_argument("--device", default="auto", help="auto | cpu | cuda")
+    b.set_defaults(func="dispatch:cmd_bench")
+
     s = sub.add_parser("sample", help="generate text from a trained GPT", description="Continue a prompt, streaming tokens as they come.")
     s.add_argument("--ckpt", required=True, help="run folder (or checkpoint / HuggingFace folder)")
     s.add_argument("--prompt", default="", help="text to continue (default: start from a newline)")

@@ -42,3 +42,10 @@ def cmd_inspect(args) -> int:
     from .vision import cmd_inspect as vision_inspect
 
     return vision_inspect(args)
+
+
+def cmd_bench(args) -> int:
+    from ..bench import run
+
+    run(quick=args.quick, compile_=args.compile, json_path=args.json, markdown_path=args.markdown, device=args.device)
+    return 0

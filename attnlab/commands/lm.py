@@ -61,6 +61,8 @@ def cmd_train_gpt(args) -> int:
         file=sys.stderr,
     )
     result = trainer.fit()
+    if not trainer.dist.main:
+        return 0
     print(f"done: step {result['step']}, best val loss {result['best_val']:.4f}, run folder {out}", file=sys.stderr)
     if args.sample_chars > 0:
         from ..generate import generate_text

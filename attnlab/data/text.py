@@ -137,11 +137,11 @@ def prepare(
     ids = np.asarray(tok.encode(text), dtype=np.uint16 if tok.vocab_size < 2**16 else np.uint32)
     split = int(len(ids) * (1 - val_fraction))
     for part, arr in (("train", ids[:split]), ("val", ids[split:])):
-        tmp = cache / f"{part}.bin.tmp"
+        tmp = cache / f"{part}.bin.tmp{os.getpid()}"  # several torchrun ranks may write at once
         arr.tofile(tmp)
         os.replace(tmp, cache / f"{part}.bin")
     meta = {"key": key, "dtype": ids.dtype.name, "tokenizer": tok.to_dict(), "name": name, "n_tokens": int(len(ids))}
-    tmp = cache / "meta.json.tmp"
+    tmp = cache / f"meta.json.tmp{os.getpid()}"
     tmp.write_text(json.dumps(meta))
     os.replace(tmp, meta_path)
     return TokenData(ids[:split], ids[split:], tok, name)

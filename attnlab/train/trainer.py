@@ -21,6 +21,7 @@ from tqdm.auto import tqdm
 
 from ..checkpoint import find_checkpoint, load_trainer_state, load_weights, write_checkpoint
 from ..errors import CheckpointError
+from . import distributed as D
 from .optim import adamw, warmup_cosine
 
 
@@ -45,6 +46,8 @@ class TrainConfig:
     compile: bool = False
     seed: int = 1337
     progress: bool = True
+    checkpoint_activations: bool = False  # recompute each block's activations in backward (saves memory)
+    fsdp: bool = False  # under torchrun: fully sharded data parallel instead of DDP
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -133,16 +136,28 @@ class Trainer:
         self.cfg, self.task = cfg, task
         self.out = Path(out_dir)
         self.meta = meta or {}
-        self.device = pick_device(cfg.device)
+        self.dist, dist_device = D.setup(cfg.device)
+        self.device = dist_device or pick_device(cfg.device)
         self.dtype = pick_dtype(cfg.dtype, self.device)
-        torch.manual_seed(cfg.seed)
+        torch.manual_seed(cfg.seed + self.dist.rank)  # dropout differs per rank; data does not
+        set_activation_checkpointing(model, cfg.checkpoint_activations)
         self.model = model.to(self.device)
         self.optimizer = adamw(model, cfg.lr, cfg.weight_decay, (cfg.beta1, cfg.beta2), self.device.type)
+        # every rank draws the same global batch and keeps its slice (see distributed.shard)
         self.data_gen = torch.Generator().manual_seed(cfg.seed + 1)
         self.step = 0
         self.best_val = math.inf
         self.history: list[dict] = []
-        self._compiled = torch.compile(model) if cfg.compile else model
+        self._compiled = None  # the wrapped (DDP/FSDP) and compiled model, built in fit()
+
+    def _wrapped(self) -> nn.Module:
+        if self._compiled is None:
+            m = D.wrap(self.model, self.dist, self.device, self.cfg.fsdp)
+            if self.cfg.fsdp and self.dist.enabled:  # FSDP owns new (sharded) parameters
+                c = self.cfg
+                self.optimizer = adamw(m, c.lr, c.weight_decay, (c.beta1, c.beta2), self.device.type)
+            self._compiled = torch.compile(m) if self.cfg.compile else m
+        return self._compiled
 
     # -- schedule --------------------------------------------------------------------------
     def lr_at(self, step: int) -> float:
@@ -159,20 +174,28 @@ class Trainer:
 
     # -- one step --------------------------------------------------------------------------
     def train_step(self) -> float:
-        cfg, model = self.cfg, self._compiled
+        cfg, model, world = self.cfg, self._wrapped(), self.dist.world
         model.train()
         lr = self.lr_at(self.step)
         for g in self.optimizer.param_groups:
             g["lr"] = lr
         total = 0.0
-        for _ in range(cfg.grad_accum):
-            batch = [t.to(self.device, non_blocking=True) for t in self.task.batch("train", cfg.batch_size, self.data_gen)]
-            with self.autocast():
+        for micro in range(cfg.grad_accum):
+            batch = self.task.batch("train", cfg.batch_size * world, self.data_gen)
+            batch = [t.to(self.device, non_blocking=True) for t in D.shard(batch, self.dist)]
+            with D.no_sync(model, micro == cfg.grad_accum - 1), self.autocast():
                 loss = self.task.loss(model, batch) / cfg.grad_accum
-            loss.backward()
+                loss.backward()
             total += loss.item()
+        if world > 1:  # report the global mean loss
+            t = torch.tensor([total], device=self.device)
+            torch.distributed.all_reduce(t)
+            total = t.item() / world
         if cfg.grad_clip > 0:
-            torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.grad_clip)
+            if hasattr(model, "clip_grad_norm_"):  # FSDP: the norm over all shards
+                model.clip_grad_norm_(cfg.grad_clip)
+            else:
+                torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.grad_clip)
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
         self.step += 1
@@ -182,20 +205,21 @@ class Trainer:
     def evaluate(self, splits=("train", "val")) -> dict[str, float]:
         """Mean loss over ``eval_iters`` batches per split, drawn from a fixed-seed generator
         so evaluation never disturbs the training data stream."""
-        self._compiled.eval()
+        model = self._wrapped()
+        model.eval()
         out = {}
         for split in splits:
             g = torch.Generator().manual_seed(self.cfg.seed + 2)
             losses = []
-            for _ in range(self.cfg.eval_iters):
+            for _ in range(self.cfg.eval_iters):  # every rank evaluates the same batches
                 batch = [t.to(self.device) for t in self.task.batch(split, self.cfg.batch_size, g)]
                 with self.autocast():
-                    losses.append(self.task.loss(self._compiled, batch).item())
+                    losses.append(self.task.loss(model, batch).item())
             out[split] = sum(losses) / len(losses)
         extra = getattr(self.task, "eval_metrics", None)  # e.g. validation accuracy
         if extra is not None:
             with self.autocast():
-                out.update(extra(self._compiled, self.device))
+                out.update(extra(model, self.device))
         return out
 
     # -- checkpoints -----------------------------------------------------------------------
@@ -210,20 +234,36 @@ class Trainer:
         return state, tensors
 
     def save(self, name: str = "last") -> Path:
-        state, tensors = self._state()
-        meta = {**self.meta, **self.task.meta(), "train": self.cfg.to_dict(), "step": self.step}
+        """Rank 0 writes; under FSDP every rank joins in gathering the full weights first."""
         path = self.out / name
+        model = self.model
+        if self.cfg.fsdp and self.dist.enabled:
+            full = D.full_state_dict(self._wrapped())
+            if not self.dist.main:
+                return path
+            model = _fresh_copy(self.model, full)
+        if not self.dist.main:
+            return path
+        state, tensors = self._state()
+        if self.cfg.fsdp and self.dist.enabled:  # sharded optimizer state is not gathered: weights only
+            tensors = {k: v for k, v in tensors.items() if k.startswith("rng.")}
+            state["optimizer"] = None
+        meta = {**self.meta, **self.task.meta(), "train": self.cfg.to_dict(), "step": self.step,
+                "world_size": self.dist.world}
         if name == "best":
-            write_checkpoint(path, self.model, meta)
+            write_checkpoint(path, model, meta)
         else:
-            write_checkpoint(path, self.model, meta, state, tensors)
+            write_checkpoint(path, model, meta, state, tensors)
         return path
 
     def resume(self) -> None:
         ckpt = find_checkpoint(self.out, prefer="last")
         state, tensors = load_trainer_state(ckpt)
         load_weights(self.model, ckpt)
-        _restore_optimizer(self.optimizer, state["optimizer"], tensors)
+        if state.get("optimizer") is not None:
+            _restore_optimizer(self.optimizer, state["optimizer"], tensors)
+        elif self.dist.main:
+            print("note: this checkpoint has no optimizer state (FSDP run); AdamW moments restart", flush=True)
         self.step, self.best_val = state["step"], state["best_val"]
         torch.set_rng_state(tensors["rng.torch"])
         self.data_gen.set_state(tensors["rng.data"])
@@ -240,13 +280,15 @@ class Trainer:
             f.write(json.dumps(record) + "\n")
 
     def fit(self) -> dict:
-        cfg = self.cfg
-        self.out.mkdir(parents=True, exist_ok=True)
-        if self.step == 0:
-            (self.out / "metrics.jsonl").write_text("")
-        else:  # drop lines logged after the checkpoint we resumed from
-            rewrite_metrics(self.out / "metrics.jsonl", self.history)
-        bar = tqdm(total=cfg.max_iters, initial=self.step, disable=not cfg.progress, unit="it", dynamic_ncols=True)
+        cfg, main = self.cfg, self.dist.main
+        if main:
+            self.out.mkdir(parents=True, exist_ok=True)
+            if self.step == 0:
+                (self.out / "metrics.jsonl").write_text("")
+            else:  # drop lines logged after the checkpoint we resumed from
+                rewrite_metrics(self.out / "metrics.jsonl", self.history)
+        bar = tqdm(total=cfg.max_iters, initial=self.step, disable=not (cfg.progress and main), unit="it",
+                   dynamic_ncols=True)
         t0, items = time.perf_counter(), 0
         try:
             while self.step < cfg.max_iters:
@@ -261,26 +303,53 @@ class Trainer:
                     ev = self.evaluate()
                     rec.update(train_loss=ev.pop("train"), val_loss=ev.pop("val"), **ev)
                     extra = "".join(f", {k.replace('_', ' ')} {v:.4f}" for k, v in ev.items())
-                    bar.write(f"step {self.step}: train loss {rec['train_loss']:.4f}, val loss {rec['val_loss']:.4f}{extra}")
+                    if main:
+                        bar.write(f"step {self.step}: train loss {rec['train_loss']:.4f}, "
+                                  f"val loss {rec['val_loss']:.4f}{extra}")
                     if rec["val_loss"] < self.best_val:
                         self.best_val = rec["val_loss"]
                         self.save("best")
                     self.save("last")
-                self.log(rec)
+                    D.barrier(self.dist)
+                if main:
+                    self.log(rec)
+                else:
+                    self.history.append(rec)
                 bar.update(1)
         except KeyboardInterrupt:
             bar.close()
-            path = self.save("last")
-            self.plot()
+            path = self.out / "last"
+            if not (cfg.fsdp and self.dist.enabled):  # FSDP would need every rank to gather
+                path = self.save("last")
+            if main:
+                self.plot()
             raise TrainingInterrupted(self.step, path) from None
         bar.close()
-        self.plot()
+        if main:
+            self.plot()
         return {"step": self.step, "best_val": self.best_val, "seconds": time.perf_counter() - t0}
 
     def plot(self) -> Path | None:
         from ..inspect.plots import loss_curve
 
         return loss_curve(self.history, self.out / "loss.png")
+
+
+def _fresh_copy(model: nn.Module, state: dict) -> nn.Module:
+    """A CPU model of the same config holding ``state`` (to write FSDP's gathered weights)."""
+    raw = D.unwrap(model)
+    fresh = type(raw)(raw.config)
+    fresh.load_state_dict(state)
+    return fresh
+
+
+def set_activation_checkpointing(model: nn.Module, on: bool) -> None:
+    """Turn per-block activation checkpointing on or off for every block of ``model``."""
+    from ..blocks import DecoderBlock, TransformerBlock
+
+    for m in model.modules():
+        if isinstance(m, (TransformerBlock, DecoderBlock)):
+            m.checkpoint_activations = on
 
 
 def read_metrics(path: Path, upto: int | None = None) -> list[dict]:

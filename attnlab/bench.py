@@ -1,0 +1,267 @@
+"""`attnlab bench`: attnlab against its peers and the hardware, every row a ratio measured in
+the same run. Rows: attention forward+backward, GPT training step (vs HuggingFace GPT-2; eager
+vs torch.compile), GPT generation with the KV cache (vs HuggingFace generate), ViT training step
+(vs HuggingFace ViT), encoder–decoder training step (vs torch.nn.Transformer), and model FLOPs
+utilisation against the matmul peak measured at the start of the run."""
+
+from __future__ import annotations
+
+import json
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+
+def sync(device) -> None:
+    if str(device).startswith("cuda"):
+        torch.cuda.synchronize()
+
+
+def time_it(fn: Callable[[], object], *, warmup: int = 3, repeat: int = 10, device="cpu") -> float:
+    """Median seconds per call."""
+    for _ in range(warmup):
+        fn()
+    sync(device)
+    times = []
+    for _ in range(repeat):
+        t = time.perf_counter()
+        fn()
+        sync(device)
+        times.append(time.perf_counter() - t)
+    return statistics.median(times)
+
+
+def matmul_peak(dtype=torch.float32, n: int = 1024, device="cpu", seconds: float = 1.0) -> float:
+    """Measured FLOP/s of a square matmul here: the denominator of MFU (never a spec-sheet number)."""
+    if str(device).startswith("cuda"):
+        n = 8192
+    a, b = torch.randn(n, n, dtype=dtype, device=device), torch.randn(n, n, dtype=dtype, device=device)
+    for _ in range(2):
+        a @ b
+    sync(device)
+    iters, t0 = 0, time.perf_counter()
+    while time.perf_counter() - t0 < seconds:
+        a @ b
+        iters += 1
+    sync(device)
+    return 2 * n**3 * iters / (time.perf_counter() - t0)
+
+
+def markdown_table(rows: list[dict], columns: list[str]) -> str:
+    def fmt(v):
+        if v is None:
+            return "-"
+        if isinstance(v, float):
+            return f"{v:.3g}" if abs(v) < 1000 else f"{v:,.0f}"
+        return str(v)
+
+    widths = {c: max(len(c), *(len(fmt(r.get(c))) for r in rows)) for c in columns}
+    lines = ["| " + " | ".join(c.ljust(widths[c]) for c in columns) + " |",
+             "|" + "|".join("-" * (widths[c] + 2) for c in columns) + "|"]
+    lines += ["| " + " | ".join(fmt(r.get(c)).ljust(widths[c]) for c in columns) + " |" for r in rows]
+    return "\n".join(lines)
+
+
+COLUMNS = ["row", "unit", "attnlab", "baseline", "baseline is", "ratio", "MFU", "baseline MFU"]
+
+
+def _row(name, unit, ours, base, base_name, **extra) -> dict:
+    return {"row": name, "unit": unit, "attnlab": ours, "baseline": base, "baseline is": base_name,
+            "ratio": ours / base if base else None, **extra}
+
+
+def _train_step(model, make_loss, params=None):
+    from .train.optim import adamw
+
+    opt = adamw(model, 1e-4, 0.01)
+    model.train()
+
+    def step():
+        make_loss().backward()
+        torch.nn.utils.clip_grad_norm_(params or model.parameters(), 1.0)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+    return step
+
+
+def _autocast(device, dtype):
+    if dtype == torch.bfloat16:
+        return torch.autocast(device.type, dtype=torch.bfloat16)
+    import contextlib
+
+    return contextlib.nullcontext()
+
+
+def attention_rows(device, lengths, repeat) -> list[dict]:
+    from torch import nn
+
+    from .attention import MultiHeadAttention
+
+    rows = []
+    for t in lengths:
+        x = torch.randn(1, t, 64, device=device, requires_grad=True)
+        ours = MultiHeadAttention(64, 1, causal=True).to(device)
+        theirs = nn.MultiheadAttention(64, 1, batch_first=True).to(device)
+        mask = torch.ones(t, t, dtype=torch.bool, device=device).triu(1)
+        fast = time_it(lambda: ours(x).sum().backward(), repeat=repeat, device=device)
+        ref = time_it(lambda: ours(x, need_weights=True)[0].sum().backward(), repeat=repeat, device=device)
+        tor = time_it(lambda: theirs(x, x, x, attn_mask=mask, need_weights=False)[0].sum().backward(),
+                      repeat=repeat, device=device)
+        rows.append(_row(f"attention fwd+bwd T={t} d=64", "ms", fast * 1e3, tor * 1e3, "torch MultiheadAttention"))
+        rows[-1]["ratio"] = tor / fast  # ms: lower is better, ratio = speed-up
+        rows.append(_row(f"attention fwd+bwd T={t} d=64", "ms", fast * 1e3, ref * 1e3, "attnlab reference path"))
+        rows[-1]["ratio"] = ref / fast
+    return rows
+
+
+def gpt_rows(device, dtypes, peaks, quick, compile_) -> list[dict]:
+    import transformers
+
+    from .models import GPT, GPTConfig
+
+    rows = []
+    shapes = [("4/4/128 T=64 B=12", dict(n_layer=4, n_head=4, n_embd=128, block_size=64), 12)]
+    if not quick:
+        shapes.append(("6/6/384 T=256 B=16", dict(n_layer=6, n_head=6, n_embd=384, block_size=256), 16))
+    for name, shape, b in shapes:
+        cfg = GPTConfig(vocab_size=65, **shape)
+        for dtype in dtypes:
+            torch.manual_seed(0)
+            ours = GPT(cfg).to(device)
+            hf = transformers.GPT2LMHeadModel(transformers.GPT2Config(
+                vocab_size=65, n_positions=cfg.block_size, n_embd=cfg.n_embd, n_layer=cfg.n_layer, n_head=cfg.n_head,
+                resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, activation_function="gelu", bos_token_id=0,
+                eos_token_id=0, attn_implementation="sdpa")).to(device)
+            x = torch.randint(0, 65, (b, cfg.block_size), device=device)
+            y = torch.randint(0, 65, (b, cfg.block_size), device=device)
+
+            def loss_of(m, is_hf):
+                def f():
+                    with _autocast(device, dtype):
+                        logits = m(x).logits if is_hf else m(x)
+                    return F.cross_entropy(logits.float().flatten(0, 1), y.flatten())
+                return f
+
+            rep = 3 if quick else 8
+            t_ours = min(time_it(_train_step(ours, loss_of(ours, False)), repeat=rep, device=device) for _ in range(2))
+            t_hf = min(time_it(_train_step(hf, loss_of(hf, True)), repeat=rep, device=device) for _ in range(2))
+            n = sum(p.numel() for p in ours.parameters()) - ours.pos_emb.weight.numel()
+            fpt = 6 * n + 12 * cfg.n_layer * cfg.n_embd * cfg.block_size
+            tok = b * cfg.block_size
+            dn = str(dtype).replace("torch.", "")
+            rows.append(_row(f"GPT train {name} {dn}", "tokens/s", tok / t_ours, tok / t_hf, "HF GPT2LMHeadModel",
+                             MFU=tok / t_ours * fpt / peaks[dtype], **{"baseline MFU": tok / t_hf * fpt / peaks[dtype]}))
+            if compile_:
+                comp = torch.compile(GPT(cfg).to(device))
+                t_c = time_it(_train_step(comp, loss_of(comp, False)), warmup=2, repeat=rep, device=device)
+                rows.append(_row(f"GPT train {name} {dn}", "tokens/s", tok / t_c, tok / t_ours, "attnlab eager",
+                                 MFU=tok / t_c * fpt / peaks[dtype]))
+            print(f"  {rows[-1]['row']}", file=sys.stderr, flush=True)
+    return rows
+
+
+def generation_rows(device, quick) -> list[dict]:
+    import transformers
+
+    from .generate import generate
+    from .interop import export_hf
+    from .models import GPT, GPTConfig
+
+    cfg = (GPTConfig(n_layer=4, n_head=4, n_embd=256, block_size=256, activation="gelu_tanh") if quick
+           else GPTConfig(n_layer=12, n_head=12, n_embd=768, activation="gelu_tanh"))
+    new = 64 if quick else 256
+    torch.manual_seed(0)
+    ours = GPT(cfg).to(device).eval()
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as d:
+        export_hf(ours, d)
+        hf = transformers.GPT2LMHeadModel.from_pretrained(d).to(device).eval()
+    prompt = torch.randint(0, cfg.vocab_size, (1, 16), device=device)
+    t_ours = time_it(lambda: generate(ours, prompt.tolist(), new, temperature=0), warmup=1, repeat=3, device=device)
+
+    def hf_gen():
+        with torch.no_grad():
+            hf.generate(prompt, max_new_tokens=new, min_new_tokens=new, do_sample=False, pad_token_id=0)
+    t_hf = time_it(hf_gen, warmup=1, repeat=3, device=device)
+    shape = f"{cfg.n_layer}/{cfg.n_head}/{cfg.n_embd}"
+    return [_row(f"GPT generate {new} tokens {shape} greedy", "tokens/s", new / t_ours, new / t_hf, "HF generate")]
+
+
+def vit_rows(device, quick) -> list[dict]:
+    import transformers
+
+    from .models import ViT, ViTConfig
+
+    cfg = ViTConfig(image_size=32, patch_size=4, in_chans=3, num_classes=10, dim=192, depth=6, heads=3, mlp_ratio=2.0)
+    b = 64 if quick else 128
+    ours = ViT(cfg).to(device)
+    hf = transformers.ViTForImageClassification(transformers.ViTConfig(
+        image_size=32, patch_size=4, num_channels=3, hidden_size=192, num_hidden_layers=6, num_attention_heads=3,
+        intermediate_size=384, num_labels=10, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
+        attn_implementation="sdpa")).to(device)
+    x, y = torch.randn(b, 3, 32, 32, device=device), torch.randint(0, 10, (b,), device=device)
+    t_ours = time_it(_train_step(ours, lambda: F.cross_entropy(ours(x), y)), repeat=3, device=device)
+    t_hf = time_it(_train_step(hf, lambda: F.cross_entropy(hf(pixel_values=x).logits, y)), repeat=3, device=device)
+    return [_row(f"ViT train 32px p4 192w 6L B={b}", "images/s", b / t_ours, b / t_hf, "HF ViTForImageClassification")]
+
+
+def encdec_rows(device, quick) -> list[dict]:
+    from torch import nn
+
+    from .models import Transformer, TransformerConfig
+
+    d, v, s_len, b = 256, 8000, 32, (32 if quick else 64)
+    cfg = TransformerConfig(src_vocab=v, tgt_vocab=v, dim=d, heads=8, enc_layers=3, dec_layers=3, ff_dim=512,
+                            dropout=0.0, max_len=128)
+    ours = Transformer(cfg).to(device)
+    emb = nn.Embedding(v, d).to(device)
+    ref = nn.Transformer(d, 8, 3, 3, 512, dropout=0.0, batch_first=True).to(device)
+    head = nn.Linear(d, v).to(device)
+    src = torch.randint(4, v, (b, s_len), device=device)
+    tgt = torch.randint(4, v, (b, s_len), device=device)
+    mask = nn.Transformer.generate_square_subsequent_mask(s_len, device=device)
+
+    def ref_loss():
+        out = ref(emb(src), emb(tgt), tgt_mask=mask, tgt_is_causal=True)
+        return F.cross_entropy(head(out).flatten(0, 1), tgt.flatten())
+
+    ref_params = [*ref.parameters(), *emb.parameters(), *head.parameters()]
+    ref_model = nn.ModuleList([ref, emb, head])
+    t_ours = time_it(_train_step(ours, lambda: F.cross_entropy(ours(src, tgt).flatten(0, 1), tgt.flatten())),
+                     repeat=3, device=device)
+    t_ref = time_it(_train_step(ref_model, ref_loss, ref_params), repeat=3, device=device)
+    tok = b * s_len
+    return [_row(f"enc-dec train 3+3L d=256 T={s_len} B={b}", "tokens/s", tok / t_ours, tok / t_ref,
+                 "torch.nn.Transformer")]
+
+
+def run(quick: bool = False, compile_: bool | None = None, json_path: str | None = None,
+        markdown_path: str | None = None, device: str = "auto") -> list[dict]:
+    from .train.trainer import cpu_has_fast_bf16, pick_device
+
+    dev = pick_device(device)
+    fast_bf16 = torch.cuda.is_bf16_supported() if dev.type == "cuda" else cpu_has_fast_bf16()
+    dtypes = [torch.float32] + ([torch.bfloat16] if fast_bf16 else [])
+    peaks = {dt: matmul_peak(dt, device=dev) for dt in dtypes}
+    head = (f"device {dev} ({torch.get_num_threads()} threads), torch {torch.__version__}; measured matmul peak: "
+            + ", ".join(f"{str(dt).replace('torch.', '')} {p / 1e9:,.0f} GFLOP/s" for dt, p in peaks.items()))
+    print(head, file=sys.stderr, flush=True)
+    compile_ = (dev.type == "cuda") if compile_ is None else compile_
+    rows = attention_rows(dev, [256, 1024] if quick else [256, 1024, 4096], 3 if quick else 5)
+    rows += gpt_rows(dev, dtypes, peaks, quick, compile_ and not quick)
+    rows += generation_rows(dev, quick)
+    rows += vit_rows(dev, quick)
+    rows += encdec_rows(dev, quick)
+    table = markdown_table(rows, COLUMNS)
+    print(head + "\n\n" + table)
+    if json_path:
+        Path(json_path).write_text(json.dumps({"header": head, "rows": rows}, indent=1))
+    if markdown_path:
+        Path(markdown_path).write_text(head + "\n\n" + table + "\n")
+    return rows
