@@ -10,6 +10,7 @@ TORCH  ?= torch==2.13.0
 
 .PHONY: demo test venv bench clean
 
+# .installed-<extra>: the venv with attnlab and that extra (vision, seq2seq, hf, all, test)
 $(VENV)/.installed-%: pyproject.toml
 	test -d $(VENV) || $(PYTHON) -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
@@ -17,17 +18,18 @@ $(VENV)/.installed-%: pyproject.toml
 	$(PIP) install -q -e ".[$*]"
 	touch $@
 
-venv: $(VENV)/.installed-hf
+venv: $(VENV)/.installed-all
 
-demo: $(VENV)/.installed-hf
-	$(VENV)/bin/attnlab train gpt --out runs/demo
+demo: $(VENV)/.installed-all
+	@if [ -d runs/demo/last ]; then echo "runs/demo already trained: sampling from it (rm -rf runs/demo to train again)"; \
+	else $(VENV)/bin/attnlab train gpt --out runs/demo; fi
 	$(VENV)/bin/attnlab sample --ckpt runs/demo --prompt "The " --max-new-tokens 300
 
 test: $(VENV)/.installed-test
 	$(PY) -m pytest
 
 bench: $(VENV)/.installed-test
-	$(PY) benchmarks/attention.py --quick
+	$(VENV)/bin/attnlab bench --quick
 
 clean:
 	rm -rf $(VENV) runs *.egg-info

@@ -98,6 +98,12 @@ def find_checkpoint(path: str | Path, prefer: str = "best") -> Path:
     raise CheckpointError(f"{path} holds no checkpoint (no config.json in it, in best/ or in last/)")
 
 
+def ensure_new_run(out: Path) -> None:
+    """Refuse to start a run where one already is: never overwrite the user's checkpoints."""
+    if any((Path(out) / n / CONFIG).is_file() for n in ("last", "best", "last.old", "best.old")):
+        raise CheckpointError(f"{out} already holds a checkpoint; pass --resume to continue it, or choose another --out")
+
+
 def read_config(ckpt: Path) -> dict:
     try:
         return json.loads((ckpt / CONFIG).read_text(encoding="utf-8"))

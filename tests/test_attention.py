@@ -5,6 +5,7 @@ import torch
 from torch import nn
 
 from attnlab.attention import MultiHeadAttention, causal_mask, scaled_dot_product_attention
+from helpers import copy_attention
 
 
 def test_lecture_worked_example():
@@ -88,23 +89,11 @@ def test_fully_masked_row_is_zero_in_both_paths():
     assert torch.allclose(ref, fast, atol=1e-6)
 
 
-def _copy_into_torch_mha(ours: MultiHeadAttention, theirs: nn.MultiheadAttention):
-    with torch.no_grad():
-        if ours.cross:
-            theirs.in_proj_weight.copy_(torch.cat([ours.q_proj.weight, ours.kv_proj.weight]))
-            theirs.in_proj_bias.copy_(torch.cat([ours.q_proj.bias, ours.kv_proj.bias]))
-        else:
-            theirs.in_proj_weight.copy_(ours.qkv.weight)
-            theirs.in_proj_bias.copy_(ours.qkv.bias)
-        theirs.out_proj.weight.copy_(ours.out_proj.weight)
-        theirs.out_proj.bias.copy_(ours.out_proj.bias)
-
-
 def test_self_attention_equals_torch_mha_with_masks():
     d, h = 32, 4
     ours = MultiHeadAttention(d, h).eval()
     theirs = nn.MultiheadAttention(d, h, batch_first=True).eval()
-    _copy_into_torch_mha(ours, theirs)
+    copy_attention(ours, theirs)
     x = torch.randn(3, 7, d)
     key_mask = torch.ones(3, 7, dtype=torch.bool)
     key_mask[1, 5:] = False
@@ -121,7 +110,7 @@ def test_cross_attention_equals_torch_mha():
     d, h = 24, 3
     ours = MultiHeadAttention(d, h, cross=True).eval()
     theirs = nn.MultiheadAttention(d, h, batch_first=True).eval()
-    _copy_into_torch_mha(ours, theirs)
+    copy_attention(ours, theirs)
     x, ctx = torch.randn(2, 4, d), torch.randn(2, 9, d)
     key_mask = torch.ones(2, 9, dtype=torch.bool)
     key_mask[0, 6:] = False

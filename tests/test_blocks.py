@@ -5,16 +5,7 @@ from torch import nn
 from attnlab.attention import MultiHeadAttention, causal_mask
 from attnlab.blocks import MLP, DecoderBlock, Encoder, TransformerBlock, init_gpt2_weights
 from attnlab.position import SinusoidalPosition
-
-
-def _copy_attn(ours: MultiHeadAttention, theirs: nn.MultiheadAttention):
-    if ours.cross:
-        theirs.in_proj_weight.copy_(torch.cat([ours.q_proj.weight, ours.kv_proj.weight]))
-        theirs.in_proj_bias.copy_(torch.cat([ours.q_proj.bias, ours.kv_proj.bias]))
-    else:
-        theirs.in_proj_weight.copy_(ours.qkv.weight)
-        theirs.in_proj_bias.copy_(ours.qkv.bias)
-    theirs.out_proj.load_state_dict(ours.out_proj.state_dict())
+from helpers import copy_attention
 
 
 def _copy_mlp_norms(ours, theirs, norms):
@@ -30,7 +21,7 @@ def test_block_equals_torch_encoder_layer(norm_first):
     ours = TransformerBlock(d, h, mlp_hidden=64, activation="relu", norm_first=norm_first).eval()
     theirs = nn.TransformerEncoderLayer(d, h, 64, dropout=0.0, batch_first=True, norm_first=norm_first).eval()
     with torch.no_grad():
-        _copy_attn(ours.attn, theirs.self_attn)
+        copy_attention(ours.attn, theirs.self_attn)
         _copy_mlp_norms(ours, theirs, [("ln1", "norm1"), ("ln2", "norm2")])
     x = torch.randn(2, 6, d)
     key_mask = torch.ones(2, 6, dtype=torch.bool)
@@ -48,8 +39,8 @@ def test_decoder_block_equals_torch_decoder_layer(norm_first):
         d, h, 48, dropout=0.0, activation="gelu", batch_first=True, norm_first=norm_first
     ).eval()
     with torch.no_grad():
-        _copy_attn(ours.self_attn, theirs.self_attn)
-        _copy_attn(ours.cross_attn, theirs.multihead_attn)
+        copy_attention(ours.self_attn, theirs.self_attn)
+        copy_attention(ours.cross_attn, theirs.multihead_attn)
         _copy_mlp_norms(ours, theirs, [("ln1", "norm1"), ("ln2", "norm2"), ("ln3", "norm3")])
     x, mem = torch.randn(2, 5, d), torch.randn(2, 8, d)
     mem_mask = torch.ones(2, 8, dtype=torch.bool)

@@ -8,6 +8,7 @@ from torch import nn
 from attnlab.attention import causal_mask
 from attnlab.decode import beam_search, greedy_decode
 from attnlab.models import RNNConfig, RNNSeq2Seq, Transformer, TransformerConfig
+from helpers import copy_attention, train_tiny_gpt
 
 
 def tiny_transformer(**kw):
@@ -79,25 +80,16 @@ def test_post_ln_transformer_equals_torch_transformer():
     t = nn.Transformer(32, 4, 2, 2, 64, dropout=0.0, batch_first=True).eval()
     t.encoder.norm, t.decoder.norm = nn.Identity(), nn.Identity()  # the paper's post-LN stack has no final norm
 
-    def copy_attn(ours, theirs):
-        if ours.cross:
-            theirs.in_proj_weight.copy_(torch.cat([ours.q_proj.weight, ours.kv_proj.weight]))
-            theirs.in_proj_bias.copy_(torch.cat([ours.q_proj.bias, ours.kv_proj.bias]))
-        else:
-            theirs.in_proj_weight.copy_(ours.qkv.weight)
-            theirs.in_proj_bias.copy_(ours.qkv.bias)
-        theirs.out_proj.load_state_dict(ours.out_proj.state_dict())
-
     with torch.no_grad():
         for ob, tb in zip(m.encoder.blocks, t.encoder.layers):
-            copy_attn(ob.attn, tb.self_attn)
+            copy_attention(ob.attn, tb.self_attn)
             tb.linear1.load_state_dict(ob.mlp.fc.state_dict())
             tb.linear2.load_state_dict(ob.mlp.proj.state_dict())
             tb.norm1.load_state_dict(ob.ln1.state_dict())
             tb.norm2.load_state_dict(ob.ln2.state_dict())
         for ob, tb in zip(m.decoder_blocks, t.decoder.layers):
-            copy_attn(ob.self_attn, tb.self_attn)
-            copy_attn(ob.cross_attn, tb.multihead_attn)
+            copy_attention(ob.self_attn, tb.self_attn)
+            copy_attention(ob.cross_attn, tb.multihead_attn)
             tb.linear1.load_state_dict(ob.mlp.fc.state_dict())
             tb.linear2.load_state_dict(ob.mlp.proj.state_dict())
             for a, b in (("ln1", "norm1"), ("ln2", "norm2"), ("ln3", "norm3")):
@@ -176,12 +168,7 @@ def test_empty_lines_warn_and_long_sentence_truncates(tmp_path, capsys):
 def test_gpt_checkpoint_given_to_translate(tmp_path, capsys):
     from attnlab.cli import main
 
-    corpus = tmp_path / "c.txt"
-    corpus.write_text("abc def ghi " * 200)
-    run = tmp_path / "gpt"
-    assert main(["train", "gpt", "--data", str(corpus), "--out", str(run), "--preset", "nano", "--block-size", "8",
-                 "--max-iters", "2", "--eval-interval", "2", "--eval-iters", "1", "--no-progress",
-                 "--sample-chars", "0"]) == 0
+    run = train_tiny_gpt(main, tmp_path)
     capsys.readouterr()
     assert main(["translate", "--ckpt", str(run), "hallo"]) == 2
     assert "needs a seq2seq model" in capsys.readouterr().err

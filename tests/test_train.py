@@ -93,3 +93,19 @@ def test_schedule():
     assert warmup_cosine(10, **kw) == pytest.approx(1.0)
     assert warmup_cosine(60, **kw) == pytest.approx(0.55)
     assert warmup_cosine(500, **kw) == pytest.approx(0.1)
+
+
+def test_activation_checkpointing_gives_the_same_gradients():
+    from attnlab.train.trainer import set_activation_checkpointing
+
+    torch.manual_seed(0)
+    m = GPT(GPTConfig(vocab_size=11, block_size=8, n_layer=2, n_head=2, n_embd=16))
+    x = torch.randint(0, 11, (3, 8))
+    m(x).square().mean().backward()
+    ref = [p.grad.clone() for p in m.parameters()]
+    m.zero_grad()
+    set_activation_checkpointing(m, True)
+    assert all(b.checkpoint_activations for b in m.blocks)
+    m(x).square().mean().backward()
+    for a, p in zip(ref, m.parameters()):
+        assert torch.allclose(a, p.grad, atol=1e-6)

@@ -5,6 +5,7 @@ import pytest
 from PIL import Image
 
 from attnlab.cli import main
+from helpers import train_tiny_gpt
 
 FAST = ["--max-iters", "40", "--eval-interval", "20", "--eval-iters", "1", "--batch-size", "32", "--no-progress"]
 
@@ -110,10 +111,5 @@ def test_rgb_folder_and_grayscale_conversion(tmp_path, digit_png, capsys):
 
 
 def test_gpt_checkpoint_given_to_predict(tmp_path, digit_png, capsys):
-    corpus = tmp_path / "c.txt"
-    corpus.write_text("abc def ghi " * 200)
-    run = tmp_path / "gpt"
-    assert main(["train", "gpt", "--data", str(corpus), "--out", str(run), "--preset", "nano", "--block-size", "8",
-                 "--max-iters", "2", "--eval-interval", "2", "--eval-iters", "1", "--no-progress",
-                 "--sample-chars", "0"]) == 0
+    run = train_tiny_gpt(main, tmp_path)
     assert "needs an image classifier" in _err(capsys, ["predict", "--ckpt", str(run), str(digit_png)])

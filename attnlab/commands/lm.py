@@ -9,8 +9,9 @@ from pathlib import Path
 
 from ..cli import _given
 
+
 def cmd_train_gpt(args) -> int:
-    from ..checkpoint import find_checkpoint, read_config
+    from ..checkpoint import ensure_new_run, find_checkpoint, read_config
     from ..data.text import prepare
     from ..errors import CheckpointError
     from ..models.gpt import GPT, GPT_PRESETS, GPTConfig
@@ -30,16 +31,11 @@ def cmd_train_gpt(args) -> int:
             raise CheckpointError(
                 f"--resume with model options {clash} that differ from the checkpoint's; drop them or start a new --out"
             )
-        tcfg = TrainConfig.from_dict({**saved.get("train", {}), **train_over})
+        tcfg = TrainConfig.from_dict({**saved.get("train", {}), **train_over}, strict=False)
         data_spec = args.data if args.data is not None else saved.get("data_spec")
         data = prepare(data_spec, out / "data", data_dir=args.data_dir, existing_tokenizer=saved["tokenizer"])
     else:
-        try:
-            find_checkpoint(out)
-            raise CheckpointError(f"{out} already holds a checkpoint; pass --resume to continue it, or choose another --out")
-        except CheckpointError as e:
-            if "already holds" in str(e):
-                raise
+        ensure_new_run(out)
         data_spec = args.data
         data = prepare(data_spec, out / "data", tokenizer=args.tokenizer or "char",
                        vocab_size=args.vocab_size, data_dir=args.data_dir)

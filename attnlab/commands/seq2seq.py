@@ -48,7 +48,7 @@ def _load_data(args, saved=None):
 
 
 def cmd_train_seq2seq(args) -> int:
-    from ..checkpoint import find_checkpoint, read_config
+    from ..checkpoint import ensure_new_run, find_checkpoint, read_config
     from ..models import RNNSeq2Seq, Transformer
     from ..train import TrainConfig, Trainer
     from ..train.tasks import Seq2SeqTask
@@ -60,13 +60,13 @@ def cmd_train_seq2seq(args) -> int:
         saved = read_config(find_checkpoint(out, prefer="last"))
         if saved.get("model_type") not in ("transformer", "rnn"):
             raise CheckpointError(f"{out} holds a {saved.get('model_type')} run, not a seq2seq run")
-    elif (out / "last").exists() or (out / "best").exists():
-        raise CheckpointError(f"{out} already holds a checkpoint; pass --resume to continue it, or choose another --out")
+    else:
+        ensure_new_run(out)
     spec, opts, data = _load_data(args, saved)
     if saved:
         cls = Transformer if saved["model_type"] == "transformer" else RNNSeq2Seq
         model_cfg = cls.config_class.from_dict(saved["model"])
-        tcfg = TrainConfig.from_dict({**saved.get("train", {}), **train_over})
+        tcfg = TrainConfig.from_dict({**saved.get("train", {}), **train_over}, strict=False)
         torch.manual_seed(tcfg.seed)
         model = cls(model_cfg)
     else:

@@ -21,7 +21,7 @@ def _preset_for(data_name: str, shape) -> str:
 
 
 def cmd_train_vision(args) -> int:
-    from ..checkpoint import find_checkpoint, read_config
+    from ..checkpoint import ensure_new_run, find_checkpoint, read_config
     from ..data.images import load_images
     from ..models import CNN, VIT_PRESETS, CNNConfig, ViT, ViTConfig
     from ..train import TrainConfig, Trainer
@@ -34,8 +34,8 @@ def cmd_train_vision(args) -> int:
         saved = read_config(find_checkpoint(out, prefer="last"))
         if saved.get("model_type") != args.arch:
             raise CheckpointError(f"{out} holds a {saved.get('model_type')} run, not a {args.arch} run")
-    elif (out / "last").exists() or (out / "best").exists():
-        raise CheckpointError(f"{out} already holds a checkpoint; pass --resume to continue it, or choose another --out")
+    else:
+        ensure_new_run(out)
     data_spec = saved.get("data_spec", args.data) if saved else args.data
     splits = load_images(data_spec, args.data_dir)
     c, h, w = splits.shape
@@ -48,7 +48,7 @@ def cmd_train_vision(args) -> int:
         clash = {k: v for k, v in model_over.items() if getattr(mcfg, k) != v}
         if clash:
             raise CheckpointError(f"--resume with model options {clash} that differ from the checkpoint's")
-        tcfg = TrainConfig.from_dict({**saved.get("train", {}), **train_over})
+        tcfg = TrainConfig.from_dict({**saved.get("train", {}), **train_over}, strict=False)
     else:
         tcfg = TrainConfig(**{**args.train_defaults, **train_over})
         common = dict(in_chans=c, num_classes=len(splits.labels), labels=splits.labels, image_size=h)

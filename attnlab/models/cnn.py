@@ -2,30 +2,25 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, fields
+from dataclasses import dataclass
 
 from torch import Tensor, nn
+
+from ..config import Config
 
 __all__ = ["CNNConfig", "CNN"]
 
 
 @dataclass
-class CNNConfig:
+class CNNConfig(Config):
     in_chans: int = 1
     num_classes: int = 10
     widths: tuple = (32, 64, 128)  # channels of each stage; each stage after the first halves H and W
     image_size: int = 28
     labels: list | None = None
 
-    def to_dict(self) -> dict:
-        d = asdict(self)
-        d["widths"] = list(self.widths)
-        return d
-
-    @classmethod
-    def from_dict(cls, d: dict) -> "CNNConfig":
-        known = {f.name for f in fields(cls)}
-        return cls(**{k: (tuple(v) if k == "widths" else v) for k, v in d.items() if k in known})
+    def __post_init__(self) -> None:
+        self.widths = tuple(self.widths)  # JSON gives a list back
 
 
 class CNN(nn.Module):

@@ -7,13 +7,14 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, fields
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..attention import KVCache
+from ..config import Config
 from ..blocks import TransformerBlock, init_gpt2_weights
 from ..position import ALiBi, RotaryEmbedding, SinusoidalPosition
 
@@ -23,7 +24,7 @@ POSITIONS = ("learned", "rope", "alibi", "sinusoidal")
 
 
 @dataclass
-class GPTConfig:
+class GPTConfig(Config):
     vocab_size: int = 50257
     block_size: int = 1024  # the context length: the most tokens the model can see at once
     n_layer: int = 12
@@ -46,17 +47,6 @@ class GPTConfig:
         for name in ("vocab_size", "block_size", "n_layer", "n_head", "n_embd"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be a positive integer, got {getattr(self, name)}")
-
-    def to_dict(self) -> dict:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, d: dict) -> "GPTConfig":
-        known = {f.name for f in fields(cls)}
-        unknown = set(d) - known
-        if unknown:
-            raise ValueError(f"unknown GPT config fields {sorted(unknown)}")
-        return cls(**d)
 
 
 GPT_PRESETS: dict[str, dict] = {

@@ -11,19 +11,20 @@ form the alignment matrix.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, fields
+from dataclasses import dataclass
 
 import torch
 from torch import Tensor, nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
+from ..config import Config
 from ..attention import AdditiveAttention, scaled_dot_product_attention
 
 __all__ = ["RNNConfig", "RNNSeq2Seq"]
 
 
 @dataclass
-class RNNConfig:
+class RNNConfig(Config):
     src_vocab: int = 8000
     tgt_vocab: int = 8000
     emb_dim: int = 256
@@ -40,14 +41,6 @@ class RNNConfig:
             raise ValueError(f"cell must be gru or lstm, got {self.cell!r}")
         if self.attention not in ("none", "additive", "dot"):
             raise ValueError(f"attention must be none, additive or dot, got {self.attention!r}")
-
-    def to_dict(self) -> dict:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, d: dict) -> "RNNConfig":
-        known = {f.name for f in fields(cls)}
-        return cls(**{k: v for k, v in d.items() if k in known})
 
 
 class RNNSeq2Seq(nn.Module):

@@ -12,11 +12,12 @@ same decoding interface used by greedy and beam search: ``encode``, ``start``, `
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, fields
+from dataclasses import dataclass
 
 import torch
 from torch import Tensor, nn
 
+from ..config import Config
 from ..blocks import DecoderBlock, Encoder
 from ..position import LearnedPosition, SinusoidalPosition
 
@@ -24,7 +25,7 @@ __all__ = ["TransformerConfig", "Transformer"]
 
 
 @dataclass
-class TransformerConfig:
+class TransformerConfig(Config):
     src_vocab: int = 8000
     tgt_vocab: int = 8000
     dim: int = 256
@@ -47,14 +48,6 @@ class TransformerConfig:
             raise ValueError(f"dim={self.dim} is not divisible by heads={self.heads}")
         if self.share_embeddings and self.src_vocab != self.tgt_vocab:
             raise ValueError("share_embeddings needs a joint vocabulary (src_vocab == tgt_vocab)")
-
-    def to_dict(self) -> dict:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, d: dict) -> "TransformerConfig":
-        known = {f.name for f in fields(cls)}
-        return cls(**{k: v for k, v in d.items() if k in known})
 
 
 class Transformer(nn.Module):

@@ -8,13 +8,14 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, fields
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 from einops import rearrange, repeat
 from torch import Tensor, nn
 
+from ..config import Config
 from ..blocks import Encoder
 from ..position import PEG, sincos_2d_encoding
 from ..tokens import PatchEmbed
@@ -23,7 +24,7 @@ __all__ = ["ViTConfig", "ViT", "VIT_PRESETS"]
 
 
 @dataclass
-class ViTConfig:
+class ViTConfig(Config):
     image_size: int = 32
     patch_size: int = 4
     in_chans: int = 3
@@ -57,17 +58,6 @@ class ViTConfig:
     def grid(self) -> tuple[int, int]:
         g = self.image_size // self.patch_size
         return g, g
-
-    def to_dict(self) -> dict:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, d: dict) -> "ViTConfig":
-        known = {f.name for f in fields(cls)}
-        unknown = set(d) - known
-        if unknown:
-            raise ValueError(f"unknown ViT config fields {sorted(unknown)}")
-        return cls(**d)
 
 
 VIT_PRESETS: dict[str, dict] = {

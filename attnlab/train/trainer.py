@@ -11,7 +11,7 @@ import contextlib
 import json
 import math
 import time
-from dataclasses import asdict, dataclass, fields
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -20,13 +20,14 @@ from torch import Tensor, nn
 from tqdm.auto import tqdm
 
 from ..checkpoint import find_checkpoint, load_trainer_state, load_weights, write_checkpoint
+from ..config import Config
 from ..errors import CheckpointError
 from . import distributed as D
 from .optim import adamw, warmup_cosine
 
 
 @dataclass
-class TrainConfig:
+class TrainConfig(Config):
     max_iters: int = 2000
     batch_size: int = 12
     grad_accum: int = 1  # micro-batches per optimizer step
@@ -48,14 +49,6 @@ class TrainConfig:
     progress: bool = True
     checkpoint_activations: bool = False  # recompute each block's activations in backward (saves memory)
     fsdp: bool = False  # under torchrun: fully sharded data parallel instead of DDP
-
-    def to_dict(self) -> dict:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, d: dict) -> "TrainConfig":
-        names = {f.name for f in fields(cls)}
-        return cls(**{k: v for k, v in d.items() if k in names})
 
 
 class Task(Protocol):

@@ -1,0 +1,1 @@
+"""Small, complete experiments from the lectures."""

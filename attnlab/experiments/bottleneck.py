@@ -1,0 +1,73 @@
+"""The bottleneck experiment: on the reverse task, sequence accuracy against input length for an
+RNN without attention (one context vector), an RNN with (Bahdanau) attention and a Transformer,
+each trained with the same number of steps and batch size."""
+
+from __future__ import annotations
+
+import random
+import time
+from pathlib import Path
+
+import torch
+
+from ..data.parallel import load_parallel, pad_batch, synthetic_pair
+from ..decode import greedy_decode
+from ..models import RNNConfig, RNNSeq2Seq, Transformer, TransformerConfig
+from ..train import TrainConfig, Trainer
+from ..train.tasks import Seq2SeqTask
+
+
+def make_models(vocab: int, max_len: int, small: bool) -> dict:
+    h = 64 if small else 128
+    rnn = dict(src_vocab=vocab, tgt_vocab=vocab, emb_dim=h // 2, hidden=h, dropout=0.0, max_len=max_len)
+    return {
+        "RNN (no attention)": RNNSeq2Seq(RNNConfig(**rnn, attention="none")),
+        "RNN + attention": RNNSeq2Seq(RNNConfig(**rnn, attention="additive")),
+        "Transformer": Transformer(TransformerConfig(src_vocab=vocab, tgt_vocab=vocab, dim=h, heads=4, enc_layers=2,
+                                                     dec_layers=2, ff_dim=2 * h, dropout=0.0, max_len=max_len)),
+    }
+
+
+@torch.no_grad()
+def accuracy_by_length(model, vocab, lengths, n: int = 100, seed: int = 0) -> dict[int, float]:
+    rng = random.Random(seed)
+    out = {}
+    for length in lengths:
+        pairs = [synthetic_pair("reverse", rng, length, length) for _ in range(n)]
+        src, mask = pad_batch([vocab.encode(s) for s, _ in pairs])
+        hyps = greedy_decode(model, src, mask, max_len=length + 2)
+        out[length] = sum(vocab.decode(h) == t for h, (_, t) in zip(hyps, pairs)) / n
+    return out
+
+
+def run(lengths=(5, 10, 20, 30, 40, 60), steps: int = 1500, batch_size: int = 64, out: Path | None = None,
+        small: bool = False, progress: bool = False) -> dict:
+    min_len, max_len = min(lengths), max(lengths)
+    data = load_parallel("reverse", min_len=min_len, max_len=max_len)
+    results = {}
+    for name, model in make_models(data.src_vocab.size, 2 * max_len + 4, small).items():
+        torch.manual_seed(0)
+        cfg = TrainConfig(max_iters=steps, batch_size=batch_size, lr=3e-3, min_lr=3e-5, warmup_iters=min(100, steps // 5),
+                          weight_decay=0.0, eval_interval=steps, eval_iters=2, progress=progress)
+        folder = (out or Path("runs/bottleneck")) / name.replace(" ", "_").replace("(", "").replace(")", "")
+        t0 = time.perf_counter()
+        Trainer(model, Seq2SeqTask(data, batch_size), cfg, folder).fit()
+        acc = accuracy_by_length(model.eval(), data.src_vocab, lengths)
+        results[name] = {"accuracy": acc, "seconds": time.perf_counter() - t0,
+                         "parameters": sum(p.numel() for p in model.parameters())}
+    return results
+
+
+def plot(results: dict, path: Path) -> Path:
+    from ..inspect.plots import _save, plt
+
+    fig, ax = plt.subplots(figsize=(5.5, 3.6), dpi=100)
+    for name, r in results.items():
+        xs = sorted(r["accuracy"])
+        ax.plot(xs, [r["accuracy"][x] for x in xs], "o-", label=name)
+    ax.set_xlabel("input length (symbols)")
+    ax.set_ylabel("sequence accuracy (reverse task)")
+    ax.set_ylim(-0.02, 1.02)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    return _save(fig, path)

@@ -1,0 +1,56 @@
+"""Multi30k German→English: train, then BLEU (sacreBLEU, beam search) on test_2016_flickr.
+
+Anchors (bentrevett/pytorch-seq2seq, on a GPU): a 9M-parameter 3+3-layer Transformer reaches
+BLEU 36.5 and a GRU with attention 28.3.
+
+    ATTNLAB_DATA=../shared/data python benchmarks/multi30k.py --arch transformer --iters 6000
+    ATTNLAB_DATA=../shared/data python benchmarks/multi30k.py --arch rnn-attention --iters 3000
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+MODELS = {
+    "transformer": ["--dim", "256", "--heads", "8", "--enc-layers", "3", "--dec-layers", "3", "--ff-dim", "512",
+                    "--dropout", "0.1", "--lr", "7e-4"],
+    "rnn-attention": ["--emb-dim", "256", "--hidden", "512", "--dropout", "0.3", "--lr", "1e-3"],
+    "rnn": ["--emb-dim", "256", "--hidden", "512", "--dropout", "0.3", "--lr", "1e-3"],
+}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--arch", choices=sorted(MODELS), default="transformer")
+    ap.add_argument("--iters", type=int, default=6000)
+    ap.add_argument("--batch-size", type=int, default=64)
+    ap.add_argument("--beam", type=int, default=5)
+    ap.add_argument("--out", default=None)
+    args = ap.parse_args()
+    out = Path(args.out or tempfile.mkdtemp(prefix=f"attnlab-m30k-{args.arch}-"))
+    cmd = [sys.executable, "-m", "attnlab", "train", "seq2seq", "--data", "multi30k", "--src", "de", "--tgt", "en",
+           "--arch", args.arch, "--vocab-size", "8000", "--max-iters", str(args.iters), "--batch-size",
+           str(args.batch_size), "--warmup-iters", "400", "--eval-interval", "1000", "--eval-iters", "10",
+           "--label-smoothing", "0.1", "--out", str(out), "--no-progress", *MODELS[args.arch]]
+    t0 = time.perf_counter()
+    subprocess.run(cmd, check=True)
+    wall = time.perf_counter() - t0
+    t1 = time.perf_counter()
+    r = subprocess.run([sys.executable, "-m", "attnlab", "eval", "--ckpt", str(out), "--json", "--beam",
+                        str(args.beam), "--batch-size", "64"], check=True, capture_output=True, text=True)
+    res = json.loads(r.stdout.strip().splitlines()[-1])
+    decode_s = time.perf_counter() - t1
+    print("| arch | iters | train min | test BLEU | perplexity | beam | eval s (1000 sentences) | signature |")
+    print("|---|---|---|---|---|---|---|---|")
+    print(f"| {args.arch} | {args.iters} | {wall / 60:.1f} | {res['bleu']:.2f} | {res['perplexity']:.2f} | {args.beam} "
+          f"| {decode_s:.0f} | {res['bleu_signature']} |")
+
+
+if __name__ == "__main__":
+    main()
