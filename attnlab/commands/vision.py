@@ -267,6 +267,7 @@ def _cka(args, model, meta, out) -> dict:
         fa = [torch.cat([b[j] for b in full_a]) for j in range(len(names_a))]
         fb = [torch.cat([b[j] for b in full_b]) for j in range(len(names_b))]
         m = np.array([[A.rbf_cka(a, b) for b in fb] for a in fa])
-    label_b = f"{args.compare} layer" if args.compare else "layer"
-    P.cka_png(m, out, xlabel=label_b, ylabel=f"{args.ckpt} layer", title=f"{args.kernel} CKA")
+    name_a = f"{model.model_type.upper()} ({Path(args.ckpt).name})"
+    name_b = f"{other.model_type.upper()} ({Path(args.compare).name})" if other is not None else name_a
+    P.cka_png(m, out, xlabel=f"{name_b} layer", ylabel=f"{name_a} layer", title=f"{args.kernel} CKA")
     return {"cka": m}
