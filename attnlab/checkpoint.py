@@ -104,6 +104,18 @@ def ensure_new_run(out: Path) -> None:
         raise CheckpointError(f"{out} already holds a checkpoint; pass --resume to continue it, or choose another --out")
 
 
+def run_config(out: Path, resume: bool, kinds: tuple[str, ...]) -> dict | None:
+    """The saved config of the run to resume (checked to be one of ``kinds``), or None for a
+    new run, after making sure no run is there to be overwritten."""
+    if not resume:
+        ensure_new_run(out)
+        return None
+    saved = read_config(find_checkpoint(out, prefer="last"))
+    if saved.get("model_type") not in kinds:
+        raise CheckpointError(f"{out} holds a {saved.get('model_type')} run, not a {' or '.join(kinds)} run")
+    return saved
+
+
 def read_config(ckpt: Path) -> dict:
     try:
         return json.loads((ckpt / CONFIG).read_text(encoding="utf-8"))

@@ -11,7 +11,7 @@ from ..cli import _given
 
 
 def cmd_train_gpt(args) -> int:
-    from ..checkpoint import ensure_new_run, find_checkpoint, read_config
+    from ..checkpoint import run_config
     from ..data.text import prepare
     from ..errors import CheckpointError
     from ..models.gpt import GPT, GPT_PRESETS, GPTConfig
@@ -20,11 +20,8 @@ def cmd_train_gpt(args) -> int:
     out = Path(args.out)
     model_over = _given(args, args.model_fields)
     train_over = _given(args, args.train_fields)
-    if args.resume:
-        ckpt = find_checkpoint(out, prefer="last")
-        saved = read_config(ckpt)
-        if saved.get("model_type") != "gpt":
-            raise CheckpointError(f"{out} holds a {saved.get('model_type')} run, not a GPT run")
+    saved = run_config(out, args.resume, ("gpt",))
+    if saved:
         mcfg = GPTConfig.from_dict(saved["model"])
         clash = {k: v for k, v in model_over.items() if getattr(mcfg, k) != v}
         if clash:
@@ -35,7 +32,6 @@ def cmd_train_gpt(args) -> int:
         data_spec = args.data if args.data is not None else saved.get("data_spec")
         data = prepare(data_spec, out / "data", data_dir=args.data_dir, existing_tokenizer=saved["tokenizer"])
     else:
-        ensure_new_run(out)
         data_spec = args.data
         data = prepare(data_spec, out / "data", tokenizer=args.tokenizer or "char",
                        vocab_size=args.vocab_size, data_dir=args.data_dir)

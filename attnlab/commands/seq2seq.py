@@ -48,20 +48,14 @@ def _load_data(args, saved=None):
 
 
 def cmd_train_seq2seq(args) -> int:
-    from ..checkpoint import ensure_new_run, find_checkpoint, read_config
+    from ..checkpoint import run_config
     from ..models import RNNSeq2Seq, Transformer
     from ..train import TrainConfig, Trainer
     from ..train.tasks import Seq2SeqTask
 
     out = Path(args.out)
     model_over, train_over = _given(args, args.model_fields), _given(args, args.train_fields)
-    saved = None
-    if args.resume:
-        saved = read_config(find_checkpoint(out, prefer="last"))
-        if saved.get("model_type") not in ("transformer", "rnn"):
-            raise CheckpointError(f"{out} holds a {saved.get('model_type')} run, not a seq2seq run")
-    else:
-        ensure_new_run(out)
+    saved = run_config(out, args.resume, ("transformer", "rnn"))
     spec, opts, data = _load_data(args, saved)
     if saved:
         cls = Transformer if saved["model_type"] == "transformer" else RNNSeq2Seq

@@ -21,7 +21,7 @@ def _preset_for(data_name: str, shape) -> str:
 
 
 def cmd_train_vision(args) -> int:
-    from ..checkpoint import ensure_new_run, find_checkpoint, read_config
+    from ..checkpoint import run_config
     from ..data.images import load_images
     from ..models import CNN, VIT_PRESETS, CNNConfig, ViT, ViTConfig
     from ..train import TrainConfig, Trainer
@@ -29,13 +29,7 @@ def cmd_train_vision(args) -> int:
 
     out = Path(args.out)
     model_over, train_over = _given(args, args.model_fields), _given(args, args.train_fields)
-    saved = None
-    if args.resume:
-        saved = read_config(find_checkpoint(out, prefer="last"))
-        if saved.get("model_type") != args.arch:
-            raise CheckpointError(f"{out} holds a {saved.get('model_type')} run, not a {args.arch} run")
-    else:
-        ensure_new_run(out)
+    saved = run_config(out, args.resume, (args.arch,))
     data_spec = saved.get("data_spec", args.data) if saved else args.data
     splits = load_images(data_spec, args.data_dir)
     c, h, w = splits.shape

@@ -22,7 +22,7 @@ class RemoteFile:
 
     def check(self, path: Path) -> str | None:
         """None when the file matches its checksum, else what was found."""
-        got = sha256_file(path) if self.sha256 else md5_file(path)
+        got = file_digest(path, "sha256" if self.sha256 else "md5")
         return None if got == (self.sha256 or self.md5) else got
 
 
@@ -67,16 +67,8 @@ def cache_dir() -> Path:
     return Path(base).expanduser()
 
 
-def sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
-def md5_file(path: Path) -> str:
-    h = hashlib.md5()
+def file_digest(path: Path, algorithm: str = "sha256") -> str:
+    h = hashlib.new(algorithm)
     with open(path, "rb") as f:
         for chunk in iter(lambda: f.read(1 << 20), b""):
             h.update(chunk)
