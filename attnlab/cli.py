@@ -70,7 +70,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--version", action="version", version=f"attnlab {__version__}")
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
 
-    train = sub.add_parser("train", help="train a model (gpt, vit, cnn)", description="Train a model with the shared trainer.")
+    train = sub.add_parser("train", help="train a model (gpt, vit, cnn, seq2seq)", description="Train a model with the shared trainer.")
     tsub = train.add_subparsers(dest="model", metavar="MODEL")
     gpt = tsub.add_parser(
         "gpt",
