@@ -223,20 +223,31 @@ def encdec_rows(device, quick) -> list[dict]:
     emb = nn.Embedding(v, d).to(device)
     ref = nn.Transformer(d, 8, 3, 3, 512, dropout=0.0, batch_first=True).to(device)
     head = nn.Linear(d, v).to(device)
-    src = torch.randint(4, v, (b, s_len), device=device)
-    tgt = torch.randint(4, v, (b, s_len), device=device)
-    mask = nn.Transformer.generate_square_subsequent_mask(s_len, device=device)
+    gen = torch.Generator().manual_seed(0)
 
-    def ref_loss():
-        out = ref(emb(src), emb(tgt), tgt_mask=mask, tgt_is_causal=True)
-        return F.cross_entropy(head(out).flatten(0, 1), tgt.flatten())
+    def padded_batch():  # sentences of random length, right-padded with id 0, as real batches are
+        ids = torch.randint(4, v, (b, s_len), generator=gen)
+        lengths = torch.randint(s_len // 2, s_len + 1, (b, 1), generator=gen)
+        return ids.masked_fill(torch.arange(s_len) >= lengths, 0).to(device)
+
+    src, tgt = padded_batch(), padded_batch()
+    src_pad, tgt_pad = src == 0, tgt == 0  # True = padding, torch's convention
+    causal = torch.ones(s_len, s_len, dtype=torch.bool, device=device).triu(1)  # True = may not attend
+
+    def ref_loss():  # both models mask the same padding and ignore it in the loss
+        out = ref(emb(src), emb(tgt), tgt_mask=causal, tgt_is_causal=True, src_key_padding_mask=src_pad,
+                  tgt_key_padding_mask=tgt_pad, memory_key_padding_mask=src_pad)
+        return F.cross_entropy(head(out).flatten(0, 1), tgt.flatten(), ignore_index=0)
+
+    def our_loss():
+        return F.cross_entropy(ours(src, tgt).flatten(0, 1), tgt.flatten(), ignore_index=0)
 
     ref_params = [*ref.parameters(), *emb.parameters(), *head.parameters()]
     ref_model = nn.ModuleList([ref, emb, head])
-    t_ours = time_it(_train_step(ours, lambda: F.cross_entropy(ours(src, tgt).flatten(0, 1), tgt.flatten())),
-                     repeat=3, device=device)
-    t_ref = time_it(_train_step(ref_model, ref_loss, ref_params), repeat=3, device=device)
-    tok = b * s_len
+    repeat = 3 if quick else 10
+    t_ours = time_it(_train_step(ours, our_loss), repeat=repeat, device=device)
+    t_ref = time_it(_train_step(ref_model, ref_loss, ref_params), repeat=repeat, device=device)
+    tok = int((~src_pad).sum() + (~tgt_pad).sum()) // 2  # real tokens per side
     return [_row(f"enc-dec train 3+3L d=256 T={s_len} B={b}", "tokens/s", tok / t_ours, tok / t_ref,
                  "torch.nn.Transformer")]
 

@@ -197,6 +197,7 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--max-tokens", type=int, default=200_000, help="LM: evaluate at most this many tokens (default 200000)")
     e.add_argument("--out", default=None, help="classifiers: confusion-matrix PNG (default: <run>/confusion.png)")
     e.add_argument("--beam", type=int, default=1, help="seq2seq: beam size for BLEU (default 1 = greedy)")
+    e.add_argument("--alpha", type=float, default=1.0, help="seq2seq: beam length penalty exponent (default 1.0)")
     e.add_argument("--max-sentences", type=int, default=100_000, help="seq2seq: evaluate at most this many")
     e.add_argument("--json", action="store_true", help="print the metrics as one JSON object")
     e.add_argument("--device", default="auto", help="auto | cpu | cuda")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import sys
+import time
 import warnings
 from pathlib import Path
 
@@ -153,18 +154,22 @@ def cmd_eval_seq2seq(args) -> int:
             logits = model(src, tin, mask)
             total += F.cross_entropy(logits.float().flatten(0, 1), tout.flatten(), ignore_index=0, reduction="sum").item()
             count += int((tout != 0).sum())
-    hyps = translate_texts(model, sv, tv, [s for s, _ in texts[:n]], beam=args.beam, device=dev)
+    t0 = time.perf_counter()
+    hyps = translate_texts(model, sv, tv, [s for s, _ in texts[:n]], beam=args.beam, alpha=args.alpha, device=dev)
+    decode_s = time.perf_counter() - t0
     refs = [t for _, t in texts[:n]]
     metric = sacrebleu.BLEU()
     bleu = metric.corpus_score(hyps, [refs])
     res = {"data": data.name, "split": split, "sentences": n, "loss": total / count, "perplexity": math.exp(total / count),
            "bleu": bleu.score, "bleu_signature": str(metric.get_signature()),
-           "exact_match": sum(h == r for h, r in zip(hyps, refs)) / n, "beam": args.beam}
+           "exact_match": sum(h == r for h, r in zip(hyps, refs)) / n, "beam": args.beam,
+           "decode_s": decode_s, "sentences_per_s": n / decode_s}
     if args.json:
         print(json.dumps(res))
     else:
         print(f"{data.name} [{split}], {n} sentences: perplexity {res['perplexity']:.2f}, BLEU {bleu.score:.2f} "
-              f"({res['bleu_signature']}), exact match {res['exact_match']:.3f}, beam {args.beam}")
+              f"({res['bleu_signature']}), exact match {res['exact_match']:.3f}, beam {args.beam} "
+              f"({res['sentences_per_s']:.1f} sentences/s)")
     return 0
 
 

@@ -70,16 +70,15 @@ def _drop_empty(pairs, name):
 
 
 def multi30k(src_lang: str, tgt_lang: str, data_dir: str | None = None) -> dict[str, list[tuple[str, str]]]:
-    """Multi30k task 1 (train / val / test_2016_flickr) from <data dir>/multi30k."""
+    """Multi30k task 1 (train / val / test_2016_flickr) from <data dir>/multi30k, or downloaded
+    (SHA-256 checked) into the cache when the data directory does not hold it."""
     if {src_lang, tgt_lang} != set(LANGS):
         raise DataError(f"Multi30k here is German–English; unknown language pair {src_lang}-{tgt_lang} "
                         "(use --src de --tgt en or --src en --tgt de)")
-    d = sources.data_dir(data_dir)
-    root = d / "multi30k" if d is not None else None
-    if root is None or not root.is_dir():
-        raise DataError("Multi30k not found: set ATTNLAB_DATA (or --data-dir) to a folder with multi30k/train.de.gz etc.")
+    # the data directory first, then the download cache, then a checked download
+    files = {p.name: p for p in sources.resolve("multi30k", data_dir)}
     splits = {"train": "train", "val": "val", "test": "test_2016_flickr"}
-    return {k: read_pairs(root / f"{v}.{src_lang}.gz", root / f"{v}.{tgt_lang}.gz") for k, v in splits.items()}
+    return {k: read_pairs(files[f"{v}.{src_lang}.gz"], files[f"{v}.{tgt_lang}.gz"]) for k, v in splits.items()}
 
 
 # ---- synthetic tasks -------------------------------------------------------------------------

@@ -47,6 +47,19 @@ NAMED: dict[str, list[RemoteFile]] = {
             "f7ae60f92e00ec6debd23a6088c31dbd2371eca3ffa0defaefb259924204aec6",
         ),
     ],
+    # Multi30k task 1, raw (cased, untokenised) files, pinned to a commit of multi30k/dataset
+    "multi30k": [
+        RemoteFile(f"multi30k/{name}", f"https://raw.githubusercontent.com/multi30k/dataset/"
+                   f"a3d2e0d26b56f3846f66a952536ffed4e401d05a/data/task1/raw/{name}", sha)
+        for name, sha in [
+            ("train.de.gz", "726e39b2fa9eb9ffb6dc763fb35a179f80fae06ffc5d28b6ace5faa883de28a6"),
+            ("train.en.gz", "d79cfa999dd4c51d2cb42499b6796d5a882c3a8a961923c25a898c90f8bbd56f"),
+            ("val.de.gz", "f0cba2f995189cf5770f29a8a9a537a3ad3f51657ad873405082ff6863a5e75a"),
+            ("val.en.gz", "14f7d25ddd868909a9213e361768460edcacdd6ab9d1e77b92560dc10c10dc28"),
+            ("test_2016_flickr.de.gz", "9204244e408ccb38d2a55cfcd344df15005fc42a07a6e55ca6c52b6ababb8cc8"),
+            ("test_2016_flickr.en.gz", "611d361c6334bc7246101d48097c13cf5c4413c5befc793cc629934359d532d9"),
+        ]
+    ],
     "cifar10": [
         RemoteFile(
             "cifar-10-python.tar.gz",
