@@ -22,7 +22,26 @@ def tiny_rnn(**kw):
 
 
 MODELS = [tiny_transformer, lambda: tiny_transformer(norm_first=True, pos="learned"), tiny_rnn,
-          lambda: tiny_rnn(attention="dot", cell="lstm"), lambda: tiny_rnn(attention="none", bidirectional=False)]
+          lambda: tiny_rnn(attention="dot", cell="lstm"), lambda: tiny_rnn(attention="none", bidirectional=False),
+          lambda: tiny_rnn(readout=24)]
+
+
+@pytest.mark.parametrize("make", MODELS)
+def test_teacher_forced_forward_equals_step_by_step_decoding(make):
+    """The training pass (all target positions at once, batched readout) and the incremental
+    decoding interface (encode/start/step, KV caches) compute the same distributions."""
+    torch.manual_seed(0)
+    m = make()
+    src = torch.tensor([[5, 6, 7, 8, 0, 0], [4, 5, 6, 7, 8, 9]])
+    tgt = torch.tensor([[1, 5, 6, 7], [1, 9, 8, 7]])
+    with torch.no_grad():
+        full = m(src, tgt, src != 0).log_softmax(-1)
+        state = m.start(m.encode(src, src != 0), max_len=tgt.shape[1])
+        steps = []
+        for t in range(tgt.shape[1]):
+            lp, state = m.step(state, tgt[:, t])
+            steps.append(lp)
+    assert torch.allclose(full, torch.stack(steps, 1), atol=1e-5)
 
 
 @pytest.mark.parametrize("make", MODELS)

@@ -6,7 +6,8 @@ state), at every step: the bottleneck. With attention it computes a new context 
     e_{t,i} = f_att(s_{t-1}, h_i),   a_t = softmax(e_t),   c_t = Σ_i a_{t,i} h_i,
 
 with f_att additive (Bahdanau) or scaled dot-product (Luong "general"), and the weights a_{t,i}
-form the alignment matrix.
+form the alignment matrix. The next-token distribution is softmax(W_o [s_t; c_t; E y_{t-1}]), or with
+``readout`` > 0 Bahdanau's deep output softmax(W_o maxout(W [s_t; c_t; E y_{t-1}])).
 """
 
 from __future__ import annotations
@@ -35,12 +36,15 @@ class RNNConfig(Config):
     attention: str = "additive"  # none | additive | dot
     dropout: float = 0.2
     max_len: int = 256
+    readout: int = 0  # > 0: Bahdanau's deep output, a maxout layer of this width before the vocabulary
 
     def __post_init__(self) -> None:
         if self.cell not in ("gru", "lstm"):
             raise ValueError(f"cell must be gru or lstm, got {self.cell!r}")
         if self.attention not in ("none", "additive", "dot"):
             raise ValueError(f"attention must be none, additive or dot, got {self.attention!r}")
+        if self.readout < 0:
+            raise ValueError(f"readout must be >= 0 (0 = no maxout layer), got {self.readout}")
 
 
 class RNNSeq2Seq(nn.Module):
@@ -69,7 +73,10 @@ class RNNSeq2Seq(nn.Module):
         elif c.attention == "dot":
             self.attn_query = nn.Linear(c.hidden, enc_dim, bias=False)  # Luong "general": s W h
         self.drop = nn.Dropout(c.dropout)
-        self.out = nn.Linear(c.hidden + enc_dim + c.emb_dim, c.tgt_vocab)
+        n_features = c.hidden + enc_dim + c.emb_dim  # [s_t; c_t; E y_{t-1}]
+        if c.readout > 0:  # t = maxout(W [s; c; E y]) of width `readout`, then the vocabulary
+            self.readout = nn.Linear(n_features, 2 * c.readout)
+        self.out = nn.Linear(c.readout or n_features, c.tgt_vocab)
         self.teacher_forcing = 1.0
         self.last_alignment: Tensor | None = None
 
@@ -108,29 +115,45 @@ class RNNSeq2Seq(nn.Module):
                                                   return_weights=True)
         return ctx[:, 0], w[:, 0]
 
-    def _step(self, state: dict, prev: Tensor) -> tuple[Tensor, Tensor | None]:
+    def _features(self, state: dict, prev: Tensor) -> tuple[Tensor, Tensor | None]:
+        """One recurrence step: [s_t; c_t; E y_{t-1}] (B, n_features) and the attention weights."""
         emb = self.drop(self.tgt_emb(prev))  # (B, E)
         ctx, w = self._context(state)
         out, state["hidden"] = self.decoder(torch.cat([emb, ctx], -1)[:, None], state["hidden"])
-        logits = self.out(self.drop(torch.cat([out[:, 0], ctx, emb], -1)))
-        return logits, w
+        return torch.cat([out[:, 0], ctx, emb], -1), w
+
+    def _logits(self, features: Tensor) -> Tensor:
+        """(..., n_features) -> (..., tgt_vocab)."""
+        x = self.drop(features)
+        if self.config.readout > 0:
+            x = self.readout(x).unflatten(-1, (-1, 2)).amax(-1)  # maxout over pairs of units
+        return self.out(x)
+
+    def _step(self, state: dict, prev: Tensor) -> tuple[Tensor, Tensor | None]:
+        features, w = self._features(state, prev)
+        return self._logits(features), w
 
     def forward(self, src: Tensor, tgt_in: Tensor, src_mask: Tensor | None = None) -> Tensor:
         state = self.encode(src, src_mask)
-        logits, weights = [], []
+        own_predictions = self.training and self.teacher_forcing < 1.0
+        features, logits, weights = [], [], []
         prev = tgt_in[:, 0]
         for t in range(tgt_in.shape[1]):
-            lg, w = self._step(state, prev)
-            logits.append(lg)
+            f, w = self._features(state, prev)
             weights.append(w)
+            if own_predictions:  # the next input may be the model's own guess: logits needed now
+                logits.append(self._logits(f))
+            else:
+                features.append(f)
             if t + 1 < tgt_in.shape[1]:
                 prev = tgt_in[:, t + 1]
-                if self.training and self.teacher_forcing < 1.0:
+                if own_predictions:
                     use_own = torch.rand(prev.shape[0], device=prev.device) >= self.teacher_forcing
-                    prev = torch.where(use_own, lg.argmax(-1), prev)
+                    prev = torch.where(use_own, logits[-1].argmax(-1), prev)
         if weights[0] is not None:
             self.last_alignment = torch.stack(weights, 1).detach()  # (B, T, S)
-        return torch.stack(logits, 1)
+        # with the inputs known, the readout (the largest matmul) runs once for all steps
+        return torch.stack(logits, 1) if own_predictions else self._logits(torch.stack(features, 1))
 
     # ---- incremental decoding interface -----------------------------------------------------
     def start(self, state: dict, max_len: int) -> dict:
