@@ -252,8 +252,12 @@ def encdec_rows(device, quick) -> list[dict]:
                  "torch.nn.Transformer")]
 
 
+GROUPS = ("attention", "gpt", "generate", "vit", "encdec")
+
+
 def run(quick: bool = False, compile_: bool | None = None, json_path: str | None = None,
-        markdown_path: str | None = None, device: str = "auto") -> list[dict]:
+        markdown_path: str | None = None, device: str = "auto", only: list[str] | None = None) -> list[dict]:
+    """``only``: a subset of :data:`GROUPS` (default all)."""
     from .train.trainer import cpu_has_fast_bf16, pick_device
 
     dev = pick_device(device)
@@ -264,11 +268,14 @@ def run(quick: bool = False, compile_: bool | None = None, json_path: str | None
             + ", ".join(f"{str(dt).replace('torch.', '')} {p / 1e9:,.0f} GFLOP/s" for dt, p in peaks.items()))
     print(head, file=sys.stderr, flush=True)
     compile_ = (dev.type == "cuda") if compile_ is None else compile_
-    rows = attention_rows(dev, [256, 1024] if quick else [256, 1024, 4096], 3 if quick else 5)
-    rows += gpt_rows(dev, dtypes, peaks, quick, compile_ and not quick)
-    rows += generation_rows(dev, quick)
-    rows += vit_rows(dev, quick)
-    rows += encdec_rows(dev, quick)
+    groups = {
+        "attention": lambda: attention_rows(dev, [256, 1024] if quick else [256, 1024, 4096], 3 if quick else 5),
+        "gpt": lambda: gpt_rows(dev, dtypes, peaks, quick, compile_ and not quick),
+        "generate": lambda: generation_rows(dev, quick),
+        "vit": lambda: vit_rows(dev, quick),
+        "encdec": lambda: encdec_rows(dev, quick),
+    }
+    rows = [row for name in (only or GROUPS) for row in groups[name]()]
     table = markdown_table(rows, COLUMNS)
     print(head + "\n\n" + table)
     if json_path:

@@ -165,6 +165,8 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--quick", action="store_true", help="small shapes: about a minute on 2 CPU cores")
     b.add_argument("--compile", action=argparse.BooleanOptionalAction, default=None,
                    help="add torch.compile rows (default: on with CUDA, off on CPU where compiling takes minutes)")
+    b.add_argument("--only", nargs="+", choices=["attention", "gpt", "generate", "vit", "encdec"], default=None,
+                   help="run only these row groups (default: all)")
     b.add_argument("--json", default=None, help="write the table as JSON to this file")
     b.add_argument("--markdown", default=None, help="write the table as Markdown to this file")
     b.add_argument("--device", default="auto", help="auto | cpu | cuda")

@@ -47,5 +47,6 @@ def cmd_inspect(args) -> int:
 def cmd_bench(args) -> int:
     from ..bench import run
 
-    run(quick=args.quick, compile_=args.compile, json_path=args.json, markdown_path=args.markdown, device=args.device)
+    run(quick=args.quick, compile_=args.compile, json_path=args.json, markdown_path=args.markdown, device=args.device,
+        only=args.only)
     return 0
