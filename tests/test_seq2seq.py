@@ -147,7 +147,8 @@ def test_tiny_models_learn_copy(arch, tmp_path, capsys):
     assert main(["eval", "--ckpt", str(out), "--json", "--max-sentences", "200"]) == 0
     res = json.loads(capsys.readouterr().out)
     assert res["exact_match"] == 1.0, res
-    assert res["bleu"] == pytest.approx(100.0) and res["sentences_per_s"] > 0, res
+    # (BLEU itself is 0 here: each copied string is one word, so there are no 2- to 4-grams)
+    assert res["sentences_per_s"] == pytest.approx(200 / res["decode_s"]), res
 
 
 def test_bad_parallel_data(tmp_path, capsys):
