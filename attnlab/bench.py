@@ -252,12 +252,9 @@ def encdec_rows(device, quick) -> list[dict]:
                  "torch.nn.Transformer")]
 
 
-GROUPS = ("attention", "gpt", "generate", "vit", "encdec")
-
-
 def run(quick: bool = False, compile_: bool | None = None, json_path: str | None = None,
         markdown_path: str | None = None, device: str = "auto", only: list[str] | None = None) -> list[dict]:
-    """``only``: a subset of :data:`GROUPS` (default all)."""
+    """``only``: some of the row groups attention, gpt, generate, vit, encdec (default all)."""
     from .train.trainer import cpu_has_fast_bf16, pick_device
 
     dev = pick_device(device)
@@ -275,7 +272,7 @@ def run(quick: bool = False, compile_: bool | None = None, json_path: str | None
         "vit": lambda: vit_rows(dev, quick),
         "encdec": lambda: encdec_rows(dev, quick),
     }
-    rows = [row for name in (only or GROUPS) for row in groups[name]()]
+    rows = [row for name in (only or groups) for row in groups[name]()]
     table = markdown_table(rows, COLUMNS)
     print(head + "\n\n" + table)
     if json_path:
