@@ -18,7 +18,7 @@ import shutil
 from pathlib import Path
 
 import torch
-from safetensors import SafetensorError
+from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_file, load_model as st_load_model, save_file, save_model as st_save_model
 from torch import nn
 
@@ -51,6 +51,9 @@ def build_model(config: dict) -> nn.Module:
         return cls(cls.config_class.from_dict(config["model"]))
     except (ValueError, TypeError, KeyError) as e:
         raise CheckpointError(f"checkpoint config does not describe a valid {mtype} model: {e}") from None
+    except (RuntimeError, MemoryError) as e:  # sizes that pass the checks but do not fit in memory
+        raise CheckpointError(f"the {mtype} model this config describes does not fit in memory "
+                              f"({str(e).splitlines()[0][:120]})") from None
 
 
 def write_checkpoint(
@@ -81,21 +84,55 @@ def write_checkpoint(
         shutil.rmtree(old, ignore_errors=True)
         os.replace(path, old)
     os.replace(tmp, path)
+    _fsync_dir(path.parent)  # the renames themselves survive a power cut
     shutil.rmtree(old, ignore_errors=True)
 
 
+def _fsync_dir(folder: Path) -> None:
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
 def find_checkpoint(path: str | Path, prefer: str = "best") -> Path:
-    """The checkpoint folder for ``path``: itself, or ``best/``/``last/`` inside a run folder."""
+    """The checkpoint folder for ``path``: itself, or ``best/``/``last/`` inside a run folder.
+
+    A ``<name>.old`` folder is a complete checkpoint left by a swap that a crash interrupted;
+    it stands in for ``<name>`` (``recover_run`` puts it back in place)."""
     path = Path(path)
     if not path.exists():
         raise CheckpointError(f"checkpoint {path} does not exist; give a run folder written by `attnlab train`")
+    if path.is_file():
+        raise CheckpointError(f"{path} is a file; give the run folder (or checkpoint folder) that holds config.json")
     if (path / CONFIG).is_file():
         return path
-    order = [prefer, "last" if prefer == "best" else "best"]
-    for name in order + [f"{n}.old" for n in order]:  # .old: a swap was interrupted
-        if (path / name / CONFIG).is_file():
+    other = "last" if prefer == "best" else "best"
+    for name in (prefer, f"{prefer}.old", other, f"{other}.old"):
+        if (path / name / CONFIG).is_file() and (path / name / WEIGHTS).is_file():
             return path / name
     raise CheckpointError(f"{path} holds no checkpoint (no config.json in it, in best/ or in last/)")
+
+
+def recover_run(out: Path) -> None:
+    """Finish what a crash interrupted in ``out``: a swap stopped between its two renames leaves
+    a complete ``<name>.old`` and no ``<name>`` (put it back); a stopped write leaves a partial
+    ``<name>.tmp`` (remove it); a swap stopped just before cleaning up leaves both (drop the old)."""
+    for name in ("last", "best"):
+        cur, old, tmp = out / name, out / f"{name}.old", out / f"{name}.tmp"
+        shutil.rmtree(tmp, ignore_errors=True)
+        if old.is_dir():
+            if (cur / CONFIG).is_file():
+                shutil.rmtree(old, ignore_errors=True)
+            elif (old / CONFIG).is_file():
+                shutil.rmtree(cur, ignore_errors=True)
+                os.replace(old, cur)
 
 
 def ensure_new_run(out: Path) -> None:
@@ -104,29 +141,136 @@ def ensure_new_run(out: Path) -> None:
         raise CheckpointError(f"{out} already holds a checkpoint; pass --resume to continue it, or choose another --out")
 
 
+def check_writable(out: Path) -> None:
+    """A clear error before any work when ``out`` cannot hold a run (a file, read-only, ...)."""
+    out = Path(out)
+    if out.exists() and not out.is_dir():
+        raise CheckpointError(f"--out {out} is an existing file, not a folder; choose another --out")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        probe = out / f".write-test-{os.getpid()}"
+        probe.write_bytes(b"x")
+        probe.unlink()
+    except OSError as e:
+        raise CheckpointError(f"cannot write to --out {out} ({e.strerror or e}); choose a writable folder") from None
+
+
+class RunLock:
+    """An exclusive lock on a run folder (``<out>/.lock``), held while one training writes to it.
+
+    It is an advisory ``flock``: the kernel drops it when the process ends, however it ends, so a
+    lock left by a crash is never in the way. The file keeps the holder's PID for the message."""
+
+    def __init__(self, out: Path) -> None:
+        self.path = Path(out) / ".lock"
+        self._fh = None
+
+    def acquire(self) -> "RunLock":
+        try:
+            import fcntl
+        except ImportError:  # no flock (Windows): no lock
+            return self
+        fh = open(self.path, "a+")
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            fh.seek(0)
+            holder = fh.read().strip() or "?"
+            fh.close()
+            raise CheckpointError(f"another training (pid {holder}) is writing to {self.path.parent}; wait for it to "
+                                  "finish or choose another --out") from None
+        fh.seek(0)
+        fh.truncate()
+        fh.write(str(os.getpid()))
+        fh.flush()
+        self._fh = fh
+        return self
+
+    def release(self) -> None:
+        if self._fh is not None:
+            self._fh.close()  # closing the file drops the flock
+            self._fh = None
+
+
+_held_locks: dict[str, RunLock] = {}
+
+
 def run_config(out: Path, resume: bool, kinds: tuple[str, ...]) -> dict | None:
-    """The saved config of the run to resume (checked to be one of ``kinds``), or None for a
-    new run, after making sure no run is there to be overwritten."""
+    """Claim ``out`` for a training run and return the saved config of the run to resume
+    (checked to be one of ``kinds``), or None for a new run.
+
+    Before anything is written: ``out`` must be a writable folder, no other training may hold
+    it (the lock is kept until the process exits), a crash's leftovers are repaired, and a new
+    run never overwrites an existing one."""
+    out = Path(out)
+    created = not out.exists()
+    check_writable(out)
+    if int(os.environ.get("RANK", "0")) == 0:  # under torchrun only rank 0 writes, so only it locks
+        key = str(out.resolve())
+        if key not in _held_locks:
+            _held_locks[key] = RunLock(out).acquire()
+            _held_locks[key].created = created
+    recover_run(out)
     if not resume:
         ensure_new_run(out)
         return None
-    saved = read_config(find_checkpoint(out, prefer="last"))
+    if not any((out / n / CONFIG).is_file() for n in ("last", "best")):
+        raise CheckpointError(f"{out} holds no checkpoint to resume; run again without --resume to start it")
+    ckpt = find_checkpoint(out, prefer="last")
+    if ckpt.name != "last":
+        raise CheckpointError(f"{out} has no last/ checkpoint with trainer state (only {ckpt.name}/); start a new "
+                              "run, or train from its weights in another --out")
+    saved = read_config(ckpt)
     if saved.get("model_type") not in kinds:
         raise CheckpointError(f"{out} holds a {saved.get('model_type')} run, not a {' or '.join(kinds)} run")
     return saved
 
 
+def abandon_new_runs() -> None:
+    """After an error: remove run folders this process created that hold no checkpoint yet, so
+    that a refused command leaves nothing behind."""
+    for key, lock in list(_held_locks.items()):
+        out = Path(key)
+        lock.release()
+        del _held_locks[key]
+        if getattr(lock, "created", False) and not any((out / n).exists() for n in ("last", "best", "last.old")):
+            shutil.rmtree(out, ignore_errors=True)
+
+
+def release_runs() -> None:
+    """Drop every run lock this process holds (the process exiting does the same)."""
+    for key in list(_held_locks):
+        _held_locks.pop(key).release()
+
+
 def read_config(ckpt: Path) -> dict:
     try:
-        return json.loads((ckpt / CONFIG).read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError) as e:
+        cfg = json.loads((ckpt / CONFIG).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
         raise CheckpointError(f"{ckpt / CONFIG} is unreadable or corrupt ({e}); use another checkpoint") from None
+    if not isinstance(cfg, dict):
+        raise CheckpointError(f"{ckpt / CONFIG} holds a JSON {type(cfg).__name__}, not an object; it is not an "
+                              "attnlab or HuggingFace config")
+    return cfg
 
 
 def load_weights(model: nn.Module, ckpt: Path) -> None:
+    """Load ``model.safetensors`` into ``model``, after checking that the file is whole, that its
+    tensors have the shapes the config implies, and that every value is finite."""
     f = ckpt / WEIGHTS
     if not f.is_file():
         raise CheckpointError(f"{f} is missing; the checkpoint is incomplete, use another one")
+    try:
+        with safe_open(str(f), framework="pt") as fh:
+            shapes = {k: tuple(fh.get_slice(k).get_shape()) for k in fh.keys()}
+    except (SafetensorError, OSError, ValueError) as e:
+        raise CheckpointError(f"{f} is truncated or corrupt ({str(e).splitlines()[0]}); use another checkpoint") from None
+    expected = model.state_dict()
+    wrong = [(k, shapes[k], tuple(expected[k].shape)) for k in shapes if k in expected and shapes[k] != tuple(expected[k].shape)]
+    if wrong:
+        k, got, want = wrong[0]
+        raise CheckpointError(f"{f} does not match its config: {k} has shape {list(got)} but the config implies "
+                              f"{list(want)} ({len(wrong)} tensor(s) differ); the config.json belongs to another model")
     try:
         missing, unexpected = st_load_model(model, str(f), strict=False)
     except (SafetensorError, OSError, RuntimeError, ValueError) as e:
@@ -135,6 +279,10 @@ def load_weights(model: nn.Module, ckpt: Path) -> None:
         raise CheckpointError(
             f"{f} does not match its config: missing {sorted(missing)[:3]}, unexpected {sorted(unexpected)[:3]}"
         )
+    bad = next((n for n, t in model.state_dict().items() if t.is_floating_point() and not torch.isfinite(t).all()), None)
+    if bad is not None:
+        raise CheckpointError(f"{f} holds NaN or infinite values (first in {bad}): the run diverged before it was "
+                              "saved; use an earlier checkpoint")
 
 
 def load_trainer_state(ckpt: Path) -> tuple[dict, dict[str, torch.Tensor]]:

@@ -96,12 +96,14 @@ def _sincos_1d(dim: int, pos: Tensor) -> Tensor:
 
 
 def sincos_2d_encoding(grid_h: int, grid_w: int, dim: int) -> Tensor:
-    """2-D sin-cos for a patch grid (MAE / "ViT baseline"): half the width encodes the row,
-    half the column. Returns (grid_h * grid_w, D), row-major like the patch order."""
+    """2-D sin-cos for a patch grid (MAE / big_vision "ViT baseline"): the first half of the
+    width encodes the column (x, w), the second half the row (y, h), as in MAE's
+    ``get_2d_sincos_pos_embed``, so their tables and figures line up with attnlab's.
+    Returns (grid_h * grid_w, D), row-major like the patch order."""
     if dim % 4:
         raise ValueError(f"2-D sin-cos encoding needs a width divisible by 4, got {dim}")
     rows, cols = torch.meshgrid(torch.arange(grid_h), torch.arange(grid_w), indexing="ij")
-    emb = torch.cat([_sincos_1d(dim // 2, rows), _sincos_1d(dim // 2, cols)], dim=1)
+    emb = torch.cat([_sincos_1d(dim // 2, cols), _sincos_1d(dim // 2, rows)], dim=1)
     return emb.float()
 
 

@@ -6,6 +6,10 @@ import torch
 
 torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
 
+# The suite runs the same on every CPU: `--dtype auto` sees "no fast bf16" unless a test says
+# otherwise (tests/test_dtype.py runs both branches by setting this itself). Subprocesses inherit it.
+os.environ["ATTNLAB_FAST_BF16"] = "0"
+
 
 @pytest.fixture(autouse=True)
 def _seed():

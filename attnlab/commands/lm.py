@@ -7,28 +7,21 @@ import math
 import sys
 from pathlib import Path
 
-from ..cli import _given
+from .common import given, refuse_model_changes, run_header, train_config
 
 
 def cmd_train_gpt(args) -> int:
     from ..checkpoint import run_config
     from ..data.text import prepare
-    from ..errors import CheckpointError
     from ..models.gpt import GPT, GPT_PRESETS, GPTConfig
-    from ..train import LanguageModelTask, TrainConfig, Trainer
+    from ..train import LanguageModelTask, Trainer
 
     out = Path(args.out)
-    model_over = _given(args, args.model_fields)
-    train_over = _given(args, args.train_fields)
+    model_over = given(args, args.model_fields)
     saved = run_config(out, args.resume, ("gpt",))
     if saved:
         mcfg = GPTConfig.from_dict(saved["model"])
-        clash = {k: v for k, v in model_over.items() if getattr(mcfg, k) != v}
-        if clash:
-            raise CheckpointError(
-                f"--resume with model options {clash} that differ from the checkpoint's; drop them or start a new --out"
-            )
-        tcfg = TrainConfig.from_dict({**saved.get("train", {}), **train_over}, strict=False)
+        refuse_model_changes(out, mcfg, model_over, {"tokenizer": (args.tokenizer, saved["tokenizer"].get("kind"))})
         data_spec = args.data if args.data is not None else saved.get("data_spec")
         data = prepare(data_spec, out / "data", data_dir=args.data_dir, existing_tokenizer=saved["tokenizer"])
     else:
@@ -36,7 +29,7 @@ def cmd_train_gpt(args) -> int:
         data = prepare(data_spec, out / "data", tokenizer=args.tokenizer or "char",
                        vocab_size=args.vocab_size, data_dir=args.data_dir)
         mcfg = GPTConfig(**{**GPT_PRESETS[args.preset], **model_over, "vocab_size": data.tokenizer.vocab_size})
-        tcfg = TrainConfig(**{**args.train_defaults, **train_over})
+    tcfg = train_config(args, saved)
     import torch
 
     torch.manual_seed(tcfg.seed)  # the initial weights follow from the seed
@@ -49,7 +42,7 @@ def cmd_train_gpt(args) -> int:
     print(
         f"GPT {mcfg.n_layer} layers, {mcfg.n_head} heads, {mcfg.n_embd} wide, context {mcfg.block_size}: "
         f"{n_params / 1e6:.2f}M parameters | data {data.name}: {len(data.train):,} train / {len(data.val):,} val "
-        f"tokens, vocab {data.tokenizer.vocab_size} | {trainer.device} {str(trainer.dtype).replace('torch.', '')}",
+        f"tokens, vocab {data.tokenizer.vocab_size} | {run_header(trainer)}",
         file=sys.stderr,
     )
     result = trainer.fit()

@@ -12,60 +12,87 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from ..cli import _given
+from .common import given, refuse_model_changes, run_header, train_config
 from ..errors import CheckpointError
 
 ARCH_ATTENTION = {"rnn": "none", "rnn-attention": "additive"}
+
+
+DEFAULT_DATA_OPTS = dict(src_lang="de", tgt_lang="en", tokenizer=None, vocab_size=8000, joint=True, min_len=5,
+                         max_len=20)
+
+
+def _data_opts(args) -> dict:
+    """The data options given on the command line (None where not given)."""
+    return dict(src_lang=args.src, tgt_lang=args.tgt, tokenizer=args.tokenizer, vocab_size=args.vocab_size,
+                joint=False if args.separate_vocab else None, min_len=args.min_length, max_len=args.max_length)
+
+
+def _arch(model_type: str, model_cfg: dict) -> str:
+    if model_type == "transformer":
+        return "transformer"
+    return "rnn" if model_cfg.get("attention") == "none" else "rnn-attention"
 
 
 def _model_from_args(args, data, model_over):
     from ..models import RNNConfig, RNNSeq2Seq, Transformer, TransformerConfig
 
     sv, tv = data.src_vocab.size, data.tgt_vocab.size
-    if args.arch == "transformer":
-        fields = {k: v for k, v in model_over.items() if k in TransformerConfig.__dataclass_fields__}
-        joint = data.src_vocab is data.tgt_vocab
-        fields.setdefault("share_embeddings", joint)
-        cfg = TransformerConfig(**{**fields, "src_vocab": sv, "tgt_vocab": tv})
-        return Transformer(cfg)
-    fields = {k: v for k, v in model_over.items() if k in RNNConfig.__dataclass_fields__}
-    fields.setdefault("attention", args.attention or ARCH_ATTENTION[args.arch])
+    arch = args.arch or "transformer"
+    own = TransformerConfig if arch == "transformer" else RNNConfig
+    foreign = sorted(k for k in model_over if k not in own.__dataclass_fields__)
+    if foreign:
+        raise ValueError(f"--arch {arch} has no option{'s' if len(foreign) > 1 else ''} "
+                         f"{', '.join('--' + k.replace('_', '-') for k in foreign)}; see attnlab train seq2seq --help")
+    if arch == "transformer":
+        fields = dict(model_over)
+        fields.setdefault("share_embeddings", data.src_vocab is data.tgt_vocab)
+        return Transformer(TransformerConfig(**{**fields, "src_vocab": sv, "tgt_vocab": tv}))
+    fields = dict(model_over)
+    fields.setdefault("attention", ARCH_ATTENTION[arch])
     return RNNSeq2Seq(RNNConfig(**{**fields, "src_vocab": sv, "tgt_vocab": tv}))
 
 
-def _load_data(args, saved=None):
+def _load_data(spec: str, opts: dict, data_dir, vocab: dict | None = None):
     from ..data.parallel import load_parallel
 
-    spec = saved.get("data_spec") if saved else args.data
-    opts = saved.get("data_opts", {}) if saved else dict(
-        src_lang=args.src, tgt_lang=args.tgt, tokenizer=args.tokenizer, vocab_size=args.vocab_size,
-        joint=not args.separate_vocab, min_len=args.min_length, max_len=args.max_length)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        data = load_parallel(spec, data_dir=args.data_dir, vocab=saved.get("vocab") if saved else None, **opts)
+        data = load_parallel(spec, data_dir=data_dir, vocab=vocab, **opts)
     for w in caught:
         print(f"warning: {w.message}", file=sys.stderr)
-    return spec, opts, data
+    return data
 
 
 def cmd_train_seq2seq(args) -> int:
     from ..checkpoint import run_config
     from ..models import RNNSeq2Seq, Transformer
-    from ..train import TrainConfig, Trainer
+    from ..train import Trainer
     from ..train.tasks import Seq2SeqTask
 
     out = Path(args.out)
-    model_over, train_over = _given(args, args.model_fields), _given(args, args.train_fields)
+    model_over = given(args, args.model_fields)
+    given_opts = _data_opts(args)
+    if not args.resume:  # check the options before anything is read or written
+        tcfg = train_config(args, None)
     saved = run_config(out, args.resume, ("transformer", "rnn"))
-    spec, opts, data = _load_data(args, saved)
     if saved:
         cls = Transformer if saved["model_type"] == "transformer" else RNNSeq2Seq
         model_cfg = cls.config_class.from_dict(saved["model"])
-        tcfg = TrainConfig.from_dict({**saved.get("train", {}), **train_over}, strict=False)
+        spec, opts = saved.get("data_spec"), saved.get("data_opts", {})
+        refuse_model_changes(out, model_cfg, model_over, {
+            "arch": (args.arch, _arch(saved["model_type"], saved["model"])), "data": (args.data, spec),
+            **{k: (v, opts.get(k, DEFAULT_DATA_OPTS[k])) for k, v in given_opts.items()}})
+        tcfg = train_config(args, saved)
+        data = _load_data(spec, opts, args.data_dir, saved.get("vocab"))
         torch.manual_seed(tcfg.seed)
         model = cls(model_cfg)
     else:
-        tcfg = TrainConfig(**{**args.train_defaults, **train_over})
+        spec = args.data or "reverse"
+        opts = {**DEFAULT_DATA_OPTS, **{k: v for k, v in given_opts.items() if v is not None}}
+        if opts["min_len"] > opts["max_len"]:
+            raise ValueError(f"--min-length {opts['min_len']} is larger than --max-length {opts['max_len']}")
+        data = _load_data(spec, opts, args.data_dir)
         torch.manual_seed(tcfg.seed)
         model = _model_from_args(args, data, model_over)
     if isinstance(model, RNNSeq2Seq):
@@ -76,7 +103,7 @@ def cmd_train_seq2seq(args) -> int:
         trainer.resume()
     n = sum(p.numel() for p in model.parameters())
     print(f"{model.model_type} {n / 1e6:.2f}M parameters | data {data.name} | vocab {data.src_vocab.size}/"
-          f"{data.tgt_vocab.size} | {trainer.device} {str(trainer.dtype).replace('torch.', '')}", file=sys.stderr)
+          f"{data.tgt_vocab.size} | {run_header(trainer)}", file=sys.stderr)
     result = trainer.fit()
     print(f"done: step {result['step']}, best val loss {result['best_val']:.4f}, run folder {out}", file=sys.stderr)
     return 0
@@ -140,11 +167,11 @@ def cmd_eval_seq2seq(args) -> int:
 
     model, sv, tv, meta, dev = load_seq2seq(args.ckpt, args.device)
 
-    class _A:  # the data options the run used
-        data_dir = args.data_dir
-
-    _, _, data = _load_data(_A, {**meta, "vocab": meta["vocab"]})
+    # the run's own data, or --data encoded with the run's vocabulary
+    data = _load_data(args.data or meta.get("data_spec"), meta.get("data_opts", {}), args.data_dir, meta["vocab"])
     split = args.split or "test"
+    if split not in data.pairs:
+        raise ValueError(f"{data.name} has no {split} split; use one of {', '.join(sorted(data.pairs))}")
     pairs, texts = data.pairs[split], data.texts[split]
     n = min(len(pairs), args.max_sentences)
     total, count = 0.0, 0

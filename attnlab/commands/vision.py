@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ..cli import _given
+from .common import given, refuse_model_changes, run_header, train_config
 from ..errors import CheckpointError, DataError
 
 
@@ -24,13 +24,19 @@ def cmd_train_vision(args) -> int:
     from ..checkpoint import run_config
     from ..data.images import load_images
     from ..models import CNN, VIT_PRESETS, CNNConfig, ViT, ViTConfig
-    from ..train import TrainConfig, Trainer
+    from ..train import Trainer
     from ..train.tasks import ImageClassificationTask
 
     out = Path(args.out)
-    model_over, train_over = _given(args, args.model_fields), _given(args, args.train_fields)
+    model_over = given(args, args.model_fields)
+    if not args.resume:  # check the options before anything is read or written
+        tcfg = train_config(args, None)
+        if args.arch == "vit" and args.preset:
+            ViTConfig(**{**VIT_PRESETS[args.preset], **model_over})
     saved = run_config(out, args.resume, (args.arch,))
-    data_spec = saved.get("data_spec", args.data) if saved else args.data
+    if saved:
+        refuse_model_changes(out, None, {}, {"data": (args.data, saved.get("data_spec"))})
+    data_spec = (saved.get("data_spec") if saved else args.data) or "digits"
     splits = load_images(data_spec, args.data_dir)
     c, h, w = splits.shape
     if h != w:
@@ -39,18 +45,18 @@ def cmd_train_vision(args) -> int:
     if saved:
         cls = ViT if args.arch == "vit" else CNN
         mcfg = cls.config_class.from_dict(saved["model"])
-        clash = {k: v for k, v in model_over.items() if getattr(mcfg, k) != v}
-        if clash:
-            raise CheckpointError(f"--resume with model options {clash} that differ from the checkpoint's")
-        tcfg = TrainConfig.from_dict({**saved.get("train", {}), **train_over}, strict=False)
+        refuse_model_changes(out, mcfg, model_over)
+        tcfg = train_config(args, saved)
     else:
-        tcfg = TrainConfig(**{**args.train_defaults, **train_over})
-        common = dict(in_chans=c, num_classes=len(splits.labels), labels=splits.labels, image_size=h)
+        common = dict(in_chans=c, num_classes=len(splits.labels), labels=splits.labels)
         if args.arch == "vit":
             preset = args.preset or _preset_for(splits.name, splits.shape)
-            mcfg = ViTConfig(**{**VIT_PRESETS[preset], **model_over, **common})
+            mcfg = ViTConfig(**{**VIT_PRESETS[preset], "image_size": h, **model_over, **common})
         else:
-            mcfg = CNNConfig(**common)
+            mcfg = CNNConfig(**common, image_size=h)
+    if mcfg.image_size != h:
+        raise DataError(f"the images of {splits.name} are {h}x{w}, but the model takes {mcfg.image_size}x"
+                        f"{mcfg.image_size}; drop --image-size (it follows the data) or resize the images")
     torch.manual_seed(tcfg.seed)
     model = ViT(mcfg) if args.arch == "vit" else CNN(mcfg)
     flip = args.flip if args.flip is not None else splits.name == "cifar10"
@@ -62,7 +68,7 @@ def cmd_train_vision(args) -> int:
     if args.resume:
         trainer.resume()
     n = sum(p.numel() for p in model.parameters())
-    print(f"{args.arch.upper()} {n / 1e6:.2f}M parameters | {trainer.device} {str(trainer.dtype).replace('torch.', '')}",
+    print(f"{args.arch.upper()} {n / 1e6:.2f}M parameters | {run_header(trainer)}",
           file=sys.stderr)
     result = trainer.fit()
     pred, y = task.predict(trainer.model, "test", device=trainer.device)
@@ -98,6 +104,14 @@ def cmd_eval_classifier(args) -> int:
     spec = args.data or meta.get("data_spec") or meta.get("data")
     splits = load_images(spec, args.data_dir)
     split = args.split or "test"
+    c = model.config
+    if splits.shape != (c.in_chans, c.image_size, c.image_size):
+        raise DataError(f"{splits.name} holds {'x'.join(map(str, splits.shape))} images, but the model takes "
+                        f"{c.in_chans}x{c.image_size}x{c.image_size}; evaluate it on data like its training data")
+    labels = list(c.labels or range(c.num_classes))
+    if [str(v) for v in splits.labels] != [str(v) for v in labels]:
+        raise DataError(f"{splits.name} has classes {splits.labels[:10]}, but the model was trained on {labels[:10]}; "
+                        "evaluate on data with the same classes, in the same order")
     x, y = getattr(splits, split)
     with torch.no_grad():
         pred = torch.cat([model(_normalize(x[i : i + 256], meta).to(dev)).argmax(-1).cpu()

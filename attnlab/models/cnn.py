@@ -19,7 +19,12 @@ class CNNConfig(Config):
     image_size: int = 28
     labels: list | None = None
 
+    SIZES = ("in_chans", "num_classes", "image_size")
+
     def __post_init__(self) -> None:
+        super().__post_init__()
+        if not self.widths or not all(isinstance(w, int) and 1 <= w <= 4096 for w in self.widths):
+            raise ValueError(f"widths must be a list of channel counts from 1 to 4096, got {self.widths!r}")
         self.widths = tuple(self.widths)  # JSON gives a list back
 
 

@@ -37,7 +37,10 @@ class GPTConfig(Config):
     norm_eps: float = 1e-5
     tie_weights: bool = True
 
+    SIZES = ("vocab_size", "block_size", "n_layer", "n_head", "n_embd")
+
     def __post_init__(self) -> None:
+        super().__post_init__()
         if self.position not in POSITIONS:
             raise ValueError(f"unknown position encoding {self.position!r}; choose one of {POSITIONS}")
         if self.n_embd % self.n_head:
@@ -149,9 +152,3 @@ class GPT(nn.Module):
         """Mean next-token cross-entropy; targets (B, T) are idx shifted by one."""
         logits = self(idx)
         return F.cross_entropy(logits.float().flatten(0, 1), targets.flatten(), ignore_index=ignore_index)
-
-    def configure_optimizer(self, lr: float, weight_decay: float, betas=(0.9, 0.95), device_type: str = "cpu"):
-        """AdamW with weight decay on matrices only (no decay for biases, LayerNorms, embeddings of dim 1)."""
-        from ..train.optim import adamw
-
-        return adamw(self, lr, weight_decay, betas, device_type)

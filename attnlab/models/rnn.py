@@ -38,7 +38,10 @@ class RNNConfig(Config):
     max_len: int = 256
     readout: int = 0  # > 0: Bahdanau's deep output, a maxout layer of this width before the vocabulary
 
+    SIZES = ("src_vocab", "tgt_vocab", "emb_dim", "hidden", "layers", "max_len")
+
     def __post_init__(self) -> None:
+        super().__post_init__()
         if self.cell not in ("gru", "lstm"):
             raise ValueError(f"cell must be gru or lstm, got {self.cell!r}")
         if self.attention not in ("none", "additive", "dot"):

@@ -41,7 +41,10 @@ class TransformerConfig(Config):
     tie_output: bool = True
     max_len: int = 256
 
+    SIZES = ("src_vocab", "tgt_vocab", "dim", "heads", "enc_layers", "dec_layers", "ff_dim", "max_len")
+
     def __post_init__(self) -> None:
+        super().__post_init__()
         if self.pos not in ("sinusoidal", "learned"):
             raise ValueError(f"pos must be sinusoidal or learned, got {self.pos!r}")
         if self.dim % self.heads:

@@ -41,7 +41,12 @@ class ViTConfig(Config):
     peg: bool = False  # conditional position encoding (CPVT): a depthwise conv after the first block
     labels: list | None = None  # class names, in index order
 
+    SIZES = ("image_size", "patch_size", "in_chans", "dim", "depth", "heads")
+
     def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.num_classes < 0:
+            raise ValueError(f"num_classes must be 0 (no head) or more, got {self.num_classes}")
         if self.pool not in ("cls", "mean"):
             raise ValueError(f"pool must be 'cls' or 'mean', got {self.pool!r}")
         if self.pos not in ("learned", "sincos"):
@@ -115,6 +120,10 @@ class ViT(nn.Module):
     @property
     def grid(self) -> tuple[int, int]:
         return self.config.grid
+
+    def no_weight_decay(self) -> set[str]:
+        """Parameters AdamW must not decay (timm / DeiT): the class token and learned positions."""
+        return {n for n in ("cls_token", "pos_embed") if isinstance(getattr(self, n), nn.Parameter)}
 
     def tokens(self, images: Tensor) -> Tensor:
         """Images (B, C, H, W) -> encoded tokens (B, n_prefix + N, D) after the final LayerNorm."""

@@ -9,15 +9,28 @@ import torch
 from torch import nn
 
 
-def adamw(model: nn.Module, lr: float, weight_decay: float, betas=(0.9, 0.95), device_type: str = "cpu"):
-    """AdamW with two groups: matrices (Linear, Embedding weights) decay; biases and norm gains do not."""
-    params = [p for p in model.parameters() if p.requires_grad]
+def decay_groups(model: nn.Module) -> tuple[list[nn.Parameter], list[nn.Parameter]]:
+    """(decayed, not decayed) parameters, one rule for every family:
+
+    * matrices (Linear and Embedding weights, conv kernels: ``dim >= 2``) decay;
+    * biases and norm gains (``dim < 2``) do not;
+    * nor do the parameters a model names in ``no_weight_decay()`` (timm's convention): ViT's
+      class token and position embeddings, as in timm and DeiT. GPT keeps nanoGPT's rule, under
+      which its token and position embeddings decay.
+    Tied weights appear once."""
+    skip = set(model.no_weight_decay()) if hasattr(model, "no_weight_decay") else set()
     seen, decay, no_decay = set(), [], []
-    for p in params:  # tied weights appear once
-        if id(p) in seen:
+    for name, p in model.named_parameters():
+        if not p.requires_grad or id(p) in seen:
             continue
         seen.add(id(p))
-        (decay if p.dim() >= 2 else no_decay).append(p)
+        (decay if p.dim() >= 2 and name not in skip else no_decay).append(p)
+    return decay, no_decay
+
+
+def adamw(model: nn.Module, lr: float, weight_decay: float, betas=(0.9, 0.95), device_type: str = "cpu"):
+    """AdamW with the two groups of ``decay_groups``; fused on CUDA."""
+    decay, no_decay = decay_groups(model)
     groups = [
         {"params": decay, "weight_decay": weight_decay},
         {"params": no_decay, "weight_decay": 0.0},

@@ -128,6 +128,13 @@ class Seq2SeqTask:
         return F.cross_entropy(logits.float().flatten(0, 1), tgt_out.flatten(), ignore_index=0,
                                label_smoothing=self.label_smoothing)
 
+    def eval_loss(self, model: nn.Module, batch) -> Tensor:
+        """The plain NLL per target token (no label smoothing): what ``eval`` reports as
+        log-perplexity, and what validation logs and selects the best checkpoint on."""
+        src, src_mask, tgt_in, tgt_out = batch
+        logits = model(src, tgt_in, src_mask)
+        return F.cross_entropy(logits.float().flatten(0, 1), tgt_out.flatten(), ignore_index=0)
+
     def meta(self) -> dict:
         d = self.data
         meta = {"data": d.name, "vocab": {"src": d.src_vocab.to_dict(), "tgt": d.tgt_vocab.to_dict()},

@@ -10,10 +10,14 @@ from __future__ import annotations
 import contextlib
 import json
 import math
+import os
+import shutil
+import signal
+import threading
 import time
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol
 
 import torch
 from torch import Tensor, nn
@@ -21,7 +25,7 @@ from tqdm.auto import tqdm
 
 from ..checkpoint import find_checkpoint, load_trainer_state, load_weights, write_checkpoint
 from ..config import Config
-from ..errors import CheckpointError
+from ..errors import AttnlabError, CheckpointError
 from . import distributed as D
 from .optim import adamw, warmup_cosine
 
@@ -50,6 +54,27 @@ class TrainConfig(Config):
     checkpoint_activations: bool = False  # recompute each block's activations in backward (saves memory)
     fsdp: bool = False  # under torchrun: fully sharded data parallel instead of DDP
 
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        for name in ("max_iters", "batch_size", "grad_accum", "eval_interval", "eval_iters", "log_interval"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(self, name)}")
+        for name in ("warmup_iters", "weight_decay", "grad_clip"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"--{name.replace('_', '-')} must be 0 or more, got {getattr(self, name)}")
+        if not (self.lr > 0 and math.isfinite(self.lr)):
+            raise ValueError(f"--lr must be a positive number, got {self.lr}")
+        if self.min_lr is not None and not 0 <= self.min_lr <= self.lr:
+            raise ValueError(f"--min-lr must be between 0 and --lr ({self.lr}), got {self.min_lr}")
+        if self.lr_decay_iters is not None and self.lr_decay_iters < 1:
+            raise ValueError(f"--lr-decay-iters must be at least 1, got {self.lr_decay_iters}")
+        for name in ("beta1", "beta2"):
+            if not 0 <= getattr(self, name) < 1:
+                raise ValueError(f"--{name} must be in [0, 1), got {getattr(self, name)}")
+        check_device_name(self.device)
+        if self.dtype not in ("auto", "fp32", "bf16"):
+            raise ValueError(f"--dtype must be auto, fp32 or bf16, got {self.dtype!r}")
+
 
 class Task(Protocol):
     """What the trainer needs to know about a dataset + objective."""
@@ -63,7 +88,13 @@ class Task(Protocol):
     def meta(self) -> dict: ...
 
 
+def check_device_name(name: str) -> None:
+    if name not in ("auto", "cpu", "cuda") and not (name.startswith("cuda:") and name[5:].isdigit()):
+        raise ValueError(f"--device must be auto, cpu, cuda or cuda:N, got {name!r}")
+
+
 def pick_device(name: str = "auto") -> torch.device:
+    check_device_name(name)
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     if name == "cuda" and not torch.cuda.is_available():
@@ -72,28 +103,78 @@ def pick_device(name: str = "auto") -> torch.device:
 
 
 def cpu_has_fast_bf16() -> bool:
-    """bf16 matmuls are only faster than fp32 on CPUs with AVX512-BF16 or AMX."""
+    """bf16 matmuls can only be faster than fp32 on CPUs with AVX512-BF16 or AMX.
+
+    ``ATTNLAB_FAST_BF16=1`` / ``=0`` overrides the detection (the tests use it to run both
+    branches of ``--dtype auto`` on every machine)."""
+    forced = os.environ.get("ATTNLAB_FAST_BF16")
+    if forced in ("0", "1"):
+        return forced == "1"
     checks = ("_is_amx_tile_supported", "_is_avx512_bf16_supported")
     return any(getattr(torch.cpu, c, lambda: False)() for c in checks)
 
 
-def pick_dtype(name: str, device: torch.device) -> torch.dtype:
+# Narrowest matrix width at which bf16 autocast can beat fp32 on a CPU with AVX512-BF16. Measured
+# with benchmarks/cpu_dtype.py (table in benchmarks/README.md): below it the casts around each
+# small matmul cost more than the faster matmul saves (GPT 4/4/128: 1.00x; ViT digits, 64 wide:
+# 0.38x). At or above it the answer depends on more than width (GPT 4/4/256: 1.46x, but the
+# 256-wide seq2seq Transformer on 20-token sentences: 0.89x), so the trainer times both.
+CPU_BF16_MIN_WIDTH = 192
+# bf16 must be at least this much faster in the start-up timing to be chosen: near a tie, fp32
+# (exact, and the same on every machine) wins, and the choice does not flip from run to run.
+CPU_BF16_MIN_SPEEDUP = 1.1
+
+
+def model_width(model: nn.Module) -> int:
+    """The model's working width: the largest ``min(out, in)`` over its Linear layers."""
+    widths = [min(m.weight.shape) for m in model.modules() if isinstance(m, nn.Linear)]
+    return max(widths, default=0)
+
+
+def auto_cpu_dtype(model: nn.Module | None, fast_bf16: bool) -> tuple[torch.dtype | None, str]:
+    """What ``--dtype auto`` runs on a CPU and why; ``None`` when only timing both can tell."""
+    if not fast_bf16:
+        return torch.float32, "this CPU has no fast bf16 (AVX512-BF16/AMX)"
+    width = model_width(model) if model is not None else CPU_BF16_MIN_WIDTH
+    if width < CPU_BF16_MIN_WIDTH:
+        return torch.float32, (f"CPU has fast bf16, but at width {width} (< {CPU_BF16_MIN_WIDTH}) bf16 autocast "
+                               "is slower than fp32 (benchmarks/cpu_dtype.py)")
+    return None, f"CPU has fast bf16 and the model is {width} wide: timing both"
+
+
+def pick_dtype(name: str, device: torch.device, model: nn.Module | None = None) -> tuple[torch.dtype | None, str]:
+    """(dtype, reason): ``fp32`` / ``bf16`` as asked; ``auto`` picks what is faster for this
+    model on this device: bf16 on GPUs that support it, on CPUs by ``auto_cpu_dtype`` (None:
+    the trainer times a few steps of each, ``Trainer.time_dtypes``)."""
     if name == "fp32":
-        return torch.float32
+        return torch.float32, "asked for (--dtype fp32)"
     if name == "bf16":
-        return torch.bfloat16
+        return torch.bfloat16, "asked for (--dtype bf16)"
     if name != "auto":
         raise ValueError(f"unknown dtype {name!r}; choose auto, fp32 or bf16")
     if device.type == "cuda":
-        return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float32
-    return torch.bfloat16 if cpu_has_fast_bf16() else torch.float32
+        if torch.cuda.is_bf16_supported():
+            return torch.bfloat16, "GPU supports bf16"
+        return torch.float32, "GPU has no bf16"
+    return auto_cpu_dtype(model, cpu_has_fast_bf16())
+
+
+class Diverged(AttnlabError):
+    """The loss (or gradient norm) stopped being finite; nothing was saved after the last good step."""
+
+    def __init__(self, step: int, what: str, value: float, out: Path, lr: float):
+        last = out / "last"
+        saved = f"the last good checkpoint in {last} is untouched" if last.is_dir() else "no checkpoint was written"
+        super().__init__(f"training diverged at step {step}: {what} is {value} (lr {lr:.3g}); stopped, {saved}; "
+                         "lower --lr (or raise --warmup-iters) and continue with --resume")
+        self.step = step
 
 
 class TrainingInterrupted(Exception):
     """Ctrl-C during training; a checkpoint was saved first."""
 
-    def __init__(self, step: int, path: Path):
-        super().__init__(f"interrupted at step {step}; checkpoint saved to {path}; continue with --resume")
+    def __init__(self, step: int, path: Path, why: str = "interrupted"):
+        super().__init__(f"{why} at step {step}; checkpoint saved to {path}; continue with --resume")
         self.step, self.path = step, path
 
 
@@ -126,12 +207,14 @@ def _restore_optimizer(opt: torch.optim.Optimizer, meta: dict, tensors: dict[str
 
 class Trainer:
     def __init__(self, model: nn.Module, task: Task, cfg: TrainConfig, out_dir: str | Path, meta: dict | None = None):
+        if cfg.lr_decay_iters is None:  # saved explicitly, so that --resume --max-iters N keeps the schedule
+            cfg = replace(cfg, lr_decay_iters=cfg.max_iters)
         self.cfg, self.task = cfg, task
         self.out = Path(out_dir)
         self.meta = meta or {}
         self.dist, dist_device = D.setup(cfg.device)
         self.device = dist_device or pick_device(cfg.device)
-        self.dtype = pick_dtype(cfg.dtype, self.device)
+        self.dtype, self.dtype_reason = pick_dtype(cfg.dtype, self.device, model)
         torch.manual_seed(cfg.seed + self.dist.rank)  # dropout differs per rank; data does not
         set_activation_checkpointing(model, cfg.checkpoint_activations)
         self.model = model.to(self.device)
@@ -142,6 +225,44 @@ class Trainer:
         self.best_val = math.inf
         self.history: list[dict] = []
         self._compiled = None  # the wrapped (DDP/FSDP) and compiled model, built in fit()
+        if self.dtype is None:  # --dtype auto on a CPU where only a measurement can tell
+            self.dtype, self.dtype_reason = self.choose_by_timing()
+
+    def choose_by_timing(self, steps: int = 3) -> tuple[torch.dtype, str]:
+        """Time ``steps`` training steps in fp32 and under bf16 autocast, on a copy of the model
+        with a throw-away optimizer and batch (the run itself is not touched, RNG states
+        included), and return the faster, with the measurement as the reason."""
+        import copy
+
+        rng = torch.get_rng_state()
+        model = copy.deepcopy(self.model)
+        opt = torch.optim.AdamW(model.parameters(), lr=0.0)
+        batch = [t.to(self.device) for t in self.task.batch("train", self.cfg.batch_size, torch.Generator().manual_seed(0))]
+
+        def step(dtype):
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=dtype == torch.bfloat16):
+                loss = self.task.loss(model, batch)
+            loss.backward()
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+
+        best = {}
+        for dtype in (torch.float32, torch.bfloat16, torch.float32, torch.bfloat16):  # warm-up, then measure
+            times = []
+            for _ in range(steps):
+                t = time.perf_counter()
+                step(dtype)
+                times.append(time.perf_counter() - t)
+            best[dtype] = min(times)
+        torch.set_rng_state(rng)
+        speedup = best[torch.float32] / best[torch.bfloat16]
+        if self.dist.enabled:  # every rank must run the same dtype: rank 0's measurement decides
+            t = torch.tensor([speedup], dtype=torch.float64, device=self.device)
+            torch.distributed.broadcast(t, 0)
+            speedup = t.item()
+        dtype = torch.bfloat16 if speedup >= CPU_BF16_MIN_SPEEDUP else torch.float32
+        return dtype, (f"CPU has fast bf16; timed {steps} steps each: bf16 is {speedup:.2f}x fp32 "
+                       f"({'>=' if dtype == torch.bfloat16 else '<'} {CPU_BF16_MIN_SPEEDUP} to choose bf16)")
 
     def _wrapped(self) -> nn.Module:
         if self._compiled is None:
@@ -184,11 +305,17 @@ class Trainer:
             t = torch.tensor([total], device=self.device)
             torch.distributed.all_reduce(t)
             total = t.item() / world
+        if not math.isfinite(total):
+            self.optimizer.zero_grad(set_to_none=True)
+            raise Diverged(self.step + 1, "the training loss", total, self.out, lr)
         if cfg.grad_clip > 0:
             if hasattr(model, "clip_grad_norm_"):  # FSDP: the norm over all shards
-                model.clip_grad_norm_(cfg.grad_clip)
+                norm = model.clip_grad_norm_(cfg.grad_clip)
             else:
-                torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.grad_clip)
+                norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.grad_clip)
+            if not math.isfinite(norm.item()):  # a finite loss can still have an infinite gradient
+                self.optimizer.zero_grad(set_to_none=True)
+                raise Diverged(self.step + 1, "the gradient norm", norm.item(), self.out, lr)
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
         self.step += 1
@@ -200,6 +327,8 @@ class Trainer:
         so evaluation never disturbs the training data stream."""
         model = self._wrapped()
         model.eval()
+        # the loss to report and select on: without training-only terms such as label smoothing
+        eval_loss = getattr(self.task, "eval_loss", self.task.loss)
         out = {}
         for split in splits:
             g = torch.Generator().manual_seed(self.cfg.seed + 2)
@@ -207,7 +336,7 @@ class Trainer:
             for _ in range(self.cfg.eval_iters):  # every rank evaluates the same batches
                 batch = [t.to(self.device) for t in self.task.batch(split, self.cfg.batch_size, g)]
                 with self.autocast():
-                    losses.append(self.task.loss(model, batch).item())
+                    losses.append(eval_loss(model, batch).item())
             out[split] = sum(losses) / len(losses)
         extra = getattr(self.task, "eval_metrics", None)  # e.g. validation accuracy
         if extra is not None:
@@ -272,10 +401,20 @@ class Trainer:
         with open(self.out / "metrics.jsonl", "a") as f:
             f.write(json.dumps(record) + "\n")
 
+    def check_space(self) -> None:
+        """A clear error before training when the run folder cannot hold two checkpoints."""
+        n_bytes = sum(p.numel() * p.element_size() for p in self.model.parameters())
+        need = 2 * 3 * n_bytes + (1 << 20)  # last (weights + two AdamW moments) and a .tmp copy of it
+        free = shutil.disk_usage(self.out).free
+        if free < need:
+            raise CheckpointError(f"not enough free space in {self.out}: checkpoints need about {need / 1e6:.0f} MB, "
+                                  f"{free / 1e6:.0f} MB is free; free some space or choose another --out")
+
     def fit(self) -> dict:
         cfg, main = self.cfg, self.dist.main
         if main:
             self.out.mkdir(parents=True, exist_ok=True)
+            self.check_space()
             if self.step == 0:
                 (self.out / "metrics.jsonl").write_text("")
             else:  # drop lines logged after the checkpoint we resumed from
@@ -283,40 +422,51 @@ class Trainer:
         bar = tqdm(total=cfg.max_iters, initial=self.step, disable=not (cfg.progress and main), unit="it",
                    dynamic_ncols=True)
         t0, items = time.perf_counter(), 0
+        term = _sigterm_as_interrupt()
         try:
-            while self.step < cfg.max_iters:
-                loss = self.train_step()
-                items += self.task.items_per_batch * cfg.grad_accum
-                rec = {"step": self.step, "loss": loss, "lr": self.lr_at(self.step - 1)}
-                if self.step % cfg.log_interval == 0 or self.step == cfg.max_iters:
-                    dt = time.perf_counter() - t0
-                    rec["items_per_s"] = items / dt if dt > 0 else 0.0
-                    bar.set_postfix(loss=f"{loss:.4f}", tok_s=f"{rec['items_per_s']:.0f}")
-                if self.step % cfg.eval_interval == 0 or self.step == cfg.max_iters:
-                    ev = self.evaluate()
-                    rec.update(train_loss=ev.pop("train"), val_loss=ev.pop("val"), **ev)
-                    extra = "".join(f", {k.replace('_', ' ')} {v:.4f}" for k, v in ev.items())
-                    if main:
-                        bar.write(f"step {self.step}: train loss {rec['train_loss']:.4f}, "
-                                  f"val loss {rec['val_loss']:.4f}{extra}")
-                    if rec["val_loss"] < self.best_val:
-                        self.best_val = rec["val_loss"]
-                        self.save("best")
-                    self.save("last")
-                    D.barrier(self.dist)
-                if main:
-                    self.log(rec)
-                else:
-                    self.history.append(rec)
-                bar.update(1)
+            with term:
+                while self.step < cfg.max_iters:
+                    loss = self.train_step()
+                    items += self.task.items_per_batch * cfg.grad_accum
+                    rec = {"step": self.step, "loss": loss, "lr": self.lr_at(self.step - 1)}
+                    if self.step % cfg.log_interval == 0 or self.step == cfg.max_iters:
+                        dt = time.perf_counter() - t0
+                        rec["items_per_s"] = items / dt if dt > 0 else 0.0
+                        bar.set_postfix(loss=f"{loss:.4f}", tok_s=f"{rec['items_per_s']:.0f}")
+                    if self.step % cfg.eval_interval == 0 or self.step == cfg.max_iters:
+                        ev = self.evaluate()
+                        for split in ("train", "val"):
+                            if not math.isfinite(ev[split]):
+                                raise Diverged(self.step, f"the {split} loss", ev[split], self.out, rec["lr"])
+                        rec.update(train_loss=ev.pop("train"), val_loss=ev.pop("val"), **ev)
+                        extra = "".join(f", {k.replace('_', ' ')} {v:.4f}" for k, v in ev.items())
+                        if main:
+                            bar.write(f"step {self.step}: train loss {rec['train_loss']:.4f}, "
+                                      f"val loss {rec['val_loss']:.4f}{extra}")
+                            self.log(rec)  # before the saves: a kill during them keeps the line
+                        else:
+                            self.history.append(rec)
+                        improved = rec["val_loss"] < self.best_val
+                        if improved:
+                            self.best_val = rec["val_loss"]
+                        self.save("last")  # last before best: best/ never exists without last/
+                        if improved:
+                            self.save("best")
+                        D.barrier(self.dist)
+                    elif main:
+                        self.log(rec)
+                    else:
+                        self.history.append(rec)
+                    bar.update(1)
         except KeyboardInterrupt:
             bar.close()
+            why = term.reason or "interrupted"
             path = self.out / "last"
             if not (cfg.fsdp and self.dist.enabled):  # FSDP would need every rank to gather
                 path = self.save("last")
             if main:
                 self.plot()
-            raise TrainingInterrupted(self.step, path) from None
+            raise TrainingInterrupted(self.step, path, why) from None
         bar.close()
         if main:
             self.plot()
@@ -326,6 +476,29 @@ class Trainer:
         from ..inspect.plots import loss_curve
 
         return loss_curve(self.history, self.out / "loss.png")
+
+
+class _sigterm_as_interrupt(contextlib.AbstractContextManager):
+    """Within the block, SIGTERM (what schedulers and ``docker stop`` send) interrupts training
+    like Ctrl-C does, so it saves a checkpoint first. ``reason`` says which signal came."""
+
+    def __init__(self) -> None:
+        self.reason = ""
+        self._previous = None
+
+    def _handle(self, signum, frame):
+        self.reason = "stopped by SIGTERM"
+        raise KeyboardInterrupt
+
+    def __enter__(self):
+        if threading.current_thread() is threading.main_thread():
+            self._previous = signal.signal(signal.SIGTERM, self._handle)
+        return self
+
+    def __exit__(self, *exc):
+        if self._previous is not None:
+            signal.signal(signal.SIGTERM, self._previous)
+        return False
 
 
 def _fresh_copy(model: nn.Module, state: dict) -> nn.Module:
@@ -346,18 +519,21 @@ def set_activation_checkpointing(model: nn.Module, on: bool) -> None:
 
 
 def read_metrics(path: Path, upto: int | None = None) -> list[dict]:
+    """The records of ``metrics.jsonl`` (a last line cut short by a kill is skipped)."""
     if not path.exists():
         return []
-    recs = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-    return [r for r in recs if upto is None or r["step"] <= upto]
+    recs = []
+    for line in path.read_text().splitlines():
+        try:
+            rec = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(rec, dict) and "step" in rec and (upto is None or rec["step"] <= upto):
+            recs.append(rec)
+    return recs
 
 
 def rewrite_metrics(path: Path, records: list[dict]) -> None:
     tmp = path.with_suffix(".tmp")
     tmp.write_text("".join(json.dumps(r) + "\n" for r in records))
     tmp.replace(path)
-
-
-def train_config_fields() -> list[tuple[str, Any, Any]]:
-    """(name, type, default) of every TrainConfig field, for building CLI options."""
-    return [(f.name, f.type, f.default) for f in fields(TrainConfig)]
