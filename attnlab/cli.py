@@ -281,12 +281,15 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
-    if not getattr(args, "func", None):
-        if args.command:  # e.g. `attnlab train` without a model: show that command's help
-            parser.parse_args([args.command, "--help"])
-        parser.print_help()
-        return 0
+    try:
+        args = parser.parse_args(argv)
+        if not getattr(args, "func", None):
+            if args.command:  # e.g. `attnlab train` without a model: show that command's help
+                parser.parse_args([args.command, "--help"])
+            parser.print_help()
+            return 0
+    except SystemExit as e:  # --help, --version, or a bad option (already reported in one line)
+        return e.code if isinstance(e.code, int) else 0
     from .checkpoint import abandon_new_runs, release_runs
     from .train.trainer import TrainingInterrupted
 

@@ -7,6 +7,7 @@ transpose of a Linear's; its output is [q; k; v] like attnlab's fused ``qkv``.
 from __future__ import annotations
 
 import json
+import pickle
 from pathlib import Path
 
 import torch
@@ -26,7 +27,13 @@ def _read_state(d: Path) -> dict[str, Tensor]:
             return load_file(str(d / "model.safetensors"))
         if (d / "pytorch_model.bin").is_file():
             return torch.load(d / "pytorch_model.bin", map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError:
+        raise CheckpointError(f"refusing to unpickle {d / 'pytorch_model.bin'}: it holds Python objects besides "
+                              "tensors, and unpickling can run code; use a model.safetensors version of it") from None
     except (SafetensorError, RuntimeError, OSError, EOFError) as e:
+        if "weights only" in str(e).lower() or "weights_only" in str(e):
+            raise CheckpointError(f"refusing to unpickle {d / 'pytorch_model.bin'}: it is not a plain tensor file; use "
+                                  "a model.safetensors version of it") from None
         raise CheckpointError(f"weights in {d} are corrupt or truncated ({str(e).splitlines()[0]})") from None
     raise CheckpointError(f"{d} has a config.json but no model.safetensors or pytorch_model.bin")
 

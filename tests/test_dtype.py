@@ -48,17 +48,16 @@ def test_trainer_takes_the_faster_dtype_and_leaves_the_run_untouched(tmp_path, m
     monkeypatch.setenv("ATTNLAB_FAST_BF16", "1")
     (tmp_path / "c.txt").write_text(TEXT)
     data = prepare(str(tmp_path / "c.txt"), tmp_path / "run" / "data")
-    clock = {"t": 0.0}
 
-    def fake_perf_counter():  # bf16 steps take 1/speedup of an fp32 step
-        clock["t"] += (1.0 / speedup if torch.is_autocast_enabled("cpu") else 1.0) / 2
-        return clock["t"]
+    def fake_time_call(fn, dtype):  # runs the step, reports bf16 as `speedup` times faster
+        fn(dtype)
+        return 1.0 / speedup if dtype == torch.bfloat16 else 1.0
 
     torch.manual_seed(0)
     model = GPT(GPTConfig(vocab_size=data.tokenizer.vocab_size, block_size=16, n_layer=1, n_head=2,
                           n_embd=T.CPU_BF16_MIN_WIDTH))
     before = {k: v.clone() for k, v in model.state_dict().items()}
-    monkeypatch.setattr(T.time, "perf_counter", fake_perf_counter)
+    monkeypatch.setattr(T, "time_call", fake_time_call)
     cfg = TrainConfig(max_iters=1, batch_size=2, progress=False)
     trainer = Trainer(model, LanguageModelTask(data, 16, 2), cfg, tmp_path / "run")
     assert trainer.dtype == expected, trainer.dtype_reason

@@ -91,6 +91,8 @@ def cmd_sample(args) -> int:
     if not prompt:
         prompt = "\n" if "\n" in getattr(tok, "stoi", {"\n": 0}) else tok.decode([0])
     tok.encode(prompt)  # unknown characters fail here, with a clear message
+    if any(s == "" for s in args.stop):
+        raise ValueError("--stop '' would stop every sample before it starts; give a non-empty string")
     torch.manual_seed(args.seed)
     gen = torch.Generator(device=dev).manual_seed(args.seed)
     kw = dict(temperature=args.temperature, top_k=args.top_k or None, top_p=args.top_p,

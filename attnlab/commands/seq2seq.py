@@ -152,9 +152,17 @@ def cmd_translate(args) -> int:
     if args.text:
         texts = list(args.text)
     elif args.file:
-        texts = Path(args.file).read_text(encoding="utf-8").splitlines()
+        path = Path(args.file)
+        if not path.is_file():
+            raise ValueError(f"--file {path} does not exist")
+        try:
+            texts = path.read_text(encoding="utf-8").splitlines()
+        except UnicodeDecodeError as e:
+            raise ValueError(f"--file {path} is not UTF-8 text (byte {e.start}); convert it to UTF-8") from None
     else:
         texts = sys.stdin.read().splitlines()
+    if not any(t.strip() for t in texts):
+        raise ValueError("no sentences to translate: give them as arguments, with --file, or on standard input")
     for line in translate_texts(model, sv, tv, texts, beam=args.beam, alpha=args.alpha, max_len=args.max_len, device=dev):
         print(line, flush=True)
     return 0

@@ -41,7 +41,6 @@ def cmd_train_vision(args) -> int:
     c, h, w = splits.shape
     if h != w:
         raise DataError(f"images are {h}x{w}; attnlab's classifiers expect square images")
-    print(splits.note, file=sys.stderr)
     if saved:
         cls = ViT if args.arch == "vit" else CNN
         mcfg = cls.config_class.from_dict(saved["model"])
@@ -57,6 +56,7 @@ def cmd_train_vision(args) -> int:
     if mcfg.image_size != h:
         raise DataError(f"the images of {splits.name} are {h}x{w}, but the model takes {mcfg.image_size}x"
                         f"{mcfg.image_size}; drop --image-size (it follows the data) or resize the images")
+    print(splits.note, file=sys.stderr)
     torch.manual_seed(tcfg.seed)
     model = ViT(mcfg) if args.arch == "vit" else CNN(mcfg)
     flip = args.flip if args.flip is not None else splits.name == "cifar10"

@@ -164,6 +164,8 @@ def load_image(path: str | Path, channels: int, size: int | None = None) -> tupl
     from PIL import Image, UnidentifiedImageError
 
     path = Path(path)
+    if path.is_dir():
+        raise DataError(f"{path} is a folder, not an image; give an image file (PNG, JPEG, ...)")
     if not path.is_file():
         raise DataError(f"image {path} does not exist")
     try:

@@ -248,12 +248,7 @@ class Trainer:
 
         best = {}
         for dtype in (torch.float32, torch.bfloat16, torch.float32, torch.bfloat16):  # warm-up, then measure
-            times = []
-            for _ in range(steps):
-                t = time.perf_counter()
-                step(dtype)
-                times.append(time.perf_counter() - t)
-            best[dtype] = min(times)
+            best[dtype] = min(time_call(step, dtype) for _ in range(steps))
         torch.set_rng_state(rng)
         speedup = best[torch.float32] / best[torch.bfloat16]
         if self.dist.enabled:  # every rank must run the same dtype: rank 0's measurement decides
@@ -476,6 +471,13 @@ class Trainer:
         from ..inspect.plots import loss_curve
 
         return loss_curve(self.history, self.out / "loss.png")
+
+
+def time_call(fn, *args) -> float:
+    """Seconds one call of ``fn(*args)`` takes (the start-up dtype timing; tests replace it)."""
+    t = time.perf_counter()
+    fn(*args)
+    return time.perf_counter() - t
 
 
 class _sigterm_as_interrupt(contextlib.AbstractContextManager):
