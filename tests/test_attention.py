@@ -153,15 +153,25 @@ def test_kv_cache_decoding_equals_full_forward(n_kv_heads):
     assert torch.allclose(full, inc, atol=1e-5)
 
 
-def test_scaling_keeps_logits_unit_variance():
-    # The lecture's reason for 1/sqrt(d_k): with unit-variance q, k the dot product has
-    # variance d_k, so unscaled logits grow like sqrt(d_k) and the scaled ones stay ~1.
+def test_attnlab_scores_are_scaled_so_softmax_does_not_saturate():
+    # The lecture's reason for 1/sqrt(d_k): q·k has variance d_k, so attnlab's scores must be the
+    # dot products divided by sqrt(d_k) (unit variance at every d_k), and the weights attnlab
+    # returns must keep their entropy as d_k grows, where softmax of the raw products collapses.
+    from attnlab.attention import attention_scores
+
+    t = 32
     for d_k in (16, 256, 1024):
-        q, k = torch.randn(64, 128, d_k), torch.randn(64, 128, d_k)
-        raw = q @ k.transpose(-2, -1)
-        scaled = raw / math.sqrt(d_k)
-        assert scaled.std().item() == pytest.approx(1.0, rel=0.05)
-        assert raw.std().item() == pytest.approx(math.sqrt(d_k), rel=0.05)
+        q, k, v = torch.randn(16, t, d_k), torch.randn(16, t, d_k), torch.randn(16, t, 4)
+        s = attention_scores(q, k)
+        assert torch.allclose(s, torch.einsum("bqd,bkd->bqk", q, k) / math.sqrt(d_k), atol=1e-4)
+        assert s.std().item() == pytest.approx(1.0, rel=0.1)
+        _, w = scaled_dot_product_attention(q, k, v, return_weights=True)
+        entropy = -(w * w.clamp_min(1e-30).log()).sum(-1).mean().item()
+        raw = torch.softmax(torch.einsum("bqd,bkd->bqk", q, k), -1)
+        raw_entropy = -(raw * raw.clamp_min(1e-30).log()).sum(-1).mean().item()
+        assert entropy > 0.6 * math.log(t)  # spread over many keys at every d_k
+        if d_k >= 256:
+            assert raw_entropy < 0.3 * math.log(t)  # unscaled: nearly one-hot
 
 
 def test_bad_shapes_raise_value_error_naming_shapes():

@@ -80,6 +80,14 @@ def test_sampling_filters():
     assert draws == {2, 3}  # 0.644 < 0.7, so the second token is needed too
     draws = {sample_next(logits, top_p=0.5, generator=g).item() for _ in range(100)}
     assert draws == {3}
-    assert probs.sum().item() == pytest.approx(1.0)
+    # the frequencies match the renormalised hand-computed distributions
+    n = 4000
+    counts = torch.bincount(torch.stack([sample_next(logits, top_k=2, generator=g) for _ in range(n)]).flatten(), minlength=4)
+    expected = probs[2:] / probs[2:].sum()  # 0.269, 0.731
+    assert torch.allclose(counts[2:] / n, expected, atol=0.03)
+    t = 2.0
+    counts = torch.bincount(torch.stack([sample_next(logits, temperature=t, generator=g) for _ in range(n)]).flatten(),
+                            minlength=4)
+    assert torch.allclose(counts / n, (logits[0] / t).softmax(-1), atol=0.03)
     with pytest.raises(ValueError, match="top_p"):
         sample_next(logits, top_p=1.5)

@@ -52,13 +52,19 @@ def test_absolute_modules_add_encoding():
         lp(torch.zeros(1, 17, 8))
 
 
-def test_sincos_2d_rows_and_columns():
-    pos = SinCos2DPosition(16, (3, 4))
-    pe = pos.pe.reshape(3, 4, 16)
-    assert torch.allclose(pe[0, :, :8], pe[2, :, :8]) is False
-    assert torch.allclose(pe[:, 0, :8], pe[:, 3, :8])  # first half depends on the row only
-    assert torch.allclose(pe[0, :, 8:], pe[2, :, 8:])  # second half on the column only
-
+def test_sincos_2d_matches_the_mae_closed_form():
+    """MAE (He et al. 2022) / big_vision: for a patch at column w, row h and width D, the first D/2
+    values are [sin(w·ω_i), cos(w·ω_i)] and the last D/2 the same of h, ω_i = 10000^(-i/(D/4))."""
+    dim, gh, gw = 16, 3, 4
+    pe = SinCos2DPosition(dim, (gh, gw)).pe.reshape(gh, gw, dim)
+    quarter = dim // 4
+    for h in range(gh):
+        for w in range(gw):
+            expected = []
+            for coord in (w, h):
+                expected += [math.sin(coord / 10000 ** (i / quarter)) for i in range(quarter)]
+                expected += [math.cos(coord / 10000 ** (i / quarter)) for i in range(quarter)]
+            assert torch.allclose(pe[h, w], torch.tensor(expected), atol=1e-6), (h, w)
 
 def test_fourier_features():
     ff = FourierFeatures(2, n_features=8, sigma=1.0)
@@ -96,7 +102,10 @@ def test_rope_in_attention_kv_cache():
 def test_alibi_slopes():
     s = alibi_slopes(8)
     assert torch.allclose(s, torch.tensor([1 / 2**i for i in range(1, 9)]))
-    assert alibi_slopes(6).shape == (6,)
+    # 6 heads (not a power of 2): the 4-head slopes, then every other 8-head slope (Press et al.'s code)
+    assert torch.allclose(alibi_slopes(6), torch.tensor([1 / 4, 1 / 16, 1 / 64, 1 / 256, 1 / 2, 1 / 8]))
+    assert torch.allclose(alibi_slopes(12), torch.tensor([2 ** -(i * 8 / 8) for i in range(1, 9)]
+                                                         + [2 ** -(i * 8 / 16) for i in (1, 3, 5, 7)]))
     bias = ALiBi(8)(torch.zeros(1, 8, 4, 8), 4)
     assert bias.shape == (8, 4, 4)
     assert bias[0, 3, 0].item() == pytest.approx(-1.5)  # slope 1/2, distance 3

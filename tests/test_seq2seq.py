@@ -78,11 +78,16 @@ def test_beam_one_equals_greedy_and_order(make):
     greedy = greedy_decode(m, src, src != 0, max_len=12)
     beam1 = [h[0].tokens for h in beam_search(m, src, src != 0, beam=1, max_len=12)]
     assert beam1 == greedy
-    hyps = beam_search(m, src, src != 0, beam=4, max_len=12)
-    for hs in hyps:
-        assert len(hs) >= 1
-        scores = [h.score for h in hs]
-        assert scores == sorted(scores, reverse=True)
+    hyps = beam_search(m, src, src != 0, beam=4, max_len=12, alpha=0.7)
+    for i, hs in enumerate(hyps):
+        for h in hs:  # each score is the model's own log-probability of that output, teacher-forced
+            ended = len(h.tokens) < 12
+            tgt = [1] + h.tokens + ([2] if ended else [])
+            with torch.no_grad():
+                logp = m(src[i : i + 1], torch.tensor([tgt[:-1]]), (src != 0)[i : i + 1]).log_softmax(-1)[0]
+            expected = sum(logp[t, tok].item() for t, tok in enumerate(tgt[1:]))
+            assert h.logprob == pytest.approx(expected, abs=1e-4)
+            assert h.score == pytest.approx(expected / ((5 + len(tgt) - 1) / 6) ** 0.7, abs=1e-4)
 
 
 def test_beam_search_without_any_end_finishes_at_max_len():
@@ -123,12 +128,27 @@ def test_post_ln_transformer_equals_torch_transformer():
     assert torch.allclose(ours, m.out(ref), atol=1e-5)
 
 
-def test_bleu_hand_checked():
-    sacrebleu = pytest.importorskip("sacrebleu")
+def test_eval_bleu_hand_checked(tmp_path, capsys, monkeypatch):
+    """`attnlab eval` scores its translations against the references on the 0-100 scale."""
+    pytest.importorskip("sacrebleu")
+    import json
+
+    from attnlab.cli import main
+    from attnlab.commands import seq2seq as cmd
+
+    out = tmp_path / "run"
+    assert main(["train", "seq2seq", "--data", "copy", "--dim", "32", "--heads", "2", "--enc-layers", "1",
+                 "--dec-layers", "1", "--ff-dim", "32", "--max-iters", "1", "--eval-interval", "1", "--eval-iters", "1",
+                 "--batch-size", "2", "--no-progress", "--out", str(out)]) == 0
+    tsv = tmp_path / "pairs.tsv"  # every pair the same, so the test split is that pair
+    tsv.write_text("the cat sat on a mat today\tthe cat sat on a mat today\n" * 20)
+    monkeypatch.setattr(cmd, "translate_texts", lambda model, sv, tv, texts, **kw: ["the cat sat on the mat today"] * len(texts))
+    capsys.readouterr()
+    assert main(["eval", "--ckpt", str(out), "--data", str(tsv), "--json"]) == 0
+    res = json.loads(capsys.readouterr().out)
     # p1 = 6/7, p2 = 4/6, p3 = 2/5, p4 = 1/4, equal lengths (BP = 1)
-    expected = 100 * (6 / 7 * 4 / 6 * 2 / 5 * 1 / 4) ** 0.25
-    got = sacrebleu.corpus_bleu(["the cat sat on the mat today"], [["the cat sat on a mat today"]]).score
-    assert got == pytest.approx(expected, abs=0.01)
+    assert res["bleu"] == pytest.approx(100 * (6 / 7 * 4 / 6 * 2 / 5 * 1 / 4) ** 0.25, abs=0.01)
+    assert res["exact_match"] == 0.0
 
 
 @pytest.mark.parametrize("arch", ["transformer", "rnn-attention"])

@@ -73,18 +73,20 @@ def test_training_lowers_the_loss(tmp_path):
 def test_grad_accumulation_matches_big_batch(tmp_path):
     (tmp_path / "corpus.txt").write_text(TEXT)
     a = _setup(tmp_path, max_iters=1, batch_size=8, dropout=0.0)
-    b = _setup(tmp_path, max_iters=1, batch_size=4, grad_accum=2)
-    # same data: draw the 8 windows of `a` as two micro-batches of 4 in `b`
-    x, y = a.task.batch("train", 8, torch.Generator().manual_seed(0))
-    for m in (a.model, b.model):
-        m.eval()  # no dropout
+    b = _setup(tmp_path, max_iters=1, batch_size=4, grad_accum=2, dropout=0.0)
     b.model.load_state_dict(a.model.state_dict())
-    la = a.task.loss(a.model, (x, y))
-    la.backward()
-    for i in range(2):
-        (b.task.loss(b.model, (x[4 * i : 4 * i + 4], y[4 * i : 4 * i + 4])) / 2).backward()
-    for pa, pb in zip(a.model.parameters(), b.model.parameters()):
-        assert torch.allclose(pa.grad, pb.grad, atol=1e-5)
+    # the 8 windows of `a`'s one batch are the two micro-batches of 4 that `b` draws
+    g1, g2 = torch.Generator().manual_seed(5), torch.Generator().manual_seed(5)
+    x8, _ = a.task.batch("train", 8, g1)
+    x4a, _ = b.task.batch("train", 4, g2)
+    x4b, _ = b.task.batch("train", 4, g2)
+    assert torch.equal(x8, torch.cat([x4a, x4b]))
+    la, lb = a.train_step(), b.train_step()  # one optimizer step each, through the trainer
+    assert la == pytest.approx(lb, rel=1e-5)
+    for (name, pa), pb in zip(a.model.named_parameters(), b.model.parameters()):
+        assert torch.allclose(pa, pb, atol=1e-6), name
+    moved = [not torch.equal(p, q) for p, q in zip(a.model.parameters(), _setup(tmp_path, dropout=0.0).model.parameters())]
+    assert any(moved)  # the step changed the weights (so equality above is not vacuous)
 
 
 def test_schedule():

@@ -46,7 +46,7 @@ def test_eval_and_predict(vit_run, digit_png, capsys):
     capsys.readouterr()
     assert main(["eval", "--ckpt", str(vit_run), "--json"]) == 0
     res = json.loads(capsys.readouterr().out)
-    assert res["split"] == "test" and res["images"] == 359 and 0 <= res["accuracy"] <= 1
+    assert res["split"] == "test" and res["images"] == 359 and res["accuracy"] > 0.5  # chance is 0.1
     assert Image.open(res["confusion_png"]).size[0] > 200
     assert main(["predict", "--ckpt", str(vit_run), str(digit_png), "--top-k", "2"]) == 0
     line = capsys.readouterr().out.strip()

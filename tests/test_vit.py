@@ -40,11 +40,23 @@ def test_rollout_of_identity_attention_is_identity():
     assert torch.allclose(r[0], 0.5 * torch.eye(t) + 0.5 / t)
 
 
-def test_rollout_head_fusion_and_discard():
-    a = torch.softmax(torch.randn(1, 4, 6, 6), -1)
-    for how in ("mean", "max", "min"):
-        r = A.rollout([a, a], how, discard_ratio=0.5)
-        assert torch.allclose(r.sum(-1), torch.ones(1, 6), atol=1e-5)
+def test_rollout_head_fusion_and_discard_hand_computed():
+    h0 = [[.6, .3, .1], [.2, .5, .3], [.1, .2, .7]]
+    h1 = [[.4, .4, .2], [.4, .3, .3], [.3, .3, .4]]
+    a = torch.tensor([h0, h1])[None]  # (1, 2 heads, 3, 3)
+
+    def residual(m):  # 0.5 A + 0.5 I, rows renormalised
+        m = 0.5 * torch.tensor(m) + 0.5 * torch.eye(3)
+        return m / m.sum(-1, keepdim=True)
+
+    assert torch.allclose(A.rollout([a], "max")[0], residual([[.6, .4, .2], [.4, .5, .3], [.3, .3, .7]]))
+    assert torch.allclose(A.rollout([a], "min")[0], residual([[.4, .3, .1], [.2, .3, .3], [.1, .2, .4]]))
+    mean = [[.5, .35, .15], [.3, .4, .3], [.2, .25, .55]]
+    # discard 1/3: the 3 smallest of the fused 9 are .15, .2, .25; .2 goes into the class token, so it stays
+    expected = torch.tensor([[.75 / .925, .175 / .925, 0], [.15, .7, .15], [.1 / .875, 0, .775 / .875]])
+    assert torch.allclose(A.rollout([a], "mean", discard_ratio=0.34)[0], expected, atol=1e-6)
+    # two layers multiply: row i of the result mixes the first layer's rows
+    assert torch.allclose(A.rollout([a, a], "mean")[0], residual(mean) @ residual(mean), atol=1e-6)
     with pytest.raises(ValueError, match="head fusion"):
         A.rollout([a], "median")
 
