@@ -65,7 +65,27 @@ def test_data_dir_wins_over_download(tmp_path, monkeypatch):
     root.mkdir(parents=True)
     for name, data in _multi30k_files().items():
         (root / name).write_bytes(data)
-    unreachable = [sources.RemoteFile(rf.relpath, (tmp_path / "nowhere").as_uri(), rf.sha256)
-                   for rf in sources.NAMED["multi30k"]]
+    monkeypatch.setenv("ATTNLAB_CACHE", str(tmp_path / "cache"))
+    files = _multi30k_files()
+    unreachable = [sources.RemoteFile(f"multi30k/{name}", (tmp_path / "nowhere").as_uri(),
+                                      hashlib.sha256(data).hexdigest()) for name, data in files.items()]
     monkeypatch.setitem(sources.NAMED, "multi30k", unreachable)
     assert parallel.multi30k("de", "en", data_dir=str(tmp_path / "data"))["val"][1] == ("Zwei Männer.", "Two men.")
+
+
+def test_data_dir_files_are_checksum_checked_once(tmp_path, monkeypatch):
+    monkeypatch.setenv("ATTNLAB_CACHE", str(tmp_path / "cache"))
+    good = b"the published bytes"
+    rf = sources.RemoteFile("x/file.txt", (tmp_path / "nowhere").as_uri(), hashlib.sha256(good).hexdigest())
+    path = tmp_path / "file.txt"
+    path.write_bytes(b"another copy")
+    with pytest.raises(DataError, match="not the published"):
+        sources.verify_local(rf, path)
+    monkeypatch.setenv("ATTNLAB_TRUST_DATA", "1")
+    assert sources.verify_local(rf, path) == path  # the user's own copy, on request
+    monkeypatch.delenv("ATTNLAB_TRUST_DATA")
+    path.write_bytes(good)
+    assert sources.verify_local(rf, path) == path
+    calls = []
+    monkeypatch.setattr(sources, "file_digest", lambda *a: calls.append(a) or "")
+    assert sources.verify_local(rf, path) == path and calls == []  # remembered: not hashed again

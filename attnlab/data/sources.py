@@ -4,6 +4,7 @@ downloads checked against SHA-256, or what ships with the installation."""
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import tempfile
 import urllib.request
@@ -110,13 +111,43 @@ def download(rf: RemoteFile, dest: Path) -> Path:
     return dest
 
 
+def verify_local(rf: RemoteFile, path: Path) -> Path:
+    """Check a file found in the data directory against its published checksum, as downloads
+    are. The result is remembered by path, size and modification time (``<cache>/verified.json``)
+    so each file is hashed once. ``ATTNLAB_TRUST_DATA=1`` skips the check (a file you changed)."""
+    if os.environ.get("ATTNLAB_TRUST_DATA") == "1":
+        return path
+    st = path.stat()
+    key = f"{path.resolve()}:{st.st_size}:{st.st_mtime_ns}"
+    memo = cache_dir() / "verified.json"
+    try:
+        seen = json.loads(memo.read_text())
+    except (OSError, ValueError):
+        seen = {}
+    if seen.get(key) == (rf.sha256 or rf.md5):
+        return path
+    got = rf.check(path)
+    if got is not None:
+        raise DataError(f"{path} has checksum {got}, not the published {rf.sha256 or rf.md5}: it is another or a "
+                        "damaged copy; replace it (or set ATTNLAB_TRUST_DATA=1 to use it anyway)")
+    seen[key] = rf.sha256 or rf.md5
+    try:
+        memo.parent.mkdir(parents=True, exist_ok=True)
+        tmp = memo.with_name(f"verified.json.{os.getpid()}")
+        tmp.write_text(json.dumps(seen))
+        os.replace(tmp, memo)
+    except OSError:
+        pass  # a read-only cache only costs hashing again next time
+    return path
+
+
 def resolve(name: str, explicit_dir=None, allow_download: bool = True) -> list[Path]:
     """Local paths of a named dataset's files: data directory first, then the download cache."""
     out = []
     for rf in NAMED[name]:
         d = data_dir(explicit_dir)
         if d is not None and (d / rf.relpath).is_file():
-            out.append(d / rf.relpath)
+            out.append(verify_local(rf, d / rf.relpath))
             continue
         cached = cache_dir() / rf.relpath
         if cached.is_file() and rf.check(cached) is None:
