@@ -88,10 +88,6 @@ def _field_options(parser: argparse.ArgumentParser, cls, skip=(), title: str = "
     return names
 
 
-def _given(args, names) -> dict:
-    return {n: getattr(args, n) for n in names if getattr(args, n, None) is not None}
-
-
 LM_TRAIN_DEFAULTS: dict = {}
 VISION_TRAIN_DEFAULTS = dict(batch_size=128, lr=1e-3, min_lr=1e-5, warmup_iters=100, max_iters=2000,
                              weight_decay=0.05, beta2=0.999, eval_interval=250, eval_iters=5)

@@ -145,7 +145,7 @@ def auto_cpu_dtype(model: nn.Module | None, fast_bf16: bool) -> tuple[torch.dtyp
 def pick_dtype(name: str, device: torch.device, model: nn.Module | None = None) -> tuple[torch.dtype | None, str]:
     """(dtype, reason): ``fp32`` / ``bf16`` as asked; ``auto`` picks what is faster for this
     model on this device: bf16 on GPUs that support it, on CPUs by ``auto_cpu_dtype`` (None:
-    the trainer times a few steps of each, ``Trainer.time_dtypes``)."""
+    the trainer times a few steps of each, ``Trainer.choose_by_timing``)."""
     if name == "fp32":
         return torch.float32, "asked for (--dtype fp32)"
     if name == "bf16":
