@@ -10,7 +10,6 @@ import subprocess
 import sys
 import time
 
-import pytest
 
 from attnlab.checkpoint import find_checkpoint, load_model
 from attnlab.cli import main
