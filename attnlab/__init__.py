@@ -9,7 +9,7 @@ __all__ = ["__version__", "load", "export_hf"]
 
 def load(path, **kw):
     """Load a ready model from an attnlab run folder or a HuggingFace checkpoint directory."""
-    from .checkpoint import load_model
+    from .recipes import load_model
 
     return load_model(path, **kw)
 

@@ -240,11 +240,14 @@ class MultiHeadAttention(nn.Module):
         n_kv_heads: int | None = None,
         d_out: int | None = None,
         bias: bool = True,
+        qkv_bias: bool | None = None,
         dropout: float = 0.0,
         causal: bool = False,
         rotary: nn.Module | None = None,
         position_bias: nn.Module | None = None,
     ) -> None:
+        """``bias`` applies to every projection; ``qkv_bias`` (default: ``bias``) to the
+        query/key/value projections alone (timm's ViT option)."""
         super().__init__()
         if n_heads < 1:
             raise ValueError(f"n_heads must be >= 1, got {n_heads}")
@@ -265,11 +268,12 @@ class MultiHeadAttention(nn.Module):
         self.rotary, self.position_bias = rotary, position_bias
         q_dim, k_dim, v_dim = n_heads * self.d_k, n_kv_heads * self.d_k, n_kv_heads * self.d_v
         self._split = (q_dim, k_dim, v_dim)
+        in_bias = bias if qkv_bias is None else qkv_bias
         if self.cross:
-            self.q_proj = nn.Linear(d_model, q_dim, bias=bias)
-            self.kv_proj = nn.Linear(self.d_context, k_dim + v_dim, bias=bias)
+            self.q_proj = nn.Linear(d_model, q_dim, bias=in_bias)
+            self.kv_proj = nn.Linear(self.d_context, k_dim + v_dim, bias=in_bias)
         else:
-            self.qkv = nn.Linear(d_model, q_dim + k_dim + v_dim, bias=bias)  # [W_Q; W_K; W_V]
+            self.qkv = nn.Linear(d_model, q_dim + k_dim + v_dim, bias=in_bias)  # [W_Q; W_K; W_V]
         self.out_proj = nn.Linear(n_heads * self.d_v, d_out or d_model, bias=bias)  # W_O
         self.record_weights = False
         self.last_weights: Tensor | None = None

@@ -125,20 +125,20 @@ def gpt_rows(device, dtypes, peaks, quick, compile_) -> list[dict]:
     from .models import GPT, GPTConfig
 
     rows = []
-    shapes = [("4/4/128 T=64 B=12", dict(n_layer=4, n_head=4, n_embd=128, block_size=64), 12)]
+    shapes = [("4/4/128 T=64 B=12", dict(layers=4, heads=4, dim=128, context=64), 12)]
     if not quick:
-        shapes.append(("6/6/384 T=256 B=16", dict(n_layer=6, n_head=6, n_embd=384, block_size=256), 16))
+        shapes.append(("6/6/384 T=256 B=16", dict(layers=6, heads=6, dim=384, context=256), 16))
     for name, shape, b in shapes:
         cfg = GPTConfig(vocab_size=65, **shape)
         for dtype in dtypes:
             torch.manual_seed(0)
             ours = GPT(cfg).to(device)
             hf = transformers.GPT2LMHeadModel(transformers.GPT2Config(
-                vocab_size=65, n_positions=cfg.block_size, n_embd=cfg.n_embd, n_layer=cfg.n_layer, n_head=cfg.n_head,
+                vocab_size=65, n_positions=cfg.context, n_embd=cfg.dim, n_layer=cfg.layers, n_head=cfg.heads,
                 resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, activation_function="gelu", bos_token_id=0,
                 eos_token_id=0, attn_implementation="sdpa")).to(device)
-            x = torch.randint(0, 65, (b, cfg.block_size), device=device)
-            y = torch.randint(0, 65, (b, cfg.block_size), device=device)
+            x = torch.randint(0, 65, (b, cfg.context), device=device)
+            y = torch.randint(0, 65, (b, cfg.context), device=device)
 
             def loss_of(m, is_hf):
                 def f():
@@ -151,8 +151,8 @@ def gpt_rows(device, dtypes, peaks, quick, compile_) -> list[dict]:
             t_ours = min(time_it(_train_step(ours, loss_of(ours, False)), repeat=rep, device=device) for _ in range(2))
             t_hf = min(time_it(_train_step(hf, loss_of(hf, True)), repeat=rep, device=device) for _ in range(2))
             n = sum(p.numel() for p in ours.parameters()) - ours.pos_emb.weight.numel()
-            fpt = 6 * n + 12 * cfg.n_layer * cfg.n_embd * cfg.block_size
-            tok = b * cfg.block_size
+            fpt = 6 * n + 12 * cfg.layers * cfg.dim * cfg.context
+            tok = b * cfg.context
             dn = str(dtype).replace("torch.", "")
             rows.append(_row(f"GPT train {name} {dn}", "tokens/s", tok / t_ours, tok / t_hf, "HF GPT2LMHeadModel",
                              MFU=tok / t_ours * fpt / peaks[dtype], **{"baseline MFU": tok / t_hf * fpt / peaks[dtype]}))
@@ -172,8 +172,8 @@ def generation_rows(device, quick) -> list[dict]:
     from .interop import export_hf
     from .models import GPT, GPTConfig
 
-    cfg = (GPTConfig(n_layer=4, n_head=4, n_embd=256, block_size=256, activation="gelu_tanh") if quick
-           else GPTConfig(n_layer=12, n_head=12, n_embd=768, activation="gelu_tanh"))
+    cfg = (GPTConfig(layers=4, heads=4, dim=256, context=256, activation="gelu_tanh") if quick
+           else GPTConfig(layers=12, heads=12, dim=768, activation="gelu_tanh"))
     new = 64 if quick else 256
     torch.manual_seed(0)
     ours = GPT(cfg).to(device).eval()
@@ -189,7 +189,7 @@ def generation_rows(device, quick) -> list[dict]:
         with torch.no_grad():
             hf.generate(prompt, max_new_tokens=new, min_new_tokens=new, do_sample=False, pad_token_id=0)
     t_hf = time_it(hf_gen, warmup=1, repeat=3, device=device)
-    shape = f"{cfg.n_layer}/{cfg.n_head}/{cfg.n_embd}"
+    shape = f"{cfg.layers}/{cfg.heads}/{cfg.dim}"
     return [_row(f"GPT generate {new} tokens {shape} greedy", "tokens/s", new / t_ours, new / t_hf, "HF generate")]
 
 
@@ -198,7 +198,7 @@ def vit_rows(device, quick) -> list[dict]:
 
     from .models import ViT, ViTConfig
 
-    cfg = ViTConfig(image_size=32, patch_size=4, in_chans=3, num_classes=10, dim=192, depth=6, heads=3, mlp_ratio=2.0)
+    cfg = ViTConfig(image_size=32, patch_size=4, in_chans=3, num_classes=10, dim=192, layers=6, heads=3, mlp_ratio=2.0)
     b = 64 if quick else 128
     ours = ViT(cfg).to(device)
     hf = transformers.ViTForImageClassification(transformers.ViTConfig(
@@ -217,8 +217,8 @@ def encdec_rows(device, quick) -> list[dict]:
     from .models import Transformer, TransformerConfig
 
     d, v, s_len, b = 256, 8000, 32, (32 if quick else 64)
-    cfg = TransformerConfig(src_vocab=v, tgt_vocab=v, dim=d, heads=8, enc_layers=3, dec_layers=3, ff_dim=512,
-                            dropout=0.0, max_len=128)
+    cfg = TransformerConfig(src_vocab=v, tgt_vocab=v, dim=d, heads=8, enc_layers=3, dec_layers=3, mlp_dim=512,
+                            dropout=0.0, context=128)
     ours = Transformer(cfg).to(device)
     emb = nn.Embedding(v, d).to(device)
     ref = nn.Transformer(d, 8, 3, 3, 512, dropout=0.0, batch_first=True).to(device)

@@ -59,6 +59,7 @@ class TransformerBlock(nn.Module):
         norm_first: bool = True,
         causal: bool = False,
         bias: bool = True,
+        qkv_bias: bool | None = None,
         norm_eps: float = 1e-5,
         n_kv_heads: int | None = None,
         rotary: nn.Module | None = None,
@@ -68,7 +69,7 @@ class TransformerBlock(nn.Module):
         self.norm_first = norm_first
         self.ln1 = nn.LayerNorm(dim, eps=norm_eps, bias=bias)
         self.attn = MultiHeadAttention(
-            dim, n_heads, bias=bias, dropout=attn_dropout, causal=causal,
+            dim, n_heads, bias=bias, qkv_bias=qkv_bias, dropout=attn_dropout, causal=causal,
             n_kv_heads=n_kv_heads, rotary=rotary, position_bias=position_bias,
         )
         self.ln2 = nn.LayerNorm(dim, eps=norm_eps, bias=bias)
@@ -164,9 +165,14 @@ class Encoder(nn.Module):
         norm_first = block_kw.get("norm_first", True)
         self.ln_f = nn.LayerNorm(dim, eps=block_kw.get("norm_eps", 1e-5)) if norm_first else nn.Identity()
 
-    def forward(self, x: Tensor, *, key_mask: Tensor | None = None, mask: Tensor | None = None) -> Tensor:
-        for block in self.blocks:
+    def forward(self, x: Tensor, *, key_mask: Tensor | None = None, mask: Tensor | None = None,
+                after_first=None) -> Tensor:
+        """x (B, T, D) -> (B, T, D). ``after_first`` (tokens -> tokens) runs between the first
+        and second block: where CPVT puts its conditional position encoding (PEG)."""
+        for i, block in enumerate(self.blocks):
             x = block(x, key_mask=key_mask, mask=mask)
+            if i == 0 and after_first is not None:
+                x = after_first(x)
         return self.ln_f(x)
 
 

@@ -18,8 +18,8 @@ import shutil
 from pathlib import Path
 
 import torch
-from safetensors import SafetensorError, safe_open
-from safetensors.torch import load_file, load_model as st_load_model, save_file, save_model as st_save_model
+from safetensors import SafetensorError
+from safetensors.torch import load_file, save_file, save_model as st_save_model
 from torch import nn
 
 from . import __version__
@@ -31,29 +31,16 @@ TRAINER_JSON = "trainer.json"
 TRAINER_TENSORS = "trainer.safetensors"
 
 
-def _model_classes() -> dict:
-    from .models import MODEL_TYPES
-
-    return MODEL_TYPES
+def unwrap_model(model: nn.Module) -> nn.Module:
+    """The plain model inside ``torch.compile`` and DDP/FSDP wrappers."""
+    model = getattr(model, "_orig_mod", model)
+    while isinstance(getattr(model, "module", None), nn.Module):
+        model = model.module
+    return model
 
 
 def model_config_dict(model: nn.Module) -> dict:
     return {"attnlab_version": __version__, "model_type": model.model_type, "model": model.config.to_dict()}
-
-
-def build_model(config: dict) -> nn.Module:
-    classes = _model_classes()
-    mtype = config.get("model_type")
-    if mtype not in classes:
-        raise CheckpointError(f"checkpoint has unknown model_type {mtype!r}; attnlab knows {sorted(classes)}")
-    cls = classes[mtype]
-    try:
-        return cls(cls.config_class.from_dict(config["model"]))
-    except (ValueError, TypeError, KeyError) as e:
-        raise CheckpointError(f"checkpoint config does not describe a valid {mtype} model: {e}") from None
-    except (RuntimeError, MemoryError) as e:  # sizes that pass the checks but do not fit in memory
-        raise CheckpointError(f"the {mtype} model this config describes does not fit in memory "
-                              f"({str(e).splitlines()[0][:120]})") from None
 
 
 def write_checkpoint(
@@ -69,8 +56,7 @@ def write_checkpoint(
     old = path.with_name(path.name + ".old")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
-    raw = model._orig_mod if hasattr(model, "_orig_mod") else model
-    raw = raw.module if hasattr(raw, "module") and isinstance(raw.module, nn.Module) else raw
+    raw = unwrap_model(model)
     st_save_model(raw, str(tmp / WEIGHTS))
     if trainer_tensors is not None:
         save_file({k: v.detach().cpu().contiguous() for k, v in trainer_tensors.items()}, str(tmp / TRAINER_TENSORS))
@@ -254,6 +240,19 @@ def read_config(ckpt: Path) -> dict:
     return cfg
 
 
+def upgrade_weights(model: nn.Module, tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """Weights saved under names an older attnlab used, renamed for ``model``. A model lists
+    its renames in ``RENAMED_WEIGHTS``: {old name: new name, or (new name, convert)}; names
+    ending in "." rename every key under that prefix."""
+    out = dict(tensors)
+    for old, new in getattr(model, "RENAMED_WEIGHTS", {}).items():
+        new, convert = new if isinstance(new, tuple) else (new, None)
+        for key in [k for k in out if k == old or (old.endswith(".") and k.startswith(old))]:
+            t = out.pop(key)
+            out[new + key[len(old):] if old.endswith(".") else new] = convert(t) if convert else t
+    return out
+
+
 def load_weights(model: nn.Module, ckpt: Path) -> None:
     """Load ``model.safetensors`` into ``model``, after checking that the file is whole, that its
     tensors have the shapes the config implies, and that every value is finite."""
@@ -261,20 +260,21 @@ def load_weights(model: nn.Module, ckpt: Path) -> None:
     if not f.is_file():
         raise CheckpointError(f"{f} is missing; the checkpoint is incomplete, use another one")
     try:
-        with safe_open(str(f), framework="pt") as fh:
-            shapes = {k: tuple(fh.get_slice(k).get_shape()) for k in fh.keys()}
-    except (SafetensorError, OSError, ValueError) as e:
+        tensors = upgrade_weights(model, load_file(str(f)))
+    except (SafetensorError, OSError, ValueError, RuntimeError) as e:
         raise CheckpointError(f"{f} is truncated or corrupt ({str(e).splitlines()[0]}); use another checkpoint") from None
     expected = model.state_dict()
-    wrong = [(k, shapes[k], tuple(expected[k].shape)) for k in shapes if k in expected and shapes[k] != tuple(expected[k].shape)]
+    wrong = [(k, tuple(t.shape), tuple(expected[k].shape)) for k, t in tensors.items()
+             if k in expected and t.shape != expected[k].shape]
     if wrong:
         k, got, want = wrong[0]
         raise CheckpointError(f"{f} does not match its config: {k} has shape {list(got)} but the config implies "
                               f"{list(want)} ({len(wrong)} tensor(s) differ); the config.json belongs to another model")
-    try:
-        missing, unexpected = st_load_model(model, str(f), strict=False)
-    except (SafetensorError, OSError, RuntimeError, ValueError) as e:
-        raise CheckpointError(f"{f} is truncated or corrupt ({str(e).splitlines()[0]}); use another checkpoint") from None
+    missing, unexpected = model.load_state_dict(tensors, strict=False)
+    # tied weights (an output head sharing the embedding) are saved once: missing names that share
+    # storage with a loaded one are fine
+    loaded = {expected[k].data_ptr() for k in tensors if k in expected}
+    missing = [k for k in missing if expected[k].data_ptr() not in loaded]
     if missing or unexpected:
         raise CheckpointError(
             f"{f} does not match its config: missing {sorted(missing)[:3]}, unexpected {sorted(unexpected)[:3]}"
@@ -294,27 +294,3 @@ def load_trainer_state(ckpt: Path) -> tuple[dict, dict[str, torch.Tensor]]:
     except (SafetensorError, OSError, json.JSONDecodeError) as e:
         raise CheckpointError(f"trainer state in {ckpt} is corrupt ({e}); cannot resume from it") from None
     return state, tensors
-
-
-def load_model(path: str | Path, *, expect: str | None = None, device: str | None = None, with_meta: bool = False):
-    """Ready-to-use model (eval mode) from an attnlab run/checkpoint folder or a HuggingFace directory."""
-    p = Path(path)
-    if p.is_dir() and (p / CONFIG).is_file() and "attnlab_version" not in read_config(p):
-        from .interop import load_hf
-
-        model, meta = load_hf(p), {"model_type": None}
-    else:
-        ckpt = find_checkpoint(p)
-        meta = read_config(ckpt)
-        if expect is not None and meta.get("model_type") in _model_classes() and meta["model_type"] != expect:
-            raise CheckpointError(f"{path} holds a {meta['model_type']} model, but this command needs a {expect} model")
-        model = build_model(meta)
-        load_weights(model, ckpt)
-    if expect is not None and model.model_type != expect:
-        raise CheckpointError(
-            f"{path} holds a {model.model_type} model, but this command needs a {expect} model"
-        )
-    model.eval()
-    if device:
-        model.to(device)
-    return (model, meta) if with_meta else model

@@ -3,6 +3,18 @@
 Every config is strict: unknown fields, values of the wrong type and sizes that are not
 positive (or absurdly large: validated before anything is allocated) are refused with a
 ``ValueError`` that names the field.
+
+One vocabulary for the hyper-parameters every family shares (see the README):
+
+    layers   blocks in the stack          (was GPT n_layer, ViT depth)
+    heads    attention heads               (was GPT n_head)
+    dim      model width                   (was GPT n_embd, RNN hidden)
+    mlp_dim  feed-forward hidden width     (was Transformer ff_dim)
+    context  the most tokens a model reads (was GPT block_size, seq2seq max_len)
+    pos      positional encoding           (was GPT position)
+
+A config's ``ALIASES`` maps the old names to these: the constructor, ``from_dict`` (so
+checkpoints written before the change load) and attribute reads all accept them.
 """
 
 from __future__ import annotations
@@ -34,12 +46,36 @@ def _type_ok(value, typ) -> bool:
     return True
 
 
-class Config:
+class _ConfigType(type):
+    """Lets the constructor take a field's old name (``GPTConfig(n_layer=2)``)."""
+
+    def __call__(cls, *args, **kwargs):
+        return super().__call__(*args, **cls.resolve_aliases(kwargs))
+
+
+class Config(metaclass=_ConfigType):
     """Mixin for @dataclass configs. ``from_dict`` refuses unknown fields (a checkpoint of another
     model, or a typo) unless ``strict=False``. Subclasses list their size fields in ``SIZES``
     (each must be an integer in 1..MAX_SIZE) and call ``super().__post_init__()``."""
 
     SIZES: typing.ClassVar[tuple[str, ...]] = ()
+    ALIASES: typing.ClassVar[dict[str, str]] = {}  # old name -> field
+
+    def __init_subclass__(cls, **kwargs) -> None:
+        super().__init_subclass__(**kwargs)
+        for old, new in cls.__dict__.get("ALIASES", {}).items():  # reading cfg.n_layer gives cfg.layers
+            setattr(cls, old, property(lambda self, new=new: getattr(self, new), doc=f"old name of {new}"))
+
+    @classmethod
+    def resolve_aliases(cls, d: dict) -> dict:
+        """``d`` with old field names replaced by the current ones."""
+        out = dict(d)
+        for old, new in cls.ALIASES.items():
+            if old in out:
+                if new in out and out[new] != out[old]:
+                    raise ValueError(f"{cls.__name__}: both {new}={out[new]!r} and its old name {old}={out[old]!r} given")
+                out[new] = out.pop(old)
+        return out
 
     def __post_init__(self) -> None:
         hints = typing.get_type_hints(type(self))
@@ -47,11 +83,17 @@ class Config:
             value = getattr(self, f.name)
             if not _type_ok(value, hints[f.name]):
                 want = str(hints[f.name]).replace("typing.", "").replace("<class '", "").replace("'>", "")
-                raise ValueError(f"{type(self).__name__}.{f.name} must be {want}, got {value!r}")
+                raise ValueError(f"{type(self).__name__}.{self.label(f.name)} must be {want}, got {value!r}")
         for name in self.SIZES:
             v = getattr(self, name)
             if v is not None and not 1 <= v <= MAX_SIZE:
-                raise ValueError(f"{name} must be an integer from 1 to {MAX_SIZE}, got {v}")
+                raise ValueError(f"{self.label(name)} must be an integer from 1 to {MAX_SIZE}, got {v}")
+
+    @classmethod
+    def label(cls, name: str) -> str:
+        """A field's name for messages, with its old names: ``context (block_size)``."""
+        old = [o for o, n in cls.ALIASES.items() if n == name]
+        return f"{name} ({', '.join(old)})" if old else name
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -60,6 +102,7 @@ class Config:
     def from_dict(cls, d: dict, strict: bool = True):
         if not isinstance(d, dict):
             raise ValueError(f"a {cls.__name__} must be a JSON object, got {type(d).__name__}")
+        d = cls.resolve_aliases(d)
         known = {f.name for f in fields(cls)}
         unknown = set(d) - known
         if unknown and strict:

@@ -83,7 +83,7 @@ def generate(
         prompts = prompts.tolist()
     ids, mask = _left_pad(prompts, 0, device)
     padded = not bool(mask.all())
-    block = model.config.block_size
+    block = model.config.context
     done = torch.zeros(ids.shape[0], dtype=torch.bool, device=device)
     caches, fed = None, 0  # fed: how many columns of ids the cache holds
     for _ in range(max_new_tokens):

@@ -63,8 +63,8 @@ def _gpt2_config(cfg: dict):
     if act not in _ACT_FROM_HF:
         raise CheckpointError(f"GPT-2 activation {act!r} is not supported; attnlab knows {sorted(_ACT_FROM_HF)}")
     return GPTConfig(
-        vocab_size=cfg["vocab_size"], block_size=cfg["n_positions"], n_layer=cfg["n_layer"],
-        n_head=cfg["n_head"], n_embd=cfg["n_embd"], dropout=0.0, bias=True, position="learned",
+        vocab_size=cfg["vocab_size"], context=cfg["n_positions"], layers=cfg["n_layer"],
+        heads=cfg["n_head"], dim=cfg["n_embd"], dropout=0.0, bias=True, pos="learned",
         activation=_ACT_FROM_HF[act], norm_eps=cfg.get("layer_norm_epsilon", 1e-5),
         tie_weights=cfg.get("tie_word_embeddings", True),
     )
@@ -94,7 +94,7 @@ def _load_gpt2(cfg: dict, state: dict[str, Tensor]) -> nn.Module:
     model = GPT(config)
     prefix = "transformer." if any(k.startswith("transformer.") for k in state) else ""
     new = {}
-    for hf, ours, transpose in _gpt2_key_map(config.n_layer):
+    for hf, ours, transpose in _gpt2_key_map(config.layers):
         if prefix + hf not in state:
             raise CheckpointError(f"GPT-2 checkpoint lacks {prefix + hf}; it is incomplete or not GPT-2")
         t = state[prefix + hf]
@@ -116,23 +116,23 @@ def export_hf(model: nn.Module, directory: str | Path) -> None:
     if getattr(model, "model_type", None) != "gpt":
         raise CheckpointError(f"export_hf supports GPT models here, got {type(model).__name__}")
     c = model.config
-    if c.position != "learned" or not c.bias:
+    if c.pos != "learned" or not c.bias:
         raise CheckpointError(
-            f"only GPT models with learned positions and biases map to GPT-2; this one has position={c.position!r}, bias={c.bias}"
+            f"only GPT models with learned positions and biases map to GPT-2; this one has pos={c.pos!r}, bias={c.bias}"
         )
     d = Path(directory)
     d.mkdir(parents=True, exist_ok=True)
     sd = model.state_dict()
     out = {}
-    for hf, ours, transpose in _gpt2_key_map(c.n_layer):
+    for hf, ours, transpose in _gpt2_key_map(c.layers):
         t = sd[ours]
         out["transformer." + hf] = (t.t() if transpose else t).detach().cpu().contiguous()
     if not c.tie_weights:
         out["lm_head.weight"] = sd["lm_head.weight"].detach().cpu().contiguous()
     config = {
         "architectures": ["GPT2LMHeadModel"], "model_type": "gpt2", "vocab_size": c.vocab_size,
-        "n_positions": c.block_size, "n_ctx": c.block_size, "n_embd": c.n_embd, "n_layer": c.n_layer,
-        "n_head": c.n_head, "n_inner": None, "activation_function": _ACT_TO_HF[c.activation],
+        "n_positions": c.context, "n_ctx": c.context, "n_embd": c.dim, "n_layer": c.layers,
+        "n_head": c.heads, "n_inner": None, "activation_function": _ACT_TO_HF[c.activation],
         "layer_norm_epsilon": c.norm_eps, "resid_pdrop": 0.0, "embd_pdrop": 0.0, "attn_pdrop": 0.0,
         "tie_word_embeddings": c.tie_weights, "bos_token_id": c.vocab_size - 1, "eos_token_id": c.vocab_size - 1,
         "initializer_range": 0.02, "scale_attn_weights": True, "torch_dtype": "float32",
@@ -156,7 +156,7 @@ def _load_vit(cfg: dict, state: dict[str, Tensor]) -> nn.Module:
     labels = [id2label.get(str(i), id2label.get(i, str(i))) for i in range(num_classes)] if has_head else None
     config = ViTConfig(
         image_size=cfg["image_size"], patch_size=cfg["patch_size"], in_chans=cfg.get("num_channels", 3),
-        num_classes=num_classes, dim=d, depth=cfg["num_hidden_layers"], heads=cfg["num_attention_heads"],
+        num_classes=num_classes, dim=d, layers=cfg["num_hidden_layers"], heads=cfg["num_attention_heads"],
         mlp_ratio=cfg["intermediate_size"] / d, pool="cls", pos="learned",
         norm_eps=cfg.get("layer_norm_eps", 1e-12), qkv_bias=cfg.get("qkv_bias", True), labels=labels,
     )
@@ -169,13 +169,13 @@ def _load_vit(cfg: dict, state: dict[str, Tensor]) -> nn.Module:
 
     new = {
         "cls_token": get("embeddings.cls_token"),
-        "pos_embed": get("embeddings.position_embeddings"),
+        "pos.weight": get("embeddings.position_embeddings")[0],
         "patch_embed.proj.weight": get("embeddings.patch_embeddings.projection.weight"),
         "patch_embed.proj.bias": get("embeddings.patch_embeddings.projection.bias"),
         "encoder.ln_f.weight": get("layernorm.weight"),
         "encoder.ln_f.bias": get("layernorm.bias"),
     }
-    for i in range(config.depth):
+    for i in range(config.layers):
         h, a = f"encoder.layer.{i}.", f"encoder.blocks.{i}."
         new[a + "attn.qkv.weight"] = torch.cat([get(h + f"attention.attention.{n}.weight") for n in ("query", "key", "value")])
         if config.qkv_bias:

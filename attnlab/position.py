@@ -1,15 +1,15 @@
 """Positional encodings. Attention alone is permutation-equivariant, so order must be put in.
 
-Every module here has a ``kind`` saying where it plugs into a transformer:
+The modules fall into four groups by where they plug into a transformer:
 
-* ``"absolute"``  -- ``forward(x, offset=0)`` returns ``x + PE`` for tokens (B, T, D):
+* absolute     -- ``forward(x, offset=0)`` returns ``x + PE`` for tokens (B, T, D):
   :class:`SinusoidalPosition`, :class:`LearnedPosition`, :class:`SinCos2DPosition`,
   :class:`FourierFeatures` (of continuous coordinates, ``forward(coords)``).
-* ``"bias"``      -- ``forward(q, t_k)`` returns an additive score bias (…, H, Tq, Tk):
+* score bias   -- ``forward(q, t_k)`` returns an additive score bias (…, H, Tq, Tk):
   :class:`ALiBi`, :class:`RelativePosition` (Shaw et al. 2018).
-* ``"rotary"``    -- ``forward(x, positions)`` rotates queries/keys (B, H, T, d):
+* rotary       -- ``forward(x, positions)`` rotates queries/keys (B, H, T, d):
   :class:`RotaryEmbedding` (RoPE).
-* ``"conditional"`` -- ``forward(x, grid)`` adds a depthwise convolution of the token grid:
+* conditional  -- ``forward(x, grid)`` adds a depthwise convolution of the token grid:
   :class:`PEG` (conditional positional encoding, CPVT).
 """
 
@@ -61,31 +61,36 @@ def _check_tokens(x: Tensor, dim: int, max_len: int, offset: int) -> None:
 class SinusoidalPosition(nn.Module):
     """Fixed sinusoidal encoding added to the tokens (no parameters)."""
 
-    kind = "absolute"
 
     def __init__(self, dim: int, max_len: int = 4096, base: float = 10000.0) -> None:
         super().__init__()
         self.dim, self.max_len = dim, max_len
         self.register_buffer("pe", sinusoidal_encoding(max_len, dim, base), persistent=False)
 
-    def forward(self, x: Tensor, offset: int = 0) -> Tensor:
+    def forward(self, x: Tensor, offset: int = 0, positions: Tensor | None = None) -> Tensor:
+        """x (B, T, D) -> x + PE at positions offset … offset+T-1, or at ``positions`` (T,) or (B, T)
+        (left-padded batches)."""
         _check_tokens(x, self.dim, self.max_len, offset)
+        if positions is not None:
+            return x + self.pe[positions].to(x.dtype)
         return x + self.pe[offset : offset + x.shape[1]].to(x.dtype)
 
 
 class LearnedPosition(nn.Module):
     """A learned vector per position (GPT-2, BERT, ViT)."""
 
-    kind = "absolute"
 
     def __init__(self, dim: int, max_len: int, init_std: float = 0.02) -> None:
         super().__init__()
         self.dim, self.max_len = dim, max_len
         self.weight = nn.Parameter(torch.randn(max_len, dim) * init_std)
 
-    def forward(self, x: Tensor, offset: int = 0) -> Tensor:
+    def forward(self, x: Tensor, offset: int = 0, positions: Tensor | None = None) -> Tensor:
+        """x (B, T, D) -> x + P at positions offset … offset+T-1, or at ``positions`` (T,) or (B, T)."""
         _check_tokens(x, self.dim, self.max_len, offset)
-        return x + self.weight[offset : offset + x.shape[1]]
+        if positions is not None:
+            return x + self.weight[positions].to(x.dtype)
+        return x + self.weight[offset : offset + x.shape[1]].to(x.dtype)
 
 
 def _sincos_1d(dim: int, pos: Tensor) -> Tensor:
@@ -108,14 +113,20 @@ def sincos_2d_encoding(grid_h: int, grid_w: int, dim: int) -> Tensor:
 
 
 class SinCos2DPosition(nn.Module):
-    """Fixed 2-D sin-cos encoding added to patch tokens (B, N=h*w, D)."""
+    """Fixed 2-D sin-cos encoding added to patch tokens (B, n_prefix + h*w, D); the
+    ``n_prefix`` leading tokens (a class token) get a zero position vector."""
 
-    kind = "absolute"
 
-    def __init__(self, dim: int, grid: tuple[int, int]) -> None:
+    def __init__(self, dim: int, grid: tuple[int, int], n_prefix: int = 0) -> None:
         super().__init__()
         self.dim, self.grid = dim, tuple(grid)
-        self.register_buffer("pe", sincos_2d_encoding(grid[0], grid[1], dim), persistent=False)
+        pe = torch.cat([torch.zeros(n_prefix, dim), sincos_2d_encoding(grid[0], grid[1], dim)])
+        self.register_buffer("pe", pe, persistent=False)
+
+    @property
+    def weight(self) -> Tensor:
+        """The table (n_prefix + h*w, D), named like :class:`LearnedPosition`'s."""
+        return self.pe
 
     def forward(self, x: Tensor, offset: int = 0) -> Tensor:
         _check_tokens(x, self.dim, self.pe.shape[0], offset)
@@ -129,7 +140,6 @@ class FourierFeatures(nn.Module):
     coords (..., c) -> (..., 2m), then optionally a linear map to ``dim``.
     """
 
-    kind = "absolute"
 
     def __init__(self, in_dim: int, n_features: int = 64, sigma: float = 10.0, dim: int | None = None, seed: int = 0):
         super().__init__()
@@ -155,7 +165,6 @@ class RelativePosition(nn.Module):
     Queries are aligned to the end of the keys (KV cache friendly).
     """
 
-    kind = "bias"
 
     def __init__(self, head_dim: int, max_distance: int = 16) -> None:
         super().__init__()
@@ -178,7 +187,6 @@ class RotaryEmbedding(nn.Module):
     """RoPE (Su et al.): rotate each pair of dimensions (x_i, x_{i+d/2}) of queries and
     keys by the angle pos·θ_i, θ_i = base^(-2i/d). Then q_m · k_n depends only on m - n."""
 
-    kind = "rotary"
 
     def __init__(self, head_dim: int, base: float = 10000.0) -> None:
         super().__init__()
@@ -215,7 +223,6 @@ def alibi_slopes(n_heads: int) -> Tensor:
 class ALiBi(nn.Module):
     """Attention with linear biases: score_ij -= slope_h · |i - j|. (H, Tq, Tk)."""
 
-    kind = "bias"
 
     def __init__(self, n_heads: int) -> None:
         super().__init__()
@@ -237,7 +244,6 @@ class PEG(nn.Module):
     tokens (a class token) pass through unchanged.
     """
 
-    kind = "conditional"
 
     def __init__(self, dim: int, kernel_size: int = 3) -> None:
         super().__init__()

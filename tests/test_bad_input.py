@@ -112,8 +112,8 @@ def test_seq2seq_options(tmp_path, capsys):
     out = tmp_path / "r"
     assert "larger than --max-length" in one_line_error(
         capsys, ["train", "seq2seq", "--out", str(out), *S2S_FAST, "--min-length", "10", "--max-length", "2"])
-    assert "has no option --hidden" in one_line_error(
-        capsys, ["train", "seq2seq", "--out", str(out), *S2S_FAST, "--hidden", "64"])
+    assert "has no option --cell" in one_line_error(
+        capsys, ["train", "seq2seq", "--out", str(out), *S2S_FAST, "--cell", "lstm"])
     assert not out.exists()
 
 
@@ -136,7 +136,7 @@ def _ckpt_copy(runs, tmp_path, name="gpt"):
 @pytest.mark.parametrize("config_text, expected", [
     ("{not json", "unreadable or corrupt"),
     ("[1, 2, 3]", "JSON list"),
-    ('{"attnlab_version": "0", "model_type": "gpt", "model": {"n_layer": "four"}}', "n_layer must be int"),
+    ('{"attnlab_version": "0", "model_type": "gpt", "model": {"n_layer": "four"}}', "layers (n_layer) must be int"),
     ('{"attnlab_version": "0", "model_type": "gpt", "model": {"n_lyer": 2}}', "unknown GPTConfig fields"),
     ('{"attnlab_version": "0", "model_type": "gpt", "model": {"vocab_size": 1000000000000}}', "vocab_size must be"),
     ('{"attnlab_version": "0", "model_type": "gpt", "model": [1]}', "must be a JSON object"),
@@ -160,10 +160,10 @@ def test_weights_that_are_empty_truncated_mismatched_or_nan(runs, tmp_path, caps
     assert "truncated or corrupt" in one_line_error(capsys, ["sample", "--ckpt", str(ckpt)])
     w.write_bytes(good)
     cfg = json.loads((ckpt / "config.json").read_text())
-    cfg["model"]["n_embd"] = 128  # shapes no longer match the weights
+    cfg["model"]["dim"] = 128  # shapes no longer match the weights
     (ckpt / "config.json").write_text(json.dumps(cfg))
     assert "does not match its config" in one_line_error(capsys, ["sample", "--ckpt", str(ckpt)])
-    cfg["model"]["n_embd"] = 64
+    cfg["model"]["dim"] = 64
     (ckpt / "config.json").write_text(json.dumps(cfg))
     tensors = load_file(str(w))
     first = sorted(tensors)[0]

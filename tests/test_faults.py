@@ -11,7 +11,8 @@ import sys
 import time
 
 
-from attnlab.checkpoint import find_checkpoint, load_model
+from attnlab.checkpoint import find_checkpoint
+from attnlab.recipes import load_model
 from attnlab.cli import main
 from attnlab.train.trainer import read_metrics
 

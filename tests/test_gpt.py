@@ -28,7 +28,7 @@ def test_tied_head_and_presets():
         GPT.from_preset("huge")
     with pytest.raises(ValueError, match="longer than the model's context of 32"):
         m(torch.zeros(1, 33, dtype=torch.long))
-    with pytest.raises(ValueError, match="n_embd=30 is not divisible by n_head=4"):
+    with pytest.raises(ValueError, match="dim=30 is not divisible by heads=4"):
         GPTConfig(n_embd=30, n_head=4)
 
 

@@ -20,7 +20,7 @@ def _names(model, params):
 def test_vit_does_not_decay_class_token_and_positions_like_timm():
     vit = ViT(ViTConfig(image_size=8, patch_size=2, in_chans=1, dim=16, depth=1, heads=2))
     decay, no_decay = decay_groups(vit)
-    assert {"cls_token", "pos_embed"} <= _names(vit, no_decay)
+    assert {"cls_token", "pos.weight"} <= _names(vit, no_decay)
     assert "patch_embed.proj.weight" in _names(vit, decay) and "head.weight" in _names(vit, decay)
     assert not any(n.endswith(".bias") or ".ln" in n or "norm" in n for n in _names(vit, decay))
     opt = adamw(vit, 1e-3, 0.05)
@@ -42,7 +42,7 @@ def test_seq2seq_validation_loss_is_the_unsmoothed_nll(tmp_path, capsys):
                  "--no-progress", "--out", str(out)]) == 0
     logged = json.loads((out / "metrics.jsonl").read_text().splitlines()[-1])["val_loss"]
     # recompute: the same validation batches, plain cross-entropy, no smoothing
-    from attnlab.checkpoint import load_model
+    from attnlab.recipes import load_model
     from attnlab.data.parallel import load_parallel
 
     model, meta = load_model(out / "last", with_meta=True)

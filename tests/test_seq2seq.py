@@ -111,7 +111,7 @@ def test_post_ln_transformer_equals_torch_transformer():
             tb.linear2.load_state_dict(ob.mlp.proj.state_dict())
             tb.norm1.load_state_dict(ob.ln1.state_dict())
             tb.norm2.load_state_dict(ob.ln2.state_dict())
-        for ob, tb in zip(m.decoder_blocks, t.decoder.layers):
+        for ob, tb in zip(m.decoder.blocks, t.decoder.layers):
             copy_attention(ob.self_attn, tb.self_attn)
             copy_attention(ob.cross_attn, tb.multihead_attn)
             tb.linear1.load_state_dict(ob.mlp.fc.state_dict())
@@ -134,7 +134,7 @@ def test_eval_bleu_hand_checked(tmp_path, capsys, monkeypatch):
     import json
 
     from attnlab.cli import main
-    from attnlab.commands import seq2seq as cmd
+    from attnlab.recipes import seq2seq as cmd
 
     out = tmp_path / "run"
     assert main(["train", "seq2seq", "--data", "copy", "--dim", "32", "--heads", "2", "--enc-layers", "1",

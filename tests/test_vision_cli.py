@@ -50,10 +50,10 @@ def test_eval_and_predict(vit_run, digit_png, capsys):
     # the same accuracy, recomputed from the model and the raw test images
     import torch
 
-    import attnlab
+    import attnlab.recipes
     from attnlab.data.images import digits
 
-    model, meta = attnlab.checkpoint.load_model(vit_run, with_meta=True)
+    model, meta = attnlab.recipes.load_model(vit_run, with_meta=True)
     x, y = digits().test
     x = (x - torch.tensor(meta["mean"]).view(1, -1, 1, 1)) / torch.tensor(meta["std"]).view(1, -1, 1, 1)
     with torch.no_grad():

@@ -42,6 +42,19 @@ class ImageSplits:
         return tuple(self.train[0].shape[1:])
 
 
+def normalize(images: Tensor, mean: list[float], std: list[float]) -> Tensor:
+    """Images (B, C, H, W) in [0, 1] -> (x - mean_c) / std_c per channel."""
+    c = images.shape[1]
+    mean_t = torch.tensor(mean, device=images.device).view(1, c, 1, 1)
+    return (images - mean_t) / torch.tensor(std, device=images.device).view(1, c, 1, 1)
+
+
+def denormalize(x: Tensor, mean: list[float], std: list[float]) -> Tensor:
+    """The inverse of :func:`normalize`: back to [0, 1] images."""
+    c = x.shape[1]
+    return x * torch.tensor(std, device=x.device).view(1, c, 1, 1) + torch.tensor(mean, device=x.device).view(1, c, 1, 1)
+
+
 def _split(x: Tensor, y: Tensor, fractions: tuple[float, float], seed: int = 0):
     """Shuffle once (fixed seed) and cut into train / val / test."""
     g = torch.Generator().manual_seed(seed)

@@ -106,6 +106,16 @@ class TokenData:
         return x, y
 
 
+VAL_FRACTION = 0.1  # the last 10 % of a corpus is its validation split
+
+
+def split_ids(ids, val_fraction: float = VAL_FRACTION):
+    """Token ids -> (train, val): the first 1 - val_fraction, then the rest (no shuffling: the
+    validation text is unseen text, not unseen windows of seen text)."""
+    cut = int(len(ids) * (1 - val_fraction))
+    return ids[:cut], ids[cut:]
+
+
 def prepare(
     spec: str | None,
     cache: Path,
@@ -113,7 +123,7 @@ def prepare(
     tokenizer: str = "char",
     vocab_size: int | None = None,
     data_dir: str | None = None,
-    val_fraction: float = 0.1,
+    val_fraction: float = VAL_FRACTION,
     existing_tokenizer: dict | None = None,
 ) -> TokenData:
     """Read and tokenise the corpus once; ids go to ``cache`` as train.bin / val.bin (memory-mapped
@@ -135,8 +145,8 @@ def prepare(
             )
     tok = tokenizer_from_dict(existing_tokenizer) if existing_tokenizer else build_tokenizer(tokenizer, text, vocab_size)
     ids = np.asarray(tok.encode(text), dtype=np.uint16 if tok.vocab_size < 2**16 else np.uint32)
-    split = int(len(ids) * (1 - val_fraction))
-    for part, arr in (("train", ids[:split]), ("val", ids[split:])):
+    train, val = split_ids(ids, val_fraction)
+    for part, arr in (("train", train), ("val", val)):
         tmp = cache / f"{part}.bin.tmp{os.getpid()}"  # several torchrun ranks may write at once
         arr.tofile(tmp)
         os.replace(tmp, cache / f"{part}.bin")
@@ -144,4 +154,4 @@ def prepare(
     tmp = cache / f"meta.json.tmp{os.getpid()}"
     tmp.write_text(json.dumps(meta))
     os.replace(tmp, meta_path)
-    return TokenData(ids[:split], ids[split:], tok, name)
+    return TokenData(train, val, tok, name)

@@ -6,7 +6,5 @@ from .rnn import RNNConfig, RNNSeq2Seq
 from .seq2seq import Transformer, TransformerConfig
 from .vit import VIT_PRESETS, ViT, ViTConfig
 
-MODEL_TYPES = {"gpt": GPT, "vit": ViT, "cnn": CNN, "transformer": Transformer, "rnn": RNNSeq2Seq}
-
 __all__ = ["GPT", "GPTConfig", "GPT_PRESETS", "ViT", "ViTConfig", "VIT_PRESETS", "CNN", "CNNConfig", "Transformer",
-           "TransformerConfig", "RNNSeq2Seq", "RNNConfig", "MODEL_TYPES"]
+           "TransformerConfig", "RNNSeq2Seq", "RNNConfig"]

@@ -10,13 +10,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..attention import KVCache
 from ..config import Config
+from ..losses import cross_entropy
 from ..blocks import TransformerBlock, init_gpt2_weights
-from ..position import ALiBi, RotaryEmbedding, SinusoidalPosition
+from ..position import ALiBi, LearnedPosition, RotaryEmbedding, SinusoidalPosition
 
 __all__ = ["GPTConfig", "GPT", "GPT_PRESETS"]
 
@@ -26,41 +26,37 @@ POSITIONS = ("learned", "rope", "alibi", "sinusoidal")
 @dataclass
 class GPTConfig(Config):
     vocab_size: int = 50257
-    block_size: int = 1024  # the context length: the most tokens the model can see at once
-    n_layer: int = 12
-    n_head: int = 12
-    n_embd: int = 768
+    context: int = 1024  # the most tokens the model can see at once (nanoGPT's block_size)
+    layers: int = 12
+    heads: int = 12
+    dim: int = 768
     dropout: float = 0.0
     bias: bool = True
-    position: str = "learned"  # learned | rope | alibi | sinusoidal
+    pos: str = "learned"  # learned | rope | alibi | sinusoidal
     activation: str = "gelu"  # exact GELU (nanoGPT); the gpt2 preset uses "gelu_tanh" (GPT-2's gelu_new)
     norm_eps: float = 1e-5
     tie_weights: bool = True
 
-    SIZES = ("vocab_size", "block_size", "n_layer", "n_head", "n_embd")
+    SIZES = ("vocab_size", "context", "layers", "heads", "dim")
+    ALIASES = {"block_size": "context", "n_layer": "layers", "n_head": "heads", "n_embd": "dim", "position": "pos"}
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        if self.position not in POSITIONS:
-            raise ValueError(f"unknown position encoding {self.position!r}; choose one of {POSITIONS}")
-        if self.n_embd % self.n_head:
-            raise ValueError(
-                f"n_embd={self.n_embd} is not divisible by n_head={self.n_head}; pick n_head dividing n_embd"
-            )
-        for name in ("vocab_size", "block_size", "n_layer", "n_head", "n_embd"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be a positive integer, got {getattr(self, name)}")
+        if self.pos not in POSITIONS:
+            raise ValueError(f"unknown position encoding {self.pos!r}; choose one of {POSITIONS}")
+        if self.dim % self.heads:
+            raise ValueError(f"dim={self.dim} is not divisible by heads={self.heads}; pick heads dividing dim")
 
 
 GPT_PRESETS: dict[str, dict] = {
     # a few seconds per hundred steps on a laptop CPU; for tests and quick looks
-    "nano": dict(n_layer=2, n_head=2, n_embd=64, block_size=64),
+    "nano": dict(layers=2, heads=2, dim=64, context=64),
     # nanoGPT's documented CPU run on Tiny Shakespeare
-    "shakespeare-cpu": dict(n_layer=4, n_head=4, n_embd=128, block_size=64),
+    "shakespeare-cpu": dict(layers=4, heads=4, dim=128, context=64),
     # nanoGPT's GPU Shakespeare model
-    "shakespeare": dict(n_layer=6, n_head=6, n_embd=384, block_size=256, dropout=0.2),
+    "shakespeare": dict(layers=6, heads=6, dim=384, context=256, dropout=0.2),
     # GPT-2 small (124M)
-    "gpt2": dict(n_layer=12, n_head=12, n_embd=768, block_size=1024, vocab_size=50257, activation="gelu_tanh"),
+    "gpt2": dict(layers=12, heads=12, dim=768, context=1024, vocab_size=50257, activation="gelu_tanh"),
 }
 
 
@@ -73,24 +69,24 @@ class GPT(nn.Module):
     def __init__(self, config: GPTConfig) -> None:
         super().__init__()
         self.config = c = config
-        self.tok_emb = nn.Embedding(c.vocab_size, c.n_embd)
-        self.pos_emb = nn.Embedding(c.block_size, c.n_embd) if c.position == "learned" else None
-        self.sinusoidal = SinusoidalPosition(c.n_embd, c.block_size) if c.position == "sinusoidal" else None
+        self.tok_emb = nn.Embedding(c.vocab_size, c.dim)
+        # absolute positions are added to the tokens; rotary and ALiBi act inside attention
+        # (one parameter-free module shared by all layers)
+        absolute = {"learned": LearnedPosition, "sinusoidal": SinusoidalPosition}.get(c.pos)
+        self.pos_emb = absolute(c.dim, c.context) if absolute else None
         self.drop = nn.Dropout(c.dropout)
-        head_dim = c.n_embd // c.n_head
-        # one position module shared by all layers (parameter-free)
-        rotary = RotaryEmbedding(head_dim) if c.position == "rope" else None
-        alibi = ALiBi(c.n_head) if c.position == "alibi" else None
+        rotary = RotaryEmbedding(c.dim // c.heads) if c.pos == "rope" else None
+        alibi = ALiBi(c.heads) if c.pos == "alibi" else None
         self.blocks = nn.ModuleList(
             TransformerBlock(
-                c.n_embd, c.n_head, activation=c.activation, dropout=c.dropout, attn_dropout=c.dropout,
+                c.dim, c.heads, activation=c.activation, dropout=c.dropout, attn_dropout=c.dropout,
                 causal=True, bias=c.bias, norm_eps=c.norm_eps, rotary=rotary, position_bias=alibi,
             )
-            for _ in range(c.n_layer)
+            for _ in range(c.layers)
         )
-        self.ln_f = nn.LayerNorm(c.n_embd, eps=c.norm_eps, bias=c.bias)
-        self.lm_head = nn.Linear(c.n_embd, c.vocab_size, bias=False)
-        init_gpt2_weights(self, c.n_layer)
+        self.ln_f = nn.LayerNorm(c.dim, eps=c.norm_eps, bias=c.bias)
+        self.lm_head = nn.Linear(c.dim, c.vocab_size, bias=False)
+        init_gpt2_weights(self, c.layers)
         if c.tie_weights:
             self.lm_head.weight = self.tok_emb.weight  # the output head reuses E (Press & Wolf)
 
@@ -102,12 +98,12 @@ class GPT(nn.Module):
 
     def num_params(self, non_embedding: bool = True) -> int:
         n = sum(p.numel() for p in self.parameters())
-        if non_embedding and self.pos_emb is not None:
+        if non_embedding and isinstance(self.pos_emb, LearnedPosition):
             n -= self.pos_emb.weight.numel()
         return n
 
     def new_caches(self, batch: int, max_len: int | None = None, *, device=None, dtype=None) -> list[KVCache]:
-        max_len = max_len or self.config.block_size
+        max_len = max_len or self.config.context
         device = device or self.tok_emb.weight.device
         dtype = dtype or self.tok_emb.weight.dtype
         return [b.attn.new_cache(batch, max_len, device=device, dtype=dtype) for b in self.blocks]
@@ -130,25 +126,22 @@ class GPT(nn.Module):
             raise ValueError(f"GPT expects token ids of shape (B, T) and integer dtype, got {tuple(idx.shape)} {idx.dtype}")
         b, t = idx.shape
         offset = caches[0].length if caches else 0
-        if offset + t > self.config.block_size and self.config.position in ("learned", "sinusoidal"):
+        if offset + t > self.config.context and self.pos_emb is not None:
             raise ValueError(
                 f"sequence of {offset + t} tokens is longer than the model's context of "
-                f"{self.config.block_size}; crop the input to the last {self.config.block_size} tokens"
+                f"{self.config.context}; crop the input to the last {self.config.context} tokens"
             )
-        if positions is None:
-            positions = torch.arange(offset, offset + t, device=idx.device)  # (T,)
         x = self.tok_emb(idx)  # (B, T, C)
         if self.pos_emb is not None:
-            x = x + self.pos_emb(positions)
-        elif self.sinusoidal is not None:
-            x = x + self.sinusoidal.pe[positions].to(x.dtype)
+            x = self.pos_emb(x, offset=offset, positions=positions)
         x = self.drop(x)
-        rope_positions = positions if self.config.position == "rope" else None
+        if positions is None:
+            positions = torch.arange(offset, offset + t, device=idx.device)  # (T,)
+        rope_positions = positions if self.config.pos == "rope" else None
         for i, block in enumerate(self.blocks):
             x = block(x, key_mask=key_mask, positions=rope_positions, cache=caches[i] if caches else None)
         return self.lm_head(self.ln_f(x))  # (B, T, vocab)
 
     def loss(self, idx: Tensor, targets: Tensor, ignore_index: int = -100) -> Tensor:
         """Mean next-token cross-entropy; targets (B, T) are idx shifted by one."""
-        logits = self(idx)
-        return F.cross_entropy(logits.float().flatten(0, 1), targets.flatten(), ignore_index=ignore_index)
+        return cross_entropy(self(idx), targets, ignore_index=ignore_index)

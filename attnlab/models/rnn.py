@@ -29,16 +29,17 @@ class RNNConfig(Config):
     src_vocab: int = 8000
     tgt_vocab: int = 8000
     emb_dim: int = 256
-    hidden: int = 512
+    dim: int = 512  # the hidden state's width
     layers: int = 1
     cell: str = "gru"  # gru | lstm
     bidirectional: bool = True
     attention: str = "additive"  # none | additive | dot
     dropout: float = 0.2
-    max_len: int = 256
+    context: int = 256  # the longest source or target sequence, in tokens
     readout: int = 0  # > 0: Bahdanau's deep output, a maxout layer of this width before the vocabulary
 
-    SIZES = ("src_vocab", "tgt_vocab", "emb_dim", "hidden", "layers", "max_len")
+    SIZES = ("src_vocab", "tgt_vocab", "emb_dim", "dim", "layers", "context")
+    ALIASES = {"hidden": "dim", "max_len": "context"}
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -65,18 +66,18 @@ class RNNSeq2Seq(nn.Module):
         rnn = nn.GRU if c.cell == "gru" else nn.LSTM
         self.src_emb = nn.Embedding(c.src_vocab, c.emb_dim, padding_idx=0)
         self.tgt_emb = nn.Embedding(c.tgt_vocab, c.emb_dim, padding_idx=0)
-        self.encoder = rnn(c.emb_dim, c.hidden, c.layers, batch_first=True, bidirectional=c.bidirectional,
+        self.encoder = rnn(c.emb_dim, c.dim, c.layers, batch_first=True, bidirectional=c.bidirectional,
                            dropout=c.dropout if c.layers > 1 else 0.0)
-        enc_dim = c.hidden * (2 if c.bidirectional else 1)
-        self.bridge = nn.Linear(enc_dim, c.hidden * c.layers)  # final encoder state -> initial decoder state
-        self.decoder = rnn(c.emb_dim + enc_dim, c.hidden, c.layers, batch_first=True,
+        enc_dim = c.dim * (2 if c.bidirectional else 1)
+        self.bridge = nn.Linear(enc_dim, c.dim * c.layers)  # final encoder state -> initial decoder state
+        self.decoder = rnn(c.emb_dim + enc_dim, c.dim, c.layers, batch_first=True,
                            dropout=c.dropout if c.layers > 1 else 0.0)
         if c.attention == "additive":
-            self.attn = AdditiveAttention(c.hidden, enc_dim, c.hidden)
+            self.attn = AdditiveAttention(c.dim, enc_dim, c.dim)
         elif c.attention == "dot":
-            self.attn_query = nn.Linear(c.hidden, enc_dim, bias=False)  # Luong "general": s W h
+            self.attn_query = nn.Linear(c.dim, enc_dim, bias=False)  # Luong "general": s W h
         self.drop = nn.Dropout(c.dropout)
-        n_features = c.hidden + enc_dim + c.emb_dim  # [s_t; c_t; E y_{t-1}]
+        n_features = c.dim + enc_dim + c.emb_dim  # [s_t; c_t; E y_{t-1}]
         if c.readout > 0:  # t = maxout(W [s; c; E y]) of width `readout`, then the vocabulary
             self.readout = nn.Linear(n_features, 2 * c.readout)
         self.out = nn.Linear(c.readout or n_features, c.tgt_vocab)
@@ -93,9 +94,9 @@ class RNNSeq2Seq(nn.Module):
         out, h = self.encoder(packed)
         h_enc, _ = pad_packed_sequence(out, batch_first=True, total_length=src.shape[1])  # (B, S, enc_dim)
         h_last = h[0] if c.cell == "lstm" else h  # (layers*dirs, B, hidden)
-        h_last = h_last.view(c.layers, 2 if c.bidirectional else 1, src.shape[0], c.hidden)[-1]  # top layer
+        h_last = h_last.view(c.layers, 2 if c.bidirectional else 1, src.shape[0], c.dim)[-1]  # top layer
         summary = torch.cat(list(h_last), dim=-1)  # (B, enc_dim): forward and backward final states
-        s0 = torch.tanh(self.bridge(summary)).view(src.shape[0], c.layers, c.hidden).transpose(0, 1).contiguous()
+        s0 = torch.tanh(self.bridge(summary)).view(src.shape[0], c.layers, c.dim).transpose(0, 1).contiguous()
         state = {"keys": h_enc, "mask": src_mask, "summary": summary,
                  "hidden": (s0, torch.zeros_like(s0)) if c.cell == "lstm" else s0}
         if c.attention == "additive":

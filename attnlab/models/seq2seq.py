@@ -18,7 +18,7 @@ import torch
 from torch import Tensor, nn
 
 from ..config import Config
-from ..blocks import DecoderBlock, Encoder
+from ..blocks import Decoder, Encoder
 from ..position import LearnedPosition, SinusoidalPosition
 
 __all__ = ["TransformerConfig", "Transformer"]
@@ -32,16 +32,17 @@ class TransformerConfig(Config):
     heads: int = 8
     enc_layers: int = 3
     dec_layers: int = 3
-    ff_dim: int = 512
+    mlp_dim: int = 512
     dropout: float = 0.1
     norm_first: bool = False  # the paper's post-LN; True for pre-LN
     pos: str = "sinusoidal"  # sinusoidal | learned
     activation: str = "relu"
     share_embeddings: bool = True  # only when the vocabulary is joint (src_vocab == tgt_vocab)
     tie_output: bool = True
-    max_len: int = 256
+    context: int = 256  # the longest source or target sequence, in tokens
 
-    SIZES = ("src_vocab", "tgt_vocab", "dim", "heads", "enc_layers", "dec_layers", "ff_dim", "max_len")
+    SIZES = ("src_vocab", "tgt_vocab", "dim", "heads", "enc_layers", "dec_layers", "mlp_dim", "context")
+    ALIASES = {"ff_dim": "mlp_dim", "max_len": "context"}
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -65,18 +66,20 @@ class Transformer(nn.Module):
         self.src_emb = nn.Embedding(c.src_vocab, c.dim, padding_idx=0)
         self.tgt_emb = self.src_emb if c.share_embeddings else nn.Embedding(c.tgt_vocab, c.dim, padding_idx=0)
         pos_cls = SinusoidalPosition if c.pos == "sinusoidal" else LearnedPosition
-        self.src_pos = pos_cls(c.dim, c.max_len)
-        self.tgt_pos = pos_cls(c.dim, c.max_len)
+        self.src_pos = pos_cls(c.dim, c.context)
+        self.tgt_pos = pos_cls(c.dim, c.context)
         self.drop = nn.Dropout(c.dropout)
-        kw = dict(mlp_hidden=c.ff_dim, activation=c.activation, dropout=c.dropout, attn_dropout=c.dropout,
+        kw = dict(mlp_hidden=c.mlp_dim, activation=c.activation, dropout=c.dropout, attn_dropout=c.dropout,
                   norm_first=c.norm_first)
         self.encoder = Encoder(c.enc_layers, c.dim, c.heads, **kw)
-        self.decoder_blocks = nn.ModuleList(DecoderBlock(c.dim, c.heads, **kw) for _ in range(c.dec_layers))
-        self.decoder_norm = nn.LayerNorm(c.dim) if c.norm_first else nn.Identity()
+        self.decoder = Decoder(c.dec_layers, c.dim, c.heads, **kw)
         self.out = nn.Linear(c.dim, c.tgt_vocab, bias=False)
         self._init()
         if c.tie_output:
             self.out.weight = self.tgt_emb.weight
+
+    # checkpoints written before attnlab 0.2 held the decoder stack as separate modules
+    RENAMED_WEIGHTS = {"decoder_blocks.": "decoder.blocks.", "decoder_norm.": "decoder.ln_f."}
 
     def _init(self) -> None:
         for p in self.parameters():
@@ -87,8 +90,9 @@ class Transformer(nn.Module):
             nn.init.normal_(self.tgt_emb.weight, 0, self.config.dim**-0.5)
 
     def _embed(self, emb: nn.Embedding, pos, ids: Tensor, offset: int = 0) -> Tensor:
-        if ids.shape[1] + offset > self.config.max_len:
-            raise ValueError(f"sequence of {ids.shape[1] + offset} tokens is longer than max_len={self.config.max_len}")
+        if ids.shape[1] + offset > self.config.context:
+            raise ValueError(f"sequence of {ids.shape[1] + offset} tokens is longer than the model's context of "
+                             f"{self.config.context}")
         return self.drop(pos(emb(ids) * math.sqrt(self.config.dim), offset=offset))
 
     # ---- training -------------------------------------------------------------------------
@@ -102,10 +106,8 @@ class Transformer(nn.Module):
     def decode(self, tgt_in: Tensor, state: dict, caches=None, offset: int = 0) -> Tensor:
         x = self._embed(self.tgt_emb, self.tgt_pos, tgt_in, offset)
         key_mask = None if caches is not None else (tgt_in != 0)
-        for i, block in enumerate(self.decoder_blocks):
-            x = block(x, state["memory"], key_mask=key_mask, memory_mask=state["memory_mask"],
-                      cache=caches[i] if caches is not None else None)
-        return self.out(self.decoder_norm(x))
+        x = self.decoder(x, state["memory"], key_mask=key_mask, memory_mask=state["memory_mask"], caches=caches)
+        return self.out(x)
 
     def forward(self, src: Tensor, tgt_in: Tensor, src_mask: Tensor | None = None) -> Tensor:
         return self.decode(tgt_in, self.encode(src, src_mask))
@@ -114,7 +116,7 @@ class Transformer(nn.Module):
     def start(self, state: dict, max_len: int) -> dict:
         b = state["memory"].shape[0]
         dev, dt = state["memory"].device, state["memory"].dtype
-        caches = [blk.self_attn.new_cache(b, max_len + 1, device=dev, dtype=dt) for blk in self.decoder_blocks]
+        caches = [blk.self_attn.new_cache(b, max_len + 1, device=dev, dtype=dt) for blk in self.decoder.blocks]
         return {**state, "caches": caches, "t": 0}
 
     def step(self, state: dict, prev: Tensor) -> tuple[Tensor, dict]:

@@ -17,7 +17,7 @@ from torch import Tensor, nn
 
 from ..config import Config
 from ..blocks import Encoder
-from ..position import PEG, sincos_2d_encoding
+from ..position import PEG, LearnedPosition, SinCos2DPosition
 from ..tokens import PatchEmbed
 
 __all__ = ["ViTConfig", "ViT", "VIT_PRESETS"]
@@ -30,7 +30,7 @@ class ViTConfig(Config):
     in_chans: int = 3
     num_classes: int = 10  # 0: no head, the model returns the pooled features
     dim: int = 192
-    depth: int = 6
+    layers: int = 6
     heads: int = 3
     mlp_ratio: float = 4.0
     pool: str = "cls"  # cls | mean
@@ -41,7 +41,8 @@ class ViTConfig(Config):
     peg: bool = False  # conditional position encoding (CPVT): a depthwise conv after the first block
     labels: list | None = None  # class names, in index order
 
-    SIZES = ("image_size", "patch_size", "in_chans", "dim", "depth", "heads")
+    SIZES = ("image_size", "patch_size", "in_chans", "dim", "layers", "heads")
+    ALIASES = {"depth": "layers"}
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -68,11 +69,11 @@ class ViTConfig(Config):
 VIT_PRESETS: dict[str, dict] = {
     # 8×8 digits: 2×2 patches -> a 4×4 grid of 16 tokens
     # (with a PEG: on 1,259 training images the convolution's locality is worth ~1.5 points)
-    "digits": dict(image_size=8, patch_size=2, in_chans=1, dim=64, depth=4, heads=4, mlp_ratio=2.0, peg=True),
+    "digits": dict(image_size=8, patch_size=2, in_chans=1, dim=64, layers=4, heads=4, mlp_ratio=2.0, peg=True),
     # 28×28 MNIST: 4×4 patches -> 7×7 grid
-    "mnist": dict(image_size=28, patch_size=4, in_chans=1, dim=64, depth=6, heads=4, mlp_ratio=2.0, peg=True),
+    "mnist": dict(image_size=28, patch_size=4, in_chans=1, dim=64, layers=6, heads=4, mlp_ratio=2.0, peg=True),
     # 32×32 CIFAR-10: 4×4 patches -> 8×8 grid
-    "cifar": dict(image_size=32, patch_size=4, in_chans=3, dim=192, depth=6, heads=3, mlp_ratio=2.0),
+    "cifar": dict(image_size=32, patch_size=4, in_chans=3, dim=192, layers=6, heads=3, mlp_ratio=2.0),
 }
 
 
@@ -89,19 +90,14 @@ class ViT(nn.Module):
         n = c.grid[0] * c.grid[1]
         self.n_prefix = 1 if c.pool == "cls" else 0
         self.cls_token = nn.Parameter(torch.zeros(1, 1, c.dim)) if c.pool == "cls" else None
-        if c.pos == "learned":
-            self.pos_embed = nn.Parameter(torch.randn(1, self.n_prefix + n, c.dim) * 0.02)
-        else:  # fixed 2-D sin-cos; the class token gets a zero position vector
-            pe = torch.cat([torch.zeros(self.n_prefix, c.dim), sincos_2d_encoding(*c.grid, c.dim)])
-            self.register_buffer("pos_embed", pe[None], persistent=False)
+        # learned, or fixed 2-D sin-cos (the class token gets a zero position vector)
+        self.pos = (LearnedPosition(c.dim, self.n_prefix + n) if c.pos == "learned"
+                    else SinCos2DPosition(c.dim, c.grid, self.n_prefix))
         self.drop = nn.Dropout(c.dropout)
         self.encoder = Encoder(
-            c.depth, c.dim, c.heads, mlp_hidden=round(c.dim * c.mlp_ratio), activation="gelu",
-            dropout=c.dropout, norm_eps=c.norm_eps, bias=True,
+            c.layers, c.dim, c.heads, mlp_hidden=round(c.dim * c.mlp_ratio), activation="gelu",
+            dropout=c.dropout, norm_eps=c.norm_eps, bias=True, qkv_bias=c.qkv_bias,
         )
-        if not c.qkv_bias:
-            for blk in self.encoder.blocks:
-                blk.attn.qkv.bias = None
         self.peg = PEG(c.dim) if c.peg else None
         self.head = nn.Linear(c.dim, c.num_classes) if c.num_classes > 0 else nn.Identity()
         self._init()
@@ -121,9 +117,17 @@ class ViT(nn.Module):
     def grid(self) -> tuple[int, int]:
         return self.config.grid
 
+    @property
+    def pos_embed(self) -> Tensor:
+        """The position table as timm names and shapes it: (1, n_prefix + N, D)."""
+        return self.pos.weight[None]
+
     def no_weight_decay(self) -> set[str]:
         """Parameters AdamW must not decay (timm / DeiT): the class token and learned positions."""
-        return {n for n in ("cls_token", "pos_embed") if isinstance(getattr(self, n), nn.Parameter)}
+        return {n for n in ("cls_token", "pos.weight") if n in dict(self.named_parameters())}
+
+    # checkpoints written before attnlab 0.2 kept the table as a (1, T, D) tensor `pos_embed`
+    RENAMED_WEIGHTS = {"pos_embed": ("pos.weight", lambda t: t[0])}
 
     def tokens(self, images: Tensor) -> Tensor:
         """Images (B, C, H, W) -> encoded tokens (B, n_prefix + N, D) after the final LayerNorm."""
@@ -138,12 +142,9 @@ class ViT(nn.Module):
         x = self.patch_embed(images)  # (B, N, D)
         if self.cls_token is not None:
             x = torch.cat([repeat(self.cls_token, "1 1 d -> b 1 d", b=x.shape[0]), x], dim=1)
-        x = self.drop(x + self.pos_embed.to(x.dtype))
-        for i, block in enumerate(self.encoder.blocks):
-            x = block(x)
-            if i == 0 and self.peg is not None:
-                x = self.peg(x, self.grid, self.n_prefix)
-        return self.encoder.ln_f(x)
+        x = self.drop(self.pos(x))
+        peg = (lambda t: self.peg(t, self.grid, self.n_prefix)) if self.peg is not None else None
+        return self.encoder(x, after_first=peg)
 
     def forward_features(self, images: Tensor) -> Tensor:
         x = self.tokens(images)
@@ -160,13 +161,14 @@ class ViT(nn.Module):
         if image_size % c.patch_size:
             raise ValueError(f"image size {image_size} is not divisible by patch size {c.patch_size}")
         g_new = image_size // c.patch_size
+        device = self.pos.weight.device
         if c.pos == "learned":
-            prefix, grid = self.pos_embed[:, : self.n_prefix], self.pos_embed[:, self.n_prefix :]
-            img = rearrange(grid, "1 (h w) d -> 1 d h w", h=c.grid[0])
+            table = self.pos.weight
+            prefix, grid = table[: self.n_prefix], table[self.n_prefix :]
+            img = rearrange(grid, "(h w) d -> 1 d h w", h=c.grid[0])
             img = F.interpolate(img, size=(g_new, g_new), mode="bicubic", align_corners=False)
-            new = torch.cat([prefix, rearrange(img, "1 d h w -> 1 (h w) d")], dim=1)
-            self.pos_embed = nn.Parameter(new)
+            self.pos = LearnedPosition(c.dim, self.n_prefix + g_new * g_new).to(device)
+            self.pos.weight.copy_(torch.cat([prefix, rearrange(img, "1 d h w -> (h w) d")]))
         else:
-            pe = torch.cat([torch.zeros(self.n_prefix, c.dim), sincos_2d_encoding(g_new, g_new, c.dim)])
-            self.pos_embed = pe[None].to(self.pos_embed.device)
+            self.pos = SinCos2DPosition(c.dim, (g_new, g_new), self.n_prefix).to(device)
         self.config = ViTConfig(**{**c.to_dict(), "image_size": image_size})

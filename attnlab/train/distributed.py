@@ -17,6 +17,8 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from ..checkpoint import unwrap_model
+
 
 @dataclass
 class DistInfo:
@@ -97,14 +99,7 @@ def full_state_dict(model: nn.Module) -> dict:
         cfg = FullStateDictConfig(offload_to_cpu=True, rank0_only=True)
         with FSDP.state_dict_type(model, StateDictType.FULL_STATE_DICT, cfg):
             return model.state_dict()
-    return unwrap(model).state_dict()
-
-
-def unwrap(model: nn.Module) -> nn.Module:
-    model = getattr(model, "_orig_mod", model)
-    while hasattr(model, "module") and isinstance(model.module, nn.Module):
-        model = model.module
-    return model
+    return unwrap_model(model).state_dict()
 
 
 def cleanup(info: DistInfo) -> None:

@@ -6,7 +6,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from ..data.images import normalize
 from ..data.text import TokenData
+from ..losses import cross_entropy
 
 
 class LanguageModelTask:
@@ -30,8 +32,7 @@ class LanguageModelTask:
 
     def loss(self, model: nn.Module, batch) -> Tensor:
         x, y = batch
-        logits = model(x)  # (B, T, V)
-        return F.cross_entropy(logits.float().flatten(0, 1), y.flatten())
+        return cross_entropy(model(x), y)  # logits (B, T, V) against the next tokens (B, T)
 
     def meta(self) -> dict:
         return {"tokenizer": self.data.tokenizer.to_dict(), "data": self.data.name}
@@ -46,12 +47,9 @@ class ImageClassificationTask:
         self.splits, self.pad, self.flip, self.label_smoothing = splits, pad, flip, label_smoothing
         self.rotate, self.scale = rotate, scale  # random affine: ± degrees, ± relative scale
         self.items_per_batch = batch_size
-        c = splits.shape[0]
-        self.mean = torch.tensor(splits.mean).view(1, c, 1, 1)
-        self.std = torch.tensor(splits.std).view(1, c, 1, 1)
 
     def normalize(self, x: Tensor) -> Tensor:
-        return (x - self.mean.to(x.device)) / self.std.to(x.device)
+        return normalize(x, self.splits.mean, self.splits.std)
 
     def _affine(self, x: Tensor, g: torch.Generator) -> Tensor:
         b = x.shape[0]
@@ -91,7 +89,7 @@ class ImageClassificationTask:
 
     def loss(self, model: nn.Module, batch) -> Tensor:
         x, y = batch
-        return F.cross_entropy(model(x).float(), y, label_smoothing=self.label_smoothing)
+        return cross_entropy(model(x), y, label_smoothing=self.label_smoothing)
 
     @torch.no_grad()
     def predict(self, model: nn.Module, split: str, batch_size: int = 256, device="cpu") -> tuple[Tensor, Tensor]:
@@ -124,16 +122,14 @@ class Seq2SeqTask:
 
     def loss(self, model: nn.Module, batch) -> Tensor:
         src, src_mask, tgt_in, tgt_out = batch
-        logits = model(src, tgt_in, src_mask)  # (B, T, V)
-        return F.cross_entropy(logits.float().flatten(0, 1), tgt_out.flatten(), ignore_index=0,
-                               label_smoothing=self.label_smoothing)
+        return cross_entropy(model(src, tgt_in, src_mask), tgt_out, ignore_index=0,
+                             label_smoothing=self.label_smoothing)
 
     def eval_loss(self, model: nn.Module, batch) -> Tensor:
         """The plain NLL per target token (no label smoothing): what ``eval`` reports as
         log-perplexity, and what validation logs and selects the best checkpoint on."""
         src, src_mask, tgt_in, tgt_out = batch
-        logits = model(src, tgt_in, src_mask)
-        return F.cross_entropy(logits.float().flatten(0, 1), tgt_out.flatten(), ignore_index=0)
+        return cross_entropy(model(src, tgt_in, src_mask), tgt_out, ignore_index=0)
 
     def meta(self) -> dict:
         d = self.data

@@ -23,7 +23,7 @@ import torch
 from torch import Tensor, nn
 from tqdm.auto import tqdm
 
-from ..checkpoint import find_checkpoint, load_trainer_state, load_weights, write_checkpoint
+from ..checkpoint import find_checkpoint, load_trainer_state, load_weights, unwrap_model, write_checkpoint
 from ..config import Config
 from ..errors import AttnlabError, CheckpointError
 from . import distributed as D
@@ -505,7 +505,7 @@ class _sigterm_as_interrupt(contextlib.AbstractContextManager):
 
 def _fresh_copy(model: nn.Module, state: dict) -> nn.Module:
     """A CPU model of the same config holding ``state`` (to write FSDP's gathered weights)."""
-    raw = D.unwrap(model)
+    raw = unwrap_model(model)
     fresh = type(raw)(raw.config)
     fresh.load_state_dict(state)
     return fresh

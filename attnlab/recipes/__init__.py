@@ -1,0 +1,113 @@
+"""The registry of recipes, one per model family, and loading a model from any checkpoint.
+
+Every module in this package except ``base`` is a recipe module; the registry imports them all
+and keeps each :class:`Recipe` registered with :func:`register`. The command line
+(``attnlab train NAME``, ``eval``, ``inspect``, the family's own commands) and checkpoint
+loading (``model_type`` -> model class) are built from it, so adding a family is adding a file
+here (and its model in :mod:`attnlab.models`).
+"""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+from pathlib import Path
+
+from ..errors import CheckpointError
+from .base import Recipe, TrainingRun, train
+
+__all__ = ["Recipe", "TrainingRun", "train", "register", "recipes", "recipe_for", "model_class", "build_model",
+           "load_model", "checkpoint_recipe"]
+
+_REGISTRY: dict[str, Recipe] = {}
+
+
+def register(cls: type[Recipe]) -> type[Recipe]:
+    """Class decorator: add a recipe to the registry (by its ``name``)."""
+    _REGISTRY[cls.name] = cls()
+    return cls
+
+
+def recipes() -> list[Recipe]:
+    """Every registered recipe, in the order of their module names."""
+    if not _REGISTRY:
+        for info in sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name):
+            if info.name != "base":
+                importlib.import_module(f"{__name__}.{info.name}")
+    return list(_REGISTRY.values())
+
+
+def recipe_for(model_type: str | None) -> Recipe:
+    """The recipe that owns ``model_type`` (a name from config.json)."""
+    for r in recipes():
+        if model_type in r.models:
+            return r
+    known = sorted(t for r in recipes() for t in r.models)
+    raise CheckpointError(f"checkpoint has unknown model_type {model_type!r}; attnlab knows {known}")
+
+
+def model_class(model_type: str | None) -> type:
+    return recipe_for(model_type).models[model_type]
+
+
+def build_model(config: dict):
+    """A fresh model from a checkpoint's config.json (its ``model_type`` and ``model`` fields);
+    old field names are accepted (see :mod:`attnlab.config`)."""
+    mtype = config.get("model_type")
+    cls = model_class(mtype)
+    try:
+        return cls(cls.config_class.from_dict(config["model"]))
+    except (ValueError, TypeError, KeyError) as e:
+        raise CheckpointError(f"checkpoint config does not describe a valid {mtype} model: {e}") from None
+    except (RuntimeError, MemoryError) as e:  # sizes that pass the checks but do not fit in memory
+        raise CheckpointError(f"the {mtype} model this config describes does not fit in memory "
+                              f"({str(e).splitlines()[0][:120]})") from None
+
+
+def _is_huggingface(path: Path) -> bool:
+    from ..checkpoint import CONFIG, read_config
+
+    return path.is_dir() and (path / CONFIG).is_file() and "attnlab_version" not in read_config(path)
+
+
+def checkpoint_model_type(path: str | Path) -> str | None:
+    """The attnlab model_type of a run, checkpoint or HuggingFace folder, without loading it."""
+    from ..checkpoint import find_checkpoint, read_config
+
+    p = Path(path)
+    if _is_huggingface(p):
+        hf_type = read_config(p).get("model_type")
+        return next((ours for r in recipes() for theirs, ours in r.hf_model_types.items() if theirs == hf_type), hf_type)
+    return read_config(find_checkpoint(p)).get("model_type")
+
+
+def checkpoint_recipe(path: str | Path) -> Recipe:
+    return recipe_for(checkpoint_model_type(path))
+
+
+def load_model(path: str | Path, *, expect: str | tuple[str, ...] | None = None, device: str | None = None,
+               with_meta: bool = False, needs: str | None = None):
+    """A ready model (eval mode) from an attnlab run/checkpoint folder or a HuggingFace directory;
+    ``expect`` names the model type(s) the caller can use (``needs`` says so in words)."""
+    from ..checkpoint import find_checkpoint, load_weights, read_config
+
+    p = Path(path)
+    wanted = (expect,) if isinstance(expect, str) else expect
+    mtype = checkpoint_model_type(p)
+    recipe_for(mtype)  # an unknown model type is named as such
+    if wanted is not None and mtype not in wanted:
+        needs = needs or f"a {' or '.join(wanted)} model"
+        raise CheckpointError(f"{path} holds a {mtype} model, but this command needs {needs}")
+    if _is_huggingface(p):
+        from ..interop import load_hf
+
+        model, meta = load_hf(p), {"model_type": None}
+    else:
+        ckpt = find_checkpoint(p)
+        meta = read_config(ckpt)
+        model = build_model(meta)
+        load_weights(model, ckpt)
+    model.eval()
+    if device:
+        model.to(device)
+    return (model, meta) if with_meta else model

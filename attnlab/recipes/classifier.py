@@ -1,0 +1,235 @@
+"""What every image classifier family shares (ViT, CNN): image data, augmentation, the
+classification task, `eval` (accuracy + confusion matrix), `predict`, and CKA between models."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from ..errors import CheckpointError, DataError
+from ..options import EPILOG, at_least, below_one, device_name, nonneg_int, number, positive_int
+from .base import Recipe, TrainingRun
+
+
+class ImageClassifierRecipe(Recipe):
+    """Base of the image classifier recipes; a subclass says how to build its model config
+    (:meth:`new_config`)."""
+
+    set_by_data = ("num_classes", "in_chans", "labels")
+    train_defaults = dict(batch_size=128, lr=1e-3, min_lr=1e-5, warmup_iters=100, max_iters=2000, weight_decay=0.05,
+                          beta2=0.999, eval_interval=250, eval_iters=5)
+    inspections = {"cka": "centred kernel alignment between every pair of layers (--compare another run)"}
+
+    @property
+    def description(self) -> str:
+        return (f"Train {self.help} on digits (embedded, default), mnist, cifar10 or a folder with one sub-folder "
+                "per class.")
+
+    def add_train_arguments(self, p) -> None:
+        p.add_argument("--data", default=None, help="digits (embedded, default) | mnist | cifar10 | FOLDER")
+        p.add_argument("--label-smoothing", type=below_one, default=0.0, help="label smoothing of the loss (default 0)")
+        p.add_argument("--pad", type=nonneg_int, default=None, help="random-crop padding in pixels (default: image size / 8)")
+        p.add_argument("--flip", action=argparse.BooleanOptionalAction, default=None,
+                       help="random horizontal flips (default: on for cifar10, off for digits/mnist)")
+        p.add_argument("--rotate", type=number(float, 0.0, True, 180.0, what="from 0 to 180 degrees"), default=None,
+                       help="random rotation of ± this many degrees, with ± rotate%% scaling (default: 10 for "
+                            "digits/mnist, 0 for cifar10)")
+
+    def new_config(self, args, splits, model_over: dict):
+        raise NotImplementedError
+
+    def run_options(self, args, saved):
+        return {"data": (args.data, saved.get("data_spec"))}
+
+    def prepare(self, args, saved, model_over, tcfg):
+        from ..data.images import load_images
+        from ..train.tasks import ImageClassificationTask
+
+        spec = (saved.get("data_spec") if saved else args.data) or "digits"
+        splits = load_images(spec, args.data_dir)
+        c, h, w = splits.shape
+        if h != w:
+            raise DataError(f"images are {h}x{w}; attnlab's classifiers expect square images")
+        if saved:
+            mtype = saved["model_type"]
+            cfg = self.models[mtype].config_class.from_dict(saved["model"])
+        else:
+            mtype, cfg = self.new_config(args, splits, model_over)
+        if cfg.image_size != h:
+            raise DataError(f"the images of {splits.name} are {h}x{w}, but the model takes {cfg.image_size}x"
+                            f"{cfg.image_size}; drop --image-size (it follows the data) or resize the images")
+        print(splits.note, file=sys.stderr)
+        flip = args.flip if args.flip is not None else splits.name == "cifar10"
+        pad = args.pad if args.pad is not None else max(1, h // 8)
+        rotate = args.rotate if args.rotate is not None else (0.0 if splits.name == "cifar10" else 10.0)
+        task = ImageClassificationTask(splits, tcfg.batch_size, pad=pad, flip=flip, label_smoothing=args.label_smoothing,
+                                       rotate=rotate, scale=rotate / 100)
+        return TrainingRun(mtype, cfg, task, {"data_spec": spec}, f"{mtype.upper()} | data {splits.name} {c}x{h}x{w}")
+
+    def finish(self, args, run, trainer, result) -> None:
+        pred, y = run.task.predict(trainer.model, "test", device=trainer.device)
+        acc = (pred == y).float().mean().item()
+        print(f"done: step {result['step']}, {result['seconds']:.0f}s, test accuracy {acc:.4f} "
+              f"({len(y)} images), run folder {trainer.out}", file=sys.stderr)
+
+    # ---- eval, predict -------------------------------------------------------------------------
+    def add_eval_arguments(self, group) -> None:
+        group.add_argument("--out", default=None, help="classifiers: confusion-matrix PNG (default: <run>/confusion.png)")
+
+    def evaluate(self, args) -> int:
+        from ..data.images import load_images, normalize
+        from ..inspect.plots import confusion_matrix_png
+
+        model, meta, dev = load_classifier(args.ckpt, args.device)
+        spec = args.data or meta.get("data_spec") or meta.get("data")
+        splits = load_images(spec, args.data_dir)
+        split = args.split or "test"
+        c = model.config
+        if splits.shape != (c.in_chans, c.image_size, c.image_size):
+            raise DataError(f"{splits.name} holds {'x'.join(map(str, splits.shape))} images, but the model takes "
+                            f"{c.in_chans}x{c.image_size}x{c.image_size}; evaluate it on data like its training data")
+        labels = list(c.labels or range(c.num_classes))
+        if [str(v) for v in splits.labels] != [str(v) for v in labels]:
+            raise DataError(f"{splits.name} has classes {splits.labels[:10]}, but the model was trained on "
+                            f"{labels[:10]}; evaluate on data with the same classes, in the same order")
+        x, y = getattr(splits, split)
+        with torch.no_grad():
+            pred = torch.cat([model(normalize(x[i : i + 256], meta["mean"], meta["std"]).to(dev)).argmax(-1).cpu()
+                              for i in range(0, len(x), 256)])
+        acc = (pred == y).float().mean().item()
+        k = len(splits.labels)
+        cm = torch.zeros(k, k, dtype=torch.long)
+        cm.index_put_((y, pred), torch.ones_like(y), accumulate=True)
+        out = Path(args.out) if args.out else Path(args.ckpt) / "confusion.png"
+        confusion_matrix_png(cm.numpy(), splits.labels, out, title=f"{splits.name} {split}: accuracy {acc:.4f}")
+        res = {"data": splits.name, "split": split, "images": len(y), "accuracy": acc, "confusion_png": str(out),
+               "note": splits.note}
+        if args.json:
+            print(json.dumps(res))
+        else:
+            print(f"{splits.name} [{split}], {len(y)} images: accuracy {acc:.4f}; confusion matrix {out}")
+        return 0
+
+    def add_commands(self, sub) -> None:
+        if "predict" in sub.choices:  # one command for every classifier family
+            return
+        pr = sub.add_parser("predict", help="classify image files with a trained image classifier", epilog=EPILOG,
+                            description="Print the top-k classes with probabilities for each image.")
+        pr.add_argument("--ckpt", required=True, help="run folder of an image classifier")
+        pr.add_argument("images", nargs="+", metavar="IMAGE", help="image files (PNG, JPEG, ...)")
+        pr.add_argument("--top-k", type=positive_int, default=3, help="classes to show per image (default 3)")
+        pr.add_argument("--device", type=device_name, default="auto", help="auto | cpu | cuda")
+        pr.set_defaults(func=predict)
+
+    # ---- inspect -------------------------------------------------------------------------------
+    def add_inspect_arguments(self, group) -> None:
+        group.add_argument("--compare", default=None, help="cka: a second run folder (e.g. the CNN baseline)")
+        group.add_argument("--kernel", choices=["linear", "rbf"], default="linear", help="cka kernel (default linear)")
+        group.add_argument("--n-images", type=at_least(4), default=512,
+                           help="distance/cka: test images to use (default 512)")
+        group.add_argument("--batch-size", type=at_least(4), default=128, help="cka: minibatch size (default 128)")
+
+    def inspect(self, args) -> int:
+        model, meta, _ = load_classifier(args.ckpt, "cpu")
+        out = Path(args.out)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        raw = self.inspection(args, model, meta, out)
+        np.savez(out.with_suffix(".npz"), **raw)
+        print(f"wrote {out} and {out.with_suffix('.npz')}")
+        return 0
+
+    def inspection(self, args, model, meta, out: Path) -> dict[str, np.ndarray]:
+        """Draw ``args.what`` to ``out``; return the numbers behind it."""
+        return cka(args, model, meta, out)
+
+
+def load_classifier(ckpt: str, device: str):
+    """(model, config.json dict with normalisation statistics, device) of an image classifier."""
+    from ..train.trainer import pick_device
+    from . import load_model, recipes
+
+    types = tuple(t for r in recipes() if isinstance(r, ImageClassifierRecipe) for t in r.models)
+    dev = pick_device(device)
+    model, meta = load_model(ckpt, expect=types, device=str(dev), with_meta=True,
+                             needs=f"an image classifier ({' or '.join(types)})")
+    if "mean" not in meta:  # HuggingFace folders: their processor's statistics
+        meta = {**meta, "mean": [0.5] * model.config.in_chans, "std": [0.5] * model.config.in_chans}
+    return model, meta, dev
+
+
+def test_images(args, meta, n: int) -> torch.Tensor:
+    """The first ``n`` test images of the run's data, normalised as in training."""
+    from ..data.images import load_images, normalize
+
+    splits = load_images(meta.get("data_spec") or meta.get("data"), args.data_dir)
+    return normalize(splits.test[0][:n], meta["mean"], meta["std"])
+
+
+def predict(args) -> int:
+    """``attnlab predict``: the top-k classes of each image."""
+    from ..data.images import load_image, normalize
+
+    model, meta, dev = load_classifier(args.ckpt, args.device)
+    c = model.config
+    labels = c.labels or [str(i) for i in range(c.num_classes)]
+    for path in args.images:
+        x, note = load_image(path, c.in_chans, c.image_size)
+        if note:
+            print(f"note: {note}", file=sys.stderr)
+        with torch.no_grad():
+            probs = model(normalize(x[None], meta["mean"], meta["std"]).to(dev)).softmax(-1)[0].cpu()
+        top = probs.topk(min(args.top_k, len(probs)))
+        shown = ", ".join(f"{labels[i]} {p:.3f}" for p, i in zip(top.values.tolist(), top.indices.tolist()))
+        print(f"{path}: {shown}")
+    return 0
+
+
+def cka(args, model, meta, out: Path) -> dict[str, np.ndarray]:
+    """CKA between every layer of ``model`` (and of ``--compare``), on test images."""
+    from ..data.images import denormalize, normalize
+    from ..inspect import analysis as A
+    from ..inspect import plots as P
+    from ..inspect.hooks import capture_features
+
+    other = None
+    if args.compare:
+        other, meta_b, _ = load_classifier(args.compare, "cpu")
+        if (other.config.image_size, other.config.in_chans) != (model.config.image_size, model.config.in_chans):
+            raise ValueError("--compare model takes images of another size or channel count; CKA needs the same inputs")
+    x = test_images(args, meta, args.n_images)
+    names_a = names_b = None
+    mb = None
+    full_a, full_b = [], []
+    for i in range(0, len(x), args.batch_size):
+        xb = x[i : i + args.batch_size]
+        if len(xb) < 4:
+            break
+        with capture_features(model) as fa, torch.no_grad():
+            model(xb)
+        fb = fa
+        if other is not None:  # the same images, normalised as the other model was trained
+            xb_b = normalize(denormalize(xb, meta["mean"], meta["std"]), meta_b["mean"], meta_b["std"])
+            with capture_features(other) as fb, torch.no_grad():
+                other(xb_b)
+        names_a, names_b = list(fa), list(fb)
+        if args.kernel == "linear":
+            mb = mb or A.MinibatchCKA(len(names_a), len(names_b))
+            mb.update([fa[n] for n in names_a], [fb[n] for n in names_b])
+        else:
+            full_a.append([fa[n] for n in names_a])
+            full_b.append([fb[n] for n in names_b])
+    if args.kernel == "linear":
+        m = mb.compute().numpy()
+    else:  # RBF CKA on all collected features at once
+        fa = [torch.cat([b[j] for b in full_a]) for j in range(len(names_a))]
+        fb = [torch.cat([b[j] for b in full_b]) for j in range(len(names_b))]
+        m = np.array([[A.rbf_cka(a, b) for b in fb] for a in fa])
+    name_a = f"{model.model_type.upper()} ({Path(args.ckpt).name})"
+    name_b = f"{other.model_type.upper()} ({Path(args.compare).name})" if other is not None else name_a
+    P.cka_png(m, out, xlabel=f"{name_b} layer", ylabel=f"{name_a} layer", title=f"{args.kernel} CKA")
+    return {"cka": m}

@@ -1,0 +1,210 @@
+"""GPT language models: `attnlab train gpt`, `attnlab sample`, and `eval` (loss, perplexity, bits)."""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from pathlib import Path
+
+from ..models.gpt import GPT, GPT_PRESETS
+from . import register
+from .base import Recipe, TrainingRun
+from ..options import EPILOG, at_least, device_name, nonneg_float, nonneg_int, positive_int, probability
+
+
+@register
+class GPTRecipe(Recipe):
+    name = "gpt"
+    help = "a GPT language model on any text"
+    description = ("Train a decoder-only GPT to predict the next token of a text corpus. With no --data it trains "
+                   "on English text that ships with Python (no download needed).")
+    models = {"gpt": GPT}
+    hf_model_types = {"gpt2": "gpt"}
+    presets = GPT_PRESETS
+    set_by_data = ("vocab_size",)
+
+    def add_train_arguments(self, p) -> None:
+        p.add_argument("--data", default=None,
+                       help="text file, folder of text files, or a dataset name: python-docs (embedded, default), "
+                            "shakespeare")
+        p.add_argument("--tokenizer", choices=["char", "bpe"], default=None,
+                       help="character-level (default) or byte-level BPE")
+        p.add_argument("--vocab-size", type=at_least(2), default=None, help="BPE vocabulary size (default 1024)")
+        p.add_argument("--preset", default="shakespeare-cpu", choices=sorted(GPT_PRESETS),
+                       help="model shape to start from (default: shakespeare-cpu = 4 layers, 4 heads, 128 wide, "
+                            "context 64)")
+        p.add_argument("--sample-chars", type=nonneg_int, default=300,
+                       help="print a sample of this many tokens at the end (0: none)")
+
+    def run_options(self, args, saved):
+        # a resumed run may read new text (same tokenizer), but cannot switch tokenizers
+        return {"tokenizer": (args.tokenizer, saved["tokenizer"].get("kind"))}
+
+    def prepare(self, args, saved, model_over, tcfg):
+        from ..data.text import prepare
+        from ..models.gpt import GPTConfig
+        from ..train import LanguageModelTask
+
+        out = Path(args.out)
+        if saved:
+            cfg = GPTConfig.from_dict(saved["model"])
+            spec = args.data if args.data is not None else saved.get("data_spec")
+            data = prepare(spec, out / "data", data_dir=args.data_dir, existing_tokenizer=saved["tokenizer"])
+        else:
+            spec = args.data
+            data = prepare(spec, out / "data", tokenizer=args.tokenizer or "char", vocab_size=args.vocab_size,
+                           data_dir=args.data_dir)
+            cfg = GPTConfig(**{**GPT_PRESETS[args.preset], **model_over, "vocab_size": data.tokenizer.vocab_size})
+        task = LanguageModelTask(data, cfg.context, tcfg.batch_size)
+        summary = (f"GPT {cfg.layers} layers, {cfg.heads} heads, {cfg.dim} wide, context {cfg.context} | data "
+                   f"{data.name}: {len(data.train):,} train / {len(data.val):,} val tokens, vocab "
+                   f"{data.tokenizer.vocab_size}")
+        return TrainingRun("gpt", cfg, task, {"data_spec": spec}, summary)
+
+    def finish(self, args, run, trainer, result) -> None:
+        super().finish(args, run, trainer, result)
+        if args.sample_chars > 0:
+            import torch
+
+            from ..generate import generate_text
+
+            torch.manual_seed(trainer.cfg.seed)
+            trainer.model.eval()
+            tok = run.task.data.tokenizer
+            prompt = default_prompt(tok)
+            text = generate_text(trainer.model, tok, prompt, args.sample_chars, temperature=0.8, top_k=200)[0]
+            print("--- sample ---\n" + prompt.lstrip("\n") + text)
+
+    # ---- sample, eval -------------------------------------------------------------------------
+    def add_commands(self, sub) -> None:
+        s = sub.add_parser("sample", help="generate text from a trained GPT", epilog=EPILOG,
+                           description="Continue a prompt, streaming tokens as they come.")
+        s.add_argument("--ckpt", required=True, help="run folder (or checkpoint / HuggingFace folder)")
+        s.add_argument("--prompt", default="", help="text to continue (default: start from a newline)")
+        s.add_argument("--max-new-tokens", type=positive_int, default=500,
+                       help="tokens to generate per sample (default 500)")
+        s.add_argument("--temperature", type=nonneg_float, default=0.8,
+                       help="softmax temperature; 0 = greedy (default 0.8)")
+        s.add_argument("--top-k", type=nonneg_int, default=200,
+                       help="sample only from the k most likely tokens (default 200; 0 = off)")
+        s.add_argument("--top-p", type=probability, default=None,
+                       help="nucleus sampling: smallest set with this total probability")
+        s.add_argument("--num-samples", type=positive_int, default=1, help="how many samples (default 1)")
+        s.add_argument("--stop", action="append", default=[], help="stop a sample at this string (repeatable)")
+        s.add_argument("--seed", type=nonneg_int, default=1337, help="random seed (default 1337)")
+        s.add_argument("--no-cache", action="store_true",
+                       help="recompute the whole prefix each step instead of using the KV cache")
+        s.add_argument("--device", type=device_name, default="auto", help="auto | cpu | cuda")
+        s.set_defaults(func=sample)
+
+    def add_eval_arguments(self, group) -> None:
+        group.add_argument("--block-size", "--context", dest="block_size", type=positive_int, default=None,
+                           help="language models: window length (default: the model's context)")
+        group.add_argument("--max-tokens", type=positive_int, default=200_000,
+                           help="language models: evaluate at most this many tokens (default 200000)")
+
+    def evaluate(self, args) -> int:
+        import numpy as np
+        import torch
+
+        from ..data.text import load_corpus, split_ids
+        from ..losses import cross_entropy
+
+        if args.split == "test":
+            raise ValueError("language models have train and val splits; use --split val or train")
+        split = args.split or "val"
+        model, tok, meta, dev = load_lm(args.ckpt, args.device)
+        context = model.config.context
+        block = args.block_size or context
+        if block > context:
+            raise ValueError(f"--block-size {block} is larger than the model's context of {context}; use at most that")
+        run = Path(args.ckpt)
+        cache = run / "data" / "meta.json"
+        if args.data is None and cache.is_file() and meta.get("tokenizer") == json.loads(cache.read_text())["tokenizer"]:
+            m = json.loads(cache.read_text())
+            ids = np.memmap(run / "data" / f"{split}.bin", dtype=np.dtype(m["dtype"]), mode="r")
+            name = m["name"]
+        else:
+            spec = args.data if args.data is not None else meta.get("data_spec")
+            name, text = load_corpus(spec, args.data_dir)
+            train_ids, val_ids = split_ids(tok.encode(text))
+            ids = np.asarray(val_ids if split == "val" else train_ids)
+        ids = np.asarray(ids[: args.max_tokens + 1], dtype=np.int64)
+        n_windows = (len(ids) - 1) // block
+        if n_windows < 1:
+            raise ValueError(f"the {split} split has {len(ids)} tokens, fewer than one window of {block} + 1")
+        x = torch.from_numpy(ids[: n_windows * block].reshape(n_windows, block))
+        y = torch.from_numpy(ids[1 : n_windows * block + 1].reshape(n_windows, block))
+        total, count = 0.0, 0
+        with torch.no_grad():
+            for i in range(0, n_windows, args.batch_size):
+                xb, yb = x[i : i + args.batch_size].to(dev), y[i : i + args.batch_size].to(dev)
+                total += cross_entropy(model(xb), yb, reduction="sum").item()
+                count += yb.numel()
+        loss = total / count
+        decoded = tok.decode(y.flatten().tolist())
+        res = {
+            "data": name, "split": split, "tokens": count, "loss": loss, "perplexity": math.exp(loss),
+            "bits_per_token": loss / math.log(2),
+            "bits_per_char": total / math.log(2) / len(decoded),
+            "bits_per_byte": total / math.log(2) / len(decoded.encode("utf-8")),
+        }
+        if args.json:
+            print(json.dumps(res))
+        else:
+            print(f"{name} [{split}], {count:,} tokens: loss {loss:.4f} nats/token, perplexity "
+                  f"{res['perplexity']:.2f}, {res['bits_per_char']:.3f} bits/char, {res['bits_per_byte']:.3f} bits/byte")
+        return 0
+
+
+def default_prompt(tok) -> str:
+    """A newline where the vocabulary has one (the start of a line), else the first token."""
+    return "\n" if "\n" in getattr(tok, "stoi", {"\n": 0}) else tok.decode([0])
+
+
+def load_lm(ckpt: str, device: str):
+    """(model, tokenizer, config.json dict, device) of a GPT run or HuggingFace GPT-2 folder."""
+    from ..errors import CheckpointError
+    from ..tokens import BPETokenizer, tokenizer_from_dict
+    from ..train.trainer import pick_device
+    from . import load_model
+
+    dev = pick_device(device)
+    model, meta = load_model(ckpt, expect="gpt", device=str(dev), with_meta=True)
+    if meta.get("tokenizer"):
+        tok = tokenizer_from_dict(meta["tokenizer"])
+    elif (Path(ckpt) / "tokenizer.json").is_file():
+        tok = BPETokenizer.load(Path(ckpt) / "tokenizer.json")
+    else:
+        raise CheckpointError(f"{ckpt} has no tokenizer (no tokenizer in config.json, no tokenizer.json)")
+    return model, tok, meta, dev
+
+
+def sample(args) -> int:
+    """``attnlab sample``: continue a prompt, streaming."""
+    import torch
+
+    from ..generate import generate_text
+
+    model, tok, _, dev = load_lm(args.ckpt, args.device)
+    prompt = args.prompt or default_prompt(tok)
+    tok.encode(prompt)  # unknown characters fail here, with a clear message
+    if any(s == "" for s in args.stop):
+        raise ValueError("--stop '' would stop every sample before it starts; give a non-empty string")
+    torch.manual_seed(args.seed)
+    gen = torch.Generator(device=dev).manual_seed(args.seed)
+    kw = dict(temperature=args.temperature, top_k=args.top_k or None, top_p=args.top_p,
+              use_cache=not args.no_cache, generator=gen, stop=args.stop)
+    out = sys.stdout
+    for i in range(args.num_samples):
+        out.write(args.prompt)
+
+        def stream(piece: str) -> None:
+            out.write(piece)
+            out.flush()
+
+        generate_text(model, tok, prompt, args.max_new_tokens, stream=stream, **kw)
+        out.write("\n" if i == args.num_samples - 1 else "\n---------------\n")
+        out.flush()
+    return 0

@@ -1,0 +1,295 @@
+"""Sequence to sequence: `attnlab train seq2seq` (Transformer, RNN with and without attention),
+`attnlab translate`, `eval` (perplexity, sacreBLEU) and `inspect alignment`."""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+import time
+import warnings
+from pathlib import Path
+
+import torch
+
+from ..models.rnn import RNNSeq2Seq
+from ..models.seq2seq import Transformer
+from ..options import EPILOG, at_least, below_one, device_name, fraction, nonneg_float, positive_int
+from . import register
+from .base import Recipe, TrainingRun
+
+ARCH_ATTENTION = {"rnn": "none", "rnn-attention": "additive"}
+DEFAULT_DATA_OPTS = dict(src_lang="de", tgt_lang="en", tokenizer=None, vocab_size=8000, joint=True, min_len=5,
+                         max_len=20)
+
+
+def arch_of(model_type: str, model_cfg: dict) -> str:
+    """The --arch of a saved model."""
+    if model_type == "transformer":
+        return "transformer"
+    return "rnn" if model_cfg.get("attention") == "none" else "rnn-attention"
+
+
+@register
+class Seq2SeqRecipe(Recipe):
+    name = "seq2seq"
+    help = "a translation model: Transformer, or RNN with/without attention"
+    description = ("Train an encoder-decoder on parallel text with teacher forcing. With no --data it learns a "
+                   "synthetic task generated on the fly (reverse).")
+    models = {"transformer": Transformer, "rnn": RNNSeq2Seq}
+    set_by_data = ("src_vocab", "tgt_vocab")
+    train_defaults = dict(batch_size=64, lr=1e-3, min_lr=1e-5, warmup_iters=200, max_iters=2000, weight_decay=0.01,
+                          beta2=0.98, eval_interval=250, eval_iters=10)
+    inspections = {"alignment": "cross-attention of a translation, per layer and head (--text)"}
+
+    def add_train_arguments(self, p) -> None:
+        p.add_argument("--data", default=None,
+                       help="copy | reverse | sort | addition | dates (synthetic, default reverse) | multi30k | "
+                            "SRC_FILE:TGT_FILE | FILE.tsv")
+        p.add_argument("--src", default=None, help="source language for multi30k (default de)")
+        p.add_argument("--tgt", default=None, help="target language for multi30k (default en)")
+        p.add_argument("--arch", choices=["transformer", "rnn", "rnn-attention"], default=None,
+                       help="transformer (default), rnn (no attention: one context vector), rnn-attention (Bahdanau)")
+        p.add_argument("--tokenizer", choices=["char", "bpe"], default=None,
+                       help="default: bpe for text, char for synthetic")
+        p.add_argument("--vocab-size", type=at_least(8), default=None, help="BPE vocabulary size (default 8000)")
+        p.add_argument("--separate-vocab", action="store_true", help="separate source/target BPE (default: joint)")
+        p.add_argument("--min-length", type=positive_int, default=None, help="synthetic tasks: shortest input (default 5)")
+        p.add_argument("--max-length", type=positive_int, default=None, help="synthetic tasks: longest input (default 20)")
+        p.add_argument("--label-smoothing", type=below_one, default=0.1, help="label smoothing (default 0.1)")
+        p.add_argument("--teacher-forcing", type=fraction, default=1.0, help="RNN teacher-forcing ratio (default 1.0)")
+
+    @staticmethod
+    def data_options(args) -> dict:
+        """The data options given on the command line (None where not given)."""
+        return dict(src_lang=args.src, tgt_lang=args.tgt, tokenizer=args.tokenizer, vocab_size=args.vocab_size,
+                    joint=False if args.separate_vocab else None, min_len=args.min_length, max_len=args.max_length)
+
+    def check_new(self, args, model_over) -> None:
+        arch = args.arch or "transformer"
+        own = Transformer.config_class if arch == "transformer" else RNNSeq2Seq.config_class
+        foreign = sorted(k for k in model_over if k not in own.__dataclass_fields__)
+        if foreign:
+            raise ValueError(f"--arch {arch} has no option{'s' if len(foreign) > 1 else ''} "
+                             f"{', '.join('--' + k.replace('_', '-') for k in foreign)}; see attnlab train seq2seq --help")
+        opts = {**DEFAULT_DATA_OPTS, **{k: v for k, v in self.data_options(args).items() if v is not None}}
+        if opts["min_len"] > opts["max_len"]:
+            raise ValueError(f"--min-length {opts['min_len']} is larger than --max-length {opts['max_len']}")
+
+    def run_options(self, args, saved):
+        opts = saved.get("data_opts", {})
+        return {"arch": (args.arch, arch_of(saved["model_type"], saved["model"])), "data": (args.data, saved.get("data_spec")),
+                **{k: (v, opts.get(k, DEFAULT_DATA_OPTS[k])) for k, v in self.data_options(args).items()}}
+
+    def prepare(self, args, saved, model_over, tcfg):
+        from ..train.tasks import Seq2SeqTask
+
+        if saved:
+            mtype, spec, opts = saved["model_type"], saved.get("data_spec"), saved.get("data_opts", {})
+            data = load_data(spec, opts, args.data_dir, saved.get("vocab"))
+            cfg = self.models[mtype].config_class.from_dict(saved["model"])
+        else:
+            spec = args.data or "reverse"
+            opts = {**DEFAULT_DATA_OPTS, **{k: v for k, v in self.data_options(args).items() if v is not None}}
+            data = load_data(spec, opts, args.data_dir)
+            arch = args.arch or "transformer"
+            fields = {**model_over, "src_vocab": data.src_vocab.size, "tgt_vocab": data.tgt_vocab.size}
+            if arch == "transformer":
+                mtype = "transformer"
+                fields.setdefault("share_embeddings", data.src_vocab is data.tgt_vocab)
+            else:
+                mtype = "rnn"
+                fields.setdefault("attention", ARCH_ATTENTION[arch])
+            cfg = self.models[mtype].config_class(**fields)
+
+        def setup(model) -> None:
+            if isinstance(model, RNNSeq2Seq):
+                model.teacher_forcing = args.teacher_forcing
+
+        task = Seq2SeqTask(data, tcfg.batch_size, args.label_smoothing)
+        summary = f"{mtype} | data {data.name} | vocab {data.src_vocab.size}/{data.tgt_vocab.size}"
+        return TrainingRun(mtype, cfg, task, {"data_spec": spec, "data_opts": opts}, summary, setup)
+
+    # ---- translate, eval, inspect alignment ------------------------------------------------------
+    def add_commands(self, sub) -> None:
+        tr = sub.add_parser("translate", help="translate sentences with a trained seq2seq model", epilog=EPILOG,
+                            description="Prints one translation per input line (arguments, --file or stdin).")
+        tr.add_argument("--ckpt", required=True, help="run folder of a seq2seq model")
+        tr.add_argument("text", nargs="*", help="sentences to translate (default: read lines from --file or stdin)")
+        tr.add_argument("--file", default=None, help="read sentences from this file, one per line")
+        tr.add_argument("--beam", type=positive_int, default=5, help="beam size; 1 = greedy (default 5)")
+        tr.add_argument("--alpha", type=nonneg_float, default=1.0, help="length penalty exponent (GNMT; default 1.0)")
+        tr.add_argument("--max-len", type=positive_int, default=None, help="longest output in tokens (default 100)")
+        tr.add_argument("--device", type=device_name, default="auto", help="auto | cpu | cuda")
+        tr.set_defaults(func=translate)
+
+    def add_eval_arguments(self, group) -> None:
+        group.add_argument("--beam", type=positive_int, default=1, help="seq2seq: beam size for BLEU (default 1 = greedy)")
+        group.add_argument("--alpha", type=nonneg_float, default=1.0,
+                           help="seq2seq: beam length penalty exponent (default 1.0)")
+        group.add_argument("--max-sentences", type=positive_int, default=100_000,
+                           help="seq2seq: evaluate at most this many")
+
+    def evaluate(self, args) -> int:
+        import sacrebleu
+
+        from ..data.parallel import collate
+        from ..losses import cross_entropy
+
+        model, sv, tv, meta, dev = load_seq2seq(args.ckpt, args.device)
+        # the run's own data, or --data encoded with the run's vocabulary
+        data = load_data(args.data or meta.get("data_spec"), meta.get("data_opts", {}), args.data_dir, meta["vocab"])
+        split = args.split or "test"
+        if split not in data.pairs:
+            raise ValueError(f"{data.name} has no {split} split; use one of {', '.join(sorted(data.pairs))}")
+        pairs, texts = data.pairs[split], data.texts[split]
+        n = min(len(pairs), args.max_sentences)
+        total, count = 0.0, 0
+        with torch.no_grad():
+            for i in range(0, n, args.batch_size):
+                src, mask, tin, tout = (t.to(dev) for t in collate(pairs[i : min(n, i + args.batch_size)], data.max_len))
+                total += cross_entropy(model(src, tin, mask), tout, ignore_index=0, reduction="sum").item()
+                count += int((tout != 0).sum())
+        t0 = time.perf_counter()
+        hyps = translate_texts(model, sv, tv, [s for s, _ in texts[:n]], beam=args.beam, alpha=args.alpha, device=dev)
+        decode_s = time.perf_counter() - t0
+        refs = [t for _, t in texts[:n]]
+        metric = sacrebleu.BLEU()
+        bleu = metric.corpus_score(hyps, [refs])
+        res = {"data": data.name, "split": split, "sentences": n, "loss": total / count,
+               "perplexity": math.exp(total / count), "bleu": bleu.score,
+               "bleu_signature": str(metric.get_signature()),
+               "exact_match": sum(h == r for h, r in zip(hyps, refs)) / n, "beam": args.beam,
+               "decode_s": decode_s, "sentences_per_s": n / decode_s}
+        if args.json:
+            print(json.dumps(res))
+        else:
+            print(f"{data.name} [{split}], {n} sentences: perplexity {res['perplexity']:.2f}, BLEU {bleu.score:.2f} "
+                  f"({res['bleu_signature']}), exact match {res['exact_match']:.3f}, beam {args.beam} "
+                  f"({res['sentences_per_s']:.1f} sentences/s)")
+        return 0
+
+    def add_inspect_arguments(self, group) -> None:
+        group.add_argument("--text", default=None, help="alignment: the source sentence to translate")
+
+    def inspect(self, args) -> int:
+        import numpy as np
+
+        from ..inspect.plots import alignment_png
+
+        if not args.text:
+            raise ValueError("inspect alignment needs --text \"a source sentence\"")
+        model, sv, tv, _, _ = load_seq2seq(args.ckpt, "cpu")
+        src_tokens, tgt_tokens, maps = alignment(model, sv, tv, args.text)
+        out = Path(args.out)
+        alignment_png(src_tokens, tgt_tokens, maps, out)
+        np.savez(out.with_suffix(".npz"), **{k.replace(" ", "_"): v.numpy() for k, v in maps.items()})
+        print(f"wrote {out} and {out.with_suffix('.npz')}")
+        return 0
+
+
+def load_data(spec: str, opts: dict, data_dir, vocab: dict | None = None):
+    """Parallel data (its warnings printed as one line each)."""
+    from ..data.parallel import load_parallel
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        data = load_parallel(spec, data_dir=data_dir, vocab=vocab, **opts)
+    for w in caught:
+        print(f"warning: {w.message}", file=sys.stderr)
+    return data
+
+
+def load_seq2seq(ckpt: str, device: str = "auto"):
+    """(model, source vocabulary, target vocabulary, config.json dict, device) of a seq2seq run."""
+    from ..data.parallel import Vocab
+    from ..train.trainer import pick_device
+    from . import load_model
+
+    dev = pick_device(device)
+    model, meta = load_model(ckpt, expect=tuple(Seq2SeqRecipe.models), device=str(dev), with_meta=True,
+                             needs="a seq2seq model (trained with `attnlab train seq2seq`)")
+    return model, Vocab.from_dict(meta["vocab"]["src"]), Vocab.from_dict(meta["vocab"]["tgt"]), meta, dev
+
+
+def translate_texts(model, sv, tv, texts, *, beam=5, alpha=1.0, max_len=None, device="cpu", batch_size=64):
+    """Translate ``texts`` (greedy for beam 1), in batches; one string per input."""
+    from ..data.parallel import pad_batch
+    from ..decode import beam_search, greedy_decode
+
+    limit = model.config.context
+    max_len = max_len or min(limit - 1, 100)
+    outs = []
+    for i in range(0, len(texts), batch_size):
+        ids = []
+        for t in texts[i : i + batch_size]:
+            e = sv.encode(t) or [sv.unk_id]
+            if len(e) > limit:
+                print(f"warning: a sentence of {len(e)} tokens was truncated to the model's maximum of {limit}",
+                      file=sys.stderr)
+                e = e[:limit]
+            ids.append(e)
+        src, mask = pad_batch(ids)
+        src, mask = src.to(device), mask.to(device)
+        if beam <= 1:
+            outs += greedy_decode(model, src, mask, max_len=max_len)
+        else:
+            outs += [h[0].tokens for h in beam_search(model, src, mask, beam=beam, max_len=max_len, alpha=alpha)]
+    return [tv.decode(o) for o in outs]
+
+
+def translate(args) -> int:
+    """``attnlab translate``: one translation per input line."""
+    model, sv, tv, _, dev = load_seq2seq(args.ckpt, args.device)
+    if args.text:
+        texts = list(args.text)
+    elif args.file:
+        path = Path(args.file)
+        if not path.is_file():
+            raise ValueError(f"--file {path} does not exist")
+        try:
+            texts = path.read_text(encoding="utf-8").splitlines()
+        except UnicodeDecodeError as e:
+            raise ValueError(f"--file {path} is not UTF-8 text (byte {e.start}); convert it to UTF-8") from None
+    else:
+        texts = sys.stdin.read().splitlines()
+    if not any(t.strip() for t in texts):
+        raise ValueError("no sentences to translate: give them as arguments, with --file, or on standard input")
+    for line in translate_texts(model, sv, tv, texts, beam=args.beam, alpha=args.alpha, max_len=args.max_len,
+                                device=dev):
+        print(line, flush=True)
+    return 0
+
+
+def alignment(model, sv, tv, text: str, device="cpu"):
+    """Greedy-translate ``text`` and return (source tokens, target tokens, {name: (T, S) weights})."""
+    from ..data.parallel import pad_batch
+    from ..decode import greedy_decode
+    from ..inspect import capture_attention
+
+    ids = sv.encode(text)[: model.config.context]
+    if not ids:
+        raise ValueError("--text is empty")
+    src, mask = pad_batch([ids])
+    out = greedy_decode(model, src.to(device), mask.to(device), max_len=min(100, model.config.context - 1))[0]
+    tgt_in = torch.tensor([[1] + out], device=device)
+    maps = {}
+    with torch.no_grad():
+        if model.model_type == "rnn":
+            if model.config.attention == "none":
+                raise ValueError("this RNN has no attention (attention='none'), so it has no alignment to draw")
+            model(src.to(device), tgt_in, mask.to(device))
+            maps["attention"] = model.last_alignment[0]
+        else:
+            with capture_attention(model, include="cross_attn") as rec:
+                model(src.to(device), tgt_in, mask.to(device))
+            per_layer = rec.maps()
+            for name, w in sorted(per_layer.items()):
+                layer = name.split(".")[2]  # decoder.blocks.<i>.cross_attn
+                for h in range(w.shape[1]):
+                    maps[f"layer {layer} head {h}"] = w[0, h]
+            maps["average"] = torch.stack([w[0].mean(0) for w in per_layer.values()]).mean(0)
+    tok = lambda v, i: v.tokenizer.decode([i]) if v.tokenizer.kind == "bpe" else v.tokenizer.itos[i]  # noqa: E731
+    src_tokens = [tok(sv, i) for i in ids]
+    tgt_tokens = [tok(tv, i) for i in out] + ["<eos>"]
+    return src_tokens, tgt_tokens, {k: v[: len(tgt_tokens), : len(src_tokens)].cpu() for k, v in maps.items()}

@@ -1,0 +1,124 @@
+"""Vision Transformers: `attnlab train vit` and the ViT inspections (attention, rollout, patch
+embeddings, position similarity, mean attention distance; CKA comes from the classifier base)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from ..models.vit import VIT_PRESETS, ViT, ViTConfig
+from ..options import below_one, nonneg_int
+from . import register
+from .classifier import ImageClassifierRecipe, test_images
+
+
+def preset_for(shape) -> str:
+    """The preset that suits images of ``shape`` (C, H, W)."""
+    c, h, _ = shape
+    if h <= 8:
+        return "digits"
+    return "mnist" if c == 1 else "cifar"
+
+
+@register
+class ViTRecipe(ImageClassifierRecipe):
+    name = "vit"
+    help = "a Vision Transformer image classifier"
+    models = {"vit": ViT}
+    hf_model_types = {"vit": "vit"}
+    presets = VIT_PRESETS
+    inspections = {
+        "attention": "attention of one query token, per layer and head (--image)",
+        "rollout": "attention rollout from the class token (--image)",
+        "embeddings": "principal components of the patch-embedding filters",
+        "positions": "cosine similarity of the position embeddings",
+        "distance": "mean attention distance per head against depth",
+        **ImageClassifierRecipe.inspections,
+    }
+
+    def add_train_arguments(self, p) -> None:
+        super().add_train_arguments(p)
+        p.add_argument("--preset", default=None, choices=sorted(VIT_PRESETS),
+                       help="model shape (default: picked from the data: digits, mnist or cifar)")
+
+    def check_new(self, args, model_over) -> None:
+        if args.preset:
+            ViTConfig(**{**VIT_PRESETS[args.preset], **model_over})
+
+    def new_config(self, args, splits, model_over):
+        c, h, _ = splits.shape
+        preset = args.preset or preset_for(splits.shape)
+        return "vit", ViTConfig(**{**VIT_PRESETS[preset], "image_size": h, **model_over, "in_chans": c,
+                                   "num_classes": len(splits.labels), "labels": splits.labels})
+
+    def add_inspect_arguments(self, group) -> None:
+        super().add_inspect_arguments(group)
+        group.add_argument("--image", default=None, help="image file (attention, rollout)")
+        group.add_argument("--token", type=nonneg_int, default=0,
+                           help="attention: query token to show (default 0 = class token)")
+        group.add_argument("--head-fusion", choices=["mean", "max", "min"], default="mean",
+                           help="rollout: how to fuse heads")
+        group.add_argument("--discard-ratio", type=below_one, default=0.0,
+                           help="rollout: drop this fraction of the weakest weights")
+
+    def inspection(self, args, model, meta, out: Path) -> dict[str, np.ndarray]:
+        from ..inspect import analysis as A
+        from ..inspect import plots as P
+
+        if args.what == "cka":
+            return super().inspection(args, model, meta, out)
+        if args.what in ("attention", "rollout"):
+            img, x = one_image(args, model, meta)
+            maps = attention_maps(model, x)  # L x (1, H, T, T)
+            g, npre = model.grid, model.n_prefix
+            if args.what == "attention":
+                if not 0 <= args.token < maps[0].shape[-1]:
+                    raise ValueError(f"--token must be in 0..{maps[0].shape[-1] - 1}")
+                rows = torch.stack([m[0, :, args.token, npre:] for m in maps])  # (L, H, N)
+                P.attention_grid_png(img, rows.reshape(*rows.shape[:2], *g).numpy(), out,
+                                     title=f"attention from token {args.token}")
+                return {"attention": torch.stack([m[0] for m in maps]).numpy()}
+            r = A.rollout(maps, args.head_fusion, args.discard_ratio, n_prefix=npre)[0]  # (T, T)
+            src = r[0, npre:] if npre else r.mean(0)
+            P.overlay_png(img, (src / src.max()).reshape(*g).numpy(), out,
+                          title=f"attention rollout ({args.head_fusion}, discard {args.discard_ratio})")
+            return {"rollout": r.numpy()}
+        if args.what == "embeddings":
+            comps, var = A.embedding_components(model.patch_embed.proj.weight.detach(), 28)
+            P.components_png(comps.numpy(), var.numpy(), out)
+            return {"components": comps.numpy(), "explained_variance": var.numpy()}
+        if args.what == "positions":
+            sim = A.position_similarity(model.pos_embed.detach()[0, model.n_prefix :])
+            P.position_similarity_png(sim.numpy(), model.grid, out)
+            return {"similarity": sim.numpy()}
+        # distance
+        maps = attention_maps(model, test_images(args, meta, args.n_images))
+        dist = torch.stack([A.mean_attention_distance(m, model.grid, model.config.patch_size, model.n_prefix)
+                            for m in maps])  # (L, H)
+        P.attention_distance_png(dist.numpy(), out, image_size=model.config.image_size)
+        return {"distance": dist.numpy()}
+
+
+def attention_maps(model, x) -> list[torch.Tensor]:
+    """Every layer's attention (B, H, T, T) for images ``x``, in depth order."""
+    from ..inspect import capture_attention
+
+    with capture_attention(model) as rec, torch.no_grad():
+        model(x)
+    maps = rec.maps()
+    return [maps[k] for k in sorted(maps, key=lambda n: int(n.split(".")[2]))]  # encoder.blocks.<i>.attn
+
+
+def one_image(args, model, meta):
+    """(the image in [0, 1], the normalised batch of one) from --image."""
+    from ..data.images import load_image, normalize
+
+    if not args.image:
+        raise ValueError(f"inspect {args.what} needs --image FILE (the image to look at)")
+    x, note = load_image(args.image, model.config.in_chans, model.config.image_size)
+    if note:
+        print(f"note: {note}", file=sys.stderr)
+    return x, normalize(x[None], meta["mean"], meta["std"])
