@@ -17,9 +17,6 @@ from . import __version__
 from .errors import AttnlabError
 from .options import EPILOG, Parser, SharedOptions, device_name, field_options, positive_int
 
-# re-exported for code written against earlier versions
-from .options import fraction, nonneg_float, nonneg_int, positive_float, probability  # noqa: F401
-
 
 def build_parser() -> argparse.ArgumentParser:
     from .recipes import recipes

@@ -1,4 +1,5 @@
-"""Datasets: text corpora (and, in later modules, images and parallel text)."""
+"""Datasets: text corpora (:mod:`.text`), images (:mod:`.images`), parallel text and synthetic
+sequence tasks (:mod:`.parallel`), and the files they come from (:mod:`.sources`)."""
 
 from .text import TokenData, embedded_corpus, load_corpus, prepare
 

@@ -10,7 +10,6 @@
 
 from __future__ import annotations
 
-import math
 
 import torch
 from torch import Tensor
@@ -173,17 +172,3 @@ class MinibatchCKA:
 
     def compute(self) -> Tensor:
         return self.xy / (self.xx[:, None].sqrt() * self.yy[None, :].sqrt())
-
-
-def uniform_attention_distance(grid: tuple[int, int], patch_size: int) -> float:
-    """Closed form for a uniform attention map: the mean pairwise distance of patch centres."""
-    pos = patch_centers(grid, patch_size)
-    n = pos.shape[0]
-    return float(torch.cdist(pos, pos).sum() / (n * n))
-
-
-def grid_side(n: int) -> int:
-    s = int(math.isqrt(n))
-    if s * s != n:
-        raise ValueError(f"{n} tokens do not form a square grid")
-    return s

@@ -86,13 +86,14 @@ class ViT(nn.Module):
     def __init__(self, config: ViTConfig) -> None:
         super().__init__()
         self.config = c = config
-        self.patch_embed = PatchEmbed(c.patch_size, c.in_chans, c.dim)
         n = c.grid[0] * c.grid[1]
         self.n_prefix = 1 if c.pool == "cls" else 0
         self.cls_token = nn.Parameter(torch.zeros(1, 1, c.dim)) if c.pool == "cls" else None
-        # learned, or fixed 2-D sin-cos (the class token gets a zero position vector)
+        # learned, or fixed 2-D sin-cos (the class token gets a zero position vector); made before
+        # patch_embed so that the parameter order (and the optimizer state of older runs) is kept
         self.pos = (LearnedPosition(c.dim, self.n_prefix + n) if c.pos == "learned"
                     else SinCos2DPosition(c.dim, c.grid, self.n_prefix))
+        self.patch_embed = PatchEmbed(c.patch_size, c.in_chans, c.dim)
         self.drop = nn.Dropout(c.dropout)
         self.encoder = Encoder(
             c.layers, c.dim, c.heads, mlp_hidden=round(c.dim * c.mlp_ratio), activation="gelu",

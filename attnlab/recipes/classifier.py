@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ..errors import CheckpointError, DataError
+from ..errors import DataError
 from ..options import EPILOG, at_least, below_one, device_name, nonneg_int, number, positive_int
 from .base import Recipe, TrainingRun
 

@@ -78,6 +78,8 @@ class GPTRecipe(Recipe):
 
     # ---- sample, eval -------------------------------------------------------------------------
     def add_commands(self, sub) -> None:
+        if "sample" in sub.choices:  # a family built on this one shares the command
+            return
         s = sub.add_parser("sample", help="generate text from a trained GPT", epilog=EPILOG,
                            description="Continue a prompt, streaming tokens as they come.")
         s.add_argument("--ckpt", required=True, help="run folder (or checkpoint / HuggingFace folder)")

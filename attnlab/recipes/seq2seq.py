@@ -112,6 +112,8 @@ class Seq2SeqRecipe(Recipe):
 
     # ---- translate, eval, inspect alignment ------------------------------------------------------
     def add_commands(self, sub) -> None:
+        if "translate" in sub.choices:  # a family built on this one shares the command
+            return
         tr = sub.add_parser("translate", help="translate sentences with a trained seq2seq model", epilog=EPILOG,
                             description="Prints one translation per input line (arguments, --file or stdin).")
         tr.add_argument("--ckpt", required=True, help="run folder of a seq2seq model")

@@ -199,6 +199,14 @@ def _restore_optimizer(opt: torch.optim.Optimizer, meta: dict, tensors: dict[str
     for key, v in meta["scalars"].items():
         idx, name = key.split(".", 1)
         state.setdefault(int(idx), {})[name] = v
+    # a parameter an older attnlab kept in another shape (ViT's (1, T, D) position table, now
+    # (T, D)): its moments are the same numbers, reshaped
+    params = [p for group in opt.param_groups for p in group["params"]]
+    for idx, st in state.items():
+        if idx < len(params):
+            for name, v in st.items():
+                if torch.is_tensor(v) and v.dim() > 0 and v.shape != params[idx].shape and v.numel() == params[idx].numel():
+                    st[name] = v.reshape(params[idx].shape)
     try:
         opt.load_state_dict({"state": state, "param_groups": meta["param_groups"]})
     except (ValueError, KeyError) as e:

@@ -1,0 +1,139 @@
+"""The recipe registry, the one vocabulary with its aliases, and run folders written before both."""
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+import attnlab
+from attnlab.cli import build_parser, main
+from attnlab.models import GPTConfig, RNNConfig, TransformerConfig, ViTConfig
+
+FIXTURE = Path(__file__).parent / "fixtures" / "runs_v0_1"  # written by attnlab 0.1 (see its expected_*.*)
+FAST = ["--max-iters", "2", "--eval-interval", "2", "--eval-iters", "1", "--batch-size", "4", "--no-progress",
+        "--device", "cpu"]
+
+
+@pytest.fixture
+def old_runs(tmp_path, monkeypatch):
+    root = tmp_path / "runs"
+    shutil.copytree(FIXTURE, root)
+    monkeypatch.chdir(root)  # the GPT run was trained on ./tiny.txt
+    return root
+
+
+def test_old_run_folders_give_the_same_outputs(old_runs):
+    """Weights saved under the old names (ViT `pos_embed`, Transformer `decoder_blocks`) and
+    configs with the old field names load into the refactored models, which compute the same."""
+    expected = json.loads((old_runs / "expected_outputs.json").read_text())
+    gpt = attnlab.load(old_runs / "gpt")
+    assert gpt.config.layers == 1 and gpt.config.n_layer == 1  # the old name still reads
+    x = torch.arange(12).reshape(2, 6) % gpt.config.vocab_size
+    got = {"gpt": gpt(x)[:, -1, :5]}
+    got["vit"] = attnlab.load(old_runs / "vit")(torch.linspace(-1, 1, 64).reshape(1, 1, 8, 8))
+    for name in ("s2s", "rnn"):
+        got[name] = attnlab.load(old_runs / name)(torch.tensor([[4, 5, 6, 7, 2]]), torch.tensor([[1, 8, 9]]))[0, :, :5]
+    for name, out in got.items():
+        np.testing.assert_allclose(out.detach().numpy(), np.array(expected[name]), atol=1e-5, err_msg=name)
+
+
+def test_old_run_folders_answer_commands_as_before(old_runs, capsys):
+    assert main(["sample", "--ckpt", "gpt", "--prompt", "The", "--max-new-tokens", "20", "--seed", "1",
+                 "--device", "cpu"]) == 0
+    assert capsys.readouterr().out == (old_runs / "gpt.sample.txt").read_text()
+    for name, extra in (("gpt", []), ("vit", ["--out", "conf.png"]), ("s2s", ["--max-sentences", "20"]),
+                        ("rnn", ["--max-sentences", "20"])):
+        assert main(["eval", "--ckpt", name, "--json", "--device", "cpu", *extra]) == 0
+        got = json.loads(capsys.readouterr().out)
+        want = json.loads((old_runs / f"{name}.eval.json").read_text())
+        for key in ("loss", "accuracy", "bleu", "exact_match", "tokens", "sentences", "images"):
+            if key in want:
+                assert got[key] == pytest.approx(want[key], abs=1e-6), (name, key)
+    for name in ("s2s", "rnn"):
+        assert main(["translate", "--ckpt", name, "--beam", "2", "abcde", "hello"]) == 0
+        assert capsys.readouterr().out == (old_runs / f"{name}.translate.txt").read_text()
+
+
+@pytest.mark.parametrize("family,run", [("gpt", "gpt"), ("vit", "vit"), ("seq2seq", "s2s"), ("seq2seq", "rnn")])
+def test_old_run_folders_resume(old_runs, family, run, capsys):
+    extra = ["--sample-chars", "0"] if family == "gpt" else []
+    assert main(["train", family, "--out", run, "--resume", *FAST[:1], "5", *FAST[2:], *extra]) == 0
+    metrics = [json.loads(line) for line in (old_runs / run / "metrics.jsonl").read_text().splitlines()]
+    assert metrics[-1]["step"] == 5
+    cfg = json.loads((old_runs / run / "last" / "config.json").read_text())
+    assert "n_layer" not in cfg["model"] and "max_len" not in cfg["model"]  # rewritten in the new vocabulary
+
+
+def test_config_aliases():
+    new = GPTConfig(layers=2, heads=2, dim=32, context=16, pos="rope")
+    old = GPTConfig(n_layer=2, n_head=2, n_embd=32, block_size=16, position="rope")
+    assert new == old and (old.n_layer, old.n_head, old.n_embd, old.block_size, old.position) == (2, 2, 32, 16, "rope")
+    assert GPTConfig.from_dict({"n_layer": 3, "n_embd": 48, "n_head": 3}).layers == 3
+    assert ViTConfig(depth=3).layers == 3
+    assert TransformerConfig(ff_dim=64, max_len=32).to_dict()["mlp_dim"] == 64
+    assert RNNConfig(hidden=24).dim == 24
+    with pytest.raises(ValueError, match="both layers=2 and its old name n_layer=3"):
+        GPTConfig(layers=2, n_layer=3)
+    with pytest.raises(ValueError, match=r"context \(block_size\) must be"):
+        GPTConfig(block_size=0)
+
+
+def test_old_and_new_flags_give_the_same_model(tmp_path):
+    corpus = tmp_path / "c.txt"
+    corpus.write_text("to be or not to be, that is the question. " * 60)
+    common = ["train", "gpt", "--data", str(corpus), *FAST, "--sample-chars", "0"]
+    assert main([*common, "--out", str(tmp_path / "a"), "--layers", "1", "--heads", "2", "--dim", "16",
+                 "--context", "8", "--pos", "alibi"]) == 0
+    assert main([*common, "--out", str(tmp_path / "b"), "--n-layer", "1", "--n-head", "2", "--n-embd", "16",
+                 "--block-size", "8", "--position", "alibi"]) == 0
+    a, b = (json.loads((tmp_path / r / "last" / "config.json").read_text()) for r in ("a", "b"))
+    assert a["model"] == b["model"] and a["model"]["pos"] == "alibi" and a["model"]["context"] == 8
+
+
+def test_seq2seq_resume_refuses_model_changes_like_every_family(tmp_path, capsys):
+    """The three copies of resume had drifted: seq2seq ignored changed model options."""
+    out = tmp_path / "r"
+    base = ["train", "seq2seq", "--data", "copy", "--dim", "16", "--heads", "2", "--enc-layers", "1",
+            "--dec-layers", "1", "--mlp-dim", "16", "--out", str(out), *FAST]
+    assert main(base) == 0
+    capsys.readouterr()
+    assert main([*base[:-len(FAST)], "--resume", *FAST[:1], "3", *FAST[2:]]) == 0  # same options: fine
+    assert main(["train", "seq2seq", "--out", str(out), "--resume", "--dim", "32"]) == 2
+    assert "--dim 32" in capsys.readouterr().err
+    assert main(["train", "seq2seq", "--out", str(out), "--resume", "--lr", "1e-4", *FAST[:1], "4", *FAST[2:]]) == 0
+    assert "training options changed" in capsys.readouterr().err
+
+
+def test_a_new_family_is_one_recipe(tmp_path):
+    """Registering a recipe adds `attnlab train NAME` and makes its checkpoints loadable."""
+    from attnlab.models import GPT
+    from attnlab.recipes import _REGISTRY, recipe_for, register
+    from attnlab.recipes.gpt import GPTRecipe
+
+    class TinyLM(GPT):
+        model_type = "tiny-lm"
+
+    @register
+    class TinyRecipe(GPTRecipe):
+        name = "tiny"
+        help = "a test family"
+        models = {"tiny-lm": TinyLM}
+
+        def prepare(self, args, saved, model_over, tcfg):
+            run = super().prepare(args, saved, model_over, tcfg)
+            run.model_type = "tiny-lm"
+            return run
+
+    try:
+        assert "tiny" in build_parser().parse_args(["train", "tiny"]).model
+        corpus = tmp_path / "c.txt"
+        corpus.write_text("abcdefgh " * 300)
+        assert main(["train", "tiny", "--data", str(corpus), "--out", str(tmp_path / "t"), "--layers", "1",
+                     "--dim", "16", "--heads", "2", "--context", "8", "--sample-chars", "0", *FAST]) == 0
+        assert recipe_for("tiny-lm") is _REGISTRY["tiny"]
+        assert isinstance(attnlab.load(tmp_path / "t"), TinyLM)
+    finally:
+        _REGISTRY.pop("tiny", None)
