@@ -32,7 +32,7 @@ from attnlab.train.trainer import CPU_BF16_MIN_SPEEDUP, auto_cpu_dtype, cpu_has_
 def shapes():
     """(name, model, make_batch, loss_fn, items per step)."""
     def gpt(name, n_layer, n_head, n_embd, block, batch, vocab=65):
-        cfg = GPTConfig(vocab_size=vocab, block_size=block, n_layer=n_layer, n_head=n_head, n_embd=n_embd)
+        cfg = GPTConfig(vocab_size=vocab, context=block, layers=n_layer, heads=n_head, dim=n_embd)
         x = torch.randint(0, vocab, (batch, block))
         y = torch.randint(0, vocab, (batch, block))
         return name, GPT(cfg), (x,), lambda out: F.cross_entropy(out.float().flatten(0, 1), y.flatten()), batch * block

@@ -39,8 +39,8 @@ def hf_gpt2(cfg: GPTConfig):
 
     act = {"gelu": "gelu", "gelu_tanh": "gelu_pytorch_tanh", "relu": "relu"}[cfg.activation]
     hc = transformers.GPT2Config(
-        vocab_size=cfg.vocab_size, n_positions=cfg.block_size, n_embd=cfg.n_embd, n_layer=cfg.n_layer,
-        n_head=cfg.n_head, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, activation_function=act,
+        vocab_size=cfg.vocab_size, n_positions=cfg.context, n_embd=cfg.dim, n_layer=cfg.layers,
+        n_head=cfg.heads, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, activation_function=act,
         bos_token_id=0, eos_token_id=0, attn_implementation="sdpa",
     )
     return transformers.GPT2LMHeadModel(hc)
@@ -48,12 +48,12 @@ def hf_gpt2(cfg: GPTConfig):
 
 def flops_per_token(cfg: GPTConfig, n_params: int) -> float:
     """PaLM/nanoGPT estimate: 6N for the weights plus 12·L·D·T for attention scores, per token."""
-    return 6 * n_params + 12 * cfg.n_layer * cfg.n_embd * cfg.block_size
+    return 6 * n_params + 12 * cfg.layers * cfg.dim * cfg.context
 
 
 def train_step_fn(model, batch: int, cfg: GPTConfig, dtype, hf: bool):
-    x = torch.randint(0, cfg.vocab_size, (batch, cfg.block_size))
-    y = torch.randint(0, cfg.vocab_size, (batch, cfg.block_size))
+    x = torch.randint(0, cfg.vocab_size, (batch, cfg.context))
+    y = torch.randint(0, cfg.vocab_size, (batch, cfg.context))
     opt = adamw(model, 1e-4, 0.1, (0.9, 0.99))
     ctx = (lambda: torch.autocast("cpu", dtype=torch.bfloat16)) if dtype == torch.bfloat16 else None
     model.train()
@@ -82,7 +82,7 @@ def train_rows(shapes, dtypes, peaks, repeat, do_compile) -> list[dict]:
             hf = hf_gpt2(cfg)
             n = sum(p.numel() for p in ours.parameters()) - ours.pos_emb.weight.numel()
             fpt = flops_per_token(cfg, n)
-            tokens = batch * cfg.block_size
+            tokens = batch * cfg.context
             # alternate the two models so both see the same machine state
             t_ours, t_hf = [], []
             for _ in range(2):
@@ -126,7 +126,7 @@ def generation_rows(cfg: GPTConfig, new_tokens: int, prompt_len: int) -> list[di
     t_hf = time_it(run_hf, warmup=1, repeat=3)
     t_nocache = time_it(run_ours(False), warmup=0, repeat=1)
     a, b, c = new_tokens / t_cache, new_tokens / t_hf, new_tokens / t_nocache
-    shape = f"{cfg.n_layer}/{cfg.n_head}/{cfg.n_embd} V={cfg.vocab_size}"
+    shape = f"{cfg.layers}/{cfg.heads}/{cfg.dim} V={cfg.vocab_size}"
     return [
         {"row": f"generate {new_tokens} tok, {shape}", "attnlab": a, "baseline": b, "baseline is": "HF generate",
          "ratio": a / b, "unit": "tokens/s", "note": f"same tokens: {same}"},
@@ -159,13 +159,13 @@ def main() -> None:
     for dt, p in peaks.items():
         print(f"measured matmul peak {str(dt).replace('torch.', '')}: {p / 1e9:.0f} GFLOP/s "
               f"({torch.get_num_threads()} threads)")
-    shapes = [("4/4/128 T=64 B=12", GPTConfig(vocab_size=65, block_size=64, n_layer=4, n_head=4, n_embd=128), 12)]
+    shapes = [("4/4/128 T=64 B=12", GPTConfig(vocab_size=65, context=64, layers=4, heads=4, dim=128), 12)]
     if not args.quick:
         shapes.append(("6/6/384 T=256 B=16",
-                       GPTConfig(vocab_size=65, block_size=256, n_layer=6, n_head=6, n_embd=384), 16))
+                       GPTConfig(vocab_size=65, context=256, layers=6, heads=6, dim=384), 16))
     rows = train_rows(shapes, dtypes, peaks, repeat=3 if args.quick else 8, do_compile=args.compile)
-    gen_cfg = (GPTConfig(vocab_size=50257, block_size=1024, n_layer=6, n_head=6, n_embd=384, activation="gelu_tanh")
-               if args.quick else GPTConfig(n_layer=12, n_head=12, n_embd=768, activation="gelu_tanh"))
+    gen_cfg = (GPTConfig(vocab_size=50257, context=1024, layers=6, heads=6, dim=384, activation="gelu_tanh")
+               if args.quick else GPTConfig(layers=12, heads=12, dim=768, activation="gelu_tanh"))
     rows += generation_rows(gen_cfg, 64 if args.quick else 256, 16)
     print()
     print_table(rows, ["row", "unit", "attnlab", "baseline", "baseline is", "ratio", "attnlab MFU", "baseline MFU", "note"])

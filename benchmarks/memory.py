@@ -33,7 +33,7 @@ def main() -> None:
         row = {"T": t}
         for ckpt in (False, True):
             torch.manual_seed(0)
-            m = GPT(GPTConfig(vocab_size=65, block_size=t, n_layer=6, n_head=6, n_embd=384))
+            m = GPT(GPTConfig(vocab_size=65, context=t, layers=6, heads=6, dim=384))
             set_activation_checkpointing(m, ckpt)
             m.train()
             x = torch.randint(0, 65, (4, t))

@@ -53,15 +53,15 @@ def throughput(batch: int = 128) -> list[dict]:
     from attnlab.train.optim import adamw
 
     rows = []
-    for name, kw in (("mnist shape 28px p4 64w 6L", dict(image_size=28, patch_size=4, in_chans=1, dim=64, depth=6,
+    for name, kw in (("mnist shape 28px p4 64w 6L", dict(image_size=28, patch_size=4, in_chans=1, dim=64, layers=6,
                                                              heads=4, mlp_ratio=2.0)),
-                     ("cifar shape 32px p4 192w 6L", dict(image_size=32, patch_size=4, in_chans=3, dim=192, depth=6,
+                     ("cifar shape 32px p4 192w 6L", dict(image_size=32, patch_size=4, in_chans=3, dim=192, layers=6,
                                                               heads=3, mlp_ratio=2.0))):
         cfg = ViTConfig(num_classes=10, **kw)
         ours = ViT(cfg)
         hf = transformers.ViTForImageClassification(transformers.ViTConfig(
             image_size=cfg.image_size, patch_size=cfg.patch_size, num_channels=cfg.in_chans, hidden_size=cfg.dim,
-            num_hidden_layers=cfg.depth, num_attention_heads=cfg.heads, intermediate_size=int(cfg.dim * cfg.mlp_ratio),
+            num_hidden_layers=cfg.layers, num_attention_heads=cfg.heads, intermediate_size=int(cfg.dim * cfg.mlp_ratio),
             num_labels=10, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, attn_implementation="sdpa"))
         x = torch.randn(batch, cfg.in_chans, cfg.image_size, cfg.image_size)
         y = torch.randint(0, 10, (batch,))
