@@ -16,6 +16,8 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
+from .train.trainer import autocast
+
 
 def sync(device) -> None:
     if str(device).startswith("cuda"):
@@ -89,12 +91,6 @@ def _train_step(model, make_loss, params=None):
     return step
 
 
-def _autocast(device, dtype):
-    if dtype == torch.bfloat16:
-        return torch.autocast(device.type, dtype=torch.bfloat16)
-    import contextlib
-
-    return contextlib.nullcontext()
 
 
 def attention_rows(device, lengths, repeat) -> list[dict]:
@@ -142,7 +138,7 @@ def gpt_rows(device, dtypes, peaks, quick, compile_) -> list[dict]:
 
             def loss_of(m, is_hf):
                 def f():
-                    with _autocast(device, dtype):
+                    with autocast(device, dtype):
                         logits = m(x).logits if is_hf else m(x)
                     return F.cross_entropy(logits.float().flatten(0, 1), y.flatten())
                 return f

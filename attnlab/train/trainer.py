@@ -159,6 +159,13 @@ def pick_dtype(name: str, device: torch.device, model: nn.Module | None = None) 
     return auto_cpu_dtype(model, cpu_has_fast_bf16())
 
 
+def autocast(device: torch.device, dtype: torch.dtype | None):
+    """bf16 autocast on ``device`` when ``dtype`` is bf16; otherwise nothing (fp32)."""
+    if dtype == torch.bfloat16:
+        return torch.autocast(device.type, dtype=torch.bfloat16)
+    return contextlib.nullcontext()
+
+
 class Diverged(AttnlabError):
     """The loss (or gradient norm) stopped being finite; nothing was saved after the last good step."""
 
@@ -248,7 +255,7 @@ class Trainer:
         batch = [t.to(self.device) for t in self.task.batch("train", self.cfg.batch_size, torch.Generator().manual_seed(0))]
 
         def step(dtype):
-            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=dtype == torch.bfloat16):
+            with autocast(self.device, dtype):
                 loss = self.task.loss(model, batch)
             loss.backward()
             opt.step()
@@ -285,9 +292,7 @@ class Trainer:
         )
 
     def autocast(self):
-        if self.dtype == torch.bfloat16:
-            return torch.autocast(self.device.type, dtype=torch.bfloat16)
-        return contextlib.nullcontext()
+        return autocast(self.device, self.dtype)
 
     # -- one step --------------------------------------------------------------------------
     def train_step(self) -> float:
