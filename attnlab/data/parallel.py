@@ -104,18 +104,22 @@ def synthetic_pair(task: str, rng: random.Random, min_len: int, max_len: int) ->
 
 # ---- vocabulary and batches ------------------------------------------------------------------
 class Vocab:
-    """Token <-> id with the seq2seq specials at 0..3 (pad, bos, eos, unk). Wraps a character
-    or BPE tokenizer; ``encode`` maps text to ids without specials."""
+    """Token <-> id with the seq2seq specials at 0..3 (pad, bos, eos, unk). Wraps a character,
+    BPE or word tokenizer; ``encode`` maps text to ids without specials."""
 
     def __init__(self, tokenizer) -> None:
         self.tokenizer = tokenizer
 
     @classmethod
-    def build(cls, texts: list[str], kind: str, vocab_size: int = 8000) -> "Vocab":
+    def build(cls, texts: list[str], kind: str, vocab_size: int = 8000, min_frequency: int = 1) -> "Vocab":
         from ..tokens import BPETokenizer, CharTokenizer
 
         if kind == "char":
             return cls(CharTokenizer(SPECIALS + sorted(set("".join(texts)) - set(SPECIALS))))
+        if kind == "word":
+            from ..tokens import WordTokenizer
+
+            return cls(WordTokenizer.train(texts, SPECIALS, min_frequency=min_frequency))
         return cls(BPETokenizer.train(texts, vocab_size, special_tokens=SPECIALS))
 
     pad_id, bos_id, eos_id, unk_id = 0, 1, 2, 3

@@ -172,3 +172,15 @@ class MinibatchCKA:
 
     def compute(self) -> Tensor:
         return self.xy / (self.xx[:, None].sqrt() * self.yy[None, :].sqrt())
+
+
+def pointing_hit(attention: Tensor, box: tuple[int, int, int, int], image_size: int) -> bool:
+    """The pointing game (Zhang et al. 2016) on a grid: does the arg-max cell of ``attention``
+    (h, w) overlap the object's box (x0, y0, x1, y1 in pixels, end exclusive)? At grid
+    resolution a cell that covers part of the object counts as pointing at it."""
+    h, w = attention.shape
+    i = int(attention.reshape(-1).argmax())
+    row, col = divmod(i, w)
+    cy, cx = image_size / h, image_size / w  # cell size in pixels
+    x0, y0, x1, y1 = box
+    return col * cx < x1 and (col + 1) * cx > x0 and row * cy < y1 and (row + 1) * cy > y0

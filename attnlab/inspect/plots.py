@@ -197,3 +197,43 @@ def alignment_png(src_tokens, tgt_tokens, maps: dict, path: Path) -> Path:
     for ax in list(axes.flat)[len(names):]:
         ax.axis("off")
     return _save(fig, path)
+
+
+def caption_attention_png(img, words: list[str], attention, path: Path, title: str = "") -> Path:
+    """Show, Attend and Tell's figure: the image once per generated word, with that word's
+    attention (n_words, h, w) upsampled over it as a heat map."""
+    import numpy as np
+    import torch
+    import torch.nn.functional as F
+
+    h, w = np.asarray(img).shape[-2:]
+    n = len(words)
+    cols = min(n, 6)
+    rows = -(-n // cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(1.9 * cols, 2.1 * rows), dpi=100, squeeze=False)
+    for ax in axes.flat:
+        ax.axis("off")
+    for i, word in enumerate(words):
+        ax = axes.flat[i]
+        heat = torch.as_tensor(np.asarray(attention[i]), dtype=torch.float32)[None, None]
+        up = F.interpolate(heat, size=(h, w), mode="bilinear", align_corners=False)[0, 0].numpy()
+        _show_image(ax, img)
+        ax.imshow(up, cmap="jet", alpha=0.45)
+        ax.set_title(word, fontsize=9)
+        ax.axis("off")
+    fig.suptitle(title, fontsize=9)
+    return _save(fig, path)
+
+
+def line_plot_png(xs, series: dict, path: Path, xlabel: str, ylabel: str, title: str = "") -> Path:
+    """One line per entry of ``series`` ({label: ys})."""
+    fig, ax = plt.subplots(figsize=(4.6, 3.2), dpi=110)
+    for label, ys in series.items():
+        ax.plot(xs, ys, marker="o", label=label)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_xticks(list(xs))
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    ax.set_title(title, fontsize=9)
+    return _save(fig, path)

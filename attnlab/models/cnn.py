@@ -14,18 +14,28 @@ __all__ = ["CNNConfig", "CNN"]
 @dataclass
 class CNNConfig(Config):
     in_chans: int = 1
-    num_classes: int = 10
+    num_classes: int = 10  # 0: no head (an image encoder: see ``features``)
     widths: tuple = (32, 64, 128)  # channels of each stage; each stage after the first halves H and W
     image_size: int = 28
     labels: list | None = None
 
-    SIZES = ("in_chans", "num_classes", "image_size")
+    SIZES = ("in_chans", "image_size")
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        if not 0 <= self.num_classes <= 1 << 24:
+            raise ValueError(f"num_classes must be 0 (no head) or more, got {self.num_classes}")
         if not self.widths or not all(isinstance(w, int) and 1 <= w <= 4096 for w in self.widths):
             raise ValueError(f"widths must be a list of channel counts from 1 to 4096, got {self.widths!r}")
         self.widths = tuple(self.widths)  # JSON gives a list back
+
+    @property
+    def grid(self) -> tuple[int, int]:
+        """The (h, w) of the last stage's feature map: each stage after the first halves H and W."""
+        g = self.image_size
+        for _ in self.widths[1:]:
+            g = (g + 1) // 2
+        return g, g
 
 
 class CNN(nn.Module):
@@ -47,12 +57,20 @@ class CNN(nn.Module):
             ))
             prev = w
         self.stages = nn.ModuleList(stages)
-        self.head = nn.Linear(prev, c.num_classes)
+        self.head = nn.Linear(prev, c.num_classes) if c.num_classes > 0 else nn.Identity()
 
-    def forward(self, images: Tensor) -> Tensor:
+    @property
+    def grid(self) -> tuple[int, int]:
+        return self.config.grid
+
+    def features(self, images: Tensor) -> Tensor:
+        """Images (B, C, H, W) -> the last stage's feature map (B, widths[-1], h, w)."""
         if images.dim() != 4 or images.shape[1] != self.config.in_chans:
             raise ValueError(f"CNN expects images (B, {self.config.in_chans}, H, W), got {tuple(images.shape)}")
         x = images
         for stage in self.stages:
             x = stage(x)
-        return self.head(x.mean(dim=(2, 3)))
+        return x
+
+    def forward(self, images: Tensor) -> Tensor:
+        return self.head(self.features(images).mean(dim=(2, 3)))

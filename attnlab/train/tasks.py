@@ -6,6 +6,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from ..checkpoint import unwrap_model
 from ..data.images import normalize
 from ..data.text import TokenData
 from ..losses import cross_entropy
@@ -138,3 +139,39 @@ class Seq2SeqTask:
         if d.synthetic:
             meta["synthetic"] = d.synthetic
         return meta
+
+
+class CaptionTask:
+    """Teacher forcing on captions: the decoder reads <bos> w_1 … w_{n-1} (and the image) and
+    predicts w_1 … w_n <eos>; one random reference per image per batch. The RNN with attention
+    adds the doubly stochastic regulariser λ Σ_i (1 - Σ_t a_{t,i})²."""
+
+    def __init__(self, data, batch_size: int, label_smoothing: float = 0.0):
+        self.data, self.label_smoothing = data, label_smoothing
+        self.items_per_batch = batch_size
+
+    def batch(self, split: str, batch_size: int, generator: torch.Generator):
+        images, tgt_in, tgt_out = self.data.batch(split, batch_size, generator)
+        return normalize(images, self.data.mean, self.data.std), tgt_in, tgt_out
+
+    def _forward(self, model: nn.Module, batch, label_smoothing: float) -> Tensor:
+        from ..models.caption import doubly_stochastic_penalty
+
+        images, tgt_in, tgt_out = batch
+        loss = cross_entropy(model(images, tgt_in), tgt_out, ignore_index=0, label_smoothing=label_smoothing)
+        raw = unwrap_model(model)
+        if raw.last_attention is not None and raw.config.alpha_c > 0 and model.training:
+            loss = loss + raw.config.alpha_c * doubly_stochastic_penalty(raw.last_attention, tgt_out != 0)
+        return loss
+
+    def loss(self, model: nn.Module, batch) -> Tensor:
+        return self._forward(model, batch, self.label_smoothing)
+
+    def eval_loss(self, model: nn.Module, batch) -> Tensor:
+        """The plain NLL per word (no smoothing, no regulariser): what validation reports."""
+        images, tgt_in, tgt_out = batch
+        return cross_entropy(model(images, tgt_in), tgt_out, ignore_index=0)
+
+    def meta(self) -> dict:
+        d = self.data
+        return {"data": d.name, "vocab": d.vocab.to_dict(), "mean": d.mean, "std": d.std, "data_note": d.note}

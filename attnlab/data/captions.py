@@ -1,0 +1,273 @@
+"""Image captioning data: synthetic scenes (embedded, generated from a seed), COCO-format folders
+(a captions JSON like ``captions_train2017.json`` beside its images), and ``image<TAB>caption`` files.
+
+Scenes: small RGB images with one to three coloured shapes, captions from a small grammar that
+names each object (size, colour, shape) and their left-to-right relation, three phrasings per
+image, and every object's bounding box, so that one can measure where a captioner looks (the
+pointing game).
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from ..errors import DataError
+from .images import IMAGE_SUFFIXES, load_image
+from .parallel import Vocab, pad_batch
+
+COLORS = {"red": (220, 40, 40), "green": (40, 190, 60), "blue": (50, 80, 230), "yellow": (235, 215, 40),
+          "white": (235, 235, 235)}
+SHAPES = ("circle", "square", "triangle")
+SIZES = {"small": 0.09, "large": 0.16}  # half-width of the shape, as a fraction of the image side
+
+
+@dataclass
+class SceneObject:
+    shape: str
+    color: str
+    size: str
+    box: tuple[int, int, int, int]  # x0, y0, x1, y1 in pixels (inclusive-exclusive)
+
+    @property
+    def phrase(self) -> str:
+        return f"a {self.size} {self.color} {self.shape}"
+
+
+@dataclass
+class Scenes:
+    images: Tensor  # (N, 3, H, W) float in [0, 1]
+    captions: list[list[str]]  # several phrasings per image
+    objects: list[list[SceneObject]]  # left to right
+
+
+def _draw(img: np.ndarray, obj: SceneObject) -> None:
+    x0, y0, x1, y1 = obj.box
+    h, w = y1 - y0, x1 - x0
+    yy, xx = np.mgrid[0:h, 0:w]
+    cy, cx = (h - 1) / 2, (w - 1) / 2
+    if obj.shape == "circle":
+        mask = (yy - cy) ** 2 + (xx - cx) ** 2 <= (min(h, w) / 2) ** 2
+    elif obj.shape == "square":
+        mask = np.ones((h, w), dtype=bool)
+    else:  # triangle, apex up: the half-width grows linearly from the top row to the bottom one
+        mask = np.abs(xx - cx) <= (yy + 1) / h * (w / 2)
+    img[y0:y1, x0:x1][mask] = COLORS[obj.color]
+
+
+def scene_captions(objs: list[SceneObject]) -> list[str]:
+    """The phrasings of a scene whose objects are ordered left to right. Every phrasing names the
+    objects in that order, so a relation word always agrees with the order of mention."""
+    p = [o.phrase for o in objs]
+    if len(p) == 1:
+        return [p[0], f"there is {p[0]}", f"{p[0]} on its own"]
+    if len(p) == 2:
+        return [f"{p[0]} to the left of {p[1]}", f"{p[0]} and {p[1]}", f"{p[0]} on the left and {p[1]} on the right"]
+    return [f"{p[0]} , {p[1]} and {p[2]}", f"{p[0]} to the left of {p[1]} and {p[2]}",
+            f"{p[0]} , {p[1]} and {p[2]} from left to right"]
+
+
+def make_scenes(n: int, seed: int = 0, *, image_size: int = 64, min_objects: int = 1, max_objects: int = 3,
+                noise: float = 0.03) -> Scenes:
+    """``n`` scenes from ``seed`` (the same seed gives the same scenes). Objects never overlap, sit
+    in separate columns (so "left of" is unambiguous), and no two share colour and shape."""
+    if not 1 <= min_objects <= max_objects <= 3:
+        raise ValueError(f"scenes hold 1 to 3 objects; got min_objects={min_objects}, max_objects={max_objects}")
+    if image_size < 24:
+        raise ValueError(f"scenes need images of at least 24x24 pixels, got {image_size}")
+    rng = random.Random(seed)
+    images = np.zeros((n, image_size, image_size, 3), dtype=np.uint8)
+    captions, objects = [], []
+    for i in range(n):
+        k = rng.randint(min_objects, max_objects)
+        column = image_size // k  # one column per object keeps them apart
+        kinds = rng.sample([(s, c) for s in SHAPES for c in COLORS], k)
+        objs = []
+        for j, (shape, color) in enumerate(kinds):
+            size = rng.choice(list(SIZES))
+            half = max(3, round(SIZES[size] * image_size))
+            half = min(half, column // 2 - 1)
+            cx = rng.randint(j * column + half, (j + 1) * column - half - 1)
+            cy = rng.randint(half, image_size - half - 1)
+            objs.append(SceneObject(shape, color, size, (cx - half, cy - half, cx + half + 1, cy + half + 1)))
+        for o in objs:
+            _draw(images[i], o)
+        captions.append(scene_captions(objs))
+        objects.append(objs)
+    x = torch.from_numpy(images).permute(0, 3, 1, 2).float() / 255
+    if noise > 0:  # a little pixel noise so that the background is not a constant
+        x = (x + noise * torch.randn(x.shape, generator=torch.Generator().manual_seed(seed))).clamp(0, 1)
+    return Scenes(x, captions, objects)
+
+
+# ---- real images ----------------------------------------------------------------------------------
+def read_coco(captions_json: Path, image_dir: Path | None = None) -> list[tuple[Path, list[str]]]:
+    """(image path, its captions) from a COCO captions JSON (``images`` + ``annotations``)."""
+    try:
+        d = json.loads(captions_json.read_text(encoding="utf-8"))
+        files = {img["id"]: img["file_name"] for img in d["images"]}
+        anns = d["annotations"]
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError) as e:
+        raise DataError(f"{captions_json} is not a COCO captions JSON ({type(e).__name__}: {e}); it needs "
+                        "'images' (id, file_name) and 'annotations' (image_id, caption)") from None
+    image_dir = image_dir or captions_json.parent
+    caps: dict[int, list[str]] = {}
+    for a in anns:
+        if a.get("image_id") not in files:
+            raise DataError(f"{captions_json}: a caption names image id {a.get('image_id')}, which 'images' lacks")
+        caps.setdefault(a["image_id"], []).append(str(a.get("caption", "")))
+    items = []
+    for image_id, name in sorted(files.items()):
+        path = _find_image(image_dir, name)
+        if path is None:
+            raise DataError(f"{captions_json} names image {name}, which is not in {image_dir} (nor a sub-folder)")
+        items.append((path, caps.get(image_id, [])))
+    return items
+
+
+def _find_image(root: Path, name: str) -> Path | None:
+    direct = root / name
+    if direct.is_file():
+        return direct
+    return next((p for p in root.rglob(Path(name).name) if p.is_file()), None)
+
+
+def read_tsv(path: Path) -> list[tuple[Path, list[str]]]:
+    """``image_path<TAB>caption`` lines (paths relative to the file); one image may have many lines."""
+    caps: dict[Path, list[str]] = {}
+    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        if not line.strip():
+            continue
+        if "\t" not in line:
+            raise DataError(f"{path}:{n} has no tab; each line is image_path<TAB>caption")
+        image, caption = line.split("\t", 1)
+        p = (path.parent / image.strip()).resolve()
+        if not p.is_file():
+            raise DataError(f"{path}:{n} names image {image.strip()}, which does not exist")
+        caps.setdefault(p, []).append(caption)
+    return list(caps.items())
+
+
+def find_captions(spec: str) -> list[tuple[Path, list[str]]]:
+    p = Path(spec).expanduser()
+    if p.is_file() and p.suffix == ".json":
+        return read_coco(p)
+    if p.is_file():
+        return read_tsv(p)
+    if p.is_dir():
+        jsons = sorted(p.glob("captions*.json")) or sorted(p.glob("*.json"))
+        if not jsons:
+            raise DataError(f"{p} holds no captions JSON; give a COCO folder (captions_*.json beside the images), "
+                            "a .json file or an image<TAB>caption file")
+        return read_coco(jsons[0], p)
+    raise DataError(f"unknown caption data {spec!r}: use scenes, a COCO folder or captions JSON, or an "
+                    "image<TAB>caption file")
+
+
+# ---- what the trainer reads -------------------------------------------------------------------------
+@dataclass
+class CaptionData:
+    """Images and reference captions per split, the word vocabulary, and (for scenes) the objects."""
+
+    name: str
+    vocab: Vocab
+    images: dict[str, Tensor]  # split -> (N, 3, H, W) in [0, 1]
+    captions: dict[str, list[list[str]]]
+    encoded: dict[str, list[list[list[int]]]]
+    max_len: int  # the longest caption in tokens (without <bos>/<eos>)
+    objects: dict[str, list[list[SceneObject]]] = field(default_factory=dict)
+    note: str = ""
+    mean: list[float] = field(default_factory=list)
+    std: list[float] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        x = self.images["train"]
+        self.mean = x.mean(dim=(0, 2, 3)).tolist()
+        self.std = x.std(dim=(0, 2, 3)).clamp_min(1e-3).tolist()
+
+    def batch(self, split: str, batch_size: int, gen: torch.Generator):
+        """(images (B, 3, H, W) in [0, 1], tgt_in, tgt_out): one random reference per image."""
+        n = len(self.images[split])
+        idx = torch.randint(n, (batch_size,), generator=gen).tolist()
+        caps = []
+        for i in idx:
+            refs = self.encoded[split][i]
+            caps.append(refs[int(torch.randint(len(refs), (1,), generator=gen))][: self.max_len])
+        tgt_in, _ = pad_batch([[Vocab.bos_id] + c for c in caps])
+        tgt_out, _ = pad_batch([c + [Vocab.eos_id] for c in caps])
+        return self.images[split][idx], tgt_in, tgt_out
+
+
+def _split_items(items: list, fractions=(0.8, 0.1), seed: int = 0) -> dict[str, list]:
+    order = list(range(len(items)))
+    random.Random(seed).shuffle(order)
+    n_train = max(1, int(len(items) * fractions[0]))
+    n_val = max(1, int(len(items) * fractions[1])) if len(items) > 2 else 0
+    parts = {"train": order[:n_train], "val": order[n_train : n_train + n_val], "test": order[n_train + n_val :]}
+    if not parts["val"]:
+        parts["val"] = parts["train"][:1]
+    if not parts["test"]:
+        parts["test"] = parts["val"]
+    return {k: [items[i] for i in v] for k, v in parts.items()}
+
+
+def load_captions(spec: str | None, *, image_size: int = 64, vocab: dict | None = None, n_train: int = 8000,
+                  max_objects: int = 3, seed: int = 0) -> CaptionData:
+    """``spec``: ``scenes`` (default; generated), a COCO folder or JSON, or an image<TAB>caption file.
+    ``vocab`` (from a checkpoint) is reused instead of building one from the training captions."""
+    if spec in (None, "", "scenes"):
+        sets = {"train": make_scenes(n_train, seed, image_size=image_size, max_objects=max_objects),
+                "val": make_scenes(max(50, n_train // 20), seed + 1, image_size=image_size, max_objects=max_objects),
+                "test": make_scenes(max(100, n_train // 16), seed + 2, image_size=image_size, max_objects=max_objects)}
+        images = {k: s.images for k, s in sets.items()}
+        captions = {k: s.captions for k, s in sets.items()}
+        objects = {k: s.objects for k, s in sets.items()}
+        name, note = "scenes", f"scenes: {n_train} train / {len(captions['val'])} val / {len(captions['test'])} test"
+    else:
+        items = find_captions(spec)
+        if not items:
+            raise DataError(f"{spec} holds no images")
+        splits = _split_items(items)
+        images, captions = {}, {}
+        converted = set()
+        for k, part in splits.items():
+            xs = []
+            for path, caps in part:
+                x, conv = load_image(path, 3, image_size)
+                if conv:
+                    converted.add(conv.split(";")[0] if "grayscale" in conv or "RGBA" in conv else "resized")
+                xs.append(x)
+            images[k] = torch.stack(xs)
+            captions[k] = [caps for _, caps in part]
+        objects = {}
+        name = Path(spec).name
+        note = (f"{name}: {len(images['train'])} train / {len(images['val'])} val / {len(images['test'])} test "
+                f"images, resized to {image_size}x{image_size}")
+    for k, caps in captions.items():
+        for i, refs in enumerate(caps):
+            kept = [c for c in refs if c.strip()]
+            if not kept:
+                raise DataError(f"{name}: an image of the {k} split has only empty captions; give it a caption "
+                                "or leave it out")
+            caps[i] = kept
+    v = Vocab.from_dict(vocab) if vocab else Vocab.build([c for refs in captions["train"] for c in refs], "word")
+    encoded = {k: [[v.encode(c) for c in refs] for refs in caps] for k, caps in captions.items()}
+    max_len = max(len(e) for refs in encoded["train"] for e in refs)
+    return CaptionData(name, v, images, captions, encoded, max_len, objects, note)
+
+
+def image_files(paths: list[str]) -> list[Path]:
+    """The image files named (folders are expanded to the images in them)."""
+    out = []
+    for p in map(Path, paths):
+        if p.is_dir():
+            out += sorted(q for q in p.iterdir() if q.suffix.lower() in IMAGE_SUFFIXES)
+        else:
+            out.append(p)
+    return out

@@ -1,0 +1,248 @@
+"""Image captioning: a CNN (or ViT) turns the image into a grid of features z (h×w cells of D),
+and a decoder writes the caption word by word.
+
+* ``arch="rnn"`` — no attention: h₀, c₀ = MLP(mean of z), then an LSTM sees only its own words.
+  The whole image must squeeze through h₀ (the bottleneck of the lecture).
+* ``arch="rnn-attention"`` — Show, Attend and Tell (Xu et al. 2015), soft attention: at every step
+
+      e_{t,i} = f_att(h_{t-1}, z_i),   a_t = softmax(e_t),   ẑ_t = β_t Σ_i a_{t,i} z_i,
+      β_t = σ(f_β(h_{t-1}))                                  (the gating scalar)
+      h_t = LSTM([E y_{t-1}; ẑ_t], h_{t-1})
+      p(y_t) = softmax(L_o(E y_{t-1} + L_h h_t + L_z ẑ_t))   (the deep output layer)
+
+  trained with the doubly stochastic regulariser λ Σ_i (1 - Σ_t a_{t,i})² (every cell looked at
+  about once over the caption).
+* ``arch="transformer"`` — the image tokens (with 2-D sin-cos positions) are the memory of a
+  GPT-style decoder with cross-attention (:class:`attnlab.blocks.Decoder`).
+
+All three share the decoding interface of the seq2seq models (``encode``, ``start``, ``step``,
+``reorder``), so greedy and beam search are :mod:`attnlab.decode`'s.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from einops import rearrange
+from torch import Tensor, nn
+
+from ..attention import AdditiveAttention, KVCache
+from ..blocks import Decoder
+from ..config import Config
+from ..position import LearnedPosition, SinCos2DPosition
+from .cnn import CNN, CNNConfig
+from .vit import ViT, ViTConfig
+
+__all__ = ["CaptionConfig", "Captioner", "doubly_stochastic_penalty"]
+
+ARCHS = ("rnn", "rnn-attention", "transformer")
+ENCODERS = ("cnn", "vit")
+
+
+@dataclass
+class CaptionConfig(Config):
+    vocab_size: int = 64
+    arch: str = "rnn-attention"  # rnn | rnn-attention | transformer
+    encoder: str = "cnn"  # cnn | vit
+    image_size: int = 40
+    in_chans: int = 3
+    widths: tuple = (16, 32, 64)  # CNN encoder stages: a 40-pixel image gives a 10×10 grid
+    patch_size: int = 4  # ViT encoder: 4-pixel patches, a 10×10 grid at 40 pixels
+    enc_layers: int = 2  # ViT encoder depth
+    dim: int = 256  # the decoder's width (LSTM state, or Transformer model width)
+    emb_dim: int = 128  # RNN decoders: word embedding width
+    attention_dim: int = 128  # rnn-attention: width of the additive attention
+    layers: int = 2  # Transformer decoder blocks
+    heads: int = 4
+    mlp_dim: int = 512
+    context: int = 32  # the longest caption, in tokens with <bos>
+    dropout: float = 0.1
+    alpha_c: float = 1.0  # λ of the doubly stochastic attention regulariser (rnn-attention)
+    init_from_image: bool = True  # rnn-attention: h₀, c₀ = MLP(mean z) as in the paper; False: learned
+
+    SIZES = ("vocab_size", "image_size", "in_chans", "patch_size", "enc_layers", "dim", "emb_dim", "attention_dim",
+             "layers", "heads", "mlp_dim", "context")
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.arch not in ARCHS:
+            raise ValueError(f"arch must be one of {ARCHS}, got {self.arch!r}")
+        if self.encoder not in ENCODERS:
+            raise ValueError(f"encoder must be one of {ENCODERS}, got {self.encoder!r}")
+        self.widths = tuple(self.widths)
+        if self.encoder == "vit" and self.image_size % self.patch_size:
+            raise ValueError(f"image_size {self.image_size} is not divisible by patch_size {self.patch_size}")
+        if self.arch == "transformer" and self.dim % self.heads:
+            raise ValueError(f"dim={self.dim} is not divisible by heads={self.heads}")
+        if self.alpha_c < 0:
+            raise ValueError(f"alpha_c must be 0 or more, got {self.alpha_c}")
+
+    @property
+    def grid(self) -> tuple[int, int]:
+        """(h, w) of the image grid the decoder attends over."""
+        if self.encoder == "vit":
+            g = self.image_size // self.patch_size
+            return g, g
+        return CNNConfig(widths=self.widths, image_size=self.image_size).grid
+
+
+class ImageGrid(nn.Module):
+    """Images (B, C, H, W) -> grid features z (B, N = h·w, D) from a CNN or a ViT (mean-pooled
+    ViT: no class token, so every token is a patch)."""
+
+    def __init__(self, c: CaptionConfig) -> None:
+        super().__init__()
+        if c.encoder == "cnn":
+            self.net = CNN(CNNConfig(in_chans=c.in_chans, num_classes=0, widths=c.widths, image_size=c.image_size))
+            self.dim = c.widths[-1]
+        else:
+            self.net = ViT(ViTConfig(image_size=c.image_size, patch_size=c.patch_size, in_chans=c.in_chans,
+                                     num_classes=0, dim=c.dim, layers=c.enc_layers, heads=c.heads,
+                                     pool="mean", pos="sincos", dropout=c.dropout))
+            self.dim = c.dim
+        self.grid = c.grid
+
+    def forward(self, images: Tensor) -> Tensor:
+        if isinstance(self.net, CNN):
+            return rearrange(self.net.features(images), "b d h w -> b (h w) d")
+        return self.net.tokens(images)
+
+
+def doubly_stochastic_penalty(alphas: Tensor, step_mask: Tensor) -> Tensor:
+    """Σ_i (1 - Σ_t a_{t,i})², averaged over the batch. alphas (B, T, N); step_mask (B, T) is
+    True on real caption steps (padding steps do not count)."""
+    seen = (alphas * step_mask[..., None]).sum(1)  # (B, N)
+    return ((1 - seen) ** 2).sum(-1).mean()
+
+
+class Captioner(nn.Module):
+    """forward(images (B, C, H, W), tgt_in (B, T)) -> logits (B, T, vocab). After a forward,
+    ``last_attention`` holds the per-step attention over the grid (B, T, N) for the RNN with
+    attention (the Transformer's comes from :func:`attnlab.inspect.capture_attention`)."""
+
+    model_type = "captioner"
+    config_class = CaptionConfig
+
+    def __init__(self, config: CaptionConfig) -> None:
+        super().__init__()
+        self.config = c = config
+        self.encoder = ImageGrid(c)
+        d_z = self.encoder.dim
+        self.drop = nn.Dropout(c.dropout)
+        if c.arch == "transformer":
+            self.memory_proj = nn.Linear(d_z, c.dim)
+            self.memory_pos = SinCos2DPosition(c.dim, self.encoder.grid)
+            self.tok_emb = nn.Embedding(c.vocab_size, c.dim, padding_idx=0)
+            self.pos_emb = LearnedPosition(c.dim, c.context)
+            self.decoder = Decoder(c.layers, c.dim, c.heads, mlp_hidden=c.mlp_dim, dropout=c.dropout,
+                                   attn_dropout=c.dropout, norm_first=True)
+            self.out = nn.Linear(c.dim, c.vocab_size, bias=False)
+            self.out.weight = self.tok_emb.weight  # tied
+        else:
+            self.tok_emb = nn.Embedding(c.vocab_size, c.emb_dim, padding_idx=0)
+            attend = c.arch == "rnn-attention"
+            if attend and not c.init_from_image:  # the image reaches the words only through attention
+                self.h0 = nn.Parameter(torch.zeros(2, c.dim))
+            else:
+                self.init_h = nn.Sequential(nn.Linear(d_z, c.dim), nn.Tanh())  # h₀ = f_w(mean z)
+                self.init_c = nn.Sequential(nn.Linear(d_z, c.dim), nn.Tanh())
+            self.cell = nn.LSTMCell(c.emb_dim + (d_z if attend else 0), c.dim)
+            if attend:
+                self.attn = AdditiveAttention(c.dim, d_z, c.attention_dim)
+                self.gate = nn.Linear(c.dim, 1)  # f_β
+                self.out_z = nn.Linear(d_z, c.emb_dim, bias=False)  # L_z
+            self.out_h = nn.Linear(c.dim, c.emb_dim)  # L_h
+            self.out = nn.Linear(c.emb_dim, c.vocab_size)  # L_o
+        self.last_attention: Tensor | None = None
+
+    @property
+    def grid(self) -> tuple[int, int]:
+        return self.encoder.grid
+
+    # ---- training -----------------------------------------------------------------------------
+    def forward(self, images: Tensor, tgt_in: Tensor) -> Tensor:
+        state = self.start(self.encode(images), tgt_in.shape[1])
+        if self.config.arch == "transformer":
+            return self._decode_tokens(tgt_in, state)
+        logits, alphas = [], []
+        for t in range(tgt_in.shape[1]):  # teacher forcing: the reference word goes in
+            lt, state = self._rnn_step(state, tgt_in[:, t])
+            logits.append(lt)
+            if "alpha" in state:
+                alphas.append(state["alpha"])
+        self.last_attention = torch.stack(alphas, 1) if alphas else None  # (B, T, N)
+        return torch.stack(logits, 1)
+
+    # ---- the decoding interface -----------------------------------------------------------------
+    def encode(self, images: Tensor, mask: Tensor | None = None) -> dict:
+        """-> state with the grid features z (B, N, D) (``mask`` is unused: every cell is real)."""
+        z = self.encoder(images)
+        if self.config.arch == "transformer":
+            return {"memory": self.memory_pos(self.memory_proj(z))}
+        return {"z": z}
+
+    def start(self, state: dict, max_len: int) -> dict:
+        if self.config.arch == "transformer":
+            m = state["memory"]
+            caches = [blk.self_attn.new_cache(m.shape[0], max_len + 1, device=m.device, dtype=m.dtype)
+                      for blk in self.decoder.blocks]
+            return {**state, "caches": caches, "t": 0}
+        z = state["z"]
+        if hasattr(self, "h0"):
+            h, c = self.h0[:, None].expand(-1, z.shape[0], -1).unbind(0)
+        else:
+            mean = z.mean(1)
+            h, c = self.init_h(mean), self.init_c(mean)
+        state = {**state, "h": h, "c": c}
+        if self.config.arch == "rnn-attention":
+            state["keys"] = self.attn.project_keys(z)  # U z_i once per image
+        return state
+
+    def step(self, state: dict, prev: Tensor) -> tuple[Tensor, dict]:
+        """prev (B,) last words -> log-probabilities (B, V) of the next, and the new state."""
+        if self.config.arch == "transformer":
+            logits = self._decode_tokens(prev[:, None], state, state["caches"], offset=state["t"])[:, -1]
+            state["t"] += 1
+        else:
+            logits, state = self._rnn_step(state, prev)
+        return logits.float().log_softmax(-1), state
+
+    def reorder(self, state: dict, index: Tensor) -> dict:
+        out = {}
+        for k, v in state.items():
+            if k == "caches":
+                for cache in v:
+                    cache.reorder(index)
+                out[k] = v
+            elif torch.is_tensor(v):
+                out[k] = v.index_select(0, index)
+            else:
+                out[k] = v
+        return out
+
+    # ---- the two decoders -------------------------------------------------------------------------
+    def _rnn_step(self, state: dict, prev: Tensor) -> tuple[Tensor, dict]:
+        emb = self.drop(self.tok_emb(prev))  # (B, E)
+        h, c = state["h"], state["c"]
+        if self.config.arch == "rnn-attention":
+            ctx, alpha = self.attn(h[:, None], state["z"], projected=state["keys"])  # (B, 1, D), (B, 1, N)
+            ctx = torch.sigmoid(self.gate(h)) * ctx[:, 0]  # β_t ẑ_t
+            h, c = self.cell(torch.cat([emb, ctx], -1), (h, c))
+            out = emb + self.out_h(self.drop(h)) + self.out_z(ctx)
+            state = {**state, "h": h, "c": c, "alpha": alpha[:, 0]}
+        else:
+            h, c = self.cell(emb, (h, c))
+            out = emb + self.out_h(self.drop(h))
+            state = {**state, "h": h, "c": c}
+        return self.out(self.drop(out)), state
+
+    def _decode_tokens(self, tokens: Tensor, state: dict, caches: list[KVCache] | None = None,
+                       offset: int = 0) -> Tensor:
+        if tokens.shape[1] + offset > self.config.context:
+            raise ValueError(f"a caption of {tokens.shape[1] + offset} tokens is longer than the model's context of "
+                             f"{self.config.context}")
+        x = self.drop(self.pos_emb(self.tok_emb(tokens), offset=offset))
+        key_mask = None if caches is not None else tokens != 0
+        x = self.decoder(x, state["memory"], key_mask=key_mask, caches=caches)
+        return self.out(x)

@@ -1,0 +1,304 @@
+"""Image captioning: `attnlab train caption`, `attnlab caption`, `eval` (generated captions: BLEU,
+exact captions, the pointing game on scenes) and `inspect caption` (the per-word attention figure)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from ..errors import DataError
+from ..models.caption import Captioner, CaptionConfig
+from ..options import EPILOG, at_least, below_one, device_name, nonneg_float, number, positive_int
+from . import register
+from .base import Recipe, TrainingRun
+
+SCENE_OPTS = dict(n_train=8000, max_objects=3)
+
+
+@register
+class CaptionRecipe(Recipe):
+    name = "caption"
+    help = "an image captioner: CNN or ViT encoder; RNN without or with attention, or Transformer decoder"
+    description = ("Train an image captioner with teacher forcing. With no --data it learns synthetic scenes of "
+                   "coloured shapes generated from a seed (no download); --arch rnn has no attention (the "
+                   "bottleneck), rnn-attention is Show, Attend and Tell, transformer decodes with cross-attention.")
+    models = {"captioner": Captioner}
+    set_by_data = ("vocab_size", "in_chans")
+    train_defaults = dict(batch_size=32, lr=2e-3, min_lr=1e-4, warmup_iters=50, max_iters=1200, weight_decay=0.0,
+                          beta2=0.99, grad_clip=2.0, eval_interval=200, eval_iters=4)
+    inspections = {"caption": "the image once per generated word with that word's attention (--image)"}
+
+    def add_train_arguments(self, p) -> None:
+        p.add_argument("--data", default=None, help="scenes (embedded, generated; default) | COCO folder or captions "
+                                                    "JSON | image<TAB>caption file")
+        p.add_argument("--train-scenes", type=at_least(10), default=None,
+                       help=f"scenes: training images to generate (default {SCENE_OPTS['n_train']})")
+        p.add_argument("--max-objects", type=number(int, 1, True, 3, what="1, 2 or 3"), default=None,
+                       help="scenes: at most this many objects per image (default 3)")
+        p.add_argument("--label-smoothing", type=below_one, default=0.0, help="label smoothing (default 0)")
+
+    def data_options(self, args) -> dict:
+        return {"n_train": args.train_scenes, "max_objects": args.max_objects}
+
+    def run_options(self, args, saved):
+        opts = saved.get("data_opts", {})
+        return {"data": (args.data, saved.get("data_spec")),
+                **{k: (v, opts.get(k, SCENE_OPTS[k])) for k, v in self.data_options(args).items()}}
+
+    def prepare(self, args, saved, model_over, tcfg):
+        from ..data.captions import load_captions
+        from ..train.tasks import CaptionTask
+
+        if saved:
+            cfg = CaptionConfig.from_dict(saved["model"])
+            spec, opts = saved.get("data_spec"), saved.get("data_opts", SCENE_OPTS)
+            data = load_captions(spec, image_size=cfg.image_size, vocab=saved["vocab"], **opts)
+        else:
+            spec = args.data or "scenes"
+            opts = {**SCENE_OPTS, **{k: v for k, v in self.data_options(args).items() if v is not None}}
+            image_size = model_over.get("image_size", CaptionConfig.image_size)
+            data = load_captions(spec, image_size=image_size, **opts)
+            cfg = CaptionConfig(**{"context": data.max_len + 2, **model_over, "vocab_size": data.vocab.size,
+                                   "in_chans": 3})
+        if data.max_len + 1 > cfg.context:
+            raise DataError(f"the longest caption of {data.name} has {data.max_len} tokens, more than the model's "
+                            f"context of {cfg.context} allows; give --context {data.max_len + 2} or more")
+        print(data.note, file=sys.stderr)
+        task = CaptionTask(data, tcfg.batch_size, args.label_smoothing)
+        summary = (f"captioner {cfg.encoder} + {cfg.arch} | data {data.name}, vocabulary {data.vocab.size} words, "
+                   f"grid {'x'.join(map(str, cfg.grid))}")
+        return TrainingRun("captioner", cfg, task, {"data_spec": spec, "data_opts": opts}, summary)
+
+    def finish(self, args, run, trainer, result) -> None:
+        super().finish(args, run, trainer, result)
+        data = run.task.data
+        model = trainer.model.eval()
+        images = data.images["test"][:3]
+        hyps = caption_images(model, data.vocab, images, {"mean": data.mean, "std": data.std}, device=trainer.device)
+        for h, refs in zip(hyps, data.captions["test"][:3]):
+            print(f"  test image: {h!r}  (reference: {refs[0]!r})", file=sys.stderr)
+
+    # ---- caption, eval, inspect ---------------------------------------------------------------------
+    def add_commands(self, sub) -> None:
+        c = sub.add_parser("caption", help="caption image files with a trained captioner", epilog=EPILOG,
+                           description="Prints one caption per image: `path: caption`.")
+        c.add_argument("--ckpt", required=True, help="run folder of a captioner")
+        c.add_argument("images", nargs="+", metavar="IMAGE", help="image files (PNG, JPEG, ...) or folders of them")
+        c.add_argument("--beam", type=positive_int, default=3, help="beam size; 1 = greedy (default 3)")
+        c.add_argument("--alpha", type=nonneg_float, default=1.0, help="length penalty exponent (default 1.0)")
+        c.add_argument("--device", type=device_name, default="auto", help="auto | cpu | cuda")
+        c.set_defaults(func=caption_command)
+
+    def add_eval_arguments(self, group) -> None:
+        group.add_argument("--beam", type=positive_int, default=1, help="seq2seq and captions: beam size (default 1 = greedy)")
+        group.add_argument("--alpha", type=nonneg_float, default=1.0, help="beam length penalty exponent (default 1.0)")
+
+    def evaluate(self, args) -> int:
+        res = evaluate_captioner(args.ckpt, split=args.split or "test", beam=args.beam, alpha=args.alpha,
+                                 data=args.data, device=args.device, batch_size=max(args.batch_size, 64))
+        if args.json:
+            print(json.dumps(res))
+        else:
+            b = res["bleu"]
+            line = (f"{res['data']} [{res['split']}], {res['images']} images: BLEU-1..4 "
+                    f"{b[0]:.1f} / {b[1]:.1f} / {b[2]:.1f} / {b[3]:.1f} ({res['bleu_signature']}), exact captions "
+                    f"{res['exact']:.3f}, word perplexity {res['perplexity']:.2f}")
+            if res.get("pointing") is not None:
+                line += (f", pointing game {res['pointing']:.3f} at the {res['pointing_words']} shape words "
+                         f"({res['pointing_colour']:.3f} at their colour words)")
+            print(line)
+        return 0
+
+    def add_inspect_arguments(self, group) -> None:
+        group.add_argument("--image", default=None, help="image file (attention, rollout, caption)")
+
+    def inspect(self, args) -> int:
+        from ..data.images import load_image
+        from ..inspect.plots import caption_attention_png
+
+        if not args.image:
+            raise ValueError("inspect caption needs --image FILE (the image to caption)")
+        model, vocab, meta, dev = load_captioner(args.ckpt, "cpu")
+        if model.config.arch == "rnn":
+            raise ValueError("this captioner has no attention (--arch rnn): it reads the image once, through h0, so "
+                             "there is no per-word attention to draw; train --arch rnn-attention or transformer")
+        img, note = load_image(args.image, 3, model.config.image_size)
+        if note:
+            print(f"note: {note}", file=sys.stderr)
+        ids = caption_ids(model, img[None], meta, dev)[0]
+        words = [vocab.tokenizer.id_to_token(i) for i in ids] + ["<eos>"]
+        att, per_head = word_attention(model, img[None], meta, [ids])
+        out = Path(args.out)
+        caption_attention_png(img, words, att[0][: len(words)].numpy(), out, title=" ".join(words[:-1]))
+        raw = {"words": np.array(words), "attention": att[0][: len(words)].numpy()}
+        if per_head is not None:
+            raw["attention_per_head"] = per_head[0][:, : len(words)].numpy()
+        np.savez(out.with_suffix(".npz"), **raw)
+        print(f"wrote {out} and {out.with_suffix('.npz')}")
+        return 0
+
+
+# ---- the pieces, usable from Python ------------------------------------------------------------------
+def load_captioner(ckpt: str, device: str = "auto"):
+    """(model, word vocabulary, config.json dict, device) of a captioning run."""
+    from ..data.parallel import Vocab
+    from ..train.trainer import pick_device
+    from . import load_model
+
+    dev = pick_device(device)
+    model, meta = load_model(ckpt, expect="captioner", device=str(dev), with_meta=True,
+                             needs="a captioner (trained with `attnlab train caption`)")
+    return model, Vocab.from_dict(meta["vocab"]), meta, dev
+
+
+def caption_ids(model, images, meta, device="cpu", *, beam: int = 1, alpha: float = 1.0,
+                batch_size: int = 64) -> list[list[int]]:
+    """Word ids of the generated caption of each image ((N, 3, H, W) in [0, 1]), without specials."""
+    from ..data.images import normalize
+    from ..decode import beam_search, greedy_decode
+
+    out = []
+    max_len = model.config.context - 1
+    for i in range(0, len(images), batch_size):
+        x = normalize(images[i : i + batch_size], meta["mean"], meta["std"]).to(device)
+        if beam <= 1:
+            out += greedy_decode(model, x, None, max_len=max_len)
+        else:
+            out += [h[0].tokens for h in beam_search(model, x, None, beam=beam, max_len=max_len, alpha=alpha)]
+    return out
+
+
+def caption_images(model, vocab, images, meta, device="cpu", **kw) -> list[str]:
+    return [vocab.decode(ids) for ids in caption_ids(model, images, meta, device, **kw)]
+
+
+@torch.no_grad()
+def word_attention(model, images, meta, captions: list[list[int]]):
+    """Each caption's attention over the image grid while it is written: (B, T, h, w) with row t
+    for the step that writes word t (the last row writes <eos>), and for the Transformer the last
+    layer's cross-attention per head (B, H, T, h, w), else None. Captions are word ids without specials."""
+    from ..data.images import normalize
+    from ..data.parallel import Vocab, pad_batch
+    from ..inspect import capture_attention
+
+    x = normalize(images, meta["mean"], meta["std"]).to(next(model.parameters()).device)
+    tgt_in, _ = pad_batch([[Vocab.bos_id] + c for c in captions])
+    tgt_in = tgt_in.to(x.device)
+    h, w = model.grid
+    if model.config.arch == "transformer":
+        with capture_attention(model, include="cross_attn") as rec:
+            model(x, tgt_in)
+        maps = rec.maps()
+        last = maps[max(maps, key=lambda n: int(n.split(".")[2]))]  # decoder.blocks.<i>.cross_attn: (B, H, T, N)
+        per_head = last.reshape(*last.shape[:3], h, w).cpu()
+        return per_head.mean(1), per_head
+    model(x, tgt_in)
+    if model.last_attention is None:
+        raise ValueError("this captioner has no attention (arch rnn)")
+    return model.last_attention.reshape(len(captions), -1, h, w).cpu(), None
+
+
+def evaluate_captioner(ckpt: str, *, split: str = "test", beam: int = 1, alpha: float = 1.0, data: str | None = None,
+                       device: str = "auto", batch_size: int = 64) -> dict:
+    """Generated (not teacher-forced) captions of a split, scored against every reference:
+    corpus BLEU-1…4 (sacreBLEU, 0–100), the share of captions equal to a reference, the word
+    perplexity under teacher forcing, and on scenes the pointing game and the scores by the
+    number of objects."""
+    import math
+
+    import sacrebleu
+
+    from ..data.captions import load_captions
+    from ..data.parallel import Vocab, pad_batch
+    from ..inspect.analysis import pointing_hit
+    from ..losses import cross_entropy
+
+    model, vocab, meta, dev = load_captioner(ckpt, device)
+    spec = data or meta.get("data_spec")
+    ds = load_captions(spec, image_size=model.config.image_size, vocab=meta["vocab"],
+                       **(meta.get("data_opts", SCENE_OPTS) if spec in (None, "scenes") else {}))
+    if split not in ds.images:
+        raise ValueError(f"{ds.name} has no {split} split; use train, val or test")
+    images, refs = ds.images[split], ds.captions[split]
+    ids = caption_ids(model, images, meta, dev, beam=beam, alpha=alpha, batch_size=batch_size)
+    hyps = [vocab.decode(i) for i in ids]
+    norm_refs = [[" ".join(vocab.tokenizer.tokens(r)) for r in rs] for rs in refs]  # as the model writes them
+    streams = [[rs[k] if k < len(rs) else None for rs in norm_refs] for k in range(max(map(len, norm_refs)))]
+    bleus = [sacrebleu.BLEU(max_ngram_order=n) for n in (1, 2, 3, 4)]
+    scores = [b.corpus_score(hyps, streams).score for b in bleus]
+    exact = [h in rs for h, rs in zip(hyps, norm_refs)]
+    total, count = 0.0, 0
+    with torch.no_grad():  # word perplexity under teacher forcing, over every reference
+        from ..data.images import normalize
+
+        for i in range(0, len(images), batch_size):
+            pairs = [(j, e) for j in range(i, min(i + batch_size, len(images))) for e in ds.encoded[split][j]]
+            x = normalize(images[[j for j, _ in pairs]], meta["mean"], meta["std"]).to(dev)
+            tin, _ = pad_batch([[Vocab.bos_id] + e[: model.config.context - 1] for _, e in pairs])
+            tout, _ = pad_batch([e[: model.config.context - 1] + [Vocab.eos_id] for _, e in pairs])
+            total += cross_entropy(model(x, tin.to(dev)), tout.to(dev), ignore_index=0, reduction="sum").item()
+            count += int((tout != 0).sum())
+    res = {"data": ds.name, "split": split, "images": len(hyps), "beam": beam, "bleu": scores,
+           "bleu_signature": str(bleus[3].get_signature()), "exact": sum(exact) / len(exact),
+           "loss": total / count, "perplexity": math.exp(total / count), "examples": list(zip(hyps[:5], refs[:5]))}
+    objects = ds.objects.get(split)
+    if objects:
+        by_count = {}
+        for k in sorted({len(o) for o in objects}):
+            sel = [i for i, o in enumerate(objects) if len(o) == k]
+            sub_streams = [[s[i] for i in sel] for s in streams]
+            by_count[k] = {"images": len(sel), "exact": sum(exact[i] for i in sel) / len(sel),
+                           "bleu4": bleus[3].corpus_score([hyps[i] for i in sel], sub_streams).score}
+        res["by_objects"] = by_count
+        res["pointing"], res["pointing_colour"], res["pointing_words"] = None, None, 0
+        if model.config.arch != "rnn":
+            hits: dict[str, list[bool]] = {"noun": [], "colour": []}
+            for i in range(0, len(images), batch_size):
+                att, _ = word_attention(model, images[i : i + batch_size], meta, ids[i : i + batch_size])
+                for j, cap in enumerate(ids[i : i + batch_size]):
+                    for k, v in _pointing(vocab, cap, att[j], objects[i + j], model.config.image_size,
+                                          pointing_hit).items():
+                        hits[k] += v
+            if hits["noun"]:
+                res["pointing"], res["pointing_words"] = sum(hits["noun"]) / len(hits["noun"]), len(hits["noun"])
+                res["pointing_colour"] = sum(hits["colour"]) / len(hits["colour"])
+    return res
+
+
+def _pointing(vocab, ids: list[int], attention, objects, image_size: int, hit) -> dict[str, list[bool]]:
+    """Pointing-game outcomes for the words of one generated caption that name an object: its
+    shape word (the noun, as in Xu et al.'s figures) and, reported apart, its colour word. The
+    object is the scene's one of that colour and shape (scenes never repeat both)."""
+    from ..data.captions import COLORS, SHAPES
+
+    words = [vocab.tokenizer.id_to_token(i) for i in ids]
+    out: dict[str, list[bool]] = {"noun": [], "colour": []}
+    for t, word in enumerate(words):
+        if word not in SHAPES:
+            continue
+        c = next((s for s in range(t - 1, max(-1, t - 3), -1) if words[s] in COLORS), None)
+        obj = next((o for o in objects if o.shape == word and c is not None and o.color == words[c]), None)
+        if obj is None:  # the caption names an object that is not there: nothing to point at
+            continue
+        out["noun"].append(hit(attention[t], obj.box, image_size))
+        out["colour"].append(hit(attention[c], obj.box, image_size))
+    return out
+
+
+def caption_command(args) -> int:
+    """``attnlab caption``: one caption per image."""
+    from ..data.captions import image_files
+    from ..data.images import load_image
+
+    model, vocab, meta, dev = load_captioner(args.ckpt, args.device)
+    for path in image_files(args.images):
+        img, note = load_image(path, 3, model.config.image_size)
+        if note:
+            print(f"note: {note}", file=sys.stderr)
+        ids = caption_ids(model, img[None], meta, dev, beam=args.beam, alpha=args.alpha)[0]
+        print(f"{path}: {vocab.decode(ids)}", flush=True)
+    return 0

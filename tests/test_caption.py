@@ -1,0 +1,180 @@
+"""Image captioning: attention over the grid, the regulariser, decoding, data, and the commands."""
+
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from attnlab.cli import main
+from attnlab.data.captions import COLORS, load_captions, make_scenes, read_tsv
+from attnlab.decode import beam_search, greedy_decode
+from attnlab.errors import DataError
+from attnlab.inspect.analysis import pointing_hit
+from attnlab.models.caption import CaptionConfig, Captioner, doubly_stochastic_penalty
+
+ARCHS = ["rnn", "rnn-attention", "transformer"]
+TINY = dict(vocab_size=20, image_size=32, widths=(8, 16, 16), patch_size=8, enc_layers=1, dim=32, emb_dim=16,
+            attention_dim=16, layers=1, heads=2, mlp_dim=32, context=12, dropout=0.0)
+FAST = ["--max-iters", "2", "--eval-interval", "2", "--eval-iters", "1", "--batch-size", "4", "--no-progress",
+        "--device", "cpu"]
+
+
+def _model(arch, encoder="cnn"):
+    torch.manual_seed(0)
+    return Captioner(CaptionConfig(**TINY, arch=arch, encoder=encoder)).eval()
+
+
+@pytest.mark.parametrize("encoder", ["cnn", "vit"])
+def test_attention_rows_sum_to_one_over_the_grid(encoder):
+    m = _model("rnn-attention", encoder)
+    images = torch.randn(3, 3, 32, 32)
+    logits = m(images, torch.randint(4, 20, (3, 5)))
+    assert logits.shape == (3, 5, 20)
+    a = m.last_attention
+    h, w = m.grid
+    assert a.shape == (3, 5, h * w) and (h, w) == ((8, 8) if encoder == "cnn" else (4, 4))
+    torch.testing.assert_close(a.sum(-1), torch.ones(3, 5))
+    assert (a >= 0).all()
+
+
+def test_doubly_stochastic_penalty_by_hand():
+    # two steps over three cells; the second image's second step is padding and must not count
+    a = torch.tensor([[[0.5, 0.25, 0.25], [0.5, 0.5, 0.0]],
+                      [[1.0, 0.0, 0.0], [0.0, 0.0, 1.0]]])
+    mask = torch.tensor([[True, True], [True, False]])
+    # image 1: column sums 1.0, 0.75, 0.25 -> 0 + 0.0625 + 0.5625 = 0.625
+    # image 2: column sums 1, 0, 0 -> 0 + 1 + 1 = 2
+    assert doubly_stochastic_penalty(a, mask).item() == pytest.approx((0.625 + 2) / 2)
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_teacher_forcing_equals_step_by_step_decoding(arch):
+    m = _model(arch)
+    images = torch.randn(2, 3, 32, 32)
+    tgt_in = torch.tensor([[1, 5, 6, 7, 8], [1, 9, 4, 4, 10]])
+    with torch.no_grad():
+        full = m(images, tgt_in).log_softmax(-1)
+        state = m.start(m.encode(images), 8)
+        steps = []
+        for t in range(tgt_in.shape[1]):
+            logp, state = m.step(state, tgt_in[:, t])
+            steps.append(logp)
+    torch.testing.assert_close(torch.stack(steps, 1), full, atol=1e-5, rtol=1e-4)
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_beam_of_one_is_greedy(arch):
+    m = _model(arch)
+    images = torch.randn(3, 3, 32, 32)
+    greedy = greedy_decode(m, images, None, max_len=10)
+    beam = [h[0].tokens for h in beam_search(m, images, None, beam=1, max_len=10, alpha=0.0)]
+    assert beam == greedy
+
+
+def test_transformer_memory_is_the_image_grid():
+    m = _model("transformer")
+    state = m.encode(torch.randn(2, 3, 32, 32))
+    assert state["memory"].shape == (2, 16, 32)
+
+
+def test_scenes_are_reproducible_and_boxes_hold_their_objects():
+    a, b = make_scenes(20, seed=3, image_size=48), make_scenes(20, seed=3, image_size=48)
+    assert torch.equal(a.images, b.images) and a.captions == b.captions
+    assert not torch.equal(a.images, make_scenes(20, seed=4, image_size=48).images)
+    for img, objs, caps in zip(a.images, a.objects, a.captions):
+        assert 1 <= len(objs) <= 3 and len(caps) == 3
+        xs = [o.box[0] for o in objs]
+        assert xs == sorted(xs)  # left to right, as the captions say
+        for o in objs:
+            x0, y0, x1, y1 = o.box
+            assert 0 <= x0 < x1 <= 48 and 0 <= y0 < y1 <= 48
+            centre = img[:, (y0 + y1) // 2 + (y1 - y0) // 4, (x0 + x1) // 2]  # inside every shape (the triangle too)
+            assert torch.allclose(centre * 255, torch.tensor(COLORS[o.color], dtype=torch.float32), atol=20)
+            assert all(o.color in c and o.shape in c for c in caps)
+
+
+def test_pointing_hit_by_hand():
+    att = torch.zeros(4, 4)
+    att[1, 2] = 1.0  # the cell covering x 16..24, y 8..16 of a 32-pixel image
+    assert pointing_hit(att, (18, 10, 22, 14), 32)
+    assert not pointing_hit(att, (0, 0, 8, 8), 32)
+    assert pointing_hit(att, (23, 15, 30, 30), 32)  # overlaps the cell's corner
+
+
+def _write_images(folder: Path) -> None:
+    folder.mkdir()
+    Image.fromarray(np.full((20, 30), 128, np.uint8), "L").save(folder / "grey.png")
+    Image.fromarray(np.zeros((40, 40, 4), np.uint8), "RGBA").save(folder / "rgba.png")
+    Image.fromarray(np.zeros((50, 20, 3), np.uint8)).save(folder / "tall.jpg")
+
+
+def test_tsv_captions_convert_images_and_refuse_bad_lines(tmp_path):
+    _write_images(tmp_path / "img")
+    tsv = tmp_path / "caps.tsv"
+    tsv.write_text("img/grey.png\ta grey picture\nimg/rgba.png\ta clear one\nimg/tall.jpg\ta tall one\n"
+                   "img/grey.png\tanother grey picture\n")
+    data = load_captions(str(tsv), image_size=16)
+    assert sum(len(x) for x in data.images.values()) >= 3
+    assert all(x.shape[1:] == (3, 16, 16) for x in data.images.values())  # grey and RGBA to RGB, any size resized
+    assert len(read_tsv(tsv)) == 3
+    (tmp_path / "bad.tsv").write_text("img/missing.png\ta caption\n")
+    with pytest.raises(DataError, match="missing.png"):
+        read_tsv(tmp_path / "bad.tsv")
+    (tmp_path / "empty.tsv").write_text("img/grey.png\t  \nimg/rgba.png\ta\nimg/tall.jpg\tb\n")
+    with pytest.raises(DataError, match="empty captions"):
+        load_captions(str(tmp_path / "empty.tsv"), image_size=16)
+
+
+def test_coco_mini_set_loads():
+    root = Path(os.environ.get("ATTNLAB_DATA", "../shared/data")) / "coco_captions_mini"
+    if not root.is_dir():
+        pytest.skip("coco_captions_mini not found (set ATTNLAB_DATA)")
+    data = load_captions(str(root), image_size=32)
+    n = sum(len(x) for x in data.images.values())
+    assert n == 25 and sum(len(c) for c in data.captions["train"]) == 5 * len(data.images["train"])
+    assert data.vocab.size > 100 and data.images["train"].shape[1:] == (3, 32, 32)
+
+
+@pytest.fixture(scope="module")
+def caption_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("cap") / "run"
+    assert main(["train", "caption", "--out", str(out), "--train-scenes", "40", "--image-size", "32",
+                 "--dim", "32", "--emb-dim", "16", "--attention-dim", "16", *FAST]) == 0
+    return out
+
+
+def test_caption_commands_end_to_end(caption_run, tmp_path, capsys):
+    img = tmp_path / "scene.png"
+    x = make_scenes(1, seed=9, image_size=32).images[0]
+    Image.fromarray((x.permute(1, 2, 0).numpy() * 255).astype(np.uint8)).save(img)
+    capsys.readouterr()
+    assert main(["caption", "--ckpt", str(caption_run), str(img), "--beam", "2", "--device", "cpu"]) == 0
+    assert capsys.readouterr().out.startswith(f"{img}: ")
+    assert main(["eval", "--ckpt", str(caption_run), "--json", "--device", "cpu"]) == 0
+    res = json.loads(capsys.readouterr().out)
+    assert len(res["bleu"]) == 4 and 0 <= res["bleu"][3] <= 100 and "nrefs" in res["bleu_signature"]
+    assert 0 <= res["pointing"] <= 1 and set(res["by_objects"]) <= {"1", "2", "3"}
+    png = tmp_path / "grid.png"
+    assert main(["inspect", "caption", "--ckpt", str(caption_run), "--image", str(img), "--out", str(png)]) == 0
+    raw = np.load(png.with_suffix(".npz"))
+    assert raw["attention"].shape == (len(raw["words"]), 8, 8) and png.stat().st_size > 1000
+    np.testing.assert_allclose(raw["attention"].sum((1, 2)), 1.0, atol=1e-5)
+
+
+def test_caption_refuses_other_checkpoints_and_bad_images(caption_run, tmp_path, capsys):
+    from helpers import train_tiny_gpt
+
+    gpt = train_tiny_gpt(main, tmp_path)
+    capsys.readouterr()
+    assert main(["caption", "--ckpt", str(gpt), "x.png"]) == 2
+    assert "needs a captioner" in capsys.readouterr().err
+    (tmp_path / "not.png").write_text("hello")
+    assert main(["caption", "--ckpt", str(caption_run), str(tmp_path / "not.png")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error:") and "not.png" in err and len(err.strip().splitlines()) == 1
+    assert main(["inspect", "attention", "--ckpt", str(caption_run), "--image", "x.png", "--out", "y.png"]) == 2
+    assert "needs a vit checkpoint" in capsys.readouterr().err
