@@ -49,6 +49,15 @@ def build_parser() -> argparse.ArgumentParser:
     for r in families:
         r.add_commands(sub)
 
+    pr = sub.add_parser("predict", help="classify images or texts with a trained classifier", epilog=EPILOG,
+                        description="Image classifiers: the top-k classes of each image file. Text classifiers: "
+                                    "the label of each text, with the top-k probabilities.")
+    pr.add_argument("--ckpt", required=True, help="run folder of a classifier")
+    pr.add_argument("inputs", nargs="+", metavar="INPUT", help="image files (image classifiers) or texts (text classifiers)")
+    pr.add_argument("--top-k", type=positive_int, default=3, help="classes to show per input (default 3)")
+    pr.add_argument("--device", type=device_name, default="auto", help="auto | cpu | cuda")
+    pr.set_defaults(func=lambda args: _family(args.ckpt).predict(args))
+
     e = sub.add_parser("eval", help="evaluate a trained model (loss/perplexity, accuracy, BLEU)", epilog=EPILOG,
                        description="Language models: loss, perplexity and bits per character/byte on the validation "
                        "split. Image classifiers: accuracy on the test split and a confusion-matrix PNG. "

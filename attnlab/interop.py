@@ -46,8 +46,10 @@ def load_hf(directory: str | Path) -> nn.Module:
         return _load_gpt2(cfg, _read_state(d))
     if mtype == "vit":
         return _load_vit(cfg, _read_state(d))
+    if mtype == "bert":
+        return _load_bert(cfg, _read_state(d))
     raise CheckpointError(
-        f"{d} is a HuggingFace {mtype!r} checkpoint; attnlab reads gpt2 and vit checkpoints"
+        f"{d} is a HuggingFace {mtype!r} checkpoint; attnlab reads gpt2, vit and bert checkpoints"
     )
 
 
@@ -111,17 +113,27 @@ def _load_gpt2(cfg: dict, state: dict[str, Tensor]) -> nn.Module:
 
 
 def export_hf(model: nn.Module, directory: str | Path) -> None:
-    """Write a HuggingFace GPT-2 directory (config.json + model.safetensors) that
-    ``transformers.GPT2LMHeadModel.from_pretrained`` loads."""
-    if getattr(model, "model_type", None) != "gpt":
-        raise CheckpointError(f"export_hf supports GPT models here, got {type(model).__name__}")
+    """Write a HuggingFace directory (config.json + model.safetensors) that ``from_pretrained``
+    loads: GPT -> GPT2LMHeadModel, ViT -> ViTForImageClassification, text encoder ->
+    BertForSequenceClassification / BertForMaskedLM / BertModel (by its heads)."""
+    exporters = {"gpt": _export_gpt2, "vit": _export_vit, "text-encoder": _export_bert}
+    kind = getattr(model, "model_type", None)
+    if kind not in exporters:
+        raise CheckpointError(f"export_hf writes GPT, ViT and text-encoder models, got {type(model).__name__}")
+    d = Path(directory)
+    d.mkdir(parents=True, exist_ok=True)
+    tensors, config = exporters[kind](model)
+    save_file({k: v.detach().cpu().contiguous().clone() for k, v in tensors.items()}, str(d / "model.safetensors"),
+              metadata={"format": "pt"})
+    (d / "config.json").write_text(json.dumps(config, indent=1))
+
+
+def _export_gpt2(model: nn.Module) -> tuple[dict[str, Tensor], dict]:
     c = model.config
     if c.pos != "learned" or not c.bias:
         raise CheckpointError(
             f"only GPT models with learned positions and biases map to GPT-2; this one has pos={c.pos!r}, bias={c.bias}"
         )
-    d = Path(directory)
-    d.mkdir(parents=True, exist_ok=True)
     sd = model.state_dict()
     out = {}
     for hf, ours, transpose in _gpt2_key_map(c.layers):
@@ -137,8 +149,7 @@ def export_hf(model: nn.Module, directory: str | Path) -> None:
         "tie_word_embeddings": c.tie_weights, "bos_token_id": c.vocab_size - 1, "eos_token_id": c.vocab_size - 1,
         "initializer_range": 0.02, "scale_attn_weights": True, "torch_dtype": "float32",
     }
-    save_file(out, str(d / "model.safetensors"), metadata={"format": "pt"})
-    (d / "config.json").write_text(json.dumps(config, indent=1))
+    return out, config
 
 
 def _load_vit(cfg: dict, state: dict[str, Tensor]) -> nn.Module:
@@ -190,3 +201,142 @@ def _load_vit(cfg: dict, state: dict[str, Tensor]) -> nn.Module:
     if missing or unexpected:
         raise CheckpointError(f"ViT weights do not fit: missing {missing[:3]}, unexpected {unexpected[:3]}")
     return model
+
+
+# ---- ViT export ---------------------------------------------------------------------------------------
+_VIT_BLOCK = (("attn.out_proj", "attention.output.dense"), ("mlp.fc", "intermediate.dense"),
+              ("mlp.proj", "output.dense"), ("ln1", "layernorm_before"), ("ln2", "layernorm_after"))
+
+
+def _export_vit(model: nn.Module) -> tuple[dict[str, Tensor], dict]:
+    c = model.config
+    if c.pool != "cls" or c.pos != "learned" or c.peg or c.num_classes < 1:
+        raise CheckpointError("only ViTs with a class token, learned positions, no PEG and a classifier map to "
+                              f"ViTForImageClassification; this one has pool={c.pool}, pos={c.pos}, peg={c.peg}, "
+                              f"num_classes={c.num_classes}")
+    sd = model.state_dict()
+    out = {"vit.embeddings.cls_token": sd["cls_token"], "vit.embeddings.position_embeddings": sd["pos.weight"][None],
+           "vit.embeddings.patch_embeddings.projection.weight": sd["patch_embed.proj.weight"],
+           "vit.embeddings.patch_embeddings.projection.bias": sd["patch_embed.proj.bias"],
+           "vit.layernorm.weight": sd["encoder.ln_f.weight"], "vit.layernorm.bias": sd["encoder.ln_f.bias"],
+           "classifier.weight": sd["head.weight"], "classifier.bias": sd["head.bias"]}
+    for i in range(c.layers):
+        h, a = f"vit.encoder.layer.{i}.", f"encoder.blocks.{i}."
+        for name, w in zip(("query", "key", "value"), sd[a + "attn.qkv.weight"].chunk(3)):
+            out[h + f"attention.attention.{name}.weight"] = w
+        if c.qkv_bias:
+            for name, b in zip(("query", "key", "value"), sd[a + "attn.qkv.bias"].chunk(3)):
+                out[h + f"attention.attention.{name}.bias"] = b
+        for ours, theirs in _VIT_BLOCK:
+            out[h + theirs + ".weight"], out[h + theirs + ".bias"] = sd[a + ours + ".weight"], sd[a + ours + ".bias"]
+    labels = c.labels or [str(i) for i in range(c.num_classes)]
+    config = {"architectures": ["ViTForImageClassification"], "model_type": "vit", "hidden_size": c.dim,
+              "num_hidden_layers": c.layers, "num_attention_heads": c.heads,
+              "intermediate_size": round(c.dim * c.mlp_ratio), "hidden_act": "gelu", "hidden_dropout_prob": 0.0,
+              "attention_probs_dropout_prob": 0.0, "initializer_range": 0.02, "layer_norm_eps": c.norm_eps,
+              "image_size": c.image_size, "patch_size": c.patch_size, "num_channels": c.in_chans,
+              "qkv_bias": c.qkv_bias, "id2label": {str(i): str(lab) for i, lab in enumerate(labels)},
+              "label2id": {str(lab): i for i, lab in enumerate(labels)}, "torch_dtype": "float32"}
+    return out, config
+
+
+# ---- BERT ------------------------------------------------------------------------------------------------
+_BERT_EMBED = (("tok_emb.weight", "embeddings.word_embeddings.weight"), ("pos.weight", "embeddings.position_embeddings.weight"),
+               ("seg_emb.weight", "embeddings.token_type_embeddings.weight"),
+               ("emb_norm.weight", "embeddings.LayerNorm.weight"), ("emb_norm.bias", "embeddings.LayerNorm.bias"))
+_BERT_BLOCK = (("attn.out_proj", "attention.output.dense"), ("ln1", "attention.output.LayerNorm"),
+               ("mlp.fc", "intermediate.dense"), ("mlp.proj", "output.dense"), ("ln2", "output.LayerNorm"))
+_BERT_MLM = (("mlm.dense.weight", "cls.predictions.transform.dense.weight"),
+             ("mlm.dense.bias", "cls.predictions.transform.dense.bias"),
+             ("mlm.norm.weight", "cls.predictions.transform.LayerNorm.weight"),
+             ("mlm.norm.bias", "cls.predictions.transform.LayerNorm.bias"), ("mlm.bias", "cls.predictions.bias"))
+
+
+def _bert_key_map(layers: int) -> list[tuple[str, str]]:
+    """(attnlab name, HuggingFace name without the "bert." prefix) of the encoder body; the fused
+    qkv is handled apart (HF keeps query, key and value separately)."""
+    m = list(_BERT_EMBED)
+    for i in range(layers):
+        a, h = f"encoder.blocks.{i}.", f"encoder.layer.{i}."
+        for ours, theirs in _BERT_BLOCK:
+            m += [(a + ours + ".weight", h + theirs + ".weight"), (a + ours + ".bias", h + theirs + ".bias")]
+    return m + [("pooler.weight", "pooler.dense.weight"), ("pooler.bias", "pooler.dense.bias")]
+
+
+def _load_bert(cfg: dict, state: dict[str, Tensor]) -> nn.Module:
+    """HF BertModel / BertForMaskedLM / BertForSequenceClassification -> attnlab TextEncoder."""
+    from .models.encoder import TextEncoder, TextEncoderConfig
+
+    if cfg.get("hidden_act", "gelu") != "gelu" or cfg.get("position_embedding_type", "absolute") != "absolute":
+        raise CheckpointError("only BERT with exact gelu and absolute positions is supported, got hidden_act="
+                              f"{cfg.get('hidden_act')!r}, position_embedding_type={cfg.get('position_embedding_type')!r}")
+    prefix = "bert." if any(k.startswith("bert.") for k in state) else ""
+    has_mlm = "cls.predictions.transform.dense.weight" in state
+    num_labels = state["classifier.weight"].shape[0] if "classifier.weight" in state else 0
+    id2label = cfg.get("id2label") or {}
+    labels = [id2label.get(str(i), id2label.get(i, str(i))) for i in range(num_labels)] if num_labels else None
+    config = TextEncoderConfig(
+        vocab_size=cfg["vocab_size"], context=cfg["max_position_embeddings"], layers=cfg["num_hidden_layers"],
+        heads=cfg["num_attention_heads"], dim=cfg["hidden_size"], mlp_dim=cfg["intermediate_size"],
+        type_vocab_size=cfg.get("type_vocab_size", 2), dropout=0.0, norm_eps=cfg.get("layer_norm_eps", 1e-12),
+        pad_id=cfg.get("pad_token_id") or 0, mlm_head=has_mlm, num_labels=num_labels, labels=labels)
+    model = TextEncoder(config)
+
+    def get(k: str) -> Tensor:
+        if prefix + k not in state:
+            raise CheckpointError(f"BERT checkpoint lacks {prefix + k}; it is incomplete or not BERT")
+        return state[prefix + k]
+
+    has_pooler = prefix + "pooler.dense.weight" in state
+    new = {ours: get(theirs) for ours, theirs in _bert_key_map(config.layers) if has_pooler or "pooler" not in ours}
+    for i in range(config.layers):
+        h = f"encoder.layer.{i}.attention.self."
+        new[f"encoder.blocks.{i}.attn.qkv.weight"] = torch.cat([get(h + f"{n}.weight") for n in ("query", "key", "value")])
+        new[f"encoder.blocks.{i}.attn.qkv.bias"] = torch.cat([get(h + f"{n}.bias") for n in ("query", "key", "value")])
+    if has_mlm:
+        for ours, theirs in _BERT_MLM:
+            new[ours] = state[theirs]
+    if num_labels:
+        new["classifier.weight"], new["classifier.bias"] = state["classifier.weight"], state["classifier.bias"]
+    missing, unexpected = model.load_state_dict(new, strict=False)
+    missing = [k for k in missing if k != "mlm.decoder.weight" and not (k.startswith("pooler.") and not has_pooler)]
+    if missing or unexpected:
+        raise CheckpointError(f"BERT weights do not fit: missing {missing[:3]}, unexpected {unexpected[:3]}")
+    return model
+
+
+def _export_bert(model: nn.Module) -> tuple[dict[str, Tensor], dict]:
+    c = model.config
+    if c.norm_first:
+        raise CheckpointError("a pre-LN text encoder (norm_first=True) does not map to BERT, which is post-LN")
+    sd = model.state_dict()
+    if c.num_labels:
+        arch, prefix = "BertForSequenceClassification", "bert."
+    elif c.mlm_head:
+        arch, prefix = "BertForMaskedLM", "bert."
+    else:
+        arch, prefix = "BertModel", ""
+    out = {prefix + theirs: sd[ours] for ours, theirs in _bert_key_map(c.layers)
+           if not (arch == "BertForMaskedLM" and ours.startswith("pooler."))}  # HF's masked LM has no pooler
+    for i in range(c.layers):
+        h = f"{prefix}encoder.layer.{i}.attention.self."
+        for name, w, b in zip(("query", "key", "value"), sd[f"encoder.blocks.{i}.attn.qkv.weight"].chunk(3),
+                              sd[f"encoder.blocks.{i}.attn.qkv.bias"].chunk(3)):
+            out[h + f"{name}.weight"], out[h + f"{name}.bias"] = w, b
+    if arch == "BertForMaskedLM":
+        out.update({theirs: sd[ours] for ours, theirs in _BERT_MLM})
+        out["cls.predictions.decoder.weight"] = sd["tok_emb.weight"]
+        out["cls.predictions.decoder.bias"] = sd["mlm.bias"]
+    if c.num_labels:
+        out["classifier.weight"], out["classifier.bias"] = sd["classifier.weight"], sd["classifier.bias"]
+    labels = c.labels or [str(i) for i in range(c.num_labels)]
+    config = {"architectures": [arch], "model_type": "bert", "vocab_size": c.vocab_size, "hidden_size": c.dim,
+              "num_hidden_layers": c.layers, "num_attention_heads": c.heads, "intermediate_size": c.mlp_dim,
+              "hidden_act": "gelu", "hidden_dropout_prob": c.dropout, "attention_probs_dropout_prob": c.dropout,
+              "max_position_embeddings": c.context, "type_vocab_size": c.type_vocab_size,
+              "layer_norm_eps": c.norm_eps, "pad_token_id": c.pad_id, "position_embedding_type": "absolute",
+              "initializer_range": 0.02, "torch_dtype": "float32"}
+    if c.num_labels:
+        config.update(num_labels=c.num_labels, id2label={str(i): str(lab) for i, lab in enumerate(labels)},
+                      label2id={str(lab): i for i, lab in enumerate(labels)})
+    return out, config

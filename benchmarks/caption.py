@@ -56,8 +56,8 @@ def main() -> None:
         rows.append({"arch": arch, "train s": seconds, "BLEU-4": res["bleu"][3], "exact": res["exact"],
                      **{f"exact {k} obj": v["exact"] for k, v in by.items()},
                      **{f"BLEU-4 {k} obj": v["bleu4"] for k, v in by.items()},
-                     "pointing (nouns)": res["pointing"] if res["pointing"] is not None else "-",
-                     "pointing (colours)": res["pointing_colour"] if res["pointing_colour"] is not None else "-"})
+                     "pointing": res["pointing"] if res["pointing"] is not None else "-",
+                     **{f"pointing {k}": v for k, v in (res["pointing_by_word"] or {}).items()}})
         if arch == "rnn-attention" and args.figure:
             from attnlab.data.captions import make_scenes
             from PIL import Image
@@ -66,7 +66,7 @@ def main() -> None:
             img = root / "scene.png"
             Image.fromarray((scene.permute(1, 2, 0).numpy() * 255).astype("uint8")).save(img)
             assert attnlab(["inspect", "caption", "--ckpt", str(out), "--image", str(img), "--out", args.figure]) == 0
-    print_table(rows, list(rows[0]))
+    print_table(rows, list(dict.fromkeys(k for r in rows for k in r)))
     counts = sorted({int(k) for r in results.values() for k in r["by_objects"]})
     line_plot_png(counts, {a: [r["by_objects"][str(k)]["exact"] for k in counts] for a, r in results.items()},
                   Path(args.plot), xlabel="objects in the scene", ylabel="exact captions (held-out scenes)",

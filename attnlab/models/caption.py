@@ -59,7 +59,10 @@ class CaptionConfig(Config):
     context: int = 32  # the longest caption, in tokens with <bos>
     dropout: float = 0.1
     alpha_c: float = 1.0  # λ of the doubly stochastic attention regulariser (rnn-attention)
-    init_from_image: bool = True  # rnn-attention: h₀, c₀ = MLP(mean z) as in the paper; False: learned
+    # rnn-attention: h₀, c₀ = MLP(mean z) as in the paper, or (default) a learned start, so that the
+    # image reaches the words only through attention (on scenes: 99.6 % exact captions and attention
+    # on the object being described, against 95 % and mostly misplaced attention with the paper's)
+    init_from_image: bool = False
 
     SIZES = ("vocab_size", "image_size", "in_chans", "patch_size", "enc_layers", "dim", "emb_dim", "attention_dim",
              "layers", "heads", "mlp_dim", "context")

@@ -89,6 +89,11 @@ class Recipe:
     def inspect(self, args) -> int:
         raise CheckpointError(f"{self.name} models offer no inspections")
 
+    def predict(self, args) -> int:
+        """``attnlab predict`` for this family's checkpoints (classifiers)."""
+        raise CheckpointError(f"{args.ckpt} holds a {self.name} model; predict needs a classifier (train vit, cnn, "
+                              "or encoder --task classify)")
+
 
 # ---- options shared by every family ---------------------------------------------------------------
 def given(args, names) -> dict:

@@ -108,8 +108,9 @@ class CaptionRecipe(Recipe):
                     f"{b[0]:.1f} / {b[1]:.1f} / {b[2]:.1f} / {b[3]:.1f} ({res['bleu_signature']}), exact captions "
                     f"{res['exact']:.3f}, word perplexity {res['perplexity']:.2f}")
             if res.get("pointing") is not None:
-                line += (f", pointing game {res['pointing']:.3f} at the {res['pointing_words']} shape words "
-                         f"({res['pointing_colour']:.3f} at their colour words)")
+                by = res["pointing_by_word"]
+                line += (f", pointing game {res['pointing']:.3f} over the words naming {res['pointing_objects']} "
+                         f"objects (size {by['size']:.3f}, colour {by['colour']:.3f}, shape {by['shape']:.3f})")
             print(line)
         return 0
 
@@ -213,6 +214,7 @@ def evaluate_captioner(ckpt: str, *, split: str = "test", beam: int = 1, alpha: 
     import sacrebleu
 
     from ..data.captions import load_captions
+    from ..data.images import normalize
     from ..data.parallel import Vocab, pad_batch
     from ..inspect.analysis import pointing_hit
     from ..losses import cross_entropy
@@ -233,8 +235,6 @@ def evaluate_captioner(ckpt: str, *, split: str = "test", beam: int = 1, alpha: 
     exact = [h in rs for h, rs in zip(hyps, norm_refs)]
     total, count = 0.0, 0
     with torch.no_grad():  # word perplexity under teacher forcing, over every reference
-        from ..data.images import normalize
-
         for i in range(0, len(images), batch_size):
             pairs = [(j, e) for j in range(i, min(i + batch_size, len(images))) for e in ds.encoded[split][j]]
             x = normalize(images[[j for j, _ in pairs]], meta["mean"], meta["std"]).to(dev)
@@ -254,38 +254,39 @@ def evaluate_captioner(ckpt: str, *, split: str = "test", beam: int = 1, alpha: 
             by_count[k] = {"images": len(sel), "exact": sum(exact[i] for i in sel) / len(sel),
                            "bleu4": bleus[3].corpus_score([hyps[i] for i in sel], sub_streams).score}
         res["by_objects"] = by_count
-        res["pointing"], res["pointing_colour"], res["pointing_words"] = None, None, 0
+        res["pointing"], res["pointing_by_word"], res["pointing_objects"] = None, None, 0
         if model.config.arch != "rnn":
-            hits: dict[str, list[bool]] = {"noun": [], "colour": []}
+            hits: dict[str, list[bool]] = {"size": [], "colour": [], "shape": []}
             for i in range(0, len(images), batch_size):
                 att, _ = word_attention(model, images[i : i + batch_size], meta, ids[i : i + batch_size])
                 for j, cap in enumerate(ids[i : i + batch_size]):
                     for k, v in _pointing(vocab, cap, att[j], objects[i + j], model.config.image_size,
                                           pointing_hit).items():
                         hits[k] += v
-            if hits["noun"]:
-                res["pointing"], res["pointing_words"] = sum(hits["noun"]) / len(hits["noun"]), len(hits["noun"])
-                res["pointing_colour"] = sum(hits["colour"]) / len(hits["colour"])
+            if hits["shape"]:
+                every = hits["size"] + hits["colour"] + hits["shape"]
+                res["pointing"] = sum(every) / len(every)  # over every word that names an object
+                res["pointing_by_word"] = {k: sum(v) / len(v) for k, v in hits.items()}
+                res["pointing_objects"] = len(hits["shape"])
     return res
 
 
 def _pointing(vocab, ids: list[int], attention, objects, image_size: int, hit) -> dict[str, list[bool]]:
     """Pointing-game outcomes for the words of one generated caption that name an object: its
-    shape word (the noun, as in Xu et al.'s figures) and, reported apart, its colour word. The
-    object is the scene's one of that colour and shape (scenes never repeat both)."""
-    from ..data.captions import COLORS, SHAPES
+    size, colour and shape words ("a small red circle"), kept apart by kind. The object is the
+    scene's one of that colour and shape (scenes never repeat both)."""
+    from ..data.captions import COLORS, SHAPES, SIZES
 
     words = [vocab.tokenizer.id_to_token(i) for i in ids]
-    out: dict[str, list[bool]] = {"noun": [], "colour": []}
+    out: dict[str, list[bool]] = {"size": [], "colour": [], "shape": []}
     for t, word in enumerate(words):
-        if word not in SHAPES:
+        if word not in SHAPES or t < 2 or words[t - 1] not in COLORS or words[t - 2] not in SIZES:
             continue
-        c = next((s for s in range(t - 1, max(-1, t - 3), -1) if words[s] in COLORS), None)
-        obj = next((o for o in objects if o.shape == word and c is not None and o.color == words[c]), None)
+        obj = next((o for o in objects if o.shape == word and o.color == words[t - 1]), None)
         if obj is None:  # the caption names an object that is not there: nothing to point at
             continue
-        out["noun"].append(hit(attention[t], obj.box, image_size))
-        out["colour"].append(hit(attention[c], obj.box, image_size))
+        for kind, step in (("size", t - 2), ("colour", t - 1), ("shape", t)):
+            out[kind].append(hit(attention[step], obj.box, image_size))
     return out
 
 

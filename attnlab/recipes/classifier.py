@@ -12,7 +12,7 @@ import numpy as np
 import torch
 
 from ..errors import DataError
-from ..options import EPILOG, at_least, below_one, device_name, nonneg_int, number, positive_int
+from ..options import at_least, below_one, nonneg_int, number
 from .base import Recipe, TrainingRun
 
 
@@ -115,16 +115,8 @@ class ImageClassifierRecipe(Recipe):
             print(f"{splits.name} [{split}], {len(y)} images: accuracy {acc:.4f}; confusion matrix {out}")
         return 0
 
-    def add_commands(self, sub) -> None:
-        if "predict" in sub.choices:  # one command for every classifier family
-            return
-        pr = sub.add_parser("predict", help="classify image files with a trained image classifier", epilog=EPILOG,
-                            description="Print the top-k classes with probabilities for each image.")
-        pr.add_argument("--ckpt", required=True, help="run folder of an image classifier")
-        pr.add_argument("images", nargs="+", metavar="IMAGE", help="image files (PNG, JPEG, ...)")
-        pr.add_argument("--top-k", type=positive_int, default=3, help="classes to show per image (default 3)")
-        pr.add_argument("--device", type=device_name, default="auto", help="auto | cpu | cuda")
-        pr.set_defaults(func=predict)
+    def predict(self, args) -> int:
+        return predict(args)
 
     # ---- inspect -------------------------------------------------------------------------------
     def add_inspect_arguments(self, group) -> None:
@@ -177,7 +169,7 @@ def predict(args) -> int:
     model, meta, dev = load_classifier(args.ckpt, args.device)
     c = model.config
     labels = c.labels or [str(i) for i in range(c.num_classes)]
-    for path in args.images:
+    for path in args.inputs:
         x, note = load_image(path, c.in_chans, c.image_size)
         if note:
             print(f"note: {note}", file=sys.stderr)

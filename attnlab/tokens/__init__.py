@@ -9,12 +9,13 @@ from .bpe import BPETokenizer
 from .char import CharTokenizer
 from .patch import ChunkEmbed1D, PatchEmbed
 from .word import WordTokenizer
+from .wordpiece import WordPieceTokenizer
 
-__all__ = ["CharTokenizer", "BPETokenizer", "WordTokenizer", "PatchEmbed", "ChunkEmbed1D", "tokenizer_from_dict", "load_tokenizer"]
+__all__ = ["CharTokenizer", "BPETokenizer", "WordTokenizer", "WordPieceTokenizer", "PatchEmbed", "ChunkEmbed1D", "tokenizer_from_dict", "load_tokenizer"]
 
 
 def tokenizer_from_dict(d: dict):
-    kinds = {"char": CharTokenizer, "bpe": BPETokenizer, "word": WordTokenizer}
+    kinds = {"char": CharTokenizer, "bpe": BPETokenizer, "word": WordTokenizer, "wordpiece": WordPieceTokenizer}
     if d.get("type") not in kinds:
         raise ValueError(f"unknown tokenizer type {d.get('type')!r}; expected one of {sorted(kinds)}")
     return kinds[d["type"]].from_dict(d)
@@ -23,6 +24,6 @@ def tokenizer_from_dict(d: dict):
 def load_tokenizer(path: str | Path):
     """Load a tokenizer saved by attnlab (char or bpe JSON) or a plain HF tokenizer.json."""
     d = json.loads(Path(path).read_text(encoding="utf-8"))
-    if d.get("type") in ("char", "bpe", "word"):
+    if d.get("type") in ("char", "bpe", "word", "wordpiece"):
         return tokenizer_from_dict(d)
     return BPETokenizer.load(path)

@@ -175,3 +175,73 @@ class CaptionTask:
     def meta(self) -> dict:
         d = self.data
         return {"data": d.name, "vocab": d.vocab.to_dict(), "mean": d.mean, "std": d.std, "data_note": d.note}
+
+
+def bert_mask(ids: Tensor, special: Tensor, mask_id: int, vocab_size: int, generator: torch.Generator,
+              prob: float = 0.15) -> tuple[Tensor, Tensor]:
+    """BERT's masking: choose ``prob`` of the real tokens (``special`` (B, T) True for [CLS],
+    [SEP], [PAD] is never chosen); of those 80 % become [MASK], 10 % a random token, 10 % stay.
+    Returns (inputs, targets) with targets -100 where nothing is predicted."""
+    chosen = (torch.rand(ids.shape, generator=generator) < prob) & ~special
+    targets = torch.where(chosen, ids, torch.full_like(ids, -100))
+    roll = torch.rand(ids.shape, generator=generator)
+    random_ids = torch.randint(vocab_size, ids.shape, generator=generator)
+    inputs = torch.where(chosen & (roll < 0.8), torch.full_like(ids, mask_id), ids)
+    inputs = torch.where(chosen & (roll >= 0.8) & (roll < 0.9), random_ids, inputs)
+    return inputs, targets
+
+
+class MaskedLMTask:
+    """Masked-language-model pretraining on token sequences: predict the masked tokens."""
+
+    def __init__(self, data, batch_size: int):
+        self.data = data
+        self.items_per_batch = batch_size * data.avg_len
+
+    def batch(self, split: str, batch_size: int, generator: torch.Generator):
+        ids, mask = self.data.batch(split, batch_size, generator)
+        tok = self.data.tokenizer
+        special = (ids == tok.cls_id) | (ids == tok.sep_id) | (ids == tok.pad_id)
+        inputs, targets = bert_mask(ids, special, tok.mask_id, tok.vocab_size, generator)
+        return inputs, mask, targets
+
+    def loss(self, model: nn.Module, batch) -> Tensor:
+        inputs, mask, targets = batch
+        return cross_entropy(model.mlm_logits(inputs, mask), targets)
+
+    def meta(self) -> dict:
+        return {"data": self.data.name, "tokenizer": self.data.tokenizer.to_dict()}
+
+
+class TextClassificationTask:
+    """Sequence classification from the pooled [CLS]."""
+
+    def __init__(self, data, batch_size: int, label_smoothing: float = 0.0):
+        self.data, self.label_smoothing = data, label_smoothing
+        self.items_per_batch = batch_size
+
+    def batch(self, split: str, batch_size: int, generator: torch.Generator):
+        return self.data.batch(split, batch_size, generator)
+
+    def loss(self, model: nn.Module, batch) -> Tensor:
+        ids, mask, labels = batch
+        return cross_entropy(model.classify(ids, mask), labels, label_smoothing=self.label_smoothing)
+
+    def eval_loss(self, model: nn.Module, batch) -> Tensor:
+        ids, mask, labels = batch
+        return cross_entropy(model.classify(ids, mask), labels)
+
+    @torch.no_grad()
+    def predict(self, model: nn.Module, split: str, device="cpu", batch_size: int = 64) -> tuple[Tensor, Tensor]:
+        model.eval()
+        preds = []
+        for ids, mask in self.data.batches(split, batch_size):
+            preds.append(model.classify(ids.to(device), mask.to(device)).argmax(-1).cpu())
+        return torch.cat(preds), torch.tensor(self.data.label_ids[split])
+
+    def eval_metrics(self, model: nn.Module, device) -> dict:
+        pred, y = self.predict(model, "val", device=device)
+        return {"val_acc": (pred == y).float().mean().item()}
+
+    def meta(self) -> dict:
+        return {"data": self.data.name, "tokenizer": self.data.tokenizer.to_dict()}

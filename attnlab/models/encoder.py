@@ -1,0 +1,161 @@
+"""A BERT-style text encoder (Devlin et al. 2019), assembled from the shared blocks.
+
+    x_0 = LN(E_tok[ids] + P[positions] + E_seg[segments])    token + learned position + segment
+    x_l = Block_l(x_{l-1}, padding masked)                   post-LN blocks as BERT (pre-LN optional)
+    pooled = tanh(W_p x_L[CLS])                              the pooler, for sentence-level heads
+
+Heads: masked-LM (a dense + GELU + LayerNorm transform, then the token embedding Eᵀ tied, plus a
+bias) and sequence classification (a linear layer on the pooled [CLS]). Calling the model with
+``input_ids`` and ``attention_mask`` returns the last hidden states (B, T, D), as HuggingFace's
+``BertModel(...).last_hidden_state``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from ..blocks import Encoder
+from ..config import Config
+from ..position import LearnedPosition
+
+__all__ = ["TextEncoderConfig", "TextEncoder", "ENCODER_PRESETS", "mean_pool"]
+
+
+@dataclass
+class TextEncoderConfig(Config):
+    vocab_size: int = 30522
+    context: int = 512  # the longest input in tokens, [CLS] and [SEP] included
+    layers: int = 12
+    heads: int = 12
+    dim: int = 768
+    mlp_dim: int = 3072
+    type_vocab_size: int = 2  # segments (token types): sentence A and B
+    dropout: float = 0.1
+    norm_first: bool = False  # BERT's post-LN; True for pre-LN
+    norm_eps: float = 1e-12
+    pad_id: int = 0
+    mlm_head: bool = True
+    num_labels: int = 0  # > 0: a sequence-classification head
+    labels: list | None = None  # class names, in index order
+
+    SIZES = ("vocab_size", "context", "layers", "heads", "dim", "mlp_dim", "type_vocab_size")
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.dim % self.heads:
+            raise ValueError(f"dim={self.dim} is not divisible by heads={self.heads}")
+        if self.num_labels < 0:
+            raise ValueError(f"num_labels must be 0 (no classifier) or more, got {self.num_labels}")
+
+
+ENCODER_PRESETS: dict[str, dict] = {
+    "tiny": dict(layers=2, heads=2, dim=128, mlp_dim=512, context=128),  # BERT-tiny's shape
+    "mini": dict(layers=4, heads=4, dim=256, mlp_dim=1024, context=128),  # BERT-mini
+    "small": dict(layers=4, heads=8, dim=512, mlp_dim=2048, context=512),  # BERT-small
+    "base": dict(layers=12, heads=12, dim=768, mlp_dim=3072, context=512),  # bert-base
+}
+
+
+def mean_pool(hidden: Tensor, mask: Tensor) -> Tensor:
+    """Mean of the hidden states (B, T, D) over the real tokens (mask (B, T) True/1), as
+    sentence-transformers pools: (B, D)."""
+    m = mask.to(hidden.dtype)[..., None]
+    return (hidden * m).sum(1) / m.sum(1).clamp_min(1e-9)
+
+
+class MaskedLMHead(nn.Module):
+    """BERT's prediction head: dense -> GELU -> LayerNorm -> (tied) vocabulary projection + bias."""
+
+    def __init__(self, c: TextEncoderConfig, embedding: nn.Embedding) -> None:
+        super().__init__()
+        self.dense = nn.Linear(c.dim, c.dim)
+        self.norm = nn.LayerNorm(c.dim, eps=c.norm_eps)
+        self.decoder = nn.Linear(c.dim, c.vocab_size, bias=False)
+        self.decoder.weight = embedding.weight
+        self.bias = nn.Parameter(torch.zeros(c.vocab_size))
+
+    def forward(self, hidden: Tensor) -> Tensor:
+        return self.decoder(self.norm(F.gelu(self.dense(hidden)))) + self.bias
+
+
+class TextEncoder(nn.Module):
+    """forward(input_ids (B, T), attention_mask (B, T) 1 = token, token_type_ids) -> (B, T, D)."""
+
+    model_type = "text-encoder"
+    config_class = TextEncoderConfig
+
+    def __init__(self, config: TextEncoderConfig) -> None:
+        super().__init__()
+        self.config = c = config
+        self.tok_emb = nn.Embedding(c.vocab_size, c.dim, padding_idx=c.pad_id)
+        self.pos = LearnedPosition(c.dim, c.context)
+        self.seg_emb = nn.Embedding(c.type_vocab_size, c.dim)
+        self.emb_norm = nn.LayerNorm(c.dim, eps=c.norm_eps)
+        self.drop = nn.Dropout(c.dropout)
+        self.encoder = Encoder(c.layers, c.dim, c.heads, mlp_hidden=c.mlp_dim, activation="gelu", dropout=c.dropout,
+                               attn_dropout=c.dropout, norm_first=c.norm_first, norm_eps=c.norm_eps)
+        self.pooler = nn.Linear(c.dim, c.dim)
+        self.mlm = MaskedLMHead(c, self.tok_emb) if c.mlm_head else None
+        self.classifier = nn.Linear(c.dim, c.num_labels) if c.num_labels > 0 else None
+        self.apply(self._init)
+        if self.mlm is not None:
+            self.mlm.decoder.weight = self.tok_emb.weight
+
+    @staticmethod
+    def _init(m: nn.Module) -> None:
+        """BERT's initialisation: N(0, 0.02) weights, zero biases, LayerNorm = identity."""
+        if isinstance(m, (nn.Linear, nn.Embedding)):
+            nn.init.normal_(m.weight, 0.0, 0.02)
+            if isinstance(m, nn.Linear) and m.bias is not None:
+                nn.init.zeros_(m.bias)
+        elif isinstance(m, LearnedPosition):
+            nn.init.normal_(m.weight, 0.0, 0.02)
+
+    def no_weight_decay(self) -> set[str]:
+        return {"pos.weight"}
+
+    def forward(self, input_ids: Tensor, attention_mask: Tensor | None = None,
+                token_type_ids: Tensor | None = None) -> Tensor:
+        """input_ids (B, T) -> the last hidden states (B, T, D); padding (attention_mask 0) is
+        never attended to."""
+        if input_ids.dim() != 2:
+            raise ValueError(f"TextEncoder expects token ids (B, T), got {tuple(input_ids.shape)}")
+        if input_ids.shape[1] > self.config.context:
+            raise ValueError(f"{input_ids.shape[1]} tokens are more than the model's context of "
+                             f"{self.config.context}; truncate the input")
+        if attention_mask is None:
+            attention_mask = input_ids != self.config.pad_id
+        if token_type_ids is None:
+            token_type_ids = torch.zeros_like(input_ids)
+        x = self.pos(self.tok_emb(input_ids)) + self.seg_emb(token_type_ids)
+        x = self.drop(self.emb_norm(x))
+        return self.encoder(x, key_mask=attention_mask.bool())
+
+    def pooled(self, hidden: Tensor) -> Tensor:
+        """The pooler: tanh(W h_[CLS]) (B, D)."""
+        return torch.tanh(self.pooler(hidden[:, 0]))
+
+    def mlm_logits(self, input_ids: Tensor, attention_mask: Tensor | None = None,
+                   token_type_ids: Tensor | None = None) -> Tensor:
+        """Masked-LM logits (B, T, vocab_size)."""
+        if self.mlm is None:
+            raise ValueError("this encoder has no masked-LM head (mlm_head=False)")
+        return self.mlm(self(input_ids, attention_mask, token_type_ids))
+
+    def classify(self, input_ids: Tensor, attention_mask: Tensor | None = None,
+                 token_type_ids: Tensor | None = None) -> Tensor:
+        """Class logits (B, num_labels) from the pooled [CLS]."""
+        if self.classifier is None:
+            raise ValueError("this encoder has no classification head (num_labels=0); fine-tune it with "
+                             "`attnlab train encoder --task classify`")
+        return self.classifier(self.drop(self.pooled(self(input_ids, attention_mask, token_type_ids))))
+
+    def embed(self, input_ids: Tensor, attention_mask: Tensor | None = None) -> Tensor:
+        """Sentence embeddings (B, D): mean of the last hidden states over the real tokens."""
+        if attention_mask is None:
+            attention_mask = input_ids != self.config.pad_id
+        return mean_pool(self(input_ids, attention_mask), attention_mask)

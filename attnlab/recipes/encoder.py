@@ -1,0 +1,279 @@
+"""BERT-style text encoders: `attnlab train encoder --task mlm|classify`, `eval` (masked-LM loss
+and accuracy, or classification accuracy, macro-F1 and a confusion matrix), `predict` (a label
+and its probabilities) and `embed` (mean-pooled sentence vectors)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from ..errors import CheckpointError, DataError
+from ..models.encoder import ENCODER_PRESETS, TextEncoder, TextEncoderConfig
+from ..options import EPILOG, at_least, below_one, device_name
+from . import register
+from .base import Recipe, TrainingRun
+
+
+@register
+class TextEncoderRecipe(Recipe):
+    name = "encoder"
+    help = "a BERT-style text encoder: masked-LM pretraining, classification, sentence embeddings"
+    description = ("Train a text encoder. --task mlm pretrains with BERT's masking (on the Python help pages that "
+                   "ship with Python, by default); --task classify fine-tunes on text<TAB>label lines (by default: "
+                   "which section of the Python documentation a paragraph comes from), from scratch or from "
+                   "--init (an attnlab run or a HuggingFace BERT folder).")
+    models = {"text-encoder": TextEncoder}
+    hf_model_types = {"bert": "text-encoder"}
+    presets = ENCODER_PRESETS
+    set_by_data = ("vocab_size", "num_labels", "labels", "pad_id", "mlm_head")
+    train_defaults = dict(batch_size=32, lr=5e-4, min_lr=5e-5, warmup_iters=100, max_iters=1500, weight_decay=0.01,
+                          beta2=0.98, eval_interval=250, eval_iters=5)
+
+    def add_train_arguments(self, p) -> None:
+        p.add_argument("--task", choices=["mlm", "classify"], default=None,
+                       help="mlm: masked-language-model pretraining (default); classify: text classification")
+        p.add_argument("--data", default=None,
+                       help="mlm: python-docs (embedded, default) | shakespeare | a text file or folder; classify: "
+                            "python-docs-sections (embedded, default) | a text<TAB>label file")
+        p.add_argument("--init", default=None,
+                       help="classify: start from this pretrained encoder (an attnlab run or a HuggingFace BERT folder)")
+        p.add_argument("--vocab-size", type=at_least(16), default=None,
+                       help="WordPiece vocabulary to train (default 4096; not with --init: its tokenizer is used)")
+        p.add_argument("--preset", default="tiny", choices=sorted(ENCODER_PRESETS),
+                       help="model shape (default tiny: 2 layers, 2 heads, 128 wide)")
+        p.add_argument("--label-smoothing", type=below_one, default=0.0, help="classify: label smoothing (default 0)")
+
+    def check_new(self, args, model_over) -> None:
+        if args.init and args.task != "classify":  # (a new run's task defaults to mlm)
+            raise ValueError("--init starts a classifier from a pretrained encoder; use it with --task classify")
+        if args.init and args.vocab_size:
+            raise ValueError("--vocab-size trains a new tokenizer, but --init brings its own; drop one of them")
+        shape = {k for k in model_over if k != "dropout"}
+        if args.init and shape:
+            raise ValueError(f"--init fixes the model's shape; drop {', '.join('--' + k.replace('_', '-') for k in sorted(shape))}")
+
+    def run_options(self, args, saved):
+        return {"task": (args.task, saved.get("task")), "data": (args.data, saved.get("data_spec"))}
+
+    def prepare(self, args, saved, model_over, tcfg):
+        from ..data.labelled import load_labelled, load_pretraining_texts, tokenize
+        from ..tokens import WordPieceTokenizer, tokenizer_from_dict
+        from ..train.tasks import MaskedLMTask, TextClassificationTask
+
+        task_name = saved["task"] if saved else (args.task or "mlm")
+        spec = saved.get("data_spec") if saved else args.data
+        init_state = None
+        if task_name == "classify":
+            labelled = load_labelled(spec)
+            name, texts, labels, classes = labelled.name, labelled.texts, labelled.labels, labelled.classes
+        else:
+            name, texts = load_pretraining_texts(spec, args.data_dir)
+            labels, classes = None, None
+        if saved:
+            cfg = TextEncoderConfig.from_dict(saved["model"])
+            tokenizer = tokenizer_from_dict(saved["tokenizer"])
+            classes = cfg.labels if task_name == "classify" else None
+        elif args.init:
+            pretrained, tokenizer, _, _ = load_text_encoder(args.init, "cpu")
+            cfg = TextEncoderConfig(**{**pretrained.config.to_dict(), **model_over, "mlm_head": False,
+                                       "num_labels": len(classes), "labels": classes})
+            init_state = {k: v for k, v in pretrained.state_dict().items()
+                          if not k.startswith(("mlm.", "classifier."))}
+        else:
+            tokenizer = WordPieceTokenizer.train(texts["train"], vocab_size=args.vocab_size or 4096)
+            classify = task_name == "classify"
+            cfg = TextEncoderConfig(**{**ENCODER_PRESETS[args.preset], **model_over, "vocab_size": tokenizer.vocab_size,
+                                       "pad_id": tokenizer.pad_id, "mlm_head": not classify,
+                                       "num_labels": len(classes) if classify else 0, "labels": classes})
+        data = tokenize(name, tokenizer, texts, cfg.context, labels, classes)
+        if data.truncated:
+            print(f"warning: {data.truncated} texts are longer than the model's context of {cfg.context} tokens; "
+                  "their first tokens are kept", file=sys.stderr)
+        task = (TextClassificationTask(data, tcfg.batch_size, args.label_smoothing) if task_name == "classify"
+                else MaskedLMTask(data, tcfg.batch_size))
+
+        def setup(model) -> None:
+            if init_state is not None:
+                missing, unexpected = model.load_state_dict(init_state, strict=False)
+                if unexpected or [k for k in missing if not k.startswith(("classifier.", "mlm."))]:
+                    raise CheckpointError(f"--init {args.init} does not fit: missing {missing[:3]}, "
+                                          f"unexpected {unexpected[:3]}")
+
+        counts = ", ".join(f"{len(v)} {k}" for k, v in data.ids.items())
+        summary = (f"text encoder {cfg.layers} layers, {cfg.heads} heads, {cfg.dim} wide, context {cfg.context} | "
+                   f"{task_name} on {name}: {counts} texts, WordPiece vocabulary {tokenizer.vocab_size}"
+                   + (f", {len(classes)} classes" if classes else "") + (f" | from {args.init}" if args.init else ""))
+        meta = {"data_spec": spec, "task": task_name, **({"init": str(args.init)} if args.init else {})}
+        return TrainingRun("text-encoder", cfg, task, meta, summary, setup)
+
+    def finish(self, args, run, trainer, result) -> None:
+        if not hasattr(run.task, "predict"):  # pretraining
+            return super().finish(args, run, trainer, result)
+        pred, y = run.task.predict(trainer.model, "test", device=trainer.device)
+        print(f"done: step {result['step']}, {result['seconds']:.0f}s, test accuracy {(pred == y).float().mean():.4f} "
+              f"({len(y)} texts), run folder {trainer.out}", file=sys.stderr)
+
+    # ---- embed, predict, eval ----------------------------------------------------------------------
+    def add_commands(self, sub) -> None:
+        e = sub.add_parser("embed", help="sentence embeddings from a text encoder", epilog=EPILOG,
+                           description="One vector per input line: the mean of the last hidden states over the real "
+                                       "tokens (as sentence-transformers pools).")
+        e.add_argument("--ckpt", required=True, help="run folder of a text encoder, or a HuggingFace BERT folder")
+        e.add_argument("text", nargs="*", help="texts (default: lines from --file or standard input)")
+        e.add_argument("--file", default=None, help="read texts from this file, one per line")
+        e.add_argument("--out", default=None, help="write the vectors to this .npy file (default: JSON lines on stdout)")
+        e.add_argument("--batch-size", type=at_least(1), default=64, help="texts per forward pass (default 64)")
+        e.add_argument("--device", type=device_name, default="auto", help="auto | cpu | cuda")
+        e.set_defaults(func=embed_command)
+
+    def predict(self, args) -> int:
+        model, tok, _, dev = load_text_encoder(args.ckpt, args.device)
+        if model.classifier is None:
+            raise CheckpointError(f"{args.ckpt} is a pretrained encoder without a classifier; fine-tune it with "
+                                  "`attnlab train encoder --task classify --init RUN`")
+        labels = model.config.labels or [str(i) for i in range(model.config.num_labels)]
+        texts = list(args.inputs)
+        ids, mask = encode_texts(tok, texts, model.config.context)
+        with torch.no_grad():
+            probs = model.classify(ids.to(dev), mask.to(dev)).softmax(-1).cpu()
+        for text, p in zip(texts, probs):
+            top = p.topk(min(args.top_k, len(p)))
+            shown = ", ".join(f"{labels[i]} {v:.3f}" for v, i in zip(top.values.tolist(), top.indices.tolist()))
+            print(f"{labels[int(p.argmax())]}\t{shown}\t{text[:60]}")
+        return 0
+
+    def evaluate(self, args) -> int:
+        res = evaluate_encoder(args)
+        if args.json:
+            print(json.dumps(res))
+        elif "accuracy" in res:
+            print(f"{res['data']} [{res['split']}], {res['texts']} texts: accuracy {res['accuracy']:.4f}, macro-F1 "
+                  f"{res['macro_f1']:.4f}; confusion matrix {res['confusion_png']}")
+        else:
+            print(f"{res['data']} [{res['split']}], {res['masked_tokens']} masked tokens: loss {res['loss']:.4f}, "
+                  f"accuracy {res['accuracy_masked']:.4f}")
+        return 0
+
+
+def load_text_encoder(ckpt: str, device: str = "auto"):
+    """(model, tokenizer, config.json dict, device) of an attnlab run or a HuggingFace BERT folder."""
+    from ..tokens import WordPieceTokenizer, tokenizer_from_dict
+    from ..train.trainer import pick_device
+    from . import load_model
+
+    dev = pick_device(device)
+    model, meta = load_model(ckpt, expect="text-encoder", device=str(dev), with_meta=True,
+                             needs="a text encoder (trained with `attnlab train encoder`, or a HuggingFace BERT folder)")
+    if meta.get("tokenizer"):
+        tok = tokenizer_from_dict(meta["tokenizer"])
+    else:
+        tok = WordPieceTokenizer.load(ckpt)
+    if tok.vocab_size > model.config.vocab_size:
+        raise CheckpointError(f"the tokenizer of {ckpt} has {tok.vocab_size} tokens but the model only "
+                              f"{model.config.vocab_size}: they do not belong together")
+    return model, tok, meta, dev
+
+
+def encode_texts(tok, texts: list[str], context: int):
+    """(ids (B, T), mask (B, T)) of ``[CLS] text [SEP]``, truncated to ``context`` (with a warning)."""
+    seqs, cut = [], 0
+    for t in texts:
+        e = tok.encode(t)
+        if len(e) > context:
+            e, cut = e[: context - 1] + [tok.sep_id], cut + 1
+        seqs.append(e)
+    if cut:
+        print(f"warning: {cut} texts were longer than the model's context of {context} tokens and were truncated",
+              file=sys.stderr)
+    width = max(map(len, seqs))
+    ids = torch.full((len(seqs), width), tok.pad_id, dtype=torch.long)
+    for i, s in enumerate(seqs):
+        ids[i, : len(s)] = torch.tensor(s)
+    return ids, ids != tok.pad_id
+
+
+def embed_texts(model, tok, texts: list[str], device="cpu", batch_size: int = 64) -> np.ndarray:
+    """Mean-pooled sentence embeddings (N, D)."""
+    out = []
+    with torch.no_grad():
+        for i in range(0, len(texts), batch_size):
+            ids, mask = encode_texts(tok, texts[i : i + batch_size], model.config.context)
+            out.append(model.embed(ids.to(device), mask.to(device)).float().cpu())
+    return torch.cat(out).numpy()
+
+
+def embed_command(args) -> int:
+    """``attnlab embed``: one vector per input line."""
+    model, tok, _, dev = load_text_encoder(args.ckpt, args.device)
+    if args.text:
+        texts = list(args.text)
+    elif args.file:
+        path = Path(args.file)
+        if not path.is_file():
+            raise DataError(f"--file {path} does not exist")
+        texts = path.read_text(encoding="utf-8").splitlines()
+    else:
+        texts = sys.stdin.read().splitlines()
+    if not texts or any(not t.strip() for t in texts):
+        raise DataError("embed needs non-empty lines of text (an empty line has no tokens to pool)")
+    vectors = embed_texts(model, tok, texts, dev, args.batch_size)
+    if args.out:
+        np.save(args.out, vectors)
+        print(f"wrote {len(vectors)} vectors of {vectors.shape[1]} to {args.out}", file=sys.stderr)
+    else:
+        for v in vectors:
+            print(json.dumps([round(float(x), 6) for x in v]))
+    return 0
+
+
+def evaluate_encoder(args) -> dict:
+    from ..data.labelled import load_labelled, load_pretraining_texts, tokenize
+    from ..inspect.plots import confusion_matrix_png
+    from ..losses import cross_entropy
+    from ..train.tasks import bert_mask
+
+    model, tok, meta, dev = load_text_encoder(args.ckpt, args.device)
+    spec = args.data or meta.get("data_spec")
+    c = model.config
+    if c.num_labels > 0:
+        split = args.split or "test"
+        data = load_labelled(spec)
+        ds = tokenize(data.name, tok, data.texts, c.context, data.labels, c.labels)
+        preds = []
+        with torch.no_grad():
+            for ids, mask in ds.batches(split, args.batch_size):
+                preds.append(model.classify(ids.to(dev), mask.to(dev)).argmax(-1).cpu())
+        pred, y = torch.cat(preds), torch.tensor(ds.label_ids[split])
+        k = c.num_labels
+        cm = torch.zeros(k, k, dtype=torch.long)
+        cm.index_put_((y, pred), torch.ones_like(y), accumulate=True)
+        tp = cm.diag().float()
+        f1 = 2 * tp / (cm.sum(0) + cm.sum(1)).float().clamp_min(1)
+        present = (cm.sum(1) + cm.sum(0)) > 0  # classes with no true and no predicted text do not count
+        acc = (pred == y).float().mean().item()
+        out = Path(args.out) if getattr(args, "out", None) else Path(args.ckpt) / "confusion.png"
+        confusion_matrix_png(cm.numpy(), list(c.labels), out, title=f"{data.name} {split}: accuracy {acc:.4f}")
+        return {"data": data.name, "split": split, "texts": len(y), "accuracy": acc,
+                "macro_f1": f1[present].mean().item(), "confusion_png": str(out)}
+    split = args.split or "val"
+    name, texts = load_pretraining_texts(spec, args.data_dir)
+    if split not in texts:
+        raise ValueError("masked-LM data has train and val splits; use --split val or train")
+    ds = tokenize(name, tok, texts, c.context)
+    gen = torch.Generator().manual_seed(0)  # the same masks every time
+    total = correct = count = 0
+    with torch.no_grad():
+        for ids, mask in ds.batches(split, args.batch_size):
+            special = (ids == tok.cls_id) | (ids == tok.sep_id) | (ids == tok.pad_id)
+            inputs, targets = bert_mask(ids, special, tok.mask_id, tok.vocab_size, gen)
+            logits = model.mlm_logits(inputs.to(dev), mask.to(dev)).cpu()
+            total += cross_entropy(logits, targets, reduction="sum").item()
+            sel = targets != -100
+            correct += int((logits.argmax(-1)[sel] == targets[sel]).sum())
+            count += int(sel.sum())
+    return {"data": name, "split": split, "masked_tokens": count, "loss": total / max(count, 1),
+            "accuracy_masked": correct / max(count, 1)}
