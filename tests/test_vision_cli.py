@@ -124,4 +124,4 @@ def test_rgb_folder_and_grayscale_conversion(tmp_path, digit_png, capsys):
 
 def test_gpt_checkpoint_given_to_predict(tmp_path, digit_png, capsys):
     run = train_tiny_gpt(main, tmp_path)
-    assert "needs an image classifier" in _err(capsys, ["predict", "--ckpt", str(run), str(digit_png)])
+    assert "predict needs a classifier" in _err(capsys, ["predict", "--ckpt", str(run), str(digit_png)])

@@ -20,6 +20,7 @@ __all__ = ["Recipe", "TrainingRun", "train", "register", "recipes", "recipe_for"
            "load_model", "checkpoint_recipe"]
 
 _REGISTRY: dict[str, Recipe] = {}
+_discovered = False
 
 
 def register(cls: type[Recipe]) -> type[Recipe]:
@@ -29,11 +30,13 @@ def register(cls: type[Recipe]) -> type[Recipe]:
 
 
 def recipes() -> list[Recipe]:
-    """Every registered recipe, in the order of their module names."""
-    if not _REGISTRY:
+    """Every registered recipe (the modules of this package are imported on first use)."""
+    global _discovered
+    if not _discovered:
         for info in sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name):
             if info.name != "base":
                 importlib.import_module(f"{__name__}.{info.name}")
+        _discovered = True
     return list(_REGISTRY.values())
 
 
