@@ -86,6 +86,18 @@ def build_parser() -> argparse.ArgumentParser:
         r.add_inspect_arguments(SharedOptions(ins))
     ins.set_defaults(func=_inspect)
 
+    from .experiments.claims import CLAIMS
+
+    rp = sub.add_parser("reproduce", help="check the lectures' claims on real runs; write a report", epilog=EPILOG,
+                        description="Each claim: the lecture's statement, what was run, the figure or table, the "
+                        "measured number and PASS/FAIL against a stated criterion, in OUT/report.md with its PNGs. "
+                        "Claims: " + ", ".join(CLAIMS))
+    rp.add_argument("names", nargs="*", metavar="NAME", help="claims to check (default: all)")
+    rp.add_argument("--quick", action="store_true", help="small runs: all claims in about 10 minutes on 2 CPU cores")
+    rp.add_argument("--out", default="reproduce", help="report folder (default: reproduce/)")
+    rp.add_argument("--data-dir", default=None, help="folder holding named datasets (default: $ATTNLAB_DATA)")
+    rp.set_defaults(func=_reproduce)
+
     b = sub.add_parser("bench", help="benchmark attnlab against its peers and this machine's peak",
                        description="Attention, GPT training and generation, ViT and encoder-decoder training steps, "
                        "each against a peer (HuggingFace, torch.nn) measured in the same run, with model FLOPs "
@@ -124,6 +136,26 @@ def _inspect(args) -> int:
         raise CheckpointError(f"inspect {args.what} needs a {' or '.join(owners)} checkpoint; {args.ckpt} holds a "
                               f"{recipe.name} model")
     return recipe.inspect(args)
+
+
+def _reproduce(args) -> int:
+    import tempfile
+    from pathlib import Path
+
+    from .experiments.claims import CLAIMS, Context, run_claims, write_report
+
+    names = [n for n in args.names if n != "all"] or list(CLAIMS)
+    unknown = [n for n in names if n not in CLAIMS]
+    if unknown:
+        raise ValueError(f"unknown claim {unknown[0]!r}; choose from {', '.join(CLAIMS)} (or all)")
+    out = Path(args.out)
+    with tempfile.TemporaryDirectory(prefix="attnlab-reproduce-") as work:
+        ctx = Context(out=out, work=Path(work), size="quick" if args.quick else "full", data_dir=args.data_dir)
+        results = run_claims(names, ctx, log=lambda m: print(m, file=sys.stderr, flush=True))
+    report = write_report(results, ctx)
+    passed = sum(r.passed for r in results.values())
+    print(f"{passed} of {len(results)} claims PASS; report: {report}")
+    return 0 if passed == len(results) else 1
 
 
 def _bench(args) -> int:

@@ -19,12 +19,12 @@ from ..train.tasks import Seq2SeqTask
 
 def make_models(vocab: int, max_len: int, small: bool) -> dict:
     h = 64 if small else 128
-    rnn = dict(src_vocab=vocab, tgt_vocab=vocab, emb_dim=h // 2, hidden=h, dropout=0.0, max_len=max_len)
+    rnn = dict(src_vocab=vocab, tgt_vocab=vocab, emb_dim=h // 2, dim=h, dropout=0.0, context=max_len)
     return {
         "RNN (no attention)": RNNSeq2Seq(RNNConfig(**rnn, attention="none")),
         "RNN + attention": RNNSeq2Seq(RNNConfig(**rnn, attention="additive")),
         "Transformer": Transformer(TransformerConfig(src_vocab=vocab, tgt_vocab=vocab, dim=h, heads=4, enc_layers=2,
-                                                     dec_layers=2, ff_dim=2 * h, dropout=0.0, max_len=max_len)),
+                                                     dec_layers=2, mlp_dim=2 * h, dropout=0.0, context=max_len)),
     }
 
 

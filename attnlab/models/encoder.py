@@ -118,10 +118,13 @@ class TextEncoder(nn.Module):
     def no_weight_decay(self) -> set[str]:
         return {"pos.weight"}
 
-    def forward(self, input_ids: Tensor, attention_mask: Tensor | None = None,
-                token_type_ids: Tensor | None = None) -> Tensor:
+    def forward(self, input_ids: Tensor, attention_mask: Tensor | None = None, token_type_ids: Tensor | None = None,
+                *, head: str | None = None, select: Tensor | None = None) -> Tensor:
         """input_ids (B, T) -> the last hidden states (B, T, D); padding (attention_mask 0) is
-        never attended to."""
+        never attended to. ``head="mlm"`` returns masked-LM logits instead ((B, T, V), or (N, V)
+        at the N positions where ``select`` (B, T) is True: the vocabulary projection is the
+        costly part, and pretraining needs it at the masked positions only); ``head="classify"``
+        returns class logits (B, num_labels)."""
         if input_ids.dim() != 2:
             raise ValueError(f"TextEncoder expects token ids (B, T), got {tuple(input_ids.shape)}")
         if input_ids.shape[1] > self.config.context:
@@ -133,7 +136,19 @@ class TextEncoder(nn.Module):
             token_type_ids = torch.zeros_like(input_ids)
         x = self.pos(self.tok_emb(input_ids)) + self.seg_emb(token_type_ids)
         x = self.drop(self.emb_norm(x))
-        return self.encoder(x, key_mask=attention_mask.bool())
+        hidden = self.encoder(x, key_mask=attention_mask.bool())
+        if head is None:
+            return hidden
+        if head == "mlm":
+            if self.mlm is None:
+                raise ValueError("this encoder has no masked-LM head (mlm_head=False)")
+            return self.mlm(hidden[select] if select is not None else hidden)
+        if head == "classify":
+            if self.classifier is None:
+                raise ValueError("this encoder has no classification head (num_labels=0); fine-tune it with "
+                                 "`attnlab train encoder --task classify`")
+            return self.classifier(self.drop(self.pooled(hidden)))
+        raise ValueError(f"head must be None, 'mlm' or 'classify', got {head!r}")
 
     def pooled(self, hidden: Tensor) -> Tensor:
         """The pooler: tanh(W h_[CLS]) (B, D)."""
@@ -142,17 +157,12 @@ class TextEncoder(nn.Module):
     def mlm_logits(self, input_ids: Tensor, attention_mask: Tensor | None = None,
                    token_type_ids: Tensor | None = None) -> Tensor:
         """Masked-LM logits (B, T, vocab_size)."""
-        if self.mlm is None:
-            raise ValueError("this encoder has no masked-LM head (mlm_head=False)")
-        return self.mlm(self(input_ids, attention_mask, token_type_ids))
+        return self(input_ids, attention_mask, token_type_ids, head="mlm")
 
     def classify(self, input_ids: Tensor, attention_mask: Tensor | None = None,
                  token_type_ids: Tensor | None = None) -> Tensor:
         """Class logits (B, num_labels) from the pooled [CLS]."""
-        if self.classifier is None:
-            raise ValueError("this encoder has no classification head (num_labels=0); fine-tune it with "
-                             "`attnlab train encoder --task classify`")
-        return self.classifier(self.drop(self.pooled(self(input_ids, attention_mask, token_type_ids))))
+        return self(input_ids, attention_mask, token_type_ids, head="classify")
 
     def embed(self, input_ids: Tensor, attention_mask: Tensor | None = None) -> Tensor:
         """Sentence embeddings (B, D): mean of the last hidden states over the real tokens."""

@@ -207,7 +207,8 @@ class MaskedLMTask:
 
     def loss(self, model: nn.Module, batch) -> Tensor:
         inputs, mask, targets = batch
-        return cross_entropy(model.mlm_logits(inputs, mask), targets)
+        chosen = targets != -100  # the vocabulary projection only where a token is predicted
+        return cross_entropy(model(inputs, mask, head="mlm", select=chosen), targets[chosen])
 
     def meta(self) -> dict:
         return {"data": self.data.name, "tokenizer": self.data.tokenizer.to_dict()}
@@ -225,11 +226,11 @@ class TextClassificationTask:
 
     def loss(self, model: nn.Module, batch) -> Tensor:
         ids, mask, labels = batch
-        return cross_entropy(model.classify(ids, mask), labels, label_smoothing=self.label_smoothing)
+        return cross_entropy(model(ids, mask, head="classify"), labels, label_smoothing=self.label_smoothing)
 
     def eval_loss(self, model: nn.Module, batch) -> Tensor:
         ids, mask, labels = batch
-        return cross_entropy(model.classify(ids, mask), labels)
+        return cross_entropy(model(ids, mask, head="classify"), labels)
 
     @torch.no_grad()
     def predict(self, model: nn.Module, split: str, device="cpu", batch_size: int = 64) -> tuple[Tensor, Tensor]:

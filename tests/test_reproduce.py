@@ -1,0 +1,45 @@
+"""`attnlab reproduce`: every claim runs at a tiny size, and the computed ones PASS exactly."""
+
+import pytest
+
+from attnlab.cli import main
+from attnlab.experiments.claims import CLAIMS, Context, run_claims, write_report
+
+COMPUTED = ["worked-example", "masks", "scaling", "permutation", "sinusoidal", "table1"]
+
+
+def test_computed_claims_pass(tmp_path):
+    ctx = Context(out=tmp_path / "out", work=tmp_path / "work", size="tiny")
+    results = run_claims(COMPUTED, ctx, log=lambda m: None)
+    for name, r in results.items():
+        assert r.passed, (name, r.measured)
+    assert "58.89" in results["worked-example"].measured and "0.850" in results["worked-example"].measured
+    assert (tmp_path / "out" / "scaling.png").stat().st_size > 1000
+
+
+@pytest.mark.parametrize("name", [n for n in CLAIMS if n not in COMPUTED])
+def test_trained_claims_run_at_tiny_size(name, tmp_path):
+    ctx = Context(out=tmp_path / "out", work=tmp_path / "work", size="tiny")
+    r = run_claims([name], ctx, log=lambda m: None)[name]
+    assert not r.measured.startswith("could not run"), r.measured
+    if r.figure:
+        assert (tmp_path / "out" / r.figure).is_file()
+
+
+def test_report_and_command(tmp_path, capsys):
+    assert main(["reproduce", "worked-example", "masks", "--out", str(tmp_path / "rep")]) == 0
+    report = (tmp_path / "rep" / "report.md").read_text()
+    assert "2 of 2 claims PASS" in report and "> With q·k₁ = 102" in report
+    assert main(["reproduce", "nonsense", "--out", str(tmp_path / "x")]) == 2
+    assert "unknown claim" in capsys.readouterr().err
+
+
+def test_a_failing_check_is_reported_not_raised(tmp_path, monkeypatch):
+    def broken(ctx):
+        raise RuntimeError("boom")
+
+    monkeypatch.setitem(CLAIMS, "masks", CLAIMS["masks"].__class__("masks", "t", "s", broken))
+    ctx = Context(out=tmp_path, work=tmp_path / "w", size="tiny")
+    r = run_claims(["masks"], ctx, log=lambda m: None)["masks"]
+    assert not r.passed and "boom" in r.measured
+    assert "FAIL" in write_report({"masks": r}, ctx).read_text()
