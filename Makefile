@@ -8,7 +8,7 @@ PIP    := $(VENV)/bin/pip
 # torch is pinned first: pip takes the CPU build from local disk; an open range could pull a CUDA build.
 TORCH  ?= torch==2.13.0
 
-.PHONY: demo test venv bench clean
+.PHONY: demo test venv bench clean chromium
 
 # .installed-<extra>: the venv with attnlab and that extra (vision, seq2seq, hf, all, test)
 $(VENV)/.installed-%: pyproject.toml
@@ -25,7 +25,15 @@ demo: $(VENV)/.installed-all
 	else $(VENV)/bin/attnlab train gpt --out runs/demo; fi
 	$(VENV)/bin/attnlab sample --ckpt runs/demo --prompt "The " --max-new-tokens 300
 
-test: $(VENV)/.installed-test
+# the explorer's browser tests need Chromium: installed from Debian when missing and run as root
+chromium:
+	@command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || \
+	{ [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 && \
+	  (DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium >/dev/null || \
+	   (apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium >/dev/null)); } || \
+	echo "note: no Chromium; the explorer's browser tests will fail until 'apt-get install chromium' (as root)"
+
+test: $(VENV)/.installed-test chromium
 	$(PY) -m pytest
 
 bench: $(VENV)/.installed-test

@@ -86,6 +86,20 @@ def build_parser() -> argparse.ArgumentParser:
         r.add_inspect_arguments(SharedOptions(ins))
     ins.set_defaults(func=_inspect)
 
+    ex = sub.add_parser("explore", help="write an offline HTML page to explore a model's attention", epilog=EPILOG,
+                        description="One self-contained HTML file (no network, no server): GPT and text encoders "
+                        "(--text): head view, model view, next-token distribution; ViT (--image): click a patch, "
+                        "class-token attention, rollout, attention distance; seq2seq (--src [--tgt]): "
+                        "cross-attention per layer and head. Every view shows its values and saves PNG and JSON.")
+    ex.add_argument("--ckpt", required=True, help="run folder (or HuggingFace folder)")
+    ex.add_argument("--text", default=None, help="GPT / text encoder: the text to look at")
+    ex.add_argument("--image", default=None, help="ViT: the image to look at")
+    ex.add_argument("--src", default=None, help="seq2seq: the source sentence")
+    ex.add_argument("--tgt", default=None, help="seq2seq: a target sentence (default: the model's translation)")
+    ex.add_argument("--out", required=True, help="HTML file to write")
+    ex.add_argument("--device", type=device_name, default="cpu", help="auto | cpu | cuda (default cpu)")
+    ex.set_defaults(func=_explore)
+
     from .experiments.claims import CLAIMS
 
     rp = sub.add_parser("reproduce", help="check the lectures' claims on real runs; write a report", epilog=EPILOG,
@@ -136,6 +150,19 @@ def _inspect(args) -> int:
         raise CheckpointError(f"inspect {args.what} needs a {' or '.join(owners)} checkpoint; {args.ckpt} holds a "
                               f"{recipe.name} model")
     return recipe.inspect(args)
+
+
+def _explore(args) -> int:
+    from pathlib import Path
+
+    from .inspect.explorer import write_page
+
+    if not args.out.endswith((".html", ".htm")):
+        raise ValueError(f"--out {args.out} should end in .html (the page is one HTML file)")
+    data = _family(args.ckpt).explore(args)
+    path = write_page(data, args.out, f"attnlab explorer: {Path(args.ckpt).name}")
+    print(f"wrote {path} ({path.stat().st_size / 1e6:.2f} MB); open it in a browser (it needs no network)")
+    return 0
 
 
 def _reproduce(args) -> int:

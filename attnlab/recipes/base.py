@@ -89,6 +89,10 @@ class Recipe:
     def inspect(self, args) -> int:
         raise CheckpointError(f"{self.name} models offer no inspections")
 
+    def explore(self, args) -> dict:
+        """The data of ``attnlab explore`` for this family (see :mod:`attnlab.inspect.explorer`)."""
+        raise CheckpointError(f"attnlab explore does not show {self.name} models yet")
+
     def predict(self, args) -> int:
         """``attnlab predict`` for this family's checkpoints (classifiers)."""
         raise CheckpointError(f"{args.ckpt} holds a {self.name} model; predict needs a classifier (train vit, cnn, "

@@ -158,6 +158,18 @@ class TextEncoderRecipe(Recipe):
                   f"accuracy {res['accuracy_masked']:.4f}")
         return 0
 
+    def explore(self, args) -> dict:
+        from ..inspect import capture_attention
+        from ..inspect.explorer import _stack
+
+        if not args.text:
+            raise ValueError("explore a text encoder with --text \"some text\"")
+        model, tok, _, dev = load_text_encoder(args.ckpt, args.device)
+        ids, mask = encode_texts(tok, [args.text], model.config.context)
+        with capture_attention(model) as rec, torch.no_grad():
+            model(ids.to(dev), mask.to(dev))
+        return {"kind": "text", "tokens": [tok.id_to_token(i) for i in ids[0].tolist()], "attention": _stack(rec.maps())}
+
 
 def load_text_encoder(ckpt: str, device: str = "auto"):
     """(model, tokenizer, config.json dict, device) of an attnlab run or a HuggingFace BERT folder."""

@@ -159,6 +159,15 @@ class GPTRecipe(Recipe):
                   f"{res['perplexity']:.2f}, {res['bits_per_char']:.3f} bits/char, {res['bits_per_byte']:.3f} bits/byte")
         return 0
 
+    def explore(self, args) -> dict:
+        from ..inspect.explorer import text_attention
+
+        if not args.text:
+            raise ValueError("explore a GPT with --text \"some text\"")
+        model, tok, _, _ = load_lm(args.ckpt, args.device)
+        tok.encode(args.text)  # unknown characters fail here, with a clear message
+        return text_attention(model, tok, args.text)
+
 
 def default_prompt(tok) -> str:
     """A newline where the vocabulary has one (the start of a line), else the first token."""

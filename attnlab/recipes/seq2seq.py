@@ -189,6 +189,14 @@ class Seq2SeqRecipe(Recipe):
         print(f"wrote {out} and {out.with_suffix('.npz')}")
         return 0
 
+    def explore(self, args) -> dict:
+        from ..inspect.explorer import cross_attention
+
+        if not args.src:
+            raise ValueError("explore a seq2seq model with --src \"a source sentence\" [--tgt \"its translation\"]")
+        model, sv, tv, _, _ = load_seq2seq(args.ckpt, args.device)
+        return cross_attention(model, sv, tv, args.src, args.tgt)
+
 
 def load_data(spec: str, opts: dict, data_dir, vocab: dict | None = None):
     """Parallel data (its warnings printed as one line each)."""

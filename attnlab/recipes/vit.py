@@ -101,6 +101,21 @@ class ViTRecipe(ImageClassifierRecipe):
         P.attention_distance_png(dist.numpy(), out, image_size=model.config.image_size)
         return {"distance": dist.numpy()}
 
+    def explore(self, args) -> dict:
+        from ..data.images import load_image
+        from ..inspect.explorer import image_attention
+        from .classifier import load_classifier
+
+        if not args.image:
+            raise ValueError("explore a ViT with --image FILE")
+        model, meta, _ = load_classifier(args.ckpt, args.device)
+        if model.model_type != "vit":
+            raise ValueError(f"{args.ckpt} holds a {model.model_type} model, which has no attention to explore")
+        img, note = load_image(args.image, model.config.in_chans, model.config.image_size)
+        if note:
+            print(f"note: {note}", file=sys.stderr)
+        return image_attention(model, img, meta["mean"], meta["std"])
+
 
 def attention_maps(model, x) -> list[torch.Tensor]:
     """Every layer's attention (B, H, T, T) for images ``x``, in depth order."""

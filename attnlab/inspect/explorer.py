@@ -1,0 +1,173 @@
+"""The attention explorer: the numbers behind each view (a Python API a notebook can use), and one
+self-contained HTML page that shows them (no CDN, no server; opens from disk).
+
+    text_attention(model, tokenizer, text)         GPT: (L, H, T, T) self-attention + next-token top-k
+    image_attention(model, image, mean, std)       ViT: (L, H, T, T), class-token rows, rollout, distances
+    cross_attention(model, src_vocab, tgt_vocab, src, tgt=None)   seq2seq: (L, H, T_tgt, T_src)
+
+File size stays bounded: a head's matrix is stored densely (uint16, 2 bytes per weight) while
+T ≤ ``DENSE_MAX``; past that only the ``TOP_K`` largest weights of each row are kept (4 bytes
+each), so a page holds about L·H·T·min(T, TOP_K)·4 bytes before base64 (a 1,024-token GPT with
+4 layers of 4 heads: 2 MiB). Heads are decoded in the page when first shown.
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+import json
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from . import analysis as A
+from .hooks import capture_attention
+
+DENSE_MAX = 256
+TOP_K = 32
+
+
+def _stack(maps: dict[str, torch.Tensor], key=None) -> np.ndarray:
+    """{module name: (1, H, Tq, Tk)} -> (L, H, Tq, Tk) in layer order."""
+    names = sorted(maps, key=key or (lambda n: [int(p) if p.isdigit() else p for p in n.split(".")]))
+    return torch.stack([maps[n][0] for n in names]).float().numpy()
+
+
+@torch.no_grad()
+def text_attention(model, tokenizer, text: str, top_k: int = 10) -> dict:
+    """A GPT's self-attention over ``text``: tokens, attention (L, H, T, T) and, at every position,
+    the ``top_k`` next tokens with their probabilities."""
+    ids = tokenizer.encode(text)
+    if not ids:
+        raise ValueError("the text is empty: give some text to look at")
+    if len(ids) > model.config.context:
+        raise ValueError(f"the text has {len(ids)} tokens, more than the model's context of {model.config.context}; "
+                         "shorten it")
+    x = torch.tensor([ids], device=next(model.parameters()).device)
+    with capture_attention(model) as rec:
+        logits = model(x)[0].float()
+    probs = logits.softmax(-1)
+    top = probs.topk(min(top_k, probs.shape[-1]), dim=-1)
+    tokens = [tokenizer.decode([i]) for i in ids]
+    names = [[tokenizer.decode([int(i)]) for i in row] for row in top.indices.cpu()]
+    return {"kind": "text", "tokens": tokens, "attention": _stack(rec.maps()),
+            "next_tokens": names, "next_probs": top.values.cpu().numpy()}
+
+
+@torch.no_grad()
+def image_attention(model, image: torch.Tensor, mean, std) -> dict:
+    """A ViT's self-attention over one image ((C, H, W) in [0, 1]): attention (L, H, T, T), the
+    patch grid, attention rollout (head fusion × discard ratio) from the class token (or the mean
+    token without one), and the mean attention distance per layer and head."""
+    from ..data.images import normalize
+
+    x = normalize(image[None], mean, std).to(next(model.parameters()).device)
+    with capture_attention(model) as rec:
+        model(x)
+    maps = rec.maps()
+    ordered = [maps[k] for k in sorted(maps, key=lambda n: int(n.split(".")[2]))]
+    att = torch.stack([m[0] for m in ordered]).float()  # (L, H, T, T)
+    npre, grid = model.n_prefix, model.grid
+    rollout = {}
+    for fusion in ("mean", "max", "min"):
+        for discard in (0.0, 0.5, 0.9):
+            r = A.rollout(ordered, fusion, discard, n_prefix=npre)[0]
+            src = r[0, npre:] if npre else r.mean(0)
+            rollout[f"{fusion}/{discard}"] = torch.nan_to_num(src / src.max().clamp_min(1e-12)).cpu().numpy()
+    dist = torch.stack([A.mean_attention_distance(m, grid, model.config.patch_size, npre) for m in ordered])
+    return {"kind": "image", "image": image.cpu().numpy(), "grid": list(grid), "n_prefix": npre,
+            "patch_size": model.config.patch_size, "attention": att.cpu().numpy(), "rollout": rollout,
+            "distance": dist.cpu().numpy()}
+
+
+@torch.no_grad()
+def cross_attention(model, src_vocab, tgt_vocab, src: str, tgt: str | None = None) -> dict:
+    """A seq2seq model's cross-attention: every decoder layer and head (L, H, T_tgt, T_src) for the
+    translation of ``src`` (or for the given target ``tgt``, teacher-forced)."""
+    from ..data.parallel import pad_batch
+    from ..decode import greedy_decode
+
+    ids = src_vocab.encode(src)[: model.config.context]
+    if not ids:
+        raise ValueError("--src is empty: give a source sentence")
+    device = next(model.parameters()).device
+    s, mask = pad_batch([ids])
+    s, mask = s.to(device), mask.to(device)
+    out = tgt_vocab.encode(tgt)[: model.config.context - 1] if tgt else greedy_decode(
+        model, s, mask, max_len=min(100, model.config.context - 1))[0]
+    tgt_in = torch.tensor([[1] + out], device=device)
+    name = lambda v, i: v.tokenizer.decode([i]) if v.tokenizer.kind == "bpe" else v.tokenizer.itos[i]  # noqa: E731
+    if model.model_type == "rnn":
+        if model.config.attention == "none":
+            raise ValueError("this RNN has no attention, so there is no cross-attention to explore")
+        model(s, tgt_in, mask)
+        att = model.last_alignment[0][None, None].float().cpu().numpy()  # one "layer", one "head"
+    else:
+        with capture_attention(model, include="cross_attn") as rec:
+            model(s, tgt_in, mask)
+        att = _stack(rec.maps())
+    return {"kind": "cross", "source": [name(src_vocab, i) for i in ids],
+            "target": [name(tgt_vocab, i) for i in out] + ["<eos>"], "attention": att}
+
+
+# ---- the page --------------------------------------------------------------------------------------
+def _b64(a: np.ndarray) -> str:
+    return base64.b64encode(np.ascontiguousarray(a).tobytes()).decode("ascii")
+
+
+def encode_head(w: np.ndarray) -> dict:
+    """One head's (Tq, Tk) weights for the page: dense uint16 while Tk ≤ DENSE_MAX, else the
+    TOP_K largest of each row as (uint16 index, uint16 weight) pairs."""
+    tq, tk = w.shape
+    q = np.clip(np.rint(w * 65535), 0, 65535).astype("<u2")
+    if tk <= DENSE_MAX:
+        return {"dense": _b64(q)}
+    k = min(TOP_K, tk)
+    idx = np.argsort(-w, axis=1, kind="stable")[:, :k]
+    vals = np.take_along_axis(q, idx, axis=1)
+    return {"topk": k, "index": _b64(idx.astype("<u2")), "value": _b64(vals)}
+
+
+def _png_data_url(image: np.ndarray) -> str:
+    from PIL import Image
+
+    a = np.clip(image.transpose(1, 2, 0) * 255, 0, 255).astype(np.uint8)
+    img = Image.fromarray(a[..., 0] if a.shape[2] == 1 else a)
+    buf = io.BytesIO()
+    img.save(buf, format="PNG")
+    return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode("ascii")
+
+
+def page_payload(data: dict, title: str) -> dict:
+    """The JSON the page reads: everything but the attention, plus each head encoded."""
+    att = data["attention"]
+    payload = {"kind": data["kind"], "title": title, "layers": int(att.shape[0]), "heads": int(att.shape[1]),
+               "tq": int(att.shape[2]), "tk": int(att.shape[3]),
+               "attention": [[encode_head(att[layer, head]) for head in range(att.shape[1])]
+                             for layer in range(att.shape[0])]}
+    if data["kind"] == "text":
+        payload.update(tokens=data["tokens"])
+        if "next_tokens" in data:  # a GPT: what it predicts at each position
+            payload.update(next_tokens=data["next_tokens"], next_probs=np.round(data["next_probs"], 5).tolist())
+    elif data["kind"] == "image":
+        payload.update(image=_png_data_url(data["image"]), grid=data["grid"], n_prefix=data["n_prefix"],
+                       rollout={k: np.round(v, 5).tolist() for k, v in data["rollout"].items()},
+                       distance=np.round(data["distance"], 4).tolist(), patch_size=data["patch_size"])
+    else:
+        payload.update(source=data["source"], target=data["target"])
+    return payload
+
+
+def write_page(data: dict, path: str | Path, title: str) -> Path:
+    """The self-contained explorer page for ``data`` (from one of the functions above)."""
+    from .explorer_page import TEMPLATE
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    payload = json.dumps(page_payload(data, title), separators=(",", ":"), allow_nan=False).replace("</", "<\\/")
+    html = TEMPLATE.replace("__TITLE__", title.replace("<", "&lt;")).replace("__DATA__", payload)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(html, encoding="utf-8")
+    tmp.replace(path)
+    return path
