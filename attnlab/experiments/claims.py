@@ -384,7 +384,7 @@ def _image_models(ctx: Context):
         from ..train.tasks import ImageClassificationTask
 
         splits = digits()
-        steps = ctx.steps(10, 800, 2000)
+        steps = ctx.steps(10, 1500, 3000)
         labels = dict(num_classes=10, in_chans=1, labels=splits.labels)
         models = {"vit": ViT(ViTConfig(**{**VIT_PRESETS["digits"], "peg": False, **labels})),
                   "cnn": CNN(CNNConfig(**labels, image_size=8, widths=(32, 64)))}
