@@ -100,6 +100,16 @@ def build_parser() -> argparse.ArgumentParser:
     ex.add_argument("--device", type=device_name, default="cpu", help="auto | cpu | cuda (default cpu)")
     ex.set_defaults(func=_explore)
 
+    sv = sub.add_parser("serve", help="serve the explorer locally, with an input box", epilog=EPILOG,
+                        description="The explorer page of `attnlab explore`, served on this machine: type a text "
+                        "(GPT, text encoder), upload an image (ViT) or a sentence (seq2seq) and the views are "
+                        "recomputed. Bound to 127.0.0.1; requests from other origins are refused.")
+    sv.add_argument("--ckpt", required=True, help="run folder (or HuggingFace folder)")
+    sv.add_argument("--port", type=_port, default=8000, help="TCP port (default 8000)")
+    sv.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
+    sv.add_argument("--device", type=device_name, default="cpu", help="auto | cpu | cuda (default cpu)")
+    sv.set_defaults(func=_serve)
+
     from .experiments.claims import CLAIMS
 
     rp = sub.add_parser("reproduce", help="check the lectures' claims on real runs; write a report", epilog=EPILOG,
@@ -162,6 +172,32 @@ def _explore(args) -> int:
     data = _family(args.ckpt).explore(args)
     path = write_page(data, args.out, f"attnlab explorer: {Path(args.ckpt).name}")
     print(f"wrote {path} ({path.stat().st_size / 1e6:.2f} MB); open it in a browser (it needs no network)")
+    return 0
+
+
+def _port(text: str) -> int:
+    from .options import number
+
+    return number(int, 0, True, 65535, what="from 0 to 65535")(text)
+
+
+def _serve(args) -> int:
+    from .errors import CheckpointError
+    from .inspect.serve import serve
+
+    recipe = _family(args.ckpt)
+    if recipe.explore_kind is None:
+        raise CheckpointError(f"{args.ckpt} holds a {recipe.name} model, which the explorer does not show yet")
+
+    def ready(server):
+        host, port = server.server_address[:2]
+        print(f"serving the explorer of {args.ckpt} at http://{'127.0.0.1' if host == '0.0.0.0' else host}:{port}/ "
+              "(Ctrl-C stops)", flush=True)
+
+    try:
+        serve(recipe, args.ckpt, recipe.explore_kind, args.host, args.port, args.device, ready)
+    except KeyboardInterrupt:
+        print("stopped", file=sys.stderr)
     return 0
 
 

@@ -60,6 +60,24 @@ def device_name(text: str) -> str:
     return text
 
 
+def input_lines(texts: list[str], file: str | None) -> list[str]:
+    """A command's input lines: its arguments, else the lines of ``--file``, else standard input."""
+    import sys
+    from pathlib import Path
+
+    if texts:
+        return list(texts)
+    if file:
+        path = Path(file)
+        if not path.is_file():
+            raise ValueError(f"--file {path} does not exist")
+        try:
+            return path.read_text(encoding="utf-8").splitlines()
+        except UnicodeDecodeError as e:
+            raise ValueError(f"--file {path} is not UTF-8 text (byte {e.start}); convert it to UTF-8") from None
+    return sys.stdin.read().splitlines()
+
+
 class SharedOptions:
     """A parser that several families add options to (``eval``, ``inspect``): an option that is
     already there (two classifier families both read --out) is added once."""

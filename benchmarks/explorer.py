@@ -22,7 +22,6 @@ from pathlib import Path
 sys.path.insert(0, os.path.dirname(__file__))
 from common import print_table  # noqa: E402
 
-import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 from attnlab.inspect.explorer import image_attention, text_attention, write_page  # noqa: E402

@@ -185,3 +185,67 @@ def test_long_inputs_are_stored_sparsely_and_stay_usable(browser, tmp_path):
     assert _status(page)["query"] == "500" and _top(page)[0] == _argmax(att[0, 0, 500])
     print(f"1,024-token page: ready after {load_ms:.0f} ms")  # recorded in benchmarks/README.md, not asserted
     assert not errors
+
+
+def _serve_in_thread(ckpt):
+    import threading
+
+    from attnlab.inspect.serve import serve
+    from attnlab.recipes import checkpoint_recipe
+
+    started = threading.Event()
+    box = {}
+
+    def ready(server):
+        box["server"] = server
+        started.set()
+
+    recipe = checkpoint_recipe(ckpt)
+    threading.Thread(target=serve, args=(recipe, ckpt, recipe.explore_kind, "127.0.0.1", 0, "cpu", ready),
+                     daemon=True).start()
+    assert started.wait(10)
+    return box["server"]
+
+
+def test_serve_recomputes_and_refuses_other_origins(browser):
+    import http.client
+    import json as _json
+
+    server = _serve_in_thread(str(RUNS / "gpt"))
+    port = server.server_address[1]
+    try:
+        def request(method, path, body=None, headers=None):
+            c = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+            c.request(method, path, body=body, headers=headers or {})
+            r = c.getresponse()
+            return r.status, r.read().decode()
+
+        assert request("GET", "/")[0] == 200
+        status, html = request("POST", "/explore", _json.dumps({"text": "The"}), {"Content-Type": "application/json"})
+        assert status == 200 and "explorerReady" in html
+        assert request("POST", "/explore", "{}", {"Origin": "http://evil.example"})[0] == 403
+        assert request("GET", "/", headers={"Host": "evil.example"})[0] == 403
+        status, err = request("POST", "/explore", _json.dumps({"text": "é" * 40}))
+        assert status == 400 and err.startswith("error:")
+        page = browser.new_page(bypass_csp=True)  # (lets Playwright evaluate its checks); type, submit, see
+        page.goto(f"http://127.0.0.1:{port}/")
+        page.fill("textarea", "The ")
+        page.click("button")
+        page.wait_for_function("window.explorerReady === true", timeout=10_000)
+        assert page.locator("#thumbs canvas").count() > 0
+        page.close()
+    finally:
+        server.shutdown()
+
+
+def test_serve_says_when_the_port_is_taken(capsys):
+    import socket
+
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    s.listen()
+    try:
+        assert main(["serve", "--ckpt", str(RUNS / "gpt"), "--port", str(s.getsockname()[1])]) == 2
+        assert "is taken" in capsys.readouterr().err
+    finally:
+        s.close()

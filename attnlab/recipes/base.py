@@ -43,6 +43,7 @@ class Recipe:
     set_by_data: tuple[str, ...] = ()  # config fields that follow from the data, not options
     train_defaults: dict = {}  # TrainConfig values that differ from its defaults for this family
     inspections: dict[str, str] = {}  # `attnlab inspect WHAT` -> help
+    explore_kind: str | None = None  # what `attnlab explore` / `serve` show: text | image | cross
 
     @property
     def default_out(self) -> str:

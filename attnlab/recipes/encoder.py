@@ -13,7 +13,7 @@ import torch
 
 from ..errors import CheckpointError, DataError
 from ..models.encoder import ENCODER_PRESETS, TextEncoder, TextEncoderConfig
-from ..options import EPILOG, at_least, below_one, device_name
+from ..options import EPILOG, at_least, below_one, device_name, input_lines
 from . import register
 from .base import Recipe, TrainingRun
 
@@ -30,6 +30,7 @@ class TextEncoderRecipe(Recipe):
     hf_model_types = {"bert": "text-encoder"}
     presets = ENCODER_PRESETS
     set_by_data = ("vocab_size", "num_labels", "labels", "pad_id", "mlm_head")
+    explore_kind = "text"
     train_defaults = dict(batch_size=32, lr=5e-4, min_lr=5e-5, warmup_iters=100, max_iters=1500, weight_decay=0.01,
                           beta2=0.98, eval_interval=250, eval_iters=5)
 
@@ -221,15 +222,7 @@ def embed_texts(model, tok, texts: list[str], device="cpu", batch_size: int = 64
 def embed_command(args) -> int:
     """``attnlab embed``: one vector per input line."""
     model, tok, _, dev = load_text_encoder(args.ckpt, args.device)
-    if args.text:
-        texts = list(args.text)
-    elif args.file:
-        path = Path(args.file)
-        if not path.is_file():
-            raise DataError(f"--file {path} does not exist")
-        texts = path.read_text(encoding="utf-8").splitlines()
-    else:
-        texts = sys.stdin.read().splitlines()
+    texts = input_lines(args.text, args.file)
     if not texts or any(not t.strip() for t in texts):
         raise DataError("embed needs non-empty lines of text (an empty line has no tokens to pool)")
     vectors = embed_texts(model, tok, texts, dev, args.batch_size)

@@ -23,6 +23,7 @@ class GPTRecipe(Recipe):
     hf_model_types = {"gpt2": "gpt"}
     presets = GPT_PRESETS
     set_by_data = ("vocab_size",)
+    explore_kind = "text"
 
     def add_train_arguments(self, p) -> None:
         p.add_argument("--data", default=None,

@@ -14,7 +14,7 @@ import torch
 
 from ..models.rnn import RNNSeq2Seq
 from ..models.seq2seq import Transformer
-from ..options import EPILOG, at_least, below_one, device_name, fraction, nonneg_float, positive_int
+from ..options import EPILOG, at_least, below_one, device_name, fraction, input_lines, nonneg_float, positive_int
 from . import register
 from .base import Recipe, TrainingRun
 
@@ -38,6 +38,7 @@ class Seq2SeqRecipe(Recipe):
                    "synthetic task generated on the fly (reverse).")
     models = {"transformer": Transformer, "rnn": RNNSeq2Seq}
     set_by_data = ("src_vocab", "tgt_vocab")
+    explore_kind = "cross"
     train_defaults = dict(batch_size=64, lr=1e-3, min_lr=1e-5, warmup_iters=200, max_iters=2000, weight_decay=0.01,
                           beta2=0.98, eval_interval=250, eval_iters=10)
     inspections = {"alignment": "cross-attention of a translation, per layer and head (--text)"}
@@ -251,18 +252,7 @@ def translate_texts(model, sv, tv, texts, *, beam=5, alpha=1.0, max_len=None, de
 def translate(args) -> int:
     """``attnlab translate``: one translation per input line."""
     model, sv, tv, _, dev = load_seq2seq(args.ckpt, args.device)
-    if args.text:
-        texts = list(args.text)
-    elif args.file:
-        path = Path(args.file)
-        if not path.is_file():
-            raise ValueError(f"--file {path} does not exist")
-        try:
-            texts = path.read_text(encoding="utf-8").splitlines()
-        except UnicodeDecodeError as e:
-            raise ValueError(f"--file {path} is not UTF-8 text (byte {e.start}); convert it to UTF-8") from None
-    else:
-        texts = sys.stdin.read().splitlines()
+    texts = input_lines(args.text, args.file)
     if not any(t.strip() for t in texts):
         raise ValueError("no sentences to translate: give them as arguments, with --file, or on standard input")
     for line in translate_texts(model, sv, tv, texts, beam=args.beam, alpha=args.alpha, max_len=args.max_len,

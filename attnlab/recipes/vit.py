@@ -30,6 +30,7 @@ class ViTRecipe(ImageClassifierRecipe):
     models = {"vit": ViT}
     hf_model_types = {"vit": "vit"}
     presets = VIT_PRESETS
+    explore_kind = "image"
     inspections = {
         "attention": "attention of one query token, per layer and head (--image)",
         "rollout": "attention rollout from the class token (--image)",
