@@ -137,3 +137,30 @@ def test_a_new_family_is_one_recipe(tmp_path):
         assert isinstance(attnlab.load(tmp_path / "t"), TinyLM)
     finally:
         _REGISTRY.pop("tiny", None)
+
+
+def test_training_stops_once_the_target_metric_is_reached(tmp_path, capsys):
+    out = tmp_path / "s"
+    assert main(["train", "seq2seq", "--data", "copy", "--dim", "16", "--heads", "2", "--enc-layers", "1",
+                 "--dec-layers", "1", "--mlp-dim", "16", "--out", str(out), "--max-iters", "10", "--eval-interval", "2",
+                 "--eval-iters", "1", "--batch-size", "4", "--no-progress", "--target", "0"]) == 0
+    metrics = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert metrics[-1]["step"] == 2 and "val_exact" in metrics[-1]  # the first evaluation already meets 0
+    assert "stopping early" in capsys.readouterr().out
+    out2 = tmp_path / "s2"  # an unreachable target changes nothing
+    assert main(["train", "seq2seq", "--data", "copy", "--dim", "16", "--heads", "2", "--enc-layers", "1",
+                 "--dec-layers", "1", "--mlp-dim", "16", "--out", str(out2), "--max-iters", "4", "--eval-interval", "2",
+                 "--eval-iters", "1", "--batch-size", "4", "--no-progress", "--target", "2"]) == 0
+    assert json.loads((out2 / "metrics.jsonl").read_text().splitlines()[-1])["step"] == 4
+
+
+def test_the_embedded_default_announces_its_time(tmp_path, capsys, monkeypatch):
+    """Only a plain default run prints the expected wall time (here cut short by monkeypatching fit)."""
+    from attnlab.train import Trainer
+
+    monkeypatch.setattr(Trainer, "fit", lambda self: {"step": 0, "best_val": 0.0, "seconds": 0.0})
+    monkeypatch.setattr("attnlab.recipes.vit.ViTRecipe.finish", lambda *a: None)
+    assert main(["train", "vit", "--out", str(tmp_path / "v")]) == 0
+    assert "expect about" in capsys.readouterr().err
+    assert main(["train", "vit", "--out", str(tmp_path / "w"), "--max-iters", "5"]) == 0
+    assert "expect about" not in capsys.readouterr().err

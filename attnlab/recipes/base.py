@@ -44,6 +44,7 @@ class Recipe:
     train_defaults: dict = {}  # TrainConfig values that differ from its defaults for this family
     inspections: dict[str, str] = {}  # `attnlab inspect WHAT` -> help
     explore_kind: str | None = None  # what `attnlab explore` / `serve` show: text | image | cross
+    default_seconds: int | None = None  # wall time of the embedded default run, measured on 2 CPU cores
 
     @property
     def default_out(self) -> str:
@@ -163,6 +164,9 @@ def train(recipe: Recipe, args) -> int:
         saved_cfg = recipe.models[saved["model_type"]].config_class.from_dict(saved["model"])
         refuse_model_changes(out, saved_cfg, model_over, recipe.run_options(args, saved))
     tcfg = train_config(args, saved)
+    if recipe.default_seconds and not saved and args.data is None and not model_over and not given(args, args.train_fields):
+        print(f"the embedded default run: expect about {recipe.default_seconds / 60:.1f} minutes on 2 CPU cores "
+              "(measured on a 2-core AMD EPYC)", file=sys.stderr)
     run = recipe.prepare(args, saved, model_over, tcfg)
     torch.manual_seed(tcfg.seed)  # the initial weights follow from the seed
     model = recipe.models[run.model_type](run.config)

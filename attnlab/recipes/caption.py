@@ -30,6 +30,7 @@ class CaptionRecipe(Recipe):
     set_by_data = ("vocab_size", "in_chans")
     train_defaults = dict(batch_size=32, lr=2e-3, min_lr=1e-4, warmup_iters=50, max_iters=1200, weight_decay=0.0,
                           beta2=0.99, grad_clip=2.0, eval_interval=200, eval_iters=4)
+    default_seconds = 155
     inspections = {"caption": "the image once per generated word with that word's attention (--image)"}
 
     def add_train_arguments(self, p) -> None:

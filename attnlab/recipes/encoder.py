@@ -31,6 +31,7 @@ class TextEncoderRecipe(Recipe):
     presets = ENCODER_PRESETS
     set_by_data = ("vocab_size", "num_labels", "labels", "pad_id", "mlm_head")
     explore_kind = "text"
+    default_seconds = 275
     train_defaults = dict(batch_size=32, lr=5e-4, min_lr=5e-5, warmup_iters=100, max_iters=1500, weight_decay=0.01,
                           beta2=0.98, eval_interval=250, eval_iters=5)
 

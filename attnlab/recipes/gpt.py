@@ -24,6 +24,7 @@ class GPTRecipe(Recipe):
     presets = GPT_PRESETS
     set_by_data = ("vocab_size",)
     explore_kind = "text"
+    default_seconds = 180
 
     def add_train_arguments(self, p) -> None:
         p.add_argument("--data", default=None,

@@ -31,6 +31,7 @@ class ViTRecipe(ImageClassifierRecipe):
     hf_model_types = {"vit": "vit"}
     presets = VIT_PRESETS
     explore_kind = "image"
+    default_seconds = 200
     inspections = {
         "attention": "attention of one query token, per layer and head (--image)",
         "rollout": "attention rollout from the class token (--image)",

@@ -101,6 +101,8 @@ class ImageClassificationTask:
                  for i in range(0, len(x), batch_size)]
         return torch.cat(preds), y
 
+    target_metric = "val_acc"
+
     def eval_metrics(self, model: nn.Module, device) -> dict:
         pred, y = self.predict(model, "val", device=device)
         return {"val_acc": (pred == y).float().mean().item()}
@@ -125,6 +127,24 @@ class Seq2SeqTask:
         src, src_mask, tgt_in, tgt_out = batch
         return cross_entropy(model(src, tgt_in, src_mask), tgt_out, ignore_index=0,
                              label_smoothing=self.label_smoothing)
+
+    @property
+    def target_metric(self) -> str | None:
+        """Synthetic tasks have a clear finish line: exact sequences on held-out inputs."""
+        return "val_exact" if self.data.synthetic else None
+
+    @torch.no_grad()
+    def eval_metrics(self, model: nn.Module, device) -> dict:
+        if not self.data.synthetic:
+            return {}
+        from ..data.parallel import pad_batch
+        from ..decode import greedy_decode
+
+        model = unwrap_model(model).eval()  # decoding needs the model's own methods (not a DDP wrapper)
+        pairs = self.data.pairs["val"][:200]
+        src, mask = pad_batch([s for s, _ in pairs])
+        hyps = greedy_decode(model, src.to(device), mask.to(device), max_len=max(len(t) for _, t in pairs) + 2)
+        return {"val_exact": sum(h == t for h, (_, t) in zip(hyps, pairs)) / len(pairs)}
 
     def eval_loss(self, model: nn.Module, batch) -> Tensor:
         """The plain NLL per target token (no label smoothing): what ``eval`` reports as
@@ -239,6 +259,8 @@ class TextClassificationTask:
         for ids, mask in self.data.batches(split, batch_size):
             preds.append(model.classify(ids.to(device), mask.to(device)).argmax(-1).cpu())
         return torch.cat(preds), torch.tensor(self.data.label_ids[split])
+
+    target_metric = "val_acc"
 
     def eval_metrics(self, model: nn.Module, device) -> dict:
         pred, y = self.predict(model, "val", device=device)

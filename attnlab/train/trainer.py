@@ -53,6 +53,7 @@ class TrainConfig(Config):
     progress: bool = True
     checkpoint_activations: bool = False  # recompute each block's activations in backward (saves memory)
     fsdp: bool = False  # under torchrun: fully sharded data parallel instead of DDP
+    target: float | None = None  # stop once the task's validation metric (accuracy, exact match) reaches this
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -430,12 +431,17 @@ class Trainer:
         bar = tqdm(total=cfg.max_iters, initial=self.step, disable=not (cfg.progress and main), unit="it",
                    dynamic_ncols=True)
         t0, items = time.perf_counter(), 0
+        warm = self.step + 1  # throughput is measured from the end of the first step (compilation, caches)
+        metric = getattr(self.task, "target_metric", None)
         term = _sigterm_as_interrupt()
         try:
             with term:
                 while self.step < cfg.max_iters:
                     loss = self.train_step()
-                    items += self.task.items_per_batch * cfg.grad_accum
+                    if self.step == warm:
+                        t0, items = time.perf_counter(), 0
+                    else:
+                        items += self.task.items_per_batch * cfg.grad_accum
                     rec = {"step": self.step, "loss": loss, "lr": self.lr_at(self.step - 1)}
                     if self.step % cfg.log_interval == 0 or self.step == cfg.max_iters:
                         dt = time.perf_counter() - t0
@@ -461,6 +467,11 @@ class Trainer:
                         if improved:
                             self.save("best")
                         D.barrier(self.dist)
+                        if cfg.target is not None and metric is not None and rec.get(metric, -math.inf) >= cfg.target:
+                            if main:
+                                bar.write(f"step {self.step}: {metric.replace('_', ' ')} {rec[metric]:.4f} reached the "
+                                          f"target {cfg.target}; stopping early")
+                            break
                     elif main:
                         self.log(rec)
                     else:
