@@ -24,7 +24,7 @@ class GPTRecipe(Recipe):
     presets = GPT_PRESETS
     set_by_data = ("vocab_size",)
     explore_kind = "text"
-    default_seconds = 180
+    default_seconds = 110
 
     def add_train_arguments(self, p) -> None:
         p.add_argument("--data", default=None,
