@@ -127,7 +127,15 @@ def generation_rows(cfg: GPTConfig, new_tokens: int, prompt_len: int) -> list[di
     t_nocache = time_it(run_ours(False), warmup=0, repeat=1)
     a, b, c = new_tokens / t_cache, new_tokens / t_hf, new_tokens / t_nocache
     shape = f"{cfg.layers}/{cfg.heads}/{cfg.dim} V={cfg.vocab_size}"
+    bf16 = GPT(cfg).eval()  # `attnlab sample --dtype bf16`: weights and activations in bf16
+    bf16.load_state_dict(ours.state_dict())
+    bf16 = bf16.to(torch.bfloat16)
+    t_bf16 = time_it(lambda: generate(bf16, prompt.tolist(), new_tokens, temperature=0), warmup=1, repeat=3)
+    agree = generate(bf16, prompt.tolist(), new_tokens, temperature=0)[0] == run_ours(True)()[0]
     return [
+        {"row": f"generate {new_tokens} tok, {shape}, bf16 weights", "attnlab": new_tokens / t_bf16, "baseline": b,
+         "baseline is": "HF generate fp32", "ratio": (new_tokens / t_bf16) / b, "unit": "tokens/s",
+         "note": f"same tokens as fp32: {agree}"},
         {"row": f"generate {new_tokens} tok, {shape}", "attnlab": a, "baseline": b, "baseline is": "HF generate",
          "ratio": a / b, "unit": "tokens/s", "note": f"same tokens: {same}"},
         {"row": f"generate {new_tokens} tok, {shape}", "attnlab": a, "baseline": c,
@@ -151,6 +159,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="small shapes only")
     ap.add_argument("--compile", action="store_true", help="add attnlab torch.compile rows")
+    ap.add_argument("--generate-only", action="store_true", help="only the generation rows")
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
     torch.manual_seed(0)
@@ -163,7 +172,8 @@ def main() -> None:
     if not args.quick:
         shapes.append(("6/6/384 T=256 B=16",
                        GPTConfig(vocab_size=65, context=256, layers=6, heads=6, dim=384), 16))
-    rows = train_rows(shapes, dtypes, peaks, repeat=3 if args.quick else 8, do_compile=args.compile)
+    rows = [] if args.generate_only else train_rows(shapes, dtypes, peaks, repeat=3 if args.quick else 8,
+                                                    do_compile=args.compile)
     gen_cfg = (GPTConfig(vocab_size=50257, context=1024, layers=6, heads=6, dim=384, activation="gelu_tanh")
                if args.quick else GPTConfig(layers=12, heads=12, dim=768, activation="gelu_tanh"))
     rows += generation_rows(gen_cfg, 64 if args.quick else 256, 16)

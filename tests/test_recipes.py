@@ -164,3 +164,10 @@ def test_the_embedded_default_announces_its_time(tmp_path, capsys, monkeypatch):
     assert "expect about" in capsys.readouterr().err
     assert main(["train", "vit", "--out", str(tmp_path / "w"), "--max-iters", "5"]) == 0
     assert "expect about" not in capsys.readouterr().err
+
+
+def test_sample_with_bf16_weights(old_runs, capsys):
+    assert main(["sample", "--ckpt", "gpt", "--prompt", "The", "--max-new-tokens", "12", "--dtype", "bf16",
+                 "--temperature", "0", "--device", "cpu"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("The") and len(out.strip()) > 3
