@@ -68,6 +68,10 @@ class Recipe:
         """Extra top-level commands (``sample``, ``translate``, ``predict``)."""
 
     # ---- training ------------------------------------------------------------------------------
+    def train_defaults_for(self, args) -> dict:
+        """The training defaults of a new run (a family may size them to its data)."""
+        return self.train_defaults
+
     def check_new(self, args, model_over: dict) -> None:
         """Refuse bad options of a new run before anything is read or written."""
 
@@ -157,6 +161,7 @@ def train(recipe: Recipe, args) -> int:
     out = Path(args.out)
     model_over = given(args, args.model_fields)
     if not args.resume:  # check the options before anything is read or written
+        args.train_defaults = recipe.train_defaults_for(args)
         train_config(args, None)
         recipe.check_new(args, model_over)
     saved = run_config(out, args.resume, tuple(recipe.models))
