@@ -423,8 +423,7 @@ def vit_figures(ctx: Context) -> Result:
     near, far = sim[dist == 1].mean().item(), sim[dist >= g].mean().item()
     with capture_attention(vit) as rec, torch.no_grad():
         vit(x[:256])
-    maps = rec.maps()
-    maps = [maps[k] for k in sorted(maps, key=lambda n: int(n.split(".")[2]))]
+    maps = rec.layers()
     d = torch.stack([A.mean_attention_distance(m, vit.grid, vit.config.patch_size, vit.n_prefix) for m in maps])
     P.attention_distance_png(d.numpy(), ctx.out / "vit_distance.png", image_size=vit.config.image_size)
     first, last = d[0].mean().item(), d[-1].mean().item()
@@ -499,8 +498,7 @@ def alignment(ctx: Context) -> Result:
     tgt_in, _ = pad_batch([[1] + data.tgt_vocab.encode(t) for _, t in pairs])
     with capture_attention(model, include="cross_attn") as rec, torch.no_grad():
         model(src, tgt_in, mask)
-    maps = rec.maps()
-    avg = torch.stack([w.mean(1) for w in maps.values()]).mean(0)  # (B, T, S), layers and heads averaged
+    avg = torch.stack([w.mean(1) for w in rec.layers()]).mean(0)  # (B, T, S), layers and heads averaged
     expected = torch.arange(9, -1, -1)  # target position t copies source position 9 - t
     hits = (avg[:, :10].argmax(-1) == expected).float().mean().item()
     alignment_png([c for c in pairs[0][0]], [c for c in pairs[0][1]] + ["<eos>"],
@@ -550,8 +548,7 @@ def heads(ctx: Context) -> Result:
     x, y = ids[:-1].reshape(8, 64), ids[1:].reshape(8, 64)
     with capture_attention(model) as rec, torch.no_grad():
         base = F.cross_entropy(model(x).flatten(0, 1), y.flatten()).item()
-    maps = rec.maps()
-    layer0 = maps[sorted(maps)[0]][:, :, 1:]  # (B, H, T, T), skip the first query (one key only)
+    layer0 = rec.layers()[0][:, :, 1:]  # (B, H, T, T), skip the first query (one key only)
     h = layer0.shape[1]
     js = np.zeros((h, h))
     for i in range(h):

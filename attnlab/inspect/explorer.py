@@ -28,10 +28,9 @@ DENSE_MAX = 256
 TOP_K = 32
 
 
-def _stack(maps: dict[str, torch.Tensor], key=None) -> np.ndarray:
-    """{module name: (1, H, Tq, Tk)} -> (L, H, Tq, Tk) in layer order."""
-    names = sorted(maps, key=key or (lambda n: [int(p) if p.isdigit() else p for p in n.split(".")]))
-    return torch.stack([maps[n][0] for n in names]).float().numpy()
+def stack_layers(rec) -> np.ndarray:
+    """An attention record of one input -> (L, H, Tq, Tk), first layer first."""
+    return torch.stack([w[0] for w in rec.layers()]).float().cpu().numpy()
 
 
 @torch.no_grad()
@@ -51,7 +50,7 @@ def text_attention(model, tokenizer, text: str, top_k: int = 10) -> dict:
     top = probs.topk(min(top_k, probs.shape[-1]), dim=-1)
     tokens = [tokenizer.decode([i]) for i in ids]
     names = [[tokenizer.decode([int(i)]) for i in row] for row in top.indices.cpu()]
-    return {"kind": "text", "tokens": tokens, "attention": _stack(rec.maps()),
+    return {"kind": "text", "tokens": tokens, "attention": stack_layers(rec),
             "next_tokens": names, "next_probs": top.values.cpu().numpy()}
 
 
@@ -65,8 +64,7 @@ def image_attention(model, image: torch.Tensor, mean, std) -> dict:
     x = normalize(image[None], mean, std).to(next(model.parameters()).device)
     with capture_attention(model) as rec:
         model(x)
-    maps = rec.maps()
-    ordered = [maps[k] for k in sorted(maps, key=lambda n: int(n.split(".")[2]))]
+    ordered = rec.layers()
     att = torch.stack([m[0] for m in ordered]).float()  # (L, H, T, T)
     npre, grid = model.n_prefix, model.grid
     rollout = {}
@@ -90,7 +88,7 @@ def cross_attention(model, src_vocab, tgt_vocab, src: str, tgt: str | None = Non
 
     ids = src_vocab.encode(src)[: model.config.context]
     if not ids:
-        raise ValueError("--src is empty: give a source sentence")
+        raise ValueError("the source sentence is empty: give one to translate")
     device = next(model.parameters()).device
     s, mask = pad_batch([ids])
     s, mask = s.to(device), mask.to(device)
@@ -100,13 +98,13 @@ def cross_attention(model, src_vocab, tgt_vocab, src: str, tgt: str | None = Non
     name = lambda v, i: v.tokenizer.decode([i]) if v.tokenizer.kind == "bpe" else v.tokenizer.itos[i]  # noqa: E731
     if model.model_type == "rnn":
         if model.config.attention == "none":
-            raise ValueError("this RNN has no attention, so there is no cross-attention to explore")
+            raise ValueError("this RNN has no attention (attention='none'), so it has no alignment to draw")
         model(s, tgt_in, mask)
         att = model.last_alignment[0][None, None].float().cpu().numpy()  # one "layer", one "head"
     else:
         with capture_attention(model, include="cross_attn") as rec:
             model(s, tgt_in, mask)
-        att = _stack(rec.maps())
+        att = stack_layers(rec)
     return {"kind": "cross", "source": [name(src_vocab, i) for i in ids],
             "target": [name(tgt_vocab, i) for i in out] + ["<eos>"], "attention": att}
 

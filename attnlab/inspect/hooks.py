@@ -16,8 +16,13 @@ class AttentionRecord:
         self.modules = modules
 
     def maps(self) -> dict[str, Tensor]:
-        """Module name -> its last attention weights (B, H, Tq, Tk)."""
+        """Module name -> its last attention weights (B, H, Tq, Tk), in the model's module order
+        (for a stack of blocks: input side first)."""
         return {n: m.last_weights for n, m in self.modules.items() if m.last_weights is not None}
+
+    def layers(self) -> list[Tensor]:
+        """The weights (B, H, Tq, Tk) of every recorded module, first layer first."""
+        return list(self.maps().values())
 
 
 @contextlib.contextmanager

@@ -194,8 +194,7 @@ def word_attention(model, images, meta, captions: list[list[int]]):
     if model.config.arch == "transformer":
         with capture_attention(model, include="cross_attn") as rec:
             model(x, tgt_in)
-        maps = rec.maps()
-        last = maps[max(maps, key=lambda n: int(n.split(".")[2]))]  # decoder.blocks.<i>.cross_attn: (B, H, T, N)
+        last = rec.layers()[-1]  # the last decoder block's cross-attention (B, H, T, N)
         per_head = last.reshape(*last.shape[:3], h, w).cpu()
         return per_head.mean(1), per_head
     model(x, tgt_in)

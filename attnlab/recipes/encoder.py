@@ -162,7 +162,7 @@ class TextEncoderRecipe(Recipe):
 
     def explore(self, args) -> dict:
         from ..inspect import capture_attention
-        from ..inspect.explorer import _stack
+        from ..inspect.explorer import stack_layers
 
         if not args.text:
             raise ValueError("explore a text encoder with --text \"some text\"")
@@ -170,7 +170,7 @@ class TextEncoderRecipe(Recipe):
         ids, mask = encode_texts(tok, [args.text], model.config.context)
         with capture_attention(model) as rec, torch.no_grad():
             model(ids.to(dev), mask.to(dev))
-        return {"kind": "text", "tokens": [tok.id_to_token(i) for i in ids[0].tolist()], "attention": _stack(rec.maps())}
+        return {"kind": "text", "tokens": [tok.id_to_token(i) for i in ids[0].tolist()], "attention": stack_layers(rec)}
 
 
 def load_text_encoder(ckpt: str, device: str = "auto"):

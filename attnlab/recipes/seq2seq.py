@@ -274,35 +274,17 @@ def translate(args) -> int:
     return 0
 
 
-def alignment(model, sv, tv, text: str, device="cpu"):
-    """Greedy-translate ``text`` and return (source tokens, target tokens, {name: (T, S) weights})."""
-    from ..data.parallel import pad_batch
-    from ..decode import greedy_decode
-    from ..inspect import capture_attention
+def alignment(model, sv, tv, text: str):
+    """Greedy-translate ``text`` and return (source tokens, target tokens, {name: (T, S) weights}):
+    every decoder layer and head of the explorer's :func:`cross_attention`, and their average
+    (an RNN with attention has one map)."""
+    from ..inspect.explorer import cross_attention
 
-    ids = sv.encode(text)[: model.config.context]
-    if not ids:
-        raise ValueError("--text is empty")
-    src, mask = pad_batch([ids])
-    out = greedy_decode(model, src.to(device), mask.to(device), max_len=min(100, model.config.context - 1))[0]
-    tgt_in = torch.tensor([[1] + out], device=device)
-    maps = {}
-    with torch.no_grad():
-        if model.model_type == "rnn":
-            if model.config.attention == "none":
-                raise ValueError("this RNN has no attention (attention='none'), so it has no alignment to draw")
-            model(src.to(device), tgt_in, mask.to(device))
-            maps["attention"] = model.last_alignment[0]
-        else:
-            with capture_attention(model, include="cross_attn") as rec:
-                model(src.to(device), tgt_in, mask.to(device))
-            per_layer = rec.maps()
-            for name, w in sorted(per_layer.items()):
-                layer = name.split(".")[2]  # decoder.blocks.<i>.cross_attn
-                for h in range(w.shape[1]):
-                    maps[f"layer {layer} head {h}"] = w[0, h]
-            maps["average"] = torch.stack([w[0].mean(0) for w in per_layer.values()]).mean(0)
-    tok = lambda v, i: v.tokenizer.decode([i]) if v.tokenizer.kind == "bpe" else v.tokenizer.itos[i]  # noqa: E731
-    src_tokens = [tok(sv, i) for i in ids]
-    tgt_tokens = [tok(tv, i) for i in out] + ["<eos>"]
-    return src_tokens, tgt_tokens, {k: v[: len(tgt_tokens), : len(src_tokens)].cpu() for k, v in maps.items()}
+    data = cross_attention(model, sv, tv, text)
+    att = torch.from_numpy(data["attention"])  # (L, H, T, S)
+    if model.model_type == "rnn":
+        maps = {"attention": att[0, 0]}
+    else:
+        maps = {f"layer {layer} head {h}": att[layer, h] for layer in range(att.shape[0]) for h in range(att.shape[1])}
+        maps["average"] = att.mean((0, 1))
+    return data["source"], data["target"], maps

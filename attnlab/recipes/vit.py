@@ -125,8 +125,7 @@ def attention_maps(model, x) -> list[torch.Tensor]:
 
     with capture_attention(model) as rec, torch.no_grad():
         model(x)
-    maps = rec.maps()
-    return [maps[k] for k in sorted(maps, key=lambda n: int(n.split(".")[2]))]  # encoder.blocks.<i>.attn
+    return rec.layers()
 
 
 def one_image(args, model, meta):
