@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import DataError
+from .parallel import pad_batch
 
 EMBEDDED_TASK = "python-docs-sections"
 
@@ -149,13 +150,7 @@ class TokenizedTexts:
         return max(1, sum(map(len, train)) // max(1, len(train)))
 
     def _pad(self, seqs: list[list[int]]):
-        import torch
-
-        width = max(map(len, seqs))
-        ids = torch.full((len(seqs), width), self.tokenizer.pad_id, dtype=torch.long)
-        for i, s in enumerate(seqs):
-            ids[i, : len(s)] = torch.tensor(s)
-        return ids, ids != self.tokenizer.pad_id
+        return pad_batch(seqs, self.tokenizer.pad_id)
 
     def batch(self, split: str, batch_size: int, generator):
         """Random examples: (ids, mask) for pretraining, (ids, mask, labels) for classification."""
@@ -174,20 +169,22 @@ class TokenizedTexts:
             yield self._pad(seqs[i : i + batch_size])
 
 
+def encode_truncated(tokenizer, text: str, context: int) -> tuple[list[int], bool]:
+    """(ids of ``[CLS] text [SEP]``, whether it was cut): a text longer than ``context`` tokens
+    keeps its first context - 1 tokens and a final [SEP]."""
+    e = tokenizer.encode(text)
+    return (e, False) if len(e) <= context else (e[: context - 1] + [tokenizer.sep_id], True)
+
+
 def tokenize(name: str, tokenizer, texts: dict[str, list[str]], context: int,
              labels: dict[str, list[str]] | None = None, classes: list[str] | None = None) -> TokenizedTexts:
     """Encode every split; texts longer than ``context`` tokens keep their first context - 1 tokens
     and a final [SEP] (counted in ``truncated``). Labels outside ``classes`` are refused."""
     ids, truncated = {}, 0
     for split, items in texts.items():
-        out = []
-        for t in items:
-            e = tokenizer.encode(t)
-            if len(e) > context:
-                truncated += 1
-                e = e[: context - 1] + [tokenizer.sep_id]
-            out.append(e)
-        ids[split] = out
+        encoded = [encode_truncated(tokenizer, t, context) for t in items]
+        ids[split] = [e for e, _ in encoded]
+        truncated += sum(cut for _, cut in encoded)
     label_ids = {}
     if labels is not None:
         index = {c: i for i, c in enumerate(classes)}

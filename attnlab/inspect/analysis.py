@@ -184,3 +184,10 @@ def pointing_hit(attention: Tensor, box: tuple[int, int, int, int], image_size: 
     cy, cx = image_size / h, image_size / w  # cell size in pixels
     x0, y0, x1, y1 = box
     return col * cx < x1 and (col + 1) * cx > x0 and row * cy < y1 and (row + 1) * cy > y0
+
+
+def confusion_matrix(y: Tensor, pred: Tensor, k: int) -> Tensor:
+    """Counts (k, k): row = true class, column = predicted class."""
+    cm = torch.zeros(k, k, dtype=torch.long)
+    cm.index_put_((y, pred), torch.ones_like(y), accumulate=True)
+    return cm

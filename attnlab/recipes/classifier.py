@@ -83,6 +83,7 @@ class ImageClassifierRecipe(Recipe):
 
     def evaluate(self, args) -> int:
         from ..data.images import load_images, normalize
+        from ..inspect.analysis import confusion_matrix
         from ..inspect.plots import confusion_matrix_png
 
         model, meta, dev = load_classifier(args.ckpt, args.device)
@@ -102,9 +103,7 @@ class ImageClassifierRecipe(Recipe):
             pred = torch.cat([model(normalize(x[i : i + 256], meta["mean"], meta["std"]).to(dev)).argmax(-1).cpu()
                               for i in range(0, len(x), 256)])
         acc = (pred == y).float().mean().item()
-        k = len(splits.labels)
-        cm = torch.zeros(k, k, dtype=torch.long)
-        cm.index_put_((y, pred), torch.ones_like(y), accumulate=True)
+        cm = confusion_matrix(y, pred, len(splits.labels))
         out = Path(args.out) if args.out else Path(args.ckpt) / "confusion.png"
         confusion_matrix_png(cm.numpy(), splits.labels, out, title=f"{splits.name} {split}: accuracy {acc:.4f}")
         res = {"data": splits.name, "split": split, "images": len(y), "accuracy": acc, "confusion_png": str(out),

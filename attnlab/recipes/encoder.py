@@ -194,20 +194,15 @@ def load_text_encoder(ckpt: str, device: str = "auto"):
 
 def encode_texts(tok, texts: list[str], context: int):
     """(ids (B, T), mask (B, T)) of ``[CLS] text [SEP]``, truncated to ``context`` (with a warning)."""
-    seqs, cut = [], 0
-    for t in texts:
-        e = tok.encode(t)
-        if len(e) > context:
-            e, cut = e[: context - 1] + [tok.sep_id], cut + 1
-        seqs.append(e)
+    from ..data.labelled import encode_truncated
+    from ..data.parallel import pad_batch
+
+    encoded = [encode_truncated(tok, t, context) for t in texts]
+    cut = sum(c for _, c in encoded)
     if cut:
         print(f"warning: {cut} texts were longer than the model's context of {context} tokens and were truncated",
               file=sys.stderr)
-    width = max(map(len, seqs))
-    ids = torch.full((len(seqs), width), tok.pad_id, dtype=torch.long)
-    for i, s in enumerate(seqs):
-        ids[i, : len(s)] = torch.tensor(s)
-    return ids, ids != tok.pad_id
+    return pad_batch([e for e, _ in encoded], tok.pad_id)
 
 
 def embed_texts(model, tok, texts: list[str], device="cpu", batch_size: int = 64) -> np.ndarray:
@@ -238,9 +233,10 @@ def embed_command(args) -> int:
 
 def evaluate_encoder(args) -> dict:
     from ..data.labelled import load_labelled, load_pretraining_texts, tokenize
+    from ..inspect.analysis import confusion_matrix
     from ..inspect.plots import confusion_matrix_png
     from ..losses import cross_entropy
-    from ..train.tasks import bert_mask
+    from ..train.tasks import TextClassificationTask, bert_mask
 
     model, tok, meta, dev = load_text_encoder(args.ckpt, args.device)
     spec = args.data or meta.get("data_spec")
@@ -249,14 +245,8 @@ def evaluate_encoder(args) -> dict:
         split = args.split or "test"
         data = load_labelled(spec)
         ds = tokenize(data.name, tok, data.texts, c.context, data.labels, c.labels)
-        preds = []
-        with torch.no_grad():
-            for ids, mask in ds.batches(split, args.batch_size):
-                preds.append(model.classify(ids.to(dev), mask.to(dev)).argmax(-1).cpu())
-        pred, y = torch.cat(preds), torch.tensor(ds.label_ids[split])
-        k = c.num_labels
-        cm = torch.zeros(k, k, dtype=torch.long)
-        cm.index_put_((y, pred), torch.ones_like(y), accumulate=True)
+        pred, y = TextClassificationTask(ds, args.batch_size).predict(model, split, dev, args.batch_size)
+        cm = confusion_matrix(y, pred, c.num_labels)
         tp = cm.diag().float()
         f1 = 2 * tp / (cm.sum(0) + cm.sum(1)).float().clamp_min(1)
         present = (cm.sum(1) + cm.sum(0)) > 0  # classes with no true and no predicted text do not count
