@@ -44,7 +44,7 @@ def build_parser() -> argparse.ArgumentParser:
             model_fields += field_options(t, cfg_cls, skip=r.set_by_data, group=model_group)
         train_fields = field_options(t, TrainConfig, group=t.add_argument_group("training"), defaults=r.train_defaults)
         t.set_defaults(func=lambda args, r=r: _train(r, args), model_fields=list(dict.fromkeys(model_fields)),
-                       train_fields=train_fields, train_defaults=r.train_defaults)
+                       train_fields=train_fields)
 
     for r in families:
         r.add_commands(sub)

@@ -111,15 +111,16 @@ def given(args, names) -> dict:
     return {n: getattr(args, n) for n in names if getattr(args, n, None) is not None}
 
 
-def train_config(args, saved: dict | None):
-    """The TrainConfig of this run. A resumed run keeps its saved values and takes the training
+def train_config(args, saved: dict | None, defaults: dict | None = None):
+    """The TrainConfig of this run: a new one from the family's ``defaults`` and the options given.
+    A resumed run keeps its saved values and takes the training
     options given now (they are safe to change, and are listed); its learning-rate schedule stays
     the one it started with (decay to its original ``lr_decay_iters``) unless --lr-decay-iters is given."""
     from ..train import TrainConfig
 
     over = given(args, args.train_fields)
     if not saved:
-        return TrainConfig(**{**args.train_defaults, **over})
+        return TrainConfig(**{**(defaults or {}), **over})
     old = dict(saved.get("train", {}))
     if old.get("lr_decay_iters") is None:  # runs written before the schedule was saved explicitly
         old["lr_decay_iters"] = old.get("max_iters")
@@ -161,14 +162,13 @@ def train(recipe: Recipe, args) -> int:
     out = Path(args.out)
     model_over = given(args, args.model_fields)
     if not args.resume:  # check the options before anything is read or written
-        args.train_defaults = recipe.train_defaults_for(args)
-        train_config(args, None)
+        tcfg = train_config(args, None, recipe.train_defaults_for(args))
         recipe.check_new(args, model_over)
     saved = run_config(out, args.resume, tuple(recipe.models))
     if saved:
         saved_cfg = recipe.models[saved["model_type"]].config_class.from_dict(saved["model"])
         refuse_model_changes(out, saved_cfg, model_over, recipe.run_options(args, saved))
-    tcfg = train_config(args, saved)
+        tcfg = train_config(args, saved)
     if recipe.default_seconds and not saved and args.data is None and not model_over and not given(args, args.train_fields):
         print(f"the embedded default run: expect about {recipe.default_seconds / 60:.1f} minutes on 2 CPU cores "
               "(measured on a 2-core AMD EPYC)", file=sys.stderr)

@@ -19,6 +19,7 @@ from . import register
 from .base import Recipe, TrainingRun
 
 ARCH_ATTENTION = {"rnn": "none", "rnn-attention": "additive"}
+DEFAULT_DATA = "reverse"  # the embedded default: a synthetic task
 DEFAULT_DATA_OPTS = dict(src_lang="de", tgt_lang="en", tokenizer=None, vocab_size=8000, joint=True, min_len=5,
                          max_len=20)
 
@@ -74,7 +75,7 @@ class Seq2SeqRecipe(Recipe):
     def train_defaults_for(self, args) -> dict:
         from ..data.parallel import SYNTHETIC
 
-        synthetic = (args.data or "reverse") in SYNTHETIC
+        synthetic = (args.data or DEFAULT_DATA) in SYNTHETIC
         return {**self.train_defaults, **(self.SYNTHETIC_TRAIN if synthetic else {})}
 
     def check_new(self, args, model_over) -> None:
@@ -101,7 +102,7 @@ class Seq2SeqRecipe(Recipe):
             data = load_data(spec, opts, args.data_dir, saved.get("vocab"))
             cfg = self.models[mtype].config_class.from_dict(saved["model"])
         else:
-            spec = args.data or "reverse"
+            spec = args.data or DEFAULT_DATA
             opts = {**DEFAULT_DATA_OPTS, **{k: v for k, v in self.data_options(args).items() if v is not None}}
             data = load_data(spec, opts, args.data_dir)
             arch = args.arch or "transformer"
