@@ -72,7 +72,7 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--device", type=device_name, default="auto", help="auto | cpu | cuda")
     for r in families:
         r.add_eval_arguments(SharedOptions(e))
-    e.set_defaults(func=lambda args: _family(args.ckpt).evaluate(args))
+    e.set_defaults(func=_evaluate)
 
     inspections = {what: h for r in families for what, h in r.inspections.items()}
     ins = sub.add_parser("inspect", help="look inside a trained model (PNG + raw numbers)", epilog=EPILOG,
@@ -148,6 +148,14 @@ def _family(ckpt: str):
     from .recipes import checkpoint_recipe
 
     return checkpoint_recipe(ckpt)
+
+
+def _evaluate(args) -> int:
+    import json
+
+    res, line = _family(args.ckpt).evaluate(args)
+    print(json.dumps(res) if args.json else line)
+    return 0
 
 
 def _inspect(args) -> int:

@@ -89,7 +89,8 @@ class Recipe:
               file=sys.stderr)
 
     # ---- using a trained model ---------------------------------------------------------------
-    def evaluate(self, args) -> int:
+    def evaluate(self, args) -> tuple[dict, str]:
+        """``attnlab eval``: (the metrics, one line saying them); the command prints either."""
         raise CheckpointError(f"attnlab eval does not know how to evaluate {self.name} models yet")
 
     def inspect(self, args) -> int:

@@ -3,7 +3,6 @@ exact captions, the pointing game on scenes) and `inspect caption` (the per-word
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 
@@ -98,22 +97,18 @@ class CaptionRecipe(Recipe):
         group.add_argument("--beam", type=positive_int, default=1, help="seq2seq and captions: beam size (default 1 = greedy)")
         group.add_argument("--alpha", type=nonneg_float, default=1.0, help="beam length penalty exponent (default 1.0)")
 
-    def evaluate(self, args) -> int:
+    def evaluate(self, args) -> tuple[dict, str]:
         res = evaluate_captioner(args.ckpt, split=args.split or "test", beam=args.beam, alpha=args.alpha,
                                  data=args.data, device=args.device, batch_size=max(args.batch_size, 64))
-        if args.json:
-            print(json.dumps(res))
-        else:
-            b = res["bleu"]
-            line = (f"{res['data']} [{res['split']}], {res['images']} images: BLEU-1..4 "
-                    f"{b[0]:.1f} / {b[1]:.1f} / {b[2]:.1f} / {b[3]:.1f} ({res['bleu_signature']}), exact captions "
-                    f"{res['exact']:.3f}, word perplexity {res['perplexity']:.2f}")
-            if res.get("pointing") is not None:
-                by = res["pointing_by_word"]
-                line += (f", pointing game {res['pointing']:.3f} over the words naming {res['pointing_objects']} "
-                         f"objects (size {by['size']:.3f}, colour {by['colour']:.3f}, shape {by['shape']:.3f})")
-            print(line)
-        return 0
+        b = res["bleu"]
+        line = (f"{res['data']} [{res['split']}], {res['images']} images: BLEU-1..4 "
+                f"{b[0]:.1f} / {b[1]:.1f} / {b[2]:.1f} / {b[3]:.1f} ({res['bleu_signature']}), exact captions "
+                f"{res['exact']:.3f}, word perplexity {res['perplexity']:.2f}")
+        if res.get("pointing") is not None:
+            by = res["pointing_by_word"]
+            line += (f", pointing game {res['pointing']:.3f} over the words naming {res['pointing_objects']} "
+                     f"objects (size {by['size']:.3f}, colour {by['colour']:.3f}, shape {by['shape']:.3f})")
+        return res, line
 
     def add_inspect_arguments(self, group) -> None:
         group.add_argument("--image", default=None, help="image file (attention, rollout, caption)")

@@ -4,7 +4,6 @@ classification task, `eval` (accuracy + confusion matrix), `predict`, and CKA be
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
@@ -81,7 +80,7 @@ class ImageClassifierRecipe(Recipe):
     def add_eval_arguments(self, group) -> None:
         group.add_argument("--out", default=None, help="classifiers: confusion-matrix PNG (default: <run>/confusion.png)")
 
-    def evaluate(self, args) -> int:
+    def evaluate(self, args) -> tuple[dict, str]:
         from ..data.images import load_images, normalize
         from ..inspect.analysis import confusion_matrix
         from ..inspect.plots import confusion_matrix_png
@@ -108,11 +107,7 @@ class ImageClassifierRecipe(Recipe):
         confusion_matrix_png(cm.numpy(), splits.labels, out, title=f"{splits.name} {split}: accuracy {acc:.4f}")
         res = {"data": splits.name, "split": split, "images": len(y), "accuracy": acc, "confusion_png": str(out),
                "note": splits.note}
-        if args.json:
-            print(json.dumps(res))
-        else:
-            print(f"{splits.name} [{split}], {len(y)} images: accuracy {acc:.4f}; confusion matrix {out}")
-        return 0
+        return res, f"{splits.name} [{split}], {len(y)} images: accuracy {acc:.4f}; confusion matrix {out}"
 
     def predict(self, args) -> int:
         return predict(args)

@@ -148,17 +148,13 @@ class TextEncoderRecipe(Recipe):
             print(f"{labels[int(p.argmax())]}\t{shown}\t{text[:60]}")
         return 0
 
-    def evaluate(self, args) -> int:
+    def evaluate(self, args) -> tuple[dict, str]:
         res = evaluate_encoder(args)
-        if args.json:
-            print(json.dumps(res))
-        elif "accuracy" in res:
-            print(f"{res['data']} [{res['split']}], {res['texts']} texts: accuracy {res['accuracy']:.4f}, macro-F1 "
-                  f"{res['macro_f1']:.4f}; confusion matrix {res['confusion_png']}")
-        else:
-            print(f"{res['data']} [{res['split']}], {res['masked_tokens']} masked tokens: loss {res['loss']:.4f}, "
-                  f"accuracy {res['accuracy_masked']:.4f}")
-        return 0
+        if "accuracy" in res:
+            return res, (f"{res['data']} [{res['split']}], {res['texts']} texts: accuracy {res['accuracy']:.4f}, "
+                         f"macro-F1 {res['macro_f1']:.4f}; confusion matrix {res['confusion_png']}")
+        return res, (f"{res['data']} [{res['split']}], {res['masked_tokens']} masked tokens: loss {res['loss']:.4f}, "
+                     f"accuracy {res['accuracy_masked']:.4f}")
 
     def explore(self, args) -> dict:
         from ..inspect import capture_attention

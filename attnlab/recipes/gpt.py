@@ -112,7 +112,7 @@ class GPTRecipe(Recipe):
         group.add_argument("--max-tokens", type=positive_int, default=200_000,
                            help="language models: evaluate at most this many tokens (default 200000)")
 
-    def evaluate(self, args) -> int:
+    def evaluate(self, args) -> tuple[dict, str]:
         import numpy as np
         import torch
 
@@ -158,12 +158,8 @@ class GPTRecipe(Recipe):
             "bits_per_char": total / math.log(2) / len(decoded),
             "bits_per_byte": total / math.log(2) / len(decoded.encode("utf-8")),
         }
-        if args.json:
-            print(json.dumps(res))
-        else:
-            print(f"{name} [{split}], {count:,} tokens: loss {loss:.4f} nats/token, perplexity "
-                  f"{res['perplexity']:.2f}, {res['bits_per_char']:.3f} bits/char, {res['bits_per_byte']:.3f} bits/byte")
-        return 0
+        return res, (f"{name} [{split}], {count:,} tokens: loss {loss:.4f} nats/token, perplexity "
+                     f"{res['perplexity']:.2f}, {res['bits_per_char']:.3f} bits/char, {res['bits_per_byte']:.3f} bits/byte")
 
     def explore(self, args) -> dict:
         from ..inspect.explorer import text_attention

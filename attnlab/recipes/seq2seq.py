@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import json
 import math
 import sys
 import time
@@ -147,7 +146,7 @@ class Seq2SeqRecipe(Recipe):
         group.add_argument("--max-sentences", type=positive_int, default=100_000,
                            help="seq2seq: evaluate at most this many")
 
-    def evaluate(self, args) -> int:
+    def evaluate(self, args) -> tuple[dict, str]:
         import sacrebleu
 
         from ..data.parallel import collate
@@ -178,13 +177,9 @@ class Seq2SeqRecipe(Recipe):
                "bleu_signature": str(metric.get_signature()),
                "exact_match": sum(h == r for h, r in zip(hyps, refs)) / n, "beam": args.beam,
                "decode_s": decode_s, "sentences_per_s": n / decode_s}
-        if args.json:
-            print(json.dumps(res))
-        else:
-            print(f"{data.name} [{split}], {n} sentences: perplexity {res['perplexity']:.2f}, BLEU {bleu.score:.2f} "
-                  f"({res['bleu_signature']}), exact match {res['exact_match']:.3f}, beam {args.beam} "
-                  f"({res['sentences_per_s']:.1f} sentences/s)")
-        return 0
+        return res, (f"{data.name} [{split}], {n} sentences: perplexity {res['perplexity']:.2f}, BLEU "
+                     f"{bleu.score:.2f} ({res['bleu_signature']}), exact match {res['exact_match']:.3f}, beam "
+                     f"{args.beam} ({res['sentences_per_s']:.1f} sentences/s)")
 
     def add_inspect_arguments(self, group) -> None:
         group.add_argument("--text", default=None, help="alignment: the source sentence to translate")
