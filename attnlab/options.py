@@ -118,6 +118,8 @@ def field_options(parser, cls, skip=(), group=None, defaults: dict | None = None
         default = (defaults or {}).get(f.name, f.default if f.default is not dataclasses.MISSING else None)
         also = f"; also {', '.join(flags[1:])}" if flags[1:] else ""
         helptext = f"{cls.__name__}.{f.name} (default: {default}{also})"
+        if "help" in f.metadata:
+            helptext = f"{f.metadata['help']}{also}"
         if base is bool:
             group.add_argument(*flags, dest=f.name, action=argparse.BooleanOptionalAction, default=None, help=helptext)
         else:

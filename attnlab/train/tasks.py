@@ -16,6 +16,8 @@ class LanguageModelTask:
     """Next-token prediction on random windows of a token stream (teacher forcing on every
     position at once: the causal mask lets one forward pass predict all T next tokens)."""
 
+    static_shapes = True  # every training batch is (B, T): --compile auto may compile
+
     def __init__(self, data: TokenData, block_size: int, batch_size: int):
         self.data, self.block_size = data, block_size
         self.items_per_batch = block_size * batch_size
@@ -42,6 +44,8 @@ class LanguageModelTask:
 class ImageClassificationTask:
     """Images and labels; light augmentation on the training split (random crop after zero
     padding, horizontal flip where it makes sense), normalisation by training-split statistics."""
+
+    static_shapes = True  # every training batch is (B, C, H, W): --compile auto may compile
 
     def __init__(self, splits, batch_size: int, *, pad: int = 1, flip: bool = False, label_smoothing: float = 0.0,
                  rotate: float = 0.0, scale: float = 0.0):

@@ -13,9 +13,10 @@ import math
 import os
 import shutil
 import signal
+import sys
 import threading
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Protocol
 
@@ -27,6 +28,7 @@ from ..checkpoint import find_checkpoint, load_trainer_state, load_weights, unwr
 from ..config import Config
 from ..errors import AttnlabError, CheckpointError
 from . import distributed as D
+from .compiling import PROBE_STEPS, CompileChoice, pays_off
 from .optim import adamw, warmup_cosine
 
 
@@ -48,7 +50,10 @@ class TrainConfig(Config):
     log_interval: int = 10
     device: str = "auto"  # auto | cpu | cuda
     dtype: str = "auto"  # auto | fp32 | bf16
-    compile: bool = False
+    # torch.compile the model: True/False as asked; None (the default, "auto") compiles when the
+    # first steps' timing says the rest of the run is long enough to pay it back (train/compiling.py)
+    compile: bool | None = field(default=None, metadata={"help": "torch.compile the model (default: auto, on when "
+                                 "the timed first steps show the run is long enough to pay back compiling)"})
     seed: int = 1337
     progress: bool = True
     checkpoint_activations: bool = False  # recompute each block's activations in backward (saves memory)
@@ -81,6 +86,8 @@ class Task(Protocol):
     """What the trainer needs to know about a dataset + objective."""
 
     items_per_batch: int  # tokens (or images) in one micro-batch, for throughput
+    # optional: static_shapes = True when every training batch has the same shape (--compile auto
+    # only compiles such tasks; others would recompile for each new shape)
 
     def batch(self, split: str, batch_size: int, generator: torch.Generator) -> tuple[Tensor, ...]: ...
 
@@ -240,7 +247,10 @@ class Trainer:
         self.step = 0
         self.best_val = math.inf
         self.history: list[dict] = []
-        self._compiled = None  # the wrapped (DDP/FSDP) and compiled model, built in fit()
+        self._parallel = None  # the model wrapped for DDP/FSDP (itself when not distributed), built in fit()
+        self._compiled = None  # torch.compile of it, when compiling is on
+        self.compile_reason = {True: "on: asked for (--compile)", False: "off: --no-compile"}.get(
+            cfg.compile, "off: the run ends before its first steps could be timed")
         if self.dtype is None:  # --dtype auto on a CPU where only a measurement can tell
             self.dtype, self.dtype_reason = self.choose_by_timing()
 
@@ -275,14 +285,54 @@ class Trainer:
         return dtype, (f"CPU has fast bf16; timed {steps} steps each: bf16 is {speedup:.2f}x fp32 "
                        f"({'>=' if dtype == torch.bfloat16 else '<'} {CPU_BF16_MIN_SPEEDUP} to choose bf16)")
 
-    def _wrapped(self) -> nn.Module:
-        if self._compiled is None:
+    def _wrapped(self, compiled: bool = True) -> nn.Module:
+        """The model to train (DDP/FSDP-wrapped, compiled when compiling is on); with
+        ``compiled=False`` the same model uncompiled, for evaluation (other shapes and eval mode
+        would each cost a recompilation)."""
+        if self._parallel is None:
             m = D.wrap(self.model, self.dist, self.device, self.cfg.fsdp)
             if self.cfg.fsdp and self.dist.enabled:  # FSDP owns new (sharded) parameters
                 c = self.cfg
                 self.optimizer = adamw(m, c.lr, c.weight_decay, (c.beta1, c.beta2), self.device.type)
-            self._compiled = torch.compile(m) if self.cfg.compile else m
-        return self._compiled
+            self._parallel = m
+            if self.cfg.compile:
+                self._compiled = torch.compile(m)
+        return self._compiled if compiled and self._compiled is not None else self._parallel
+
+    def decide_compile(self, step_seconds: float) -> bool:
+        """``--compile auto``: compile now if the rest of the run pays it back (``compiling.pays_off``;
+        never for tasks whose batches change shape, which would recompile). True if switched on."""
+        if not getattr(self.task, "static_shapes", False):
+            self.compile_reason = "off: this task's batches change shape from step to step"
+            return False
+        choice = pays_off(self.cfg.max_iters - self.step, step_seconds, self.device)
+        if self.dist.enabled:  # every rank must compile or none: rank 0's decision holds
+            t = torch.tensor([float(choice.on)], device=self.device)
+            torch.distributed.broadcast(t, 0)
+            if bool(t.item()) != choice.on:
+                choice = CompileChoice(bool(t.item()), "as rank 0 decided")
+        self.compile_reason = choice.reason
+        if choice.on:
+            self._compiled = torch.compile(self._wrapped(compiled=False))
+        return choice.on
+
+    def _train_step_or_eager(self) -> float:
+        """The first compiled step under ``--compile auto``: if compiling fails, say why and run the
+        step again eagerly (same batch, same random numbers) instead of stopping the run."""
+        rng, data = torch.get_rng_state(), self.data_gen.get_state()
+        try:
+            return self.train_step()
+        except (AttnlabError, KeyboardInterrupt):
+            raise
+        except Exception as e:  # noqa: BLE001 - any compiler failure; the eager step below shows real errors
+            first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            self.compile_reason = f"off: compiling failed ({first[:200]})"
+            print(f"note: torch.compile failed, training on eagerly: {first[:200]}", file=sys.stderr, flush=True)
+            self._compiled = None
+            self.optimizer.zero_grad(set_to_none=True)
+            torch.set_rng_state(rng)
+            self.data_gen.set_state(data)
+            return self.train_step()
 
     # -- schedule --------------------------------------------------------------------------
     def lr_at(self, step: int) -> float:
@@ -334,7 +384,7 @@ class Trainer:
     def evaluate(self, splits=("train", "val")) -> dict[str, float]:
         """Mean loss over ``eval_iters`` batches per split, drawn from a fixed-seed generator
         so evaluation never disturbs the training data stream."""
-        model = self._wrapped()
+        model = self._wrapped(compiled=False)
         model.eval()
         # the loss to report and select on: without training-only terms such as label smoothing
         eval_loss = getattr(self.task, "eval_loss", self.task.loss)
@@ -432,12 +482,20 @@ class Trainer:
                    dynamic_ncols=True)
         t0, items = time.perf_counter(), 0
         warm = self.step + 1  # throughput is measured from the end of the first step (compilation, caches)
+        decide_at = warm + PROBE_STEPS if cfg.compile is None else None  # --compile auto: time a few eager steps
+        first_compiled = False
         metric = getattr(self.task, "target_metric", None)
         term = _sigterm_as_interrupt()
         try:
             with term:
                 while self.step < cfg.max_iters:
-                    loss = self.train_step()
+                    loss = self._train_step_or_eager() if first_compiled else self.train_step()
+                    first_compiled = False
+                    if self.step == decide_at:
+                        if self.decide_compile((time.perf_counter() - t0) / PROBE_STEPS):
+                            first_compiled, warm = True, self.step + 1  # throughput restarts after compiling
+                        if main:
+                            bar.write(f"compile: {self.compile_reason}")
                     if self.step == warm:
                         t0, items = time.perf_counter(), 0
                     else:
