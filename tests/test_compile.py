@@ -1,6 +1,6 @@
 """--compile auto: the pay-off rule on both sides, and the trainer switching (or falling back)
 mid-run without changing what it computes. torch.compile itself is replaced: these tests check
-attnlab's decision and plumbing, not the compiler (benchmarks/compile.py measures that)."""
+attnlab's decision and plumbing, not the compiler (benchmarks/gpt_speed.py --compile measures that)."""
 
 import pytest
 import torch

@@ -7,6 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from PIL import Image
 
 import attnlab
 from attnlab.cli import build_parser, main
@@ -171,3 +172,42 @@ def test_sample_with_bf16_weights(old_runs, capsys):
                  "--temperature", "0", "--device", "cpu"]) == 0
     out = capsys.readouterr().out
     assert out.startswith("The") and len(out.strip()) > 3
+
+
+def test_training_defaults_follow_the_data_and_preset_and_options_win(tmp_path, monkeypatch):
+    """The embedded digits ViT and the shakespeare-cpu GPT get their fast recipes; other data and
+    presets keep TrainConfig's; an option given on the command line always wins."""
+    from attnlab.train import Trainer
+
+    seen = {}
+
+    def fit(self):
+        seen["cfg"], seen["task"] = self.cfg, self.task
+        return {"step": 0, "best_val": 0.0, "seconds": 0.0}
+
+    monkeypatch.setattr(Trainer, "fit", fit)
+    monkeypatch.setattr("attnlab.recipes.vit.ViTRecipe.finish", lambda *a: None)
+    monkeypatch.setattr("attnlab.recipes.gpt.GPTRecipe.finish", lambda *a: None)
+
+    def run(*argv):
+        assert main(["train", *argv, "--out", str(tmp_path / str(len(list(tmp_path.iterdir()))))]) == 0
+        return seen["cfg"], seen["task"]
+
+    cfg, task = run("vit")
+    assert (cfg.batch_size, cfg.lr, cfg.max_iters, task.label_smoothing) == (64, 2e-3, 1000, 0.1)
+    cfg, task = run("vit", "--lr", "1e-3", "--label-smoothing", "0")
+    assert (cfg.batch_size, cfg.lr, task.label_smoothing) == (64, 1e-3, 0.0)
+    folder = tmp_path / "imgs"
+    for label in ("a", "b"):
+        (folder / label).mkdir(parents=True)
+        for i in range(10):
+            Image.new("L", (8, 8), 20 * i).save(folder / label / f"{i}.png")
+    cfg, task = run("vit", "--data", str(folder))
+    assert (cfg.batch_size, cfg.lr, cfg.max_iters, task.label_smoothing) == (128, 1e-3, 2000, 0.0)
+
+    cfg, _ = run("gpt")  # shakespeare-cpu, the default preset
+    assert (cfg.lr, cfg.min_lr, cfg.max_iters, cfg.warmup_iters) == (5e-3, 5e-4, 1000, 50)
+    cfg, _ = run("gpt", "--preset", "nano")
+    assert (cfg.lr, cfg.max_iters) == (1e-3, 2000)
+    cfg, _ = run("gpt", "--max-iters", "300")
+    assert (cfg.lr, cfg.max_iters) == (5e-3, 300)

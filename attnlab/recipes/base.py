@@ -171,8 +171,10 @@ def train(recipe: Recipe, args) -> int:
         refuse_model_changes(out, saved_cfg, model_over, recipe.run_options(args, saved))
         tcfg = train_config(args, saved)
     if recipe.default_seconds and not saved and args.data is None and not model_over and not given(args, args.train_fields):
-        print(f"the embedded default run: expect about {recipe.default_seconds / 60:.1f} minutes on 2 CPU cores "
-              "(measured on a 2-core AMD EPYC)", file=sys.stderr)
+        secs = recipe.default_seconds
+        expect = f"{secs} seconds" if secs < 120 else f"{secs / 60:.1f} minutes"
+        print(f"the embedded default run: expect about {expect} on 2 CPU cores (measured on a 2-core AMD EPYC)",
+              file=sys.stderr)
     run = recipe.prepare(args, saved, model_over, tcfg)
     torch.manual_seed(tcfg.seed)  # the initial weights follow from the seed
     model = recipe.models[run.model_type](run.config)

@@ -31,7 +31,8 @@ class ImageClassifierRecipe(Recipe):
 
     def add_train_arguments(self, p) -> None:
         p.add_argument("--data", default=None, help="digits (embedded, default) | mnist | cifar10 | FOLDER")
-        p.add_argument("--label-smoothing", type=below_one, default=0.0, help="label smoothing of the loss (default 0)")
+        p.add_argument("--label-smoothing", type=below_one, default=None,
+                       help="label smoothing of the loss (default: 0.1 on digits, 0 elsewhere)")
         p.add_argument("--pad", type=nonneg_int, default=None, help="random-crop padding in pixels (default: image size / 8)")
         p.add_argument("--flip", action=argparse.BooleanOptionalAction, default=None,
                        help="random horizontal flips (default: on for cifar10, off for digits/mnist)")
@@ -66,7 +67,8 @@ class ImageClassifierRecipe(Recipe):
         flip = args.flip if args.flip is not None else splits.name == "cifar10"
         pad = args.pad if args.pad is not None else max(1, h // 8)
         rotate = args.rotate if args.rotate is not None else (0.0 if splits.name == "cifar10" else 10.0)
-        task = ImageClassificationTask(splits, tcfg.batch_size, pad=pad, flip=flip, label_smoothing=args.label_smoothing,
+        smoothing = args.label_smoothing if args.label_smoothing is not None else (0.1 if splits.name == "digits" else 0.0)
+        task = ImageClassificationTask(splits, tcfg.batch_size, pad=pad, flip=flip, label_smoothing=smoothing,
                                        rotate=rotate, scale=rotate / 100)
         return TrainingRun(mtype, cfg, task, {"data_spec": spec}, f"{mtype.upper()} | data {splits.name} {c}x{h}x{w}")
 

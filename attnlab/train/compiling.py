@@ -7,7 +7,7 @@ larger than what it costs:
 
     remaining_steps × step_seconds × (1 − 1/speedup)  >  MARGIN × compile_seconds
 
-The constants are measured (``benchmarks/compile.py``, table in ``benchmarks/README.md``);
+The constants are measured (``benchmarks/gpt_speed.py --compile``, table in ``benchmarks/README.md``);
 the step time is measured at the start of the run itself, so the rule adapts to the machine.
 """
 
