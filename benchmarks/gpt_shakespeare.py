@@ -49,8 +49,8 @@ def train_and_eval(label: str, recipe: list[str], extra: list[str], out: Path) -
     last_eval = [r for r in recs if "val_loss" in r][-1]
     full = subprocess.run([sys.executable, "-m", "attnlab", "eval", "--ckpt", str(out / "last"), "--json"],
                           check=True, capture_output=True, text=True)
-    return {"recipe": label, "iters": recs[-1]["step"], "val loss (20 batches)": last_eval["val_loss"],
-            "val loss (full split)": json.loads(full.stdout)["loss"], "wall s": wall,
+    return {"recipe": label, "iters": recs[-1]["step"], "val loss (20 batches)": f"{last_eval['val_loss']:.4f}",
+            "val loss (full split)": f"{json.loads(full.stdout)['loss']:.4f}", "wall s": wall,
             "tokens/s": [r["items_per_s"] for r in recs if "items_per_s" in r][-1]}
 
 

@@ -166,6 +166,7 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="small shapes only")
     ap.add_argument("--compile", action="store_true", help="add attnlab torch.compile rows")
     ap.add_argument("--generate-only", action="store_true", help="only the generation rows")
+    ap.add_argument("--train-only", action="store_true", help="only the training rows")
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
     torch.manual_seed(0)
@@ -182,7 +183,8 @@ def main() -> None:
                                                     do_compile=args.compile)
     gen_cfg = (GPTConfig(vocab_size=50257, context=1024, layers=6, heads=6, dim=384, activation="gelu_tanh")
                if args.quick else GPTConfig(layers=12, heads=12, dim=768, activation="gelu_tanh"))
-    rows += generation_rows(gen_cfg, 64 if args.quick else 256, 16)
+    if not args.train_only:
+        rows += generation_rows(gen_cfg, 64 if args.quick else 256, 16)
     print()
     print_table(rows, ["row", "unit", "attnlab", "baseline", "baseline is", "ratio", "attnlab MFU", "baseline MFU", "note"])
     save_json(rows, args.json)

@@ -24,12 +24,19 @@ def test_a_long_run_compiles_and_a_short_one_does_not(monkeypatch):
     assert not short.on and short.reason.startswith("off:")
     # the nanoGPT CPU recipe (2,000 steps of ~36 ms) is too short to pay back compiling
     assert not compiling.pays_off(2000, 0.036, CPU).on
+    # and under bf16 autocast a compiled CPU step is slower: never worth it
+    bf16 = compiling.pays_off(int(even) * 10, 1.0, CPU, torch.bfloat16)
+    assert not bf16.on and "bf16" in bf16.reason
 
 
 def test_no_cpp_compiler_means_no_compile_on_cpu(monkeypatch):
     monkeypatch.setattr(compiling, "cpp_compiler", lambda: None)
     choice = compiling.pays_off(10**6, 10.0, CPU)
     assert not choice.on and "C++ compiler" in choice.reason
+
+
+def _always_on(remaining, seconds, device, dtype):
+    return compiling.CompileChoice(True, "on: test")
 
 
 def _losses(trainer):
@@ -54,7 +61,7 @@ def test_auto_switches_to_the_compiled_model_mid_run_and_computes_the_same(corpu
         calls.append(model)
         return _Wrapper(model)
 
-    monkeypatch.setattr(T, "pays_off", lambda remaining, seconds, device: compiling.CompileChoice(True, "on: test"))
+    monkeypatch.setattr(T, "pays_off", _always_on)
     monkeypatch.setattr(torch, "compile", fake_compile)
     auto = _setup(corpus, dropout=0.0)  # compile=None: auto
     assert auto.cfg.compile is None
@@ -90,7 +97,7 @@ def test_a_failing_compiler_falls_back_to_eager_without_losing_the_step(corpus, 
         def forward(self, *a, **kw):
             raise RuntimeError("C++ compile error: no such header\nmore lines")
 
-    monkeypatch.setattr(T, "pays_off", lambda remaining, seconds, device: compiling.CompileChoice(True, "on: test"))
+    monkeypatch.setattr(T, "pays_off", _always_on)
     monkeypatch.setattr(torch, "compile", Broken)
     auto = _setup(corpus)
     auto.fit()
@@ -109,7 +116,7 @@ def test_auto_never_compiles_tasks_whose_batches_change_shape(corpus, monkeypatc
 
 def test_the_decision_uses_the_measured_step_time_and_the_steps_left(corpus, monkeypatch):
     seen = []
-    monkeypatch.setattr(T, "pays_off", lambda remaining, seconds, device: seen.append((remaining, seconds))
+    monkeypatch.setattr(T, "pays_off", lambda remaining, seconds, device, dtype: seen.append((remaining, seconds))
                         or compiling.CompileChoice(False, "off: test"))
     auto = _setup(corpus, max_iters=12)
     auto.fit()

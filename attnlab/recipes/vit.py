@@ -31,9 +31,12 @@ class ViTRecipe(ImageClassifierRecipe):
     hf_model_types = {"vit": "vit"}
     presets = VIT_PRESETS
     explore_kind = "image"
-    # the embedded digits run: 1,000 steps of 64 at lr 2e-3 (with label smoothing 0.1) is as
-    # accurate as 2,000 of 128 at 1e-3 and takes a third of the time (benchmarks/README.md, ViT)
-    DIGITS_TRAIN = dict(batch_size=64, lr=2e-3, max_iters=1000)
+    # Per-dataset recipes (benchmarks/README.md, ViT): on digits 1,000 steps of 64 at lr 2e-3 are
+    # as accurate as 2,000 of 128 at 1e-3 in a third of the time; on MNIST (8,000 training
+    # images) 3,000 steps of 64 reach 98.5 % in about 5 minutes. Both with label smoothing 0.1.
+    DATA_TRAIN = {"digits": dict(batch_size=64, lr=2e-3, max_iters=1000),
+                  "mnist": dict(batch_size=64, lr=2e-3, max_iters=3000, eval_interval=500)}
+    LABEL_SMOOTHING = {"digits": 0.1, "mnist": 0.1}
     default_seconds = 35
     inspections = {
         "attention": "attention of one query token, per layer and head (--image)",
@@ -45,8 +48,7 @@ class ViTRecipe(ImageClassifierRecipe):
     }
 
     def train_defaults_for(self, args) -> dict:
-        digits = (args.data or "digits") == "digits"
-        return {**self.train_defaults, **(self.DIGITS_TRAIN if digits else {})}
+        return {**self.train_defaults, **self.DATA_TRAIN.get(args.data or "digits", {})}
 
     def add_train_arguments(self, p) -> None:
         super().add_train_arguments(p)

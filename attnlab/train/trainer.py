@@ -305,7 +305,7 @@ class Trainer:
         if not getattr(self.task, "static_shapes", False):
             self.compile_reason = "off: this task's batches change shape from step to step"
             return False
-        choice = pays_off(self.cfg.max_iters - self.step, step_seconds, self.device)
+        choice = pays_off(self.cfg.max_iters - self.step, step_seconds, self.device, self.dtype)
         if self.dist.enabled:  # every rank must compile or none: rank 0's decision holds
             t = torch.tensor([float(choice.on)], device=self.device)
             torch.distributed.broadcast(t, 0)
