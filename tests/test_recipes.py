@@ -194,7 +194,7 @@ def test_training_defaults_follow_the_data_and_preset_and_options_win(tmp_path, 
         return seen["cfg"], seen["task"]
 
     cfg, task = run("vit")
-    assert (cfg.batch_size, cfg.lr, cfg.max_iters, task.label_smoothing) == (64, 2e-3, 1000, 0.1)
+    assert (cfg.batch_size, cfg.lr, cfg.max_iters, task.label_smoothing, task.pad) == (64, 2e-3, 1000, 0.1, 0)
     cfg, task = run("vit", "--lr", "1e-3", "--label-smoothing", "0")
     assert (cfg.batch_size, cfg.lr, task.label_smoothing) == (64, 1e-3, 0.0)
     folder = tmp_path / "imgs"
