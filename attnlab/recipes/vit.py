@@ -38,7 +38,7 @@ class ViTRecipe(ImageClassifierRecipe):
     DATA_TRAIN = {"digits": dict(batch_size=64, lr=2e-3, max_iters=1000),
                   "mnist": dict(batch_size=64, lr=2e-3, max_iters=3000, eval_interval=500)}
     LABEL_SMOOTHING = {"digits": 0.1, "mnist": 0.1}
-    default_seconds = 35
+    default_seconds = 40
     inspections = {
         "attention": "attention of one query token, per layer and head (--image)",
         "rollout": "attention rollout from the class token (--image)",
