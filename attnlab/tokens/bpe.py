@@ -6,22 +6,19 @@ decode(encode(text)) == text exactly.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable
 from pathlib import Path
 
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
-from ..errors import DataError, UnknownTokenError
+from ..errors import DataError
+from .hf import HFTokenizer
 
 _BYTE_ALPHABET = 256
 
 
-class BPETokenizer:
+class BPETokenizer(HFTokenizer):
     kind = "bpe"
-
-    def __init__(self, tokenizer: Tokenizer) -> None:
-        self._tok = tokenizer
 
     @classmethod
     def train(
@@ -52,10 +49,6 @@ class BPETokenizer:
         tok.train_from_iterator(texts, trainer=trainer)
         return cls(tok)
 
-    @property
-    def vocab_size(self) -> int:
-        return self._tok.get_vocab_size()
-
     def encode(self, text: str) -> list[int]:
         return self._tok.encode(text, add_special_tokens=False).ids
 
@@ -63,24 +56,7 @@ class BPETokenizer:
         return [e.ids for e in self._tok.encode_batch(texts, add_special_tokens=False)]
 
     def decode(self, ids) -> str:
-        ids = [int(i) for i in ids]
-        bad = [i for i in ids if not 0 <= i < self.vocab_size]
-        if bad:
-            raise UnknownTokenError(f"token id {bad[0]} is outside the vocabulary (0..{self.vocab_size - 1})")
-        return self._tok.decode(ids, skip_special_tokens=False)
-
-    def token_to_id(self, token: str) -> int | None:
-        return self._tok.token_to_id(token)
-
-    def to_dict(self) -> dict:
-        return {"type": "bpe", "tokenizer": json.loads(self._tok.to_str())}
-
-    @classmethod
-    def from_dict(cls, d: dict) -> "BPETokenizer":
-        return cls(Tokenizer.from_str(json.dumps(d["tokenizer"])))
-
-    def save(self, path: str | Path) -> None:
-        self._tok.save(str(path))
+        return self._tok.decode(self._checked_ids(ids), skip_special_tokens=False)
 
     @classmethod
     def load(cls, path: str | Path) -> "BPETokenizer":

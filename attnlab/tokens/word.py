@@ -4,19 +4,16 @@ to the unknown token."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable
 
 from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, trainers
 
-from ..errors import DataError, UnknownTokenError
+from ..errors import DataError
+from .hf import HFTokenizer
 
 
-class WordTokenizer:
+class WordTokenizer(HFTokenizer):
     kind = "word"
-
-    def __init__(self, tokenizer: Tokenizer) -> None:
-        self._tok = tokenizer
 
     @classmethod
     def train(cls, texts: Iterable[str], special_tokens: list[str], min_frequency: int = 1,
@@ -31,10 +28,6 @@ class WordTokenizer:
             special_tokens=special_tokens, min_frequency=min_frequency, show_progress=False))
         return cls(tok)
 
-    @property
-    def vocab_size(self) -> int:
-        return self._tok.get_vocab_size()
-
     def encode(self, text: str) -> list[int]:
         return self._tok.encode(text, add_special_tokens=False).ids
 
@@ -43,18 +36,4 @@ class WordTokenizer:
         return [w for w, _ in self._tok.pre_tokenizer.pre_tokenize_str(self._tok.normalizer.normalize_str(text))]
 
     def decode(self, ids) -> str:
-        ids = [int(i) for i in ids]
-        bad = [i for i in ids if not 0 <= i < self.vocab_size]
-        if bad:
-            raise UnknownTokenError(f"token id {bad[0]} is outside the vocabulary (0..{self.vocab_size - 1})")
-        return " ".join(self._tok.id_to_token(i) for i in ids)
-
-    def id_to_token(self, i: int) -> str:
-        return self._tok.id_to_token(int(i))
-
-    def to_dict(self) -> dict:
-        return {"type": "word", "tokenizer": json.loads(self._tok.to_str())}
-
-    @classmethod
-    def from_dict(cls, d: dict) -> "WordTokenizer":
-        return cls(Tokenizer.from_str(json.dumps(d["tokenizer"])))
+        return " ".join(self._tok.id_to_token(i) for i in self._checked_ids(ids))

@@ -12,15 +12,16 @@ from pathlib import Path
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
 
 from ..errors import DataError
+from .hf import HFTokenizer
 
 SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 
 
-class WordPieceTokenizer:
+class WordPieceTokenizer(HFTokenizer):
     kind = "wordpiece"
 
     def __init__(self, tokenizer: Tokenizer) -> None:
-        self._tok = tokenizer
+        super().__init__(tokenizer)
         missing = [s for s in SPECIALS if tokenizer.token_to_id(s) is None]
         if missing:
             raise DataError(f"the tokenizer lacks the special tokens {missing}; a BERT tokenizer needs {SPECIALS}")
@@ -65,10 +66,6 @@ class WordPieceTokenizer:
             return cls.from_vocab(folder / "vocab.txt", lower)
         raise DataError(f"{folder} has no tokenizer.json or vocab.txt")
 
-    @property
-    def vocab_size(self) -> int:
-        return self._tok.get_vocab_size()
-
     def encode(self, text: str, pair: str | None = None) -> list[int]:
         """Ids of ``[CLS] text [SEP]`` (``[CLS] text [SEP] pair [SEP]``)."""
         return self._tok.encode(text, pair).ids
@@ -82,16 +79,3 @@ class WordPieceTokenizer:
 
     def decode(self, ids) -> str:
         return self._tok.decode([int(i) for i in ids], skip_special_tokens=True)
-
-    def id_to_token(self, i: int) -> str:
-        return self._tok.id_to_token(int(i))
-
-    def save(self, path: str | Path) -> None:
-        self._tok.save(str(path))
-
-    def to_dict(self) -> dict:
-        return {"type": "wordpiece", "tokenizer": json.loads(self._tok.to_str())}
-
-    @classmethod
-    def from_dict(cls, d: dict) -> "WordPieceTokenizer":
-        return cls(Tokenizer.from_str(json.dumps(d["tokenizer"])))
