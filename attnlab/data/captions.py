@@ -20,7 +20,7 @@ from torch import Tensor
 
 from ..errors import DataError
 from .images import IMAGE_SUFFIXES, load_image
-from .parallel import Vocab, pad_batch
+from .parallel import Vocab, pad_batch, read_lines
 
 COLORS = {"red": (220, 40, 40), "green": (40, 190, 60), "blue": (50, 80, 230), "yellow": (235, 215, 40),
           "white": (235, 235, 235)}
@@ -141,7 +141,7 @@ def _find_image(root: Path, name: str) -> Path | None:
 def read_tsv(path: Path) -> list[tuple[Path, list[str]]]:
     """``image_path<TAB>caption`` lines (paths relative to the file); one image may have many lines."""
     caps: dict[Path, list[str]] = {}
-    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+    for n, line in enumerate(read_lines(path), 1):  # UTF-8 (or a clear error), gzip allowed
         if not line.strip():
             continue
         if "\t" not in line:

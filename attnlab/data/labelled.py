@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import DataError
-from .parallel import pad_batch
+from .parallel import pad_batch, read_lines
 
 EMBEDDED_TASK = "python-docs-sections"
 
@@ -84,12 +84,8 @@ def read_labelled(path: Path, seed: int = 0) -> LabelledTexts:
     """``text<TAB>label`` lines, split 80/10/10 at random (fixed seed)."""
     if not path.is_file():
         raise DataError(f"{path} does not exist; give a text<TAB>label file")
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except UnicodeDecodeError as e:
-        raise DataError(f"{path} is not UTF-8 text (byte {e.start}); convert it to UTF-8") from None
     pairs = []
-    for n, line in enumerate(lines, 1):
+    for n, line in enumerate(read_lines(path), 1):
         if not line.strip():
             continue
         if "\t" not in line:
