@@ -41,7 +41,18 @@ class LanguageModelTask:
         return {"tokenizer": self.data.tokenizer.to_dict(), "data": self.data.name}
 
 
-class ImageClassificationTask:
+class ClassificationMetrics:
+    """Validation accuracy for any task with ``predict(model, split, device=) -> (predicted,
+    true labels)``; it is also what ``--target`` stops on."""
+
+    target_metric = "val_acc"
+
+    def eval_metrics(self, model: nn.Module, device) -> dict:
+        pred, y = self.predict(model, "val", device=device)
+        return {"val_acc": (pred == y).float().mean().item()}
+
+
+class ImageClassificationTask(ClassificationMetrics):
     """Images and labels; light augmentation on the training split (random crop after zero
     padding, horizontal flip where it makes sense), normalisation by training-split statistics."""
 
@@ -104,12 +115,6 @@ class ImageClassificationTask:
         preds = [model(self.normalize(x[i : i + batch_size].to(device))).argmax(-1).cpu()
                  for i in range(0, len(x), batch_size)]
         return torch.cat(preds), y
-
-    target_metric = "val_acc"
-
-    def eval_metrics(self, model: nn.Module, device) -> dict:
-        pred, y = self.predict(model, "val", device=device)
-        return {"val_acc": (pred == y).float().mean().item()}
 
     def meta(self) -> dict:
         s = self.splits
@@ -178,18 +183,15 @@ class CaptionTask:
         images, tgt_in, tgt_out = self.data.batch(split, batch_size, generator)
         return normalize(images, self.data.mean, self.data.std), tgt_in, tgt_out
 
-    def _forward(self, model: nn.Module, batch, label_smoothing: float) -> Tensor:
+    def loss(self, model: nn.Module, batch) -> Tensor:
         from ..models.caption import doubly_stochastic_penalty
 
         images, tgt_in, tgt_out = batch
-        loss = cross_entropy(model(images, tgt_in), tgt_out, ignore_index=0, label_smoothing=label_smoothing)
+        loss = cross_entropy(model(images, tgt_in), tgt_out, ignore_index=0, label_smoothing=self.label_smoothing)
         raw = unwrap_model(model)
         if raw.last_attention is not None and raw.config.alpha_c > 0 and model.training:
             loss = loss + raw.config.alpha_c * doubly_stochastic_penalty(raw.last_attention, tgt_out != 0)
         return loss
-
-    def loss(self, model: nn.Module, batch) -> Tensor:
-        return self._forward(model, batch, self.label_smoothing)
 
     def eval_loss(self, model: nn.Module, batch) -> Tensor:
         """The plain NLL per word (no smoothing, no regulariser): what validation reports."""
@@ -238,7 +240,7 @@ class MaskedLMTask:
         return {"data": self.data.name, "tokenizer": self.data.tokenizer.to_dict()}
 
 
-class TextClassificationTask:
+class TextClassificationTask(ClassificationMetrics):
     """Sequence classification from the pooled [CLS]."""
 
     def __init__(self, data, batch_size: int, label_smoothing: float = 0.0):
@@ -263,12 +265,6 @@ class TextClassificationTask:
         for ids, mask in self.data.batches(split, batch_size):
             preds.append(model.classify(ids.to(device), mask.to(device)).argmax(-1).cpu())
         return torch.cat(preds), torch.tensor(self.data.label_ids[split])
-
-    target_metric = "val_acc"
-
-    def eval_metrics(self, model: nn.Module, device) -> dict:
-        pred, y = self.predict(model, "val", device=device)
-        return {"val_acc": (pred == y).float().mean().item()}
 
     def meta(self) -> dict:
         return {"data": self.data.name, "tokenizer": self.data.tokenizer.to_dict()}
