@@ -89,17 +89,28 @@ def _gpt2_key_map(n_layer: int) -> list[tuple[str, str, bool]]:
     return m
 
 
+def _weights(state: dict[str, Tensor], prefix: str, family: str, what: str):
+    """``get(name)``: the HuggingFace tensor ``prefix + name``, or a clear error when the
+    checkpoint lacks it."""
+
+    def get(name: str) -> Tensor:
+        if prefix + name not in state:
+            raise CheckpointError(f"{family} checkpoint lacks {prefix + name}; it is incomplete or not {what}")
+        return state[prefix + name]
+
+    return get
+
+
 def _load_gpt2(cfg: dict, state: dict[str, Tensor]) -> nn.Module:
     from .models.gpt import GPT
 
     config = _gpt2_config(cfg)
     model = GPT(config)
     prefix = "transformer." if any(k.startswith("transformer.") for k in state) else ""
+    get = _weights(state, prefix, "GPT-2", "GPT-2")
     new = {}
     for hf, ours, transpose in _gpt2_key_map(config.layers):
-        if prefix + hf not in state:
-            raise CheckpointError(f"GPT-2 checkpoint lacks {prefix + hf}; it is incomplete or not GPT-2")
-        t = state[prefix + hf]
+        t = get(hf)
         new[ours] = t.t().contiguous() if transpose else t
     if not config.tie_weights:
         if "lm_head.weight" not in state:
@@ -173,10 +184,7 @@ def _load_vit(cfg: dict, state: dict[str, Tensor]) -> nn.Module:
     )
     model = ViT(config)
 
-    def get(k: str) -> Tensor:
-        if prefix + k not in state:
-            raise CheckpointError(f"ViT checkpoint lacks {prefix + k}; it is incomplete or not a ViT")
-        return state[prefix + k]
+    get = _weights(state, prefix, "ViT", "a ViT")
 
     new = {
         "cls_token": get("embeddings.cls_token"),
@@ -282,10 +290,7 @@ def _load_bert(cfg: dict, state: dict[str, Tensor]) -> nn.Module:
         pad_id=cfg.get("pad_token_id") or 0, mlm_head=has_mlm, num_labels=num_labels, labels=labels)
     model = TextEncoder(config)
 
-    def get(k: str) -> Tensor:
-        if prefix + k not in state:
-            raise CheckpointError(f"BERT checkpoint lacks {prefix + k}; it is incomplete or not BERT")
-        return state[prefix + k]
+    get = _weights(state, prefix, "BERT", "BERT")
 
     has_pooler = prefix + "pooler.dense.weight" in state
     new = {ours: get(theirs) for ours, theirs in _bert_key_map(config.layers) if has_pooler or "pooler" not in ours}

@@ -19,7 +19,7 @@ import torch
 from torch import Tensor
 
 from ..errors import DataError
-from .images import IMAGE_SUFFIXES, load_image
+from .images import IMAGE_SUFFIXES, channel_stats, load_image
 from .parallel import Vocab, pad_batch, read_lines
 
 COLORS = {"red": (220, 40, 40), "green": (40, 190, 60), "blue": (50, 80, 230), "yellow": (235, 215, 40),
@@ -187,9 +187,7 @@ class CaptionData:
     std: list[float] = field(default_factory=list)
 
     def __post_init__(self) -> None:
-        x = self.images["train"]
-        self.mean = x.mean(dim=(0, 2, 3)).tolist()
-        self.std = x.std(dim=(0, 2, 3)).clamp_min(1e-3).tolist()
+        self.mean, self.std = channel_stats(self.images["train"])
 
     def batch(self, split: str, batch_size: int, gen: torch.Generator):
         """(images (B, 3, H, W) in [0, 1], tgt_in, tgt_out): one random reference per image."""

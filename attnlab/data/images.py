@@ -33,13 +33,17 @@ class ImageSplits:
     std: list[float] = field(default_factory=list)
 
     def __post_init__(self) -> None:
-        x = self.train[0]
-        self.mean = x.mean(dim=(0, 2, 3)).tolist()
-        self.std = x.std(dim=(0, 2, 3)).clamp_min(1e-3).tolist()
+        self.mean, self.std = channel_stats(self.train[0])
 
     @property
     def shape(self) -> tuple[int, int, int]:
         return tuple(self.train[0].shape[1:])
+
+
+def channel_stats(images: Tensor) -> tuple[list[float], list[float]]:
+    """Per-channel mean and std of (N, C, H, W) images (std at least 1e-3: a constant channel
+    must not divide by zero), the statistics ``normalize`` uses."""
+    return images.mean(dim=(0, 2, 3)).tolist(), images.std(dim=(0, 2, 3)).clamp_min(1e-3).tolist()
 
 
 def normalize(images: Tensor, mean: list[float], std: list[float]) -> Tensor:
