@@ -16,12 +16,15 @@ scores before the softmax (ALiBi, relative positions, or −inf for "never").
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 from einops import rearrange
 from torch import Tensor, nn
+
+from .hooks import HookPoint
 
 __all__ = [
     "attention_scores",
@@ -31,6 +34,8 @@ __all__ = [
     "KVCache",
     "AdditiveAttention",
     "attend",
+    "attention_weights",
+    "DotAttention",
 ]
 
 
@@ -102,6 +107,8 @@ def scaled_dot_product_attention(
     dropout: float = 0.0,
     return_weights: bool = False,
     scale: float | None = None,
+    score_hook: Callable[[Tensor], Tensor] | None = None,
+    pattern_hook: Callable[[Tensor], Tensor] | None = None,
 ) -> Tensor | tuple[Tensor, Tensor]:
     """``softmax(Q Kᵀ/√d_k + bias, masked) V``.
 
@@ -115,6 +122,8 @@ def scaled_dot_product_attention(
     ``torch.nn.functional.scaled_dot_product_attention`` runs, which for a plain
     causal or unmasked call never materialises the (Tq, Tk) matrix.
     A query that may attend to no key at all gets zero weights and a zero output.
+    ``score_hook`` / ``pattern_hook`` (reference path only): functions that see and may replace
+    the masked scores S (..., Tq, Tk) and the weights P (a model's hook points).
     """
     _check_qkv(q, k, v)
     t_q, t_k = q.shape[-2], k.shape[-2]
@@ -128,28 +137,45 @@ def scaled_dot_product_attention(
     if bias is not None:
         _check_broadcast("bias", bias, t_q, t_k, lead)
     if return_weights:
-        return _reference(q, k, v, _combine(mask, causal, t_q, t_k, q.device), bias, dropout, scale)
+        return _reference(q, k, v, _combine(mask, causal, t_q, t_k, q.device), bias, dropout, scale,
+                          score_hook, pattern_hook)
     return _fast(q, k, v, mask, causal, bias, dropout, scale)
 
 
-def _reference(q, k, v, allowed, bias, dropout, scale):
+def _reference(q, k, v, allowed, bias, dropout, scale, hook_scores=None, hook_pattern=None):
     scores = attention_scores(q, k, scale)  # (..., Tq, Tk)
     if bias is not None:
         scores = scores + bias
-    return attend(scores, v, allowed, dropout)
+    if hook_scores is not None:  # hooks see the scores as the softmax will: masked keys at -inf
+        if allowed is not None:
+            scores = scores.masked_fill(~allowed, float("-inf"))
+        scores = hook_scores(scores)
+    weights = attention_weights(scores, allowed, dropout if hook_pattern is None else 0.0)
+    if hook_pattern is not None:  # hooks see (and may replace) the weights before dropout
+        weights = hook_pattern(weights)
+        if dropout > 0.0:
+            weights = F.dropout(weights, p=dropout)
+    return weights @ v, weights
+
+
+def attention_weights(scores: Tensor, allowed: Tensor | None = None, dropout: float = 0.0) -> Tensor:
+    """P = softmax(scores) over the allowed keys, rows summing to 1: (..., Tq, Tk) -> (..., Tq, Tk).
+    A row with no allowed key gets zeros, not NaN."""
+    if allowed is not None:
+        scores = scores.masked_fill(~allowed, float("-inf"))
+    weights = torch.softmax(scores.float(), dim=-1).to(scores.dtype)
+    if allowed is not None:
+        weights = weights.masked_fill(~allowed.any(-1, keepdim=True), 0.0)
+    if dropout > 0.0:
+        weights = F.dropout(weights, p=dropout)
+    return weights
 
 
 def attend(scores: Tensor, v: Tensor, allowed: Tensor | None = None, dropout: float = 0.0) -> tuple[Tensor, Tensor]:
     """Any attention's second half: P = softmax(scores) over allowed keys, Z = P V.
 
     scores (..., Tq, Tk), v (..., Tk, d_v) -> (Z (..., Tq, d_v), P (..., Tq, Tk))."""
-    if allowed is not None:
-        scores = scores.masked_fill(~allowed, float("-inf"))
-    weights = torch.softmax(scores.float(), dim=-1).to(v.dtype)
-    if allowed is not None:  # a row with nothing to attend to: zeros, not NaN
-        weights = weights.masked_fill(~allowed.any(-1, keepdim=True), 0.0)
-    if dropout > 0.0:
-        weights = F.dropout(weights, p=dropout)
+    weights = attention_weights(scores, allowed, dropout).to(v.dtype)
     return weights @ v, weights
 
 
@@ -224,8 +250,12 @@ class MultiHeadAttention(nn.Module):
     attention with ``n_kv_heads`` < ``n_heads``, a rotary embedding applied to
     Q and K, an attention-bias position module (ALiBi, relative), KV cache.
 
-    Set ``record_weights = True`` (see :func:`attnlab.inspect.capture_attention`)
-    and every forward keeps its per-head weights (B, H, Tq, Tk) in ``last_weights``.
+    Hook points (:mod:`attnlab.hooks`), shapes for B sequences and H heads:
+    ``hook_q`` (B, H, Tq, d_k) after any rotary embedding, ``hook_k`` / ``hook_v`` (B, H_kv, Tk, d)
+    (with a KV cache: the new tokens' only), ``hook_scores`` (B, H, Tq, Tk) = Q Kᵀ/√d_k + bias with
+    masked keys at −inf, ``hook_pattern`` (B, H, Tq, Tk) the softmax weights, ``hook_z``
+    (B, H, Tq, d_v) each head's output before W_O. Hooking the scores or the pattern switches
+    to the reference path (the weights are formed); the others keep the fused kernel.
     """
 
     def __init__(
@@ -275,8 +305,9 @@ class MultiHeadAttention(nn.Module):
         else:
             self.qkv = nn.Linear(d_model, q_dim + k_dim + v_dim, bias=in_bias)  # [W_Q; W_K; W_V]
         self.out_proj = nn.Linear(n_heads * self.d_v, d_out or d_model, bias=bias)  # W_O
-        self.record_weights = False
-        self.last_weights: Tensor | None = None
+        self.hook_q, self.hook_k, self.hook_v = HookPoint(), HookPoint(), HookPoint()
+        self.hook_scores, self.hook_pattern = HookPoint(), HookPoint()
+        self.hook_z = HookPoint()
 
     def new_cache(self, batch: int, max_len: int, *, device=None, dtype=None) -> KVCache:
         return KVCache.empty(batch, self.n_kv_heads, max_len, self.d_k, self.d_v, device=device, dtype=dtype)
@@ -332,6 +363,7 @@ class MultiHeadAttention(nn.Module):
             q = self.rotary(q, positions)
             if not self.cross:
                 k = self.rotary(k, positions)
+        q, k, v = self.hook_q(q), self.hook_k(k), self.hook_v(v)
         if cache is not None:
             k, v = cache.append(k, v)
         t_k = k.shape[2]
@@ -342,16 +374,16 @@ class MultiHeadAttention(nn.Module):
         if self.position_bias is not None:
             pb = self.position_bias(q, t_k)  # (H, Tq, Tk) or (B, H, Tq, Tk)
             bias = pb if bias is None else bias + pb
-        want = need_weights or self.record_weights
+        hooked = self.hook_scores.active or self.hook_pattern.active
         out = scaled_dot_product_attention(
             q, k, v, mask, causal=self.causal, bias=bias,
-            dropout=self.dropout if self.training else 0.0, return_weights=want,
+            dropout=self.dropout if self.training else 0.0, return_weights=need_weights or hooked,
+            score_hook=self.hook_scores if hooked else None, pattern_hook=self.hook_pattern if hooked else None,
         )
         weights = None
-        if want:
+        if need_weights or hooked:
             out, weights = out
-            if self.record_weights:
-                self.last_weights = weights.detach()
+        out = self.hook_z(out)  # (B, H, Tq, d_v)
         out = self.out_proj(rearrange(out, "b h t d -> b t (h d)"))  # concat heads, W_O
         return (out, weights) if need_weights else out
 
@@ -369,10 +401,33 @@ class MultiHeadAttention(nn.Module):
         return mask
 
 
-class AdditiveAttention(nn.Module):
+class _RecurrentAttention(nn.Module):
+    """What every single-head attention of a recurrent decoder shares: one query per decoding
+    step, a softmax over the source, and the hook points ``hook_scores`` / ``hook_pattern``
+    shaped (B, 1, Tq, Tk) like a one-head :class:`MultiHeadAttention`'s, so that readers of
+    attention patterns treat every family alike. A cache joins the decoding steps along Tq."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.hook_scores, self.hook_pattern = HookPoint(step_dim=-2), HookPoint(step_dim=-2)
+
+    def _attend(self, scores: Tensor, values: Tensor, key_mask: Tensor | None) -> tuple[Tensor, Tensor]:
+        """scores (B, Tq, Tk), values (B, Tk, d) -> context (B, Tq, d), weights (B, Tq, Tk)."""
+        allowed = key_mask[:, None, :] if key_mask is not None else None
+        if self.hook_scores.active:
+            if allowed is not None:
+                scores = scores.masked_fill(~allowed, float("-inf"))
+            scores = self.hook_scores(scores[:, None])[:, 0]
+        weights = attention_weights(scores, allowed).to(values.dtype)
+        if self.hook_pattern.active:
+            weights = self.hook_pattern(weights[:, None])[:, 0]
+        return weights @ values, weights
+
+
+class AdditiveAttention(_RecurrentAttention):
     """Bahdanau et al. (2015): e_{t,i} = vᵀ tanh(W s_{t-1} + U h_i), a_t = softmax(e_t),
     c_t = Σ_i a_{t,i} h_i. The scores differ from dot-product attention; the softmax and the
-    weighted sum are the shared :func:`attend`.
+    weighted sum are shared.
 
     query (B, Tq, d_query), keys/values (B, Tk, d_key) -> context (B, Tq, d_key), weights (B, Tq, Tk).
     """
@@ -392,5 +447,19 @@ class AdditiveAttention(nn.Module):
                 projected: Tensor | None = None) -> tuple[Tensor, Tensor]:
         uk = self.project_keys(keys) if projected is None else projected  # (B, Tk, A)
         e = self.v(torch.tanh(self.w_query(query)[:, :, None, :] + uk[:, None, :, :])).squeeze(-1)  # (B, Tq, Tk)
-        allowed = key_mask[:, None, :] if key_mask is not None else None
-        return attend(e, keys, allowed)
+        return self._attend(e, keys, key_mask)
+
+
+class DotAttention(_RecurrentAttention):
+    """Luong et al. (2015), "general" scores, scaled: e_{t,i} = (W s_t)ᵀ h_i / √d_key,
+    a_t = softmax(e_t), c_t = Σ_i a_{t,i} h_i.
+
+    query (B, Tq, d_query), keys/values (B, Tk, d_key) -> context (B, Tq, d_key), weights (B, Tq, Tk).
+    """
+
+    def __init__(self, d_query: int, d_key: int) -> None:
+        super().__init__()
+        self.w_query = nn.Linear(d_query, d_key, bias=False)  # W
+
+    def forward(self, query: Tensor, keys: Tensor, key_mask: Tensor | None = None) -> tuple[Tensor, Tensor]:
+        return self._attend(attention_scores(self.w_query(query), keys), keys, key_mask)

@@ -2,6 +2,13 @@
 
 Pre-LN block (default, GPT-2/ViT):  x = x + MHA(LN(x));  x = x + MLP(LN(x))
 Post-LN block (Vaswani et al.):     x = LN(x + MHA(x));  x = LN(x + MLP(x))
+
+Hook points of a block (:mod:`attnlab.hooks`), each (B, T, D): ``hook_resid_pre`` (its input),
+``hook_attn_out`` (what attention adds), ``hook_resid_mid`` (the stream between the two
+sublayers), ``hook_mlp_out`` (what the MLP adds), ``hook_resid_post`` (its output); a decoder
+block adds ``hook_cross_out`` and ``hook_resid_cross``. Post-LN blocks hook the normalised stream
+as resid_mid and resid_post. Inside: ``attn.hook_*`` (:class:`MultiHeadAttention`) and
+``mlp.hook_pre`` / ``mlp.hook_post`` (B, T, hidden), before and after the activation.
 """
 
 from __future__ import annotations
@@ -14,6 +21,7 @@ from torch import Tensor, nn
 from torch.utils.checkpoint import checkpoint
 
 from .attention import KVCache, MultiHeadAttention
+from .hooks import HookPoint
 
 __all__ = ["MLP", "TransformerBlock", "DecoderBlock", "Encoder", "Decoder", "init_gpt2_weights"]
 
@@ -35,9 +43,11 @@ class MLP(nn.Module):
         self.fc = nn.Linear(dim, hidden, bias=bias)
         self.proj = nn.Linear(hidden, dim, bias=bias)
         self.dropout = nn.Dropout(dropout)
+        self.hook_pre, self.hook_post = HookPoint(), HookPoint()
 
     def forward(self, x: Tensor) -> Tensor:
-        return self.dropout(self.proj(_ACTIVATIONS[self.activation](self.fc(x))))
+        pre = self.hook_pre(self.fc(x))  # (B, T, hidden)
+        return self.dropout(self.proj(self.hook_post(_ACTIVATIONS[self.activation](pre))))
 
 
 class TransformerBlock(nn.Module):
@@ -76,6 +86,8 @@ class TransformerBlock(nn.Module):
         self.mlp = MLP(dim, mlp_hidden or 4 * dim, activation, dropout, bias)
         self.resid_dropout = nn.Dropout(dropout)
         self.checkpoint_activations = False
+        self.hook_resid_pre, self.hook_resid_mid, self.hook_resid_post = HookPoint(), HookPoint(), HookPoint()
+        self.hook_attn_out, self.hook_mlp_out = HookPoint(), HookPoint()
 
     def forward(
         self,
@@ -93,11 +105,12 @@ class TransformerBlock(nn.Module):
         return self._forward(x, **kw)
 
     def _forward(self, x: Tensor, **kw) -> Tensor:
+        x = self.hook_resid_pre(x)
         if self.norm_first:
-            x = x + self.resid_dropout(self.attn(self.ln1(x), **kw))
-            return x + self.mlp(self.ln2(x))
-        x = self.ln1(x + self.resid_dropout(self.attn(x, **kw)))
-        return self.ln2(x + self.mlp(x))
+            x = self.hook_resid_mid(x + self.hook_attn_out(self.resid_dropout(self.attn(self.ln1(x), **kw))))
+            return self.hook_resid_post(x + self.hook_mlp_out(self.mlp(self.ln2(x))))
+        x = self.hook_resid_mid(self.ln1(x + self.hook_attn_out(self.resid_dropout(self.attn(x, **kw)))))
+        return self.hook_resid_post(self.ln2(x + self.hook_mlp_out(self.mlp(x))))
 
 
 class DecoderBlock(nn.Module):
@@ -129,6 +142,9 @@ class DecoderBlock(nn.Module):
         self.mlp = MLP(dim, mlp_hidden or 4 * dim, activation, dropout, bias)
         self.drop1, self.drop2 = nn.Dropout(dropout), nn.Dropout(dropout)
         self.checkpoint_activations = False
+        self.hook_resid_pre, self.hook_resid_mid, self.hook_resid_post = HookPoint(), HookPoint(), HookPoint()
+        self.hook_resid_cross = HookPoint()
+        self.hook_attn_out, self.hook_cross_out, self.hook_mlp_out = HookPoint(), HookPoint(), HookPoint()
 
     def forward(
         self,
@@ -147,23 +163,28 @@ class DecoderBlock(nn.Module):
 
     def _forward(self, x, memory, key_mask, memory_mask, cache) -> Tensor:
         sa = dict(key_mask=key_mask, cache=cache)
+        x = self.hook_resid_pre(x)
         if self.norm_first:
-            x = x + self.drop1(self.self_attn(self.ln1(x), **sa))
-            x = x + self.drop2(self.cross_attn(self.ln2(x), memory, key_mask=memory_mask))
-            return x + self.mlp(self.ln3(x))
-        x = self.ln1(x + self.drop1(self.self_attn(x, **sa)))
-        x = self.ln2(x + self.drop2(self.cross_attn(x, memory, key_mask=memory_mask)))
-        return self.ln3(x + self.mlp(x))
+            x = self.hook_resid_mid(x + self.hook_attn_out(self.drop1(self.self_attn(self.ln1(x), **sa))))
+            x = self.hook_resid_cross(x + self.hook_cross_out(
+                self.drop2(self.cross_attn(self.ln2(x), memory, key_mask=memory_mask))))
+            return self.hook_resid_post(x + self.hook_mlp_out(self.mlp(self.ln3(x))))
+        x = self.hook_resid_mid(self.ln1(x + self.hook_attn_out(self.drop1(self.self_attn(x, **sa)))))
+        x = self.hook_resid_cross(self.ln2(x + self.hook_cross_out(
+            self.drop2(self.cross_attn(x, memory, key_mask=memory_mask)))))
+        return self.hook_resid_post(self.ln3(x + self.hook_mlp_out(self.mlp(x))))
 
 
 class Encoder(nn.Module):
-    """A stack of :class:`TransformerBlock`; pre-LN stacks end with a final LayerNorm."""
+    """A stack of :class:`TransformerBlock`; pre-LN stacks end with a final LayerNorm, whose
+    output passes ``hook_final`` (B, T, D)."""
 
     def __init__(self, n_layers: int, dim: int, n_heads: int, **block_kw) -> None:
         super().__init__()
         self.blocks = nn.ModuleList(TransformerBlock(dim, n_heads, **block_kw) for _ in range(n_layers))
         norm_first = block_kw.get("norm_first", True)
         self.ln_f = nn.LayerNorm(dim, eps=block_kw.get("norm_eps", 1e-5)) if norm_first else nn.Identity()
+        self.hook_final = HookPoint()
 
     def forward(self, x: Tensor, *, key_mask: Tensor | None = None, mask: Tensor | None = None,
                 after_first=None) -> Tensor:
@@ -173,22 +194,24 @@ class Encoder(nn.Module):
             x = block(x, key_mask=key_mask, mask=mask)
             if i == 0 and after_first is not None:
                 x = after_first(x)
-        return self.ln_f(x)
+        return self.hook_final(self.ln_f(x))
 
 
 class Decoder(nn.Module):
-    """A stack of :class:`DecoderBlock`; pre-LN stacks end with a final LayerNorm."""
+    """A stack of :class:`DecoderBlock`; pre-LN stacks end with a final LayerNorm, whose
+    output passes ``hook_final`` (B, T, D)."""
 
     def __init__(self, n_layers: int, dim: int, n_heads: int, **block_kw) -> None:
         super().__init__()
         self.blocks = nn.ModuleList(DecoderBlock(dim, n_heads, **block_kw) for _ in range(n_layers))
         norm_first = block_kw.get("norm_first", True)
         self.ln_f = nn.LayerNorm(dim, eps=block_kw.get("norm_eps", 1e-5)) if norm_first else nn.Identity()
+        self.hook_final = HookPoint()
 
     def forward(self, x, memory, *, key_mask=None, memory_mask=None, caches: list[KVCache] | None = None):
         for i, block in enumerate(self.blocks):
             x = block(x, memory, key_mask=key_mask, memory_mask=memory_mask, cache=caches[i] if caches else None)
-        return self.ln_f(x)
+        return self.hook_final(self.ln_f(x))
 
 
 def init_gpt2_weights(model: nn.Module, n_layers: int, std: float = 0.02) -> None:

@@ -32,9 +32,9 @@ def _model(arch, encoder="cnn"):
 def test_attention_rows_sum_to_one_over_the_grid(encoder):
     m = _model("rnn-attention", encoder)
     images = torch.randn(3, 3, 32, 32)
-    logits = m(images, torch.randint(4, 20, (3, 5)))
+    logits, cache = m.run_with_cache(images, torch.randint(4, 20, (3, 5)), names="attn.hook_pattern")
     assert logits.shape == (3, 5, 20)
-    a = m.last_attention
+    a = cache["attn.hook_pattern"][:, 0]  # the decoder's attention, steps joined: (B, 1, T, N) -> (B, T, N)
     h, w = m.grid
     assert a.shape == (3, 5, h * w) and (h, w) == ((8, 8) if encoder == "cnn" else (4, 4))
     torch.testing.assert_close(a.sum(-1), torch.ones(3, 5))

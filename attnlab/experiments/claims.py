@@ -539,7 +539,7 @@ def _caption_pointing(ctx: Context) -> dict:
        "Multi-head attention lets different heads attend to different things: their maps differ, and removing "
        "heads one at a time changes the loss by different amounts.")
 def heads(ctx: Context) -> Result:
-    from ..attention import MultiHeadAttention
+    from ..hooks import zero_heads
     from ..inspect import capture_attention
 
     model = ctx.cache.get("gpt_alibi") or _train_gpt(ctx, "alibi", ctx.steps(20, 400, 1500))[0]
@@ -557,18 +557,10 @@ def heads(ctx: Context) -> Result:
             m = (p + q) / 2
             js[i, j] = (0.5 * (p * (p / m).log()).sum(-1) + 0.5 * (q * (q / m).log()).sum(-1)).mean().item()
     deltas = []
-    attns = [m for m in model.modules() if isinstance(m, MultiHeadAttention)]
-    for li, attn in enumerate(attns):
-        dv = attn.d_v
-        for head in range(attn.n_heads):
-            def zero(mod, inp, head=head):
-                z = inp[0].clone()
-                z[..., head * dv : (head + 1) * dv] = 0
-                return (z,)
-            hook = attn.out_proj.register_forward_pre_hook(zero)
-            with torch.no_grad():
+    for li, name in enumerate(model.hook_points("*.attn.hook_z")):
+        for head in range(model.config.heads):
+            with model.hooks([(name, zero_heads(head))]), torch.no_grad():
                 deltas.append((f"L{li}H{head}", F.cross_entropy(model(x).flatten(0, 1), y.flatten()).item() - base))
-            hook.remove()
     fig, axes = plt.subplots(1, 2, figsize=(8, 3), dpi=100)
     axes[0].imshow(js, cmap="viridis")
     axes[0].set_title("layer 0: JS divergence between heads", fontsize=9)

@@ -1,5 +1,5 @@
 """Looking inside: attention capture (one hook mechanism for every model) and plots."""
 
-from .hooks import capture_attention
+from .hooks import AttentionRecord, capture_attention, capture_features
 
-__all__ = ["capture_attention"]
+__all__ = ["AttentionRecord", "capture_attention", "capture_features"]

@@ -96,15 +96,12 @@ def cross_attention(model, src_vocab, tgt_vocab, src: str, tgt: str | None = Non
         model, s, mask, max_len=min(100, model.config.context - 1))[0]
     tgt_in = torch.tensor([[1] + out], device=device)
     name = lambda v, i: v.tokenizer.decode([i]) if v.tokenizer.kind == "bpe" else v.tokenizer.itos[i]  # noqa: E731
-    if model.model_type == "rnn":
-        if model.config.attention == "none":
-            raise ValueError("this RNN has no attention (attention='none'), so it has no alignment to draw")
+    if getattr(model.config, "attention", None) == "none":
+        raise ValueError("this RNN has no attention (attention='none'), so it has no alignment to draw")
+    # the Transformer's decoder cross-attention per layer and head; an RNN's alignment is one layer of one head
+    with capture_attention(model, include="cross_attn" if model.hook_points("*.cross_attn.hook_pattern") else None) as rec:
         model(s, tgt_in, mask)
-        att = model.last_alignment[0][None, None].float().cpu().numpy()  # one "layer", one "head"
-    else:
-        with capture_attention(model, include="cross_attn") as rec:
-            model(s, tgt_in, mask)
-        att = stack_layers(rec)
+    att = stack_layers(rec)
     return {"kind": "cross", "source": [name(src_vocab, i) for i in ids],
             "target": [name(tgt_vocab, i) for i in out] + ["<eos>"], "attention": att}
 

@@ -30,6 +30,7 @@ from torch import Tensor, nn
 from ..attention import AdditiveAttention, KVCache
 from ..blocks import Decoder
 from ..config import Config
+from ..hooks import HookedModule, HookPoint
 from ..position import LearnedPosition, SinCos2DPosition
 from .cnn import CNN, CNNConfig
 from .vit import ViT, ViTConfig
@@ -119,13 +120,20 @@ def doubly_stochastic_penalty(alphas: Tensor, step_mask: Tensor) -> Tensor:
     return ((1 - seen) ** 2).sum(-1).mean()
 
 
-class Captioner(nn.Module):
-    """forward(images (B, C, H, W), tgt_in (B, T)) -> logits (B, T, vocab). After a forward,
-    ``last_attention`` holds the per-step attention over the grid (B, T, N) for the RNN with
-    attention (the Transformer's comes from :func:`attnlab.inspect.capture_attention`)."""
+class Captioner(HookedModule):
+    """forward(images (B, C, H, W), tgt_in (B, T)) -> logits (B, T, vocab).
+
+    Hook points: ``hook_grid`` (B, N, D_z) the image features z, then for the RNN decoders per
+    decoding step (a cache joins the steps along dim 1, or Tq for the attention)
+    ``attn.hook_scores`` / ``attn.hook_pattern`` (B, 1, 1, N) the attention a_t over the grid
+    (rnn-attention), ``hook_context`` (B, 1, D_z) the gated context β_t ẑ_t, ``hook_dec_hidden``
+    (B, 1, dim) h_t; for the Transformer ``hook_memory`` (B, N, dim), ``hook_tgt_embed`` (B, T, dim)
+    and ``decoder.blocks.L.*`` (``cross_attn.hook_pattern`` (B, H, T, N) is its attention over the
+    grid). The image encoder's own hook points are under ``encoder.net.``."""
 
     model_type = "captioner"
     config_class = CaptionConfig
+    representation_hooks = "hook_grid"  # the successive representations (CKA)
 
     def __init__(self, config: CaptionConfig) -> None:
         super().__init__()
@@ -157,7 +165,13 @@ class Captioner(nn.Module):
                 self.out_z = nn.Linear(d_z, c.emb_dim, bias=False)  # L_z
             self.out_h = nn.Linear(c.dim, c.emb_dim)  # L_h
             self.out = nn.Linear(c.emb_dim, c.vocab_size)  # L_o
-        self.last_attention: Tensor | None = None
+        self.hook_grid = HookPoint()
+        if c.arch == "transformer":
+            self.hook_memory, self.hook_tgt_embed = HookPoint(), HookPoint()
+        else:
+            self.hook_dec_hidden = HookPoint(step_dim=1)
+            if c.arch == "rnn-attention":
+                self.hook_context = HookPoint(step_dim=1)
 
     @property
     def grid(self) -> tuple[int, int]:
@@ -168,21 +182,18 @@ class Captioner(nn.Module):
         state = self.start(self.encode(images), tgt_in.shape[1])
         if self.config.arch == "transformer":
             return self._decode_tokens(tgt_in, state)
-        logits, alphas = [], []
+        logits = []
         for t in range(tgt_in.shape[1]):  # teacher forcing: the reference word goes in
             lt, state = self._rnn_step(state, tgt_in[:, t])
             logits.append(lt)
-            if "alpha" in state:
-                alphas.append(state["alpha"])
-        self.last_attention = torch.stack(alphas, 1) if alphas else None  # (B, T, N)
         return torch.stack(logits, 1)
 
     # ---- the decoding interface -----------------------------------------------------------------
     def encode(self, images: Tensor, mask: Tensor | None = None) -> dict:
         """-> state with the grid features z (B, N, D) (``mask`` is unused: every cell is real)."""
-        z = self.encoder(images)
+        z = self.hook_grid(self.encoder(images))
         if self.config.arch == "transformer":
-            return {"memory": self.memory_pos(self.memory_proj(z))}
+            return {"memory": self.hook_memory(self.memory_pos(self.memory_proj(z)))}
         return {"z": z}
 
     def start(self, state: dict, max_len: int) -> dict:
@@ -230,12 +241,14 @@ class Captioner(nn.Module):
         h, c = state["h"], state["c"]
         if self.config.arch == "rnn-attention":
             ctx, alpha = self.attn(h[:, None], state["z"], projected=state["keys"])  # (B, 1, D), (B, 1, N)
-            ctx = torch.sigmoid(self.gate(h)) * ctx[:, 0]  # β_t ẑ_t
+            ctx = self.hook_context((torch.sigmoid(self.gate(h)) * ctx[:, 0])[:, None])[:, 0]  # β_t ẑ_t
             h, c = self.cell(torch.cat([emb, ctx], -1), (h, c))
+            h = self.hook_dec_hidden(h[:, None])[:, 0]
             out = emb + self.out_h(self.drop(h)) + self.out_z(ctx)
             state = {**state, "h": h, "c": c, "alpha": alpha[:, 0]}
         else:
             h, c = self.cell(emb, (h, c))
+            h = self.hook_dec_hidden(h[:, None])[:, 0]
             out = emb + self.out_h(self.drop(h))
             state = {**state, "h": h, "c": c}
         return self.out(self.drop(out)), state
@@ -245,7 +258,7 @@ class Captioner(nn.Module):
         if tokens.shape[1] + offset > self.config.context:
             raise ValueError(f"a caption of {tokens.shape[1] + offset} tokens is longer than the model's context of "
                              f"{self.config.context}")
-        x = self.drop(self.pos_emb(self.tok_emb(tokens), offset=offset))
+        x = self.hook_tgt_embed(self.drop(self.pos_emb(self.tok_emb(tokens), offset=offset)))
         key_mask = None if caches is not None else tokens != 0
         x = self.decoder(x, state["memory"], key_mask=key_mask, caches=caches)
         return self.out(x)

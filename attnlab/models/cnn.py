@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from torch import Tensor, nn
 
 from ..config import Config
+from ..hooks import HookedModule, HookPoint
 
 __all__ = ["CNNConfig", "CNN"]
 
@@ -38,12 +39,16 @@ class CNNConfig(Config):
         return g, g
 
 
-class CNN(nn.Module):
+class CNN(HookedModule):
     """Stages of (conv3x3 -> BatchNorm -> ReLU) x2, stride 2 between stages, global average
-    pooling, linear head. ``stages[i]`` are the layers inspected by CKA."""
+    pooling, linear head.
+
+    Hook points: ``hook_stage.i`` (B, widths[i], h_i, w_i) each stage's output (the layers
+    CKA compares), ``hook_pooled`` (B, widths[-1]) what the head reads."""
 
     model_type = "cnn"
     config_class = CNNConfig
+    representation_hooks = "hook_stage.*"  # the successive representations (CKA)
 
     def __init__(self, config: CNNConfig) -> None:
         super().__init__()
@@ -57,6 +62,8 @@ class CNN(nn.Module):
             ))
             prev = w
         self.stages = nn.ModuleList(stages)
+        self.hook_stage = nn.ModuleList(HookPoint() for _ in stages)
+        self.hook_pooled = HookPoint()
         self.head = nn.Linear(prev, c.num_classes) if c.num_classes > 0 else nn.Identity()
 
     @property
@@ -68,9 +75,9 @@ class CNN(nn.Module):
         if images.dim() != 4 or images.shape[1] != self.config.in_chans:
             raise ValueError(f"CNN expects images (B, {self.config.in_chans}, H, W), got {tuple(images.shape)}")
         x = images
-        for stage in self.stages:
-            x = stage(x)
+        for stage, hook in zip(self.stages, self.hook_stage):
+            x = hook(stage(x))
         return x
 
     def forward(self, images: Tensor) -> Tensor:
-        return self.head(self.features(images).mean(dim=(2, 3)))
+        return self.head(self.hook_pooled(self.features(images).mean(dim=(2, 3))))

@@ -20,6 +20,7 @@ from torch import Tensor, nn
 
 from ..blocks import Encoder
 from ..config import Config
+from ..hooks import HookedModule, HookPoint
 from ..position import LearnedPosition
 
 __all__ = ["TextEncoderConfig", "TextEncoder", "ENCODER_PRESETS", "mean_pool"]
@@ -82,11 +83,16 @@ class MaskedLMHead(nn.Module):
         return self.decoder(self.norm(F.gelu(self.dense(hidden)))) + self.bias
 
 
-class TextEncoder(nn.Module):
-    """forward(input_ids (B, T), attention_mask (B, T) 1 = token, token_type_ids) -> (B, T, D)."""
+class TextEncoder(HookedModule):
+    """forward(input_ids (B, T), attention_mask (B, T) 1 = token, token_type_ids) -> (B, T, D).
+
+    Hook points: ``hook_embed`` (B, T, D) the normalised embeddings entering block 0,
+    ``encoder.blocks.L.*`` (:mod:`attnlab.blocks`), ``encoder.hook_final`` (B, T, D) the last
+    hidden states, ``hook_pooled`` (B, D) the pooler's output."""
 
     model_type = "text-encoder"
     config_class = TextEncoderConfig
+    representation_hooks = "encoder.blocks.*.hook_resid_post"  # the successive representations (CKA)
 
     def __init__(self, config: TextEncoderConfig) -> None:
         super().__init__()
@@ -99,6 +105,7 @@ class TextEncoder(nn.Module):
         self.encoder = Encoder(c.layers, c.dim, c.heads, mlp_hidden=c.mlp_dim, activation="gelu", dropout=c.dropout,
                                attn_dropout=c.dropout, norm_first=c.norm_first, norm_eps=c.norm_eps)
         self.pooler = nn.Linear(c.dim, c.dim)
+        self.hook_embed, self.hook_pooled = HookPoint(), HookPoint()
         self.mlm = MaskedLMHead(c, self.tok_emb) if c.mlm_head else None
         self.classifier = nn.Linear(c.dim, c.num_labels) if c.num_labels > 0 else None
         self.apply(self._init)
@@ -135,7 +142,7 @@ class TextEncoder(nn.Module):
         if token_type_ids is None:
             token_type_ids = torch.zeros_like(input_ids)
         x = self.pos(self.tok_emb(input_ids)) + self.seg_emb(token_type_ids)
-        x = self.drop(self.emb_norm(x))
+        x = self.hook_embed(self.drop(self.emb_norm(x)))
         hidden = self.encoder(x, key_mask=attention_mask.bool())
         if head is None:
             return hidden
@@ -152,7 +159,7 @@ class TextEncoder(nn.Module):
 
     def pooled(self, hidden: Tensor) -> Tensor:
         """The pooler: tanh(W h_[CLS]) (B, D)."""
-        return torch.tanh(self.pooler(hidden[:, 0]))
+        return self.hook_pooled(torch.tanh(self.pooler(hidden[:, 0])))
 
     def mlm_logits(self, input_ids: Tensor, attention_mask: Tensor | None = None,
                    token_type_ids: Tensor | None = None) -> Tensor:

@@ -14,6 +14,7 @@ from torch import Tensor, nn
 
 from ..attention import KVCache
 from ..config import Config
+from ..hooks import HookedModule, HookPoint
 from ..losses import cross_entropy
 from ..blocks import TransformerBlock, init_gpt2_weights
 from ..position import ALiBi, LearnedPosition, RotaryEmbedding, SinusoidalPosition
@@ -60,11 +61,16 @@ GPT_PRESETS: dict[str, dict] = {
 }
 
 
-class GPT(nn.Module):
-    """Calling the model on token ids (B, T) returns next-token logits (B, T, vocab_size)."""
+class GPT(HookedModule):
+    """Calling the model on token ids (B, T) returns next-token logits (B, T, vocab_size).
+
+    Hook points: ``hook_embed`` (B, T, D) the residual stream entering block 0 (token +
+    absolute position embedding), ``blocks.L.*`` (:mod:`attnlab.blocks`), ``hook_final`` (B, T, D)
+    after the final LayerNorm, just before the unembedding."""
 
     model_type = "gpt"
     config_class = GPTConfig
+    representation_hooks = "blocks.*.hook_resid_post"  # the successive representations (CKA)
 
     def __init__(self, config: GPTConfig) -> None:
         super().__init__()
@@ -85,6 +91,7 @@ class GPT(nn.Module):
             for _ in range(c.layers)
         )
         self.ln_f = nn.LayerNorm(c.dim, eps=c.norm_eps, bias=c.bias)
+        self.hook_embed, self.hook_final = HookPoint(), HookPoint()
         self.lm_head = nn.Linear(c.dim, c.vocab_size, bias=False)
         init_gpt2_weights(self, c.layers)
         if c.tie_weights:
@@ -134,13 +141,13 @@ class GPT(nn.Module):
         x = self.tok_emb(idx)  # (B, T, C)
         if self.pos_emb is not None:
             x = self.pos_emb(x, offset=offset, positions=positions)
-        x = self.drop(x)
+        x = self.hook_embed(self.drop(x))
         if positions is None:
             positions = torch.arange(offset, offset + t, device=idx.device)  # (T,)
         rope_positions = positions if self.config.pos == "rope" else None
         for i, block in enumerate(self.blocks):
             x = block(x, key_mask=key_mask, positions=rope_positions, cache=caches[i] if caches else None)
-        return self.lm_head(self.ln_f(x))  # (B, T, vocab)
+        return self.lm_head(self.hook_final(self.ln_f(x)))  # (B, T, vocab)
 
     def loss(self, idx: Tensor, targets: Tensor, ignore_index: int = -100) -> Tensor:
         """Mean next-token cross-entropy; targets (B, T) are idx shifted by one."""

@@ -19,7 +19,8 @@ from torch import Tensor, nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from ..config import Config
-from ..attention import AdditiveAttention, scaled_dot_product_attention
+from ..attention import AdditiveAttention, DotAttention
+from ..hooks import HookedModule, HookPoint
 
 __all__ = ["RNNConfig", "RNNSeq2Seq"]
 
@@ -51,14 +52,21 @@ class RNNConfig(Config):
             raise ValueError(f"readout must be >= 0 (0 = no maxout layer), got {self.readout}")
 
 
-class RNNSeq2Seq(nn.Module):
+class RNNSeq2Seq(HookedModule):
     """forward(src (B, S), tgt_in (B, T), src_mask) -> logits (B, T, tgt_vocab).
+
+    Hook points: ``hook_src_embed`` (B, S, E), ``hook_memory`` (B, S, enc_dim) the encoder states
+    h_i, ``hook_summary`` (B, enc_dim) the final state (the bottleneck), and per decoding step
+    (a cache joins the steps along dim 1, or Tq for the attention): ``attn.hook_scores`` /
+    ``attn.hook_pattern`` (B, 1, 1, S) the alignment a_t, ``hook_context`` (B, 1, enc_dim) c_t,
+    ``hook_dec_hidden`` (B, 1, dim) s_t.
 
     ``teacher_forcing`` < 1 feeds the model's own greedy prediction instead of the reference
     token with probability 1 - teacher_forcing at each step (training only)."""
 
     model_type = "rnn"
     config_class = RNNConfig
+    representation_hooks = "hook_memory"  # the successive representations (CKA)
 
     def __init__(self, config: RNNConfig) -> None:
         super().__init__()
@@ -75,14 +83,18 @@ class RNNSeq2Seq(nn.Module):
         if c.attention == "additive":
             self.attn = AdditiveAttention(c.dim, enc_dim, c.dim)
         elif c.attention == "dot":
-            self.attn_query = nn.Linear(c.dim, enc_dim, bias=False)  # Luong "general": s W h
+            self.attn = DotAttention(c.dim, enc_dim)  # Luong "general": s W h
         self.drop = nn.Dropout(c.dropout)
         n_features = c.dim + enc_dim + c.emb_dim  # [s_t; c_t; E y_{t-1}]
         if c.readout > 0:  # t = maxout(W [s; c; E y]) of width `readout`, then the vocabulary
             self.readout = nn.Linear(n_features, 2 * c.readout)
         self.out = nn.Linear(c.readout or n_features, c.tgt_vocab)
         self.teacher_forcing = 1.0
-        self.last_alignment: Tensor | None = None
+        self.hook_src_embed, self.hook_memory, self.hook_summary = HookPoint(), HookPoint(), HookPoint()
+        self.hook_context, self.hook_dec_hidden = HookPoint(step_dim=1), HookPoint(step_dim=1)
+
+    # checkpoints written before attnlab 0.2 held Luong's W as a bare linear layer
+    RENAMED_WEIGHTS = {"attn_query.weight": "attn.w_query.weight"}
 
     # ---- encoder ----------------------------------------------------------------------------
     def encode(self, src: Tensor, src_mask: Tensor | None = None) -> dict:
@@ -90,12 +102,13 @@ class RNNSeq2Seq(nn.Module):
         if src_mask is None:
             src_mask = src != 0
         lengths = src_mask.sum(1).clamp(min=1).cpu()
-        packed = pack_padded_sequence(self.drop(self.src_emb(src)), lengths, batch_first=True, enforce_sorted=False)
+        packed = pack_padded_sequence(self.hook_src_embed(self.drop(self.src_emb(src))), lengths, batch_first=True, enforce_sorted=False)
         out, h = self.encoder(packed)
         h_enc, _ = pad_packed_sequence(out, batch_first=True, total_length=src.shape[1])  # (B, S, enc_dim)
+        h_enc = self.hook_memory(h_enc)
         h_last = h[0] if c.cell == "lstm" else h  # (layers*dirs, B, hidden)
         h_last = h_last.view(c.layers, 2 if c.bidirectional else 1, src.shape[0], c.dim)[-1]  # top layer
-        summary = torch.cat(list(h_last), dim=-1)  # (B, enc_dim): forward and backward final states
+        summary = self.hook_summary(torch.cat(list(h_last), dim=-1))  # (B, enc_dim): forward and backward final states
         s0 = torch.tanh(self.bridge(summary)).view(src.shape[0], c.layers, c.dim).transpose(0, 1).contiguous()
         state = {"keys": h_enc, "mask": src_mask, "summary": summary,
                  "hidden": (s0, torch.zeros_like(s0)) if c.cell == "lstm" else s0}
@@ -114,16 +127,16 @@ class RNNSeq2Seq(nn.Module):
         if c.attention == "additive":
             ctx, w = self.attn(s_prev, state["keys"], state["mask"], projected=state["projected"])
         else:
-            q = self.attn_query(s_prev)  # (B, 1, enc_dim)
-            ctx, w = scaled_dot_product_attention(q, state["keys"], state["keys"], state["mask"][:, None, :],
-                                                  return_weights=True)
+            ctx, w = self.attn(s_prev, state["keys"], state["mask"])
         return ctx[:, 0], w[:, 0]
 
     def _features(self, state: dict, prev: Tensor) -> tuple[Tensor, Tensor | None]:
         """One recurrence step: [s_t; c_t; E y_{t-1}] (B, n_features) and the attention weights."""
         emb = self.drop(self.tgt_emb(prev))  # (B, E)
         ctx, w = self._context(state)
+        ctx = self.hook_context(ctx[:, None])[:, 0]
         out, state["hidden"] = self.decoder(torch.cat([emb, ctx], -1)[:, None], state["hidden"])
+        out = self.hook_dec_hidden(out)  # (B, 1, dim)
         return torch.cat([out[:, 0], ctx, emb], -1), w
 
     def _logits(self, features: Tensor) -> Tensor:
@@ -140,11 +153,10 @@ class RNNSeq2Seq(nn.Module):
     def forward(self, src: Tensor, tgt_in: Tensor, src_mask: Tensor | None = None) -> Tensor:
         state = self.encode(src, src_mask)
         own_predictions = self.training and self.teacher_forcing < 1.0
-        features, logits, weights = [], [], []
+        features, logits = [], []
         prev = tgt_in[:, 0]
         for t in range(tgt_in.shape[1]):
-            f, w = self._features(state, prev)
-            weights.append(w)
+            f, _ = self._features(state, prev)
             if own_predictions:  # the next input may be the model's own guess: logits needed now
                 logits.append(self._logits(f))
             else:
@@ -154,8 +166,6 @@ class RNNSeq2Seq(nn.Module):
                 if own_predictions:
                     use_own = torch.rand(prev.shape[0], device=prev.device) >= self.teacher_forcing
                     prev = torch.where(use_own, logits[-1].argmax(-1), prev)
-        if weights[0] is not None:
-            self.last_alignment = torch.stack(weights, 1).detach()  # (B, T, S)
         # with the inputs known, the readout (the largest matmul) runs once for all steps
         return torch.stack(logits, 1) if own_predictions else self._logits(torch.stack(features, 1))
 

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from torch import Tensor, nn
 
 from ..config import Config
+from ..hooks import HookedModule, HookPoint
 from ..blocks import Decoder, Encoder
 from ..position import LearnedPosition, SinusoidalPosition
 
@@ -53,11 +54,17 @@ class TransformerConfig(Config):
             raise ValueError("share_embeddings needs a joint vocabulary (src_vocab == tgt_vocab)")
 
 
-class Transformer(nn.Module):
-    """forward(src (B, S), tgt_in (B, T), src_mask (B, S) True = token) -> logits (B, T, tgt_vocab)."""
+class Transformer(HookedModule):
+    """forward(src (B, S), tgt_in (B, T), src_mask (B, S) True = token) -> logits (B, T, tgt_vocab).
+
+    Hook points: ``hook_src_embed`` (B, S, D) and ``hook_tgt_embed`` (B, T, D) the streams
+    entering the encoder and the decoder, ``encoder.blocks.L.*`` and ``decoder.blocks.L.*``
+    (:mod:`attnlab.blocks`; ``decoder.blocks.L.cross_attn.hook_pattern`` is the alignment),
+    ``encoder.hook_final`` (the memory) and ``decoder.hook_final``."""
 
     model_type = "transformer"
     config_class = TransformerConfig
+    representation_hooks = "encoder.blocks.*.hook_resid_post"  # the successive representations (CKA)
 
     def __init__(self, config: TransformerConfig) -> None:
         super().__init__()
@@ -73,6 +80,7 @@ class Transformer(nn.Module):
         self.encoder = Encoder(c.enc_layers, c.dim, c.heads, **kw)
         self.decoder = Decoder(c.dec_layers, c.dim, c.heads, **kw)
         self.out = nn.Linear(c.dim, c.tgt_vocab, bias=False)
+        self.hook_src_embed, self.hook_tgt_embed = HookPoint(), HookPoint()
         self._init()
         if c.tie_output:
             self.out.weight = self.tgt_emb.weight
@@ -99,11 +107,11 @@ class Transformer(nn.Module):
         """-> decoding state: memory (B, S, D) and its mask."""
         if src_mask is None:
             src_mask = src != 0
-        memory = self.encoder(self._embed(self.src_emb, self.src_pos, src), key_mask=src_mask)
+        memory = self.encoder(self.hook_src_embed(self._embed(self.src_emb, self.src_pos, src)), key_mask=src_mask)
         return {"memory": memory, "memory_mask": src_mask}
 
     def decode(self, tgt_in: Tensor, state: dict, caches=None, offset: int = 0) -> Tensor:
-        x = self._embed(self.tgt_emb, self.tgt_pos, tgt_in, offset)
+        x = self.hook_tgt_embed(self._embed(self.tgt_emb, self.tgt_pos, tgt_in, offset))
         key_mask = None if caches is not None else (tgt_in != 0)
         x = self.decoder(x, state["memory"], key_mask=key_mask, memory_mask=state["memory_mask"], caches=caches)
         return self.out(x)

@@ -16,6 +16,7 @@ from einops import rearrange, repeat
 from torch import Tensor, nn
 
 from ..config import Config
+from ..hooks import HookedModule, HookPoint
 from ..blocks import Encoder
 from ..position import PEG, LearnedPosition, SinCos2DPosition
 from ..tokens import PatchEmbed
@@ -77,11 +78,16 @@ VIT_PRESETS: dict[str, dict] = {
 }
 
 
-class ViT(nn.Module):
-    """Calling the model on images (B, C, H, W) returns logits (B, num_classes)."""
+class ViT(HookedModule):
+    """Calling the model on images (B, C, H, W) returns logits (B, num_classes).
+
+    Hook points: ``hook_embed`` (B, n_prefix + N, D) the tokens entering block 0 (patches, class
+    token, positions), ``encoder.blocks.L.*`` (:mod:`attnlab.blocks`), ``encoder.hook_final``
+    (B, n_prefix + N, D) after the final LayerNorm, ``hook_pooled`` (B, D) what the head reads."""
 
     model_type = "vit"
     config_class = ViTConfig
+    representation_hooks = "encoder.blocks.*.hook_resid_post"  # the successive representations (CKA)
 
     def __init__(self, config: ViTConfig) -> None:
         super().__init__()
@@ -100,6 +106,7 @@ class ViT(nn.Module):
             dropout=c.dropout, norm_eps=c.norm_eps, bias=True, qkv_bias=c.qkv_bias,
         )
         self.peg = PEG(c.dim) if c.peg else None
+        self.hook_embed, self.hook_pooled = HookPoint(), HookPoint()
         self.head = nn.Linear(c.dim, c.num_classes) if c.num_classes > 0 else nn.Identity()
         self._init()
 
@@ -143,13 +150,13 @@ class ViT(nn.Module):
         x = self.patch_embed(images)  # (B, N, D)
         if self.cls_token is not None:
             x = torch.cat([repeat(self.cls_token, "1 1 d -> b 1 d", b=x.shape[0]), x], dim=1)
-        x = self.drop(self.pos(x))
+        x = self.hook_embed(self.drop(self.pos(x)))
         peg = (lambda t: self.peg(t, self.grid, self.n_prefix)) if self.peg is not None else None
         return self.encoder(x, after_first=peg)
 
     def forward_features(self, images: Tensor) -> Tensor:
         x = self.tokens(images)
-        return x[:, 0] if self.config.pool == "cls" else x.mean(dim=1)  # (B, D)
+        return self.hook_pooled(x[:, 0] if self.config.pool == "cls" else x.mean(dim=1))  # (B, D)
 
     def forward(self, images: Tensor) -> Tensor:
         return self.head(self.forward_features(images))

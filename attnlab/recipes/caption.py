@@ -180,22 +180,20 @@ def word_attention(model, images, meta, captions: list[list[int]]):
     layer's cross-attention per head (B, H, T, h, w), else None. Captions are word ids without specials."""
     from ..data.images import normalize
     from ..data.parallel import Vocab, pad_batch
-    from ..inspect import capture_attention
 
     x = normalize(images, meta["mean"], meta["std"]).to(next(model.parameters()).device)
     tgt_in, _ = pad_batch([[Vocab.bos_id] + c for c in captions])
     tgt_in = tgt_in.to(x.device)
     h, w = model.grid
-    if model.config.arch == "transformer":
-        with capture_attention(model, include="cross_attn") as rec:
-            model(x, tgt_in)
-        last = rec.layers()[-1]  # the last decoder block's cross-attention (B, H, T, N)
-        per_head = last.reshape(*last.shape[:3], h, w).cpu()
-        return per_head.mean(1), per_head
-    model(x, tgt_in)
-    if model.last_attention is None:
+    if model.config.arch == "rnn":
         raise ValueError("this captioner has no attention (arch rnn)")
-    return model.last_attention.reshape(len(captions), -1, h, w).cpu(), None
+    # the decoder's attention over the grid: the RNN's per step (B, 1, T, N), or each Transformer
+    # block's cross-attention (B, H, T, N), of which the last block's is shown
+    names = "decoder.blocks.*.cross_attn.hook_pattern" if model.config.arch == "transformer" else "attn.hook_pattern"
+    _, cache = model.run_with_cache(x, tgt_in, names=names)
+    last = cache[list(cache)[-1]]
+    per_head = last.reshape(*last.shape[:3], h, w).cpu()
+    return per_head.mean(1), (per_head if model.config.arch == "transformer" else None)
 
 
 def evaluate_captioner(ckpt: str, *, split: str = "test", beam: int = 1, alpha: float = 1.0, data: str | None = None,

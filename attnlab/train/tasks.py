@@ -187,11 +187,15 @@ class CaptionTask:
         from ..models.caption import doubly_stochastic_penalty
 
         images, tgt_in, tgt_out = batch
-        loss = cross_entropy(model(images, tgt_in), tgt_out, ignore_index=0, label_smoothing=self.label_smoothing)
         raw = unwrap_model(model)
-        if raw.last_attention is not None and raw.config.alpha_c > 0 and model.training:
-            loss = loss + raw.config.alpha_c * doubly_stochastic_penalty(raw.last_attention, tgt_out != 0)
-        return loss
+        if not (raw.config.arch == "rnn-attention" and raw.config.alpha_c > 0 and model.training):
+            return cross_entropy(model(images, tgt_in), tgt_out, ignore_index=0, label_smoothing=self.label_smoothing)
+        # the decoder's attention over the grid (not the image encoder's), with its gradient
+        with raw.caching("attn.hook_pattern", detach=False) as cache:
+            logits = model(images, tgt_in)
+        loss = cross_entropy(logits, tgt_out, ignore_index=0, label_smoothing=self.label_smoothing)
+        alphas = cache["attn.hook_pattern"][:, 0]  # (B, 1, T, N) -> (B, T, N)
+        return loss + raw.config.alpha_c * doubly_stochastic_penalty(alphas, tgt_out != 0)
 
     def eval_loss(self, model: nn.Module, batch) -> Tensor:
         """The plain NLL per word (no smoothing, no regulariser): what validation reports."""
