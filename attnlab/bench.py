@@ -16,7 +16,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from .train.trainer import autocast
+from .training.trainer import autocast
 
 
 def sync(device) -> None:
@@ -78,7 +78,7 @@ def _row(name, unit, ours, base, base_name, **extra) -> dict:
 
 
 def _train_step(model, make_loss, params=None):
-    from .train.optim import adamw
+    from .training.optim import adamw
 
     opt = adamw(model, 1e-4, 0.01)
     model.train()
@@ -251,7 +251,7 @@ def encdec_rows(device, quick) -> list[dict]:
 def run(quick: bool = False, compile_: bool | None = None, json_path: str | None = None,
         markdown_path: str | None = None, device: str = "auto", only: list[str] | None = None) -> list[dict]:
     """``only``: some of the row groups attention, gpt, generate, vit, encdec (default all)."""
-    from .train.trainer import cpu_has_fast_bf16, pick_device
+    from .training.trainer import cpu_has_fast_bf16, pick_device
 
     dev = pick_device(device)
     fast_bf16 = torch.cuda.is_bf16_supported() if dev.type == "cuda" else cpu_has_fast_bf16()

@@ -14,13 +14,13 @@ import os
 import sys
 
 from . import __version__
-from .errors import AttnlabError
+from .errors import AttnlabError, one_line
 from .options import EPILOG, Parser, SharedOptions, device_name, field_options, positive_int
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from .recipes import recipes
-    from .train.trainer import TrainConfig
+    from .recipes import Recipe, recipes
+    from .training.trainer import TrainConfig
 
     p = Parser(prog="attnlab", epilog=EPILOG,
                description="Transformers the way they are taught: train, sample, evaluate and look inside.")
@@ -43,8 +43,7 @@ def build_parser() -> argparse.ArgumentParser:
         for cfg_cls in r.config_classes():
             model_fields += field_options(t, cfg_cls, skip=r.set_by_data, group=model_group)
         train_fields = field_options(t, TrainConfig, group=t.add_argument_group("training"), defaults=r.train_defaults)
-        t.set_defaults(func=lambda args, r=r: _train(r, args), model_fields=list(dict.fromkeys(model_fields)),
-                       train_fields=train_fields)
+        t.set_defaults(func=lambda args, r=r: _train(r, args))
 
     for r in families:
         r.add_commands(sub)
@@ -63,11 +62,7 @@ def build_parser() -> argparse.ArgumentParser:
                        "split. Image classifiers: accuracy on the test split and a confusion-matrix PNG. "
                        "Seq2seq: perplexity and sacreBLEU on the test split.")
     e.add_argument("--ckpt", required=True, help="run folder or checkpoint folder")
-    e.add_argument("--data", default=None, help="evaluate on this data instead of the run's own")
-    e.add_argument("--data-dir", default=None, help="folder holding named datasets (default: $ATTNLAB_DATA)")
-    e.add_argument("--split", choices=["val", "train", "test"], default=None,
-                   help="which split (default: val for language models, test for the others)")
-    e.add_argument("--batch-size", type=positive_int, default=16, help="examples per forward pass (default 16)")
+    Recipe.add_common_eval_arguments(e)
     e.add_argument("--json", action="store_true", help="print the metrics as one JSON object")
     e.add_argument("--device", type=device_name, default="auto", help="auto | cpu | cuda")
     for r in families:
@@ -139,9 +134,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _train(recipe, args) -> int:
-    from .recipes import train
+    """``attnlab train NAME``: the options the user gave, passed to :func:`attnlab.api.train`."""
+    from .api import train, train_options
 
-    return train(recipe, args)
+    given = {k: getattr(args, k) for k in train_options(recipe.name) if getattr(args, k, None) is not None}
+    given.pop("data", None)
+    train(recipe.name, data=args.data, out=args.out, resume=args.resume, **given)
+    return 0
 
 
 def _family(ckpt: str):
@@ -190,6 +189,7 @@ def _port(text: str) -> int:
 
 
 def _serve(args) -> int:
+    from .api import load
     from .errors import CheckpointError
     from .inspect.serve import serve
 
@@ -203,7 +203,7 @@ def _serve(args) -> int:
               "(Ctrl-C stops)", flush=True)
 
     try:
-        serve(recipe, args.ckpt, recipe.explore_kind, args.host, args.port, args.device, ready)
+        serve(load(args.ckpt, device=args.device), recipe.explore_kind, args.host, args.port, ready)
     except KeyboardInterrupt:
         print("stopped", file=sys.stderr)
     return 0
@@ -249,7 +249,7 @@ def main(argv: list[str] | None = None) -> int:
     except SystemExit as e:  # --help, --version, or a bad option (already reported in one line)
         return e.code if isinstance(e.code, int) else 0
     from .checkpoint import abandon_new_runs, release_runs
-    from .train.trainer import TrainingInterrupted
+    from .training.trainer import TrainingInterrupted
 
     try:
         return args.func(args) or 0
@@ -272,14 +272,6 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     finally:
         release_runs()
-
-
-def one_line(e: BaseException) -> str:
-    """The first line of an exception's message; OS errors name the file they are about."""
-    if isinstance(e, OSError) and not isinstance(e, AttnlabError) and e.filename is not None:
-        return f"{e.strerror or type(e).__name__}: {e.filename}"
-    text = str(e).strip()
-    return text.splitlines()[0] if text else type(e).__name__
 
 
 if __name__ == "__main__":

@@ -11,6 +11,8 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
+MAX_BEAM = 100  # beyond this a beam costs minutes per sentence and gains nothing measurable
+
 
 @dataclass
 class Hypothesis:

@@ -17,3 +17,15 @@ class CheckpointError(AttnlabError):
 
 class UnknownTokenError(AttnlabError, ValueError):
     """Text contains a symbol the tokenizer has no id for."""
+
+
+class OptionError(AttnlabError, ValueError):
+    """An option (a command-line flag or a keyword argument of the Python API) with a bad value."""
+
+
+def one_line(e: BaseException) -> str:
+    """The first line of an exception's message; OS errors name the file they are about."""
+    if isinstance(e, OSError) and not isinstance(e, AttnlabError) and e.filename is not None:
+        return f"{e.strerror or type(e).__name__}: {e.filename}"
+    text = str(e).strip()
+    return text.splitlines()[0] if text else type(e).__name__

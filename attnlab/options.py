@@ -51,7 +51,7 @@ below_one = number(float, 0.0, True, 0.99, what="in [0, 1)")
 
 
 def device_name(text: str) -> str:
-    from .train.trainer import check_device_name
+    from .training.trainer import check_device_name
 
     try:
         check_device_name(text)

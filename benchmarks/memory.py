@@ -18,7 +18,7 @@ from attention import peak_extra_bytes  # noqa: E402
 from common import print_table, time_it  # noqa: E402
 
 from attnlab.models import GPT, GPTConfig  # noqa: E402
-from attnlab.train.trainer import set_activation_checkpointing  # noqa: E402
+from attnlab.training.trainer import set_activation_checkpointing  # noqa: E402
 
 
 def main() -> None:

@@ -50,7 +50,7 @@ def throughput(batch: int = 128) -> list[dict]:
     import transformers
 
     from attnlab.models import ViT, ViTConfig
-    from attnlab.train.optim import adamw
+    from attnlab.training.optim import adamw
 
     rows = []
     for name, kw in (("mnist shape 28px p4 64w 6L", dict(image_size=28, patch_size=4, in_chans=1, dim=64, layers=6,

@@ -5,8 +5,8 @@ attnlab's decision and plumbing, not the compiler (benchmarks/gpt_speed.py --com
 import pytest
 import torch
 
-from attnlab.train import compiling
-from attnlab.train import trainer as T
+from attnlab.training import compiling
+from attnlab.training import trainer as T
 
 from test_train import TEXT, _setup
 

@@ -7,8 +7,8 @@ import torch.nn.functional as F
 
 from attnlab.data.text import prepare
 from attnlab.models import GPT, GPTConfig
-from attnlab.train import LanguageModelTask, TrainConfig, Trainer
-from attnlab.train import trainer as T
+from attnlab.training import LanguageModelTask, TrainConfig, Trainer
+from attnlab.training import trainer as T
 
 TEXT = "the quick brown fox jumps over the lazy dog. " * 100
 

@@ -9,7 +9,7 @@ import torch
 import attnlab
 from attnlab.cli import main
 from attnlab.models.encoder import TextEncoder, TextEncoderConfig, mean_pool
-from attnlab.train.tasks import bert_mask
+from attnlab.training.tasks import bert_mask
 
 transformers = pytest.importorskip("transformers")
 

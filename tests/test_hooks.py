@@ -246,7 +246,7 @@ def test_rnn_alignment_joins_the_decoding_steps():
 
 
 def test_captioner_regulariser_reads_the_attention_with_its_gradient():
-    from attnlab.train.tasks import CaptionTask
+    from attnlab.training.tasks import CaptionTask
 
     model, (img, tgt), _ = _families()["caption-rnn-attention"]
     model.train()

@@ -157,7 +157,7 @@ def test_training_stops_once_the_target_metric_is_reached(tmp_path, capsys):
 
 def test_the_embedded_default_announces_its_time(tmp_path, capsys, monkeypatch):
     """Only a plain default run prints the expected wall time (here cut short by monkeypatching fit)."""
-    from attnlab.train import Trainer
+    from attnlab.training import Trainer
 
     monkeypatch.setattr(Trainer, "fit", lambda self: {"step": 0, "best_val": 0.0, "seconds": 0.0})
     monkeypatch.setattr("attnlab.recipes.vit.ViTRecipe.finish", lambda *a: None)
@@ -177,7 +177,7 @@ def test_sample_with_bf16_weights(old_runs, capsys):
 def test_training_defaults_follow_the_data_and_preset_and_options_win(tmp_path, monkeypatch):
     """The embedded digits ViT and the shakespeare-cpu GPT get their fast recipes; other data and
     presets keep TrainConfig's; an option given on the command line always wins."""
-    from attnlab.train import Trainer
+    from attnlab.training import Trainer
 
     seen = {}
 

@@ -6,8 +6,8 @@ import torch
 from attnlab.checkpoint import find_checkpoint
 from attnlab.data.text import prepare
 from attnlab.models import GPT, GPTConfig
-from attnlab.train import LanguageModelTask, TrainConfig, Trainer, TrainingInterrupted
-from attnlab.train.optim import warmup_cosine
+from attnlab.training import LanguageModelTask, TrainConfig, Trainer, TrainingInterrupted
+from attnlab.training.optim import warmup_cosine
 
 TEXT = "the quick brown fox jumps over the lazy dog. " * 200
 
@@ -98,7 +98,7 @@ def test_schedule():
 
 
 def test_activation_checkpointing_gives_the_same_gradients():
-    from attnlab.train.trainer import set_activation_checkpointing
+    from attnlab.training.trainer import set_activation_checkpointing
 
     torch.manual_seed(0)
     m = GPT(GPTConfig(vocab_size=11, block_size=8, n_layer=2, n_head=2, n_embd=16))
@@ -116,7 +116,7 @@ def test_activation_checkpointing_gives_the_same_gradients():
 def test_fused_adamw_takes_the_same_steps_as_the_reference_loop():
     """attnlab's optimizer (fused on CPU) against torch's per-parameter AdamW with the same two
     groups: the weights agree to rounding after a few steps, decayed and undecayed alike."""
-    from attnlab.train.optim import adamw, decay_groups
+    from attnlab.training.optim import adamw, decay_groups
 
     torch.manual_seed(0)
     # no biases: the key bias gets an exactly-zero gradient, which Adam turns into ±lr steps of rounding noise

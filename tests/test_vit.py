@@ -105,8 +105,8 @@ def test_embedding_components_and_position_similarity():
 
 def test_position_interpolation_keeps_accuracy(tmp_path):
     from attnlab.data.images import digits
-    from attnlab.train import TrainConfig, Trainer
-    from attnlab.train.tasks import ImageClassificationTask
+    from attnlab.training import TrainConfig, Trainer
+    from attnlab.training.tasks import ImageClassificationTask
 
     splits = digits()
     torch.manual_seed(0)

@@ -239,3 +239,22 @@ def load_images(spec: str | None, data_dir: str | None = None) -> ImageSplits:
     if p.is_dir():
         return image_folder(p)
     raise DataError(f"unknown image dataset {spec!r}; use digits, mnist, cifar10 or a folder with one sub-folder per class")
+
+
+def images_argument(images, channels: int, size: int) -> tuple[Tensor, bool]:
+    """What the Python API's image verbs accept, as (N, C, H, W) in [0, 1] and whether one image was
+    given: a file path, a list of paths, a (C, H, W) or (N, C, H, W) tensor in [0, 1]."""
+    import torch
+
+    if isinstance(images, Tensor):
+        single = images.dim() == 3
+        x = images[None] if single else images
+        if x.dim() != 4 or x.shape[1:] != (channels, size, size):
+            raise DataError(f"images must be ({channels}, {size}, {size}) or (N, {channels}, {size}, {size}) "
+                            f"in [0, 1], got {tuple(images.shape)}")
+        return x.float(), single
+    single = isinstance(images, (str, Path))
+    paths = [images] if single else list(images)
+    if not paths:
+        raise DataError("no images given: pass a file path, a list of them, or a tensor")
+    return torch.stack([load_image(p, channels, size)[0] for p in paths]), single

@@ -13,8 +13,8 @@ import torch
 from ..data.parallel import load_parallel, pad_batch, synthetic_pair
 from ..decode import greedy_decode
 from ..models import RNNConfig, RNNSeq2Seq, Transformer, TransformerConfig
-from ..train import TrainConfig, Trainer
-from ..train.tasks import Seq2SeqTask
+from ..training import TrainConfig, Trainer
+from ..training.tasks import Seq2SeqTask
 
 
 def make_models(vocab: int, max_len: int, small: bool) -> dict:
@@ -59,7 +59,7 @@ def run(lengths=(5, 10, 20, 30, 40, 60), steps: int = 1500, batch_size: int = 64
 
 
 def plot(results: dict, path: Path) -> Path:
-    from ..inspect.plots import _save, plt
+    from ..inspect.plots import save_figure, plt
 
     fig, ax = plt.subplots(figsize=(5.5, 3.6), dpi=100)
     for name, r in results.items():
@@ -70,4 +70,4 @@ def plot(results: dict, path: Path) -> Path:
     ax.set_ylim(-0.02, 1.02)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
-    return _save(fig, path)
+    return save_figure(fig, path)

@@ -18,7 +18,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from ..inspect.plots import _save, plt
+from ..inspect.plots import save_figure, plt
 
 
 @dataclass
@@ -138,7 +138,7 @@ def scaling(ctx: Context) -> Result:
         axes[j].set_ylabel(label)
         axes[j].legend(fontsize=8)
     axes[0].axhline(math.log(t), color="gray", lw=0.8, ls="--")  # the uniform distribution's entropy
-    _save(fig, ctx.out / "scaling.png")
+    save_figure(fig, ctx.out / "scaling.png")
     raw_1024, scaled_1024, scaled_16 = rows[-1][1], rows[-1][2], rows[0][2]
     ok = raw_1024 < 0.1 * math.log(t) and scaled_1024 > 0.5 * math.log(t) and abs(scaled_1024 - scaled_16) < 0.5
     return Result(f"at d_k = 1024 the raw softmax has entropy {raw_1024:.2f} nats (uniform: {math.log(t):.2f}), the "
@@ -192,7 +192,7 @@ def sinusoidal(ctx: Context) -> Result:
     ax.plot(range(64), dist.numpy())
     ax.set_xlabel("offset k")
     ax.set_ylabel("PE(pos)·PE(pos+k)")
-    _save(fig, ctx.out / "sinusoidal.png")
+    save_figure(fig, ctx.out / "sinusoidal.png")
     ok = worst_fit < 1e-6 and worst_spread < 1e-6
     return Result(f"largest residual of PE(pos+k) − PE(pos) M_k over all pos: {worst_fit:.1e}; largest spread of "
                   f"PE(pos)·PE(pos+k) across pos: {worst_spread:.1e}", ok,
@@ -261,7 +261,7 @@ def table1(ctx: Context) -> Result:
     ax.set_xlabel("sequence length n (d = 32)")
     ax.set_ylabel("FLOPs per layer")
     ax.legend(fontsize=8)
-    _save(fig, ctx.out / "table1.png")
+    save_figure(fig, ctx.out / "table1.png")
     sa, rnn, conv = (fit[k] for k in kinds)
     ok = sa[0] > 1.7 and 0.9 < rnn[0] < 1.1 and rnn[1] > 1.8 and 0.9 < conv[0] < 1.1 and conv[1] > 1.8
     return Result(f"fitted exponents in n: self-attention {sa[0]:.2f}, recurrent {rnn[0]:.2f}, convolution "
@@ -295,7 +295,7 @@ def _corpus(ctx: Context):
 
 def _train_gpt(ctx: Context, pos: str, steps: int, context: int = 512, window: int = 64):
     from ..models import GPT, GPTConfig
-    from ..train import LanguageModelTask, TrainConfig, Trainer
+    from ..training import LanguageModelTask, TrainConfig, Trainer
 
     data = _corpus(ctx)
     torch.manual_seed(0)
@@ -337,7 +337,7 @@ def length(ctx: Context) -> Result:
     ax.set_xlabel("evaluation length (trained at 64)")
     ax.set_ylabel("loss on the last 64 tokens")
     ax.legend(fontsize=8)
-    _save(fig, ctx.out / "length.png")
+    save_figure(fig, ctx.out / "length.png")
     rows = [[pos, *["n/a" if y is None else y for y in ys]] for pos, ys in losses.items()]
     alibi = losses["alibi"]
     others = [losses[p][-1] for p in ("sinusoidal", "rope")]
@@ -380,8 +380,8 @@ def _image_models(ctx: Context):
     if "vit" not in ctx.cache:
         from ..data.images import digits, normalize
         from ..models import CNN, VIT_PRESETS, CNNConfig, ViT, ViTConfig
-        from ..train import TrainConfig, Trainer
-        from ..train.tasks import ImageClassificationTask
+        from ..training import TrainConfig, Trainer
+        from ..training.tasks import ImageClassificationTask
 
         splits = digits()
         steps = ctx.steps(10, 1500, 3000)
@@ -477,8 +477,8 @@ def alignment(ctx: Context) -> Result:
     from ..inspect import capture_attention
     from ..inspect.plots import alignment_png
     from ..models import Transformer, TransformerConfig
-    from ..train import TrainConfig, Trainer
-    from ..train.tasks import Seq2SeqTask
+    from ..training import TrainConfig, Trainer
+    from ..training.tasks import Seq2SeqTask
 
     import random
 
@@ -516,21 +516,16 @@ def alignment(ctx: Context) -> Result:
 
 
 def _caption_pointing(ctx: Context) -> dict:
-    from ..cli import main as attnlab
     import contextlib
     import io
-    import json
+
+    from .. import api
 
     steps = ctx.steps(10, 500, 1200)
-    out = ctx.work / "captioner"
-    args = ["train", "caption", "--out", str(out), "--max-iters", str(steps), "--train-scenes",
-            str(ctx.steps(50, 3000, 8000)), "--no-progress", "--device", "cpu"]
     with contextlib.redirect_stderr(io.StringIO()), contextlib.redirect_stdout(io.StringIO()):
-        assert attnlab(args) == 0
-    buf = io.StringIO()
-    with contextlib.redirect_stdout(buf):
-        assert attnlab(["eval", "--ckpt", str(out), "--json", "--device", "cpu"]) == 0
-    res = json.loads(buf.getvalue())
+        run = api.train("caption", out=ctx.work / "captioner", max_iters=steps,
+                        train_scenes=ctx.steps(50, 3000, 8000), progress=False, device="cpu")
+        res = api.evaluate(run.out)
     return {"steps": steps, "colour": (res.get("pointing_by_word") or {}).get("colour", float("nan"))}
 
 
@@ -567,7 +562,7 @@ def heads(ctx: Context) -> Result:
     axes[1].bar([d[0] for d in deltas], [d[1] for d in deltas])
     axes[1].set_ylabel("loss increase without the head")
     axes[1].tick_params(axis="x", labelrotation=90, labelsize=7)
-    _save(fig, ctx.out / "heads.png")
+    save_figure(fig, ctx.out / "heads.png")
     off = js[~np.eye(h, dtype=bool)]
     vals = [d[1] for d in deltas]
     ok = off.min() > 1e-3 and max(vals) > 2 * max(min(vals), 1e-4)

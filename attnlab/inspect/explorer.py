@@ -154,14 +154,50 @@ def page_payload(data: dict, title: str) -> dict:
     return payload
 
 
-def write_page(data: dict, path: str | Path, title: str) -> Path:
-    """The self-contained explorer page for ``data`` (from one of the functions above)."""
+class Exploration(dict):
+    """The numbers behind the explorer's views (attention per layer and head, ...): shown inline in
+    Jupyter, written as one offline HTML page by :meth:`save`."""
+
+    def __init__(self, data: dict, title: str = "attnlab explorer") -> None:
+        super().__init__(data)
+        self.title = title
+
+    def html(self) -> str:
+        return page_html(dict(self), self.title)
+
+    def save(self, path: str | Path) -> Path:
+        """Write the self-contained page (it opens from disk, with no network)."""
+        return write_page(dict(self), path, self.title)
+
+    def _repr_html_(self) -> str:
+        # the page in a sandboxed frame of its own, so that its script and styles stay its own
+        import html
+
+        return (f'<iframe srcdoc="{html.escape(self.html())}" style="width:100%;height:760px;border:0" '
+                'sandbox="allow-scripts allow-downloads"></iframe>')
+
+    def show(self) -> None:
+        """Display inline in a notebook."""
+        try:
+            from IPython.display import HTML, display
+        except ImportError:
+            raise ValueError("show() needs IPython (a notebook); outside one, use .save('page.html')") from None
+        display(HTML(self._repr_html_()))
+
+
+def page_html(data: dict, title: str) -> str:
+    """The self-contained explorer page for ``data`` (from one of the functions above), as HTML text."""
     from .explorer_page import TEMPLATE
 
+    payload = json.dumps(page_payload(data, title), separators=(",", ":"), allow_nan=False).replace("</", "<\\/")
+    return TEMPLATE.replace("__TITLE__", title.replace("<", "&lt;")).replace("__DATA__", payload)
+
+
+def write_page(data: dict, path: str | Path, title: str) -> Path:
+    """Write :func:`page_html` to ``path`` (atomically)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    payload = json.dumps(page_payload(data, title), separators=(",", ":"), allow_nan=False).replace("</", "<\\/")
-    html = TEMPLATE.replace("__TITLE__", title.replace("<", "&lt;")).replace("__DATA__", payload)
+    html = page_html(data, title)
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(html, encoding="utf-8")
     tmp.replace(path)

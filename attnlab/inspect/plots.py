@@ -33,7 +33,7 @@ def loss_curve(history: list[dict], path: Path) -> Path | None:
     return path
 
 
-def _save(fig, path: Path) -> Path:
+def save_figure(fig, path: Path) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.stem + ".tmp.png")
@@ -70,7 +70,7 @@ def confusion_matrix_png(cm, labels, path: Path, title: str = "") -> Path:
     ax.set_xlabel("predicted")
     ax.set_ylabel("true")
     ax.set_title(title, fontsize=9)
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def attention_grid_png(img, grids, path: Path, title: str = "") -> Path:
@@ -91,7 +91,7 @@ def attention_grid_png(img, grids, path: Path, title: str = "") -> Path:
             if layer == 0:
                 ax.set_title(f"head {h}", fontsize=7)
     fig.suptitle(title, fontsize=9)
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def overlay_png(img, heat, path: Path, title: str = "") -> Path:
@@ -113,7 +113,7 @@ def overlay_png(img, heat, path: Path, title: str = "") -> Path:
     axes[2].set_yticks([])
     axes[2].set_title("map", fontsize=8)
     fig.suptitle(title, fontsize=9)
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def components_png(comps, var, path: Path) -> Path:
@@ -135,7 +135,7 @@ def components_png(comps, var, path: Path) -> Path:
         ax.imshow(c[0] if c.shape[0] == 1 else c.transpose(1, 2, 0), cmap="gray" if c.shape[0] == 1 else None)
         ax.set_title(f"{100 * var[i]:.0f}%", fontsize=6)
     fig.suptitle("principal components of the patch-embedding filters", fontsize=9)
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def position_similarity_png(sim, grid, path: Path) -> Path:
@@ -150,7 +150,7 @@ def position_similarity_png(sim, grid, path: Path) -> Path:
             ax.set_yticks([])
     fig.colorbar(im, ax=axes, shrink=0.6, label="cosine similarity")
     fig.suptitle("position embedding similarity", fontsize=9)
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def attention_distance_png(dist, path: Path, image_size: int | None = None) -> Path:
@@ -165,7 +165,7 @@ def attention_distance_png(dist, path: Path, image_size: int | None = None) -> P
         ax.set_ylim(0, image_size)
     ax.legend(fontsize=6, ncol=2)
     ax.grid(alpha=0.3)
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def cka_png(m, path: Path, xlabel: str = "layer", ylabel: str = "layer", title: str = "CKA") -> Path:
@@ -175,7 +175,7 @@ def cka_png(m, path: Path, xlabel: str = "layer", ylabel: str = "layer", title: 
     ax.set_ylabel(ylabel, fontsize=8)
     ax.set_title(title, fontsize=9)
     fig.colorbar(im, ax=ax)
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def alignment_png(src_tokens, tgt_tokens, maps: dict, path: Path) -> Path:
@@ -196,7 +196,7 @@ def alignment_png(src_tokens, tgt_tokens, maps: dict, path: Path) -> Path:
         ax.set_title(name, fontsize=8)
     for ax in list(axes.flat)[len(names):]:
         ax.axis("off")
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def caption_attention_png(img, words: list[str], attention, path: Path, title: str = "") -> Path:
@@ -222,7 +222,7 @@ def caption_attention_png(img, words: list[str], attention, path: Path, title: s
         ax.set_title(word, fontsize=9)
         ax.axis("off")
     fig.suptitle(title, fontsize=9)
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def line_plot_png(xs, series: dict, path: Path, xlabel: str, ylabel: str, title: str = "") -> Path:
@@ -236,4 +236,4 @@ def line_plot_png(xs, series: dict, path: Path, xlabel: str, ylabel: str, title:
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     ax.set_title(title, fontsize=9)
-    return _save(fig, path)
+    return save_figure(fig, path)

@@ -6,7 +6,6 @@ rebinding) and, when they carry an Origin, come from this server's own pages; ot
 
 from __future__ import annotations
 
-import argparse
 import base64
 import json
 import tempfile
@@ -48,8 +47,9 @@ FIELDS = {
 }
 
 
-def make_handler(recipe, ckpt: str, kind: str, device: str, port_ref: list):
-    name = Path(ckpt).name
+def make_handler(model, kind: str, port_ref: list):
+    """``model``: loaded by :func:`attnlab.load` (its ``explore`` recomputes the views)."""
+    name = Path(model.checkpoint).name
 
     class Handler(BaseHTTPRequestHandler):
         def log_message(self, fmt, *args):  # quiet: one line per request on stderr is noise here
@@ -81,8 +81,7 @@ def make_handler(recipe, ckpt: str, kind: str, device: str, port_ref: list):
             self._send(200, FORM.format(name=name, what=what, fields=fields, kind=json.dumps(kind)))
 
         def do_POST(self):  # noqa: N802
-            from ..cli import one_line
-            from .explorer import write_page
+            from ..errors import one_line
 
             if not self._allowed():
                 return self._send(403, "forbidden: requests must come from this machine's own pages")
@@ -93,14 +92,12 @@ def make_handler(recipe, ckpt: str, kind: str, device: str, port_ref: list):
                 if size > 20_000_000:
                     raise ValueError("the request is larger than 20 MB")
                 body = json.loads(self.rfile.read(size) or b"{}")
-                args = argparse.Namespace(ckpt=ckpt, device=device, text=body.get("text"), src=body.get("src"),
-                                          tgt=body.get("tgt"), image=None)
+                inputs = {k: body.get(k) for k in ("text", "src", "tgt")}
                 with tempfile.TemporaryDirectory() as tmp:
                     if body.get("image"):
-                        args.image = str(Path(tmp) / "upload")
-                        Path(args.image).write_bytes(base64.b64decode(body["image"]))
-                    page = write_page(recipe.explore(args), Path(tmp) / "page.html", f"attnlab explorer: {name}")
-                    html = page.read_text(encoding="utf-8")
+                        inputs["image"] = Path(tmp) / "upload"
+                        inputs["image"].write_bytes(base64.b64decode(body["image"]))
+                    html = model.explore(**inputs).html()
             except Exception as e:  # noqa: BLE001 - a bad input is the user's to fix: say what, keep serving
                 return self._send(400, f"error: {one_line(e)}", "text/plain; charset=utf-8")
             self._send(200, html)
@@ -108,12 +105,11 @@ def make_handler(recipe, ckpt: str, kind: str, device: str, port_ref: list):
     return Handler
 
 
-def serve(recipe, ckpt: str, kind: str, host: str = "127.0.0.1", port: int = 8000, device: str = "cpu",
-          ready=None) -> None:
+def serve(model, kind: str, host: str = "127.0.0.1", port: int = 8000, ready=None) -> None:
     """Serve until interrupted. ``ready(server)`` is called once listening (tests use port 0)."""
     port_ref = [port]
     try:
-        server = ThreadingHTTPServer((host, port), make_handler(recipe, ckpt, kind, device, port_ref))
+        server = ThreadingHTTPServer((host, port), make_handler(model, kind, port_ref))
     except OSError as e:
         if e.errno in (98, 48, 10048):  # address in use (Linux, macOS, Windows)
             raise OSError(f"port {port} on {host} is taken; choose another with --port") from None

@@ -10,12 +10,16 @@ registry of recipes (:mod:`attnlab.recipes`), so a new family is one recipe file
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import math
 import sys
+import types
+import typing
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from ..errors import CheckpointError
+from ..errors import CheckpointError, OptionError
 
 
 @dataclass
@@ -45,6 +49,9 @@ class Recipe:
     inspections: dict[str, str] = {}  # `attnlab inspect WHAT` -> help
     explore_kind: str | None = None  # what `attnlab explore` / `serve` show: text | image | cross
     default_seconds: int | None = None  # wall time of the embedded default run, measured on 2 CPU cores
+    # the options of a run of a few seconds on the embedded data: for tests (one test trains, loads,
+    # evaluates and explores every registered family with them) and quick looks
+    tiny: dict = {}
 
     @property
     def default_out(self) -> str:
@@ -60,6 +67,17 @@ class Recipe:
 
     def add_eval_arguments(self, group) -> None:
         """Options of ``attnlab eval`` that this family reads."""
+
+    @staticmethod
+    def add_common_eval_arguments(e) -> None:
+        """The options of ``attnlab eval`` (and of :func:`attnlab.evaluate`) every family reads."""
+        from ..options import positive_int
+
+        e.add_argument("--data", default=None, help="evaluate on this data instead of the run's own")
+        e.add_argument("--data-dir", default=None, help="folder holding named datasets (default: $ATTNLAB_DATA)")
+        e.add_argument("--split", choices=["val", "train", "test"], default=None,
+                       help="which split (default: val for language models, test for the others)")
+        e.add_argument("--batch-size", type=positive_int, default=16, help="examples per forward pass (default 16)")
 
     def add_inspect_arguments(self, group) -> None:
         """Options of ``attnlab inspect`` that this family's inspections read."""
@@ -100,10 +118,91 @@ class Recipe:
         """The data of ``attnlab explore`` for this family (see :mod:`attnlab.inspect.explorer`)."""
         raise CheckpointError(f"attnlab explore does not show {self.name} models yet")
 
+    # ---- the Python API's loaded model --------------------------------------------------------
+    verbs: type | None = None  # the family's verbs (a mixin of Verbs): generate, translate, ...
+
+    def load(self, path, device: str = "cpu"):
+        """:func:`attnlab.load`: the model, its class extended by this family's verbs, knowing its run."""
+        from . import load_model
+
+        model, meta = load_model(path, expect=tuple(self.models), device=device, with_meta=True)
+        model.__class__ = with_verbs(type(model), self.verbs or Verbs)
+        model.checkpoint, model.run_meta = str(path), meta
+        model.attach(meta)
+        return model
+
     def predict(self, args) -> int:
         """``attnlab predict`` for this family's checkpoints (classifiers)."""
         raise CheckpointError(f"{args.ckpt} holds a {self.name} model; predict needs a classifier (train vit, cnn, "
                               "or encoder --task classify)")
+
+
+class Verbs:
+    """What every model loaded by :func:`attnlab.load` can do besides its forward pass. A family
+    adds its own verbs in a subclass (``Recipe.verbs``); ``attach`` reads what they need (the
+    tokenizer, the image statistics) from the run's config.json."""
+
+    checkpoint: str
+    run_meta: dict
+
+    def attach(self, meta: dict) -> None:
+        """Read the tokenizer / vocabulary / image statistics from the run's config (``meta``)."""
+
+    @property
+    def device(self):
+        return next(self.parameters()).device
+
+    def _recipe(self) -> "Recipe":
+        from . import checkpoint_recipe
+
+        return checkpoint_recipe(self.checkpoint)
+
+    def evaluate(self, data: str | None = None, *, split: str | None = None, **options) -> dict:
+        """The metrics of ``attnlab eval``: loss / perplexity (language models), accuracy
+        (classifiers), BLEU (seq2seq), ... on the run's own data or on ``data``. ``options``: the
+        options of ``attnlab eval`` by name (``batch_size``, ``max_tokens``, ``beam``, ...)."""
+        recipe = self._recipe()
+        specs = OptionSpecs()
+        recipe.add_common_eval_arguments(specs)
+        recipe.add_eval_arguments(specs)
+        values = specs.checked({"data": data, "split": split, **options}, "evaluate")
+        values.update(ckpt=self.checkpoint, device=str(self.device))
+        return recipe.evaluate(Options(**values))[0]
+
+    def explore(self, *, text: str | None = None, image: str | None = None, src: str | None = None,
+                tgt: str | None = None):
+        """What ``attnlab explore`` shows, as an :class:`attnlab.inspect.explorer.Exploration`
+        (inline in Jupyter; ``.save("page.html")``): GPT and text encoders ``text=``; ViT ``image=``
+        (a file); seq2seq ``src=`` (and ``tgt=`` to force a target)."""
+        from ..inspect.explorer import Exploration
+
+        values = dict(text=text, image=image, src=src, tgt=tgt)
+        for name, v in values.items():
+            if v is not None and not isinstance(v, (str, Path)):
+                raise OptionError(f"explore {name}= must be a string (a file path for image), got {type(v).__name__}")
+            values[name] = None if v is None else str(v)
+        data = self._recipe().explore(Options(ckpt=self.checkpoint, device=str(self.device), **values))
+        return Exploration(data, f"attnlab explorer: {Path(self.checkpoint).name}")
+
+
+_WITH_VERBS: dict[tuple[type, type], type] = {}
+
+
+def with_verbs(model_cls: type, verbs: type) -> type:
+    """``model_cls`` extended by ``verbs`` (one class per pair, so that loaded models of one family
+    share a class): a loaded GPT is still a GPT."""
+    if issubclass(model_cls, verbs):
+        return model_cls
+    key = (model_cls, verbs)
+    if key not in _WITH_VERBS:
+        _WITH_VERBS[key] = type(model_cls.__name__, (verbs, model_cls), {"__module__": model_cls.__module__,
+                                                                         "__doc__": model_cls.__doc__})
+    return _WITH_VERBS[key]
+
+
+class Options(types.SimpleNamespace):
+    """The checked options of one call (from the command line's flags or the API's keyword
+    arguments), as the recipes read them: ``options.lr``."""
 
 
 # ---- options shared by every family ---------------------------------------------------------------
@@ -117,7 +216,7 @@ def train_config(args, saved: dict | None, defaults: dict | None = None):
     A resumed run keeps its saved values and takes the training
     options given now (they are safe to change, and are listed); its learning-rate schedule stays
     the one it started with (decay to its original ``lr_decay_iters``) unless --lr-decay-iters is given."""
-    from ..train import TrainConfig
+    from ..training import TrainConfig
 
     over = given(args, args.train_fields)
     if not saved:
@@ -151,14 +250,134 @@ def run_header(trainer) -> str:
     return f"{trainer.device} {dtype} ({trainer.dtype_reason})"
 
 
+# ---- options as data: what a recipe declares, checked the same way from Python and the command line ----
+@dataclass
+class OptionSpec:
+    """One option a recipe declares (with argparse's own call, so the command line adds it as is)."""
+
+    dest: str
+    flag: str
+    type: Callable | None = None
+    default: Any = None
+    choices: tuple | None = None
+    kind: str = "value"  # value | flag (store_true) | bool (--x/--no-x) | list (nargs, append)
+
+
+class OptionSpecs:
+    """Stands in for an argparse parser while a recipe declares its options: records them, so that
+    the Python API can check keyword arguments exactly as the command line checks flags."""
+
+    def __init__(self) -> None:
+        self.specs: dict[str, OptionSpec] = {}
+
+    def add_argument(self, *flags: str, **kw) -> None:
+        long = next((f for f in flags if f.startswith("--")), flags[0])
+        dest = kw.get("dest") or long.lstrip("-").replace("-", "_")
+        action = kw.get("action")
+        kind = ("flag" if action == "store_true" else "bool" if action is argparse.BooleanOptionalAction
+                else "list" if action == "append" or kw.get("nargs") in ("+", "*") else "value")
+        choices = tuple(kw["choices"]) if kw.get("choices") is not None else None
+        default = kw.get("default", False if kind == "flag" else None)
+        self.specs.setdefault(dest, OptionSpec(dest, long, kw.get("type"), default, choices, kind))
+
+    def add_argument_group(self, *args, **kw) -> "OptionSpecs":
+        return self
+
+    def checked(self, given: dict, what: str) -> dict:
+        """Every declared option -> its default, or the checked value ``given`` for it."""
+        values = {n: s.default for n, s in self.specs.items()}
+        for name, value in given.items():
+            if name not in self.specs:
+                raise OptionError(f"{what} has no option {name!r}; it takes {', '.join(sorted(self.specs))}")
+            values[name] = self.check(name, value)
+        return values
+
+    def check(self, name: str, value: Any) -> Any:
+        """``value`` for option ``name``, checked (and converted) as the command line would."""
+        spec = self.specs[name]
+        if value is None:
+            return spec.default if spec.kind == "flag" else None
+        if spec.kind in ("flag", "bool"):
+            if not isinstance(value, bool):
+                raise OptionError(f"{_named(name, value)}: must be True or False")
+            return value
+        if spec.kind == "list":
+            items = [value] if isinstance(value, (str, int, float)) else list(value)
+            return [self._one(spec, name, v) for v in items]
+        return self._one(spec, name, value)
+
+    @staticmethod
+    def _one(spec: OptionSpec, name: str, value: Any) -> Any:
+        if spec.type is not None and spec.type is not str:
+            if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+                raise OptionError(f"{_named(name, value)}: must be {getattr(spec.type, '__name__', 'a value')}")
+            try:
+                value = spec.type(str(value))
+            except (argparse.ArgumentTypeError, ValueError) as e:
+                raise OptionError(f"{_named(name, value)}: {e}") from None
+        elif not isinstance(value, str):
+            value = str(value) if isinstance(value, Path) else value
+            if not isinstance(value, str):
+                raise OptionError(f"{_named(name, value)}: must be a string")
+        if spec.choices is not None and value not in spec.choices:
+            raise OptionError(f"{_named(name, value)}: choose one of {', '.join(map(str, spec.choices))}")
+        return value
+
+
+def field_types(cls) -> dict[str, type]:
+    """A config dataclass's option-sized fields (int, float, str, bool) -> their type; lists and
+    tuples (a CNN's widths) are set in Python only."""
+    hints = typing.get_type_hints(cls)
+    out = {}
+    for f in dataclasses.fields(cls):
+        typ = hints[f.name]
+        args = typing.get_args(typ)
+        base = next((a for a in args if a is not type(None)), typ) if args else typ
+        if base in (int, float, str, bool):
+            out[f.name] = base
+    return out
+
+
+def _named(name: str, value: Any) -> str:
+    """How an option is named in an error: its keyword and its flag, for Python and shell users alike."""
+    return f"{name}={value!r} (--{name.replace('_', '-')})"
+
+
+def check_field(name: str, typ: type, value: Any) -> Any:
+    """A model or trainer field's value from Python, as strict as its command-line flag."""
+    if value is None:
+        return None
+    ok = (isinstance(value, bool) if typ is bool else isinstance(value, str) if typ is str
+          else isinstance(value, int) and not isinstance(value, bool) if typ is int
+          else isinstance(value, (int, float)) and not isinstance(value, bool))
+    if not ok:
+        raise OptionError(f"{_named(name, value)}: must be {'True or False' if typ is bool else typ.__name__}")
+    if typ is float:
+        value = float(value)
+        if not math.isfinite(value):
+            raise OptionError(f"{_named(name, value)}: must be a finite number")
+    return value
+
+
 # ---- the one path: train a new run or resume one -------------------------------------------------
-def train(recipe: Recipe, args) -> int:
-    """``attnlab train NAME``: every family, new or resumed, goes through here."""
+@dataclass
+class TrainResult:
+    """What :func:`train` leaves: the trained model (in memory), its trainer and the final step."""
+
+    model: Any
+    trainer: Any
+    run: TrainingRun
+    step: int
+    best_val: float
+
+
+def train(recipe: Recipe, args) -> TrainResult:
+    """Every family, new or resumed, from the command line or from Python, goes through here."""
     import torch
 
     from ..checkpoint import run_config
-    from ..train import Trainer
-    from ..train import distributed as D
+    from ..training import Trainer
+    from ..training import distributed as D
 
     out = Path(args.out)
     model_over = given(args, args.model_fields)
@@ -191,4 +410,4 @@ def train(recipe: Recipe, args) -> int:
             recipe.finish(args, run, trainer, result)
     finally:
         D.cleanup(trainer.dist)
-    return 0
+    return TrainResult(model, trainer, run, result["step"], result["best_val"])

@@ -13,13 +13,38 @@ from ..errors import DataError
 from ..models.caption import Captioner, CaptionConfig
 from ..options import EPILOG, at_least, below_one, device_name, nonneg_float, number, positive_int
 from . import register
-from .base import Recipe, TrainingRun
+from ..decode import MAX_BEAM
+from .base import Recipe, TrainingRun, Verbs
+
+
+class CaptionerVerbs(Verbs):
+    """A captioner loaded by :func:`attnlab.load`: ``vocab``, ``mean``/``std`` and ``caption``."""
+
+    def attach(self, meta: dict) -> None:
+        from ..data.parallel import Vocab
+
+        self.vocab, self.mean, self.std = Vocab.from_dict(meta["vocab"]), meta["mean"], meta["std"]
+
+    def caption(self, images, *, beam: int = 1, alpha: float = 1.0):
+        """The caption of each image (a file path, a list of them, or images in [0, 1] as a (3, H, W)
+        or (N, 3, H, W) tensor): a string for one image, else a list."""
+        from ..data.images import images_argument
+        from ..errors import OptionError
+
+        if not isinstance(beam, int) or not 1 <= beam <= MAX_BEAM:
+            raise OptionError(f"beam={beam!r}: must be an integer from 1 to {MAX_BEAM}")
+        x, single = images_argument(images, self.config.in_chans, self.config.image_size)
+        out = caption_images(self, self.vocab, x, {"mean": self.mean, "std": self.std}, self.device, beam=beam,
+                             alpha=alpha)
+        return out[0] if single else out
 
 SCENE_OPTS = dict(n_train=8000, max_objects=3)
 
 
 @register
 class CaptionRecipe(Recipe):
+    verbs = CaptionerVerbs
+    tiny = dict(train_scenes=40, image_size=32, dim=32, emb_dim=16, attention_dim=16, max_iters=2, eval_interval=2, eval_iters=1, batch_size=4, progress=False, device="cpu")
     name = "caption"
     help = "an image captioner: CNN or ViT encoder; RNN without or with attention, or Transformer decoder"
     description = ("Train an image captioner with teacher forcing. With no --data it learns synthetic scenes of "
@@ -51,7 +76,7 @@ class CaptionRecipe(Recipe):
 
     def prepare(self, args, saved, model_over, tcfg):
         from ..data.captions import load_captions
-        from ..train.tasks import CaptionTask
+        from ..training.tasks import CaptionTask
 
         if saved:
             cfg = CaptionConfig.from_dict(saved["model"])
@@ -143,7 +168,7 @@ class CaptionRecipe(Recipe):
 def load_captioner(ckpt: str, device: str = "auto"):
     """(model, word vocabulary, config.json dict, device) of a captioning run."""
     from ..data.parallel import Vocab
-    from ..train.trainer import pick_device
+    from ..training.trainer import pick_device
     from . import load_model
 
     dev = pick_device(device)

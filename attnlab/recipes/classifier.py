@@ -12,12 +12,39 @@ import torch
 
 from ..errors import DataError
 from ..options import at_least, below_one, nonneg_int, number
-from .base import Recipe, TrainingRun
+from .base import Recipe, TrainingRun, Verbs
+
+
+class ImageClassifierVerbs(Verbs):
+    """An image classifier loaded by :func:`attnlab.load`: ``labels``, ``mean``/``std`` and ``predict``."""
+
+    def attach(self, meta: dict) -> None:
+        c = self.config
+        self.mean, self.std = meta.get("mean", [0.5] * c.in_chans), meta.get("std", [0.5] * c.in_chans)
+        self.labels = list(c.labels or [str(i) for i in range(c.num_classes)])
+
+    def predict(self, images, top_k: int = 3):
+        """The ``top_k`` (label, probability) pairs of each image (a file path, a list of them, or
+        images in [0, 1] as a (C, H, W) or (N, C, H, W) tensor): a list per image, or one list for one image."""
+        from ..data.images import images_argument, normalize
+        from ..errors import OptionError
+
+        if not isinstance(top_k, int) or top_k < 1:
+            raise OptionError(f"top_k={top_k!r}: must be an integer of at least 1")
+        x, single = images_argument(images, self.config.in_chans, self.config.image_size)
+        with torch.no_grad():
+            probs = self(normalize(x, self.mean, self.std).to(self.device)).float().softmax(-1).cpu()
+        top = probs.topk(min(top_k, probs.shape[-1]), dim=-1)
+        out = [[(self.labels[i], p) for p, i in zip(v.tolist(), ix.tolist())] for v, ix in zip(top.values, top.indices)]
+        return out[0] if single else out
 
 
 class ImageClassifierRecipe(Recipe):
     """Base of the image classifier recipes; a subclass says how to build its model config
     (:meth:`new_config`)."""
+
+    verbs = ImageClassifierVerbs
+    tiny = dict(max_iters=2, eval_interval=2, eval_iters=1, batch_size=4, progress=False, device="cpu")
 
     set_by_data = ("num_classes", "in_chans", "labels")
     train_defaults = dict(batch_size=128, lr=1e-3, min_lr=1e-5, warmup_iters=100, max_iters=2000, weight_decay=0.05,
@@ -50,7 +77,7 @@ class ImageClassifierRecipe(Recipe):
 
     def prepare(self, args, saved, model_over, tcfg):
         from ..data.images import load_images
-        from ..train.tasks import ImageClassificationTask
+        from ..training.tasks import ImageClassificationTask
 
         spec = (saved.get("data_spec") if saved else args.data) or "digits"
         splits = load_images(spec, args.data_dir)
@@ -144,7 +171,7 @@ class ImageClassifierRecipe(Recipe):
 
 def load_classifier(ckpt: str, device: str):
     """(model, config.json dict with normalisation statistics, device) of an image classifier."""
-    from ..train.trainer import pick_device
+    from ..training.trainer import pick_device
     from . import load_model, recipes
 
     types = tuple(t for r in recipes() if isinstance(r, ImageClassifierRecipe) for t in r.models)

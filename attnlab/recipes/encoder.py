@@ -15,11 +15,65 @@ from ..errors import CheckpointError, DataError
 from ..models.encoder import ENCODER_PRESETS, TextEncoder, TextEncoderConfig
 from ..options import EPILOG, at_least, below_one, device_name, input_lines
 from . import register
-from .base import Recipe, TrainingRun
+from .base import Recipe, TrainingRun, Verbs
+
+
+class TextEncoderVerbs(Verbs):
+    """A text encoder loaded by :func:`attnlab.load`: ``tokenizer``, ``embed`` and (classifiers) ``predict``."""
+
+    def attach(self, meta: dict) -> None:
+        try:  # a HuggingFace folder may hold the weights alone: the model still runs on token ids
+            self.tokenizer = encoder_tokenizer(meta, self.checkpoint, self.config.vocab_size)
+        except (CheckpointError, DataError, OSError):
+            self.tokenizer = None
+
+    def _tokenizer(self):
+        if self.tokenizer is None:
+            raise CheckpointError(f"{self.checkpoint} has no tokenizer (no tokenizer in config.json, no vocab.txt)")
+        return self.tokenizer
+
+    def embed(self, texts, attention_mask=None):
+        """Sentence embeddings: (D,) for one string, (N, D) NumPy for a list of them. Token ids
+        (B, T) with their mask give the model's own (B, D) tensor, as on an unloaded model."""
+        if isinstance(texts, torch.Tensor):
+            return super().embed(texts, attention_mask)
+        single = isinstance(texts, str)
+        texts = _texts(texts, "embed")
+        vectors = embed_texts(self, self._tokenizer(), texts, self.device)
+        return vectors[0] if single else vectors
+
+    def predict(self, texts, top_k: int = 3):
+        """The ``top_k`` (label, probability) pairs of each text: a list per text, or one list for one."""
+        from ..errors import OptionError
+
+        if self.classifier is None:
+            raise OptionError("this encoder has no classification head; fine-tune it with "
+                              "attnlab.train('encoder', task='classify', ...)")
+        if not isinstance(top_k, int) or top_k < 1:
+            raise OptionError(f"top_k={top_k!r}: must be an integer of at least 1")
+        single = isinstance(texts, str)
+        ids, mask = encode_texts(self._tokenizer(), _texts(texts, "predict"), self.config.context)
+        with torch.no_grad():
+            probs = self.classify(ids.to(self.device), mask.to(self.device)).float().softmax(-1).cpu()
+        labels = list(self.config.labels or range(self.config.num_labels))
+        top = probs.topk(min(top_k, probs.shape[-1]), dim=-1)
+        out = [[(str(labels[i]), p) for p, i in zip(v.tolist(), ix.tolist())] for v, ix in zip(top.values, top.indices)]
+        return out[0] if single else out
+
+
+def _texts(texts, what: str) -> list[str]:
+    from ..errors import OptionError
+
+    texts = [texts] if isinstance(texts, str) else list(texts)
+    if not texts or any(not isinstance(t, str) or not t.strip() for t in texts):
+        raise OptionError(f"{what} needs non-empty texts (a string or a list of them)")
+    return texts
 
 
 @register
 class TextEncoderRecipe(Recipe):
+    verbs = TextEncoderVerbs
+    tiny = dict(layers=1, heads=2, dim=16, mlp_dim=32, context=32, vocab_size=200, max_iters=2, eval_interval=2, eval_iters=1, batch_size=4, progress=False, device="cpu")
     name = "encoder"
     help = "a BERT-style text encoder: masked-LM pretraining, classification, sentence embeddings"
     description = ("Train a text encoder. --task mlm pretrains with BERT's masking (on the Python help pages that "
@@ -64,7 +118,7 @@ class TextEncoderRecipe(Recipe):
     def prepare(self, args, saved, model_over, tcfg):
         from ..data.labelled import load_labelled, load_pretraining_texts, tokenize
         from ..tokens import WordPieceTokenizer, tokenizer_from_dict
-        from ..train.tasks import MaskedLMTask, TextClassificationTask
+        from ..training.tasks import MaskedLMTask, TextClassificationTask
 
         task_name = saved["task"] if saved else (args.task or "mlm")
         spec = saved.get("data_spec") if saved else args.data
@@ -171,21 +225,24 @@ class TextEncoderRecipe(Recipe):
 
 def load_text_encoder(ckpt: str, device: str = "auto"):
     """(model, tokenizer, config.json dict, device) of an attnlab run or a HuggingFace BERT folder."""
-    from ..tokens import WordPieceTokenizer, tokenizer_from_dict
-    from ..train.trainer import pick_device
+    from ..training.trainer import pick_device
     from . import load_model
 
     dev = pick_device(device)
     model, meta = load_model(ckpt, expect="text-encoder", device=str(dev), with_meta=True,
                              needs="a text encoder (trained with `attnlab train encoder`, or a HuggingFace BERT folder)")
-    if meta.get("tokenizer"):
-        tok = tokenizer_from_dict(meta["tokenizer"])
-    else:
-        tok = WordPieceTokenizer.load(ckpt)
-    if tok.vocab_size > model.config.vocab_size:
+    return model, encoder_tokenizer(meta, ckpt, model.config.vocab_size), meta, dev
+
+
+def encoder_tokenizer(meta: dict, ckpt, vocab_size: int):
+    """The WordPiece tokenizer of a text-encoder run (config.json) or of a HuggingFace BERT folder."""
+    from ..tokens import WordPieceTokenizer, tokenizer_from_dict
+
+    tok = tokenizer_from_dict(meta["tokenizer"]) if meta.get("tokenizer") else WordPieceTokenizer.load(ckpt)
+    if tok.vocab_size > vocab_size:
         raise CheckpointError(f"the tokenizer of {ckpt} has {tok.vocab_size} tokens but the model only "
-                              f"{model.config.vocab_size}: they do not belong together")
-    return model, tok, meta, dev
+                              f"{vocab_size}: they do not belong together")
+    return tok
 
 
 def encode_texts(tok, texts: list[str], context: int):
@@ -232,7 +289,7 @@ def evaluate_encoder(args) -> dict:
     from ..inspect.analysis import confusion_matrix
     from ..inspect.plots import confusion_matrix_png
     from ..losses import cross_entropy
-    from ..train.tasks import TextClassificationTask, bert_mask
+    from ..training.tasks import TextClassificationTask, bert_mask
 
     model, tok, meta, dev = load_text_encoder(args.ckpt, args.device)
     spec = args.data or meta.get("data_spec")

@@ -9,8 +9,52 @@ from pathlib import Path
 
 from ..models.gpt import GPT, GPT_PRESETS
 from . import register
-from .base import Recipe, TrainingRun
+from .base import Recipe, TrainingRun, Verbs
 from ..options import EPILOG, at_least, device_name, nonneg_float, nonneg_int, positive_int, probability
+
+
+class GPTVerbs(Verbs):
+    """A GPT loaded by :func:`attnlab.load`: ``tokenizer`` and ``generate``."""
+
+    def attach(self, meta: dict) -> None:
+        from ..errors import CheckpointError
+
+        try:  # a HuggingFace folder may hold the weights alone: the model still runs on token ids
+            self.tokenizer = lm_tokenizer(meta, self.checkpoint)
+        except CheckpointError:
+            self.tokenizer = None
+
+    def generate(self, prompt: str = "", max_new_tokens: int = 200, *, temperature: float = 0.8,
+                 top_k: int | None = 200, top_p: float | None = None, stop: list[str] | tuple[str, ...] = (),
+                 seed: int | None = None, use_cache: bool = True) -> str:
+        """The continuation of ``prompt`` (text; empty: start a new line), as ``attnlab sample``
+        writes it. ``temperature=0`` is greedy; ``seed`` makes sampling repeatable."""
+        import torch
+
+        from ..errors import OptionError
+        from ..generate import generate_text
+
+        if not isinstance(prompt, str):
+            raise OptionError(f"prompt must be text, got {type(prompt).__name__}")
+        if not isinstance(max_new_tokens, int) or max_new_tokens < 1:
+            raise OptionError(f"max_new_tokens={max_new_tokens!r}: must be an integer of at least 1")
+        if not (isinstance(temperature, (int, float)) and math.isfinite(temperature) and temperature >= 0):
+            raise OptionError(f"temperature={temperature!r}: must be 0 (greedy) or more")
+        if isinstance(stop, str):
+            stop = [stop]
+        if any(s == "" for s in stop):
+            raise OptionError("stop='' would stop before the first token; give non-empty strings")
+        if self.tokenizer is None:
+            lm_tokenizer({}, self.checkpoint)  # says what is missing
+        text = prompt or default_prompt(self.tokenizer)
+        self.tokenizer.encode(text)  # unknown characters fail here, with a clear message
+        gen = None
+        if seed is not None:
+            gen = torch.Generator(device=self.device).manual_seed(seed)
+        with torch.no_grad():
+            return generate_text(self, self.tokenizer, text, max_new_tokens, temperature=temperature,
+                                 top_k=top_k or None, top_p=top_p, use_cache=use_cache, generator=gen,
+                                 stop=list(stop))[0]
 
 
 @register
@@ -25,6 +69,8 @@ class GPTRecipe(Recipe):
     set_by_data = ("vocab_size",)
     explore_kind = "text"
     default_seconds = 70
+    verbs = GPTVerbs
+    tiny = dict(preset="nano", context=16, sample_chars=0, max_iters=2, eval_interval=2, eval_iters=1, batch_size=4, progress=False, device="cpu")
     # Training recipe per preset, on top of TrainConfig's (nanoGPT's) defaults. shakespeare-cpu:
     # nanoGPT's CPU model trained at 5x its learning rate for half its steps reaches the loss of
     # nanoGPT's 2,000-step recipe (1.905 vs 1.908 on Tiny Shakespeare) in 56 % of its wall time
@@ -54,7 +100,7 @@ class GPTRecipe(Recipe):
     def prepare(self, args, saved, model_over, tcfg):
         from ..data.text import prepare
         from ..models.gpt import GPTConfig
-        from ..train import LanguageModelTask
+        from ..training import LanguageModelTask
 
         out = Path(args.out)
         if saved:
@@ -186,20 +232,24 @@ def default_prompt(tok) -> str:
 
 def load_lm(ckpt: str, device: str):
     """(model, tokenizer, config.json dict, device) of a GPT run or HuggingFace GPT-2 folder."""
-    from ..errors import CheckpointError
-    from ..tokens import BPETokenizer, tokenizer_from_dict
-    from ..train.trainer import pick_device
+    from ..training.trainer import pick_device
     from . import load_model
 
     dev = pick_device(device)
     model, meta = load_model(ckpt, expect="gpt", device=str(dev), with_meta=True)
+    return model, lm_tokenizer(meta, ckpt), meta, dev
+
+
+def lm_tokenizer(meta: dict, ckpt):
+    """The tokenizer of a GPT run (from its config.json) or of a HuggingFace folder (tokenizer.json)."""
+    from ..errors import CheckpointError
+    from ..tokens import BPETokenizer, tokenizer_from_dict
+
     if meta.get("tokenizer"):
-        tok = tokenizer_from_dict(meta["tokenizer"])
-    elif (Path(ckpt) / "tokenizer.json").is_file():
-        tok = BPETokenizer.load(Path(ckpt) / "tokenizer.json")
-    else:
-        raise CheckpointError(f"{ckpt} has no tokenizer (no tokenizer in config.json, no tokenizer.json)")
-    return model, tok, meta, dev
+        return tokenizer_from_dict(meta["tokenizer"])
+    if (Path(ckpt) / "tokenizer.json").is_file():
+        return BPETokenizer.load(Path(ckpt) / "tokenizer.json")
+    raise CheckpointError(f"{ckpt} has no tokenizer (no tokenizer in config.json, no tokenizer.json)")
 
 
 def sample(args) -> int:

@@ -15,7 +15,31 @@ from ..models.rnn import RNNSeq2Seq
 from ..models.seq2seq import Transformer
 from ..options import EPILOG, at_least, below_one, device_name, fraction, input_lines, nonneg_float, positive_int
 from . import register
-from .base import Recipe, TrainingRun
+from ..decode import MAX_BEAM
+from .base import Recipe, TrainingRun, Verbs
+
+
+class Seq2SeqVerbs(Verbs):
+    """A seq2seq model loaded by :func:`attnlab.load`: ``src_vocab``, ``tgt_vocab`` and ``translate``."""
+
+    def attach(self, meta: dict) -> None:
+        from ..data.parallel import Vocab
+
+        self.src_vocab, self.tgt_vocab = Vocab.from_dict(meta["vocab"]["src"]), Vocab.from_dict(meta["vocab"]["tgt"])
+
+    def translate(self, texts: str | list[str], *, beam: int = 5, alpha: float = 1.0, max_len: int | None = None):
+        """The translation of one sentence (a string) or of each of a list (beam 1 = greedy)."""
+        from ..errors import OptionError
+
+        if not isinstance(beam, int) or not 1 <= beam <= MAX_BEAM:
+            raise OptionError(f"beam={beam!r}: must be an integer from 1 to {MAX_BEAM}")
+        single = isinstance(texts, str)
+        texts = [texts] if single else list(texts)
+        if not texts or any(not isinstance(t, str) or not t.strip() for t in texts):
+            raise OptionError("translate needs non-empty sentences (a string or a list of them)")
+        out = translate_texts(self, self.src_vocab, self.tgt_vocab, texts, beam=beam, alpha=alpha, max_len=max_len,
+                              device=self.device)
+        return out[0] if single else out
 
 ARCH_ATTENTION = {"rnn": "none", "rnn-attention": "additive"}
 DEFAULT_DATA = "reverse"  # the embedded default: a synthetic task
@@ -32,6 +56,9 @@ def arch_of(model_type: str, model_cfg: dict) -> str:
 
 @register
 class Seq2SeqRecipe(Recipe):
+    verbs = Seq2SeqVerbs
+    tiny = dict(data="copy", min_length=3, max_length=5, dim=32, heads=2, enc_layers=1, dec_layers=1, mlp_dim=32,
+                max_iters=2, eval_interval=2, eval_iters=1, batch_size=4, progress=False, device="cpu")
     name = "seq2seq"
     help = "a translation model: Transformer, or RNN with/without attention"
     description = ("Train an encoder-decoder on parallel text with teacher forcing. With no --data it learns a "
@@ -97,7 +124,7 @@ class Seq2SeqRecipe(Recipe):
                 **{k: (v, opts.get(k, DEFAULT_DATA_OPTS[k])) for k, v in self.data_options(args).items()}}
 
     def prepare(self, args, saved, model_over, tcfg):
-        from ..train.tasks import Seq2SeqTask
+        from ..training.tasks import Seq2SeqTask
 
         if saved:
             mtype, spec, opts = saved["model_type"], saved.get("data_spec"), saved.get("data_opts", {})
@@ -226,7 +253,7 @@ def load_data(spec: str, opts: dict, data_dir, vocab: dict | None = None):
 def load_seq2seq(ckpt: str, device: str = "auto"):
     """(model, source vocabulary, target vocabulary, config.json dict, device) of a seq2seq run."""
     from ..data.parallel import Vocab
-    from ..train.trainer import pick_device
+    from ..training.trainer import pick_device
     from . import load_model
 
     dev = pick_device(device)

@@ -31,6 +31,7 @@ class ViTRecipe(ImageClassifierRecipe):
     hf_model_types = {"vit": "vit"}
     presets = VIT_PRESETS
     explore_kind = "image"
+    tiny = dict(ImageClassifierRecipe.tiny, dim=16, layers=1, heads=2)
     # Per-dataset recipes (benchmarks/README.md, ViT): on digits 1,000 steps of 64 at lr 2e-3
     # (no random shift, see ImageClassifierRecipe.prepare) reach 98.4 % over five seeds in ~30 s,
     # where 2,000 of 128 at 1e-3 took 86 s for 97.8 %; on MNIST (8,000 training images) 3,000

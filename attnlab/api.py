@@ -1,0 +1,181 @@
+"""The Python API: everything the command line does, as functions that return values.
+
+    run = attnlab.train("gpt", data="shakespeare", out="runs/shk", max_iters=500)   # -> Run
+    model = attnlab.load("runs/shk")             # a GPT that knows its tokenizer
+    model.generate("ROMEO:", max_new_tokens=200)
+    attnlab.evaluate(model)                      # {"loss": ..., "perplexity": ...}
+    attnlab.explore(model, text="To be or not")  # renders inline in Jupyter; .save("page.html")
+
+Options have the names of the command line's flags (``--max-iters`` is ``max_iters``) and are
+checked the same way; a bad one raises :class:`attnlab.errors.OptionError` (an
+:class:`~attnlab.errors.AttnlabError`) with the command line's one-line message. The command
+line (:mod:`attnlab.cli`) parses its flags and calls these functions.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .errors import AttnlabError, OptionError
+from .inspect.explorer import Exploration
+from .recipes import Recipe, checkpoint_recipe, recipes
+from .recipes.base import OptionSpecs, Options, Verbs, check_field, field_types
+
+__all__ = ["train", "Run", "load", "evaluate", "explore", "Exploration", "families", "train_options"]
+
+
+def families() -> list[str]:
+    """The names ``train`` takes: gpt, vit, cnn, seq2seq, encoder, caption, ..."""
+    return [r.name for r in recipes()]
+
+
+def _recipe(family: str) -> Recipe:
+    for r in recipes():
+        if r.name == family:
+            return r
+    raise OptionError(f"unknown model family {family!r}; choose one of {', '.join(families())}")
+
+
+# ---- training ---------------------------------------------------------------------------------------
+def train_options(family: str) -> dict[str, Any]:
+    """Every option ``train(family, ...)`` takes -> its default (None: the preset's or the trainer's)."""
+    recipe = _recipe(family)
+    specs = _train_specs(recipe)
+    names = {n: s.default for n, s in specs.specs.items()}
+    for fields in (_model_fields(recipe), _train_fields()):
+        names.update({n: None for n in fields})
+    return names
+
+
+def _train_specs(recipe: Recipe) -> OptionSpecs:
+    specs = OptionSpecs()
+    recipe.add_train_arguments(specs)
+    specs.add_argument("--data-dir", default=None)
+    return specs
+
+
+def _model_fields(recipe: Recipe) -> dict[str, type]:
+    out: dict[str, type] = {}
+    for cls in recipe.config_classes():
+        out.update({n: t for n, t in field_types(cls).items() if n not in recipe.set_by_data})
+    return out
+
+
+def _train_fields() -> dict[str, type]:
+    from .training import TrainConfig
+
+    return field_types(TrainConfig)
+
+
+def _aliases(recipe: Recipe) -> dict[str, str]:
+    from .training import TrainConfig
+
+    out: dict[str, str] = {}
+    for cls in (*recipe.config_classes(), TrainConfig):
+        out.update(getattr(cls, "ALIASES", {}))
+    return out
+
+
+def train(family: str, *, data: str | None = None, out: str | Path | None = None, resume: bool = False,
+          **options) -> "Run":
+    """Train a model of ``family`` (see :func:`families`) and return the :class:`Run`.
+
+    ``data``: a file, folder or dataset name (None: the family's embedded default); ``out``: the
+    run folder (default ``runs/<family>``); ``resume``: continue the run in ``out`` exactly.
+    ``options``: any option of ``attnlab train <family>`` by its flag's name (``preset``,
+    ``layers``, ``lr``, ``max_iters``, ``device``, ``dtype``, ...; :func:`train_options` lists them).
+    """
+    from .recipes import train as train_recipe
+
+    recipe = _recipe(family)
+    specs = _train_specs(recipe)
+    model_fields, train_fields = _model_fields(recipe), _train_fields()
+    aliases = _aliases(recipe)
+    values: dict[str, Any] = {n: s.default for n, s in specs.specs.items()}
+    values.update({n: None for n in (*model_fields, *train_fields)})
+    for name, value in options.items():
+        key = aliases.get(name, name)
+        if key in specs.specs:
+            values[key] = specs.check(key, value)
+        elif key in model_fields or key in train_fields:
+            values[key] = check_field(name, {**train_fields, **model_fields}[key], value)
+        elif key in recipe.set_by_data:
+            raise OptionError(f"{name} follows from the data for {family} models; it is not an option")
+        else:
+            raise OptionError(f"train {family} has no option {name!r}; attnlab.train_options({family!r}) lists them")
+    if data is not None:
+        values["data"] = specs.check("data", str(data)) if "data" in specs.specs else str(data)
+    opts = Options(**values, out=str(out) if out is not None else recipe.default_out, resume=bool(resume),
+                   model_fields=list(model_fields), train_fields=list(train_fields))
+    try:
+        result = train_recipe(recipe, opts)
+    except ValueError as e:  # a config's own check (a model too large, --lr <= 0): the API's error type
+        if isinstance(e, AttnlabError):
+            raise
+        raise OptionError(str(e)) from None
+    result.model.eval()
+    return Run(family, Path(opts.out), result.step, result.best_val, result.model)
+
+
+@dataclass
+class Run:
+    """A finished (or stopped) training run: its folder, the model in memory, its metrics."""
+
+    family: str
+    out: Path
+    step: int
+    best_val: float
+    model: Any = field(repr=False)
+
+    @property
+    def metrics(self) -> list[dict]:
+        """One dict per logged step (loss, lr, tokens/s, val_loss at evaluations): metrics.jsonl."""
+        path = self.out / "metrics.jsonl"
+        if not path.is_file():
+            return []
+        return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+    @property
+    def checkpoint(self) -> Path:
+        """The folder ``load`` / ``evaluate`` read: the best checkpoint, else the last."""
+        return self.out / "best" if (self.out / "best").is_dir() else self.out / "last"
+
+    def load(self, device: str | None = None):
+        """The run's best model, from disk, with its tokenizer and verbs (see :func:`load`)."""
+        return load(self.out, device=device)
+
+
+# ---- using a trained model ---------------------------------------------------------------------------
+def load(path: str | Path, *, device: str | None = None):
+    """A ready model (eval mode) from an attnlab run or checkpoint folder or a HuggingFace folder,
+    knowing its tokenizer or image statistics, with its family's verbs: ``generate`` (GPT),
+    ``translate`` (seq2seq), ``caption`` (captioner), ``predict`` (classifiers), ``embed``
+    (text encoders), and ``evaluate`` / ``explore`` for all. It is the family's model class (a
+    ``GPT`` is a ``GPT``) with hook points, ``run_with_cache`` and ``hooks``."""
+    from .training.trainer import pick_device
+
+    recipe = checkpoint_recipe(path)
+    return recipe.load(path, str(pick_device(device or "cpu")))
+
+
+def _loaded(model_or_path):
+    if isinstance(model_or_path, (str, Path)):
+        return load(model_or_path)
+    if not isinstance(model_or_path, Verbs):
+        raise OptionError("this model was not loaded from a run folder; use attnlab.load(run) first (evaluate and "
+                          "explore read the run's data and tokenizer)")
+    return model_or_path
+
+
+def evaluate(model_or_path, *, data: str | None = None, split: str | None = None, **options) -> dict:
+    """The metrics of ``attnlab eval`` for a loaded model or a run folder (see ``Verbs.evaluate``)."""
+    return _loaded(model_or_path).evaluate(data, split=split, **options)
+
+
+def explore(model_or_path, **inputs) -> Exploration:
+    """The explorer's data for a loaded model or a run folder (see ``Verbs.explore``): ``text=``,
+    ``image=``, ``src=`` / ``tgt=``. Shown inline in Jupyter; ``.save("page.html")`` writes the page."""
+    return _loaded(model_or_path).explore(**inputs)

@@ -1,0 +1,102 @@
+"""The Python API, used as a notebook would: no command line anywhere in this file."""
+
+import numpy as np
+import pytest
+import torch
+
+import attnlab
+from attnlab.errors import AttnlabError, OptionError
+from attnlab.recipes import recipes
+
+FAMILIES = [r.name for r in recipes()]
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_every_family_trains_loads_evaluates_and_explores_from_python(family, tmp_path, monkeypatch):
+    """One test over the registry: a new family with ``tiny`` options is tested without new code."""
+    monkeypatch.setenv("ATTNLAB_FAST_BF16", "0")
+    recipe = next(r for r in recipes() if r.name == family)
+    assert recipe.tiny, f"recipe {family} has no tiny options"
+    opts = dict(recipe.tiny)
+    data = opts.pop("data", None)
+    run = attnlab.train(family, data=data, out=tmp_path / family, **opts)
+    assert run.step == opts["max_iters"] and run.checkpoint.is_dir()
+    assert [m["step"] for m in run.metrics if "loss" in m][-1] == opts["max_iters"]
+    model = run.load()
+    assert type(model).__name__ == type(run.model).__name__ and not model.training
+    torch.testing.assert_close(dict(model.state_dict()), {k: v.cpu() for k, v in run.model.state_dict().items()})
+    quick = {"gpt": {"max_tokens": 500}, "seq2seq": {"max_sentences": 10}}.get(family, {})  # seconds, not minutes
+    metrics = model.evaluate(**quick)
+    assert any(k in metrics for k in ("loss", "accuracy", "bleu", "perplexity")), metrics
+    again = attnlab.evaluate(run.out, **quick)
+    timing = ("decode_s", "sentences_per_s", "seconds")
+    assert {k: v for k, v in metrics.items() if k not in timing} == {k: v for k, v in again.items() if k not in timing}
+    assert model.hook_points()  # the hook points are there on a loaded model
+    if recipe.explore_kind is not None:
+        inputs = {"text": {"text": "ab ab"}, "cross": {"src": "abc"}}.get(recipe.explore_kind)
+        if recipe.explore_kind == "image":
+            inputs = {"image": _image_file(tmp_path, model)}
+        page = model.explore(**inputs)
+        assert page["attention"].ndim == 4
+        html = page._repr_html_()
+        assert html.startswith("<iframe") and "srcdoc" in html
+        assert page.save(tmp_path / "page.html").read_text().lower().startswith("<!doctype html>")
+
+
+def _image_file(tmp_path, model):
+    from PIL import Image
+
+    c = model.config
+    arr = (np.random.default_rng(0).random((c.image_size, c.image_size)) * 255).astype("uint8")
+    path = tmp_path / "x.png"
+    Image.fromarray(arr, "L" if c.in_chans == 1 else None).convert("L" if c.in_chans == 1 else "RGB").save(path)
+    return path
+
+
+def test_verbs_resume_and_hooks_from_python(tmp_path, monkeypatch):
+    monkeypatch.setenv("ATTNLAB_FAST_BF16", "0")
+    gpt_opts = dict(next(r for r in recipes() if r.name == "gpt").tiny)
+    run = attnlab.train("gpt", out=tmp_path / "gpt", **gpt_opts)
+    more = attnlab.train("gpt", out=tmp_path / "gpt", resume=True, **{**gpt_opts, "max_iters": 4})
+    assert more.step == 4 and [m["step"] for m in more.metrics if "loss" in m][-2:] == [3, 4]
+    model = attnlab.load(run.out)
+    a = model.generate("ab", 12, seed=3)
+    assert isinstance(a, str) and a == model.generate("ab", 12, seed=3)  # a seed makes sampling repeatable
+    assert model.generate("ab", 12, temperature=0) == model.generate("ab", 12, temperature=0, use_cache=False)
+    ids = torch.tensor([model.tokenizer.encode("ab ab ab")])
+    logits, cache = model.run_with_cache(ids)
+    assert cache["blocks.0.attn.hook_pattern"].shape[-2:] == (8, 8)
+    assert torch.allclose(logits, model(ids), atol=1e-5)  # the reference path (pattern cached) vs the fused one
+
+
+def test_image_text_and_translation_verbs(tmp_path, monkeypatch):
+    monkeypatch.setenv("ATTNLAB_FAST_BF16", "0")
+    tiny = {r.name: dict(r.tiny) for r in recipes()}
+    vit = attnlab.load(attnlab.train("vit", out=tmp_path / "vit", **tiny["vit"]).out)
+    img = torch.rand(1, 8, 8)
+    top = vit.predict(img, top_k=2)
+    assert len(top) == 2 and top[0][1] >= top[1][1] and top[0][0] in vit.labels
+    assert vit.predict(torch.stack([img, img]))[1] == vit.predict(img)
+    s2s_opts = tiny["seq2seq"]
+    s2s = attnlab.load(attnlab.train("seq2seq", data=s2s_opts.pop("data"), out=tmp_path / "s2s", **s2s_opts).out)
+    assert isinstance(s2s.translate("abc", beam=2), str)
+    assert len(s2s.translate(["abc", "cba"])) == 2
+    enc = attnlab.load(attnlab.train("encoder", out=tmp_path / "enc", **tiny["encoder"]).out)
+    vectors = enc.embed(["hello world", "the cat"])
+    assert vectors.shape == (2, 16) and np.allclose(enc.embed("the cat"), vectors[1], atol=1e-5)
+    cap = attnlab.load(attnlab.train("caption", out=tmp_path / "cap", **tiny["caption"]).out)
+    assert isinstance(cap.caption(torch.rand(3, 32, 32)), str)
+
+
+def test_bad_options_are_one_line_attnlab_errors(tmp_path):
+    out = tmp_path / "never"
+    cases = [(dict(lr=float("nan")), "--lr"), (dict(preset="huge"), "choose one of"), (dict(max_iters="x"), "must be int"),
+             (dict(bogus=1), "no option 'bogus'"), (dict(max_iters=True), "must be int"),
+             (dict(tokenizer="xx"), "choose one of"), (dict(lr=-1.0), "lr")]
+    for kw, words in cases:
+        with pytest.raises(AttnlabError) as e:
+            attnlab.train("gpt", out=out, **kw)
+        assert words in str(e.value) and "\n" not in str(e.value), kw
+    assert not out.exists()  # refused before anything was written
+    with pytest.raises(OptionError, match="unknown model family"):
+        attnlab.train("lstm")

@@ -1,0 +1,78 @@
+"""The shape of the code base: the command line on top, no circle of imports, no private name
+imported across modules, and the Python API complete without the command line."""
+
+import ast
+from pathlib import Path
+
+import attnlab
+
+ROOT = Path(attnlab.__file__).parent
+
+
+def _modules() -> dict[str, ast.Module]:
+    out = {}
+    for f in ROOT.rglob("*.py"):
+        parts = f.relative_to(ROOT.parent).with_suffix("").parts
+        name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+        out[name] = (ast.parse(f.read_text()), f.name == "__init__.py")
+    return out
+
+
+def _imports(name: str, tree: ast.Module, is_pkg: bool, top_level_only: bool):
+    """(imported module, imported names, line) of every import in ``tree``."""
+    package = name if is_pkg else name.rpartition(".")[0]
+    nodes = tree.body if top_level_only else list(ast.walk(tree))
+    for node in nodes:
+        if isinstance(node, ast.Import):
+            for a in node.names:
+                yield a.name, [], node.lineno
+        elif isinstance(node, ast.ImportFrom):
+            base = package
+            for _ in range(node.level - 1):
+                base = base.rpartition(".")[0]
+            mod = f"{base}.{node.module}" if node.level and node.module else (base if node.level else node.module)
+            yield mod, [a.name for a in node.names], node.lineno
+
+
+def test_nothing_below_the_command_line_imports_it():
+    for name, (tree, is_pkg) in _modules().items():
+        if name in ("attnlab.cli", "attnlab.__main__"):
+            continue
+        for mod, names, line in _imports(name, tree, is_pkg, top_level_only=False):
+            assert mod != "attnlab.cli" and not (mod == "attnlab" and "cli" in names), f"{name}:{line} imports the CLI"
+
+
+def test_no_circle_of_module_level_imports():
+    mods = _modules()
+    graph = {}
+    for name, (tree, is_pkg) in mods.items():
+        deps = set()
+        for mod, names, _ in _imports(name, tree, is_pkg, top_level_only=True):
+            # `from . import sub` needs the submodule sub, not the rest of the package
+            subs = [f"{mod}.{n}" for n in names if f"{mod}.{n}" in mods]
+            for target in subs if subs and len(subs) == len(names) else [mod, *subs]:
+                if target in mods and target != name:
+                    deps.add(target)
+        graph[name] = deps
+    seen, stack = set(), []
+
+    def visit(n):
+        if n in stack:
+            raise AssertionError("import circle: " + " -> ".join(stack[stack.index(n):] + [n]))
+        if n in seen:
+            return
+        stack.append(n)
+        for d in graph[n]:
+            visit(d)
+        stack.pop()
+        seen.add(n)
+
+    for n in graph:
+        visit(n)
+
+
+def test_no_private_name_is_imported_from_another_module():
+    for name, (tree, is_pkg) in _modules().items():
+        for mod, names, line in _imports(name, tree, is_pkg, top_level_only=False):
+            private = [n for n in names if n.startswith("_") and not n.startswith("__")]
+            assert not private, f"{name}:{line} imports {private} from {mod}"
