@@ -34,6 +34,7 @@ chromium:
 	echo "note: no Chromium; the explorer's browser tests will fail until 'apt-get install chromium' (as root)"
 
 test: $(VENV)/.installed-test chromium
+	$(VENV)/bin/ruff check attnlab tests benchmarks
 	$(PY) -m pytest
 
 bench: $(VENV)/.installed-test

@@ -39,10 +39,9 @@ def build_parser() -> argparse.ArgumentParser:
                                                             f"(default: {r.default_out})")
         t.add_argument("--resume", action="store_true", help="continue the run in --out from its last checkpoint")
         model_group = t.add_argument_group("model" + (" (overrides the preset)" if r.presets else ""))
-        model_fields: list[str] = []
         for cfg_cls in r.config_classes():
-            model_fields += field_options(t, cfg_cls, skip=r.set_by_data, group=model_group)
-        train_fields = field_options(t, TrainConfig, group=t.add_argument_group("training"), defaults=r.train_defaults)
+            field_options(t, cfg_cls, skip=r.set_by_data, group=model_group)
+        field_options(t, TrainConfig, group=t.add_argument_group("training"), defaults=r.train_defaults)
         t.set_defaults(func=lambda args, r=r: _train(r, args))
 
     for r in families:

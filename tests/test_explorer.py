@@ -190,6 +190,7 @@ def test_long_inputs_are_stored_sparsely_and_stay_usable(browser, tmp_path):
 def _serve_in_thread(ckpt):
     import threading
 
+    import attnlab
     from attnlab.inspect.serve import serve
     from attnlab.recipes import checkpoint_recipe
 
@@ -201,7 +202,7 @@ def _serve_in_thread(ckpt):
         started.set()
 
     recipe = checkpoint_recipe(ckpt)
-    threading.Thread(target=serve, args=(recipe, ckpt, recipe.explore_kind, "127.0.0.1", 0, "cpu", ready),
+    threading.Thread(target=serve, args=(attnlab.load(ckpt), recipe.explore_kind, "127.0.0.1", 0, ready),
                      daemon=True).start()
     assert started.wait(10)
     return box["server"]
