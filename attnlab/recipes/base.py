@@ -137,6 +137,14 @@ class Recipe:
                               "or encoder --task classify)")
 
 
+def top_labels(probs, labels, top_k: int) -> list[list[tuple[str, float]]]:
+    """The ``top_k`` (label, probability) pairs of each row of ``probs`` (N, classes), most likely first."""
+    if not isinstance(top_k, int) or isinstance(top_k, bool) or top_k < 1:
+        raise OptionError(f"top_k={top_k!r}: must be an integer of at least 1")
+    top = probs.topk(min(top_k, probs.shape[-1]), dim=-1)
+    return [[(str(labels[i]), p) for p, i in zip(v.tolist(), ix.tolist())] for v, ix in zip(top.values, top.indices)]
+
+
 class Verbs:
     """What every model loaded by :func:`attnlab.load` can do besides its forward pass. A family
     adds its own verbs in a subclass (``Recipe.verbs``); ``attach`` reads what they need (the

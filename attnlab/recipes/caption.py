@@ -13,7 +13,7 @@ from ..errors import DataError
 from ..models.caption import Captioner, CaptionConfig
 from ..options import EPILOG, at_least, below_one, device_name, nonneg_float, number, positive_int
 from . import register
-from ..decode import MAX_BEAM
+from ..decode import check_beam
 from .base import Recipe, TrainingRun, Verbs
 
 
@@ -29,10 +29,8 @@ class CaptionerVerbs(Verbs):
         """The caption of each image (a file path, a list of them, or images in [0, 1] as a (3, H, W)
         or (N, 3, H, W) tensor): a string for one image, else a list."""
         from ..data.images import images_argument
-        from ..errors import OptionError
 
-        if not isinstance(beam, int) or not 1 <= beam <= MAX_BEAM:
-            raise OptionError(f"beam={beam!r}: must be an integer from 1 to {MAX_BEAM}")
+        check_beam(beam)
         x, single = images_argument(images, self.config.in_chans, self.config.image_size)
         out = caption_images(self, self.vocab, x, {"mean": self.mean, "std": self.std}, self.device, beam=beam,
                              alpha=alpha)

@@ -12,7 +12,7 @@ import torch
 
 from ..errors import DataError
 from ..options import at_least, below_one, nonneg_int, number
-from .base import Recipe, TrainingRun, Verbs
+from .base import Recipe, TrainingRun, Verbs, top_labels
 
 
 class ImageClassifierVerbs(Verbs):
@@ -27,15 +27,12 @@ class ImageClassifierVerbs(Verbs):
         """The ``top_k`` (label, probability) pairs of each image (a file path, a list of them, or
         images in [0, 1] as a (C, H, W) or (N, C, H, W) tensor): a list per image, or one list for one image."""
         from ..data.images import images_argument, normalize
-        from ..errors import OptionError
 
-        if not isinstance(top_k, int) or top_k < 1:
-            raise OptionError(f"top_k={top_k!r}: must be an integer of at least 1")
+        top_labels(torch.zeros(1, 1), [""], top_k)  # a bad top_k fails before any image is read
         x, single = images_argument(images, self.config.in_chans, self.config.image_size)
         with torch.no_grad():
             probs = self(normalize(x, self.mean, self.std).to(self.device)).float().softmax(-1).cpu()
-        top = probs.topk(min(top_k, probs.shape[-1]), dim=-1)
-        out = [[(self.labels[i], p) for p, i in zip(v.tolist(), ix.tolist())] for v, ix in zip(top.values, top.indices)]
+        out = top_labels(probs, self.labels, top_k)
         return out[0] if single else out
 
 

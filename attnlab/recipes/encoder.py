@@ -15,7 +15,7 @@ from ..errors import CheckpointError, DataError
 from ..models.encoder import ENCODER_PRESETS, TextEncoder, TextEncoderConfig
 from ..options import EPILOG, at_least, below_one, device_name, input_lines
 from . import register
-from .base import Recipe, TrainingRun, Verbs
+from .base import Recipe, TrainingRun, Verbs, top_labels
 
 
 class TextEncoderVerbs(Verbs):
@@ -49,15 +49,12 @@ class TextEncoderVerbs(Verbs):
         if self.classifier is None:
             raise OptionError("this encoder has no classification head; fine-tune it with "
                               "attnlab.train('encoder', task='classify', ...)")
-        if not isinstance(top_k, int) or top_k < 1:
-            raise OptionError(f"top_k={top_k!r}: must be an integer of at least 1")
+        top_labels(torch.zeros(1, 1), [""], top_k)  # a bad top_k fails before any text is encoded
         single = isinstance(texts, str)
         ids, mask = encode_texts(self._tokenizer(), _texts(texts, "predict"), self.config.context)
         with torch.no_grad():
             probs = self.classify(ids.to(self.device), mask.to(self.device)).float().softmax(-1).cpu()
-        labels = list(self.config.labels or range(self.config.num_labels))
-        top = probs.topk(min(top_k, probs.shape[-1]), dim=-1)
-        out = [[(str(labels[i]), p) for p, i in zip(v.tolist(), ix.tolist())] for v, ix in zip(top.values, top.indices)]
+        out = top_labels(probs, list(self.config.labels or range(self.config.num_labels)), top_k)
         return out[0] if single else out
 
 

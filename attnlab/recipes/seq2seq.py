@@ -15,7 +15,7 @@ from ..models.rnn import RNNSeq2Seq
 from ..models.seq2seq import Transformer
 from ..options import EPILOG, at_least, below_one, device_name, fraction, input_lines, nonneg_float, positive_int
 from . import register
-from ..decode import MAX_BEAM
+from ..decode import check_beam
 from .base import Recipe, TrainingRun, Verbs
 
 
@@ -31,8 +31,7 @@ class Seq2SeqVerbs(Verbs):
         """The translation of one sentence (a string) or of each of a list (beam 1 = greedy)."""
         from ..errors import OptionError
 
-        if not isinstance(beam, int) or not 1 <= beam <= MAX_BEAM:
-            raise OptionError(f"beam={beam!r}: must be an integer from 1 to {MAX_BEAM}")
+        check_beam(beam)
         single = isinstance(texts, str)
         texts = [texts] if single else list(texts)
         if not texts or any(not isinstance(t, str) or not t.strip() for t in texts):
