@@ -19,10 +19,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .config import option_fields
 from .errors import AttnlabError, OptionError
 from .inspect.explorer import Exploration
 from .recipes import Recipe, checkpoint_recipe, recipes
-from .recipes.base import OptionSpecs, Options, Verbs, check_field, field_types
+from .options import Options
+from .recipes.base import Verbs
 
 __all__ = ["train", "Run", "load", "evaluate", "explore", "Exploration", "families", "train_options"]
 
@@ -42,41 +44,7 @@ def _recipe(family: str) -> Recipe:
 # ---- training ---------------------------------------------------------------------------------------
 def train_options(family: str) -> dict[str, Any]:
     """Every option ``train(family, ...)`` takes -> its default (None: the preset's or the trainer's)."""
-    recipe = _recipe(family)
-    specs = _train_specs(recipe)
-    names = {n: s.default for n, s in specs.specs.items()}
-    for fields in (_model_fields(recipe), _train_fields()):
-        names.update({n: None for n in fields})
-    return names
-
-
-def _train_specs(recipe: Recipe) -> OptionSpecs:
-    specs = OptionSpecs()
-    recipe.add_train_arguments(specs)
-    specs.add_argument("--data-dir", default=None)
-    return specs
-
-
-def _model_fields(recipe: Recipe) -> dict[str, type]:
-    out: dict[str, type] = {}
-    for cls in recipe.config_classes():
-        out.update({n: t for n, t in field_types(cls).items() if n not in recipe.set_by_data})
-    return out
-
-
-def _train_fields() -> dict[str, type]:
-    from .training import TrainConfig
-
-    return field_types(TrainConfig)
-
-
-def _aliases(recipe: Recipe) -> dict[str, str]:
-    from .training import TrainConfig
-
-    out: dict[str, str] = {}
-    for cls in (*recipe.config_classes(), TrainConfig):
-        out.update(getattr(cls, "ALIASES", {}))
-    return out
+    return {n: s.default for n, s in _recipe(family).train_specs().specs.items() if n not in ("out", "resume")}
 
 
 def train(family: str, *, data: str | None = None, out: str | Path | None = None, resume: bool = False,
@@ -91,25 +59,25 @@ def train(family: str, *, data: str | None = None, out: str | Path | None = None
     from .recipes import train as train_recipe
 
     recipe = _recipe(family)
-    specs = _train_specs(recipe)
-    model_fields, train_fields = _model_fields(recipe), _train_fields()
-    aliases = _aliases(recipe)
+    specs = recipe.train_specs()
+    alias_of = {f.lstrip("-").replace("-", "_"): s.dest for s in specs for f in s.flags}
     values: dict[str, Any] = {n: s.default for n, s in specs.specs.items()}
-    values.update({n: None for n in (*model_fields, *train_fields)})
     for name, value in options.items():
-        key = aliases.get(name, name)
-        if key in specs.specs:
+        key = alias_of.get(name, name)
+        if key in ("out", "resume", "data"):
+            raise OptionError(f"give {key} as train({family!r}, {key}=...), not among the options")
+        if key in specs and name in alias_of:
             values[key] = specs.check(key, value)
-        elif key in model_fields or key in train_fields:
-            values[key] = check_field(name, {**train_fields, **model_fields}[key], value)
-        elif key in recipe.set_by_data:
+        elif name in recipe.set_by_data:
             raise OptionError(f"{name} follows from the data for {family} models; it is not an option")
         else:
             raise OptionError(f"train {family} has no option {name!r}; attnlab.train_options({family!r}) lists them")
     if data is not None:
-        values["data"] = specs.check("data", str(data)) if "data" in specs.specs else str(data)
-    opts = Options(**values, out=str(out) if out is not None else recipe.default_out, resume=bool(resume),
-                   model_fields=list(model_fields), train_fields=list(train_fields))
+        values["data"] = specs.check("data", str(data)) if "data" in specs else str(data)
+    from .training import TrainConfig
+
+    values.update(out=str(out) if out is not None else recipe.default_out, resume=bool(resume))
+    opts = Options(**values, model_fields=recipe.model_fields(), train_fields=list(option_fields(TrainConfig)))
     try:
         result = train_recipe(recipe, opts)
     except ValueError as e:  # a config's own check (a model too large, --lr <= 0): the API's error type
@@ -155,7 +123,7 @@ def load(path: str | Path, *, device: str | None = None):
     ``translate`` (seq2seq), ``caption`` (captioner), ``predict`` (classifiers), ``embed``
     (text encoders), and ``evaluate`` / ``explore`` for all. It is the family's model class (a
     ``GPT`` is a ``GPT``) with hook points, ``run_with_cache`` and ``hooks``."""
-    from .training.trainer import pick_device
+    from .training.devices import pick_device
 
     recipe = checkpoint_recipe(path)
     return recipe.load(path, str(pick_device(device or "cpu")))

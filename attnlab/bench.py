@@ -16,7 +16,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from .training.trainer import autocast
+from .training.devices import autocast
 
 
 def sync(device) -> None:
@@ -251,7 +251,7 @@ def encdec_rows(device, quick) -> list[dict]:
 def run(quick: bool = False, compile_: bool | None = None, json_path: str | None = None,
         markdown_path: str | None = None, device: str = "auto", only: list[str] | None = None) -> list[dict]:
     """``only``: some of the row groups attention, gpt, generate, vit, encdec (default all)."""
-    from .training.trainer import cpu_has_fast_bf16, pick_device
+    from .training.devices import cpu_has_fast_bf16, pick_device
 
     dev = pick_device(device)
     fast_bf16 = torch.cuda.is_bf16_supported() if dev.type == "cuda" else cpu_has_fast_bf16()

@@ -108,3 +108,18 @@ class Config(metaclass=_ConfigType):
         if unknown and strict:
             raise ValueError(f"unknown {cls.__name__} fields {sorted(unknown)}")
         return cls(**{k: v for k, v in d.items() if k in known})
+
+
+def option_fields(cls) -> dict[str, type]:
+    """A config dataclass's option-sized fields (int, float, str, bool, or None of one) -> that
+    type: each is an option of ``attnlab train`` and :func:`attnlab.train`. Lists and tuples (a
+    CNN's widths) are set in Python only."""
+    hints = typing.get_type_hints(cls)
+    out = {}
+    for f in fields(cls):
+        typ = hints[f.name]
+        args = typing.get_args(typ)
+        base = next((a for a in args if a is not type(None)), typ) if args else typ
+        if base in (int, float, str, bool):
+            out[f.name] = base
+    return out

@@ -1,39 +1,43 @@
-"""Command-line option helpers shared by the parser and the recipes: typed, range-checked
-values, one-line errors, and one option per config field (with its old names as aliases)."""
+"""Options as data: what ``attnlab train`` / ``eval`` / ``sample`` ... and their Python
+counterparts take, declared once and checked the same way from both.
+
+A recipe declares its options into an :class:`OptionSpecs` (``specs.add("--beam", type=positive_int,
+default=5, help=...)``); the Python API checks keyword arguments against them
+(:meth:`OptionSpecs.checked`), and the command line (:mod:`attnlab.cli`) turns the same
+declarations into ``argparse`` flags. Nothing here knows ``argparse``: a value checker raises
+``ValueError`` with the reason, and each interface words it its own way (``--lr: ...`` /
+``lr=...: ...``).
+"""
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import math
-import typing
+import types
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
 
-EPILOG = "Every command has --help. Data directory: --data-dir or the ATTNLAB_DATA environment variable."
-
-
-class Parser(argparse.ArgumentParser):
-    """argparse that reports a bad option in one line (what is wrong, where to look) and exits 2."""
-
-    def error(self, message: str) -> typing.NoReturn:
-        self.exit(2, f"error: {message} (see {self.prog} --help)\n")
+from .errors import OptionError
 
 
-def number(kind, low, low_ok: bool, high=None, what: str = ""):
-    """An argparse type: ``kind`` (int or float) in the range from ``low`` (inclusive when
-    ``low_ok``) up to ``high`` (inclusive)."""
+# ---- value checkers: text (a flag) or a Python value -> the value, or ValueError saying why ------------
+def number(kind: type, low, low_ok: bool, high=None, what: str = "") -> Callable[[str], Any]:
+    """A checker: ``kind`` (int or float) from ``low`` (inclusive when ``low_ok``) up to ``high``
+    (inclusive), finite."""
 
     def parse(text: str):
         try:
             v = kind(text)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"{text!r} is not {'an integer' if kind is int else 'a number'}") from None
+            raise ValueError(f"{text!r} is not {'an integer' if kind is int else 'a number'}") from None
         if kind is float and not math.isfinite(v):
-            raise argparse.ArgumentTypeError(f"{text!r} is not a finite number")
-        if (v < low if low_ok else v <= low) or (high is not None and v > high):
-            raise argparse.ArgumentTypeError(f"{text} is out of range: must be {what}")
+            raise ValueError(f"{text!r} is not a finite number")
+        if (low is not None and (v < low if low_ok else v <= low)) or (high is not None and v > high):
+            raise ValueError(f"{text} is out of range: must be {what}")
         return v
 
-    parse.__name__ = kind.__name__  # argparse names the type in its messages
+    parse.__name__ = kind.__name__  # the command line names the type in its messages
     return parse
 
 
@@ -41,6 +45,8 @@ def at_least(n: int):
     return number(int, n, True, what=f"at least {n}")
 
 
+integer = number(int, None, True)
+finite = number(float, None, True)
 positive_int = at_least(1)
 nonneg_int = number(int, 0, True, what="0 or more")
 nonneg_float = number(float, 0.0, True, what="0 or more")
@@ -51,19 +57,15 @@ below_one = number(float, 0.0, True, 0.99, what="in [0, 1)")
 
 
 def device_name(text: str) -> str:
-    from .training.trainer import check_device_name
+    from .training.devices import check_device_name
 
-    try:
-        check_device_name(text)
-    except ValueError as e:
-        raise argparse.ArgumentTypeError(str(e).replace("--device ", "")) from None
+    check_device_name(text)
     return text
 
 
 def input_lines(texts: list[str], file: str | None) -> list[str]:
     """A command's input lines: its arguments, else the lines of ``--file``, else standard input."""
     import sys
-    from pathlib import Path
 
     if texts:
         return list(texts)
@@ -78,52 +80,155 @@ def input_lines(texts: list[str], file: str | None) -> list[str]:
     return sys.stdin.read().splitlines()
 
 
-class SharedOptions:
-    """A parser that several families add options to (``eval``, ``inspect``): an option that is
-    already there (two classifier families both read --out) is added once."""
-
-    def __init__(self, parser) -> None:
-        self.parser = parser
-
-    def add_argument(self, *flags, **kw) -> None:
-        if not any(f in self.parser._option_string_actions for f in flags):
-            self.parser.add_argument(*flags, **kw)
+# ---- declarations ---------------------------------------------------------------------------------------
+KINDS = ("value", "flag", "bool", "append")  # a value | on when given | --x / --no-x | repeatable
 
 
-def field_options(parser, cls, skip=(), group=None, defaults: dict | None = None) -> list[str]:
-    """One --option per dataclass field (default None = 'not given'), with the field's old names
-    (``cls.ALIASES``) as aliases; returns the field names. Fields already added are skipped."""
-    hints = typing.get_type_hints(cls)
-    aliases: dict[str, list[str]] = {}
-    for old, new in getattr(cls, "ALIASES", {}).items():
-        aliases.setdefault(new, []).append(old)
-    names = []
-    for f in dataclasses.fields(cls):
-        if f.name in skip:
-            continue
-        flags = ["--" + n.replace("_", "-") for n in (f.name, *aliases.get(f.name, []))]
-        if flags[0] in parser._option_string_actions:  # a field two configs share (seq2seq)
-            names.append(f.name)
-            action = parser._option_string_actions[flags[0]]
-            for alias in flags[1:]:  # the other config's old names for it
-                if alias not in parser._option_string_actions:
-                    action.option_strings.append(alias)
-                    parser._option_string_actions[alias] = action
-            continue
-        typ = hints[f.name]
-        args = typing.get_args(typ)
-        base = next((a for a in args if a is not type(None)), typ) if args else typ
-        if base not in (int, float, str, bool):  # lists and tuples (CNN widths) are set in Python, not flags
-            continue
-        default = (defaults or {}).get(f.name, f.default if f.default is not dataclasses.MISSING else None)
-        also = f"; also {', '.join(flags[1:])}" if flags[1:] else ""
-        helptext = f"{cls.__name__}.{f.name} (default: {default}{also})"
-        if "help" in f.metadata:
-            helptext = f"{f.metadata['help']}{also}"
-        if base is bool:
-            group.add_argument(*flags, dest=f.name, action=argparse.BooleanOptionalAction, default=None, help=helptext)
-        else:
-            group.add_argument(*flags, dest=f.name, type=base, default=None, metavar=base.__name__.upper(),
-                               help=helptext)
-        names.append(f.name)
-    return names
+@dataclass
+class Option:
+    """One declared option. ``flags``: its names, the first the main one (``"--max-len"``), or one
+    bare name for a positional argument; ``nargs`` ("+", "*") makes a value a list."""
+
+    dest: str
+    flags: tuple[str, ...]
+    type: Callable | None = None
+    default: Any = None
+    choices: tuple | None = None
+    kind: str = "value"
+    nargs: str | None = None
+    help: str = ""
+    metavar: str | None = None
+    required: bool = False
+    group: str | None = None
+
+    @property
+    def positional(self) -> bool:
+        return not self.flags[0].startswith("-")
+
+
+class OptionSpecs:
+    """The options of one command or one Python call, in declaration order. An option declared
+    twice (two families both read ``--out`` in ``eval``) is kept once."""
+
+    def __init__(self, group: str | None = None) -> None:
+        self.specs: dict[str, Option] = {}
+        self._group = group
+
+    def add(self, *flags: str, dest: str | None = None, type: Callable | None = None, default: Any = None,
+            choices=None, kind: str = "value", nargs: str | None = None, help: str = "", metavar: str | None = None,
+            required: bool = False) -> None:
+        if kind not in KINDS:
+            raise ValueError(f"option kind {kind!r}: one of {KINDS}")
+        long = next((f for f in flags if f.startswith("--")), flags[0])
+        dest = dest or long.lstrip("-").replace("-", "_")
+        if kind == "flag" and default is None:
+            default = False
+        choices = tuple(choices) if choices is not None else None
+        self.specs.setdefault(dest, Option(dest, tuple(flags), type, default, choices, kind, nargs, help, metavar,
+                                           required, self._group))
+
+    def group(self, title: str) -> "OptionSpecs":
+        """The same options, the ones added through the returned view shown under ``title`` in --help."""
+        view = OptionSpecs(title)
+        view.specs = self.specs
+        return view
+
+    def add_fields(self, cls, skip=(), defaults: dict | None = None) -> list[str]:
+        """One option per option-sized field of config dataclass ``cls`` (default None: 'not given'),
+        with the field's old names (``cls.ALIASES``) as aliases; returns the field names. A field
+        already declared (one two configs share) gets the other config's old names too."""
+        from .config import option_fields
+
+        aliases: dict[str, list[str]] = {}
+        for old, new in getattr(cls, "ALIASES", {}).items():
+            aliases.setdefault(new, []).append(old)
+        names = []
+        fields = {f.name: f for f in dataclasses.fields(cls)}
+        for name, typ in option_fields(cls).items():
+            if name in skip:
+                continue
+            names.append(name)
+            flags = tuple("--" + n.replace("_", "-") for n in (name, *aliases.get(name, [])))
+            if name in self.specs:
+                known = self.specs[name]
+                known.flags += tuple(f for f in flags if f not in known.flags)
+                continue
+            f = fields[name]
+            default = (defaults or {}).get(name, f.default if f.default is not dataclasses.MISSING else None)
+            also = f"; also {', '.join(flags[1:])}" if flags[1:] else ""
+            helptext = f.metadata.get("help", f"{cls.__name__}.{name} (default: {default})") + also
+            if typ is bool:
+                self.add(*flags, dest=name, kind="bool", help=helptext)
+            else:
+                self.add(*flags, dest=name, type={int: integer, float: finite, str: None}[typ], help=helptext,
+                         metavar=typ.__name__.upper())
+        return names
+
+    def __iter__(self):
+        return iter(self.specs.values())
+
+    def __contains__(self, name: str) -> bool:
+        return name in self.specs
+
+    # ---- checking values from Python --------------------------------------------------------------------
+    def checked(self, given: dict, what: str) -> dict:
+        """Every declared option -> its default, or the checked value ``given`` for it."""
+        values = {n: s.default for n, s in self.specs.items()}
+        for name, value in given.items():
+            if name not in self.specs:
+                raise OptionError(f"{what} has no option {name!r}; it takes {', '.join(sorted(self.specs))}")
+            values[name] = self.check(name, value)
+        return values
+
+    def check(self, name: str, value: Any) -> Any:
+        """``value`` for option ``name``, checked (and converted) as the command line would."""
+        spec = self.specs[name]
+        if value is None:
+            return spec.default if spec.kind == "flag" else None
+        if spec.kind in ("flag", "bool"):
+            if not isinstance(value, bool):
+                raise OptionError(f"{named(name, value)}: must be True or False")
+            return value
+        if spec.kind == "append" or spec.nargs in ("+", "*"):
+            items = [value] if isinstance(value, (str, int, float, Path)) else list(value)
+            return [self._one(spec, name, v) for v in items]
+        return self._one(spec, name, value)
+
+    @staticmethod
+    def _one(spec: Option, name: str, value: Any) -> Any:
+        if spec.type is not None and spec.type is not str:
+            if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+                raise OptionError(f"{named(name, value)}: must be {getattr(spec.type, '__name__', 'a value')}")
+            try:
+                value = spec.type(str(value))
+            except ValueError as e:
+                raise OptionError(f"{named(name, value)}: {e}") from None
+        elif not isinstance(value, str):
+            value = str(value) if isinstance(value, Path) else value
+            if not isinstance(value, str):
+                raise OptionError(f"{named(name, value)}: must be a string")
+        if spec.choices is not None and value not in spec.choices:
+            raise OptionError(f"{named(name, value)}: choose one of {', '.join(map(str, spec.choices))}")
+        return value
+
+
+def named(name: str, value: Any) -> str:
+    """How an option is named in an error: its keyword and its flag, for Python and shell users alike."""
+    return f"{name}={value!r} (--{name.replace('_', '-')})"
+
+
+class Options(types.SimpleNamespace):
+    """The checked options of one call (from the command line's flags or the API's keyword
+    arguments), as the recipes read them: ``options.lr``."""
+
+
+@dataclass
+class Command:
+    """A command a family adds (``attnlab sample``, ``translate``, ``caption``, ``embed``): its help,
+    its options, and ``run(options) -> exit code``, which reads the checked options and prints."""
+
+    name: str
+    help: str
+    description: str
+    options: OptionSpecs
+    run: Callable[[Options], int | None]

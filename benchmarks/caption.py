@@ -12,22 +12,25 @@ evaluated by `attnlab eval --json` (greedy decoding). Run alone: it trains three
 from __future__ import annotations
 
 import argparse
-import io
-import json
 import os
 import sys
 import tempfile
 import time
-from contextlib import redirect_stdout
 from pathlib import Path
 
 sys.path.insert(0, os.path.dirname(__file__))
 from common import print_table, save_json  # noqa: E402
 
-from attnlab.cli import main as attnlab  # noqa: E402
+import attnlab  # noqa: E402
 from attnlab.inspect.plots import line_plot_png  # noqa: E402
 
 FIGURES = Path(__file__).resolve().parents[1] / "docs" / "figures"
+
+
+def extra_options(text: str) -> dict:
+    """'--max-iters 600 --dim 64' -> {'max_iters': '600', 'dim': '64'} (checked by attnlab.train)."""
+    words = text.split()
+    return {k.lstrip("-").replace("-", "_"): v for k, v in zip(words[::2], words[1::2])}
 
 
 def main() -> None:
@@ -44,12 +47,9 @@ def main() -> None:
     for arch in args.archs.split(","):
         out = root / arch
         t0 = time.perf_counter()
-        assert attnlab(["train", "caption", "--arch", arch, "--out", str(out), "--no-progress", *args.extra.split()]) == 0
+        attnlab.train("caption", out=out, arch=arch, progress=False, **extra_options(args.extra))
         seconds = time.perf_counter() - t0
-        buf = io.StringIO()
-        with redirect_stdout(buf):
-            assert attnlab(["eval", "--ckpt", str(out), "--json"]) == 0
-        res = json.loads(buf.getvalue())
+        res = attnlab.evaluate(out)
         res["train_s"] = seconds
         results[arch] = res
         by = res["by_objects"]
@@ -65,7 +65,7 @@ def main() -> None:
             scene = make_scenes(1, seed=12345, image_size=40, min_objects=2).images[0]
             img = root / "scene.png"
             Image.fromarray((scene.permute(1, 2, 0).numpy() * 255).astype("uint8")).save(img)
-            assert attnlab(["inspect", "caption", "--ckpt", str(out), "--image", str(img), "--out", args.figure]) == 0
+            attnlab.load(out).inspect("caption", args.figure, image=str(img))
     print_table(rows, list(dict.fromkeys(k for r in rows for k in r)))
     counts = sorted({int(k) for r in results.values() for k in r["by_objects"]})
     line_plot_png(counts, {a: [r["by_objects"][str(k)]["exact"] for k in counts] for a, r in results.items()},

@@ -3,7 +3,7 @@
 For each embedded default and the nanoGPT / `shakespeare` shapes, one full training step
 (forward, loss, backward, clip, AdamW) is timed in fp32 and under bf16 autocast, alternating
 the two so both see the same machine state. The last column is what `--dtype auto` picks
-(``attnlab.training.trainer.auto_cpu_dtype``: fp32 below a width, else the trainer times a few
+(``attnlab.training.devices.auto_cpu_dtype``: fp32 below a width, else the trainer times a few
 steps of each at start-up and takes bf16 only when it is clearly faster).
 
     python benchmarks/cpu_dtype.py [--repeat 10] [--json FILE]
@@ -26,7 +26,7 @@ from common import print_table, save_json, time_it  # noqa: E402
 from attnlab.models import GPT, GPTConfig, Transformer, TransformerConfig, ViT, ViTConfig  # noqa: E402
 from attnlab.models.vit import VIT_PRESETS  # noqa: E402
 from attnlab.training.optim import adamw  # noqa: E402
-from attnlab.training.trainer import CPU_BF16_MIN_SPEEDUP, auto_cpu_dtype, cpu_has_fast_bf16, model_width  # noqa: E402
+from attnlab.training.devices import CPU_BF16_MIN_SPEEDUP, auto_cpu_dtype, cpu_has_fast_bf16, model_width  # noqa: E402
 
 
 def shapes():

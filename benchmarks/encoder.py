@@ -11,32 +11,26 @@ topics, which no training paragraph comes from). Run alone.
 from __future__ import annotations
 
 import argparse
-import io
-import json
 import os
 import sys
 import tempfile
 import time
-from contextlib import redirect_stdout
 from pathlib import Path
 
 sys.path.insert(0, os.path.dirname(__file__))
 from common import print_table, save_json  # noqa: E402
 
-from attnlab.cli import main as attnlab  # noqa: E402
+import attnlab  # noqa: E402
 
 
-def run(args: list[str]) -> float:
+def run(out: Path, **options) -> float:
     t0 = time.perf_counter()
-    assert attnlab([*args, "--no-progress"]) == 0
+    attnlab.train("encoder", out=out, progress=False, **options)
     return time.perf_counter() - t0
 
 
 def evaluate(out: Path) -> dict:
-    buf = io.StringIO()
-    with redirect_stdout(buf):
-        assert attnlab(["eval", "--ckpt", str(out), "--json"]) == 0
-    return json.loads(buf.getvalue())
+    return attnlab.evaluate(out)
 
 
 def main() -> None:
@@ -47,15 +41,14 @@ def main() -> None:
     args = ap.parse_args()
     root = Path(tempfile.mkdtemp(prefix="attnlab-encoder-"))
     rows = []
-    s = run(["train", "encoder", "--out", str(root / "mlm"), "--max-iters", str(args.pretrain_iters)])
+    s = run(root / "mlm", max_iters=args.pretrain_iters)
     mlm = evaluate(root / "mlm")
     rows.append({"run": "masked-LM pretraining", "steps": args.pretrain_iters, "train s": s,
                  "result": f"val masked-token loss {mlm['loss']:.3f}, accuracy {mlm['accuracy_masked']:.3f}"})
     results = {"mlm": mlm}
-    for name, extra in (("classify, from scratch", []), ("classify, from the pretrained run", ["--init", str(root / "mlm")])):
+    for name, extra in (("classify, from scratch", {}), ("classify, from the pretrained run", {"init": root / "mlm"})):
         out = root / name.split(",")[1].strip().replace(" ", "_")
-        s = run(["train", "encoder", "--task", "classify", "--out", str(out), "--max-iters", str(args.classify_iters),
-                 "--eval-interval", "100", *extra])
+        s = run(out, task="classify", max_iters=args.classify_iters, eval_interval=100, **extra)
         res = evaluate(out)
         results[name] = res
         rows.append({"run": name, "steps": args.classify_iters, "train s": s,

@@ -89,16 +89,16 @@ def main() -> None:
         shots = Path(args.shots)
         views = []
         if args.gpt:
-            views.append(("explorer_text.png", ["--ckpt", args.gpt, "--text", "ROMEO:\nWhat light through yonder window"], "text"))
+            views.append(("explorer_text.png", args.gpt, {"text": "ROMEO:\nWhat light through yonder window"}, "text"))
         if args.vit and args.image:
-            views.append(("explorer_image.png", ["--ckpt", args.vit, "--image", args.image], "image"))
+            views.append(("explorer_image.png", args.vit, {"image": args.image}, "image"))
         if args.seq2seq:
-            views.append(("explorer_cross.png", ["--ckpt", args.seq2seq, "--src", args.src], "cross"))
-        from attnlab.cli import main as attnlab
+            views.append(("explorer_cross.png", args.seq2seq, {"src": args.src}, "cross"))
+        import attnlab
 
-        for fname, extra, kind in views:
+        for fname, run, inputs, kind in views:
             html = root / (kind + ".html")
-            assert attnlab(["explore", *extra, "--out", str(html)]) == 0
+            attnlab.explore(run, **inputs).save(html)
             page = browser.new_page(viewport={"width": 1300, "height": 760})
             page.goto(html.as_uri())
             page.wait_for_function("window.explorerReady === true")

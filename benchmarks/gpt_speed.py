@@ -31,7 +31,7 @@ from common import matmul_peak, print_table, save_json, time_it  # noqa: E402
 from attnlab.generate import generate  # noqa: E402
 from attnlab.models import GPT, GPTConfig  # noqa: E402
 from attnlab.training.optim import adamw  # noqa: E402
-from attnlab.training.trainer import cpu_has_fast_bf16  # noqa: E402
+from attnlab.training.devices import cpu_has_fast_bf16  # noqa: E402
 
 
 def hf_gpt2(cfg: GPTConfig):

@@ -8,7 +8,8 @@ import torch.nn.functional as F
 from attnlab.data.text import prepare
 from attnlab.models import GPT, GPTConfig
 from attnlab.training import LanguageModelTask, TrainConfig, Trainer
-from attnlab.training import trainer as T
+from attnlab.training import devices as T
+from attnlab.training import trainer as trainer_module
 
 TEXT = "the quick brown fox jumps over the lazy dog. " * 100
 
@@ -57,7 +58,7 @@ def test_trainer_takes_the_faster_dtype_and_leaves_the_run_untouched(tmp_path, m
     model = GPT(GPTConfig(vocab_size=data.tokenizer.vocab_size, block_size=16, n_layer=1, n_head=2,
                           n_embd=T.CPU_BF16_MIN_WIDTH))
     before = {k: v.clone() for k, v in model.state_dict().items()}
-    monkeypatch.setattr(T, "time_call", fake_time_call)
+    monkeypatch.setattr(trainer_module, "time_call", fake_time_call)
     cfg = TrainConfig(max_iters=1, batch_size=2, progress=False)
     trainer = Trainer(model, LanguageModelTask(data, 16, 2), cfg, tmp_path / "run")
     assert trainer.dtype == expected, trainer.dtype_reason

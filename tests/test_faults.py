@@ -14,7 +14,7 @@ import time
 from attnlab.checkpoint import find_checkpoint
 from attnlab.recipes import load_model
 from attnlab.cli import main
-from attnlab.training.trainer import read_metrics
+from attnlab.training.state import read_metrics
 
 TEXT = "It is a truth universally acknowledged, that a single man in possession of a good fortune. " * 80
 # 4 layers, 384 wide, one 8-token window per step: ~7M parameters, so each checkpoint (weights +

@@ -34,12 +34,25 @@ def _imports(name: str, tree: ast.Module, is_pkg: bool, top_level_only: bool):
             yield mod, [a.name for a in node.names], node.lineno
 
 
+def _in_cli(name: str) -> bool:
+    return name in ("attnlab.cli", "attnlab.__main__") or name.startswith("attnlab.cli.")
+
+
 def test_nothing_below_the_command_line_imports_it():
     for name, (tree, is_pkg) in _modules().items():
-        if name in ("attnlab.cli", "attnlab.__main__"):
+        if _in_cli(name):
             continue
         for mod, names, line in _imports(name, tree, is_pkg, top_level_only=False):
-            assert mod != "attnlab.cli" and not (mod == "attnlab" and "cli" in names), f"{name}:{line} imports the CLI"
+            assert not _in_cli(mod) and not (mod == "attnlab" and "cli" in names), f"{name}:{line} imports the CLI"
+
+
+def test_argparse_lives_in_the_command_line_only():
+    """Recipes declare options as data (attnlab.options); only attnlab.cli turns them into flags."""
+    for name, (tree, is_pkg) in _modules().items():
+        if _in_cli(name):
+            continue
+        for mod, _, line in _imports(name, tree, is_pkg, top_level_only=False):
+            assert mod != "argparse", f"{name}:{line} imports argparse below the command line"
 
 
 def test_no_circle_of_module_level_imports():

@@ -69,7 +69,7 @@ def test_resume_with_more_iterations_keeps_the_schedule(tmp_path, capsys):
     assert main([*base, "--max-iters", "8"]) == 0
     assert main([*base, "--resume", "--max-iters", "12"]) == 0
     assert "keeping the run's schedule" in capsys.readouterr().err
-    from attnlab.training.trainer import read_metrics
+    from attnlab.training.state import read_metrics
 
     lrs = [r["lr"] for r in read_metrics(out / "metrics.jsonl")]
     min_lr = 1e-4

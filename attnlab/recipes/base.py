@@ -9,17 +9,13 @@ registry of recipes (:mod:`attnlab.recipes`), so a new family is one recipe file
 
 from __future__ import annotations
 
-import argparse
-import dataclasses
-import math
 import sys
-import types
-import typing
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
 from ..errors import CheckpointError, OptionError
+from ..options import Command, Options, OptionSpecs
 
 
 @dataclass
@@ -61,9 +57,38 @@ class Recipe:
         return list(dict.fromkeys(m.config_class for m in self.models.values()))
 
     # ---- command line ------------------------------------------------------------------------
-    def add_train_arguments(self, parser: argparse.ArgumentParser) -> None:
+    def add_train_arguments(self, specs: OptionSpecs) -> None:
         """Data and task options of ``attnlab train NAME`` (model and trainer fields are added
         from the configs)."""
+
+    def train_specs(self) -> OptionSpecs:
+        """Every option of ``attnlab train NAME`` / :func:`attnlab.train`: the family's own, then
+        its model's fields (those the data does not set) and the trainer's."""
+        from ..training import TrainConfig
+
+        specs = OptionSpecs()
+        self.add_train_arguments(specs)
+        specs.add("--data-dir", default=None, help="folder holding named datasets (default: $ATTNLAB_DATA)")
+        specs.add("--out", default=self.default_out,
+                  help=f"run folder for checkpoints, metrics and plots (default: {self.default_out})")
+        specs.add("--resume", kind="flag", help="continue the run in --out from its last checkpoint")
+        model = specs.group("model" + (" (overrides the preset)" if self.presets else ""))
+        for cls in self.config_classes():
+            model.add_fields(cls, skip=self.set_by_data)
+        specs.group("training").add_fields(TrainConfig, defaults=self.train_defaults)
+        return specs
+
+    def model_fields(self) -> list[str]:
+        from ..config import option_fields
+
+        return [n for cls in self.config_classes() for n in option_fields(cls) if n not in self.set_by_data]
+
+    def eval_specs(self) -> OptionSpecs:
+        """The options of ``attnlab eval`` / :func:`attnlab.evaluate` for this family."""
+        specs = OptionSpecs()
+        self.add_common_eval_arguments(specs)
+        self.add_eval_arguments(specs)
+        return specs
 
     def add_eval_arguments(self, group) -> None:
         """Options of ``attnlab eval`` that this family reads."""
@@ -73,17 +98,18 @@ class Recipe:
         """The options of ``attnlab eval`` (and of :func:`attnlab.evaluate`) every family reads."""
         from ..options import positive_int
 
-        e.add_argument("--data", default=None, help="evaluate on this data instead of the run's own")
-        e.add_argument("--data-dir", default=None, help="folder holding named datasets (default: $ATTNLAB_DATA)")
-        e.add_argument("--split", choices=["val", "train", "test"], default=None,
+        e.add("--data", default=None, help="evaluate on this data instead of the run's own")
+        e.add("--data-dir", default=None, help="folder holding named datasets (default: $ATTNLAB_DATA)")
+        e.add("--split", choices=["val", "train", "test"], default=None,
                        help="which split (default: val for language models, test for the others)")
-        e.add_argument("--batch-size", type=positive_int, default=16, help="examples per forward pass (default 16)")
+        e.add("--batch-size", type=positive_int, default=16, help="examples per forward pass (default 16)")
 
     def add_inspect_arguments(self, group) -> None:
         """Options of ``attnlab inspect`` that this family's inspections read."""
 
-    def add_commands(self, sub) -> None:
-        """Extra top-level commands (``sample``, ``translate``, ``predict``)."""
+    def commands(self) -> list[Command]:
+        """Extra top-level commands (``sample``, ``translate``, ``caption``, ``embed``)."""
+        return []
 
     # ---- training ------------------------------------------------------------------------------
     def train_defaults_for(self, args) -> dict:
@@ -170,12 +196,24 @@ class Verbs:
         (classifiers), BLEU (seq2seq), ... on the run's own data or on ``data``. ``options``: the
         options of ``attnlab eval`` by name (``batch_size``, ``max_tokens``, ``beam``, ...)."""
         recipe = self._recipe()
-        specs = OptionSpecs()
-        recipe.add_common_eval_arguments(specs)
-        recipe.add_eval_arguments(specs)
-        values = specs.checked({"data": data, "split": split, **options}, "evaluate")
+        values = recipe.eval_specs().checked({"data": data, "split": split, **options}, "evaluate")
         values.update(ckpt=self.checkpoint, device=str(self.device))
         return recipe.evaluate(Options(**values))[0]
+
+    def inspect(self, what: str, out: str | Path, **options) -> Path:
+        """What ``attnlab inspect WHAT --out FILE.png`` draws, written to ``out`` (with its numbers
+        in a .npz beside it); returns the PNG's path. ``what``: one of the family's inspections
+        (``Recipe.inspections``); ``options``: those of ``attnlab inspect`` (``image=``, ``text=``, ...)."""
+        recipe = self._recipe()
+        if what not in recipe.inspections:
+            raise OptionError(f"inspect {what!r}: {recipe.name} models offer {', '.join(recipe.inspections) or 'none'}")
+        specs = OptionSpecs()
+        specs.add("--data-dir", default=None)
+        recipe.add_inspect_arguments(specs)
+        values = specs.checked(options, f"inspect {what}")
+        values.update(what=what, ckpt=self.checkpoint, out=str(out), device=str(self.device))
+        recipe.inspect(Options(**values))
+        return Path(out)
 
     def explore(self, *, text: str | None = None, image: str | None = None, src: str | None = None,
                 tgt: str | None = None):
@@ -208,14 +246,9 @@ def with_verbs(model_cls: type, verbs: type) -> type:
     return _WITH_VERBS[key]
 
 
-class Options(types.SimpleNamespace):
-    """The checked options of one call (from the command line's flags or the API's keyword
-    arguments), as the recipes read them: ``options.lr``."""
-
-
 # ---- options shared by every family ---------------------------------------------------------------
 def given(args, names) -> dict:
-    """The options among ``names`` that the user gave (argparse default None = not given)."""
+    """The options among ``names`` that the user gave (None = not given)."""
     return {n: getattr(args, n) for n in names if getattr(args, n, None) is not None}
 
 
@@ -256,115 +289,6 @@ def run_header(trainer) -> str:
     """The device and dtype of a run, with the reason for the dtype."""
     dtype = str(trainer.dtype).replace("torch.", "")
     return f"{trainer.device} {dtype} ({trainer.dtype_reason})"
-
-
-# ---- options as data: what a recipe declares, checked the same way from Python and the command line ----
-@dataclass
-class OptionSpec:
-    """One option a recipe declares (with argparse's own call, so the command line adds it as is)."""
-
-    dest: str
-    flag: str
-    type: Callable | None = None
-    default: Any = None
-    choices: tuple | None = None
-    kind: str = "value"  # value | flag (store_true) | bool (--x/--no-x) | list (nargs, append)
-
-
-class OptionSpecs:
-    """Stands in for an argparse parser while a recipe declares its options: records them, so that
-    the Python API can check keyword arguments exactly as the command line checks flags."""
-
-    def __init__(self) -> None:
-        self.specs: dict[str, OptionSpec] = {}
-
-    def add_argument(self, *flags: str, **kw) -> None:
-        long = next((f for f in flags if f.startswith("--")), flags[0])
-        dest = kw.get("dest") or long.lstrip("-").replace("-", "_")
-        action = kw.get("action")
-        kind = ("flag" if action == "store_true" else "bool" if action is argparse.BooleanOptionalAction
-                else "list" if action == "append" or kw.get("nargs") in ("+", "*") else "value")
-        choices = tuple(kw["choices"]) if kw.get("choices") is not None else None
-        default = kw.get("default", False if kind == "flag" else None)
-        self.specs.setdefault(dest, OptionSpec(dest, long, kw.get("type"), default, choices, kind))
-
-    def add_argument_group(self, *args, **kw) -> "OptionSpecs":
-        return self
-
-    def checked(self, given: dict, what: str) -> dict:
-        """Every declared option -> its default, or the checked value ``given`` for it."""
-        values = {n: s.default for n, s in self.specs.items()}
-        for name, value in given.items():
-            if name not in self.specs:
-                raise OptionError(f"{what} has no option {name!r}; it takes {', '.join(sorted(self.specs))}")
-            values[name] = self.check(name, value)
-        return values
-
-    def check(self, name: str, value: Any) -> Any:
-        """``value`` for option ``name``, checked (and converted) as the command line would."""
-        spec = self.specs[name]
-        if value is None:
-            return spec.default if spec.kind == "flag" else None
-        if spec.kind in ("flag", "bool"):
-            if not isinstance(value, bool):
-                raise OptionError(f"{_named(name, value)}: must be True or False")
-            return value
-        if spec.kind == "list":
-            items = [value] if isinstance(value, (str, int, float)) else list(value)
-            return [self._one(spec, name, v) for v in items]
-        return self._one(spec, name, value)
-
-    @staticmethod
-    def _one(spec: OptionSpec, name: str, value: Any) -> Any:
-        if spec.type is not None and spec.type is not str:
-            if isinstance(value, bool) or not isinstance(value, (int, float, str)):
-                raise OptionError(f"{_named(name, value)}: must be {getattr(spec.type, '__name__', 'a value')}")
-            try:
-                value = spec.type(str(value))
-            except (argparse.ArgumentTypeError, ValueError) as e:
-                raise OptionError(f"{_named(name, value)}: {e}") from None
-        elif not isinstance(value, str):
-            value = str(value) if isinstance(value, Path) else value
-            if not isinstance(value, str):
-                raise OptionError(f"{_named(name, value)}: must be a string")
-        if spec.choices is not None and value not in spec.choices:
-            raise OptionError(f"{_named(name, value)}: choose one of {', '.join(map(str, spec.choices))}")
-        return value
-
-
-def field_types(cls) -> dict[str, type]:
-    """A config dataclass's option-sized fields (int, float, str, bool) -> their type; lists and
-    tuples (a CNN's widths) are set in Python only."""
-    hints = typing.get_type_hints(cls)
-    out = {}
-    for f in dataclasses.fields(cls):
-        typ = hints[f.name]
-        args = typing.get_args(typ)
-        base = next((a for a in args if a is not type(None)), typ) if args else typ
-        if base in (int, float, str, bool):
-            out[f.name] = base
-    return out
-
-
-def _named(name: str, value: Any) -> str:
-    """How an option is named in an error: its keyword and its flag, for Python and shell users alike."""
-    return f"{name}={value!r} (--{name.replace('_', '-')})"
-
-
-def check_field(name: str, typ: type, value: Any) -> Any:
-    """A model or trainer field's value from Python, as strict as its command-line flag."""
-    if value is None:
-        return None
-    ok = (isinstance(value, bool) if typ is bool else isinstance(value, str) if typ is str
-          else isinstance(value, int) and not isinstance(value, bool) if typ is int
-          else isinstance(value, (int, float)) and not isinstance(value, bool))
-    if not ok:
-        raise OptionError(f"{_named(name, value)}: must be {'True or False' if typ is bool else typ.__name__}")
-    if typ is float:
-        value = float(value)
-        if not math.isfinite(value):
-            raise OptionError(f"{_named(name, value)}: must be a finite number")
-    return value
 
 
 # ---- the one path: train a new run or resume one -------------------------------------------------

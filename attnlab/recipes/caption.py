@@ -11,7 +11,7 @@ import torch
 
 from ..errors import DataError
 from ..models.caption import Captioner, CaptionConfig
-from ..options import EPILOG, at_least, below_one, device_name, nonneg_float, number, positive_int
+from ..options import Command, OptionSpecs, at_least, below_one, device_name, nonneg_float, number, positive_int
 from . import register
 from ..decode import check_beam
 from .base import Recipe, TrainingRun, Verbs
@@ -56,13 +56,13 @@ class CaptionRecipe(Recipe):
     inspections = {"caption": "the image once per generated word with that word's attention (--image)"}
 
     def add_train_arguments(self, p) -> None:
-        p.add_argument("--data", default=None, help="scenes (embedded, generated; default) | COCO folder or captions "
+        p.add("--data", default=None, help="scenes (embedded, generated; default) | COCO folder or captions "
                                                     "JSON | image<TAB>caption file")
-        p.add_argument("--train-scenes", type=at_least(10), default=None,
+        p.add("--train-scenes", type=at_least(10), default=None,
                        help=f"scenes: training images to generate (default {SCENE_OPTS['n_train']})")
-        p.add_argument("--max-objects", type=number(int, 1, True, 3, what="1, 2 or 3"), default=None,
+        p.add("--max-objects", type=number(int, 1, True, 3, what="1, 2 or 3"), default=None,
                        help="scenes: at most this many objects per image (default 3)")
-        p.add_argument("--label-smoothing", type=below_one, default=0.0, help="label smoothing (default 0)")
+        p.add("--label-smoothing", type=below_one, default=0.0, help="label smoothing (default 0)")
 
     def data_options(self, args) -> dict:
         return {"n_train": args.train_scenes, "max_objects": args.max_objects}
@@ -106,19 +106,19 @@ class CaptionRecipe(Recipe):
             print(f"  test image: {h!r}  (reference: {refs[0]!r})", file=sys.stderr)
 
     # ---- caption, eval, inspect ---------------------------------------------------------------------
-    def add_commands(self, sub) -> None:
-        c = sub.add_parser("caption", help="caption image files with a trained captioner", epilog=EPILOG,
-                           description="Prints one caption per image: `path: caption`.")
-        c.add_argument("--ckpt", required=True, help="run folder of a captioner")
-        c.add_argument("images", nargs="+", metavar="IMAGE", help="image files (PNG, JPEG, ...) or folders of them")
-        c.add_argument("--beam", type=positive_int, default=3, help="beam size; 1 = greedy (default 3)")
-        c.add_argument("--alpha", type=nonneg_float, default=1.0, help="length penalty exponent (default 1.0)")
-        c.add_argument("--device", type=device_name, default="auto", help="auto | cpu | cuda")
-        c.set_defaults(func=caption_command)
+    def commands(self) -> list[Command]:
+        c = OptionSpecs()
+        c.add("--ckpt", required=True, help="run folder of a captioner")
+        c.add("images", nargs="+", metavar="IMAGE", help="image files (PNG, JPEG, ...) or folders of them")
+        c.add("--beam", type=positive_int, default=3, help="beam size; 1 = greedy (default 3)")
+        c.add("--alpha", type=nonneg_float, default=1.0, help="length penalty exponent (default 1.0)")
+        c.add("--device", type=device_name, default="auto", help="auto | cpu | cuda")
+        return [Command("caption", "caption image files with a trained captioner",
+                        "Prints one caption per image: `path: caption`.", c, caption_command)]
 
     def add_eval_arguments(self, group) -> None:
-        group.add_argument("--beam", type=positive_int, default=1, help="seq2seq and captions: beam size (default 1 = greedy)")
-        group.add_argument("--alpha", type=nonneg_float, default=1.0, help="beam length penalty exponent (default 1.0)")
+        group.add("--beam", type=positive_int, default=1, help="seq2seq and captions: beam size (default 1 = greedy)")
+        group.add("--alpha", type=nonneg_float, default=1.0, help="beam length penalty exponent (default 1.0)")
 
     def evaluate(self, args) -> tuple[dict, str]:
         res = evaluate_captioner(args.ckpt, split=args.split or "test", beam=args.beam, alpha=args.alpha,
@@ -134,7 +134,7 @@ class CaptionRecipe(Recipe):
         return res, line
 
     def add_inspect_arguments(self, group) -> None:
-        group.add_argument("--image", default=None, help="image file (attention, rollout, caption)")
+        group.add("--image", default=None, help="image file (attention, rollout, caption)")
 
     def inspect(self, args) -> int:
         from ..data.images import load_image
@@ -166,7 +166,7 @@ class CaptionRecipe(Recipe):
 def load_captioner(ckpt: str, device: str = "auto"):
     """(model, word vocabulary, config.json dict, device) of a captioning run."""
     from ..data.parallel import Vocab
-    from ..training.trainer import pick_device
+    from ..training.devices import pick_device
     from . import load_model
 
     dev = pick_device(device)

@@ -3,7 +3,6 @@ classification task, `eval` (accuracy + confusion matrix), `predict`, and CKA be
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
@@ -55,14 +54,14 @@ class ImageClassifierRecipe(Recipe):
                 "per class.")
 
     def add_train_arguments(self, p) -> None:
-        p.add_argument("--data", default=None, help="digits (embedded, default) | mnist | cifar10 | FOLDER")
-        p.add_argument("--label-smoothing", type=below_one, default=None,
+        p.add("--data", default=None, help="digits (embedded, default) | mnist | cifar10 | FOLDER")
+        p.add("--label-smoothing", type=below_one, default=None,
                        help="label smoothing of the loss (default: 0, ViT on digits and mnist 0.1)")
-        p.add_argument("--pad", type=nonneg_int, default=None,
+        p.add("--pad", type=nonneg_int, default=None,
                        help="random-crop padding in pixels (default: image size / 8; 0 below 16 px)")
-        p.add_argument("--flip", action=argparse.BooleanOptionalAction, default=None,
+        p.add("--flip", kind="bool", default=None,
                        help="random horizontal flips (default: on for cifar10, off for digits/mnist)")
-        p.add_argument("--rotate", type=number(float, 0.0, True, 180.0, what="from 0 to 180 degrees"), default=None,
+        p.add("--rotate", type=number(float, 0.0, True, 180.0, what="from 0 to 180 degrees"), default=None,
                        help="random rotation of ± this many degrees, with ± rotate%% scaling (default: 10 for "
                             "digits/mnist, 0 for cifar10)")
 
@@ -110,7 +109,7 @@ class ImageClassifierRecipe(Recipe):
 
     # ---- eval, predict -------------------------------------------------------------------------
     def add_eval_arguments(self, group) -> None:
-        group.add_argument("--out", default=None, help="classifiers: confusion-matrix PNG (default: <run>/confusion.png)")
+        group.add("--out", default=None, help="classifiers: confusion-matrix PNG (default: <run>/confusion.png)")
 
     def evaluate(self, args) -> tuple[dict, str]:
         from ..data.images import load_images, normalize
@@ -146,11 +145,11 @@ class ImageClassifierRecipe(Recipe):
 
     # ---- inspect -------------------------------------------------------------------------------
     def add_inspect_arguments(self, group) -> None:
-        group.add_argument("--compare", default=None, help="cka: a second run folder (e.g. the CNN baseline)")
-        group.add_argument("--kernel", choices=["linear", "rbf"], default="linear", help="cka kernel (default linear)")
-        group.add_argument("--n-images", type=at_least(4), default=512,
+        group.add("--compare", default=None, help="cka: a second run folder (e.g. the CNN baseline)")
+        group.add("--kernel", choices=["linear", "rbf"], default="linear", help="cka kernel (default linear)")
+        group.add("--n-images", type=at_least(4), default=512,
                            help="distance/cka: test images to use (default 512)")
-        group.add_argument("--batch-size", type=at_least(4), default=128, help="cka: minibatch size (default 128)")
+        group.add("--batch-size", type=at_least(4), default=128, help="cka: minibatch size (default 128)")
 
     def inspect(self, args) -> int:
         model, meta, _ = load_classifier(args.ckpt, "cpu")
@@ -168,7 +167,7 @@ class ImageClassifierRecipe(Recipe):
 
 def load_classifier(ckpt: str, device: str):
     """(model, config.json dict with normalisation statistics, device) of an image classifier."""
-    from ..training.trainer import pick_device
+    from ..training.devices import pick_device
     from . import load_model, recipes
 
     types = tuple(t for r in recipes() if isinstance(r, ImageClassifierRecipe) for t in r.models)

@@ -13,7 +13,7 @@ import torch
 
 from ..errors import CheckpointError, DataError
 from ..models.encoder import ENCODER_PRESETS, TextEncoder, TextEncoderConfig
-from ..options import EPILOG, at_least, below_one, device_name, input_lines
+from ..options import Command, OptionSpecs, at_least, below_one, device_name, input_lines
 from . import register
 from .base import Recipe, TrainingRun, Verbs, top_labels
 
@@ -87,18 +87,18 @@ class TextEncoderRecipe(Recipe):
                           beta2=0.98, eval_interval=250, eval_iters=5)
 
     def add_train_arguments(self, p) -> None:
-        p.add_argument("--task", choices=["mlm", "classify"], default=None,
+        p.add("--task", choices=["mlm", "classify"], default=None,
                        help="mlm: masked-language-model pretraining (default); classify: text classification")
-        p.add_argument("--data", default=None,
+        p.add("--data", default=None,
                        help="mlm: python-docs (embedded, default) | shakespeare | a text file or folder; classify: "
                             "python-docs-sections (embedded, default) | a text<TAB>label file")
-        p.add_argument("--init", default=None,
+        p.add("--init", default=None,
                        help="classify: start from this pretrained encoder (an attnlab run or a HuggingFace BERT folder)")
-        p.add_argument("--vocab-size", type=at_least(16), default=None,
+        p.add("--vocab-size", type=at_least(16), default=None,
                        help="WordPiece vocabulary to train (default 4096; not with --init: its tokenizer is used)")
-        p.add_argument("--preset", default="tiny", choices=sorted(ENCODER_PRESETS),
+        p.add("--preset", default="tiny", choices=sorted(ENCODER_PRESETS),
                        help="model shape (default tiny: 2 layers, 2 heads, 128 wide)")
-        p.add_argument("--label-smoothing", type=below_one, default=0.0, help="classify: label smoothing (default 0)")
+        p.add("--label-smoothing", type=below_one, default=0.0, help="classify: label smoothing (default 0)")
 
     def check_new(self, args, model_over) -> None:
         if args.init and args.task != "classify":  # (a new run's task defaults to mlm)
@@ -171,17 +171,17 @@ class TextEncoderRecipe(Recipe):
               f"({len(y)} texts), run folder {trainer.out}", file=sys.stderr)
 
     # ---- embed, predict, eval ----------------------------------------------------------------------
-    def add_commands(self, sub) -> None:
-        e = sub.add_parser("embed", help="sentence embeddings from a text encoder", epilog=EPILOG,
-                           description="One vector per input line: the mean of the last hidden states over the real "
-                                       "tokens (as sentence-transformers pools).")
-        e.add_argument("--ckpt", required=True, help="run folder of a text encoder, or a HuggingFace BERT folder")
-        e.add_argument("text", nargs="*", help="texts (default: lines from --file or standard input)")
-        e.add_argument("--file", default=None, help="read texts from this file, one per line")
-        e.add_argument("--out", default=None, help="write the vectors to this .npy file (default: JSON lines on stdout)")
-        e.add_argument("--batch-size", type=at_least(1), default=64, help="texts per forward pass (default 64)")
-        e.add_argument("--device", type=device_name, default="auto", help="auto | cpu | cuda")
-        e.set_defaults(func=embed_command)
+    def commands(self) -> list[Command]:
+        e = OptionSpecs()
+        e.add("--ckpt", required=True, help="run folder of a text encoder, or a HuggingFace BERT folder")
+        e.add("text", nargs="*", help="texts (default: lines from --file or standard input)")
+        e.add("--file", default=None, help="read texts from this file, one per line")
+        e.add("--out", default=None, help="write the vectors to this .npy file (default: JSON lines on stdout)")
+        e.add("--batch-size", type=at_least(1), default=64, help="texts per forward pass (default 64)")
+        e.add("--device", type=device_name, default="auto", help="auto | cpu | cuda")
+        return [Command("embed", "sentence embeddings from a text encoder",
+                        "One vector per input line: the mean of the last hidden states over the real tokens (as "
+                        "sentence-transformers pools).", e, embed_command)]
 
     def predict(self, args) -> int:
         model, tok, _, dev = load_text_encoder(args.ckpt, args.device)
@@ -222,7 +222,7 @@ class TextEncoderRecipe(Recipe):
 
 def load_text_encoder(ckpt: str, device: str = "auto"):
     """(model, tokenizer, config.json dict, device) of an attnlab run or a HuggingFace BERT folder."""
-    from ..training.trainer import pick_device
+    from ..training.devices import pick_device
     from . import load_model
 
     dev = pick_device(device)

@@ -10,7 +10,7 @@ from pathlib import Path
 from ..models.gpt import GPT, GPT_PRESETS
 from . import register
 from .base import Recipe, TrainingRun, Verbs
-from ..options import EPILOG, at_least, device_name, nonneg_float, nonneg_int, positive_int, probability
+from ..options import Command, OptionSpecs, at_least, device_name, nonneg_float, nonneg_int, positive_int, probability
 
 
 class GPTVerbs(Verbs):
@@ -78,16 +78,16 @@ class GPTRecipe(Recipe):
     PRESET_TRAIN = {"shakespeare-cpu": dict(lr=5e-3, min_lr=5e-4, warmup_iters=50, max_iters=1000)}
 
     def add_train_arguments(self, p) -> None:
-        p.add_argument("--data", default=None,
+        p.add("--data", default=None,
                        help="text file, folder of text files, or a dataset name: python-docs (embedded, default), "
                             "shakespeare")
-        p.add_argument("--tokenizer", choices=["char", "bpe"], default=None,
+        p.add("--tokenizer", choices=["char", "bpe"], default=None,
                        help="character-level (default) or byte-level BPE")
-        p.add_argument("--vocab-size", type=at_least(2), default=None, help="BPE vocabulary size (default 1024)")
-        p.add_argument("--preset", default="shakespeare-cpu", choices=sorted(GPT_PRESETS),
+        p.add("--vocab-size", type=at_least(2), default=None, help="BPE vocabulary size (default 1024)")
+        p.add("--preset", default="shakespeare-cpu", choices=sorted(GPT_PRESETS),
                        help="model shape to start from (default: shakespeare-cpu = 4 layers, 4 heads, 128 wide, "
                             "context 64)")
-        p.add_argument("--sample-chars", type=nonneg_int, default=300,
+        p.add("--sample-chars", type=nonneg_int, default=300,
                        help="print a sample of this many tokens at the end (0: none)")
 
     def train_defaults_for(self, args) -> dict:
@@ -133,37 +133,35 @@ class GPTRecipe(Recipe):
             print("--- sample ---\n" + prompt.lstrip("\n") + text)
 
     # ---- sample, eval -------------------------------------------------------------------------
-    def add_commands(self, sub) -> None:
-        if "sample" in sub.choices:  # a family built on this one shares the command
-            return
-        s = sub.add_parser("sample", help="generate text from a trained GPT", epilog=EPILOG,
-                           description="Continue a prompt, streaming tokens as they come.")
-        s.add_argument("--ckpt", required=True, help="run folder (or checkpoint / HuggingFace folder)")
-        s.add_argument("--prompt", default="", help="text to continue (default: start from a newline)")
-        s.add_argument("--max-new-tokens", type=positive_int, default=500,
+    def commands(self) -> list[Command]:
+        s = OptionSpecs()
+        s.add("--ckpt", required=True, help="run folder (or checkpoint / HuggingFace folder)")
+        s.add("--prompt", default="", help="text to continue (default: start from a newline)")
+        s.add("--max-new-tokens", type=positive_int, default=500,
                        help="tokens to generate per sample (default 500)")
-        s.add_argument("--temperature", type=nonneg_float, default=0.8,
+        s.add("--temperature", type=nonneg_float, default=0.8,
                        help="softmax temperature; 0 = greedy (default 0.8)")
-        s.add_argument("--top-k", type=nonneg_int, default=200,
+        s.add("--top-k", type=nonneg_int, default=200,
                        help="sample only from the k most likely tokens (default 200; 0 = off)")
-        s.add_argument("--top-p", type=probability, default=None,
+        s.add("--top-p", type=probability, default=None,
                        help="nucleus sampling: smallest set with this total probability")
-        s.add_argument("--num-samples", type=positive_int, default=1, help="how many samples (default 1)")
-        s.add_argument("--stop", action="append", default=[], help="stop a sample at this string (repeatable)")
-        s.add_argument("--seed", type=nonneg_int, default=1337, help="random seed (default 1337)")
-        s.add_argument("--no-cache", action="store_true",
+        s.add("--num-samples", type=positive_int, default=1, help="how many samples (default 1)")
+        s.add("--stop", kind="append", default=[], help="stop a sample at this string (repeatable)")
+        s.add("--seed", type=nonneg_int, default=1337, help="random seed (default 1337)")
+        s.add("--no-cache", kind="flag",
                        help="recompute the whole prefix each step instead of using the KV cache")
-        s.add_argument("--dtype", choices=["fp32", "bf16"], default="fp32",
+        s.add("--dtype", choices=["fp32", "bf16"], default="fp32",
                        help="weights and activations while sampling; bf16 halves the memory read per token, which "
                             "bounds generation on a CPU (about 1.9x faster here; tokens may differ slightly) "
                             "(default fp32)")
-        s.add_argument("--device", type=device_name, default="auto", help="auto | cpu | cuda")
-        s.set_defaults(func=sample)
+        s.add("--device", type=device_name, default="auto", help="auto | cpu | cuda")
+        return [Command("sample", "generate text from a trained GPT",
+                        "Continue a prompt, streaming tokens as they come.", s, sample)]
 
     def add_eval_arguments(self, group) -> None:
-        group.add_argument("--block-size", "--context", dest="block_size", type=positive_int, default=None,
+        group.add("--block-size", "--context", dest="block_size", type=positive_int, default=None,
                            help="language models: window length (default: the model's context)")
-        group.add_argument("--max-tokens", type=positive_int, default=200_000,
+        group.add("--max-tokens", type=positive_int, default=200_000,
                            help="language models: evaluate at most this many tokens (default 200000)")
 
     def evaluate(self, args) -> tuple[dict, str]:
@@ -232,7 +230,7 @@ def default_prompt(tok) -> str:
 
 def load_lm(ckpt: str, device: str):
     """(model, tokenizer, config.json dict, device) of a GPT run or HuggingFace GPT-2 folder."""
-    from ..training.trainer import pick_device
+    from ..training.devices import pick_device
     from . import load_model
 
     dev = pick_device(device)

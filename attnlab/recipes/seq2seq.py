@@ -13,7 +13,7 @@ import torch
 
 from ..models.rnn import RNNSeq2Seq
 from ..models.seq2seq import Transformer
-from ..options import EPILOG, at_least, below_one, device_name, fraction, input_lines, nonneg_float, positive_int
+from ..options import Command, OptionSpecs, at_least, below_one, device_name, fraction, input_lines, nonneg_float, positive_int
 from . import register
 from ..decode import check_beam
 from .base import Recipe, TrainingRun, Verbs
@@ -78,21 +78,21 @@ class Seq2SeqRecipe(Recipe):
     inspections = {"alignment": "cross-attention of a translation, per layer and head (--text)"}
 
     def add_train_arguments(self, p) -> None:
-        p.add_argument("--data", default=None,
+        p.add("--data", default=None,
                        help="copy | reverse | sort | addition | dates (synthetic, default reverse) | multi30k | "
                             "SRC_FILE:TGT_FILE | FILE.tsv")
-        p.add_argument("--src", default=None, help="source language for multi30k (default de)")
-        p.add_argument("--tgt", default=None, help="target language for multi30k (default en)")
-        p.add_argument("--arch", choices=["transformer", "rnn", "rnn-attention"], default=None,
+        p.add("--src", default=None, help="source language for multi30k (default de)")
+        p.add("--tgt", default=None, help="target language for multi30k (default en)")
+        p.add("--arch", choices=["transformer", "rnn", "rnn-attention"], default=None,
                        help="transformer (default), rnn (no attention: one context vector), rnn-attention (Bahdanau)")
-        p.add_argument("--tokenizer", choices=["char", "bpe"], default=None,
+        p.add("--tokenizer", choices=["char", "bpe"], default=None,
                        help="default: bpe for text, char for synthetic")
-        p.add_argument("--vocab-size", type=at_least(8), default=None, help="BPE vocabulary size (default 8000)")
-        p.add_argument("--separate-vocab", action="store_true", help="separate source/target BPE (default: joint)")
-        p.add_argument("--min-length", type=positive_int, default=None, help="synthetic tasks: shortest input (default 5)")
-        p.add_argument("--max-length", type=positive_int, default=None, help="synthetic tasks: longest input (default 20)")
-        p.add_argument("--label-smoothing", type=below_one, default=0.1, help="label smoothing (default 0.1)")
-        p.add_argument("--teacher-forcing", type=fraction, default=1.0, help="RNN teacher-forcing ratio (default 1.0)")
+        p.add("--vocab-size", type=at_least(8), default=None, help="BPE vocabulary size (default 8000)")
+        p.add("--separate-vocab", kind="flag", help="separate source/target BPE (default: joint)")
+        p.add("--min-length", type=positive_int, default=None, help="synthetic tasks: shortest input (default 5)")
+        p.add("--max-length", type=positive_int, default=None, help="synthetic tasks: longest input (default 20)")
+        p.add("--label-smoothing", type=below_one, default=0.1, help="label smoothing (default 0.1)")
+        p.add("--teacher-forcing", type=fraction, default=1.0, help="RNN teacher-forcing ratio (default 1.0)")
 
     @staticmethod
     def data_options(args) -> dict:
@@ -154,25 +154,23 @@ class Seq2SeqRecipe(Recipe):
         return TrainingRun(mtype, cfg, task, {"data_spec": spec, "data_opts": opts}, summary, setup)
 
     # ---- translate, eval, inspect alignment ------------------------------------------------------
-    def add_commands(self, sub) -> None:
-        if "translate" in sub.choices:  # a family built on this one shares the command
-            return
-        tr = sub.add_parser("translate", help="translate sentences with a trained seq2seq model", epilog=EPILOG,
-                            description="Prints one translation per input line (arguments, --file or stdin).")
-        tr.add_argument("--ckpt", required=True, help="run folder of a seq2seq model")
-        tr.add_argument("text", nargs="*", help="sentences to translate (default: read lines from --file or stdin)")
-        tr.add_argument("--file", default=None, help="read sentences from this file, one per line")
-        tr.add_argument("--beam", type=positive_int, default=5, help="beam size; 1 = greedy (default 5)")
-        tr.add_argument("--alpha", type=nonneg_float, default=1.0, help="length penalty exponent (GNMT; default 1.0)")
-        tr.add_argument("--max-len", type=positive_int, default=None, help="longest output in tokens (default 100)")
-        tr.add_argument("--device", type=device_name, default="auto", help="auto | cpu | cuda")
-        tr.set_defaults(func=translate)
+    def commands(self) -> list[Command]:
+        tr = OptionSpecs()
+        tr.add("--ckpt", required=True, help="run folder of a seq2seq model")
+        tr.add("text", nargs="*", help="sentences to translate (default: read lines from --file or stdin)")
+        tr.add("--file", default=None, help="read sentences from this file, one per line")
+        tr.add("--beam", type=positive_int, default=5, help="beam size; 1 = greedy (default 5)")
+        tr.add("--alpha", type=nonneg_float, default=1.0, help="length penalty exponent (GNMT; default 1.0)")
+        tr.add("--max-len", type=positive_int, default=None, help="longest output in tokens (default 100)")
+        tr.add("--device", type=device_name, default="auto", help="auto | cpu | cuda")
+        return [Command("translate", "translate sentences with a trained seq2seq model",
+                        "Prints one translation per input line (arguments, --file or stdin).", tr, translate)]
 
     def add_eval_arguments(self, group) -> None:
-        group.add_argument("--beam", type=positive_int, default=1, help="seq2seq: beam size for BLEU (default 1 = greedy)")
-        group.add_argument("--alpha", type=nonneg_float, default=1.0,
+        group.add("--beam", type=positive_int, default=1, help="seq2seq: beam size for BLEU (default 1 = greedy)")
+        group.add("--alpha", type=nonneg_float, default=1.0,
                            help="seq2seq: beam length penalty exponent (default 1.0)")
-        group.add_argument("--max-sentences", type=positive_int, default=100_000,
+        group.add("--max-sentences", type=positive_int, default=100_000,
                            help="seq2seq: evaluate at most this many")
 
     def evaluate(self, args) -> tuple[dict, str]:
@@ -211,7 +209,7 @@ class Seq2SeqRecipe(Recipe):
                      f"{args.beam} ({res['sentences_per_s']:.1f} sentences/s)")
 
     def add_inspect_arguments(self, group) -> None:
-        group.add_argument("--text", default=None, help="alignment: the source sentence to translate")
+        group.add("--text", default=None, help="alignment: the source sentence to translate")
 
     def inspect(self, args) -> int:
         import numpy as np
@@ -252,7 +250,7 @@ def load_data(spec: str, opts: dict, data_dir, vocab: dict | None = None):
 def load_seq2seq(ckpt: str, device: str = "auto"):
     """(model, source vocabulary, target vocabulary, config.json dict, device) of a seq2seq run."""
     from ..data.parallel import Vocab
-    from ..training.trainer import pick_device
+    from ..training.devices import pick_device
     from . import load_model
 
     dev = pick_device(device)

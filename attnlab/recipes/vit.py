@@ -55,7 +55,7 @@ class ViTRecipe(ImageClassifierRecipe):
 
     def add_train_arguments(self, p) -> None:
         super().add_train_arguments(p)
-        p.add_argument("--preset", default=None, choices=sorted(VIT_PRESETS),
+        p.add("--preset", default=None, choices=sorted(VIT_PRESETS),
                        help="model shape (default: picked from the data: digits, mnist or cifar)")
 
     def check_new(self, args, model_over) -> None:
@@ -70,12 +70,12 @@ class ViTRecipe(ImageClassifierRecipe):
 
     def add_inspect_arguments(self, group) -> None:
         super().add_inspect_arguments(group)
-        group.add_argument("--image", default=None, help="image file (attention, rollout)")
-        group.add_argument("--token", type=nonneg_int, default=0,
+        group.add("--image", default=None, help="image file (attention, rollout)")
+        group.add("--token", type=nonneg_int, default=0,
                            help="attention: query token to show (default 0 = class token)")
-        group.add_argument("--head-fusion", choices=["mean", "max", "min"], default="mean",
+        group.add("--head-fusion", choices=["mean", "max", "min"], default="mean",
                            help="rollout: how to fuse heads")
-        group.add_argument("--discard-ratio", type=below_one, default=0.0,
+        group.add("--discard-ratio", type=below_one, default=0.0,
                            help="rollout: drop this fraction of the weakest weights")
 
     def inspection(self, args, model, meta, out: Path) -> dict[str, np.ndarray]:

@@ -1,6 +1,7 @@
 """The shared trainer."""
 
 from .tasks import LanguageModelTask
-from .trainer import TrainConfig, Trainer, TrainingInterrupted
+from .config import TrainConfig
+from .trainer import Trainer, TrainingInterrupted
 
 __all__ = ["TrainConfig", "Trainer", "TrainingInterrupted", "LanguageModelTask"]

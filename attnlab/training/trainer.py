@@ -1,8 +1,10 @@
-"""One trainer for every attnlab model.
+"""One trainer for every attnlab model: the training loop.
 
 AdamW (decay / no-decay groups), linear warmup + cosine decay, gradient clipping and
 accumulation, bf16 autocast where the hardware has fast bf16, optional torch.compile,
-periodic validation, best and last checkpoints, exact resume, Ctrl-C saves.
+periodic validation, best and last checkpoints, exact resume, Ctrl-C saves. Its options are
+:mod:`.config`, the device and dtype choice :mod:`.devices`, the optimizer state and metrics on
+disk :mod:`.state`.
 """
 
 from __future__ import annotations
@@ -10,13 +12,12 @@ from __future__ import annotations
 import contextlib
 import json
 import math
-import os
 import shutil
 import signal
 import sys
 import threading
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Protocol
 
@@ -25,61 +26,13 @@ from torch import Tensor, nn
 from tqdm.auto import tqdm
 
 from ..checkpoint import find_checkpoint, load_trainer_state, load_weights, unwrap_model, write_checkpoint
-from ..config import Config
 from ..errors import AttnlabError, CheckpointError
 from . import distributed as D
 from .compiling import PROBE_STEPS, CompileChoice, pays_off
+from .config import TrainConfig
+from .devices import CPU_BF16_MIN_SPEEDUP, autocast, pick_device, pick_dtype
 from .optim import adamw, warmup_cosine
-
-
-@dataclass
-class TrainConfig(Config):
-    max_iters: int = 2000
-    batch_size: int = 12
-    grad_accum: int = 1  # micro-batches per optimizer step
-    lr: float = 1e-3
-    min_lr: float | None = None  # default: lr / 10
-    warmup_iters: int = 100
-    lr_decay_iters: int | None = None  # default: max_iters
-    weight_decay: float = 0.1
-    beta1: float = 0.9
-    beta2: float = 0.99
-    grad_clip: float = 1.0  # 0 disables clipping
-    eval_interval: int = 250
-    eval_iters: int = 20
-    log_interval: int = 10
-    device: str = "auto"  # auto | cpu | cuda
-    dtype: str = "auto"  # auto | fp32 | bf16
-    # torch.compile the model: True/False as asked; None (the default, "auto") compiles when the
-    # first steps' timing says the rest of the run is long enough to pay it back (train/compiling.py)
-    compile: bool | None = field(default=None, metadata={"help": "torch.compile the model (default: auto, on when "
-                                 "the timed first steps show the run is long enough to pay back compiling)"})
-    seed: int = 1337
-    progress: bool = True
-    checkpoint_activations: bool = False  # recompute each block's activations in backward (saves memory)
-    fsdp: bool = False  # under torchrun: fully sharded data parallel instead of DDP
-    target: float | None = None  # stop once the task's validation metric (accuracy, exact match) reaches this
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        for name in ("max_iters", "batch_size", "grad_accum", "eval_interval", "eval_iters", "log_interval"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(self, name)}")
-        for name in ("warmup_iters", "weight_decay", "grad_clip"):
-            if getattr(self, name) < 0:
-                raise ValueError(f"--{name.replace('_', '-')} must be 0 or more, got {getattr(self, name)}")
-        if not (self.lr > 0 and math.isfinite(self.lr)):
-            raise ValueError(f"--lr must be a positive number, got {self.lr}")
-        if self.min_lr is not None and not 0 <= self.min_lr <= self.lr:
-            raise ValueError(f"--min-lr must be between 0 and --lr ({self.lr}), got {self.min_lr}")
-        if self.lr_decay_iters is not None and self.lr_decay_iters < 1:
-            raise ValueError(f"--lr-decay-iters must be at least 1, got {self.lr_decay_iters}")
-        for name in ("beta1", "beta2"):
-            if not 0 <= getattr(self, name) < 1:
-                raise ValueError(f"--{name} must be in [0, 1), got {getattr(self, name)}")
-        check_device_name(self.device)
-        if self.dtype not in ("auto", "fp32", "bf16"):
-            raise ValueError(f"--dtype must be auto, fp32 or bf16, got {self.dtype!r}")
+from .state import optimizer_tensors, read_metrics, restore_optimizer, rewrite_metrics
 
 
 class Task(Protocol):
@@ -94,84 +47,6 @@ class Task(Protocol):
     def loss(self, model: nn.Module, batch: tuple[Tensor, ...]) -> Tensor: ...
 
     def meta(self) -> dict: ...
-
-
-def check_device_name(name: str) -> None:
-    if name not in ("auto", "cpu", "cuda") and not (name.startswith("cuda:") and name[5:].isdigit()):
-        raise ValueError(f"--device must be auto, cpu, cuda or cuda:N, got {name!r}")
-
-
-def pick_device(name: str = "auto") -> torch.device:
-    check_device_name(name)
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if name == "cuda" and not torch.cuda.is_available():
-        raise ValueError("--device cuda was asked for, but no CUDA GPU is available; use --device cpu or auto")
-    return torch.device(name)
-
-
-def cpu_has_fast_bf16() -> bool:
-    """bf16 matmuls can only be faster than fp32 on CPUs with AVX512-BF16 or AMX.
-
-    ``ATTNLAB_FAST_BF16=1`` / ``=0`` overrides the detection (the tests use it to run both
-    branches of ``--dtype auto`` on every machine)."""
-    forced = os.environ.get("ATTNLAB_FAST_BF16")
-    if forced in ("0", "1"):
-        return forced == "1"
-    checks = ("_is_amx_tile_supported", "_is_avx512_bf16_supported")
-    return any(getattr(torch.cpu, c, lambda: False)() for c in checks)
-
-
-# Narrowest matrix width at which bf16 autocast can beat fp32 on a CPU with AVX512-BF16. Measured
-# with benchmarks/cpu_dtype.py (table in benchmarks/README.md): below it the casts around each
-# small matmul cost more than the faster matmul saves (GPT 4/4/128: 1.00x; ViT digits, 64 wide:
-# 0.38x). At or above it the answer depends on more than width (GPT 4/4/256: 1.46x, but the
-# 256-wide seq2seq Transformer on 20-token sentences: 0.89x), so the trainer times both.
-CPU_BF16_MIN_WIDTH = 192
-# bf16 must be at least this much faster in the start-up timing to be chosen: near a tie, fp32
-# (exact, and the same on every machine) wins, and the choice does not flip from run to run.
-CPU_BF16_MIN_SPEEDUP = 1.1
-
-
-def model_width(model: nn.Module) -> int:
-    """The model's working width: the largest ``min(out, in)`` over its Linear layers."""
-    widths = [min(m.weight.shape) for m in model.modules() if isinstance(m, nn.Linear)]
-    return max(widths, default=0)
-
-
-def auto_cpu_dtype(model: nn.Module | None, fast_bf16: bool) -> tuple[torch.dtype | None, str]:
-    """What ``--dtype auto`` runs on a CPU and why; ``None`` when only timing both can tell."""
-    if not fast_bf16:
-        return torch.float32, "this CPU has no fast bf16 (AVX512-BF16/AMX)"
-    width = model_width(model) if model is not None else CPU_BF16_MIN_WIDTH
-    if width < CPU_BF16_MIN_WIDTH:
-        return torch.float32, (f"CPU has fast bf16, but at width {width} (< {CPU_BF16_MIN_WIDTH}) bf16 autocast "
-                               "is slower than fp32 (benchmarks/cpu_dtype.py)")
-    return None, f"CPU has fast bf16 and the model is {width} wide: timing both"
-
-
-def pick_dtype(name: str, device: torch.device, model: nn.Module | None = None) -> tuple[torch.dtype | None, str]:
-    """(dtype, reason): ``fp32`` / ``bf16`` as asked; ``auto`` picks what is faster for this
-    model on this device: bf16 on GPUs that support it, on CPUs by ``auto_cpu_dtype`` (None:
-    the trainer times a few steps of each, ``Trainer.choose_by_timing``)."""
-    if name == "fp32":
-        return torch.float32, "asked for (--dtype fp32)"
-    if name == "bf16":
-        return torch.bfloat16, "asked for (--dtype bf16)"
-    if name != "auto":
-        raise ValueError(f"unknown dtype {name!r}; choose auto, fp32 or bf16")
-    if device.type == "cuda":
-        if torch.cuda.is_bf16_supported():
-            return torch.bfloat16, "GPU supports bf16"
-        return torch.float32, "GPU has no bf16"
-    return auto_cpu_dtype(model, cpu_has_fast_bf16())
-
-
-def autocast(device: torch.device, dtype: torch.dtype | None):
-    """bf16 autocast on ``device`` when ``dtype`` is bf16; otherwise nothing (fp32)."""
-    if dtype == torch.bfloat16:
-        return torch.autocast(device.type, dtype=torch.bfloat16)
-    return contextlib.nullcontext()
 
 
 class Diverged(AttnlabError):
@@ -191,41 +66,6 @@ class TrainingInterrupted(Exception):
     def __init__(self, step: int, path: Path, why: str = "interrupted"):
         super().__init__(f"{why} at step {step}; checkpoint saved to {path}; continue with --resume")
         self.step, self.path = step, path
-
-
-def _optimizer_tensors(opt: torch.optim.Optimizer) -> tuple[dict, dict[str, Tensor]]:
-    sd = opt.state_dict()
-    tensors, scalars = {}, {}
-    for idx, st in sd["state"].items():
-        for k, v in st.items():
-            if torch.is_tensor(v):
-                tensors[f"optim.{idx}.{k}"] = v
-            else:
-                scalars[f"{idx}.{k}"] = v
-    return {"param_groups": sd["param_groups"], "scalars": scalars}, tensors
-
-
-def _restore_optimizer(opt: torch.optim.Optimizer, meta: dict, tensors: dict[str, Tensor]) -> None:
-    state: dict[int, dict] = {}
-    for key, v in tensors.items():
-        if key.startswith("optim."):
-            _, idx, name = key.split(".", 2)
-            state.setdefault(int(idx), {})[name] = v
-    for key, v in meta["scalars"].items():
-        idx, name = key.split(".", 1)
-        state.setdefault(int(idx), {})[name] = v
-    # a parameter an older attnlab kept in another shape (ViT's (1, T, D) position table, now
-    # (T, D)): its moments are the same numbers, reshaped
-    params = [p for group in opt.param_groups for p in group["params"]]
-    for idx, st in state.items():
-        if idx < len(params):
-            for name, v in st.items():
-                if torch.is_tensor(v) and v.dim() > 0 and v.shape != params[idx].shape and v.numel() == params[idx].numel():
-                    st[name] = v.reshape(params[idx].shape)
-    try:
-        opt.load_state_dict({"state": state, "param_groups": meta["param_groups"]})
-    except (ValueError, KeyError) as e:
-        raise CheckpointError(f"optimizer state does not fit this model ({e}); start a new run") from None
 
 
 class Trainer:
@@ -405,7 +245,7 @@ class Trainer:
 
     # -- checkpoints -----------------------------------------------------------------------
     def _state(self) -> tuple[dict, dict[str, Tensor]]:
-        opt_meta, tensors = _optimizer_tensors(self.optimizer)
+        opt_meta, tensors = optimizer_tensors(self.optimizer)
         tensors["rng.torch"] = torch.get_rng_state()
         tensors["rng.data"] = self.data_gen.get_state()
         if torch.cuda.is_available():
@@ -442,7 +282,7 @@ class Trainer:
         state, tensors = load_trainer_state(ckpt)
         load_weights(self.model, ckpt)
         if state.get("optimizer") is not None:
-            _restore_optimizer(self.optimizer, state["optimizer"], tensors)
+            restore_optimizer(self.optimizer, state["optimizer"], tensors)
         elif self.dist.main:
             print("note: this checkpoint has no optimizer state (FSDP run); AdamW moments restart", flush=True)
         self.step, self.best_val = state["step"], state["best_val"]
@@ -600,24 +440,3 @@ def set_activation_checkpointing(model: nn.Module, on: bool) -> None:
     for m in model.modules():
         if isinstance(m, (TransformerBlock, DecoderBlock)):
             m.checkpoint_activations = on
-
-
-def read_metrics(path: Path, upto: int | None = None) -> list[dict]:
-    """The records of ``metrics.jsonl`` (a last line cut short by a kill is skipped)."""
-    if not path.exists():
-        return []
-    recs = []
-    for line in path.read_text().splitlines():
-        try:
-            rec = json.loads(line)
-        except json.JSONDecodeError:
-            continue
-        if isinstance(rec, dict) and "step" in rec and (upto is None or rec["step"] <= upto):
-            recs.append(rec)
-    return recs
-
-
-def rewrite_metrics(path: Path, records: list[dict]) -> None:
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text("".join(json.dumps(r) + "\n" for r in records))
-    tmp.replace(path)

@@ -13,14 +13,14 @@ import argparse
 import os
 import sys
 
-from . import __version__
-from .errors import AttnlabError, one_line
-from .options import EPILOG, Parser, SharedOptions, device_name, field_options, positive_int
+from .. import __version__
+from ..errors import AttnlabError, one_line
+from ..options import OptionSpecs, device_name, number, positive_int
+from .parser import EPILOG, Parser, add_options, flag_type, option_parser
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from .recipes import Recipe, recipes
-    from .training.trainer import TrainConfig
+    from ..recipes import Recipe, recipes
 
     p = Parser(prog="attnlab", epilog=EPILOG,
                description="Transformers the way they are taught: train, sample, evaluate and look inside.")
@@ -32,40 +32,37 @@ def build_parser() -> argparse.ArgumentParser:
                            description="Train a model with the shared trainer.", epilog=EPILOG)
     tsub = train.add_subparsers(dest="model", metavar="MODEL", parser_class=Parser)
     for r in families:
-        t = tsub.add_parser(r.name, help=r.help, description=r.description, epilog=EPILOG)
-        r.add_train_arguments(t)
-        t.add_argument("--data-dir", default=None, help="folder holding named datasets (default: $ATTNLAB_DATA)")
-        t.add_argument("--out", default=r.default_out, help=f"run folder for checkpoints, metrics and plots "
-                                                            f"(default: {r.default_out})")
-        t.add_argument("--resume", action="store_true", help="continue the run in --out from its last checkpoint")
-        model_group = t.add_argument_group("model" + (" (overrides the preset)" if r.presets else ""))
-        for cfg_cls in r.config_classes():
-            field_options(t, cfg_cls, skip=r.set_by_data, group=model_group)
-        field_options(t, TrainConfig, group=t.add_argument_group("training"), defaults=r.train_defaults)
+        t = option_parser(tsub, r.name, r.train_specs(), help=r.help, description=r.description)
         t.set_defaults(func=lambda args, r=r: _train(r, args))
 
     for r in families:
-        r.add_commands(sub)
+        for command in r.commands():
+            if command.name not in sub.choices:  # a family built on another shares its commands
+                c = option_parser(sub, command.name, command.options, help=command.help,
+                                  description=command.description)
+                c.set_defaults(func=lambda args, command=command: command.run(args))
 
     pr = sub.add_parser("predict", help="classify images or texts with a trained classifier", epilog=EPILOG,
                         description="Image classifiers: the top-k classes of each image file. Text classifiers: "
                                     "the label of each text, with the top-k probabilities.")
     pr.add_argument("--ckpt", required=True, help="run folder of a classifier")
     pr.add_argument("inputs", nargs="+", metavar="INPUT", help="image files (image classifiers) or texts (text classifiers)")
-    pr.add_argument("--top-k", type=positive_int, default=3, help="classes to show per input (default 3)")
-    pr.add_argument("--device", type=device_name, default="auto", help="auto | cpu | cuda")
+    pr.add_argument("--top-k", type=flag_type(positive_int), default=3, help="classes to show per input (default 3)")
+    pr.add_argument("--device", type=flag_type(device_name), default="auto", help="auto | cpu | cuda")
     pr.set_defaults(func=lambda args: _family(args.ckpt).predict(args))
 
     e = sub.add_parser("eval", help="evaluate a trained model (loss/perplexity, accuracy, BLEU)", epilog=EPILOG,
                        description="Language models: loss, perplexity and bits per character/byte on the validation "
                        "split. Image classifiers: accuracy on the test split and a confusion-matrix PNG. "
                        "Seq2seq: perplexity and sacreBLEU on the test split.")
-    e.add_argument("--ckpt", required=True, help="run folder or checkpoint folder")
-    Recipe.add_common_eval_arguments(e)
-    e.add_argument("--json", action="store_true", help="print the metrics as one JSON object")
-    e.add_argument("--device", type=device_name, default="auto", help="auto | cpu | cuda")
+    evals = OptionSpecs()
+    evals.add("--ckpt", required=True, help="run folder or checkpoint folder")
+    Recipe.add_common_eval_arguments(evals)
+    evals.add("--json", kind="flag", help="print the metrics as one JSON object")
+    evals.add("--device", type=flag_type(device_name), default="auto", help="auto | cpu | cuda")
     for r in families:
-        r.add_eval_arguments(SharedOptions(e))
+        r.add_eval_arguments(evals)
+    add_options(e, evals)
     e.set_defaults(func=_evaluate)
 
     inspections = {what: h for r in families for what, h in r.inspections.items()}
@@ -76,8 +73,10 @@ def build_parser() -> argparse.ArgumentParser:
     ins.add_argument("--ckpt", required=True, help="run folder")
     ins.add_argument("--out", required=True, help="PNG file to write")
     ins.add_argument("--data-dir", default=None, help="folder holding named datasets (default: $ATTNLAB_DATA)")
+    inspects = OptionSpecs()
     for r in families:
-        r.add_inspect_arguments(SharedOptions(ins))
+        r.add_inspect_arguments(inspects)
+    add_options(ins, inspects)
     ins.set_defaults(func=_inspect)
 
     ex = sub.add_parser("explore", help="write an offline HTML page to explore a model's attention", epilog=EPILOG,
@@ -91,7 +90,7 @@ def build_parser() -> argparse.ArgumentParser:
     ex.add_argument("--src", default=None, help="seq2seq: the source sentence")
     ex.add_argument("--tgt", default=None, help="seq2seq: a target sentence (default: the model's translation)")
     ex.add_argument("--out", required=True, help="HTML file to write")
-    ex.add_argument("--device", type=device_name, default="cpu", help="auto | cpu | cuda (default cpu)")
+    ex.add_argument("--device", type=flag_type(device_name), default="cpu", help="auto | cpu | cuda (default cpu)")
     ex.set_defaults(func=_explore)
 
     sv = sub.add_parser("serve", help="serve the explorer locally, with an input box", epilog=EPILOG,
@@ -101,10 +100,10 @@ def build_parser() -> argparse.ArgumentParser:
     sv.add_argument("--ckpt", required=True, help="run folder (or HuggingFace folder)")
     sv.add_argument("--port", type=_port, default=8000, help="TCP port (default 8000)")
     sv.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
-    sv.add_argument("--device", type=device_name, default="cpu", help="auto | cpu | cuda (default cpu)")
+    sv.add_argument("--device", type=flag_type(device_name), default="cpu", help="auto | cpu | cuda (default cpu)")
     sv.set_defaults(func=_serve)
 
-    from .experiments.claims import CLAIMS
+    from ..experiments.claims import CLAIMS
 
     rp = sub.add_parser("reproduce", help="check the lectures' claims on real runs; write a report", epilog=EPILOG,
                         description="Each claim: the lecture's statement, what was run, the figure or table, the "
@@ -127,23 +126,23 @@ def build_parser() -> argparse.ArgumentParser:
                    help="run only these row groups (default: all)")
     b.add_argument("--json", default=None, help="write the table as JSON to this file")
     b.add_argument("--markdown", default=None, help="write the table as Markdown to this file")
-    b.add_argument("--device", type=device_name, default="auto", help="auto | cpu | cuda")
+    b.add_argument("--device", type=flag_type(device_name), default="auto", help="auto | cpu | cuda")
     b.set_defaults(func=_bench)
     return p
 
 
 def _train(recipe, args) -> int:
     """``attnlab train NAME``: the options the user gave, passed to :func:`attnlab.api.train`."""
-    from .api import train, train_options
+    from ..api import train, train_options
 
     given = {k: getattr(args, k) for k in train_options(recipe.name) if getattr(args, k, None) is not None}
     given.pop("data", None)
-    train(recipe.name, data=args.data, out=args.out, resume=args.resume, **given)
+    train(recipe.name, data=getattr(args, "data", None), out=args.out, resume=args.resume, **given)
     return 0
 
 
 def _family(ckpt: str):
-    from .recipes import checkpoint_recipe
+    from ..recipes import checkpoint_recipe
 
     return checkpoint_recipe(ckpt)
 
@@ -157,8 +156,8 @@ def _evaluate(args) -> int:
 
 
 def _inspect(args) -> int:
-    from .errors import CheckpointError
-    from .recipes import recipes
+    from ..errors import CheckpointError
+    from ..recipes import recipes
 
     recipe = _family(args.ckpt)
     if args.what not in recipe.inspections:
@@ -171,7 +170,7 @@ def _inspect(args) -> int:
 def _explore(args) -> int:
     from pathlib import Path
 
-    from .inspect.explorer import write_page
+    from ..inspect.explorer import write_page
 
     if not args.out.endswith((".html", ".htm")):
         raise ValueError(f"--out {args.out} should end in .html (the page is one HTML file)")
@@ -181,16 +180,13 @@ def _explore(args) -> int:
     return 0
 
 
-def _port(text: str) -> int:
-    from .options import number
-
-    return number(int, 0, True, 65535, what="from 0 to 65535")(text)
+_port = flag_type(number(int, 0, True, 65535, what="from 0 to 65535"))
 
 
 def _serve(args) -> int:
-    from .api import load
-    from .errors import CheckpointError
-    from .inspect.serve import serve
+    from ..api import load
+    from ..errors import CheckpointError
+    from ..inspect.serve import serve
 
     recipe = _family(args.ckpt)
     if recipe.explore_kind is None:
@@ -212,7 +208,7 @@ def _reproduce(args) -> int:
     import tempfile
     from pathlib import Path
 
-    from .experiments.claims import CLAIMS, Context, run_claims, write_report
+    from ..experiments.claims import CLAIMS, Context, run_claims, write_report
 
     names = [n for n in args.names if n != "all"] or list(CLAIMS)
     unknown = [n for n in names if n not in CLAIMS]
@@ -229,7 +225,7 @@ def _reproduce(args) -> int:
 
 
 def _bench(args) -> int:
-    from .bench import run
+    from ..bench import run
 
     run(quick=args.quick, compile_=args.compile, json_path=args.json, markdown_path=args.markdown, device=args.device,
         only=args.only)
@@ -247,8 +243,8 @@ def main(argv: list[str] | None = None) -> int:
             return 0
     except SystemExit as e:  # --help, --version, or a bad option (already reported in one line)
         return e.code if isinstance(e.code, int) else 0
-    from .checkpoint import abandon_new_runs, release_runs
-    from .training.trainer import TrainingInterrupted
+    from ..checkpoint import abandon_new_runs, release_runs
+    from ..training.trainer import TrainingInterrupted
 
     try:
         return args.func(args) or 0

@@ -1,0 +1,59 @@
+"""The trainer's options: one dataclass, every field an ``attnlab train`` flag (``--max-iters``)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from ..config import Config
+from .devices import check_device_name
+
+
+@dataclass
+class TrainConfig(Config):
+    max_iters: int = 2000
+    batch_size: int = 12
+    grad_accum: int = 1  # micro-batches per optimizer step
+    lr: float = 1e-3
+    min_lr: float | None = None  # default: lr / 10
+    warmup_iters: int = 100
+    lr_decay_iters: int | None = None  # default: max_iters
+    weight_decay: float = 0.1
+    beta1: float = 0.9
+    beta2: float = 0.99
+    grad_clip: float = 1.0  # 0 disables clipping
+    eval_interval: int = 250
+    eval_iters: int = 20
+    log_interval: int = 10
+    device: str = "auto"  # auto | cpu | cuda
+    dtype: str = "auto"  # auto | fp32 | bf16
+    # torch.compile the model: True/False as asked; None (the default, "auto") compiles when the
+    # first steps' timing says the rest of the run is long enough to pay it back (train/compiling.py)
+    compile: bool | None = field(default=None, metadata={"help": "torch.compile the model (default: auto, on when "
+                                 "the timed first steps show the run is long enough to pay back compiling)"})
+    seed: int = 1337
+    progress: bool = True
+    checkpoint_activations: bool = False  # recompute each block's activations in backward (saves memory)
+    fsdp: bool = False  # under torchrun: fully sharded data parallel instead of DDP
+    target: float | None = None  # stop once the task's validation metric (accuracy, exact match) reaches this
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        for name in ("max_iters", "batch_size", "grad_accum", "eval_interval", "eval_iters", "log_interval"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(self, name)}")
+        for name in ("warmup_iters", "weight_decay", "grad_clip"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"--{name.replace('_', '-')} must be 0 or more, got {getattr(self, name)}")
+        if not (self.lr > 0 and math.isfinite(self.lr)):
+            raise ValueError(f"--lr must be a positive number, got {self.lr}")
+        if self.min_lr is not None and not 0 <= self.min_lr <= self.lr:
+            raise ValueError(f"--min-lr must be between 0 and --lr ({self.lr}), got {self.min_lr}")
+        if self.lr_decay_iters is not None and self.lr_decay_iters < 1:
+            raise ValueError(f"--lr-decay-iters must be at least 1, got {self.lr_decay_iters}")
+        for name in ("beta1", "beta2"):
+            if not 0 <= getattr(self, name) < 1:
+                raise ValueError(f"--{name} must be in [0, 1), got {getattr(self, name)}")
+        check_device_name(self.device)
+        if self.dtype not in ("auto", "fp32", "bf16"):
+            raise ValueError(f"--dtype must be auto, fp32 or bf16, got {self.dtype!r}")
