@@ -233,10 +233,10 @@ def encdec_rows(device, quick) -> list[dict]:
     def ref_loss():  # both models mask the same padding and ignore it in the loss
         out = ref(emb(src), emb(tgt), tgt_mask=causal, tgt_is_causal=True, src_key_padding_mask=src_pad,
                   tgt_key_padding_mask=tgt_pad, memory_key_padding_mask=src_pad)
-        return F.cross_entropy(head(out).flatten(0, 1), tgt.flatten(), ignore_index=0)
+        return F.cross_entropy(head(out).flatten(0, 1), tgt.flatten(), ignore_index=ours.config.pad_id)
 
     def our_loss():
-        return F.cross_entropy(ours(src, tgt).flatten(0, 1), tgt.flatten(), ignore_index=0)
+        return F.cross_entropy(ours(src, tgt).flatten(0, 1), tgt.flatten(), ignore_index=ours.config.pad_id)
 
     ref_params = [*ref.parameters(), *emb.parameters(), *head.parameters()]
     ref_model = nn.ModuleList([ref, emb, head])

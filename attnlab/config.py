@@ -20,7 +20,7 @@ checkpoints written before the change load) and attribute reads all accept them.
 from __future__ import annotations
 
 import typing
-from dataclasses import asdict, fields
+from dataclasses import asdict, dataclass, fields
 
 # The largest value any size field (vocabulary, width, context, layers) may take: far beyond
 # any model attnlab can train, small enough that a corrupt config fails here and not in malloc.
@@ -123,3 +123,16 @@ def option_fields(cls) -> dict[str, type]:
         if base in (int, float, str, bool):
             out[f.name] = base
     return out
+
+
+@dataclass
+class SpecialTokens:
+    """The ids of a sequence model's special tokens, kept in its config (and so in config.json)
+    so that the model, its loss and its decoders never assume them: padding (masked out of
+    attention and of the loss), start and end of a sequence. The data's vocabulary sets them
+    (:class:`attnlab.data.parallel.Vocab`); configs written before they were saved load with
+    the values that vocabulary has always used."""
+
+    pad_id: int = 0
+    bos_id: int = 1
+    eos_id: int = 2

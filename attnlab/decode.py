@@ -35,10 +35,18 @@ def length_penalty(length: int, alpha: float) -> float:
     return ((5 + length) / 6) ** alpha
 
 
+def special_ids(model: nn.Module, bos_id: int | None, eos_id: int | None) -> tuple[int, int]:
+    """``bos_id`` and ``eos_id``, each defaulting to the model's config."""
+    return (model.config.bos_id if bos_id is None else bos_id), (model.config.eos_id if eos_id is None else eos_id)
+
+
 @torch.no_grad()
 def greedy_decode(model: nn.Module, src: Tensor, src_mask: Tensor | None = None, *, max_len: int = 100,
-                  bos_id: int = 1, eos_id: int = 2) -> list[list[int]]:
+                  bos_id: int | None = None, eos_id: int | None = None) -> list[list[int]]:
+    """The most likely next token at each step, from ``bos_id`` until ``eos_id`` (both default to the
+    model's own, ``model.config``); one token list per source, without <bos> and <eos>."""
     model.eval()
+    bos_id, eos_id = special_ids(model, bos_id, eos_id)
     state = model.start(model.encode(src, src_mask), max_len)
     prev = torch.full((src.shape[0],), bos_id, dtype=torch.long, device=src.device)
     out = [[] for _ in range(src.shape[0])]
@@ -57,12 +65,13 @@ def greedy_decode(model: nn.Module, src: Tensor, src_mask: Tensor | None = None,
 
 @torch.no_grad()
 def beam_search(model: nn.Module, src: Tensor, src_mask: Tensor | None = None, *, beam: int = 5,
-                max_len: int = 100, alpha: float = 1.0, bos_id: int = 1, eos_id: int = 2,
+                max_len: int = 100, alpha: float = 1.0, bos_id: int | None = None, eos_id: int | None = None,
                 n_best: int | None = None) -> list[list[Hypothesis]]:
     """Batched beam search. Each sentence keeps ``beam`` live hypotheses; one that emits <eos>
     among the top ``beam`` candidates is finished. A sentence is done when it has ``beam``
     finished hypotheses; at ``max_len`` the live ones are finished as they are (no crash when
     no beam ever ends). Returns, per sentence, hypotheses sorted best first."""
+    bos_id, eos_id = special_ids(model, bos_id, eos_id)
     if beam < 1:
         raise ValueError(f"beam size must be >= 1, got {beam}")
     model.eval()

@@ -251,7 +251,7 @@ def test_captioner_regulariser_reads_the_attention_with_its_gradient():
     model, (img, tgt), _ = _families()["caption-rnn-attention"]
     model.train()
     task = CaptionTask.__new__(CaptionTask)
-    task.label_smoothing = 0.0
+    task.label_smoothing, task.pad_id = 0.0, model.config.pad_id
     tgt_out = torch.cat([tgt[:, 1:], torch.full((2, 1), 2)], 1)
     with_reg = task.loss(model, (img, tgt, tgt_out))
     model.config.alpha_c = 0.0

@@ -93,8 +93,8 @@ def test_beam_one_equals_greedy_and_order(make):
 def test_beam_search_without_any_end_finishes_at_max_len():
     m = tiny_transformer()
     with torch.no_grad():
-        m.out.weight.data = m.out.weight.data.clone()  # untie
-        m.out.weight[2] = -100.0  # <eos> is never likely
+        m.lm_head.weight.data = m.lm_head.weight.data.clone()  # untie
+        m.lm_head.weight[2] = -100.0  # <eos> is never likely
     hyps = beam_search(m, torch.tensor([[5, 6, 7]]), beam=3, max_len=7)
     assert len(hyps[0]) == 3 and all(len(h.tokens) == 7 for h in hyps[0])
 
@@ -125,7 +125,7 @@ def test_post_ln_transformer_equals_torch_transformer():
     emb_t = m.tgt_pos(m.tgt_emb(tgt) * math.sqrt(32))
     ref = t(emb_s, emb_t, tgt_mask=~causal_mask(3), src_key_padding_mask=(src == 0),
             memory_key_padding_mask=(src == 0))
-    assert torch.allclose(ours, m.out(ref), atol=1e-5)
+    assert torch.allclose(ours, m.lm_head(ref), atol=1e-5)
 
 
 def test_eval_bleu_hand_checked(tmp_path, capsys, monkeypatch):
@@ -213,3 +213,25 @@ def test_gpt_checkpoint_given_to_translate(tmp_path, capsys):
     capsys.readouterr()
     assert main(["translate", "--ckpt", str(run), "hallo"]) == 2
     assert "needs a seq2seq model" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("arch", ["transformer", "rnn"])
+def test_special_ids_come_from_the_config_not_from_literals(arch):
+    """A vocabulary whose padding is id 9 (not 0): padding the source with 9s changes nothing,
+    and decoding starts from the config's <bos> and stops at its <eos>."""
+    torch.manual_seed(0)
+    ids = dict(src_vocab=12, tgt_vocab=12, pad_id=9, bos_id=10, eos_id=11, dropout=0.0)
+    m = (Transformer(TransformerConfig(dim=16, heads=2, enc_layers=1, dec_layers=1, mlp_dim=32, **ids)) if arch == "transformer"
+         else RNNSeq2Seq(RNNConfig(emb_dim=8, dim=16, **ids))).eval()
+    src, padded, tgt = torch.tensor([[4, 5, 6]]), torch.tensor([[4, 5, 6, 9, 9]]), torch.tensor([[10, 4, 5]])
+    with torch.no_grad():
+        assert torch.allclose(m(src, tgt), m(padded, tgt), atol=1e-5)
+        assert m(src, tgt).shape == (1, 3, 12)
+    fed = []  # what the decoder reads at each step
+    step = m.step
+    m.step = lambda state, prev: (fed.append(prev.tolist()), step(state, prev))[1]
+    greedy_decode(m, src, max_len=3)
+    assert fed[0] == [10]
+    fed.clear()
+    beam_search(m, src, beam=2, max_len=3)
+    assert fed[0] == [10, 10]

@@ -197,8 +197,9 @@ class CaptionData:
         for i in idx:
             refs = self.encoded[split][i]
             caps.append(refs[int(torch.randint(len(refs), (1,), generator=gen))][: self.max_len])
-        tgt_in, _ = pad_batch([[Vocab.bos_id] + c for c in caps])
-        tgt_out, _ = pad_batch([c + [Vocab.eos_id] for c in caps])
+        v = self.vocab
+        tgt_in, _ = pad_batch([[v.bos_id] + c for c in caps], v.pad_id)
+        tgt_out, _ = pad_batch([c + [v.eos_id] for c in caps], v.pad_id)
         return self.images[split][idx], tgt_in, tgt_out
 
 

@@ -122,7 +122,12 @@ class Vocab:
             return cls(WordTokenizer.train(texts, SPECIALS, min_frequency=min_frequency))
         return cls(BPETokenizer.train(texts, vocab_size, special_tokens=SPECIALS))
 
-    pad_id, bos_id, eos_id, unk_id = 0, 1, 2, 3
+    pad_id, bos_id, eos_id, unk_id = (SPECIALS.index(t) for t in (PAD, BOS, EOS, UNK))  # first in every vocabulary
+
+    @classmethod
+    def special_ids(cls) -> dict[str, int]:
+        """The ids a model's config keeps (:class:`attnlab.config.SpecialTokens`)."""
+        return {"pad_id": cls.pad_id, "bos_id": cls.bos_id, "eos_id": cls.eos_id}
 
     @property
     def size(self) -> int:
@@ -148,7 +153,7 @@ class Vocab:
         return cls(tokenizer_from_dict(d))
 
 
-def pad_batch(seqs: list[list[int]], pad_id: int = 0) -> tuple[Tensor, Tensor]:
+def pad_batch(seqs: list[list[int]], pad_id: int = Vocab.pad_id) -> tuple[Tensor, Tensor]:
     """Right-pad to the longest: ids (B, T) and mask (B, T), True = real token."""
     width = max(len(s) for s in seqs)
     ids = torch.full((len(seqs), width), pad_id, dtype=torch.long)

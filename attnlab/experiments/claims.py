@@ -494,8 +494,8 @@ def alignment(ctx: Context) -> Result:
     model.eval()
     rng = random.Random(1)
     pairs = [synthetic_pair("reverse", rng, 10, 10) for _ in range(50)]
-    src, mask = pad_batch([data.src_vocab.encode(s) for s, _ in pairs])
-    tgt_in, _ = pad_batch([[1] + data.tgt_vocab.encode(t) for _, t in pairs])
+    src, mask = pad_batch([data.src_vocab.encode(s) for s, _ in pairs], data.src_vocab.pad_id)
+    tgt_in, _ = pad_batch([[data.tgt_vocab.bos_id] + data.tgt_vocab.encode(t) for _, t in pairs], data.tgt_vocab.pad_id)
     with capture_attention(model, include="cross_attn") as rec, torch.no_grad():
         model(src, tgt_in, mask)
     avg = torch.stack([w.mean(1) for w in rec.layers()]).mean(0)  # (B, T, S), layers and heads averaged

@@ -90,11 +90,11 @@ def cross_attention(model, src_vocab, tgt_vocab, src: str, tgt: str | None = Non
     if not ids:
         raise ValueError("the source sentence is empty: give one to translate")
     device = next(model.parameters()).device
-    s, mask = pad_batch([ids])
+    s, mask = pad_batch([ids], src_vocab.pad_id)
     s, mask = s.to(device), mask.to(device)
     out = tgt_vocab.encode(tgt)[: model.config.context - 1] if tgt else greedy_decode(
         model, s, mask, max_len=min(100, model.config.context - 1))[0]
-    tgt_in = torch.tensor([[1] + out], device=device)
+    tgt_in = torch.tensor([[model.config.bos_id] + out], device=device)
     name = lambda v, i: v.tokenizer.decode([i]) if v.tokenizer.kind == "bpe" else v.tokenizer.itos[i]  # noqa: E731
     if getattr(model.config, "attention", None) == "none":
         raise ValueError("this RNN has no attention (attention='none'), so it has no alignment to draw")

@@ -29,7 +29,7 @@ from torch import Tensor, nn
 
 from ..attention import AdditiveAttention, KVCache
 from ..blocks import Decoder
-from ..config import Config
+from ..config import Config, SpecialTokens
 from ..hooks import HookedModule, HookPoint
 from ..position import LearnedPosition, SinCos2DPosition
 from .cnn import CNN, CNNConfig
@@ -42,7 +42,7 @@ ENCODERS = ("cnn", "vit")
 
 
 @dataclass
-class CaptionConfig(Config):
+class CaptionConfig(SpecialTokens, Config):
     vocab_size: int = 64
     arch: str = "rnn-attention"  # rnn | rnn-attention | transformer
     encoder: str = "cnn"  # cnn | vit
@@ -134,6 +134,7 @@ class Captioner(HookedModule):
     model_type = "captioner"
     config_class = CaptionConfig
     representation_hooks = "hook_grid"  # the successive representations (CKA)
+    RENAMED_WEIGHTS = {"out.": "lm_head."}  # the vocabulary projection's name before attnlab 0.2
 
     def __init__(self, config: CaptionConfig) -> None:
         super().__init__()
@@ -144,14 +145,14 @@ class Captioner(HookedModule):
         if c.arch == "transformer":
             self.memory_proj = nn.Linear(d_z, c.dim)
             self.memory_pos = SinCos2DPosition(c.dim, self.encoder.grid)
-            self.tok_emb = nn.Embedding(c.vocab_size, c.dim, padding_idx=0)
+            self.tok_emb = nn.Embedding(c.vocab_size, c.dim, padding_idx=c.pad_id)
             self.pos_emb = LearnedPosition(c.dim, c.context)
             self.decoder = Decoder(c.layers, c.dim, c.heads, mlp_hidden=c.mlp_dim, dropout=c.dropout,
                                    attn_dropout=c.dropout, norm_first=True)
-            self.out = nn.Linear(c.dim, c.vocab_size, bias=False)
-            self.out.weight = self.tok_emb.weight  # tied
+            self.lm_head = nn.Linear(c.dim, c.vocab_size, bias=False)
+            self.lm_head.weight = self.tok_emb.weight  # tied
         else:
-            self.tok_emb = nn.Embedding(c.vocab_size, c.emb_dim, padding_idx=0)
+            self.tok_emb = nn.Embedding(c.vocab_size, c.emb_dim, padding_idx=c.pad_id)
             attend = c.arch == "rnn-attention"
             if attend and not c.init_from_image:  # the image reaches the words only through attention
                 self.h0 = nn.Parameter(torch.zeros(2, c.dim))
@@ -164,7 +165,7 @@ class Captioner(HookedModule):
                 self.gate = nn.Linear(c.dim, 1)  # f_β
                 self.out_z = nn.Linear(d_z, c.emb_dim, bias=False)  # L_z
             self.out_h = nn.Linear(c.dim, c.emb_dim)  # L_h
-            self.out = nn.Linear(c.emb_dim, c.vocab_size)  # L_o
+            self.lm_head = nn.Linear(c.emb_dim, c.vocab_size)  # L_o
         self.hook_grid = HookPoint()
         if c.arch == "transformer":
             self.hook_memory, self.hook_tgt_embed = HookPoint(), HookPoint()
@@ -251,7 +252,7 @@ class Captioner(HookedModule):
             h = self.hook_dec_hidden(h[:, None])[:, 0]
             out = emb + self.out_h(self.drop(h))
             state = {**state, "h": h, "c": c}
-        return self.out(self.drop(out)), state
+        return self.lm_head(self.drop(out)), state
 
     def _decode_tokens(self, tokens: Tensor, state: dict, caches: list[KVCache] | None = None,
                        offset: int = 0) -> Tensor:
@@ -259,6 +260,6 @@ class Captioner(HookedModule):
             raise ValueError(f"a caption of {tokens.shape[1] + offset} tokens is longer than the model's context of "
                              f"{self.config.context}")
         x = self.hook_tgt_embed(self.drop(self.pos_emb(self.tok_emb(tokens), offset=offset)))
-        key_mask = None if caches is not None else tokens != 0
+        key_mask = None if caches is not None else tokens != self.config.pad_id
         x = self.decoder(x, state["memory"], key_mask=key_mask, caches=caches)
-        return self.out(x)
+        return self.lm_head(x)

@@ -40,17 +40,18 @@ class TextEncoderConfig(Config):
     norm_eps: float = 1e-12
     pad_id: int = 0
     mlm_head: bool = True
-    num_labels: int = 0  # > 0: a sequence-classification head
+    num_classes: int = 0  # > 0: a sequence-classification head
     labels: list | None = None  # class names, in index order
 
     SIZES = ("vocab_size", "context", "layers", "heads", "dim", "mlp_dim", "type_vocab_size")
+    ALIASES = {"num_labels": "num_classes"}
 
     def __post_init__(self) -> None:
         super().__post_init__()
         if self.dim % self.heads:
             raise ValueError(f"dim={self.dim} is not divisible by heads={self.heads}")
-        if self.num_labels < 0:
-            raise ValueError(f"num_labels must be 0 (no classifier) or more, got {self.num_labels}")
+        if self.num_classes < 0:
+            raise ValueError(f"num_classes must be 0 (no classifier) or more, got {self.num_classes}")
 
 
 ENCODER_PRESETS: dict[str, dict] = {
@@ -93,6 +94,7 @@ class TextEncoder(HookedModule):
     model_type = "text-encoder"
     config_class = TextEncoderConfig
     representation_hooks = "encoder.blocks.*.hook_resid_post"  # the successive representations (CKA)
+    RENAMED_WEIGHTS = {"classifier.": "head."}  # the classification head's name before attnlab 0.2
 
     def __init__(self, config: TextEncoderConfig) -> None:
         super().__init__()
@@ -107,7 +109,7 @@ class TextEncoder(HookedModule):
         self.pooler = nn.Linear(c.dim, c.dim)
         self.hook_embed, self.hook_pooled = HookPoint(), HookPoint()
         self.mlm = MaskedLMHead(c, self.tok_emb) if c.mlm_head else None
-        self.classifier = nn.Linear(c.dim, c.num_labels) if c.num_labels > 0 else None
+        self.head = nn.Linear(c.dim, c.num_classes) if c.num_classes > 0 else None
         self.apply(self._init)
         if self.mlm is not None:
             self.mlm.decoder.weight = self.tok_emb.weight
@@ -131,7 +133,7 @@ class TextEncoder(HookedModule):
         never attended to. ``head="mlm"`` returns masked-LM logits instead ((B, T, V), or (N, V)
         at the N positions where ``select`` (B, T) is True: the vocabulary projection is the
         costly part, and pretraining needs it at the masked positions only); ``head="classify"``
-        returns class logits (B, num_labels)."""
+        returns class logits (B, num_classes)."""
         if input_ids.dim() != 2:
             raise ValueError(f"TextEncoder expects token ids (B, T), got {tuple(input_ids.shape)}")
         if input_ids.shape[1] > self.config.context:
@@ -151,10 +153,10 @@ class TextEncoder(HookedModule):
                 raise ValueError("this encoder has no masked-LM head (mlm_head=False)")
             return self.mlm(hidden[select] if select is not None else hidden)
         if head == "classify":
-            if self.classifier is None:
-                raise ValueError("this encoder has no classification head (num_labels=0); fine-tune it with "
+            if self.head is None:
+                raise ValueError("this encoder has no classification head (num_classes=0); fine-tune it with "
                                  "`attnlab train encoder --task classify`")
-            return self.classifier(self.drop(self.pooled(hidden)))
+            return self.head(self.drop(self.pooled(hidden)))
         raise ValueError(f"head must be None, 'mlm' or 'classify', got {head!r}")
 
     def pooled(self, hidden: Tensor) -> Tensor:
@@ -168,7 +170,7 @@ class TextEncoder(HookedModule):
 
     def classify(self, input_ids: Tensor, attention_mask: Tensor | None = None,
                  token_type_ids: Tensor | None = None) -> Tensor:
-        """Class logits (B, num_labels) from the pooled [CLS]."""
+        """Class logits (B, num_classes) from the pooled [CLS]."""
         return self(input_ids, attention_mask, token_type_ids, head="classify")
 
     def embed(self, input_ids: Tensor, attention_mask: Tensor | None = None) -> Tensor:

@@ -36,10 +36,11 @@ class GPTConfig(Config):
     pos: str = "learned"  # learned | rope | alibi | sinusoidal
     activation: str = "gelu"  # exact GELU (nanoGPT); the gpt2 preset uses "gelu_tanh" (GPT-2's gelu_new)
     norm_eps: float = 1e-5
-    tie_weights: bool = True
+    tie_output: bool = True
 
     SIZES = ("vocab_size", "context", "layers", "heads", "dim")
-    ALIASES = {"block_size": "context", "n_layer": "layers", "n_head": "heads", "n_embd": "dim", "position": "pos"}
+    ALIASES = {"block_size": "context", "n_layer": "layers", "n_head": "heads", "n_embd": "dim", "position": "pos",
+               "tie_weights": "tie_output"}
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -94,7 +95,7 @@ class GPT(HookedModule):
         self.hook_embed, self.hook_final = HookPoint(), HookPoint()
         self.lm_head = nn.Linear(c.dim, c.vocab_size, bias=False)
         init_gpt2_weights(self, c.layers)
-        if c.tie_weights:
+        if c.tie_output:
             self.lm_head.weight = self.tok_emb.weight  # the output head reuses E (Press & Wolf)
 
     @classmethod

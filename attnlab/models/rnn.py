@@ -18,7 +18,7 @@ import torch
 from torch import Tensor, nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
-from ..config import Config
+from ..config import Config, SpecialTokens
 from ..attention import AdditiveAttention, DotAttention
 from ..hooks import HookedModule, HookPoint
 
@@ -26,7 +26,7 @@ __all__ = ["RNNConfig", "RNNSeq2Seq"]
 
 
 @dataclass
-class RNNConfig(Config):
+class RNNConfig(SpecialTokens, Config):
     src_vocab: int = 8000
     tgt_vocab: int = 8000
     emb_dim: int = 256
@@ -72,8 +72,8 @@ class RNNSeq2Seq(HookedModule):
         super().__init__()
         self.config = c = config
         rnn = nn.GRU if c.cell == "gru" else nn.LSTM
-        self.src_emb = nn.Embedding(c.src_vocab, c.emb_dim, padding_idx=0)
-        self.tgt_emb = nn.Embedding(c.tgt_vocab, c.emb_dim, padding_idx=0)
+        self.src_emb = nn.Embedding(c.src_vocab, c.emb_dim, padding_idx=c.pad_id)
+        self.tgt_emb = nn.Embedding(c.tgt_vocab, c.emb_dim, padding_idx=c.pad_id)
         self.encoder = rnn(c.emb_dim, c.dim, c.layers, batch_first=True, bidirectional=c.bidirectional,
                            dropout=c.dropout if c.layers > 1 else 0.0)
         enc_dim = c.dim * (2 if c.bidirectional else 1)
@@ -88,19 +88,20 @@ class RNNSeq2Seq(HookedModule):
         n_features = c.dim + enc_dim + c.emb_dim  # [s_t; c_t; E y_{t-1}]
         if c.readout > 0:  # t = maxout(W [s; c; E y]) of width `readout`, then the vocabulary
             self.readout = nn.Linear(n_features, 2 * c.readout)
-        self.out = nn.Linear(c.readout or n_features, c.tgt_vocab)
+        self.lm_head = nn.Linear(c.readout or n_features, c.tgt_vocab)
         self.teacher_forcing = 1.0
         self.hook_src_embed, self.hook_memory, self.hook_summary = HookPoint(), HookPoint(), HookPoint()
         self.hook_context, self.hook_dec_hidden = HookPoint(step_dim=1), HookPoint(step_dim=1)
 
-    # checkpoints written before attnlab 0.2 held Luong's W as a bare linear layer
-    RENAMED_WEIGHTS = {"attn_query.weight": "attn.w_query.weight"}
+    # checkpoints written before attnlab 0.2 held Luong's W as a bare linear layer, the vocabulary
+    # projection as `out`
+    RENAMED_WEIGHTS = {"attn_query.weight": "attn.w_query.weight", "out.": "lm_head."}
 
     # ---- encoder ----------------------------------------------------------------------------
     def encode(self, src: Tensor, src_mask: Tensor | None = None) -> dict:
         c = self.config
         if src_mask is None:
-            src_mask = src != 0
+            src_mask = src != self.config.pad_id
         lengths = src_mask.sum(1).clamp(min=1).cpu()
         packed = pack_padded_sequence(self.hook_src_embed(self.drop(self.src_emb(src))), lengths, batch_first=True, enforce_sorted=False)
         out, h = self.encoder(packed)
@@ -144,7 +145,7 @@ class RNNSeq2Seq(HookedModule):
         x = self.drop(features)
         if self.config.readout > 0:
             x = self.readout(x).unflatten(-1, (-1, 2)).amax(-1)  # maxout over pairs of units
-        return self.out(x)
+        return self.lm_head(x)
 
     def _step(self, state: dict, prev: Tensor) -> tuple[Tensor, Tensor | None]:
         features, w = self._features(state, prev)

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from torch import Tensor, nn
 
-from ..config import Config
+from ..config import Config, SpecialTokens
 from ..hooks import HookedModule, HookPoint
 from ..blocks import Decoder, Encoder
 from ..position import LearnedPosition, SinusoidalPosition
@@ -25,7 +25,7 @@ __all__ = ["TransformerConfig", "Transformer"]
 
 
 @dataclass
-class TransformerConfig(Config):
+class TransformerConfig(SpecialTokens, Config):
     src_vocab: int = 8000
     tgt_vocab: int = 8000
     dim: int = 256
@@ -69,8 +69,8 @@ class Transformer(HookedModule):
     def __init__(self, config: TransformerConfig) -> None:
         super().__init__()
         self.config = c = config
-        self.src_emb = nn.Embedding(c.src_vocab, c.dim, padding_idx=0)
-        self.tgt_emb = self.src_emb if c.share_embeddings else nn.Embedding(c.tgt_vocab, c.dim, padding_idx=0)
+        self.src_emb = nn.Embedding(c.src_vocab, c.dim, padding_idx=c.pad_id)
+        self.tgt_emb = self.src_emb if c.share_embeddings else nn.Embedding(c.tgt_vocab, c.dim, padding_idx=c.pad_id)
         pos_cls = SinusoidalPosition if c.pos == "sinusoidal" else LearnedPosition
         self.src_pos = pos_cls(c.dim, c.context)
         self.tgt_pos = pos_cls(c.dim, c.context)
@@ -79,14 +79,14 @@ class Transformer(HookedModule):
                   norm_first=c.norm_first)
         self.encoder = Encoder(c.enc_layers, c.dim, c.heads, **kw)
         self.decoder = Decoder(c.dec_layers, c.dim, c.heads, **kw)
-        self.out = nn.Linear(c.dim, c.tgt_vocab, bias=False)
+        self.lm_head = nn.Linear(c.dim, c.tgt_vocab, bias=False)
         self.hook_src_embed, self.hook_tgt_embed = HookPoint(), HookPoint()
         self._init()
         if c.tie_output:
-            self.out.weight = self.tgt_emb.weight
+            self.lm_head.weight = self.tgt_emb.weight
 
     # checkpoints written before attnlab 0.2 held the decoder stack as separate modules
-    RENAMED_WEIGHTS = {"decoder_blocks.": "decoder.blocks.", "decoder_norm.": "decoder.ln_f."}
+    RENAMED_WEIGHTS = {"decoder_blocks.": "decoder.blocks.", "decoder_norm.": "decoder.ln_f.", "out.": "lm_head."}
 
     def _init(self) -> None:
         for p in self.parameters():
@@ -106,15 +106,15 @@ class Transformer(HookedModule):
     def encode(self, src: Tensor, src_mask: Tensor | None = None) -> dict:
         """-> decoding state: memory (B, S, D) and its mask."""
         if src_mask is None:
-            src_mask = src != 0
+            src_mask = src != self.config.pad_id
         memory = self.encoder(self.hook_src_embed(self._embed(self.src_emb, self.src_pos, src)), key_mask=src_mask)
         return {"memory": memory, "memory_mask": src_mask}
 
     def decode(self, tgt_in: Tensor, state: dict, caches=None, offset: int = 0) -> Tensor:
         x = self.hook_tgt_embed(self._embed(self.tgt_emb, self.tgt_pos, tgt_in, offset))
-        key_mask = None if caches is not None else (tgt_in != 0)
+        key_mask = None if caches is not None else (tgt_in != self.config.pad_id)
         x = self.decoder(x, state["memory"], key_mask=key_mask, memory_mask=state["memory_mask"], caches=caches)
-        return self.out(x)
+        return self.lm_head(x)
 
     def forward(self, src: Tensor, tgt_in: Tensor, src_mask: Tensor | None = None) -> Tensor:
         return self.decode(tgt_in, self.encode(src, src_mask))

@@ -79,8 +79,10 @@ def checkpoint_model_type(path: str | Path) -> str | None:
 
     p = Path(path)
     if _is_huggingface(p):
+        from ..interop import attnlab_model_type
+
         hf_type = read_config(p).get("model_type")
-        return next((ours for r in recipes() for theirs, ours in r.hf_model_types.items() if theirs == hf_type), hf_type)
+        return attnlab_model_type(hf_type) or hf_type
     return read_config(find_checkpoint(p)).get("model_type")
 
 

@@ -38,7 +38,6 @@ class Recipe:
     help: str = ""
     description: str = ""
     models: dict[str, type] = {}  # model_type (as saved in config.json) -> model class
-    hf_model_types: dict[str, str] = {}  # HuggingFace config "model_type" -> attnlab model_type
     presets: dict[str, dict] = {}
     set_by_data: tuple[str, ...] = ()  # config fields that follow from the data, not options
     train_defaults: dict = {}  # TrainConfig values that differ from its defaults for this family

@@ -49,7 +49,7 @@ class CaptionRecipe(Recipe):
                    "coloured shapes generated from a seed (no download); --arch rnn has no attention (the "
                    "bottleneck), rnn-attention is Show, Attend and Tell, transformer decodes with cross-attention.")
     models = {"captioner": Captioner}
-    set_by_data = ("vocab_size", "in_chans")
+    set_by_data = ("vocab_size", "in_chans", "pad_id", "bos_id", "eos_id")
     train_defaults = dict(batch_size=32, lr=2e-3, min_lr=1e-4, warmup_iters=50, max_iters=1200, weight_decay=0.0,
                           beta2=0.99, grad_clip=2.0, eval_interval=200, eval_iters=4)
     default_seconds = 155
@@ -86,7 +86,7 @@ class CaptionRecipe(Recipe):
             image_size = model_over.get("image_size", CaptionConfig.image_size)
             data = load_captions(spec, image_size=image_size, **opts)
             cfg = CaptionConfig(**{"context": data.max_len + 2, **model_over, "vocab_size": data.vocab.size,
-                                   "in_chans": 3})
+                                   "in_chans": 3, **data.vocab.special_ids()})
         if data.max_len + 1 > cfg.context:
             raise DataError(f"the longest caption of {data.name} has {data.max_len} tokens, more than the model's "
                             f"context of {cfg.context} allows; give --context {data.max_len + 2} or more")
@@ -202,10 +202,10 @@ def word_attention(model, images, meta, captions: list[list[int]]):
     for the step that writes word t (the last row writes <eos>), and for the Transformer the last
     layer's cross-attention per head (B, H, T, h, w), else None. Captions are word ids without specials."""
     from ..data.images import normalize
-    from ..data.parallel import Vocab, pad_batch
+    from ..data.parallel import pad_batch
 
     x = normalize(images, meta["mean"], meta["std"]).to(next(model.parameters()).device)
-    tgt_in, _ = pad_batch([[Vocab.bos_id] + c for c in captions])
+    tgt_in, _ = pad_batch([[model.config.bos_id] + c for c in captions], model.config.pad_id)
     tgt_in = tgt_in.to(x.device)
     h, w = model.grid
     if model.config.arch == "rnn":
@@ -231,7 +231,7 @@ def evaluate_captioner(ckpt: str, *, split: str = "test", beam: int = 1, alpha: 
 
     from ..data.captions import load_captions
     from ..data.images import normalize
-    from ..data.parallel import Vocab, pad_batch
+    from ..data.parallel import pad_batch
     from ..inspect.analysis import pointing_hit
     from ..losses import cross_entropy
 
@@ -254,10 +254,11 @@ def evaluate_captioner(ckpt: str, *, split: str = "test", beam: int = 1, alpha: 
         for i in range(0, len(images), batch_size):
             pairs = [(j, e) for j in range(i, min(i + batch_size, len(images))) for e in ds.encoded[split][j]]
             x = normalize(images[[j for j, _ in pairs]], meta["mean"], meta["std"]).to(dev)
-            tin, _ = pad_batch([[Vocab.bos_id] + e[: model.config.context - 1] for _, e in pairs])
-            tout, _ = pad_batch([e[: model.config.context - 1] + [Vocab.eos_id] for _, e in pairs])
-            total += cross_entropy(model(x, tin.to(dev)), tout.to(dev), ignore_index=0, reduction="sum").item()
-            count += int((tout != 0).sum())
+            c = model.config
+            tin, _ = pad_batch([[c.bos_id] + e[: c.context - 1] for _, e in pairs], c.pad_id)
+            tout, _ = pad_batch([e[: c.context - 1] + [c.eos_id] for _, e in pairs], c.pad_id)
+            total += cross_entropy(model(x, tin.to(dev)), tout.to(dev), ignore_index=c.pad_id, reduction="sum").item()
+            count += int((tout != c.pad_id).sum())
     res = {"data": ds.name, "split": split, "images": len(hyps), "beam": beam, "bleu": scores,
            "bleu_signature": str(bleus[3].get_signature()), "exact": sum(exact) / len(exact),
            "loss": total / count, "perplexity": math.exp(total / count), "examples": list(zip(hyps[:5], refs[:5]))}

@@ -46,7 +46,7 @@ class TextEncoderVerbs(Verbs):
         """The ``top_k`` (label, probability) pairs of each text: a list per text, or one list for one."""
         from ..errors import OptionError
 
-        if self.classifier is None:
+        if self.head is None:
             raise OptionError("this encoder has no classification head; fine-tune it with "
                               "attnlab.train('encoder', task='classify', ...)")
         top_labels(torch.zeros(1, 1), [""], top_k)  # a bad top_k fails before any text is encoded
@@ -54,7 +54,7 @@ class TextEncoderVerbs(Verbs):
         ids, mask = encode_texts(self._tokenizer(), _texts(texts, "predict"), self.config.context)
         with torch.no_grad():
             probs = self.classify(ids.to(self.device), mask.to(self.device)).float().softmax(-1).cpu()
-        out = top_labels(probs, list(self.config.labels or range(self.config.num_labels)), top_k)
+        out = top_labels(probs, list(self.config.labels or range(self.config.num_classes)), top_k)
         return out[0] if single else out
 
 
@@ -78,9 +78,8 @@ class TextEncoderRecipe(Recipe):
                    "which section of the Python documentation a paragraph comes from), from scratch or from "
                    "--init (an attnlab run or a HuggingFace BERT folder).")
     models = {"text-encoder": TextEncoder}
-    hf_model_types = {"bert": "text-encoder"}
     presets = ENCODER_PRESETS
-    set_by_data = ("vocab_size", "num_labels", "labels", "pad_id", "mlm_head")
+    set_by_data = ("vocab_size", "num_classes", "labels", "pad_id", "mlm_head")
     explore_kind = "text"
     default_seconds = 275
     train_defaults = dict(batch_size=32, lr=5e-4, min_lr=5e-5, warmup_iters=100, max_iters=1500, weight_decay=0.01,
@@ -133,15 +132,15 @@ class TextEncoderRecipe(Recipe):
         elif args.init:
             pretrained, tokenizer, _, _ = load_text_encoder(args.init, "cpu")
             cfg = TextEncoderConfig(**{**pretrained.config.to_dict(), **model_over, "mlm_head": False,
-                                       "num_labels": len(classes), "labels": classes})
+                                       "num_classes": len(classes), "labels": classes})
             init_state = {k: v for k, v in pretrained.state_dict().items()
-                          if not k.startswith(("mlm.", "classifier."))}
+                          if not k.startswith(("mlm.", "head."))}
         else:
             tokenizer = WordPieceTokenizer.train(texts["train"], vocab_size=args.vocab_size or 4096)
             classify = task_name == "classify"
             cfg = TextEncoderConfig(**{**ENCODER_PRESETS[args.preset], **model_over, "vocab_size": tokenizer.vocab_size,
                                        "pad_id": tokenizer.pad_id, "mlm_head": not classify,
-                                       "num_labels": len(classes) if classify else 0, "labels": classes})
+                                       "num_classes": len(classes) if classify else 0, "labels": classes})
         data = tokenize(name, tokenizer, texts, cfg.context, labels, classes)
         if data.truncated:
             print(f"warning: {data.truncated} texts are longer than the model's context of {cfg.context} tokens; "
@@ -152,7 +151,7 @@ class TextEncoderRecipe(Recipe):
         def setup(model) -> None:
             if init_state is not None:
                 missing, unexpected = model.load_state_dict(init_state, strict=False)
-                if unexpected or [k for k in missing if not k.startswith(("classifier.", "mlm."))]:
+                if unexpected or [k for k in missing if not k.startswith(("head.", "mlm."))]:
                     raise CheckpointError(f"--init {args.init} does not fit: missing {missing[:3]}, "
                                           f"unexpected {unexpected[:3]}")
 
@@ -185,10 +184,10 @@ class TextEncoderRecipe(Recipe):
 
     def predict(self, args) -> int:
         model, tok, _, dev = load_text_encoder(args.ckpt, args.device)
-        if model.classifier is None:
+        if model.head is None:
             raise CheckpointError(f"{args.ckpt} is a pretrained encoder without a classifier; fine-tune it with "
                                   "`attnlab train encoder --task classify --init RUN`")
-        labels = model.config.labels or [str(i) for i in range(model.config.num_labels)]
+        labels = model.config.labels or [str(i) for i in range(model.config.num_classes)]
         texts = list(args.inputs)
         ids, mask = encode_texts(tok, texts, model.config.context)
         with torch.no_grad():
@@ -291,12 +290,12 @@ def evaluate_encoder(args) -> dict:
     model, tok, meta, dev = load_text_encoder(args.ckpt, args.device)
     spec = args.data or meta.get("data_spec")
     c = model.config
-    if c.num_labels > 0:
+    if c.num_classes > 0:
         split = args.split or "test"
         data = load_labelled(spec)
         ds = tokenize(data.name, tok, data.texts, c.context, data.labels, c.labels)
         pred, y = TextClassificationTask(ds, args.batch_size).predict(model, split, dev, args.batch_size)
-        cm = confusion_matrix(y, pred, c.num_labels)
+        cm = confusion_matrix(y, pred, c.num_classes)
         tp = cm.diag().float()
         f1 = 2 * tp / (cm.sum(0) + cm.sum(1)).float().clamp_min(1)
         present = (cm.sum(1) + cm.sum(0)) > 0  # classes with no true and no predicted text do not count

@@ -64,7 +64,6 @@ class GPTRecipe(Recipe):
     description = ("Train a decoder-only GPT to predict the next token of a text corpus. With no --data it trains "
                    "on English text that ships with Python (no download needed).")
     models = {"gpt": GPT}
-    hf_model_types = {"gpt2": "gpt"}
     presets = GPT_PRESETS
     set_by_data = ("vocab_size",)
     explore_kind = "text"

@@ -63,7 +63,7 @@ class Seq2SeqRecipe(Recipe):
     description = ("Train an encoder-decoder on parallel text with teacher forcing. With no --data it learns a "
                    "synthetic task generated on the fly (reverse).")
     models = {"transformer": Transformer, "rnn": RNNSeq2Seq}
-    set_by_data = ("src_vocab", "tgt_vocab")
+    set_by_data = ("src_vocab", "tgt_vocab", "pad_id", "bos_id", "eos_id")
     explore_kind = "cross"
     # synthetic tasks stop once 99 % of held-out sequences come out exactly right (val_exact)
     train_defaults = dict(batch_size=64, lr=1e-3, min_lr=1e-5, warmup_iters=200, max_iters=2000, weight_decay=0.01,
@@ -134,7 +134,8 @@ class Seq2SeqRecipe(Recipe):
             opts = {**DEFAULT_DATA_OPTS, **{k: v for k, v in self.data_options(args).items() if v is not None}}
             data = load_data(spec, opts, args.data_dir)
             arch = args.arch or "transformer"
-            fields = {**model_over, "src_vocab": data.src_vocab.size, "tgt_vocab": data.tgt_vocab.size}
+            fields = {**model_over, "src_vocab": data.src_vocab.size, "tgt_vocab": data.tgt_vocab.size,
+                      **data.tgt_vocab.special_ids()}
             if arch == "transformer":
                 mtype = "transformer"
                 fields.setdefault("share_embeddings", data.src_vocab is data.tgt_vocab)
@@ -191,8 +192,8 @@ class Seq2SeqRecipe(Recipe):
         with torch.no_grad():
             for i in range(0, n, args.batch_size):
                 src, mask, tin, tout = (t.to(dev) for t in collate(pairs[i : min(n, i + args.batch_size)], data.max_len))
-                total += cross_entropy(model(src, tin, mask), tout, ignore_index=0, reduction="sum").item()
-                count += int((tout != 0).sum())
+                total += cross_entropy(model(src, tin, mask), tout, ignore_index=tv.pad_id, reduction="sum").item()
+                count += int((tout != tv.pad_id).sum())
         t0 = time.perf_counter()
         hyps = translate_texts(model, sv, tv, [s for s, _ in texts[:n]], beam=args.beam, alpha=args.alpha, device=dev)
         decode_s = time.perf_counter() - t0
@@ -276,7 +277,7 @@ def translate_texts(model, sv, tv, texts, *, beam=5, alpha=1.0, max_len=None, de
                       file=sys.stderr)
                 e = e[:limit]
             ids.append(e)
-        src, mask = pad_batch(ids)
+        src, mask = pad_batch(ids, sv.pad_id)
         src, mask = src.to(device), mask.to(device)
         if beam <= 1:
             outs += greedy_decode(model, src, mask, max_len=max_len)

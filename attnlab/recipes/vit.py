@@ -28,7 +28,6 @@ class ViTRecipe(ImageClassifierRecipe):
     name = "vit"
     help = "a Vision Transformer image classifier"
     models = {"vit": ViT}
-    hf_model_types = {"vit": "vit"}
     presets = VIT_PRESETS
     explore_kind = "image"
     tiny = dict(ImageClassifierRecipe.tiny, dim=16, layers=1, heads=2)

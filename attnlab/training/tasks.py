@@ -127,6 +127,7 @@ class Seq2SeqTask:
 
     def __init__(self, data, batch_size: int, label_smoothing: float = 0.0):
         self.data, self.label_smoothing = data, label_smoothing
+        self.pad_id = data.tgt_vocab.pad_id
         self.items_per_batch = batch_size * 16  # rough tokens per batch, for throughput display
 
     def batch(self, split: str, batch_size: int, generator: torch.Generator):
@@ -134,7 +135,7 @@ class Seq2SeqTask:
 
     def loss(self, model: nn.Module, batch) -> Tensor:
         src, src_mask, tgt_in, tgt_out = batch
-        return cross_entropy(model(src, tgt_in, src_mask), tgt_out, ignore_index=0,
+        return cross_entropy(model(src, tgt_in, src_mask), tgt_out, ignore_index=self.pad_id,
                              label_smoothing=self.label_smoothing)
 
     @property
@@ -151,7 +152,7 @@ class Seq2SeqTask:
 
         model = unwrap_model(model).eval()  # decoding needs the model's own methods (not a DDP wrapper)
         pairs = self.data.pairs["val"][:200]
-        src, mask = pad_batch([s for s, _ in pairs])
+        src, mask = pad_batch([s for s, _ in pairs], self.data.src_vocab.pad_id)
         hyps = greedy_decode(model, src.to(device), mask.to(device), max_len=max(len(t) for _, t in pairs) + 2)
         return {"val_exact": sum(h == t for h, (_, t) in zip(hyps, pairs)) / len(pairs)}
 
@@ -159,7 +160,7 @@ class Seq2SeqTask:
         """The plain NLL per target token (no label smoothing): what ``eval`` reports as
         log-perplexity, and what validation logs and selects the best checkpoint on."""
         src, src_mask, tgt_in, tgt_out = batch
-        return cross_entropy(model(src, tgt_in, src_mask), tgt_out, ignore_index=0)
+        return cross_entropy(model(src, tgt_in, src_mask), tgt_out, ignore_index=self.pad_id)
 
     def meta(self) -> dict:
         d = self.data
@@ -177,6 +178,7 @@ class CaptionTask:
 
     def __init__(self, data, batch_size: int, label_smoothing: float = 0.0):
         self.data, self.label_smoothing = data, label_smoothing
+        self.pad_id = data.vocab.pad_id
         self.items_per_batch = batch_size
 
     def batch(self, split: str, batch_size: int, generator: torch.Generator):
@@ -189,18 +191,18 @@ class CaptionTask:
         images, tgt_in, tgt_out = batch
         raw = unwrap_model(model)
         if not (raw.config.arch == "rnn-attention" and raw.config.alpha_c > 0 and model.training):
-            return cross_entropy(model(images, tgt_in), tgt_out, ignore_index=0, label_smoothing=self.label_smoothing)
+            return cross_entropy(model(images, tgt_in), tgt_out, ignore_index=self.pad_id, label_smoothing=self.label_smoothing)
         # the decoder's attention over the grid (not the image encoder's), with its gradient
         with raw.caching("attn.hook_pattern", detach=False) as cache:
             logits = model(images, tgt_in)
-        loss = cross_entropy(logits, tgt_out, ignore_index=0, label_smoothing=self.label_smoothing)
+        loss = cross_entropy(logits, tgt_out, ignore_index=self.pad_id, label_smoothing=self.label_smoothing)
         alphas = cache["attn.hook_pattern"][:, 0]  # (B, 1, T, N) -> (B, T, N)
-        return loss + raw.config.alpha_c * doubly_stochastic_penalty(alphas, tgt_out != 0)
+        return loss + raw.config.alpha_c * doubly_stochastic_penalty(alphas, tgt_out != self.pad_id)
 
     def eval_loss(self, model: nn.Module, batch) -> Tensor:
         """The plain NLL per word (no smoothing, no regulariser): what validation reports."""
         images, tgt_in, tgt_out = batch
-        return cross_entropy(model(images, tgt_in), tgt_out, ignore_index=0)
+        return cross_entropy(model(images, tgt_in), tgt_out, ignore_index=self.pad_id)
 
     def meta(self) -> dict:
         d = self.data

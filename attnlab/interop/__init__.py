@@ -1,0 +1,120 @@
+"""HuggingFace checkpoint folders <-> attnlab models (no ``transformers`` import needed).
+
+One converter module per family (:mod:`.gpt2`, :mod:`.vit`, :mod:`.bert`), each registering a
+:class:`Converter` once: the HuggingFace ``model_type`` it reads, the attnlab ``model_type`` it
+makes, and the two directions. ``load_hf`` / ``export_hf`` and the checkpoint loader find
+converters here; a new one is a new module in this package.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import pickle
+import pkgutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import torch
+from safetensors import SafetensorError
+from safetensors.torch import load_file, save_file
+from torch import Tensor, nn
+
+from ..errors import CheckpointError
+
+__all__ = ["Converter", "register", "converters", "load_hf", "export_hf", "attnlab_model_type", "read_state",
+           "hf_weights"]
+
+
+@dataclass(frozen=True)
+class Converter:
+    """HuggingFace ``hf_type`` checkpoints <-> attnlab ``model_type`` models.
+
+    ``load(hf_config, hf_state) -> model``; ``export(model) -> (hf_state, hf_config)``."""
+
+    hf_type: str
+    model_type: str
+    load: Callable[[dict, dict[str, Tensor]], nn.Module]
+    export: Callable[[nn.Module], tuple[dict[str, Tensor], dict]]
+
+
+_CONVERTERS: dict[str, Converter] = {}
+_discovered = False
+
+
+def register(converter: Converter) -> Converter:
+    _CONVERTERS[converter.hf_type] = converter
+    return converter
+
+
+def converters() -> list[Converter]:
+    """Every registered converter (the modules of this package are imported on first use)."""
+    global _discovered
+    if not _discovered:
+        for info in sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name):
+            importlib.import_module(f"{__name__}.{info.name}")
+        _discovered = True
+    return list(_CONVERTERS.values())
+
+
+def attnlab_model_type(hf_type: str | None) -> str | None:
+    """The attnlab model_type a HuggingFace ``model_type`` loads as (None: no converter)."""
+    return next((c.model_type for c in converters() if c.hf_type == hf_type), None)
+
+
+def read_state(d: Path) -> dict[str, Tensor]:
+    try:
+        if (d / "model.safetensors").is_file():
+            return load_file(str(d / "model.safetensors"))
+        if (d / "pytorch_model.bin").is_file():
+            return torch.load(d / "pytorch_model.bin", map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError:
+        raise CheckpointError(f"refusing to unpickle {d / 'pytorch_model.bin'}: it holds Python objects besides "
+                              "tensors, and unpickling can run code; use a model.safetensors version of it") from None
+    except (SafetensorError, RuntimeError, OSError, EOFError) as e:
+        if "weights only" in str(e).lower() or "weights_only" in str(e):
+            raise CheckpointError(f"refusing to unpickle {d / 'pytorch_model.bin'}: it is not a plain tensor file; use "
+                                  "a model.safetensors version of it") from None
+        raise CheckpointError(f"weights in {d} are corrupt or truncated ({str(e).splitlines()[0]})") from None
+    raise CheckpointError(f"{d} has a config.json but no model.safetensors or pytorch_model.bin")
+
+
+def hf_weights(state: dict[str, Tensor], prefix: str, family: str, what: str):
+    """``get(name)``: the HuggingFace tensor ``prefix + name``, or a clear error when the
+    checkpoint lacks it."""
+
+    def get(name: str) -> Tensor:
+        if prefix + name not in state:
+            raise CheckpointError(f"{family} checkpoint lacks {prefix + name}; it is incomplete or not {what}")
+        return state[prefix + name]
+
+    return get
+
+
+def load_hf(directory: str | Path) -> nn.Module:
+    d = Path(directory)
+    cfg = json.loads((d / "config.json").read_text())
+    mtype = cfg.get("model_type")
+    for c in converters():
+        if c.hf_type == mtype:
+            return c.load(cfg, read_state(d))
+    raise CheckpointError(f"{d} is a HuggingFace {mtype!r} checkpoint; attnlab reads "
+                          f"{', '.join(c.hf_type for c in converters())} checkpoints")
+
+
+def export_hf(model: nn.Module, directory: str | Path) -> None:
+    """Write a HuggingFace directory (config.json + model.safetensors) that ``from_pretrained``
+    loads: GPT -> GPT2LMHeadModel, ViT -> ViTForImageClassification, text encoder ->
+    BertForSequenceClassification / BertForMaskedLM / BertModel (by its heads)."""
+    kind = getattr(model, "model_type", None)
+    exporter = next((c for c in converters() if c.model_type == kind), None)
+    if exporter is None:
+        known = ", ".join(c.model_type for c in converters())
+        raise CheckpointError(f"export_hf writes {known} models, got {type(model).__name__}")
+    d = Path(directory)
+    d.mkdir(parents=True, exist_ok=True)
+    tensors, config = exporter.export(model)
+    save_file({k: v.detach().cpu().contiguous().clone() for k, v in tensors.items()}, str(d / "model.safetensors"),
+              metadata={"format": "pt"})
+    (d / "config.json").write_text(json.dumps(config, indent=1))
