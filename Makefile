@@ -35,6 +35,7 @@ chromium:
 
 test: $(VENV)/.installed-test chromium
 	$(VENV)/bin/ruff check attnlab tests benchmarks
+	$(VENV)/bin/ruff format --check attnlab tests benchmarks
 	$(PY) -m pytest
 
 bench: $(VENV)/.installed-test

@@ -47,8 +47,9 @@ def train_options(family: str) -> dict[str, Any]:
     return {n: s.default for n, s in _recipe(family).train_specs().specs.items() if n not in ("out", "resume")}
 
 
-def train(family: str, *, data: str | None = None, out: str | Path | None = None, resume: bool = False,
-          **options) -> "Run":
+def train(
+    family: str, *, data: str | None = None, out: str | Path | None = None, resume: bool = False, **options
+) -> "Run":
     """Train a model of ``family`` (see :func:`families`) and return the :class:`Run`.
 
     ``data``: a file, folder or dataset name (None: the family's embedded default); ``out``: the
@@ -133,8 +134,10 @@ def _loaded(model_or_path):
     if isinstance(model_or_path, (str, Path)):
         return load(model_or_path)
     if not isinstance(model_or_path, Verbs):
-        raise OptionError("this model was not loaded from a run folder; use attnlab.load(run) first (evaluate and "
-                          "explore read the run's data and tokenizer)")
+        raise OptionError(
+            "this model was not loaded from a run folder; use attnlab.load(run) first (evaluate and "
+            "explore read the run's data and tokenizer)"
+        )
     return model_or_path
 
 

@@ -61,17 +61,12 @@ def attention_scores(q: Tensor, k: Tensor, scale: float | None = None) -> Tensor
 def _check_qkv(q: Tensor, k: Tensor, v: Tensor) -> None:
     if q.dim() < 2 or k.dim() < 2 or v.dim() < 2:
         raise ValueError(
-            f"attention needs q, k, v of shape (..., T, d); got q{tuple(q.shape)}, "
-            f"k{tuple(k.shape)}, v{tuple(v.shape)}"
+            f"attention needs q, k, v of shape (..., T, d); got q{tuple(q.shape)}, k{tuple(k.shape)}, v{tuple(v.shape)}"
         )
     if q.shape[-1] != k.shape[-1]:
-        raise ValueError(
-            f"queries and keys must have the same width d_k: q{tuple(q.shape)} vs k{tuple(k.shape)}"
-        )
+        raise ValueError(f"queries and keys must have the same width d_k: q{tuple(q.shape)} vs k{tuple(k.shape)}")
     if k.shape[-2] != v.shape[-2]:
-        raise ValueError(
-            f"keys and values must have the same length: k{tuple(k.shape)} vs v{tuple(v.shape)}"
-        )
+        raise ValueError(f"keys and values must have the same length: k{tuple(k.shape)} vs v{tuple(v.shape)}")
 
 
 def _check_broadcast(name: str, m: Tensor, t_q: int, t_k: int, lead: tuple[int, ...]) -> None:
@@ -130,15 +125,14 @@ def scaled_dot_product_attention(
     lead = tuple(q.shape[:-2])
     if mask is not None:
         if mask.dtype != torch.bool:
-            raise ValueError(
-                f"mask must be boolean (True = may attend), got {mask.dtype}; pass float scores as bias="
-            )
+            raise ValueError(f"mask must be boolean (True = may attend), got {mask.dtype}; pass float scores as bias=")
         _check_broadcast("mask", mask, t_q, t_k, lead)
     if bias is not None:
         _check_broadcast("bias", bias, t_q, t_k, lead)
     if return_weights:
-        return _reference(q, k, v, _combine(mask, causal, t_q, t_k, q.device), bias, dropout, scale,
-                          score_hook, pattern_hook)
+        return _reference(
+            q, k, v, _combine(mask, causal, t_q, t_k, q.device), bias, dropout, scale, score_hook, pattern_hook
+        )
     return _fast(q, k, v, mask, causal, bias, dropout, scale)
 
 
@@ -319,9 +313,7 @@ class MultiHeadAttention(nn.Module):
             if context is None:
                 raise ValueError("cross-attention needs a context tensor (B, Tk, d_context)")
             if context.dim() != 3 or context.shape[-1] != self.d_context or context.shape[0] != x.shape[0]:
-                raise ValueError(
-                    f"context must be ({x.shape[0]}, Tk, {self.d_context}), got {tuple(context.shape)}"
-                )
+                raise ValueError(f"context must be ({x.shape[0]}, Tk, {self.d_context}), got {tuple(context.shape)}")
             q = self.q_proj(x)
             k, v = self.kv_proj(context).split(self._split[1:], dim=-1)
         else:
@@ -376,9 +368,16 @@ class MultiHeadAttention(nn.Module):
             bias = pb if bias is None else bias + pb
         hooked = self.hook_scores.active or self.hook_pattern.active
         out = scaled_dot_product_attention(
-            q, k, v, mask, causal=self.causal, bias=bias,
-            dropout=self.dropout if self.training else 0.0, return_weights=need_weights or hooked,
-            score_hook=self.hook_scores if hooked else None, pattern_hook=self.hook_pattern if hooked else None,
+            q,
+            k,
+            v,
+            mask,
+            causal=self.causal,
+            bias=bias,
+            dropout=self.dropout if self.training else 0.0,
+            return_weights=need_weights or hooked,
+            score_hook=self.hook_scores if hooked else None,
+            pattern_hook=self.hook_pattern if hooked else None,
         )
         weights = None
         if need_weights or hooked:
@@ -443,8 +442,9 @@ class AdditiveAttention(_RecurrentAttention):
         """U h_i for all i; compute once per source sentence and pass as ``projected``."""
         return self.w_key(keys)
 
-    def forward(self, query: Tensor, keys: Tensor, key_mask: Tensor | None = None,
-                projected: Tensor | None = None) -> tuple[Tensor, Tensor]:
+    def forward(
+        self, query: Tensor, keys: Tensor, key_mask: Tensor | None = None, projected: Tensor | None = None
+    ) -> tuple[Tensor, Tensor]:
         uk = self.project_keys(keys) if projected is None else projected  # (B, Tk, A)
         e = self.v(torch.tanh(self.w_query(query)[:, :, None, :] + uk[:, None, :, :])).squeeze(-1)  # (B, Tq, Tk)
         return self._attend(e, keys, key_mask)

@@ -63,8 +63,10 @@ def markdown_table(rows: list[dict], columns: list[str]) -> str:
         return str(v)
 
     widths = {c: max(len(c), *(len(fmt(r.get(c))) for r in rows)) for c in columns}
-    lines = ["| " + " | ".join(c.ljust(widths[c]) for c in columns) + " |",
-             "|" + "|".join("-" * (widths[c] + 2) for c in columns) + "|"]
+    lines = [
+        "| " + " | ".join(c.ljust(widths[c]) for c in columns) + " |",
+        "|" + "|".join("-" * (widths[c] + 2) for c in columns) + "|",
+    ]
     lines += ["| " + " | ".join(fmt(r.get(c)).ljust(widths[c]) for c in columns) + " |" for r in rows]
     return "\n".join(lines)
 
@@ -73,8 +75,15 @@ COLUMNS = ["row", "unit", "attnlab", "baseline", "baseline is", "ratio", "MFU", 
 
 
 def _row(name, unit, ours, base, base_name, **extra) -> dict:
-    return {"row": name, "unit": unit, "attnlab": ours, "baseline": base, "baseline is": base_name,
-            "ratio": ours / base if base else None, **extra}
+    return {
+        "row": name,
+        "unit": unit,
+        "attnlab": ours,
+        "baseline": base,
+        "baseline is": base_name,
+        "ratio": ours / base if base else None,
+        **extra,
+    }
 
 
 def _train_step(model, make_loss, params=None):
@@ -88,9 +97,8 @@ def _train_step(model, make_loss, params=None):
         torch.nn.utils.clip_grad_norm_(params or model.parameters(), 1.0)
         opt.step()
         opt.zero_grad(set_to_none=True)
+
     return step
-
-
 
 
 def attention_rows(device, lengths, repeat) -> list[dict]:
@@ -106,8 +114,11 @@ def attention_rows(device, lengths, repeat) -> list[dict]:
         mask = torch.ones(t, t, dtype=torch.bool, device=device).triu(1)
         fast = time_it(lambda: ours(x).sum().backward(), repeat=repeat, device=device)
         ref = time_it(lambda: ours(x, need_weights=True)[0].sum().backward(), repeat=repeat, device=device)
-        tor = time_it(lambda: theirs(x, x, x, attn_mask=mask, need_weights=False)[0].sum().backward(),
-                      repeat=repeat, device=device)
+        tor = time_it(
+            lambda: theirs(x, x, x, attn_mask=mask, need_weights=False)[0].sum().backward(),
+            repeat=repeat,
+            device=device,
+        )
         rows.append(_row(f"attention fwd+bwd T={t} d=64", "ms", fast * 1e3, tor * 1e3, "torch MultiheadAttention"))
         rows[-1]["ratio"] = tor / fast  # ms: lower is better, ratio = speed-up
         rows.append(_row(f"attention fwd+bwd T={t} d=64", "ms", fast * 1e3, ref * 1e3, "attnlab reference path"))
@@ -129,10 +140,22 @@ def gpt_rows(device, dtypes, peaks, quick, compile_) -> list[dict]:
         for dtype in dtypes:
             torch.manual_seed(0)
             ours = GPT(cfg).to(device)
-            hf = transformers.GPT2LMHeadModel(transformers.GPT2Config(
-                vocab_size=65, n_positions=cfg.context, n_embd=cfg.dim, n_layer=cfg.layers, n_head=cfg.heads,
-                resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, activation_function="gelu", bos_token_id=0,
-                eos_token_id=0, attn_implementation="sdpa")).to(device)
+            hf = transformers.GPT2LMHeadModel(
+                transformers.GPT2Config(
+                    vocab_size=65,
+                    n_positions=cfg.context,
+                    n_embd=cfg.dim,
+                    n_layer=cfg.layers,
+                    n_head=cfg.heads,
+                    resid_pdrop=0.0,
+                    embd_pdrop=0.0,
+                    attn_pdrop=0.0,
+                    activation_function="gelu",
+                    bos_token_id=0,
+                    eos_token_id=0,
+                    attn_implementation="sdpa",
+                )
+            ).to(device)
             x = torch.randint(0, 65, (b, cfg.context), device=device)
             y = torch.randint(0, 65, (b, cfg.context), device=device)
 
@@ -141,6 +164,7 @@ def gpt_rows(device, dtypes, peaks, quick, compile_) -> list[dict]:
                     with autocast(device, dtype):
                         logits = m(x).logits if is_hf else m(x)
                     return F.cross_entropy(logits.float().flatten(0, 1), y.flatten())
+
                 return f
 
             rep = 3 if quick else 8
@@ -150,13 +174,30 @@ def gpt_rows(device, dtypes, peaks, quick, compile_) -> list[dict]:
             fpt = 6 * n + 12 * cfg.layers * cfg.dim * cfg.context
             tok = b * cfg.context
             dn = str(dtype).replace("torch.", "")
-            rows.append(_row(f"GPT train {name} {dn}", "tokens/s", tok / t_ours, tok / t_hf, "HF GPT2LMHeadModel",
-                             MFU=tok / t_ours * fpt / peaks[dtype], **{"baseline MFU": tok / t_hf * fpt / peaks[dtype]}))
+            rows.append(
+                _row(
+                    f"GPT train {name} {dn}",
+                    "tokens/s",
+                    tok / t_ours,
+                    tok / t_hf,
+                    "HF GPT2LMHeadModel",
+                    MFU=tok / t_ours * fpt / peaks[dtype],
+                    **{"baseline MFU": tok / t_hf * fpt / peaks[dtype]},
+                )
+            )
             if compile_:
                 comp = torch.compile(GPT(cfg).to(device))
                 t_c = time_it(_train_step(comp, loss_of(comp, False)), warmup=2, repeat=rep, device=device)
-                rows.append(_row(f"GPT train {name} {dn}", "tokens/s", tok / t_c, tok / t_ours, "attnlab eager",
-                                 MFU=tok / t_c * fpt / peaks[dtype]))
+                rows.append(
+                    _row(
+                        f"GPT train {name} {dn}",
+                        "tokens/s",
+                        tok / t_c,
+                        tok / t_ours,
+                        "attnlab eager",
+                        MFU=tok / t_c * fpt / peaks[dtype],
+                    )
+                )
             print(f"  {rows[-1]['row']}", file=sys.stderr, flush=True)
     return rows
 
@@ -168,8 +209,11 @@ def generation_rows(device, quick) -> list[dict]:
     from .interop import export_hf
     from .models import GPT, GPTConfig
 
-    cfg = (GPTConfig(layers=4, heads=4, dim=256, context=256, activation="gelu_tanh") if quick
-           else GPTConfig(layers=12, heads=12, dim=768, activation="gelu_tanh"))
+    cfg = (
+        GPTConfig(layers=4, heads=4, dim=256, context=256, activation="gelu_tanh")
+        if quick
+        else GPTConfig(layers=12, heads=12, dim=768, activation="gelu_tanh")
+    )
     new = 64 if quick else 256
     torch.manual_seed(0)
     ours = GPT(cfg).to(device).eval()
@@ -184,6 +228,7 @@ def generation_rows(device, quick) -> list[dict]:
     def hf_gen():
         with torch.no_grad():
             hf.generate(prompt, max_new_tokens=new, min_new_tokens=new, do_sample=False, pad_token_id=0)
+
     t_hf = time_it(hf_gen, warmup=1, repeat=3, device=device)
     shape = f"{cfg.layers}/{cfg.heads}/{cfg.dim}"
     return [_row(f"GPT generate {new} tokens {shape} greedy", "tokens/s", new / t_ours, new / t_hf, "HF generate")]
@@ -197,10 +242,21 @@ def vit_rows(device, quick) -> list[dict]:
     cfg = ViTConfig(image_size=32, patch_size=4, in_chans=3, num_classes=10, dim=192, layers=6, heads=3, mlp_ratio=2.0)
     b = 64 if quick else 128
     ours = ViT(cfg).to(device)
-    hf = transformers.ViTForImageClassification(transformers.ViTConfig(
-        image_size=32, patch_size=4, num_channels=3, hidden_size=192, num_hidden_layers=6, num_attention_heads=3,
-        intermediate_size=384, num_labels=10, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
-        attn_implementation="sdpa")).to(device)
+    hf = transformers.ViTForImageClassification(
+        transformers.ViTConfig(
+            image_size=32,
+            patch_size=4,
+            num_channels=3,
+            hidden_size=192,
+            num_hidden_layers=6,
+            num_attention_heads=3,
+            intermediate_size=384,
+            num_labels=10,
+            hidden_dropout_prob=0.0,
+            attention_probs_dropout_prob=0.0,
+            attn_implementation="sdpa",
+        )
+    ).to(device)
     x, y = torch.randn(b, 3, 32, 32, device=device), torch.randint(0, 10, (b,), device=device)
     t_ours = time_it(_train_step(ours, lambda: F.cross_entropy(ours(x), y)), repeat=3, device=device)
     t_hf = time_it(_train_step(hf, lambda: F.cross_entropy(hf(pixel_values=x).logits, y)), repeat=3, device=device)
@@ -213,8 +269,9 @@ def encdec_rows(device, quick) -> list[dict]:
     from .models import Transformer, TransformerConfig
 
     d, v, s_len, b = 256, 8000, 32, (32 if quick else 64)
-    cfg = TransformerConfig(src_vocab=v, tgt_vocab=v, dim=d, heads=8, enc_layers=3, dec_layers=3, mlp_dim=512,
-                            dropout=0.0, context=128)
+    cfg = TransformerConfig(
+        src_vocab=v, tgt_vocab=v, dim=d, heads=8, enc_layers=3, dec_layers=3, mlp_dim=512, dropout=0.0, context=128
+    )
     ours = Transformer(cfg).to(device)
     emb = nn.Embedding(v, d).to(device)
     ref = nn.Transformer(d, 8, 3, 3, 512, dropout=0.0, batch_first=True).to(device)
@@ -231,8 +288,15 @@ def encdec_rows(device, quick) -> list[dict]:
     causal = torch.ones(s_len, s_len, dtype=torch.bool, device=device).triu(1)  # True = may not attend
 
     def ref_loss():  # both models mask the same padding and ignore it in the loss
-        out = ref(emb(src), emb(tgt), tgt_mask=causal, tgt_is_causal=True, src_key_padding_mask=src_pad,
-                  tgt_key_padding_mask=tgt_pad, memory_key_padding_mask=src_pad)
+        out = ref(
+            emb(src),
+            emb(tgt),
+            tgt_mask=causal,
+            tgt_is_causal=True,
+            src_key_padding_mask=src_pad,
+            tgt_key_padding_mask=tgt_pad,
+            memory_key_padding_mask=src_pad,
+        )
         return F.cross_entropy(head(out).flatten(0, 1), tgt.flatten(), ignore_index=ours.config.pad_id)
 
     def our_loss():
@@ -244,12 +308,19 @@ def encdec_rows(device, quick) -> list[dict]:
     t_ours = time_it(_train_step(ours, our_loss), repeat=repeat, device=device)
     t_ref = time_it(_train_step(ref_model, ref_loss, ref_params), repeat=repeat, device=device)
     tok = int((~src_pad).sum() + (~tgt_pad).sum()) // 2  # real tokens per side
-    return [_row(f"enc-dec train 3+3L d=256 T={s_len} B={b}", "tokens/s", tok / t_ours, tok / t_ref,
-                 "torch.nn.Transformer")]
+    return [
+        _row(f"enc-dec train 3+3L d=256 T={s_len} B={b}", "tokens/s", tok / t_ours, tok / t_ref, "torch.nn.Transformer")
+    ]
 
 
-def run(quick: bool = False, compile_: bool | None = None, json_path: str | None = None,
-        markdown_path: str | None = None, device: str = "auto", only: list[str] | None = None) -> list[dict]:
+def run(
+    quick: bool = False,
+    compile_: bool | None = None,
+    json_path: str | None = None,
+    markdown_path: str | None = None,
+    device: str = "auto",
+    only: list[str] | None = None,
+) -> list[dict]:
     """``only``: some of the row groups attention, gpt, generate, vit, encdec (default all)."""
     from .training.devices import cpu_has_fast_bf16, pick_device
 
@@ -257,8 +328,10 @@ def run(quick: bool = False, compile_: bool | None = None, json_path: str | None
     fast_bf16 = torch.cuda.is_bf16_supported() if dev.type == "cuda" else cpu_has_fast_bf16()
     dtypes = [torch.float32] + ([torch.bfloat16] if fast_bf16 else [])
     peaks = {dt: matmul_peak(dt, device=dev) for dt in dtypes}
-    head = (f"device {dev} ({torch.get_num_threads()} threads), torch {torch.__version__}; measured matmul peak: "
-            + ", ".join(f"{str(dt).replace('torch.', '')} {p / 1e9:,.0f} GFLOP/s" for dt, p in peaks.items()))
+    head = (
+        f"device {dev} ({torch.get_num_threads()} threads), torch {torch.__version__}; measured matmul peak: "
+        + ", ".join(f"{str(dt).replace('torch.', '')} {p / 1e9:,.0f} GFLOP/s" for dt, p in peaks.items())
+    )
     print(head, file=sys.stderr, flush=True)
     compile_ = (dev.type == "cuda") if compile_ is None else compile_
     groups = {

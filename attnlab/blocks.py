@@ -79,8 +79,15 @@ class TransformerBlock(nn.Module):
         self.norm_first = norm_first
         self.ln1 = nn.LayerNorm(dim, eps=norm_eps, bias=bias)
         self.attn = MultiHeadAttention(
-            dim, n_heads, bias=bias, qkv_bias=qkv_bias, dropout=attn_dropout, causal=causal,
-            n_kv_heads=n_kv_heads, rotary=rotary, position_bias=position_bias,
+            dim,
+            n_heads,
+            bias=bias,
+            qkv_bias=qkv_bias,
+            dropout=attn_dropout,
+            causal=causal,
+            n_kv_heads=n_kv_heads,
+            rotary=rotary,
+            position_bias=position_bias,
         )
         self.ln2 = nn.LayerNorm(dim, eps=norm_eps, bias=bias)
         self.mlp = MLP(dim, mlp_hidden or 4 * dim, activation, dropout, bias)
@@ -166,12 +173,14 @@ class DecoderBlock(nn.Module):
         x = self.hook_resid_pre(x)
         if self.norm_first:
             x = self.hook_resid_mid(x + self.hook_attn_out(self.drop1(self.self_attn(self.ln1(x), **sa))))
-            x = self.hook_resid_cross(x + self.hook_cross_out(
-                self.drop2(self.cross_attn(self.ln2(x), memory, key_mask=memory_mask))))
+            x = self.hook_resid_cross(
+                x + self.hook_cross_out(self.drop2(self.cross_attn(self.ln2(x), memory, key_mask=memory_mask)))
+            )
             return self.hook_resid_post(x + self.hook_mlp_out(self.mlp(self.ln3(x))))
         x = self.hook_resid_mid(self.ln1(x + self.hook_attn_out(self.drop1(self.self_attn(x, **sa)))))
-        x = self.hook_resid_cross(self.ln2(x + self.hook_cross_out(
-            self.drop2(self.cross_attn(x, memory, key_mask=memory_mask)))))
+        x = self.hook_resid_cross(
+            self.ln2(x + self.hook_cross_out(self.drop2(self.cross_attn(x, memory, key_mask=memory_mask))))
+        )
         return self.hook_resid_post(self.ln3(x + self.hook_mlp_out(self.mlp(x))))
 
 
@@ -186,8 +195,9 @@ class Encoder(nn.Module):
         self.ln_f = nn.LayerNorm(dim, eps=block_kw.get("norm_eps", 1e-5)) if norm_first else nn.Identity()
         self.hook_final = HookPoint()
 
-    def forward(self, x: Tensor, *, key_mask: Tensor | None = None, mask: Tensor | None = None,
-                after_first=None) -> Tensor:
+    def forward(
+        self, x: Tensor, *, key_mask: Tensor | None = None, mask: Tensor | None = None, after_first=None
+    ) -> Tensor:
         """x (B, T, D) -> (B, T, D). ``after_first`` (tokens -> tokens) runs between the first
         and second block: where CPVT puts its conditional position encoding (PEG)."""
         for i, block in enumerate(self.blocks):

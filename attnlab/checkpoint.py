@@ -124,7 +124,9 @@ def recover_run(out: Path) -> None:
 def ensure_new_run(out: Path) -> None:
     """Refuse to start a run where one already is: never overwrite the user's checkpoints."""
     if any((Path(out) / n / CONFIG).is_file() for n in ("last", "best", "last.old", "best.old")):
-        raise CheckpointError(f"{out} already holds a checkpoint; pass --resume to continue it, or choose another --out")
+        raise CheckpointError(
+            f"{out} already holds a checkpoint; pass --resume to continue it, or choose another --out"
+        )
 
 
 def check_writable(out: Path) -> None:
@@ -163,8 +165,10 @@ class RunLock:
             fh.seek(0)
             holder = fh.read().strip() or "?"
             fh.close()
-            raise CheckpointError(f"another training (pid {holder}) is writing to {self.path.parent}; wait for it to "
-                                  "finish or choose another --out") from None
+            raise CheckpointError(
+                f"another training (pid {holder}) is writing to {self.path.parent}; wait for it to "
+                "finish or choose another --out"
+            ) from None
         fh.seek(0)
         fh.truncate()
         fh.write(str(os.getpid()))
@@ -204,8 +208,10 @@ def run_config(out: Path, resume: bool, kinds: tuple[str, ...]) -> dict | None:
         raise CheckpointError(f"{out} holds no checkpoint to resume; run again without --resume to start it")
     ckpt = find_checkpoint(out, prefer="last")
     if ckpt.name != "last":
-        raise CheckpointError(f"{out} has no last/ checkpoint with trainer state (only {ckpt.name}/); start a new "
-                              "run, or train from its weights in another --out")
+        raise CheckpointError(
+            f"{out} has no last/ checkpoint with trainer state (only {ckpt.name}/); start a new "
+            "run, or train from its weights in another --out"
+        )
     saved = read_config(ckpt)
     if saved.get("model_type") not in kinds:
         raise CheckpointError(f"{out} holds a {saved.get('model_type')} run, not a {' or '.join(kinds)} run")
@@ -235,8 +241,10 @@ def read_config(ckpt: Path) -> dict:
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
         raise CheckpointError(f"{ckpt / CONFIG} is unreadable or corrupt ({e}); use another checkpoint") from None
     if not isinstance(cfg, dict):
-        raise CheckpointError(f"{ckpt / CONFIG} holds a JSON {type(cfg).__name__}, not an object; it is not an "
-                              "attnlab or HuggingFace config")
+        raise CheckpointError(
+            f"{ckpt / CONFIG} holds a JSON {type(cfg).__name__}, not an object; it is not an "
+            "attnlab or HuggingFace config"
+        )
     return cfg
 
 
@@ -249,7 +257,7 @@ def upgrade_weights(model: nn.Module, tensors: dict[str, torch.Tensor]) -> dict[
         new, convert = new if isinstance(new, tuple) else (new, None)
         for key in [k for k in out if k == old or (old.endswith(".") and k.startswith(old))]:
             t = out.pop(key)
-            out[new + key[len(old):] if old.endswith(".") else new] = convert(t) if convert else t
+            out[new + key[len(old) :] if old.endswith(".") else new] = convert(t) if convert else t
     return out
 
 
@@ -262,14 +270,21 @@ def load_weights(model: nn.Module, ckpt: Path) -> None:
     try:
         tensors = upgrade_weights(model, load_file(str(f)))
     except (SafetensorError, OSError, ValueError, RuntimeError) as e:
-        raise CheckpointError(f"{f} is truncated or corrupt ({str(e).splitlines()[0]}); use another checkpoint") from None
+        raise CheckpointError(
+            f"{f} is truncated or corrupt ({str(e).splitlines()[0]}); use another checkpoint"
+        ) from None
     expected = model.state_dict()
-    wrong = [(k, tuple(t.shape), tuple(expected[k].shape)) for k, t in tensors.items()
-             if k in expected and t.shape != expected[k].shape]
+    wrong = [
+        (k, tuple(t.shape), tuple(expected[k].shape))
+        for k, t in tensors.items()
+        if k in expected and t.shape != expected[k].shape
+    ]
     if wrong:
         k, got, want = wrong[0]
-        raise CheckpointError(f"{f} does not match its config: {k} has shape {list(got)} but the config implies "
-                              f"{list(want)} ({len(wrong)} tensor(s) differ); the config.json belongs to another model")
+        raise CheckpointError(
+            f"{f} does not match its config: {k} has shape {list(got)} but the config implies "
+            f"{list(want)} ({len(wrong)} tensor(s) differ); the config.json belongs to another model"
+        )
     missing, unexpected = model.load_state_dict(tensors, strict=False)
     # tied weights (an output head sharing the embedding) are saved once: missing names that share
     # storage with a loaded one are fine
@@ -279,10 +294,14 @@ def load_weights(model: nn.Module, ckpt: Path) -> None:
         raise CheckpointError(
             f"{f} does not match its config: missing {sorted(missing)[:3]}, unexpected {sorted(unexpected)[:3]}"
         )
-    bad = next((n for n, t in model.state_dict().items() if t.is_floating_point() and not torch.isfinite(t).all()), None)
+    bad = next(
+        (n for n, t in model.state_dict().items() if t.is_floating_point() and not torch.isfinite(t).all()), None
+    )
     if bad is not None:
-        raise CheckpointError(f"{f} holds NaN or infinite values (first in {bad}): the run diverged before it was "
-                              "saved; use an earlier checkpoint")
+        raise CheckpointError(
+            f"{f} holds NaN or infinite values (first in {bad}): the run diverged before it was "
+            "saved; use an earlier checkpoint"
+        )
 
 
 def load_trainer_state(ckpt: Path) -> tuple[dict, dict[str, torch.Tensor]]:

@@ -73,7 +73,9 @@ class Config(metaclass=_ConfigType):
         for old, new in cls.ALIASES.items():
             if old in out:
                 if new in out and out[new] != out[old]:
-                    raise ValueError(f"{cls.__name__}: both {new}={out[new]!r} and its old name {old}={out[old]!r} given")
+                    raise ValueError(
+                        f"{cls.__name__}: both {new}={out[new]!r} and its old name {old}={out[old]!r} given"
+                    )
                 out[new] = out.pop(old)
         return out
 

@@ -41,8 +41,15 @@ def special_ids(model: nn.Module, bos_id: int | None, eos_id: int | None) -> tup
 
 
 @torch.no_grad()
-def greedy_decode(model: nn.Module, src: Tensor, src_mask: Tensor | None = None, *, max_len: int = 100,
-                  bos_id: int | None = None, eos_id: int | None = None) -> list[list[int]]:
+def greedy_decode(
+    model: nn.Module,
+    src: Tensor,
+    src_mask: Tensor | None = None,
+    *,
+    max_len: int = 100,
+    bos_id: int | None = None,
+    eos_id: int | None = None,
+) -> list[list[int]]:
     """The most likely next token at each step, from ``bos_id`` until ``eos_id`` (both default to the
     model's own, ``model.config``); one token list per source, without <bos> and <eos>."""
     model.eval()
@@ -64,9 +71,18 @@ def greedy_decode(model: nn.Module, src: Tensor, src_mask: Tensor | None = None,
 
 
 @torch.no_grad()
-def beam_search(model: nn.Module, src: Tensor, src_mask: Tensor | None = None, *, beam: int = 5,
-                max_len: int = 100, alpha: float = 1.0, bos_id: int | None = None, eos_id: int | None = None,
-                n_best: int | None = None) -> list[list[Hypothesis]]:
+def beam_search(
+    model: nn.Module,
+    src: Tensor,
+    src_mask: Tensor | None = None,
+    *,
+    beam: int = 5,
+    max_len: int = 100,
+    alpha: float = 1.0,
+    bos_id: int | None = None,
+    eos_id: int | None = None,
+    n_best: int | None = None,
+) -> list[list[Hypothesis]]:
     """Batched beam search. Each sentence keeps ``beam`` live hypotheses; one that emits <eos>
     among the top ``beam`` candidates is finished. A sentence is done when it has ``beam``
     finished hypotheses; at ``max_len`` the live ones are finished as they are (no crash when

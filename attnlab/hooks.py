@@ -63,8 +63,10 @@ class HookPoint(nn.Module):
             if out is not None:
                 if not isinstance(out, Tensor) or out.shape != x.shape:
                     got = tuple(out.shape) if isinstance(out, Tensor) else type(out).__name__
-                    raise ValueError(f"a hook on {self.name} returned {got}; it must return a tensor of the "
-                                     f"value's shape {tuple(x.shape)}, or None to keep the value")
+                    raise ValueError(
+                        f"a hook on {self.name} returned {got}; it must return a tensor of the "
+                        f"value's shape {tuple(x.shape)}, or None to keep the value"
+                    )
                 x = out
         return x
 
@@ -144,8 +146,10 @@ class HookedModule(nn.Module):
         if not points and names is not None:
             shown = names if isinstance(names, str) or callable(names) else list(names)
             some = ", ".join(list(self.hook_points())[:6])
-            raise ValueError(f"{type(self).__name__} has no hook point matching {shown!r}; its hook points are "
-                             f"named like {some}, ... (model.hook_points() lists them)")
+            raise ValueError(
+                f"{type(self).__name__} has no hook point matching {shown!r}; its hook points are "
+                f"named like {some}, ... (model.hook_points() lists them)"
+            )
         return points
 
     @contextlib.contextmanager
@@ -168,8 +172,9 @@ class HookedModule(nn.Module):
             p.fns.clear()
 
     @contextlib.contextmanager
-    def caching(self, names: NameFilter = None, *, detach: bool = True,
-                device: str | torch.device | None = None) -> Iterator[ActivationCache]:
+    def caching(
+        self, names: NameFilter = None, *, detach: bool = True, device: str | torch.device | None = None
+    ) -> Iterator[ActivationCache]:
         """``with model.caching("attn.hook_pattern") as cache: model(x)``: the cache fills during
         the forward passes inside the block. ``detach=False`` keeps the autograd graph (a loss
         may then use a cached value, as the captioner's attention regulariser does)."""
@@ -182,8 +187,9 @@ class HookedModule(nn.Module):
         with self.hooks([(names, save)]):
             yield cache
 
-    def run_with_cache(self, *args, names: NameFilter = None, detach: bool = True,
-                       device: str | torch.device | None = None, **kwargs) -> tuple[object, ActivationCache]:
+    def run_with_cache(
+        self, *args, names: NameFilter = None, detach: bool = True, device: str | torch.device | None = None, **kwargs
+    ) -> tuple[object, ActivationCache]:
         """Run the model and return (its output, an :class:`ActivationCache` of the hook points
         matching ``names``; all of them by default)."""
         with self.caching(names, detach=detach, device=device) as cache:

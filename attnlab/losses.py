@@ -14,8 +14,14 @@ from torch import Tensor
 __all__ = ["cross_entropy"]
 
 
-def cross_entropy(logits: Tensor, targets: Tensor, *, ignore_index: int = -100, label_smoothing: float = 0.0,
-                  reduction: str = "mean") -> Tensor:
+def cross_entropy(
+    logits: Tensor, targets: Tensor, *, ignore_index: int = -100, label_smoothing: float = 0.0, reduction: str = "mean"
+) -> Tensor:
     """logits (..., V), targets (...) int -> the mean (or ``reduction="sum"``) cross-entropy."""
-    return F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), targets.reshape(-1),
-                           ignore_index=ignore_index, label_smoothing=label_smoothing, reduction=reduction)
+    return F.cross_entropy(
+        logits.float().reshape(-1, logits.shape[-1]),
+        targets.reshape(-1),
+        ignore_index=ignore_index,
+        label_smoothing=label_smoothing,
+        reduction=reduction,
+    )

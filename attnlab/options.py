@@ -114,9 +114,19 @@ class OptionSpecs:
         self.specs: dict[str, Option] = {}
         self._group = group
 
-    def add(self, *flags: str, dest: str | None = None, type: Callable | None = None, default: Any = None,
-            choices=None, kind: str = "value", nargs: str | None = None, help: str = "", metavar: str | None = None,
-            required: bool = False) -> None:
+    def add(
+        self,
+        *flags: str,
+        dest: str | None = None,
+        type: Callable | None = None,
+        default: Any = None,
+        choices=None,
+        kind: str = "value",
+        nargs: str | None = None,
+        help: str = "",
+        metavar: str | None = None,
+        required: bool = False,
+    ) -> None:
         if kind not in KINDS:
             raise ValueError(f"option kind {kind!r}: one of {KINDS}")
         long = next((f for f in flags if f.startswith("--")), flags[0])
@@ -124,8 +134,9 @@ class OptionSpecs:
         if kind == "flag" and default is None:
             default = False
         choices = tuple(choices) if choices is not None else None
-        self.specs.setdefault(dest, Option(dest, tuple(flags), type, default, choices, kind, nargs, help, metavar,
-                                           required, self._group))
+        self.specs.setdefault(
+            dest, Option(dest, tuple(flags), type, default, choices, kind, nargs, help, metavar, required, self._group)
+        )
 
     def group(self, title: str) -> "OptionSpecs":
         """The same options, the ones added through the returned view shown under ``title`` in --help."""
@@ -160,8 +171,13 @@ class OptionSpecs:
             if typ is bool:
                 self.add(*flags, dest=name, kind="bool", help=helptext)
             else:
-                self.add(*flags, dest=name, type={int: integer, float: finite, str: None}[typ], help=helptext,
-                         metavar=typ.__name__.upper())
+                self.add(
+                    *flags,
+                    dest=name,
+                    type={int: integer, float: finite, str: None}[typ],
+                    help=helptext,
+                    metavar=typ.__name__.upper(),
+                )
         return names
 
     def __iter__(self):

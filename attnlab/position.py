@@ -61,7 +61,6 @@ def _check_tokens(x: Tensor, dim: int, max_len: int, offset: int) -> None:
 class SinusoidalPosition(nn.Module):
     """Fixed sinusoidal encoding added to the tokens (no parameters)."""
 
-
     def __init__(self, dim: int, max_len: int = 4096, base: float = 10000.0) -> None:
         super().__init__()
         self.dim, self.max_len = dim, max_len
@@ -78,7 +77,6 @@ class SinusoidalPosition(nn.Module):
 
 class LearnedPosition(nn.Module):
     """A learned vector per position (GPT-2, BERT, ViT)."""
-
 
     def __init__(self, dim: int, max_len: int, init_std: float = 0.02) -> None:
         super().__init__()
@@ -116,7 +114,6 @@ class SinCos2DPosition(nn.Module):
     """Fixed 2-D sin-cos encoding added to patch tokens (B, n_prefix + h*w, D); the
     ``n_prefix`` leading tokens (a class token) get a zero position vector."""
 
-
     def __init__(self, dim: int, grid: tuple[int, int], n_prefix: int = 0) -> None:
         super().__init__()
         self.dim, self.grid = dim, tuple(grid)
@@ -139,7 +136,6 @@ class FourierFeatures(nn.Module):
     γ(v) = [cos(2π B v), sin(2π B v)] with a fixed B ~ N(0, σ²) of shape (m, c);
     coords (..., c) -> (..., 2m), then optionally a linear map to ``dim``.
     """
-
 
     def __init__(self, in_dim: int, n_features: int = 64, sigma: float = 10.0, dim: int | None = None, seed: int = 0):
         super().__init__()
@@ -165,7 +161,6 @@ class RelativePosition(nn.Module):
     Queries are aligned to the end of the keys (KV cache friendly).
     """
 
-
     def __init__(self, head_dim: int, max_distance: int = 16) -> None:
         super().__init__()
         self.head_dim, self.max_distance = head_dim, max_distance
@@ -186,7 +181,6 @@ class RelativePosition(nn.Module):
 class RotaryEmbedding(nn.Module):
     """RoPE (Su et al.): rotate each pair of dimensions (x_i, x_{i+d/2}) of queries and
     keys by the angle pos·θ_i, θ_i = base^(-2i/d). Then q_m · k_n depends only on m - n."""
-
 
     def __init__(self, head_dim: int, base: float = 10000.0) -> None:
         super().__init__()
@@ -223,7 +217,6 @@ def alibi_slopes(n_heads: int) -> Tensor:
 class ALiBi(nn.Module):
     """Attention with linear biases: score_ij -= slope_h · |i - j|. (H, Tq, Tk)."""
 
-
     def __init__(self, n_heads: int) -> None:
         super().__init__()
         self.register_buffer("slopes", alibi_slopes(n_heads), persistent=False)
@@ -243,7 +236,6 @@ class PEG(nn.Module):
     a k×k kernel (zero padding gives the position cue), and added back. Extra leading
     tokens (a class token) pass through unchanged.
     """
-
 
     def __init__(self, dim: int, kernel_size: int = 3) -> None:
         super().__init__()

@@ -69,6 +69,7 @@ def layer_step(kind: str, d: int, t: int):
             out = m(x, need_weights=need)
             out = out[0] if need else out
             out.sum().backward()
+
     return step
 
 
@@ -98,8 +99,15 @@ def long_fast_path(lengths) -> list[dict]:
         step()
         ms = time_it(step, warmup=0, repeat=2) * 1e3
         mem = peak_extra_bytes(step) / 2**20
-        rows.append({"T": t, "fast ms": ms, "fast MiB": mem, "MiB per 1k tokens": mem / (t / 1024),
-                     "T×T fp32 matrix MiB": t * t * 4 / 2**20})
+        rows.append(
+            {
+                "T": t,
+                "fast ms": ms,
+                "fast MiB": mem,
+                "MiB per 1k tokens": mem / (t / 1024),
+                "T×T fp32 matrix MiB": t * t * 4 / 2**20,
+            }
+        )
     return rows
 
 
@@ -122,8 +130,11 @@ def table1(ns, ds, batch, repeat) -> list[dict]:
         m, x = nn.Conv1d(d, d, 3, padding=1), torch.randn(batch, d, n)
         return lambda: m(x)
 
-    layers = {"self-attention": (attn, "O(n²·d)", 2, 1), "recurrent": (rnn, "O(n·d²)", 1, 2),
-              "convolution k=3": (conv, "O(k·n·d²)", 1, 2)}
+    layers = {
+        "self-attention": (attn, "O(n²·d)", 2, 1),
+        "recurrent": (rnn, "O(n·d²)", 1, 2),
+        "convolution k=3": (conv, "O(k·n·d²)", 1, 2),
+    }
     rows = []
     with torch.no_grad():
         for name, (make, big_o, en, ed) in layers.items():
@@ -132,8 +143,14 @@ def table1(ns, ds, batch, repeat) -> list[dict]:
             td = [time_it(make(n0, d), warmup=1, repeat=repeat) for d in ds]
             row = {"layer": name, "table": big_o}
             row.update({f"n={n} ms": t * 1e3 for n, t in zip(ns, tn)})
-            row.update({"n exponent (fit)": fit_exponent(ns, tn), "n exponent (table)": en,
-                        "d exponent (fit)": fit_exponent(ds, td), "d exponent (table)": ed})
+            row.update(
+                {
+                    "n exponent (fit)": fit_exponent(ns, tn),
+                    "n exponent (table)": en,
+                    "d exponent (fit)": fit_exponent(ds, td),
+                    "d exponent (table)": ed,
+                }
+            )
             rows.append(row)
     return rows
 

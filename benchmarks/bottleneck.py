@@ -27,8 +27,15 @@ def main() -> None:
     args = ap.parse_args()
     lengths = [int(x) for x in args.lengths.split(",")]
     res = run(lengths, args.steps, args.batch_size, Path(tempfile.mkdtemp(prefix="attnlab-bottleneck-")))
-    rows = [{"model": n, **{f"len {k}": v for k, v in r["accuracy"].items()}, "train s": r["seconds"],
-             "params": r["parameters"]} for n, r in res.items()]
+    rows = [
+        {
+            "model": n,
+            **{f"len {k}": v for k, v in r["accuracy"].items()},
+            "train s": r["seconds"],
+            "params": r["parameters"],
+        }
+        for n, r in res.items()
+    ]
     print_table(rows, list(rows[0]))
     plot(res, Path(args.out))
     print(f"\nplot: {args.out}")

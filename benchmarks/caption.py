@@ -36,11 +36,16 @@ def extra_options(text: str) -> dict:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--archs", default="rnn,rnn-attention,transformer")
-    ap.add_argument("--extra", default="", help="more options for every `attnlab train caption` (e.g. '--max-iters 600')")
+    ap.add_argument(
+        "--extra", default="", help="more options for every `attnlab train caption` (e.g. '--max-iters 600')"
+    )
     ap.add_argument("--json", default=None)
     ap.add_argument("--plot", default=str(FIGURES / "caption_objects.png"))
-    ap.add_argument("--figure", default=str(FIGURES / "caption_attention.png"),
-                    help="per-word attention of the rnn-attention model on one held-out scene")
+    ap.add_argument(
+        "--figure",
+        default=str(FIGURES / "caption_attention.png"),
+        help="per-word attention of the rnn-attention model on one held-out scene",
+    )
     args = ap.parse_args()
     root = Path(tempfile.mkdtemp(prefix="attnlab-caption-"))
     rows, results = [], {}
@@ -53,11 +58,18 @@ def main() -> None:
         res["train_s"] = seconds
         results[arch] = res
         by = res["by_objects"]
-        rows.append({"arch": arch, "train s": seconds, "BLEU-4": res["bleu"][3], "exact": res["exact"],
-                     **{f"exact {k} obj": v["exact"] for k, v in by.items()},
-                     **{f"BLEU-4 {k} obj": v["bleu4"] for k, v in by.items()},
-                     "pointing": res["pointing"] if res["pointing"] is not None else "-",
-                     **{f"pointing {k}": v for k, v in (res["pointing_by_word"] or {}).items()}})
+        rows.append(
+            {
+                "arch": arch,
+                "train s": seconds,
+                "BLEU-4": res["bleu"][3],
+                "exact": res["exact"],
+                **{f"exact {k} obj": v["exact"] for k, v in by.items()},
+                **{f"BLEU-4 {k} obj": v["bleu4"] for k, v in by.items()},
+                "pointing": res["pointing"] if res["pointing"] is not None else "-",
+                **{f"pointing {k}": v for k, v in (res["pointing_by_word"] or {}).items()},
+            }
+        )
         if arch == "rnn-attention" and args.figure:
             from attnlab.data.captions import make_scenes
             from PIL import Image
@@ -68,9 +80,14 @@ def main() -> None:
             attnlab.load(out).inspect("caption", args.figure, image=str(img))
     print_table(rows, list(dict.fromkeys(k for r in rows for k in r)))
     counts = sorted({int(k) for r in results.values() for k in r["by_objects"]})
-    line_plot_png(counts, {a: [r["by_objects"][str(k)]["exact"] for k in counts] for a, r in results.items()},
-                  Path(args.plot), xlabel="objects in the scene", ylabel="exact captions (held-out scenes)",
-                  title="captioning: attention keeps up as scenes get busier")
+    line_plot_png(
+        counts,
+        {a: [r["by_objects"][str(k)]["exact"] for k in counts] for a, r in results.items()},
+        Path(args.plot),
+        xlabel="objects in the scene",
+        ylabel="exact captions (held-out scenes)",
+        title="captioning: attention keeps up as scenes get busier",
+    )
     print(f"\nplot: {args.plot}")
     save_json(results, args.json)
 

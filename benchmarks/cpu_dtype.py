@@ -31,6 +31,7 @@ from attnlab.training.devices import CPU_BF16_MIN_SPEEDUP, auto_cpu_dtype, cpu_h
 
 def shapes():
     """(name, model, make_batch, loss_fn, items per step)."""
+
     def gpt(name, n_layer, n_head, n_embd, block, batch, vocab=65):
         cfg = GPTConfig(vocab_size=vocab, context=block, layers=n_layer, heads=n_head, dim=n_embd)
         x = torch.randint(0, vocab, (batch, block))
@@ -48,8 +49,13 @@ def shapes():
         src = torch.randint(3, vocab, (batch, length))
         tgt = torch.randint(3, vocab, (batch, length + 1))
         mask = torch.ones(batch, length, dtype=torch.bool)
-        return (name, Transformer(cfg), (src, tgt[:, :-1], mask),
-                lambda out: F.cross_entropy(out.float().flatten(0, 1), tgt[:, 1:].flatten()), batch * length)
+        return (
+            name,
+            Transformer(cfg),
+            (src, tgt[:, :-1], mask),
+            lambda out: F.cross_entropy(out.float().flatten(0, 1), tgt[:, 1:].flatten()),
+            batch * length,
+        )
 
     yield gpt("gpt nanoGPT-cpu 4/4/128 ctx64 b12 (shakespeare-cpu, the default)", 4, 4, 128, 64, 12)
     yield gpt("gpt 4/4/192 ctx128 b12", 4, 4, 192, 128, 12)
@@ -91,10 +97,19 @@ def main() -> None:
             t16.append(time_it(step_fn(model, inputs, loss_fn, torch.bfloat16), warmup=2, repeat=args.repeat))
         a, b = items / min(t32), items / min(t16)
         picked, why = auto_cpu_dtype(model, fast)
-        rows.append({"row": name, "width": model_width(model), "fp32 items/s": a, "bf16 items/s": b,
-                     "bf16 / fp32": b / a, "reason": why,
-                     "auto picks": "fp32" if picked is not None else
-                     f"times both: {'bf16' if b / a >= CPU_BF16_MIN_SPEEDUP else 'fp32'} here"})
+        rows.append(
+            {
+                "row": name,
+                "width": model_width(model),
+                "fp32 items/s": a,
+                "bf16 items/s": b,
+                "bf16 / fp32": b / a,
+                "reason": why,
+                "auto picks": "fp32"
+                if picked is not None
+                else f"times both: {'bf16' if b / a >= CPU_BF16_MIN_SPEEDUP else 'fp32'} here",
+            }
+        )
         print(f"  {name}: {b / a:.2f}x", file=sys.stderr, flush=True)
     print_table(rows, ["row", "width", "fp32 items/s", "bf16 items/s", "bf16 / fp32", "auto picks"])
     save_json(rows, args.json)

@@ -43,16 +43,28 @@ def main() -> None:
     rows = []
     s = run(root / "mlm", max_iters=args.pretrain_iters)
     mlm = evaluate(root / "mlm")
-    rows.append({"run": "masked-LM pretraining", "steps": args.pretrain_iters, "train s": s,
-                 "result": f"val masked-token loss {mlm['loss']:.3f}, accuracy {mlm['accuracy_masked']:.3f}"})
+    rows.append(
+        {
+            "run": "masked-LM pretraining",
+            "steps": args.pretrain_iters,
+            "train s": s,
+            "result": f"val masked-token loss {mlm['loss']:.3f}, accuracy {mlm['accuracy_masked']:.3f}",
+        }
+    )
     results = {"mlm": mlm}
     for name, extra in (("classify, from scratch", {}), ("classify, from the pretrained run", {"init": root / "mlm"})):
         out = root / name.split(",")[1].strip().replace(" ", "_")
         s = run(out, task="classify", max_iters=args.classify_iters, eval_interval=100, **extra)
         res = evaluate(out)
         results[name] = res
-        rows.append({"run": name, "steps": args.classify_iters, "train s": s,
-                     "result": f"test accuracy {res['accuracy']:.3f}, macro-F1 {res['macro_f1']:.3f}"})
+        rows.append(
+            {
+                "run": name,
+                "steps": args.classify_iters,
+                "train s": s,
+                "result": f"test accuracy {res['accuracy']:.3f}, macro-F1 {res['macro_f1']:.3f}",
+            }
+        )
     print_table(rows, list(rows[0]))
     save_json(results, args.json)
 

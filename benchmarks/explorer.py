@@ -51,9 +51,12 @@ def long_pages(root: Path) -> dict[str, Path]:
     gpt = GPT(GPTConfig(vocab_size=len(tok.chars), context=1024, layers=4, heads=4, dim=64)).eval()
     vit = ViT(ViTConfig(image_size=128, patch_size=4, in_chans=3, num_classes=10, dim=64, layers=4, heads=4)).eval()
     image = torch.rand(3, 128, 128)
-    return {"GPT, 1,024 tokens, 4 layers × 4 heads": write_page(text_attention(gpt, tok, text), root / "gpt.html", "long"),
-            "ViT, 1,024 patches, 4 layers × 4 heads": write_page(
-                image_attention(vit, image, [0.5] * 3, [0.5] * 3), root / "vit.html", "long")}
+    return {
+        "GPT, 1,024 tokens, 4 layers × 4 heads": write_page(text_attention(gpt, tok, text), root / "gpt.html", "long"),
+        "ViT, 1,024 patches, 4 layers × 4 heads": write_page(
+            image_attention(vit, image, [0.5] * 3, [0.5] * 3), root / "vit.html", "long"
+        ),
+    }
 
 
 def main() -> None:
@@ -70,8 +73,9 @@ def main() -> None:
     root = Path(tempfile.mkdtemp(prefix="attnlab-explorer-"))
     rows = []
     with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=os.environ.get("ATTNLAB_CHROMIUM") or shutil.which("chromium"),
-                                    args=["--no-sandbox"])
+        browser = p.chromium.launch(
+            executable_path=os.environ.get("ATTNLAB_CHROMIUM") or shutil.which("chromium"), args=["--no-sandbox"]
+        )
         for name, html in long_pages(root).items():
             page = browser.new_page(viewport={"width": 1400, "height": 900})
             page.route("**/*", lambda r: r.continue_() if r.request.url.startswith(("file:", "data:")) else r.abort())
@@ -81,7 +85,9 @@ def main() -> None:
             ready = time.perf_counter() - t0
             box = page.locator("#view").bounding_box()
             t0 = time.perf_counter()
-            page.mouse.click(box["x"] + 100, box["y"] + 200) if "ViT" in name else page.mouse.move(box["x"] + 100, box["y"] + 200)
+            page.mouse.click(box["x"] + 100, box["y"] + 200) if "ViT" in name else page.mouse.move(
+                box["x"] + 100, box["y"] + 200
+            )
             page.wait_for_function("document.getElementById('status').dataset.top !== ''")
             hover = time.perf_counter() - t0
             rows.append({"page": name, "file MB": html.stat().st_size / 1e6, "open s": ready, "first hover s": hover})

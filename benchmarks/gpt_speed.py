@@ -39,9 +39,18 @@ def hf_gpt2(cfg: GPTConfig):
 
     act = {"gelu": "gelu", "gelu_tanh": "gelu_pytorch_tanh", "relu": "relu"}[cfg.activation]
     hc = transformers.GPT2Config(
-        vocab_size=cfg.vocab_size, n_positions=cfg.context, n_embd=cfg.dim, n_layer=cfg.layers,
-        n_head=cfg.heads, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, activation_function=act,
-        bos_token_id=0, eos_token_id=0, attn_implementation="sdpa",
+        vocab_size=cfg.vocab_size,
+        n_positions=cfg.context,
+        n_embd=cfg.dim,
+        n_layer=cfg.layers,
+        n_head=cfg.heads,
+        resid_pdrop=0.0,
+        embd_pdrop=0.0,
+        attn_pdrop=0.0,
+        activation_function=act,
+        bos_token_id=0,
+        eos_token_id=0,
+        attn_implementation="sdpa",
     )
     return transformers.GPT2LMHeadModel(hc)
 
@@ -93,9 +102,18 @@ def train_rows(shapes, dtypes, peaks, repeat, do_compile) -> list[dict]:
             # from minute to minute, and a stale peak makes MFU meaningless (even above 1)
             peaks[dtype] = max(peaks[dtype], matmul_peak(dtype))
             dn = str(dtype).replace("torch.", "")
-            rows.append({"row": f"train {name} {dn}", "attnlab": a, "baseline": b, "baseline is": "HF GPT2LMHeadModel",
-                         "ratio": a / b, "unit": "tokens/s", "attnlab MFU": a * fpt / peaks[dtype],
-                         "baseline MFU": b * fpt / peaks[dtype]})
+            rows.append(
+                {
+                    "row": f"train {name} {dn}",
+                    "attnlab": a,
+                    "baseline": b,
+                    "baseline is": "HF GPT2LMHeadModel",
+                    "ratio": a / b,
+                    "unit": "tokens/s",
+                    "attnlab MFU": a * fpt / peaks[dtype],
+                    "baseline MFU": b * fpt / peaks[dtype],
+                }
+            )
             if do_compile:
                 compiled = torch.compile(GPT(cfg))
                 t0 = time.perf_counter()
@@ -105,12 +123,30 @@ def train_rows(shapes, dtypes, peaks, repeat, do_compile) -> list[dict]:
                 # compiled against eager and against HF, eager timed again right after (same machine state)
                 a2 = tokens / time_it(train_step_fn(ours, batch, cfg, dtype, False), warmup=3, repeat=repeat)
                 note = f"first step (compiling) {first:.0f} s"
-                rows.append({"row": f"train {name} {dn} compile", "attnlab": c, "baseline": max(a, a2),
-                             "baseline is": "attnlab eager", "ratio": c / max(a, a2), "unit": "tokens/s",
-                             "attnlab MFU": c * fpt / peaks[dtype], "note": note})
-                rows.append({"row": f"train {name} {dn} compile", "attnlab": c, "baseline": b,
-                             "baseline is": "HF GPT2LMHeadModel", "ratio": c / b, "unit": "tokens/s",
-                             "attnlab MFU": c * fpt / peaks[dtype], "baseline MFU": b * fpt / peaks[dtype]})
+                rows.append(
+                    {
+                        "row": f"train {name} {dn} compile",
+                        "attnlab": c,
+                        "baseline": max(a, a2),
+                        "baseline is": "attnlab eager",
+                        "ratio": c / max(a, a2),
+                        "unit": "tokens/s",
+                        "attnlab MFU": c * fpt / peaks[dtype],
+                        "note": note,
+                    }
+                )
+                rows.append(
+                    {
+                        "row": f"train {name} {dn} compile",
+                        "attnlab": c,
+                        "baseline": b,
+                        "baseline is": "HF GPT2LMHeadModel",
+                        "ratio": c / b,
+                        "unit": "tokens/s",
+                        "attnlab MFU": c * fpt / peaks[dtype],
+                        "baseline MFU": b * fpt / peaks[dtype],
+                    }
+                )
             print(f"  {rows[-1]['row']} done", file=sys.stderr, flush=True)
     return rows
 
@@ -127,8 +163,14 @@ def generation_rows(cfg: GPTConfig, new_tokens: int, prompt_len: int) -> list[di
 
     def run_hf():
         with torch.no_grad():
-            return hf.generate(prompt, max_new_tokens=new_tokens, min_new_tokens=new_tokens, do_sample=False,
-                               pad_token_id=0, use_cache=True)
+            return hf.generate(
+                prompt,
+                max_new_tokens=new_tokens,
+                min_new_tokens=new_tokens,
+                do_sample=False,
+                pad_token_id=0,
+                use_cache=True,
+            )
 
     same = run_ours(True)()[0] == run_hf()[0].tolist()
     t_cache = time_it(run_ours(True), warmup=1, repeat=3)
@@ -144,13 +186,32 @@ def generation_rows(cfg: GPTConfig, new_tokens: int, prompt_len: int) -> list[di
     batched = batched_row(ours, hf, new_tokens // 2, shape)
     return [
         batched,
-        {"row": f"generate {new_tokens} tok, {shape}, bf16 weights", "attnlab": new_tokens / t_bf16, "baseline": b,
-         "baseline is": "HF generate fp32", "ratio": (new_tokens / t_bf16) / b, "unit": "tokens/s",
-         "note": f"same tokens as fp32: {agree}"},
-        {"row": f"generate {new_tokens} tok, {shape}", "attnlab": a, "baseline": b, "baseline is": "HF generate",
-         "ratio": a / b, "unit": "tokens/s", "note": f"same tokens: {same}"},
-        {"row": f"generate {new_tokens} tok, {shape}", "attnlab": a, "baseline": c,
-         "baseline is": "attnlab without KV cache", "ratio": a / c, "unit": "tokens/s"},
+        {
+            "row": f"generate {new_tokens} tok, {shape}, bf16 weights",
+            "attnlab": new_tokens / t_bf16,
+            "baseline": b,
+            "baseline is": "HF generate fp32",
+            "ratio": (new_tokens / t_bf16) / b,
+            "unit": "tokens/s",
+            "note": f"same tokens as fp32: {agree}",
+        },
+        {
+            "row": f"generate {new_tokens} tok, {shape}",
+            "attnlab": a,
+            "baseline": b,
+            "baseline is": "HF generate",
+            "ratio": a / b,
+            "unit": "tokens/s",
+            "note": f"same tokens: {same}",
+        },
+        {
+            "row": f"generate {new_tokens} tok, {shape}",
+            "attnlab": a,
+            "baseline": c,
+            "baseline is": "attnlab without KV cache",
+            "ratio": a / c,
+            "unit": "tokens/s",
+        },
     ]
 
 
@@ -164,24 +225,37 @@ def batched_row(ours, hf, new_tokens: int, shape: str, batch: int = 8) -> dict:
     ids = torch.zeros(batch, width, dtype=torch.long)
     att = torch.zeros(batch, width, dtype=torch.long)
     for i, p in enumerate(prompts):
-        ids[i, width - len(p):], att[i, width - len(p):] = torch.tensor(p), 1
+        ids[i, width - len(p) :], att[i, width - len(p) :] = torch.tensor(p), 1
 
     def run_ours():
         return generate(ours, prompts, new_tokens, temperature=0)
 
     def run_hf():
         with torch.no_grad():
-            out = hf.generate(ids, attention_mask=att, max_new_tokens=new_tokens, min_new_tokens=new_tokens,
-                              do_sample=False, pad_token_id=0, use_cache=True)
+            out = hf.generate(
+                ids,
+                attention_mask=att,
+                max_new_tokens=new_tokens,
+                min_new_tokens=new_tokens,
+                do_sample=False,
+                pad_token_id=0,
+                use_cache=True,
+            )
         return [p + out[i, width:].tolist() for i, p in enumerate(prompts)]
 
     same = sum(a == b for a, b in zip(run_ours(), run_hf()))
     t_ours = time_it(run_ours, warmup=0, repeat=3)
     t_hf = time_it(run_hf, warmup=0, repeat=3)
     a, b = batch * new_tokens / t_ours, batch * new_tokens / t_hf
-    return {"row": f"generate {new_tokens} tok × {batch} prompts (4-32 tokens), {shape}", "attnlab": a,
-            "baseline": b, "baseline is": "HF generate", "ratio": a / b, "unit": "tokens/s",
-            "note": f"same tokens: {same}/{batch}"}
+    return {
+        "row": f"generate {new_tokens} tok × {batch} prompts (4-32 tokens), {shape}",
+        "attnlab": a,
+        "baseline": b,
+        "baseline is": "HF generate",
+        "ratio": a / b,
+        "unit": "tokens/s",
+        "note": f"same tokens: {same}/{batch}",
+    }
 
 
 def _to_hf_state(model: GPT) -> dict:
@@ -208,20 +282,29 @@ def main() -> None:
     dtypes = [torch.float32] + ([torch.bfloat16] if cpu_has_fast_bf16() else [])
     peaks = {dt: matmul_peak(dt) for dt in dtypes}
     for dt, p in peaks.items():
-        print(f"measured matmul peak {str(dt).replace('torch.', '')}: {p / 1e9:.0f} GFLOP/s "
-              f"({torch.get_num_threads()} threads)")
+        print(
+            f"measured matmul peak {str(dt).replace('torch.', '')}: {p / 1e9:.0f} GFLOP/s "
+            f"({torch.get_num_threads()} threads)"
+        )
     shapes = [("4/4/128 T=64 B=12", GPTConfig(vocab_size=65, context=64, layers=4, heads=4, dim=128), 12)]
     if not args.quick:
-        shapes.append(("6/6/384 T=256 B=16",
-                       GPTConfig(vocab_size=65, context=256, layers=6, heads=6, dim=384), 16))
-    rows = [] if args.generate_only else train_rows(shapes, dtypes, peaks, repeat=3 if args.quick else 8,
-                                                    do_compile=args.compile)
-    gen_cfg = (GPTConfig(vocab_size=50257, context=1024, layers=6, heads=6, dim=384, activation="gelu_tanh")
-               if args.quick else GPTConfig(layers=12, heads=12, dim=768, activation="gelu_tanh"))
+        shapes.append(("6/6/384 T=256 B=16", GPTConfig(vocab_size=65, context=256, layers=6, heads=6, dim=384), 16))
+    rows = (
+        []
+        if args.generate_only
+        else train_rows(shapes, dtypes, peaks, repeat=3 if args.quick else 8, do_compile=args.compile)
+    )
+    gen_cfg = (
+        GPTConfig(vocab_size=50257, context=1024, layers=6, heads=6, dim=384, activation="gelu_tanh")
+        if args.quick
+        else GPTConfig(layers=12, heads=12, dim=768, activation="gelu_tanh")
+    )
     if not args.train_only:
         rows += generation_rows(gen_cfg, 64 if args.quick else 256, 16)
     print()
-    print_table(rows, ["row", "unit", "attnlab", "baseline", "baseline is", "ratio", "attnlab MFU", "baseline MFU", "note"])
+    print_table(
+        rows, ["row", "unit", "attnlab", "baseline", "baseline is", "ratio", "attnlab MFU", "baseline MFU", "note"]
+    )
     save_json(rows, args.json)
 
 

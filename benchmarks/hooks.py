@@ -69,8 +69,10 @@ def main() -> None:
     with model.caching("*.attn.hook_pattern"):
         cached = median_ms(train_step, 9)
     plain = median_ms(train_step, 9)
-    print(f"train step with every attention pattern cached (reference path): {cached:.1f} ms vs {plain:.1f} ms "
-          f"fused: {cached / plain:.2f}x")
+    print(
+        f"train step with every attention pattern cached (reference path): {cached:.1f} ms vs {plain:.1f} ms "
+        f"fused: {cached / plain:.2f}x"
+    )
 
 
 if __name__ == "__main__":

@@ -19,8 +19,22 @@ import time
 from pathlib import Path
 
 MODELS = {
-    "transformer": ["--dim", "256", "--heads", "8", "--enc-layers", "3", "--dec-layers", "3", "--ff-dim", "512",
-                    "--dropout", "0.1", "--lr", "7e-4"],
+    "transformer": [
+        "--dim",
+        "256",
+        "--heads",
+        "8",
+        "--enc-layers",
+        "3",
+        "--dec-layers",
+        "3",
+        "--ff-dim",
+        "512",
+        "--dropout",
+        "0.1",
+        "--lr",
+        "7e-4",
+    ],
     # A GRU encoder-decoder with Bahdanau's deep output (a maxout readout before the 8000-way softmax);
     # 256 wide and batch 128 so that ~10 epochs fit into the hour on 2 cores.
     "rnn-attention": ["--emb-dim", "256", "--hidden", "256", "--readout", "256", "--dropout", "0.3", "--lr", "1e-3"],
@@ -39,23 +53,72 @@ def main() -> None:
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
     out = Path(args.out or tempfile.mkdtemp(prefix=f"attnlab-m30k-{args.arch}-"))
-    cmd = [sys.executable, "-m", "attnlab", "train", "seq2seq", "--data", "multi30k", "--src", "de", "--tgt", "en",
-           "--arch", args.arch, "--vocab-size", "8000", "--max-iters", str(args.iters),
-           "--batch-size", str(args.batch_size or BATCH[args.arch]), "--warmup-iters", str(args.warmup),
-           "--eval-interval", "1000", "--eval-iters", "10", "--label-smoothing", "0.1", "--out", str(out),
-           "--no-progress", *MODELS[args.arch]]
+    cmd = [
+        sys.executable,
+        "-m",
+        "attnlab",
+        "train",
+        "seq2seq",
+        "--data",
+        "multi30k",
+        "--src",
+        "de",
+        "--tgt",
+        "en",
+        "--arch",
+        args.arch,
+        "--vocab-size",
+        "8000",
+        "--max-iters",
+        str(args.iters),
+        "--batch-size",
+        str(args.batch_size or BATCH[args.arch]),
+        "--warmup-iters",
+        str(args.warmup),
+        "--eval-interval",
+        "1000",
+        "--eval-iters",
+        "10",
+        "--label-smoothing",
+        "0.1",
+        "--out",
+        str(out),
+        "--no-progress",
+        *MODELS[args.arch],
+    ]
     t0 = time.perf_counter()
     subprocess.run(cmd, check=True)
     wall = time.perf_counter() - t0
-    r = subprocess.run([sys.executable, "-m", "attnlab", "eval", "--ckpt", str(out), "--json", "--beam",
-                        str(args.beam), "--batch-size", "64"], check=True, capture_output=True, text=True)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "attnlab",
+            "eval",
+            "--ckpt",
+            str(out),
+            "--json",
+            "--beam",
+            str(args.beam),
+            "--batch-size",
+            "64",
+        ],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
     res = json.loads(r.stdout.strip().splitlines()[-1])
-    rates = [m["items_per_s"] for m in map(json.loads, (out / "metrics.jsonl").read_text().splitlines())
-             if "items_per_s" in m]
+    rates = [
+        m["items_per_s"]
+        for m in map(json.loads, (out / "metrics.jsonl").read_text().splitlines())
+        if "items_per_s" in m
+    ]
     print("| arch | iters | train min | target tokens/s | test BLEU | perplexity | beam | sentences/s | signature |")
     print("|---|---|---|---|---|---|---|---|---|")
-    print(f"| {args.arch} | {args.iters} | {wall / 60:.1f} | {statistics.median(rates):,.0f} | {res['bleu']:.2f} "
-          f"| {res['perplexity']:.2f} | {args.beam} | {res['sentences_per_s']:.1f} | {res['bleu_signature']} |")
+    print(
+        f"| {args.arch} | {args.iters} | {wall / 60:.1f} | {statistics.median(rates):,.0f} | {res['bleu']:.2f} "
+        f"| {res['perplexity']:.2f} | {args.beam} | {res['sentences_per_s']:.1f} | {res['bleu_signature']} |"
+    )
 
 
 if __name__ == "__main__":

@@ -22,7 +22,30 @@ def train_tiny_gpt(main, tmp_path):
     corpus = tmp_path / "c.txt"
     corpus.write_text("abc def ghi " * 200)
     run = tmp_path / "gpt"
-    assert main(["train", "gpt", "--data", str(corpus), "--out", str(run), "--preset", "nano", "--block-size", "8",
-                 "--max-iters", "2", "--eval-interval", "2", "--eval-iters", "1", "--no-progress",
-                 "--sample-chars", "0"]) == 0
+    assert (
+        main(
+            [
+                "train",
+                "gpt",
+                "--data",
+                str(corpus),
+                "--out",
+                str(run),
+                "--preset",
+                "nano",
+                "--block-size",
+                "8",
+                "--max-iters",
+                "2",
+                "--eval-interval",
+                "2",
+                "--eval-iters",
+                "1",
+                "--no-progress",
+                "--sample-chars",
+                "0",
+            ]
+        )
+        == 0
+    )
     return run

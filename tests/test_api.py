@@ -90,9 +90,15 @@ def test_image_text_and_translation_verbs(tmp_path, monkeypatch):
 
 def test_bad_options_are_one_line_attnlab_errors(tmp_path):
     out = tmp_path / "never"
-    cases = [(dict(lr=float("nan")), "--lr"), (dict(preset="huge"), "choose one of"), (dict(max_iters="x"), "not an integer"),
-             (dict(bogus=1), "no option 'bogus'"), (dict(max_iters=True), "must be int"),
-             (dict(tokenizer="xx"), "choose one of"), (dict(lr=-1.0), "lr")]
+    cases = [
+        (dict(lr=float("nan")), "--lr"),
+        (dict(preset="huge"), "choose one of"),
+        (dict(max_iters="x"), "not an integer"),
+        (dict(bogus=1), "no option 'bogus'"),
+        (dict(max_iters=True), "must be int"),
+        (dict(tokenizer="xx"), "choose one of"),
+        (dict(lr=-1.0), "lr"),
+    ]
     for kw, words in cases:
         with pytest.raises(AttnlabError) as e:
             attnlab.train("gpt", out=out, **kw)

@@ -12,8 +12,14 @@ shapes = st.tuples(st.integers(1, 3), st.integers(1, 3), st.integers(1, 9), st.i
 
 
 @settings(max_examples=60, deadline=None)
-@given(shape=shapes, causal=st.booleans(), use_mask=st.booleans(), use_bias=st.booleans(),
-       dtype=st.sampled_from([torch.float32, torch.bfloat16]), seed=st.integers(0, 2**16))
+@given(
+    shape=shapes,
+    causal=st.booleans(),
+    use_mask=st.booleans(),
+    use_bias=st.booleans(),
+    dtype=st.sampled_from([torch.float32, torch.bfloat16]),
+    seed=st.integers(0, 2**16),
+)
 def test_fast_path_equals_reference_and_weights_are_distributions(shape, causal, use_mask, use_bias, dtype, seed):
     b, h, t_q, t_k, d = shape
     g = torch.Generator().manual_seed(seed)
@@ -56,4 +62,3 @@ def test_matches_torch_sdpa_without_masks(shape, seed):
     _, w = scaled_dot_product_attention(q, k, v, return_weights=True)
     assert torch.allclose(scaled_dot_product_attention(q, k, v), expected, atol=1e-5)
     assert torch.allclose(w, torch.softmax(q @ k.transpose(-2, -1) / d**0.5, -1), atol=1e-6)
-

@@ -12,13 +12,65 @@ from attnlab.cli import main
 from helpers import train_tiny_gpt
 
 TEXT = "To be, or not to be, that is the question.\n" * 150
-GPT_FAST = ["--preset", "nano", "--block-size", "16", "--max-iters", "2", "--eval-interval", "2", "--eval-iters", "1",
-            "--no-progress", "--sample-chars", "0"]
-S2S_FAST = ["--data", "copy", "--min-length", "3", "--max-length", "5", "--dim", "32", "--heads", "2",
-            "--enc-layers", "1", "--dec-layers", "1", "--ff-dim", "32", "--max-iters", "2", "--eval-interval", "2",
-            "--eval-iters", "1", "--batch-size", "4", "--no-progress"]
-VIT_FAST = ["--dim", "16", "--depth", "1", "--heads", "2", "--max-iters", "2", "--eval-interval", "2",
-            "--eval-iters", "1", "--batch-size", "8", "--no-progress"]
+GPT_FAST = [
+    "--preset",
+    "nano",
+    "--block-size",
+    "16",
+    "--max-iters",
+    "2",
+    "--eval-interval",
+    "2",
+    "--eval-iters",
+    "1",
+    "--no-progress",
+    "--sample-chars",
+    "0",
+]
+S2S_FAST = [
+    "--data",
+    "copy",
+    "--min-length",
+    "3",
+    "--max-length",
+    "5",
+    "--dim",
+    "32",
+    "--heads",
+    "2",
+    "--enc-layers",
+    "1",
+    "--dec-layers",
+    "1",
+    "--ff-dim",
+    "32",
+    "--max-iters",
+    "2",
+    "--eval-interval",
+    "2",
+    "--eval-iters",
+    "1",
+    "--batch-size",
+    "4",
+    "--no-progress",
+]
+VIT_FAST = [
+    "--dim",
+    "16",
+    "--depth",
+    "1",
+    "--heads",
+    "2",
+    "--max-iters",
+    "2",
+    "--eval-interval",
+    "2",
+    "--eval-iters",
+    "1",
+    "--batch-size",
+    "8",
+    "--no-progress",
+]
 
 
 def one_line_error(capsys, argv) -> str:
@@ -48,15 +100,27 @@ def _snapshot(folder):
 
 # -- option values ---------------------------------------------------------------------------
 TRAIN_GPT_BAD = [
-    (["--max-iters", "0"], "max-iters"), (["--max-iters", "-5"], "max-iters"), (["--batch-size", "-2"], "batch-size"),
-    (["--batch-size", "0"], "batch-size"), (["--lr", "0"], "--lr"), (["--lr=-1e-3"], "--lr"),
+    (["--max-iters", "0"], "max-iters"),
+    (["--max-iters", "-5"], "max-iters"),
+    (["--batch-size", "-2"], "batch-size"),
+    (["--batch-size", "0"], "batch-size"),
+    (["--lr", "0"], "--lr"),
+    (["--lr=-1e-3"], "--lr"),
     (["--lr", "nan"], "--lr"),
-    (["--block-size", "0"], "block_size"), (["--grad-accum", "0"], "grad-accum"),
-    (["--eval-interval", "0"], "eval-interval"), (["--log-interval", "0"], "log-interval"),
-    (["--eval-iters", "0"], "eval-iters"), (["--vocab-size", "0", "--tokenizer", "bpe"], "vocab-size"),
-    (["--n-embd", "30", "--n-head", "4"], "not divisible"), (["--device", "tpu"], "--device"),
-    (["--dtype", "fp16"], "--dtype"), (["--warmup-iters", "-1"], "warmup-iters"), (["--beta2", "1.5"], "beta2"),
-    (["--position", "spiral"], "position"), (["--preset", "huge"], "--preset"), (["--max-iters", "ten"], "max-iters"),
+    (["--block-size", "0"], "block_size"),
+    (["--grad-accum", "0"], "grad-accum"),
+    (["--eval-interval", "0"], "eval-interval"),
+    (["--log-interval", "0"], "log-interval"),
+    (["--eval-iters", "0"], "eval-iters"),
+    (["--vocab-size", "0", "--tokenizer", "bpe"], "vocab-size"),
+    (["--n-embd", "30", "--n-head", "4"], "not divisible"),
+    (["--device", "tpu"], "--device"),
+    (["--dtype", "fp16"], "--dtype"),
+    (["--warmup-iters", "-1"], "warmup-iters"),
+    (["--beta2", "1.5"], "beta2"),
+    (["--position", "spiral"], "position"),
+    (["--preset", "huge"], "--preset"),
+    (["--max-iters", "ten"], "max-iters"),
 ]
 
 
@@ -73,9 +137,14 @@ def test_bad_train_gpt_options_write_nothing(tmp_path, capsys, extra, expected):
 def test_bad_sample_options(runs, capsys):
     ckpt = ["sample", "--ckpt", str(runs["gpt"])]
     for extra, expected in [
-        (["--top-k", "-3"], "top-k"), (["--top-p", "0"], "top-p"), (["--top-p", "1.5"], "top-p"),
-        (["--temperature", "-1"], "temperature"), (["--num-samples", "0"], "num-samples"),
-        (["--max-new-tokens", "0"], "max-new-tokens"), (["--device", "tpu"], "device"), (["--stop", ""], "--stop"),
+        (["--top-k", "-3"], "top-k"),
+        (["--top-p", "0"], "top-p"),
+        (["--top-p", "1.5"], "top-p"),
+        (["--temperature", "-1"], "temperature"),
+        (["--num-samples", "0"], "num-samples"),
+        (["--max-new-tokens", "0"], "max-new-tokens"),
+        (["--device", "tpu"], "device"),
+        (["--stop", ""], "--stop"),
     ]:
         assert expected in one_line_error(capsys, [*ckpt, *extra]), extra
 
@@ -111,9 +180,11 @@ def test_translate_empty_input_and_bad_file(runs, tmp_path, capsys, monkeypatch)
 def test_seq2seq_options(tmp_path, capsys):
     out = tmp_path / "r"
     assert "larger than --max-length" in one_line_error(
-        capsys, ["train", "seq2seq", "--out", str(out), *S2S_FAST, "--min-length", "10", "--max-length", "2"])
+        capsys, ["train", "seq2seq", "--out", str(out), *S2S_FAST, "--min-length", "10", "--max-length", "2"]
+    )
     assert "has no option --cell" in one_line_error(
-        capsys, ["train", "seq2seq", "--out", str(out), *S2S_FAST, "--cell", "lstm"])
+        capsys, ["train", "seq2seq", "--out", str(out), *S2S_FAST, "--cell", "lstm"]
+    )
     assert not out.exists()
 
 
@@ -133,14 +204,17 @@ def _ckpt_copy(runs, tmp_path, name="gpt"):
     return dst
 
 
-@pytest.mark.parametrize("config_text, expected", [
-    ("{not json", "unreadable or corrupt"),
-    ("[1, 2, 3]", "JSON list"),
-    ('{"attnlab_version": "0", "model_type": "gpt", "model": {"n_layer": "four"}}', "layers (n_layer) must be int"),
-    ('{"attnlab_version": "0", "model_type": "gpt", "model": {"n_lyer": 2}}', "unknown GPTConfig fields"),
-    ('{"attnlab_version": "0", "model_type": "gpt", "model": {"vocab_size": 1000000000000}}', "vocab_size must be"),
-    ('{"attnlab_version": "0", "model_type": "gpt", "model": [1]}', "must be a JSON object"),
-])
+@pytest.mark.parametrize(
+    "config_text, expected",
+    [
+        ("{not json", "unreadable or corrupt"),
+        ("[1, 2, 3]", "JSON list"),
+        ('{"attnlab_version": "0", "model_type": "gpt", "model": {"n_layer": "four"}}', "layers (n_layer) must be int"),
+        ('{"attnlab_version": "0", "model_type": "gpt", "model": {"n_lyer": 2}}', "unknown GPTConfig fields"),
+        ('{"attnlab_version": "0", "model_type": "gpt", "model": {"vocab_size": 1000000000000}}', "vocab_size must be"),
+        ('{"attnlab_version": "0", "model_type": "gpt", "model": [1]}', "must be a JSON object"),
+    ],
+)
 def test_corrupt_config_json(runs, tmp_path, capsys, config_text, expected):
     ckpt = _ckpt_copy(runs, tmp_path)
     (ckpt / "config.json").write_text(config_text)
@@ -176,8 +250,9 @@ def test_weights_that_are_empty_truncated_mismatched_or_nan(runs, tmp_path, caps
 def test_pickled_huggingface_weights_are_refused_in_one_line(tmp_path, capsys):
     hf = tmp_path / "hf"
     hf.mkdir()
-    (hf / "config.json").write_text(json.dumps({"model_type": "gpt2", "n_layer": 1, "n_head": 2, "n_embd": 8,
-                                                "vocab_size": 10, "n_positions": 8}))
+    (hf / "config.json").write_text(
+        json.dumps({"model_type": "gpt2", "n_layer": 1, "n_head": 2, "n_embd": 8, "vocab_size": 10, "n_positions": 8})
+    )
     import os
 
     import torch
@@ -192,32 +267,47 @@ def test_out_that_is_a_file(tmp_path, capsys):
     corpus.write_text(TEXT)
     f = tmp_path / "file"
     f.write_text("mine")
-    assert "is an existing file" in one_line_error(capsys, ["train", "gpt", "--data", str(corpus), "--out", str(f),
-                                                            *GPT_FAST])
+    assert "is an existing file" in one_line_error(
+        capsys, ["train", "gpt", "--data", str(corpus), "--out", str(f), *GPT_FAST]
+    )
     assert f.read_text() == "mine"
 
 
 # -- data ------------------------------------------------------------------------------------
 def test_image_inputs(runs, tmp_path, capsys):
     vit = str(runs["vit"])
-    assert "does not exist" in one_line_error(capsys, ["inspect", "attention", "--ckpt", vit, "--image",
-                                                     str(tmp_path / "none.png"), "--out", str(tmp_path / "a.png")])
+    assert "does not exist" in one_line_error(
+        capsys,
+        [
+            "inspect",
+            "attention",
+            "--ckpt",
+            vit,
+            "--image",
+            str(tmp_path / "none.png"),
+            "--out",
+            str(tmp_path / "a.png"),
+        ],
+    )
     assert "is a folder" in one_line_error(capsys, ["predict", "--ckpt", vit, str(tmp_path)])
     empty = tmp_path / "empty_classes"
     (empty / "a").mkdir(parents=True)
     (empty / "b").mkdir()
-    assert "no images" in one_line_error(capsys, ["train", "vit", "--data", str(empty), "--out",
-                                                  str(tmp_path / "r1"), *VIT_FAST])
+    assert "no images" in one_line_error(
+        capsys, ["train", "vit", "--data", str(empty), "--out", str(tmp_path / "r1"), *VIT_FAST]
+    )
     broken = tmp_path / "broken"
     for c in "ab":
         (broken / c).mkdir(parents=True)
         for i in range(3):
             Image.fromarray(np.full((8, 8), 40 * i, np.uint8), mode="L").save(broken / c / f"{i}.png")
     (broken / "a" / "bad.png").write_bytes(b"not a png")
-    assert "bad.png" in one_line_error(capsys, ["train", "vit", "--data", str(broken), "--out",
-                                                str(tmp_path / "r2"), *VIT_FAST])
-    assert "8x8" in one_line_error(capsys, ["train", "vit", "--out", str(tmp_path / "r3"), *VIT_FAST,
-                                            "--image-size", "16"])
+    assert "bad.png" in one_line_error(
+        capsys, ["train", "vit", "--data", str(broken), "--out", str(tmp_path / "r2"), *VIT_FAST]
+    )
+    assert "8x8" in one_line_error(
+        capsys, ["train", "vit", "--out", str(tmp_path / "r3"), *VIT_FAST, "--image-size", "16"]
+    )
 
 
 def test_eval_refuses_data_with_other_classes(runs, tmp_path, capsys):

@@ -8,7 +8,9 @@ from attnlab.cli import main
 
 def test_bench_only_encdec_writes_json_and_markdown(tmp_path, capsys):
     js, md = tmp_path / "bench.json", tmp_path / "bench.md"
-    assert main(["bench", "--quick", "--only", "encdec", "--device", "cpu", "--json", str(js), "--markdown", str(md)]) == 0
+    assert (
+        main(["bench", "--quick", "--only", "encdec", "--device", "cpu", "--json", str(js), "--markdown", str(md)]) == 0
+    )
     rows = json.loads(js.read_text())["rows"]
     assert [r["baseline is"] for r in rows] == ["torch.nn.Transformer"]
     assert rows[0]["attnlab"] > 0 and rows[0]["baseline"] > 0

@@ -17,10 +17,34 @@ from attnlab.inspect.analysis import pointing_hit
 from attnlab.models.caption import CaptionConfig, Captioner, doubly_stochastic_penalty
 
 ARCHS = ["rnn", "rnn-attention", "transformer"]
-TINY = dict(vocab_size=20, image_size=32, widths=(8, 16, 16), patch_size=8, enc_layers=1, dim=32, emb_dim=16,
-            attention_dim=16, layers=1, heads=2, mlp_dim=32, context=12, dropout=0.0)
-FAST = ["--max-iters", "2", "--eval-interval", "2", "--eval-iters", "1", "--batch-size", "4", "--no-progress",
-        "--device", "cpu"]
+TINY = dict(
+    vocab_size=20,
+    image_size=32,
+    widths=(8, 16, 16),
+    patch_size=8,
+    enc_layers=1,
+    dim=32,
+    emb_dim=16,
+    attention_dim=16,
+    layers=1,
+    heads=2,
+    mlp_dim=32,
+    context=12,
+    dropout=0.0,
+)
+FAST = [
+    "--max-iters",
+    "2",
+    "--eval-interval",
+    "2",
+    "--eval-iters",
+    "1",
+    "--batch-size",
+    "4",
+    "--no-progress",
+    "--device",
+    "cpu",
+]
 
 
 def _model(arch, encoder="cnn"):
@@ -43,8 +67,7 @@ def test_attention_rows_sum_to_one_over_the_grid(encoder):
 
 def test_doubly_stochastic_penalty_by_hand():
     # two steps over three cells; the second image's second step is padding and must not count
-    a = torch.tensor([[[0.5, 0.25, 0.25], [0.5, 0.5, 0.0]],
-                      [[1.0, 0.0, 0.0], [0.0, 0.0, 1.0]]])
+    a = torch.tensor([[[0.5, 0.25, 0.25], [0.5, 0.5, 0.0]], [[1.0, 0.0, 0.0], [0.0, 0.0, 1.0]]])
     mask = torch.tensor([[True, True], [True, False]])
     # image 1: column sums 1.0, 0.75, 0.25 -> 0 + 0.0625 + 0.5625 = 0.625
     # image 2: column sums 1, 0, 0 -> 0 + 1 + 1 = 2
@@ -110,7 +133,10 @@ def test_pointing_game_scores_the_words_that_name_each_object():
     from attnlab.data.parallel import Vocab
     from attnlab.recipes.caption import _pointing
 
-    objects = [SceneObject("circle", "red", "small", (0, 0, 10, 10)), SceneObject("square", "blue", "large", (20, 20, 32, 32))]
+    objects = [
+        SceneObject("circle", "red", "small", (0, 0, 10, 10)),
+        SceneObject("square", "blue", "large", (20, 20, 32, 32)),
+    ]
     caption = "a small red circle to the left of a large blue square"
     vocab = Vocab.build([caption], "word")
     ids = vocab.encode(caption)
@@ -134,8 +160,10 @@ def _write_images(folder: Path) -> None:
 def test_tsv_captions_convert_images_and_refuse_bad_lines(tmp_path):
     _write_images(tmp_path / "img")
     tsv = tmp_path / "caps.tsv"
-    tsv.write_text("img/grey.png\ta grey picture\nimg/rgba.png\ta clear one\nimg/tall.jpg\ta tall one\n"
-                   "img/grey.png\tanother grey picture\n")
+    tsv.write_text(
+        "img/grey.png\ta grey picture\nimg/rgba.png\ta clear one\nimg/tall.jpg\ta tall one\n"
+        "img/grey.png\tanother grey picture\n"
+    )
     data = load_captions(str(tsv), image_size=16)
     assert sum(len(x) for x in data.images.values()) >= 3
     assert all(x.shape[1:] == (3, 16, 16) for x in data.images.values())  # grey and RGBA to RGB, any size resized
@@ -161,8 +189,28 @@ def test_coco_mini_set_loads():
 @pytest.fixture(scope="module")
 def caption_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("cap") / "run"
-    assert main(["train", "caption", "--out", str(out), "--train-scenes", "40", "--image-size", "32",
-                 "--dim", "32", "--emb-dim", "16", "--attention-dim", "16", *FAST]) == 0
+    assert (
+        main(
+            [
+                "train",
+                "caption",
+                "--out",
+                str(out),
+                "--train-scenes",
+                "40",
+                "--image-size",
+                "32",
+                "--dim",
+                "32",
+                "--emb-dim",
+                "16",
+                "--attention-dim",
+                "16",
+                *FAST,
+            ]
+        )
+        == 0
+    )
     return out
 
 

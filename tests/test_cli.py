@@ -7,8 +7,23 @@ import pytest
 from attnlab.cli import main
 
 TEXT = "To be, or not to be, that is the question.\n" * 150
-FAST = ["--preset", "nano", "--block-size", "16", "--max-iters", "6", "--eval-interval", "3",
-        "--eval-iters", "2", "--batch-size", "4", "--no-progress", "--sample-chars", "0"]
+FAST = [
+    "--preset",
+    "nano",
+    "--block-size",
+    "16",
+    "--max-iters",
+    "6",
+    "--eval-interval",
+    "3",
+    "--eval-iters",
+    "2",
+    "--batch-size",
+    "4",
+    "--no-progress",
+    "--sample-chars",
+    "0",
+]
 
 
 @pytest.fixture
@@ -23,8 +38,17 @@ def run(tmp_path):
 def test_help_and_version():
     r = subprocess.run([sys.executable, "-m", "attnlab", "--help"], capture_output=True, text=True)
     assert r.returncode == 0 and "train" in r.stdout and "sample" in r.stdout
-    for cmd in (["train", "gpt"], ["train", "vit"], ["train", "seq2seq"], ["sample"], ["eval"], ["translate"],
-                ["predict"], ["inspect"], ["bench"]):
+    for cmd in (
+        ["train", "gpt"],
+        ["train", "vit"],
+        ["train", "seq2seq"],
+        ["sample"],
+        ["eval"],
+        ["translate"],
+        ["predict"],
+        ["inspect"],
+        ["bench"],
+    ):
         assert main([*cmd, "--help"]) == 0
     assert main(["--version"]) == 0
 
@@ -37,16 +61,35 @@ def test_train_sample_eval_resume(run, capsys):
     assert first.startswith("To be") and len(first) > 10
     main(["sample", "--ckpt", str(run), "--prompt", "To be", "--max-new-tokens", "20", "--seed", "1"])
     assert capsys.readouterr().out == first  # reproducible from the seed
-    assert main(["sample", "--ckpt", str(run), "--prompt", "To", "--temperature", "0", "--max-new-tokens", "10",
-                 "--no-cache"]) == 0
+    assert (
+        main(
+            [
+                "sample",
+                "--ckpt",
+                str(run),
+                "--prompt",
+                "To",
+                "--temperature",
+                "0",
+                "--max-new-tokens",
+                "10",
+                "--no-cache",
+            ]
+        )
+        == 0
+    )
     greedy_nocache = capsys.readouterr().out
     main(["sample", "--ckpt", str(run), "--prompt", "To", "--temperature", "0", "--max-new-tokens", "10"])
     assert capsys.readouterr().out == greedy_nocache
     assert main(["eval", "--ckpt", str(run), "--json"]) == 0
     res = json.loads(capsys.readouterr().out)
     assert res["perplexity"] > 1 and res["bits_per_char"] == pytest.approx(res["loss"] / 0.6931, rel=1e-3)
-    assert main(["train", "gpt", "--out", str(run), "--resume", "--max-iters", "9", "--no-progress",
-                 "--sample-chars", "0"]) == 0
+    assert (
+        main(
+            ["train", "gpt", "--out", str(run), "--resume", "--max-iters", "9", "--no-progress", "--sample-chars", "0"]
+        )
+        == 0
+    )
     assert json.loads((run / "last" / "trainer.json").read_text())["step"] == 9
 
 
@@ -81,7 +124,9 @@ def test_bad_prompt_and_checkpoints(run, tmp_path, capsys):
     # never overwrite a run without --resume
     assert "already holds a checkpoint" in _err(capsys, ["train", "gpt", "--out", str(run), *FAST])
     # resume with a different model shape
-    assert "differ from the checkpoint" in _err(capsys, ["train", "gpt", "--out", str(run), "--resume", "--n-layer", "5"])
+    assert "differ from the checkpoint" in _err(
+        capsys, ["train", "gpt", "--out", str(run), "--resume", "--n-layer", "5"]
+    )
     # truncated weights
     w = run / "best" / "model.safetensors"
     good = w.read_bytes()

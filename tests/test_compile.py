@@ -116,10 +116,15 @@ def test_auto_never_compiles_tasks_whose_batches_change_shape(corpus, monkeypatc
 
 def test_the_decision_uses_the_measured_step_time_and_the_steps_left(corpus, monkeypatch):
     seen = []
-    monkeypatch.setattr(T, "pays_off", lambda remaining, seconds, device, dtype: seen.append((remaining, seconds))
-                        or compiling.CompileChoice(False, "off: test"))
+    monkeypatch.setattr(
+        T,
+        "pays_off",
+        lambda remaining, seconds, device, dtype: (
+            seen.append((remaining, seconds)) or compiling.CompileChoice(False, "off: test")
+        ),
+    )
     auto = _setup(corpus, max_iters=12)
     auto.fit()
-    (remaining, seconds), = seen
+    ((remaining, seconds),) = seen
     assert remaining == 12 - (1 + compiling.PROBE_STEPS) and 0 < seconds < 60
     assert auto.compile_reason == "off: test"

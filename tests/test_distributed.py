@@ -12,12 +12,43 @@ TEXT = "It is a truth universally acknowledged, that a single man in possession 
 
 
 def _train(out, corpus, *extra, nproc=1):
-    base = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}"] \
-        if nproc > 1 else [sys.executable]
+    base = (
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}"]
+        if nproc > 1
+        else [sys.executable]
+    )
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    cmd = [*base, "-m", "attnlab", "train", "gpt", "--data", str(corpus), "--out", str(out), "--preset", "nano",
-           "--block-size", "16", "--dropout", "0", "--eval-interval", "3", "--eval-iters", "1", "--lr-decay-iters", "6",
-           "--warmup-iters", "2", "--no-progress", "--sample-chars", "0", "--seed", "7", *extra]
+    cmd = [
+        *base,
+        "-m",
+        "attnlab",
+        "train",
+        "gpt",
+        "--data",
+        str(corpus),
+        "--out",
+        str(out),
+        "--preset",
+        "nano",
+        "--block-size",
+        "16",
+        "--dropout",
+        "0",
+        "--eval-interval",
+        "3",
+        "--eval-iters",
+        "1",
+        "--lr-decay-iters",
+        "6",
+        "--warmup-iters",
+        "2",
+        "--no-progress",
+        "--sample-chars",
+        "0",
+        "--seed",
+        "7",
+        *extra,
+    ]
     r = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
     assert r.returncode == 0, r.stderr[-3000:]
     return load_file(str(out / "last" / "model.safetensors"))

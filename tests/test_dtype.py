@@ -55,8 +55,9 @@ def test_trainer_takes_the_faster_dtype_and_leaves_the_run_untouched(tmp_path, m
         return 1.0 / speedup if dtype == torch.bfloat16 else 1.0
 
     torch.manual_seed(0)
-    model = GPT(GPTConfig(vocab_size=data.tokenizer.vocab_size, block_size=16, n_layer=1, n_head=2,
-                          n_embd=T.CPU_BF16_MIN_WIDTH))
+    model = GPT(
+        GPTConfig(vocab_size=data.tokenizer.vocab_size, block_size=16, n_layer=1, n_head=2, n_embd=T.CPU_BF16_MIN_WIDTH)
+    )
     before = {k: v.clone() for k, v in model.state_dict().items()}
     monkeypatch.setattr(trainer_module, "time_call", fake_time_call)
     cfg = TrainConfig(max_iters=1, batch_size=2, progress=False)
@@ -107,8 +108,16 @@ def test_bf16_training_run_lowers_the_loss_and_saves_fp32_weights(tmp_path):
     data = prepare(str(tmp_path / "c.txt"), tmp_path / "run" / "data")
     torch.manual_seed(0)
     model = GPT(GPTConfig(vocab_size=data.tokenizer.vocab_size, block_size=16, n_layer=1, n_head=2, n_embd=32))
-    cfg = TrainConfig(max_iters=30, batch_size=8, eval_interval=30, eval_iters=2, warmup_iters=2, lr=3e-3,
-                      dtype="bf16", progress=False)
+    cfg = TrainConfig(
+        max_iters=30,
+        batch_size=8,
+        eval_interval=30,
+        eval_iters=2,
+        warmup_iters=2,
+        lr=3e-3,
+        dtype="bf16",
+        progress=False,
+    )
     trainer = Trainer(model, LanguageModelTask(data, 16, 8), cfg, tmp_path / "run")
     assert trainer.dtype == torch.bfloat16
     first = trainer.evaluate()["train"]

@@ -13,8 +13,19 @@ from attnlab.training.tasks import bert_mask
 
 transformers = pytest.importorskip("transformers")
 
-FAST = ["--max-iters", "3", "--eval-interval", "3", "--eval-iters", "1", "--batch-size", "4", "--no-progress",
-        "--device", "cpu"]
+FAST = [
+    "--max-iters",
+    "3",
+    "--eval-interval",
+    "3",
+    "--eval-iters",
+    "1",
+    "--batch-size",
+    "4",
+    "--no-progress",
+    "--device",
+    "cpu",
+]
 SMALL = ["--layers", "1", "--heads", "2", "--dim", "16", "--mlp-dim", "32", "--context", "32", "--vocab-size", "200"]
 
 
@@ -40,9 +51,18 @@ def test_mean_pool_by_hand():
 
 
 def _hf_bert(kind, **extra):
-    cfg = transformers.BertConfig(vocab_size=50, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
-                                  intermediate_size=64, max_position_embeddings=40, type_vocab_size=2,
-                                  hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, **extra)
+    cfg = transformers.BertConfig(
+        vocab_size=50,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=64,
+        max_position_embeddings=40,
+        type_vocab_size=2,
+        hidden_dropout_prob=0.0,
+        attention_probs_dropout_prob=0.0,
+        **extra,
+    )
     torch.manual_seed(0)
     return getattr(transformers, kind)(cfg).eval()
 
@@ -74,14 +94,18 @@ def test_huggingface_bert_both_ways(kind, tmp_path):
         out2 = again(input_ids=ids, attention_mask=mask, token_type_ids=types, output_hidden_states=True)
     assert torch.allclose(out2.hidden_states[-1][real], out.hidden_states[-1][real], atol=1e-4)
     if kind != "BertModel":
-        assert torch.allclose(out2.logits[real] if kind == "BertForMaskedLM" else out2.logits,
-                              out.logits[real] if kind == "BertForMaskedLM" else out.logits, atol=1e-4)
+        assert torch.allclose(
+            out2.logits[real] if kind == "BertForMaskedLM" else out2.logits,
+            out.logits[real] if kind == "BertForMaskedLM" else out.logits,
+            atol=1e-4,
+        )
 
 
 def test_our_encoder_to_huggingface_and_embeddings(tmp_path):
     torch.manual_seed(1)
-    ours = TextEncoder(TextEncoderConfig(vocab_size=60, context=16, layers=2, heads=2, dim=16, mlp_dim=32,
-                                         dropout=0.0)).eval()
+    ours = TextEncoder(
+        TextEncoderConfig(vocab_size=60, context=16, layers=2, heads=2, dim=16, mlp_dim=32, dropout=0.0)
+    ).eval()
     attnlab.export_hf(ours, tmp_path / "hf")
     hf = transformers.BertForMaskedLM.from_pretrained(tmp_path / "hf").eval()
     ids, mask, _ = _batch()
@@ -97,8 +121,11 @@ def test_vit_export_round_trip(tmp_path):
     from attnlab.models import ViT, ViTConfig
 
     torch.manual_seed(0)
-    ours = ViT(ViTConfig(image_size=16, patch_size=4, in_chans=3, num_classes=5, dim=32, layers=2, heads=4,
-                         labels=list("abcde"))).eval()
+    ours = ViT(
+        ViTConfig(
+            image_size=16, patch_size=4, in_chans=3, num_classes=5, dim=32, layers=2, heads=4, labels=list("abcde")
+        )
+    ).eval()
     attnlab.export_hf(ours, tmp_path / "vit")
     hf = transformers.ViTForImageClassification.from_pretrained(tmp_path / "vit").eval()
     x = torch.randn(2, 3, 16, 16)
@@ -118,8 +145,24 @@ def runs(tmp_path_factory):
     rows += [f"a {w} drove down the road\tvehicle" for w in ("car", "bus", "van", "cab")] * 6
     tsv.write_text("\n".join(rows) + "\n")
     assert main(["train", "encoder", "--out", str(root / "mlm"), *SMALL, *FAST]) == 0
-    assert main(["train", "encoder", "--task", "classify", "--data", str(tsv), "--init", str(root / "mlm"),
-                 "--out", str(root / "cls"), *FAST]) == 0
+    assert (
+        main(
+            [
+                "train",
+                "encoder",
+                "--task",
+                "classify",
+                "--data",
+                str(tsv),
+                "--init",
+                str(root / "mlm"),
+                "--out",
+                str(root / "cls"),
+                *FAST,
+            ]
+        )
+        == 0
+    )
     return root, tsv
 
 
@@ -129,15 +172,44 @@ def test_pretrain_then_classify_then_use(runs, capsys, tmp_path):
     assert main(["eval", "--ckpt", str(root / "mlm"), "--json", "--device", "cpu"]) == 0
     res = json.loads(capsys.readouterr().out)
     assert res["masked_tokens"] > 0 and 0 <= res["accuracy_masked"] <= 1
-    assert main(["eval", "--ckpt", str(root / "cls"), "--data", str(tsv), "--json", "--device", "cpu",
-                 "--out", str(tmp_path / "cm.png")]) == 0
+    assert (
+        main(
+            [
+                "eval",
+                "--ckpt",
+                str(root / "cls"),
+                "--data",
+                str(tsv),
+                "--json",
+                "--device",
+                "cpu",
+                "--out",
+                str(tmp_path / "cm.png"),
+            ]
+        )
+        == 0
+    )
     res = json.loads(capsys.readouterr().out)
     assert 0 <= res["accuracy"] <= 1 and 0 <= res["macro_f1"] <= 1 and (tmp_path / "cm.png").stat().st_size > 0
     assert main(["predict", "--ckpt", str(root / "cls"), "the cat sat on the mat", "--device", "cpu"]) == 0
     line = capsys.readouterr().out.strip()
     assert line.split("\t")[0] in ("animal", "vehicle")
-    assert main(["embed", "--ckpt", str(root / "cls"), "one text", "two texts", "--out", str(tmp_path / "e.npy"),
-                 "--device", "cpu"]) == 0
+    assert (
+        main(
+            [
+                "embed",
+                "--ckpt",
+                str(root / "cls"),
+                "one text",
+                "two texts",
+                "--out",
+                str(tmp_path / "e.npy"),
+                "--device",
+                "cpu",
+            ]
+        )
+        == 0
+    )
     assert np.load(tmp_path / "e.npy").shape == (2, 16)
 
 
@@ -146,7 +218,9 @@ def test_encoder_bad_input(runs, capsys, tmp_path):
     capsys.readouterr()
     unlabelled = tmp_path / "u.tsv"
     unlabelled.write_text("just text without a label\n")
-    assert main(["train", "encoder", "--task", "classify", "--data", str(unlabelled), "--out", str(tmp_path / "r")]) == 2
+    assert (
+        main(["train", "encoder", "--task", "classify", "--data", str(unlabelled), "--out", str(tmp_path / "r")]) == 2
+    )
     assert "no label" in capsys.readouterr().err and not (tmp_path / "r").exists()
     other = tmp_path / "other.tsv"
     other.write_text("a plane flew\taircraft\n" * 12)

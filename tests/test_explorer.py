@@ -13,8 +13,10 @@ from attnlab.cli import main
 from attnlab.inspect.explorer import DENSE_MAX, encode_head, write_page
 
 RUNS = Path(__file__).parent / "fixtures" / "runs_v0_1"
-INSTALL = ("install the browser with `apt-get install chromium` (Debian; .ci/run does it as root) and "
-           "`pip install playwright`, or point ATTNLAB_CHROMIUM at a Chromium binary")
+INSTALL = (
+    "install the browser with `apt-get install chromium` (Debian; .ci/run does it as root) and "
+    "`pip install playwright`, or point ATTNLAB_CHROMIUM at a Chromium binary"
+)
 
 
 @pytest.fixture(scope="module")
@@ -135,7 +137,7 @@ def test_image_page(browser, tmp_path):
         page.mouse.click(box["x"] + (c + 0.5) * cell, box["y"] + (r + 0.5) * cell)
         q = data["n_prefix"] + patch
         assert _status(page)["query"] == str(q)
-        assert _top(page)[0] == _argmax(data["attention"][0, 0, q, data["n_prefix"]:])
+        assert _top(page)[0] == _argmax(data["attention"][0, 0, q, data["n_prefix"] :])
     page.click("#cls")
     assert _status(page)["query"] == "0"
     before = _view(page)
@@ -202,8 +204,9 @@ def _serve_in_thread(ckpt):
         started.set()
 
     recipe = checkpoint_recipe(ckpt)
-    threading.Thread(target=serve, args=(attnlab.load(ckpt), recipe.explore_kind, "127.0.0.1", 0, ready),
-                     daemon=True).start()
+    threading.Thread(
+        target=serve, args=(attnlab.load(ckpt), recipe.explore_kind, "127.0.0.1", 0, ready), daemon=True
+    ).start()
     assert started.wait(10)
     return box["server"]
 
@@ -215,6 +218,7 @@ def test_serve_recomputes_and_refuses_other_origins(browser):
     server = _serve_in_thread(str(RUNS / "gpt"))
     port = server.server_address[1]
     try:
+
         def request(method, path, body=None, headers=None):
             c = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
             c.request(method, path, body=body, headers=headers or {})

@@ -20,11 +20,42 @@ TEXT = "It is a truth universally acknowledged, that a single man in possession 
 # 4 layers, 384 wide, one 8-token window per step: ~7M parameters, so each checkpoint (weights +
 # AdamW moments) is ~85 MB and takes longer than a step; a checkpoint at every step, so a good
 # share of the kills land inside a save.
-BIG = ["--n-layer", "4", "--n-head", "4", "--n-embd", "384", "--block-size", "8", "--batch-size", "1",
-       "--eval-interval", "1", "--eval-iters", "1", "--log-interval", "1", "--no-progress", "--sample-chars", "0",
-       "--dtype", "fp32"]
-SMALL = ["--preset", "nano", "--block-size", "16", "--eval-iters", "1", "--no-progress", "--sample-chars", "0",
-         "--dtype", "fp32"]
+BIG = [
+    "--n-layer",
+    "4",
+    "--n-head",
+    "4",
+    "--n-embd",
+    "384",
+    "--block-size",
+    "8",
+    "--batch-size",
+    "1",
+    "--eval-interval",
+    "1",
+    "--eval-iters",
+    "1",
+    "--log-interval",
+    "1",
+    "--no-progress",
+    "--sample-chars",
+    "0",
+    "--dtype",
+    "fp32",
+]
+SMALL = [
+    "--preset",
+    "nano",
+    "--block-size",
+    "16",
+    "--eval-iters",
+    "1",
+    "--no-progress",
+    "--sample-chars",
+    "0",
+    "--dtype",
+    "fp32",
+]
 
 
 def _spawn(out, corpus, *extra):

@@ -82,12 +82,15 @@ def test_sampling_filters():
     assert draws == {3}
     # the frequencies match the renormalised hand-computed distributions
     n = 4000
-    counts = torch.bincount(torch.stack([sample_next(logits, top_k=2, generator=g) for _ in range(n)]).flatten(), minlength=4)
+    counts = torch.bincount(
+        torch.stack([sample_next(logits, top_k=2, generator=g) for _ in range(n)]).flatten(), minlength=4
+    )
     expected = probs[2:] / probs[2:].sum()  # 0.269, 0.731
     assert torch.allclose(counts[2:] / n, expected, atol=0.03)
     t = 2.0
-    counts = torch.bincount(torch.stack([sample_next(logits, temperature=t, generator=g) for _ in range(n)]).flatten(),
-                            minlength=4)
+    counts = torch.bincount(
+        torch.stack([sample_next(logits, temperature=t, generator=g) for _ in range(n)]).flatten(), minlength=4
+    )
     assert torch.allclose(counts / n, (logits[0] / t).softmax(-1), atol=0.03)
     with pytest.raises(ValueError, match="top_p"):
         sample_next(logits, top_p=1.5)

@@ -31,8 +31,17 @@ def hf_pair(tmp_path_factory):
     transformers = pytest.importorskip("transformers")
     import attnlab
 
-    cfg = transformers.GPT2Config(vocab_size=97, n_positions=32, n_embd=48, n_layer=3, n_head=4,
-                                  resid_pdrop=0, embd_pdrop=0, attn_pdrop=0, attn_implementation="eager")
+    cfg = transformers.GPT2Config(
+        vocab_size=97,
+        n_positions=32,
+        n_embd=48,
+        n_layer=3,
+        n_head=4,
+        resid_pdrop=0,
+        embd_pdrop=0,
+        attn_pdrop=0,
+        attn_implementation="eager",
+    )
     torch.manual_seed(1)
     hf = transformers.GPT2LMHeadModel(cfg).eval()
     with torch.no_grad():  # random biases and LayerNorms, so that the mapping of every tensor is tested
@@ -48,8 +57,10 @@ def test_cache_equals_huggingface_hidden_states_and_attentions(hf_pair):
     hf, ours = hf_pair
     idx = torch.randint(0, 97, (2, 19))
     qkv = {}
-    handles = [blk.attn.c_attn.register_forward_hook(lambda m, i, o, li=li: qkv.__setitem__(li, o))
-               for li, blk in enumerate(hf.transformer.h)]
+    handles = [
+        blk.attn.c_attn.register_forward_hook(lambda m, i, o, li=li: qkv.__setitem__(li, o))
+        for li, blk in enumerate(hf.transformer.h)
+    ]
     with torch.no_grad():
         ref = hf(idx, output_hidden_states=True, output_attentions=True)
     for h in handles:
@@ -90,10 +101,20 @@ def test_cache_equals_a_hand_written_forward():
         pre = F.layer_norm(mid, (32,), blk.ln2.weight, blk.ln2.bias, 1e-5) @ blk.mlp.fc.weight.T + blk.mlp.fc.bias
         post = F.gelu(pre)
         mlp_out = post @ blk.mlp.proj.weight.T + blk.mlp.proj.bias
-        expect = {"attn.hook_q": q, "attn.hook_k": k, "attn.hook_v": v, "attn.hook_scores": scores,
-                  "attn.hook_pattern": pattern, "attn.hook_z": z, "hook_attn_out": attn_out, "hook_resid_mid": mid,
-                  "mlp.hook_pre": pre, "mlp.hook_post": post, "hook_mlp_out": mlp_out,
-                  "hook_resid_post": mid + mlp_out}
+        expect = {
+            "attn.hook_q": q,
+            "attn.hook_k": k,
+            "attn.hook_v": v,
+            "attn.hook_scores": scores,
+            "attn.hook_pattern": pattern,
+            "attn.hook_z": z,
+            "hook_attn_out": attn_out,
+            "hook_resid_mid": mid,
+            "mlp.hook_pre": pre,
+            "mlp.hook_post": post,
+            "hook_mlp_out": mlp_out,
+            "hook_resid_post": mid + mlp_out,
+        }
         for name, want in expect.items():
             assert torch.allclose(cache[f"blocks.{li}.{name}"], want, atol=1e-5), name
         x = mid + mlp_out
@@ -180,23 +201,57 @@ def _families():
     src, tgt = torch.randint(3, 40, (2, 7)), torch.randint(3, 40, (2, 5))
     img = torch.randn(2, 1, 8, 8)
     cap_img = torch.randn(2, 3, 16, 16)
-    cap = dict(vocab_size=30, image_size=16, widths=(8, 16), dim=32, emb_dim=16, attention_dim=16, layers=2,
-               heads=2, mlp_dim=32, context=8, dropout=0.0)
+    cap = dict(
+        vocab_size=30,
+        image_size=16,
+        widths=(8, 16),
+        dim=32,
+        emb_dim=16,
+        attention_dim=16,
+        layers=2,
+        heads=2,
+        mlp_dim=32,
+        context=8,
+        dropout=0.0,
+    )
     families = {
         "gpt": (GPT(GPTConfig(vocab_size=40, context=16, layers=2, heads=2, dim=16)), (src,), 2),
         "vit": (ViT(ViTConfig(image_size=8, patch_size=2, in_chans=1, dim=16, layers=2, heads=2)), (img,), 2),
         "cnn": (CNN(CNNConfig(in_chans=1, widths=(4, 8, 8), image_size=8)), (img,), 0),
-        "encoder": (TextEncoder(TextEncoderConfig(vocab_size=40, context=16, layers=2, heads=2, dim=16, mlp_dim=32,
-                                                  dropout=0.0, num_labels=3)), (src, None, None, "classify"), 2),
-        "transformer": (Transformer(TransformerConfig(src_vocab=40, tgt_vocab=40, dim=16, heads=2, enc_layers=2,
-                                                      dec_layers=2, mlp_dim=32, dropout=0.0)), (src, tgt), 6),
-        "rnn-additive": (RNNSeq2Seq(RNNConfig(src_vocab=40, tgt_vocab=40, emb_dim=8, dim=16, dropout=0.0)),
-                         (src, tgt), 1),
-        "rnn-dot": (RNNSeq2Seq(RNNConfig(src_vocab=40, tgt_vocab=40, emb_dim=8, dim=16, dropout=0.0,
-                                         attention="dot")), (src, tgt), 1),
+        "encoder": (
+            TextEncoder(
+                TextEncoderConfig(
+                    vocab_size=40, context=16, layers=2, heads=2, dim=16, mlp_dim=32, dropout=0.0, num_labels=3
+                )
+            ),
+            (src, None, None, "classify"),
+            2,
+        ),
+        "transformer": (
+            Transformer(
+                TransformerConfig(
+                    src_vocab=40, tgt_vocab=40, dim=16, heads=2, enc_layers=2, dec_layers=2, mlp_dim=32, dropout=0.0
+                )
+            ),
+            (src, tgt),
+            6,
+        ),
+        "rnn-additive": (
+            RNNSeq2Seq(RNNConfig(src_vocab=40, tgt_vocab=40, emb_dim=8, dim=16, dropout=0.0)),
+            (src, tgt),
+            1,
+        ),
+        "rnn-dot": (
+            RNNSeq2Seq(RNNConfig(src_vocab=40, tgt_vocab=40, emb_dim=8, dim=16, dropout=0.0, attention="dot")),
+            (src, tgt),
+            1,
+        ),
         "caption-rnn-attention": (Captioner(CaptionConfig(**cap)), (cap_img, tgt[:, :4] % 30), 1),
-        "caption-transformer": (Captioner(CaptionConfig(**cap, arch="transformer", encoder="vit", enc_layers=1)),
-                                (cap_img, tgt[:, :4] % 30), 5),
+        "caption-transformer": (
+            Captioner(CaptionConfig(**cap, arch="transformer", encoder="vit", enc_layers=1)),
+            (cap_img, tgt[:, :4] % 30),
+            5,
+        ),
     }
     with torch.no_grad():  # some heads start at zero (ViT's); random weights make every path matter
         for model, _, _ in families.values():

@@ -9,8 +9,9 @@ from attnlab.models import GPT, GPTConfig  # noqa: E402
 
 
 def _hf_model():
-    cfg = transformers.GPT2Config(vocab_size=101, n_positions=40, n_embd=48, n_layer=3, n_head=4,
-                                  resid_pdrop=0, embd_pdrop=0, attn_pdrop=0)
+    cfg = transformers.GPT2Config(
+        vocab_size=101, n_positions=40, n_embd=48, n_layer=3, n_head=4, resid_pdrop=0, embd_pdrop=0, attn_pdrop=0
+    )
     torch.manual_seed(0)
     m = transformers.GPT2LMHeadModel(cfg).eval()
     with torch.no_grad():  # HF zero-inits biases and sets LN to identity; make them random to test the mapping

@@ -71,7 +71,7 @@ def test_no_circle_of_module_level_imports():
 
     def visit(n):
         if n in stack:
-            raise AssertionError("import circle: " + " -> ".join(stack[stack.index(n):] + [n]))
+            raise AssertionError("import circle: " + " -> ".join(stack[stack.index(n) :] + [n]))
         if n in seen:
             return
         stack.append(n)

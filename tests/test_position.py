@@ -66,6 +66,7 @@ def test_sincos_2d_matches_the_mae_closed_form():
                 expected += [math.cos(coord / 10000 ** (i / quarter)) for i in range(quarter)]
             assert torch.allclose(pe[h, w], torch.tensor(expected), atol=1e-6), (h, w)
 
+
 def test_fourier_features():
     ff = FourierFeatures(2, n_features=8, sigma=1.0)
     coords = torch.rand(5, 2)
@@ -104,8 +105,10 @@ def test_alibi_slopes():
     assert torch.allclose(s, torch.tensor([1 / 2**i for i in range(1, 9)]))
     # 6 heads (not a power of 2): the 4-head slopes, then every other 8-head slope (Press et al.'s code)
     assert torch.allclose(alibi_slopes(6), torch.tensor([1 / 4, 1 / 16, 1 / 64, 1 / 256, 1 / 2, 1 / 8]))
-    assert torch.allclose(alibi_slopes(12), torch.tensor([2 ** -(i * 8 / 8) for i in range(1, 9)]
-                                                         + [2 ** -(i * 8 / 16) for i in (1, 3, 5, 7)]))
+    assert torch.allclose(
+        alibi_slopes(12),
+        torch.tensor([2 ** -(i * 8 / 8) for i in range(1, 9)] + [2 ** -(i * 8 / 16) for i in (1, 3, 5, 7)]),
+    )
     bias = ALiBi(8)(torch.zeros(1, 8, 4, 8), 4)
     assert bias.shape == (8, 4, 4)
     assert bias[0, 3, 0].item() == pytest.approx(-1.5)  # slope 1/2, distance 3

@@ -14,8 +14,19 @@ from attnlab.cli import build_parser, main
 from attnlab.models import GPTConfig, RNNConfig, TransformerConfig, ViTConfig
 
 FIXTURE = Path(__file__).parent / "fixtures" / "runs_v0_1"  # written by attnlab 0.1 (see its expected_*.*)
-FAST = ["--max-iters", "2", "--eval-interval", "2", "--eval-iters", "1", "--batch-size", "4", "--no-progress",
-        "--device", "cpu"]
+FAST = [
+    "--max-iters",
+    "2",
+    "--eval-interval",
+    "2",
+    "--eval-iters",
+    "1",
+    "--batch-size",
+    "4",
+    "--no-progress",
+    "--device",
+    "cpu",
+]
 
 
 @pytest.fixture
@@ -42,11 +53,17 @@ def test_old_run_folders_give_the_same_outputs(old_runs):
 
 
 def test_old_run_folders_answer_commands_as_before(old_runs, capsys):
-    assert main(["sample", "--ckpt", "gpt", "--prompt", "The", "--max-new-tokens", "20", "--seed", "1",
-                 "--device", "cpu"]) == 0
+    assert (
+        main(["sample", "--ckpt", "gpt", "--prompt", "The", "--max-new-tokens", "20", "--seed", "1", "--device", "cpu"])
+        == 0
+    )
     assert capsys.readouterr().out == (old_runs / "gpt.sample.txt").read_text()
-    for name, extra in (("gpt", []), ("vit", ["--out", "conf.png"]), ("s2s", ["--max-sentences", "20"]),
-                        ("rnn", ["--max-sentences", "20"])):
+    for name, extra in (
+        ("gpt", []),
+        ("vit", ["--out", "conf.png"]),
+        ("s2s", ["--max-sentences", "20"]),
+        ("rnn", ["--max-sentences", "20"]),
+    ):
         assert main(["eval", "--ckpt", name, "--json", "--device", "cpu", *extra]) == 0
         got = json.loads(capsys.readouterr().out)
         want = json.loads((old_runs / f"{name}.eval.json").read_text())
@@ -86,10 +103,46 @@ def test_old_and_new_flags_give_the_same_model(tmp_path):
     corpus = tmp_path / "c.txt"
     corpus.write_text("to be or not to be, that is the question. " * 60)
     common = ["train", "gpt", "--data", str(corpus), *FAST, "--sample-chars", "0"]
-    assert main([*common, "--out", str(tmp_path / "a"), "--layers", "1", "--heads", "2", "--dim", "16",
-                 "--context", "8", "--pos", "alibi"]) == 0
-    assert main([*common, "--out", str(tmp_path / "b"), "--n-layer", "1", "--n-head", "2", "--n-embd", "16",
-                 "--block-size", "8", "--position", "alibi"]) == 0
+    assert (
+        main(
+            [
+                *common,
+                "--out",
+                str(tmp_path / "a"),
+                "--layers",
+                "1",
+                "--heads",
+                "2",
+                "--dim",
+                "16",
+                "--context",
+                "8",
+                "--pos",
+                "alibi",
+            ]
+        )
+        == 0
+    )
+    assert (
+        main(
+            [
+                *common,
+                "--out",
+                str(tmp_path / "b"),
+                "--n-layer",
+                "1",
+                "--n-head",
+                "2",
+                "--n-embd",
+                "16",
+                "--block-size",
+                "8",
+                "--position",
+                "alibi",
+            ]
+        )
+        == 0
+    )
     a, b = (json.loads((tmp_path / r / "last" / "config.json").read_text()) for r in ("a", "b"))
     assert a["model"] == b["model"] and a["model"]["pos"] == "alibi" and a["model"]["context"] == 8
 
@@ -97,11 +150,28 @@ def test_old_and_new_flags_give_the_same_model(tmp_path):
 def test_seq2seq_resume_refuses_model_changes_like_every_family(tmp_path, capsys):
     """The three copies of resume had drifted: seq2seq ignored changed model options."""
     out = tmp_path / "r"
-    base = ["train", "seq2seq", "--data", "copy", "--dim", "16", "--heads", "2", "--enc-layers", "1",
-            "--dec-layers", "1", "--mlp-dim", "16", "--out", str(out), *FAST]
+    base = [
+        "train",
+        "seq2seq",
+        "--data",
+        "copy",
+        "--dim",
+        "16",
+        "--heads",
+        "2",
+        "--enc-layers",
+        "1",
+        "--dec-layers",
+        "1",
+        "--mlp-dim",
+        "16",
+        "--out",
+        str(out),
+        *FAST,
+    ]
     assert main(base) == 0
     capsys.readouterr()
-    assert main([*base[:-len(FAST)], "--resume", *FAST[:1], "3", *FAST[2:]]) == 0  # same options: fine
+    assert main([*base[: -len(FAST)], "--resume", *FAST[:1], "3", *FAST[2:]]) == 0  # same options: fine
     assert main(["train", "seq2seq", "--out", str(out), "--resume", "--dim", "32"]) == 2
     assert "--dim 32" in capsys.readouterr().err
     assert main(["train", "seq2seq", "--out", str(out), "--resume", "--lr", "1e-4", *FAST[:1], "4", *FAST[2:]]) == 0
@@ -132,8 +202,30 @@ def test_a_new_family_is_one_recipe(tmp_path):
         assert "tiny" in build_parser().parse_args(["train", "tiny"]).model
         corpus = tmp_path / "c.txt"
         corpus.write_text("abcdefgh " * 300)
-        assert main(["train", "tiny", "--data", str(corpus), "--out", str(tmp_path / "t"), "--layers", "1",
-                     "--dim", "16", "--heads", "2", "--context", "8", "--sample-chars", "0", *FAST]) == 0
+        assert (
+            main(
+                [
+                    "train",
+                    "tiny",
+                    "--data",
+                    str(corpus),
+                    "--out",
+                    str(tmp_path / "t"),
+                    "--layers",
+                    "1",
+                    "--dim",
+                    "16",
+                    "--heads",
+                    "2",
+                    "--context",
+                    "8",
+                    "--sample-chars",
+                    "0",
+                    *FAST,
+                ]
+            )
+            == 0
+        )
         assert recipe_for("tiny-lm") is _REGISTRY["tiny"]
         assert isinstance(attnlab.load(tmp_path / "t"), TinyLM)
     finally:
@@ -142,16 +234,78 @@ def test_a_new_family_is_one_recipe(tmp_path):
 
 def test_training_stops_once_the_target_metric_is_reached(tmp_path, capsys):
     out = tmp_path / "s"
-    assert main(["train", "seq2seq", "--data", "copy", "--dim", "16", "--heads", "2", "--enc-layers", "1",
-                 "--dec-layers", "1", "--mlp-dim", "16", "--out", str(out), "--max-iters", "10", "--eval-interval", "2",
-                 "--eval-iters", "1", "--batch-size", "4", "--no-progress", "--target", "0"]) == 0
+    assert (
+        main(
+            [
+                "train",
+                "seq2seq",
+                "--data",
+                "copy",
+                "--dim",
+                "16",
+                "--heads",
+                "2",
+                "--enc-layers",
+                "1",
+                "--dec-layers",
+                "1",
+                "--mlp-dim",
+                "16",
+                "--out",
+                str(out),
+                "--max-iters",
+                "10",
+                "--eval-interval",
+                "2",
+                "--eval-iters",
+                "1",
+                "--batch-size",
+                "4",
+                "--no-progress",
+                "--target",
+                "0",
+            ]
+        )
+        == 0
+    )
     metrics = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert metrics[-1]["step"] == 2 and "val_exact" in metrics[-1]  # the first evaluation already meets 0
     assert "stopping early" in capsys.readouterr().out
     out2 = tmp_path / "s2"  # an unreachable target changes nothing
-    assert main(["train", "seq2seq", "--data", "copy", "--dim", "16", "--heads", "2", "--enc-layers", "1",
-                 "--dec-layers", "1", "--mlp-dim", "16", "--out", str(out2), "--max-iters", "4", "--eval-interval", "2",
-                 "--eval-iters", "1", "--batch-size", "4", "--no-progress", "--target", "2"]) == 0
+    assert (
+        main(
+            [
+                "train",
+                "seq2seq",
+                "--data",
+                "copy",
+                "--dim",
+                "16",
+                "--heads",
+                "2",
+                "--enc-layers",
+                "1",
+                "--dec-layers",
+                "1",
+                "--mlp-dim",
+                "16",
+                "--out",
+                str(out2),
+                "--max-iters",
+                "4",
+                "--eval-interval",
+                "2",
+                "--eval-iters",
+                "1",
+                "--batch-size",
+                "4",
+                "--no-progress",
+                "--target",
+                "2",
+            ]
+        )
+        == 0
+    )
     assert json.loads((out2 / "metrics.jsonl").read_text().splitlines()[-1])["step"] == 4
 
 
@@ -168,8 +322,26 @@ def test_the_embedded_default_announces_its_time(tmp_path, capsys, monkeypatch):
 
 
 def test_sample_with_bf16_weights(old_runs, capsys):
-    assert main(["sample", "--ckpt", "gpt", "--prompt", "The", "--max-new-tokens", "12", "--dtype", "bf16",
-                 "--temperature", "0", "--device", "cpu"]) == 0
+    assert (
+        main(
+            [
+                "sample",
+                "--ckpt",
+                "gpt",
+                "--prompt",
+                "The",
+                "--max-new-tokens",
+                "12",
+                "--dtype",
+                "bf16",
+                "--temperature",
+                "0",
+                "--device",
+                "cpu",
+            ]
+        )
+        == 0
+    )
     out = capsys.readouterr().out
     assert out.startswith("The") and len(out.strip()) > 3
 

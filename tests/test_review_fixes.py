@@ -36,10 +36,44 @@ def test_gpt_keeps_nanogpts_rule():
 
 def test_seq2seq_validation_loss_is_the_unsmoothed_nll(tmp_path, capsys):
     out = tmp_path / "run"
-    assert main(["train", "seq2seq", "--data", "copy", "--min-length", "3", "--max-length", "5", "--dim", "32",
-                 "--heads", "2", "--enc-layers", "1", "--dec-layers", "1", "--ff-dim", "32", "--max-iters", "3",
-                 "--eval-interval", "3", "--eval-iters", "2", "--batch-size", "8", "--label-smoothing", "0.3",
-                 "--no-progress", "--out", str(out)]) == 0
+    assert (
+        main(
+            [
+                "train",
+                "seq2seq",
+                "--data",
+                "copy",
+                "--min-length",
+                "3",
+                "--max-length",
+                "5",
+                "--dim",
+                "32",
+                "--heads",
+                "2",
+                "--enc-layers",
+                "1",
+                "--dec-layers",
+                "1",
+                "--ff-dim",
+                "32",
+                "--max-iters",
+                "3",
+                "--eval-interval",
+                "3",
+                "--eval-iters",
+                "2",
+                "--batch-size",
+                "8",
+                "--label-smoothing",
+                "0.3",
+                "--no-progress",
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
     logged = json.loads((out / "metrics.jsonl").read_text().splitlines()[-1])["val_loss"]
     # recompute: the same validation batches, plain cross-entropy, no smoothing
     from attnlab.recipes import load_model
@@ -63,9 +97,29 @@ def test_resume_with_more_iterations_keeps_the_schedule(tmp_path, capsys):
     corpus = tmp_path / "c.txt"
     corpus.write_text("the quick brown fox jumps over the lazy dog. " * 100)
     out = tmp_path / "run"
-    base = ["train", "gpt", "--data", str(corpus), "--out", str(out), "--preset", "nano", "--block-size", "16",
-            "--eval-interval", "4", "--eval-iters", "1", "--warmup-iters", "1", "--log-interval", "1",
-            "--no-progress", "--sample-chars", "0"]
+    base = [
+        "train",
+        "gpt",
+        "--data",
+        str(corpus),
+        "--out",
+        str(out),
+        "--preset",
+        "nano",
+        "--block-size",
+        "16",
+        "--eval-interval",
+        "4",
+        "--eval-iters",
+        "1",
+        "--warmup-iters",
+        "1",
+        "--log-interval",
+        "1",
+        "--no-progress",
+        "--sample-chars",
+        "0",
+    ]
     assert main([*base, "--max-iters", "8"]) == 0
     assert main([*base, "--resume", "--max-iters", "12"]) == 0
     assert "keeping the run's schedule" in capsys.readouterr().err

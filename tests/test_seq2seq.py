@@ -12,7 +12,9 @@ from helpers import copy_attention, train_tiny_gpt
 
 
 def tiny_transformer(**kw):
-    cfg = dict(src_vocab=20, tgt_vocab=20, dim=32, heads=4, enc_layers=2, dec_layers=2, ff_dim=64, dropout=0.0, max_len=40)
+    cfg = dict(
+        src_vocab=20, tgt_vocab=20, dim=32, heads=4, enc_layers=2, dec_layers=2, ff_dim=64, dropout=0.0, max_len=40
+    )
     return Transformer(TransformerConfig(**{**cfg, **kw})).eval()
 
 
@@ -21,9 +23,14 @@ def tiny_rnn(**kw):
     return RNNSeq2Seq(RNNConfig(**{**cfg, **kw})).eval()
 
 
-MODELS = [tiny_transformer, lambda: tiny_transformer(norm_first=True, pos="learned"), tiny_rnn,
-          lambda: tiny_rnn(attention="dot", cell="lstm"), lambda: tiny_rnn(attention="none", bidirectional=False),
-          lambda: tiny_rnn(readout=24)]
+MODELS = [
+    tiny_transformer,
+    lambda: tiny_transformer(norm_first=True, pos="learned"),
+    tiny_rnn,
+    lambda: tiny_rnn(attention="dot", cell="lstm"),
+    lambda: tiny_rnn(attention="none", bidirectional=False),
+    lambda: tiny_rnn(readout=24),
+]
 
 
 @pytest.mark.parametrize("make", MODELS)
@@ -123,8 +130,7 @@ def test_post_ln_transformer_equals_torch_transformer():
     ours = m(src, tgt, src != 0)
     emb_s = m.src_pos(m.src_emb(src) * math.sqrt(32))
     emb_t = m.tgt_pos(m.tgt_emb(tgt) * math.sqrt(32))
-    ref = t(emb_s, emb_t, tgt_mask=~causal_mask(3), src_key_padding_mask=(src == 0),
-            memory_key_padding_mask=(src == 0))
+    ref = t(emb_s, emb_t, tgt_mask=~causal_mask(3), src_key_padding_mask=(src == 0), memory_key_padding_mask=(src == 0))
     assert torch.allclose(ours, m.lm_head(ref), atol=1e-5)
 
 
@@ -137,12 +143,43 @@ def test_eval_bleu_hand_checked(tmp_path, capsys, monkeypatch):
     from attnlab.recipes import seq2seq as cmd
 
     out = tmp_path / "run"
-    assert main(["train", "seq2seq", "--data", "copy", "--dim", "32", "--heads", "2", "--enc-layers", "1",
-                 "--dec-layers", "1", "--ff-dim", "32", "--max-iters", "1", "--eval-interval", "1", "--eval-iters", "1",
-                 "--batch-size", "2", "--no-progress", "--out", str(out)]) == 0
+    assert (
+        main(
+            [
+                "train",
+                "seq2seq",
+                "--data",
+                "copy",
+                "--dim",
+                "32",
+                "--heads",
+                "2",
+                "--enc-layers",
+                "1",
+                "--dec-layers",
+                "1",
+                "--ff-dim",
+                "32",
+                "--max-iters",
+                "1",
+                "--eval-interval",
+                "1",
+                "--eval-iters",
+                "1",
+                "--batch-size",
+                "2",
+                "--no-progress",
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
     tsv = tmp_path / "pairs.tsv"  # every pair the same, so the test split is that pair
     tsv.write_text("the cat sat on a mat today\tthe cat sat on a mat today\n" * 20)
-    monkeypatch.setattr(cmd, "translate_texts", lambda model, sv, tv, texts, **kw: ["the cat sat on the mat today"] * len(texts))
+    monkeypatch.setattr(
+        cmd, "translate_texts", lambda model, sv, tv, texts, **kw: ["the cat sat on the mat today"] * len(texts)
+    )
     capsys.readouterr()
     assert main(["eval", "--ckpt", str(out), "--data", str(tsv), "--json"]) == 0
     res = json.loads(capsys.readouterr().out)
@@ -158,11 +195,42 @@ def test_tiny_models_learn_copy(arch, tmp_path, capsys):
     from attnlab.cli import main
 
     out = tmp_path / arch
-    model = (["--dim", "64", "--heads", "4", "--enc-layers", "2", "--dec-layers", "2", "--ff-dim", "128"]
-             if arch == "transformer" else ["--emb-dim", "32", "--hidden", "64"])
-    assert main(["train", "seq2seq", "--data", "copy", "--arch", arch, "--min-length", "3", "--max-length", "6",
-                 "--max-iters", "500", "--eval-interval", "500", "--lr", "3e-3", "--dropout", "0",
-                 "--label-smoothing", "0", "--no-progress", "--out", str(out), *model]) == 0
+    model = (
+        ["--dim", "64", "--heads", "4", "--enc-layers", "2", "--dec-layers", "2", "--ff-dim", "128"]
+        if arch == "transformer"
+        else ["--emb-dim", "32", "--hidden", "64"]
+    )
+    assert (
+        main(
+            [
+                "train",
+                "seq2seq",
+                "--data",
+                "copy",
+                "--arch",
+                arch,
+                "--min-length",
+                "3",
+                "--max-length",
+                "6",
+                "--max-iters",
+                "500",
+                "--eval-interval",
+                "500",
+                "--lr",
+                "3e-3",
+                "--dropout",
+                "0",
+                "--label-smoothing",
+                "0",
+                "--no-progress",
+                "--out",
+                str(out),
+                *model,
+            ]
+        )
+        == 0
+    )
     capsys.readouterr()
     assert main(["eval", "--ckpt", str(out), "--json", "--max-sentences", "200"]) == 0
     res = json.loads(capsys.readouterr().out)
@@ -181,13 +249,16 @@ def test_bad_parallel_data(tmp_path, capsys):
     a, b = tmp_path / "a.txt", tmp_path / "b.txt"
     a.write_text("ein\nzwei\ndrei\n")
     b.write_text("one\ntwo\n")
-    assert "stop being aligned at line 3" in err(["train", "seq2seq", "--data", f"{a}:{b}", "--out", str(tmp_path / "r")])
+    assert "stop being aligned at line 3" in err(
+        ["train", "seq2seq", "--data", f"{a}:{b}", "--out", str(tmp_path / "r")]
+    )
     bad = tmp_path / "c.de.gz"
     full = gzip.compress("\n".join(f"satz {i} {i * 7919 % 1000}" for i in range(500)).encode())
     bad.write_bytes(full[: len(full) // 2])
     assert "corrupt gzip" in err(["train", "seq2seq", "--data", f"{bad}:{b}", "--out", str(tmp_path / "r")])
-    assert "unknown language pair" in err(["train", "seq2seq", "--data", "multi30k", "--src", "fr", "--tgt", "en",
-                                           "--out", str(tmp_path / "r")])
+    assert "unknown language pair" in err(
+        ["train", "seq2seq", "--data", "multi30k", "--src", "fr", "--tgt", "en", "--out", str(tmp_path / "r")]
+    )
 
 
 def test_empty_lines_warn_and_long_sentence_truncates(tmp_path, capsys):
@@ -198,9 +269,40 @@ def test_empty_lines_warn_and_long_sentence_truncates(tmp_path, capsys):
     a.write_text("\n".join(" ".join(words[: 3 + i % 5]) for i in range(40)) + "\n\n")
     b.write_text("\n".join(" ".join(reversed(words[: 3 + i % 5])) for i in range(40)) + "\nx\n")
     out = tmp_path / "run"
-    assert main(["train", "seq2seq", "--data", f"{a}:{b}", "--tokenizer", "char", "--max-iters", "2",
-                 "--eval-interval", "2", "--eval-iters", "1", "--dim", "16", "--heads", "2", "--enc-layers", "1",
-                 "--dec-layers", "1", "--ff-dim", "16", "--max-len", "64", "--no-progress", "--out", str(out)]) == 0
+    assert (
+        main(
+            [
+                "train",
+                "seq2seq",
+                "--data",
+                f"{a}:{b}",
+                "--tokenizer",
+                "char",
+                "--max-iters",
+                "2",
+                "--eval-interval",
+                "2",
+                "--eval-iters",
+                "1",
+                "--dim",
+                "16",
+                "--heads",
+                "2",
+                "--enc-layers",
+                "1",
+                "--dec-layers",
+                "1",
+                "--ff-dim",
+                "16",
+                "--max-len",
+                "64",
+                "--no-progress",
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
     assert "empty side" in capsys.readouterr().err
     assert main(["translate", "--ckpt", str(out), "--beam", "2", "w1 " * 40]) == 0
     assert "truncated to the model's maximum of 64" in capsys.readouterr().err
@@ -221,8 +323,11 @@ def test_special_ids_come_from_the_config_not_from_literals(arch):
     and decoding starts from the config's <bos> and stops at its <eos>."""
     torch.manual_seed(0)
     ids = dict(src_vocab=12, tgt_vocab=12, pad_id=9, bos_id=10, eos_id=11, dropout=0.0)
-    m = (Transformer(TransformerConfig(dim=16, heads=2, enc_layers=1, dec_layers=1, mlp_dim=32, **ids)) if arch == "transformer"
-         else RNNSeq2Seq(RNNConfig(emb_dim=8, dim=16, **ids))).eval()
+    m = (
+        Transformer(TransformerConfig(dim=16, heads=2, enc_layers=1, dec_layers=1, mlp_dim=32, **ids))
+        if arch == "transformer"
+        else RNNSeq2Seq(RNNConfig(emb_dim=8, dim=16, **ids))
+    ).eval()
     src, padded, tgt = torch.tensor([[4, 5, 6]]), torch.tensor([[4, 5, 6, 9, 9]]), torch.tensor([[10, 4, 5]])
     with torch.no_grad():
         assert torch.allclose(m(src, tgt), m(padded, tgt), atol=1e-5)

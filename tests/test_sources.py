@@ -25,8 +25,11 @@ def _serve(tmp_path, files: dict[str, bytes], corrupt: str | None = None) -> lis
 
 def _multi30k_files() -> dict[str, bytes]:
     text = {"de": "Ein Hund läuft.\nZwei Männer.\n", "en": "A dog runs.\nTwo men.\n"}
-    return {f"{split}.{lang}.gz": gzip.compress(text[lang].encode())
-            for split in ("train", "val", "test_2016_flickr") for lang in ("de", "en")}
+    return {
+        f"{split}.{lang}.gz": gzip.compress(text[lang].encode())
+        for split in ("train", "val", "test_2016_flickr")
+        for lang in ("de", "en")
+    }
 
 
 @pytest.fixture
@@ -67,8 +70,10 @@ def test_data_dir_wins_over_download(tmp_path, monkeypatch):
         (root / name).write_bytes(data)
     monkeypatch.setenv("ATTNLAB_CACHE", str(tmp_path / "cache"))
     files = _multi30k_files()
-    unreachable = [sources.RemoteFile(f"multi30k/{name}", (tmp_path / "nowhere").as_uri(),
-                                      hashlib.sha256(data).hexdigest()) for name, data in files.items()]
+    unreachable = [
+        sources.RemoteFile(f"multi30k/{name}", (tmp_path / "nowhere").as_uri(), hashlib.sha256(data).hexdigest())
+        for name, data in files.items()
+    ]
     monkeypatch.setitem(sources.NAMED, "multi30k", unreachable)
     assert parallel.multi30k("de", "en", data_dir=str(tmp_path / "data"))["val"][1] == ("Zwei Männer.", "Two men.")
 

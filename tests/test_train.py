@@ -16,10 +16,25 @@ def _setup(tmp_path, interrupt_at=None, **cfg):
     data = prepare(str(tmp_path / "corpus.txt"), tmp_path / "run" / "data")
     dropout = cfg.pop("dropout", 0.1)
     torch.manual_seed(0)  # the same initial weights in every run
-    model = GPT(GPTConfig(vocab_size=data.tokenizer.vocab_size, block_size=16, n_layer=2, n_head=2, n_embd=32, dropout=dropout))
+    model = GPT(
+        GPTConfig(vocab_size=data.tokenizer.vocab_size, block_size=16, n_layer=2, n_head=2, n_embd=32, dropout=dropout)
+    )
     task = LanguageModelTask(data, 16, 4)
-    tcfg = TrainConfig(**{**dict(max_iters=12, batch_size=4, eval_interval=4, eval_iters=2, warmup_iters=3,
-                                 log_interval=1, progress=False, seed=3), **cfg})
+    tcfg = TrainConfig(
+        **{
+            **dict(
+                max_iters=12,
+                batch_size=4,
+                eval_interval=4,
+                eval_iters=2,
+                warmup_iters=3,
+                log_interval=1,
+                progress=False,
+                seed=3,
+            ),
+            **cfg,
+        }
+    )
     trainer = Trainer(model, task, tcfg, tmp_path / "run")
     if interrupt_at is not None:  # Ctrl-C while fetching the batch of step interrupt_at + 1
         real = task.batch
@@ -85,7 +100,9 @@ def test_grad_accumulation_matches_big_batch(tmp_path):
     assert la == pytest.approx(lb, rel=1e-5)
     for (name, pa), pb in zip(a.model.named_parameters(), b.model.parameters()):
         assert torch.allclose(pa, pb, atol=1e-6), name
-    moved = [not torch.equal(p, q) for p, q in zip(a.model.parameters(), _setup(tmp_path, dropout=0.0).model.parameters())]
+    moved = [
+        not torch.equal(p, q) for p, q in zip(a.model.parameters(), _setup(tmp_path, dropout=0.0).model.parameters())
+    ]
     assert any(moved)  # the step changed the weights (so equality above is not vacuous)
 
 
@@ -127,8 +144,12 @@ def test_fused_adamw_takes_the_same_steps_as_the_reference_loop():
     ours = adamw(model, 1e-2, 0.1, (0.9, 0.95), "cpu")
     assert ours.defaults.get("fused")
     decay, no_decay = decay_groups(ref)
-    theirs = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": no_decay, "weight_decay": 0.0}],
-                               lr=1e-2, betas=(0.9, 0.95), foreach=False)
+    theirs = torch.optim.AdamW(
+        [{"params": decay, "weight_decay": 0.1}, {"params": no_decay, "weight_decay": 0.0}],
+        lr=1e-2,
+        betas=(0.9, 0.95),
+        foreach=False,
+    )
     x = torch.randint(0, 11, (4, 8))
     for _ in range(5):
         for m, opt in ((model, ours), (ref, theirs)):

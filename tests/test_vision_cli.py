@@ -80,8 +80,25 @@ def test_inspect_writes_png_and_numbers(what, vit_run, digit_png, tmp_path):
 
 def test_cka_vit_vs_cnn(vit_run, cnn_run, tmp_path):
     out = tmp_path / "cka.png"
-    assert main(["inspect", "cka", "--ckpt", str(vit_run), "--compare", str(cnn_run), "--out", str(out),
-                 "--n-images", "64", "--batch-size", "32"]) == 0
+    assert (
+        main(
+            [
+                "inspect",
+                "cka",
+                "--ckpt",
+                str(vit_run),
+                "--compare",
+                str(cnn_run),
+                "--out",
+                str(out),
+                "--n-images",
+                "64",
+                "--batch-size",
+                "32",
+            ]
+        )
+        == 0
+    )
     m = np.load(out.with_suffix(".npz"))["cka"]
     assert m.shape == (2, 3) and np.all(m > -0.1) and np.all(m <= 1.0 + 1e-6)
 
@@ -90,17 +107,22 @@ def test_bad_inputs(vit_run, digit_png, tmp_path, capsys):
     notimg = tmp_path / "x.png"
     notimg.write_text("hello")
     assert "not an image file" in _err(capsys, ["predict", "--ckpt", str(vit_run), str(notimg)])
-    assert "needs --image" in _err(capsys, ["inspect", "rollout", "--ckpt", str(vit_run), "--out", str(tmp_path / "r.png")])
+    assert "needs --image" in _err(
+        capsys, ["inspect", "rollout", "--ckpt", str(vit_run), "--out", str(tmp_path / "r.png")]
+    )
     one = tmp_path / "oneclass" / "a"
     one.mkdir(parents=True)
     Image.new("RGB", (8, 8)).save(one / "x.png")
-    assert "at least 2" in _err(capsys, ["train", "vit", "--data", str(one.parent), "--out", str(tmp_path / "o"), *FAST])
+    assert "at least 2" in _err(
+        capsys, ["train", "vit", "--data", str(one.parent), "--out", str(tmp_path / "o"), *FAST]
+    )
     empty = tmp_path / "empty"
     (empty / "a").mkdir(parents=True)
     (empty / "b").mkdir()
     assert "no images" in _err(capsys, ["train", "vit", "--data", str(empty), "--out", str(tmp_path / "e"), *FAST])
     assert "not divisible by patch size 3" in _err(
-        capsys, ["train", "vit", "--patch-size", "3", "--out", str(tmp_path / "p"), *FAST])
+        capsys, ["train", "vit", "--patch-size", "3", "--out", str(tmp_path / "p"), *FAST]
+    )
 
 
 def test_rgb_folder_and_grayscale_conversion(tmp_path, digit_png, capsys):
@@ -113,8 +135,28 @@ def test_rgb_folder_and_grayscale_conversion(tmp_path, digit_png, capsys):
             a[..., channel] += 150
             Image.fromarray(a).save(root / cls / f"{i}.png")
     out = tmp_path / "run"
-    assert main(["train", "vit", "--data", str(root), "--out", str(out), "--preset", "cifar", "--dim", "24",
-                 "--heads", "2", "--depth", "1", *FAST]) == 0
+    assert (
+        main(
+            [
+                "train",
+                "vit",
+                "--data",
+                str(root),
+                "--out",
+                str(out),
+                "--preset",
+                "cifar",
+                "--dim",
+                "24",
+                "--heads",
+                "2",
+                "--depth",
+                "1",
+                *FAST,
+            ]
+        )
+        == 0
+    )
     capsys.readouterr()
     assert main(["predict", "--ckpt", str(out), str(digit_png)]) == 0
     captured = capsys.readouterr()

@@ -40,19 +40,19 @@ def test_rollout_of_identity_attention_is_identity():
 
 
 def test_rollout_head_fusion_and_discard_hand_computed():
-    h0 = [[.6, .3, .1], [.2, .5, .3], [.1, .2, .7]]
-    h1 = [[.4, .4, .2], [.4, .3, .3], [.3, .3, .4]]
+    h0 = [[0.6, 0.3, 0.1], [0.2, 0.5, 0.3], [0.1, 0.2, 0.7]]
+    h1 = [[0.4, 0.4, 0.2], [0.4, 0.3, 0.3], [0.3, 0.3, 0.4]]
     a = torch.tensor([h0, h1])[None]  # (1, 2 heads, 3, 3)
 
     def residual(m):  # 0.5 A + 0.5 I, rows renormalised
         m = 0.5 * torch.tensor(m) + 0.5 * torch.eye(3)
         return m / m.sum(-1, keepdim=True)
 
-    assert torch.allclose(A.rollout([a], "max")[0], residual([[.6, .4, .2], [.4, .5, .3], [.3, .3, .7]]))
-    assert torch.allclose(A.rollout([a], "min")[0], residual([[.4, .3, .1], [.2, .3, .3], [.1, .2, .4]]))
-    mean = [[.5, .35, .15], [.3, .4, .3], [.2, .25, .55]]
+    assert torch.allclose(A.rollout([a], "max")[0], residual([[0.6, 0.4, 0.2], [0.4, 0.5, 0.3], [0.3, 0.3, 0.7]]))
+    assert torch.allclose(A.rollout([a], "min")[0], residual([[0.4, 0.3, 0.1], [0.2, 0.3, 0.3], [0.1, 0.2, 0.4]]))
+    mean = [[0.5, 0.35, 0.15], [0.3, 0.4, 0.3], [0.2, 0.25, 0.55]]
     # discard 1/3: the 3 smallest of the fused 9 are .15, .2, .25; .2 goes into the class token, so it stays
-    expected = torch.tensor([[.75 / .925, .175 / .925, 0], [.15, .7, .15], [.1 / .875, 0, .775 / .875]])
+    expected = torch.tensor([[0.75 / 0.925, 0.175 / 0.925, 0], [0.15, 0.7, 0.15], [0.1 / 0.875, 0, 0.775 / 0.875]])
     assert torch.allclose(A.rollout([a], "mean", discard_ratio=0.34)[0], expected, atol=1e-6)
     # two layers multiply: row i of the result mixes the first layer's rows
     assert torch.allclose(A.rollout([a, a], "mean")[0], residual(mean) @ residual(mean), atol=1e-6)
@@ -110,11 +110,20 @@ def test_position_interpolation_keeps_accuracy(tmp_path):
 
     splits = digits()
     torch.manual_seed(0)
-    m = ViT(ViTConfig(image_size=8, patch_size=2, in_chans=1, num_classes=10, dim=48, depth=2, heads=4, mlp_ratio=2,
-                      peg=True))
+    m = ViT(
+        ViTConfig(
+            image_size=8, patch_size=2, in_chans=1, num_classes=10, dim=48, depth=2, heads=4, mlp_ratio=2, peg=True
+        )
+    )
     task = ImageClassificationTask(splits, 64, pad=1)
-    Trainer(m, task, TrainConfig(max_iters=600, batch_size=64, lr=3e-3, warmup_iters=20, eval_interval=600,
-                                 eval_iters=1, progress=False), tmp_path).fit()
+    Trainer(
+        m,
+        task,
+        TrainConfig(
+            max_iters=600, batch_size=64, lr=3e-3, warmup_iters=20, eval_interval=600, eval_iters=1, progress=False
+        ),
+        tmp_path,
+    ).fit()
     pred, y = task.predict(m, "test")
     acc = (pred == y).float().mean().item()
     assert acc > 0.8  # well above chance (0.1)
@@ -126,8 +135,16 @@ def test_position_interpolation_keeps_accuracy(tmp_path):
 
 def test_hf_vit_interop(tmp_path):
     transformers = pytest.importorskip("transformers")
-    cfg = transformers.ViTConfig(image_size=16, patch_size=4, num_channels=3, hidden_size=32, num_hidden_layers=2,
-                                 num_attention_heads=4, intermediate_size=48, num_labels=5)
+    cfg = transformers.ViTConfig(
+        image_size=16,
+        patch_size=4,
+        num_channels=3,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=48,
+        num_labels=5,
+    )
     torch.manual_seed(0)
     hf = transformers.ViTForImageClassification(cfg).eval()
     with torch.no_grad():

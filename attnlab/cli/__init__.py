@@ -1,10 +1,10 @@
 """The ``attnlab`` command line, generated from the registry of recipes.
 
-    attnlab train FAMILY [--data PATH|NAME] [--out DIR] [--resume] ...   (gpt, vit, cnn, seq2seq, ...)
-    attnlab eval --ckpt DIR [--json]
-    attnlab inspect WHAT --ckpt DIR --out FILE.png
-    attnlab sample | translate | predict ...     (commands a family adds)
-    attnlab bench [--quick]
+attnlab train FAMILY [--data PATH|NAME] [--out DIR] [--resume] ...   (gpt, vit, cnn, seq2seq, ...)
+attnlab eval --ckpt DIR [--json]
+attnlab inspect WHAT --ckpt DIR --out FILE.png
+attnlab sample | translate | predict ...     (commands a family adds)
+attnlab bench [--quick]
 """
 
 from __future__ import annotations
@@ -22,14 +22,21 @@ from .parser import EPILOG, Parser, add_options, flag_type, option_parser
 def build_parser() -> argparse.ArgumentParser:
     from ..recipes import Recipe, recipes
 
-    p = Parser(prog="attnlab", epilog=EPILOG,
-               description="Transformers the way they are taught: train, sample, evaluate and look inside.")
+    p = Parser(
+        prog="attnlab",
+        epilog=EPILOG,
+        description="Transformers the way they are taught: train, sample, evaluate and look inside.",
+    )
     p.add_argument("--version", action="version", version=f"attnlab {__version__}")
     sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
     families = recipes()
 
-    train = sub.add_parser("train", help=f"train a model ({', '.join(r.name for r in families)})",
-                           description="Train a model with the shared trainer.", epilog=EPILOG)
+    train = sub.add_parser(
+        "train",
+        help=f"train a model ({', '.join(r.name for r in families)})",
+        description="Train a model with the shared trainer.",
+        epilog=EPILOG,
+    )
     tsub = train.add_subparsers(dest="model", metavar="MODEL", parser_class=Parser)
     for r in families:
         t = option_parser(tsub, r.name, r.train_specs(), help=r.help, description=r.description)
@@ -38,23 +45,34 @@ def build_parser() -> argparse.ArgumentParser:
     for r in families:
         for command in r.commands():
             if command.name not in sub.choices:  # a family built on another shares its commands
-                c = option_parser(sub, command.name, command.options, help=command.help,
-                                  description=command.description)
+                c = option_parser(
+                    sub, command.name, command.options, help=command.help, description=command.description
+                )
                 c.set_defaults(func=lambda args, command=command: command.run(args))
 
-    pr = sub.add_parser("predict", help="classify images or texts with a trained classifier", epilog=EPILOG,
-                        description="Image classifiers: the top-k classes of each image file. Text classifiers: "
-                                    "the label of each text, with the top-k probabilities.")
+    pr = sub.add_parser(
+        "predict",
+        help="classify images or texts with a trained classifier",
+        epilog=EPILOG,
+        description="Image classifiers: the top-k classes of each image file. Text classifiers: "
+        "the label of each text, with the top-k probabilities.",
+    )
     pr.add_argument("--ckpt", required=True, help="run folder of a classifier")
-    pr.add_argument("inputs", nargs="+", metavar="INPUT", help="image files (image classifiers) or texts (text classifiers)")
+    pr.add_argument(
+        "inputs", nargs="+", metavar="INPUT", help="image files (image classifiers) or texts (text classifiers)"
+    )
     pr.add_argument("--top-k", type=flag_type(positive_int), default=3, help="classes to show per input (default 3)")
     pr.add_argument("--device", type=flag_type(device_name), default="auto", help="auto | cpu | cuda")
     pr.set_defaults(func=lambda args: _family(args.ckpt).predict(args))
 
-    e = sub.add_parser("eval", help="evaluate a trained model (loss/perplexity, accuracy, BLEU)", epilog=EPILOG,
-                       description="Language models: loss, perplexity and bits per character/byte on the validation "
-                       "split. Image classifiers: accuracy on the test split and a confusion-matrix PNG. "
-                       "Seq2seq: perplexity and sacreBLEU on the test split.")
+    e = sub.add_parser(
+        "eval",
+        help="evaluate a trained model (loss/perplexity, accuracy, BLEU)",
+        epilog=EPILOG,
+        description="Language models: loss, perplexity and bits per character/byte on the validation "
+        "split. Image classifiers: accuracy on the test split and a confusion-matrix PNG. "
+        "Seq2seq: perplexity and sacreBLEU on the test split.",
+    )
     evals = OptionSpecs()
     evals.add("--ckpt", required=True, help="run folder or checkpoint folder")
     Recipe.add_common_eval_arguments(evals)
@@ -66,9 +84,13 @@ def build_parser() -> argparse.ArgumentParser:
     e.set_defaults(func=_evaluate)
 
     inspections = {what: h for r in families for what, h in r.inspections.items()}
-    ins = sub.add_parser("inspect", help="look inside a trained model (PNG + raw numbers)", epilog=EPILOG,
-                         description="Each inspection writes a PNG and its numbers (.npz) beside it: "
-                         + "; ".join(f"{k}: {v}" for k, v in inspections.items()))
+    ins = sub.add_parser(
+        "inspect",
+        help="look inside a trained model (PNG + raw numbers)",
+        epilog=EPILOG,
+        description="Each inspection writes a PNG and its numbers (.npz) beside it: "
+        + "; ".join(f"{k}: {v}" for k, v in inspections.items()),
+    )
     ins.add_argument("what", choices=list(inspections), help="what to draw")
     ins.add_argument("--ckpt", required=True, help="run folder")
     ins.add_argument("--out", required=True, help="PNG file to write")
@@ -79,11 +101,15 @@ def build_parser() -> argparse.ArgumentParser:
     add_options(ins, inspects)
     ins.set_defaults(func=_inspect)
 
-    ex = sub.add_parser("explore", help="write an offline HTML page to explore a model's attention", epilog=EPILOG,
-                        description="One self-contained HTML file (no network, no server): GPT and text encoders "
-                        "(--text): head view, model view, next-token distribution; ViT (--image): click a patch, "
-                        "class-token attention, rollout, attention distance; seq2seq (--src [--tgt]): "
-                        "cross-attention per layer and head. Every view shows its values and saves PNG and JSON.")
+    ex = sub.add_parser(
+        "explore",
+        help="write an offline HTML page to explore a model's attention",
+        epilog=EPILOG,
+        description="One self-contained HTML file (no network, no server): GPT and text encoders "
+        "(--text): head view, model view, next-token distribution; ViT (--image): click a patch, "
+        "class-token attention, rollout, attention distance; seq2seq (--src [--tgt]): "
+        "cross-attention per layer and head. Every view shows its values and saves PNG and JSON.",
+    )
     ex.add_argument("--ckpt", required=True, help="run folder (or HuggingFace folder)")
     ex.add_argument("--text", default=None, help="GPT / text encoder: the text to look at")
     ex.add_argument("--image", default=None, help="ViT: the image to look at")
@@ -93,10 +119,14 @@ def build_parser() -> argparse.ArgumentParser:
     ex.add_argument("--device", type=flag_type(device_name), default="cpu", help="auto | cpu | cuda (default cpu)")
     ex.set_defaults(func=_explore)
 
-    sv = sub.add_parser("serve", help="serve the explorer locally, with an input box", epilog=EPILOG,
-                        description="The explorer page of `attnlab explore`, served on this machine: type a text "
-                        "(GPT, text encoder), upload an image (ViT) or a sentence (seq2seq) and the views are "
-                        "recomputed. Bound to 127.0.0.1; requests from other origins are refused.")
+    sv = sub.add_parser(
+        "serve",
+        help="serve the explorer locally, with an input box",
+        epilog=EPILOG,
+        description="The explorer page of `attnlab explore`, served on this machine: type a text "
+        "(GPT, text encoder), upload an image (ViT) or a sentence (seq2seq) and the views are "
+        "recomputed. Bound to 127.0.0.1; requests from other origins are refused.",
+    )
     sv.add_argument("--ckpt", required=True, help="run folder (or HuggingFace folder)")
     sv.add_argument("--port", type=_port, default=8000, help="TCP port (default 8000)")
     sv.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
@@ -105,25 +135,41 @@ def build_parser() -> argparse.ArgumentParser:
 
     from ..experiments.claims import CLAIMS
 
-    rp = sub.add_parser("reproduce", help="check the lectures' claims on real runs; write a report", epilog=EPILOG,
-                        description="Each claim: the lecture's statement, what was run, the figure or table, the "
-                        "measured number and PASS/FAIL against a stated criterion, in OUT/report.md with its PNGs. "
-                        "Claims: " + ", ".join(CLAIMS))
+    rp = sub.add_parser(
+        "reproduce",
+        help="check the lectures' claims on real runs; write a report",
+        epilog=EPILOG,
+        description="Each claim: the lecture's statement, what was run, the figure or table, the "
+        "measured number and PASS/FAIL against a stated criterion, in OUT/report.md with its PNGs. "
+        "Claims: " + ", ".join(CLAIMS),
+    )
     rp.add_argument("names", nargs="*", metavar="NAME", help="claims to check (default: all)")
     rp.add_argument("--quick", action="store_true", help="small runs: all claims in about 10 minutes on 2 CPU cores")
     rp.add_argument("--out", default="reproduce", help="report folder (default: reproduce/)")
     rp.add_argument("--data-dir", default=None, help="folder holding named datasets (default: $ATTNLAB_DATA)")
     rp.set_defaults(func=_reproduce)
 
-    b = sub.add_parser("bench", help="benchmark attnlab against its peers and this machine's peak",
-                       description="Attention, GPT training and generation, ViT and encoder-decoder training steps, "
-                       "each against a peer (HuggingFace, torch.nn) measured in the same run, with model FLOPs "
-                       "utilisation against the matmul peak measured at the start. Runs on CUDA when present.")
+    b = sub.add_parser(
+        "bench",
+        help="benchmark attnlab against its peers and this machine's peak",
+        description="Attention, GPT training and generation, ViT and encoder-decoder training steps, "
+        "each against a peer (HuggingFace, torch.nn) measured in the same run, with model FLOPs "
+        "utilisation against the matmul peak measured at the start. Runs on CUDA when present.",
+    )
     b.add_argument("--quick", action="store_true", help="small shapes: about a minute on 2 CPU cores")
-    b.add_argument("--compile", action=argparse.BooleanOptionalAction, default=None,
-                   help="add torch.compile rows (default: on with CUDA, off on CPU where compiling takes minutes)")
-    b.add_argument("--only", nargs="+", choices=["attention", "gpt", "generate", "vit", "encdec"], default=None,
-                   help="run only these row groups (default: all)")
+    b.add_argument(
+        "--compile",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="add torch.compile rows (default: on with CUDA, off on CPU where compiling takes minutes)",
+    )
+    b.add_argument(
+        "--only",
+        nargs="+",
+        choices=["attention", "gpt", "generate", "vit", "encdec"],
+        default=None,
+        help="run only these row groups (default: all)",
+    )
     b.add_argument("--json", default=None, help="write the table as JSON to this file")
     b.add_argument("--markdown", default=None, help="write the table as Markdown to this file")
     b.add_argument("--device", type=flag_type(device_name), default="auto", help="auto | cpu | cuda")
@@ -162,8 +208,9 @@ def _inspect(args) -> int:
     recipe = _family(args.ckpt)
     if args.what not in recipe.inspections:
         owners = [r.name for r in recipes() if args.what in r.inspections]
-        raise CheckpointError(f"inspect {args.what} needs a {' or '.join(owners)} checkpoint; {args.ckpt} holds a "
-                              f"{recipe.name} model")
+        raise CheckpointError(
+            f"inspect {args.what} needs a {' or '.join(owners)} checkpoint; {args.ckpt} holds a {recipe.name} model"
+        )
     return recipe.inspect(args)
 
 
@@ -194,8 +241,11 @@ def _serve(args) -> int:
 
     def ready(server):
         host, port = server.server_address[:2]
-        print(f"serving the explorer of {args.ckpt} at http://{'127.0.0.1' if host == '0.0.0.0' else host}:{port}/ "
-              "(Ctrl-C stops)", flush=True)
+        print(
+            f"serving the explorer of {args.ckpt} at http://{'127.0.0.1' if host == '0.0.0.0' else host}:{port}/ "
+            "(Ctrl-C stops)",
+            flush=True,
+        )
 
     try:
         serve(load(args.ckpt, device=args.device), recipe.explore_kind, args.host, args.port, ready)
@@ -227,8 +277,14 @@ def _reproduce(args) -> int:
 def _bench(args) -> int:
     from ..bench import run
 
-    run(quick=args.quick, compile_=args.compile, json_path=args.json, markdown_path=args.markdown, device=args.device,
-        only=args.only)
+    run(
+        quick=args.quick,
+        compile_=args.compile,
+        json_path=args.json,
+        markdown_path=args.markdown,
+        device=args.device,
+        only=args.only,
+    )
     return 0
 
 
@@ -262,8 +318,11 @@ def main(argv: list[str] | None = None) -> int:
         abandon_new_runs()
         if os.environ.get("ATTNLAB_DEBUG"):
             raise
-        print(f"error: unexpected {type(e).__name__}: {one_line(e)} (set ATTNLAB_DEBUG=1 to see the traceback, "
-              "and please report it)", file=sys.stderr)
+        print(
+            f"error: unexpected {type(e).__name__}: {one_line(e)} (set ATTNLAB_DEBUG=1 to see the traceback, "
+            "and please report it)",
+            file=sys.stderr,
+        )
         return 1
     finally:
         release_runs()

@@ -22,8 +22,13 @@ from ..errors import DataError
 from .images import IMAGE_SUFFIXES, channel_stats, load_image
 from .parallel import Vocab, pad_batch, read_lines
 
-COLORS = {"red": (220, 40, 40), "green": (40, 190, 60), "blue": (50, 80, 230), "yellow": (235, 215, 40),
-          "white": (235, 235, 235)}
+COLORS = {
+    "red": (220, 40, 40),
+    "green": (40, 190, 60),
+    "blue": (50, 80, 230),
+    "yellow": (235, 215, 40),
+    "white": (235, 235, 235),
+}
 SHAPES = ("circle", "square", "triangle")
 SIZES = {"small": 0.09, "large": 0.16}  # half-width of the shape, as a fraction of the image side
 
@@ -69,12 +74,16 @@ def scene_captions(objs: list[SceneObject]) -> list[str]:
         return [p[0], f"there is {p[0]}", f"{p[0]} on its own"]
     if len(p) == 2:
         return [f"{p[0]} to the left of {p[1]}", f"{p[0]} and {p[1]}", f"{p[0]} on the left and {p[1]} on the right"]
-    return [f"{p[0]} , {p[1]} and {p[2]}", f"{p[0]} to the left of {p[1]} and {p[2]}",
-            f"{p[0]} , {p[1]} and {p[2]} from left to right"]
+    return [
+        f"{p[0]} , {p[1]} and {p[2]}",
+        f"{p[0]} to the left of {p[1]} and {p[2]}",
+        f"{p[0]} , {p[1]} and {p[2]} from left to right",
+    ]
 
 
-def make_scenes(n: int, seed: int = 0, *, image_size: int = 64, min_objects: int = 1, max_objects: int = 3,
-                noise: float = 0.03) -> Scenes:
+def make_scenes(
+    n: int, seed: int = 0, *, image_size: int = 64, min_objects: int = 1, max_objects: int = 3, noise: float = 0.03
+) -> Scenes:
     """``n`` scenes from ``seed`` (the same seed gives the same scenes). Objects never overlap, sit
     in separate columns (so "left of" is unambiguous), and no two share colour and shape."""
     if not 1 <= min_objects <= max_objects <= 3:
@@ -114,8 +123,10 @@ def read_coco(captions_json: Path, image_dir: Path | None = None) -> list[tuple[
         files = {img["id"]: img["file_name"] for img in d["images"]}
         anns = d["annotations"]
     except (OSError, UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError) as e:
-        raise DataError(f"{captions_json} is not a COCO captions JSON ({type(e).__name__}: {e}); it needs "
-                        "'images' (id, file_name) and 'annotations' (image_id, caption)") from None
+        raise DataError(
+            f"{captions_json} is not a COCO captions JSON ({type(e).__name__}: {e}); it needs "
+            "'images' (id, file_name) and 'annotations' (image_id, caption)"
+        ) from None
     image_dir = image_dir or captions_json.parent
     caps: dict[int, list[str]] = {}
     for a in anns:
@@ -163,11 +174,14 @@ def find_captions(spec: str) -> list[tuple[Path, list[str]]]:
     if p.is_dir():
         jsons = sorted(p.glob("captions*.json")) or sorted(p.glob("*.json"))
         if not jsons:
-            raise DataError(f"{p} holds no captions JSON; give a COCO folder (captions_*.json beside the images), "
-                            "a .json file or an image<TAB>caption file")
+            raise DataError(
+                f"{p} holds no captions JSON; give a COCO folder (captions_*.json beside the images), "
+                "a .json file or an image<TAB>caption file"
+            )
         return read_coco(jsons[0], p)
-    raise DataError(f"unknown caption data {spec!r}: use scenes, a COCO folder or captions JSON, or an "
-                    "image<TAB>caption file")
+    raise DataError(
+        f"unknown caption data {spec!r}: use scenes, a COCO folder or captions JSON, or an image<TAB>caption file"
+    )
 
 
 # ---- what the trainer reads -------------------------------------------------------------------------
@@ -216,14 +230,23 @@ def _split_items(items: list, fractions=(0.8, 0.1), seed: int = 0) -> dict[str, 
     return {k: [items[i] for i in v] for k, v in parts.items()}
 
 
-def load_captions(spec: str | None, *, image_size: int = 64, vocab: dict | None = None, n_train: int = 8000,
-                  max_objects: int = 3, seed: int = 0) -> CaptionData:
+def load_captions(
+    spec: str | None,
+    *,
+    image_size: int = 64,
+    vocab: dict | None = None,
+    n_train: int = 8000,
+    max_objects: int = 3,
+    seed: int = 0,
+) -> CaptionData:
     """``spec``: ``scenes`` (default; generated), a COCO folder or JSON, or an image<TAB>caption file.
     ``vocab`` (from a checkpoint) is reused instead of building one from the training captions."""
     if spec in (None, "", "scenes"):
-        sets = {"train": make_scenes(n_train, seed, image_size=image_size, max_objects=max_objects),
-                "val": make_scenes(max(50, n_train // 20), seed + 1, image_size=image_size, max_objects=max_objects),
-                "test": make_scenes(max(100, n_train // 16), seed + 2, image_size=image_size, max_objects=max_objects)}
+        sets = {
+            "train": make_scenes(n_train, seed, image_size=image_size, max_objects=max_objects),
+            "val": make_scenes(max(50, n_train // 20), seed + 1, image_size=image_size, max_objects=max_objects),
+            "test": make_scenes(max(100, n_train // 16), seed + 2, image_size=image_size, max_objects=max_objects),
+        }
         images = {k: s.images for k, s in sets.items()}
         captions = {k: s.captions for k, s in sets.items()}
         objects = {k: s.objects for k, s in sets.items()}
@@ -246,14 +269,17 @@ def load_captions(spec: str | None, *, image_size: int = 64, vocab: dict | None 
             captions[k] = [caps for _, caps in part]
         objects = {}
         name = Path(spec).name
-        note = (f"{name}: {len(images['train'])} train / {len(images['val'])} val / {len(images['test'])} test "
-                f"images, resized to {image_size}x{image_size}")
+        note = (
+            f"{name}: {len(images['train'])} train / {len(images['val'])} val / {len(images['test'])} test "
+            f"images, resized to {image_size}x{image_size}"
+        )
     for k, caps in captions.items():
         for i, refs in enumerate(caps):
             kept = [c for c in refs if c.strip()]
             if not kept:
-                raise DataError(f"{name}: an image of the {k} split has only empty captions; give it a caption "
-                                "or leave it out")
+                raise DataError(
+                    f"{name}: an image of the {k} split has only empty captions; give it a caption or leave it out"
+                )
             caps[i] = kept
     v = Vocab.from_dict(vocab) if vocab else Vocab.build([c for refs in captions["train"] for c in refs], "word")
     encoded = {k: [[v.encode(c) for c in refs] for refs in caps] for k, caps in captions.items()}

@@ -56,7 +56,9 @@ def normalize(images: Tensor, mean: list[float], std: list[float]) -> Tensor:
 def denormalize(x: Tensor, mean: list[float], std: list[float]) -> Tensor:
     """The inverse of :func:`normalize`: back to [0, 1] images."""
     c = x.shape[1]
-    return x * torch.tensor(std, device=x.device).view(1, c, 1, 1) + torch.tensor(mean, device=x.device).view(1, c, 1, 1)
+    return x * torch.tensor(std, device=x.device).view(1, c, 1, 1) + torch.tensor(mean, device=x.device).view(
+        1, c, 1, 1
+    )
 
 
 def _split(x: Tensor, y: Tensor, fractions: tuple[float, float], seed: int = 0):
@@ -66,8 +68,11 @@ def _split(x: Tensor, y: Tensor, fractions: tuple[float, float], seed: int = 0):
     x, y = x[perm], y[perm]
     n_val, n_test = int(len(x) * fractions[0]), int(len(x) * fractions[1])
     n_train = len(x) - n_val - n_test
-    return (x[:n_train], y[:n_train]), (x[n_train : n_train + n_val], y[n_train : n_train + n_val]), (
-        x[n_train + n_val :], y[n_train + n_val :])
+    return (
+        (x[:n_train], y[:n_train]),
+        (x[n_train : n_train + n_val], y[n_train : n_train + n_val]),
+        (x[n_train + n_val :], y[n_train + n_val :]),
+    )
 
 
 def digits() -> ImageSplits:
@@ -81,8 +86,14 @@ def digits() -> ImageSplits:
     x = torch.tensor(d.images, dtype=torch.float32)[:, None] / 16.0
     y = torch.tensor(d.target, dtype=torch.long)
     tr, va, te = _split(x, y, (0.1, 0.2))
-    return ImageSplits("digits", tr, va, te, [str(i) for i in range(10)],
-                       note=f"sklearn digits: {len(tr[0])} train / {len(va[0])} val / {len(te[0])} test")
+    return ImageSplits(
+        "digits",
+        tr,
+        va,
+        te,
+        [str(i) for i in range(10)],
+        note=f"sklearn digits: {len(tr[0])} train / {len(va[0])} val / {len(te[0])} test",
+    )
 
 
 def read_idx(path: Path) -> np.ndarray:
@@ -123,11 +134,22 @@ def mnist(data_dir: str | None = None) -> ImageSplits:
     if trx is not None and tr_y is not None:
         x = torch.from_numpy(read_idx(trx).copy()).float()[:, None] / 255.0
         y = torch.from_numpy(read_idx(tr_y).astype(np.int64))
-        return ImageSplits("mnist", (x[:-5000], y[:-5000]), (x[-5000:], y[-5000:]), (xt, yt), labels,
-                           note="MNIST: 55,000 train / 5,000 val / 10,000 test")
-    return ImageSplits("mnist", (xt[:7200], yt[:7200]), (xt[7200:8000], yt[7200:8000]), (xt[8000:], yt[8000:]),
-                       labels, note="MNIST test set only: train on images 0-7199, validate on 7200-7999, "
-                                    "test on the last 2,000 (8000-9999)")
+        return ImageSplits(
+            "mnist",
+            (x[:-5000], y[:-5000]),
+            (x[-5000:], y[-5000:]),
+            (xt, yt),
+            labels,
+            note="MNIST: 55,000 train / 5,000 val / 10,000 test",
+        )
+    return ImageSplits(
+        "mnist",
+        (xt[:7200], yt[:7200]),
+        (xt[7200:8000], yt[7200:8000]),
+        (xt[8000:], yt[8000:]),
+        labels,
+        note="MNIST test set only: train on images 0-7199, validate on 7200-7999, test on the last 2,000 (8000-9999)",
+    )
 
 
 def _mnist_root(data_dir) -> Path:
@@ -141,8 +163,12 @@ def _mnist_root(data_dir) -> Path:
 class _NumpyOnlyUnpickler(pickle.Unpickler):
     """CIFAR-10's python batches are pickles; allow only what numpy arrays need."""
 
-    ALLOWED = {("numpy.core.multiarray", "_reconstruct"), ("numpy._core.multiarray", "_reconstruct"),
-               ("numpy", "ndarray"), ("numpy", "dtype")}
+    ALLOWED = {
+        ("numpy.core.multiarray", "_reconstruct"),
+        ("numpy._core.multiarray", "_reconstruct"),
+        ("numpy", "ndarray"),
+        ("numpy", "dtype"),
+    }
 
     def find_class(self, module, name):
         if (module, name) in self.ALLOWED:
@@ -171,9 +197,14 @@ def cifar10(data_dir: str | None = None) -> ImageSplits:
     y = torch.from_numpy(np.concatenate([p[1] for p in parts]))
     xt, yt = _read_cifar_batch(read("test_batch"))
     labels = ["airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck"]
-    return ImageSplits("cifar10", (x[:45000], y[:45000]), (x[45000:], y[45000:]),
-                       (torch.from_numpy(xt).float() / 255.0, torch.from_numpy(yt)), labels,
-                       note="CIFAR-10: 45,000 train / 5,000 val / 10,000 test")
+    return ImageSplits(
+        "cifar10",
+        (x[:45000], y[:45000]),
+        (x[45000:], y[45000:]),
+        (torch.from_numpy(xt).float() / 255.0, torch.from_numpy(yt)),
+        labels,
+        note="CIFAR-10: 45,000 train / 5,000 val / 10,000 test",
+    )
 
 
 def load_image(path: str | Path, channels: int, size: int | None = None) -> tuple[Tensor, str | None]:
@@ -211,8 +242,10 @@ def image_folder(root: str | Path, size: int | None = None) -> ImageSplits:
     root = Path(root)
     classes = sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith("."))
     if len(classes) < 2:
-        raise DataError(f"{root} has {len(classes)} class folder(s); image classification needs at least 2 "
-                        "(one sub-folder per class)")
+        raise DataError(
+            f"{root} has {len(classes)} class folder(s); image classification needs at least 2 "
+            "(one sub-folder per class)"
+        )
     files = [(f, i) for i, c in enumerate(classes) for f in sorted(c.rglob("*")) if f.suffix.lower() in IMAGE_SUFFIXES]
     if not files:
         raise DataError(f"no images ({', '.join(sorted(IMAGE_SUFFIXES))}) found under {root}")
@@ -224,8 +257,14 @@ def image_folder(root: str | Path, size: int | None = None) -> ImageSplits:
     xs = [load_image(f, channels, size)[0] for f, _ in files]
     x, y = torch.stack(xs), torch.tensor([i for _, i in files])
     tr, va, te = _split(x, y, (0.1, 0.2))
-    return ImageSplits(root.name, tr, va, te, [c.name for c in classes],
-                       note=f"{root}: {len(classes)} classes, {len(files)} images, {size}x{size}")
+    return ImageSplits(
+        root.name,
+        tr,
+        va,
+        te,
+        [c.name for c in classes],
+        note=f"{root}: {len(classes)} classes, {len(files)} images, {size}x{size}",
+    )
 
 
 def load_images(spec: str | None, data_dir: str | None = None) -> ImageSplits:
@@ -238,7 +277,9 @@ def load_images(spec: str | None, data_dir: str | None = None) -> ImageSplits:
     p = Path(spec).expanduser()
     if p.is_dir():
         return image_folder(p)
-    raise DataError(f"unknown image dataset {spec!r}; use digits, mnist, cifar10 or a folder with one sub-folder per class")
+    raise DataError(
+        f"unknown image dataset {spec!r}; use digits, mnist, cifar10 or a folder with one sub-folder per class"
+    )
 
 
 def images_argument(images, channels: int, size: int) -> tuple[Tensor, bool]:
@@ -250,8 +291,10 @@ def images_argument(images, channels: int, size: int) -> tuple[Tensor, bool]:
         single = images.dim() == 3
         x = images[None] if single else images
         if x.dim() != 4 or x.shape[1:] != (channels, size, size):
-            raise DataError(f"images must be ({channels}, {size}, {size}) or (N, {channels}, {size}, {size}) "
-                            f"in [0, 1], got {tuple(images.shape)}")
+            raise DataError(
+                f"images must be ({channels}, {size}, {size}) or (N, {channels}, {size}, {size}) "
+                f"in [0, 1], got {tuple(images.shape)}"
+            )
         return x.float(), single
     single = isinstance(images, (str, Path))
     paths = [images] if single else list(images)

@@ -21,20 +21,92 @@ EMBEDDED_TASK = "python-docs-sections"
 
 # the reference chapter (or library page) each help topic is taken from
 SECTIONS = {
-    "statements": ["assert", "assignment", "async", "augassign", "break", "class", "compound", "continue", "del",
-                   "else", "for", "function", "global", "if", "import", "nonlocal", "pass", "raise", "return", "try",
-                   "while", "with", "yield"],
-    "expressions": ["atom-identifiers", "atom-literals", "attribute-references", "await", "binary", "bitwise",
-                    "booleans", "calls", "comparisons", "conversions", "exprlists", "in", "lambda",
-                    "operator-summary", "power", "shifting", "slicings", "subscriptions", "unary"],
-    "lexical analysis": ["floating", "formatstrings", "id-classes", "identifiers", "imaginary", "integers", "numbers",
-                         "strings"],
-    "data model": ["attribute-access", "callable-types", "context-managers", "customization", "numeric-types",
-                   "objects", "sequence-types", "specialattrs", "specialnames", "types"],
+    "statements": [
+        "assert",
+        "assignment",
+        "async",
+        "augassign",
+        "break",
+        "class",
+        "compound",
+        "continue",
+        "del",
+        "else",
+        "for",
+        "function",
+        "global",
+        "if",
+        "import",
+        "nonlocal",
+        "pass",
+        "raise",
+        "return",
+        "try",
+        "while",
+        "with",
+        "yield",
+    ],
+    "expressions": [
+        "atom-identifiers",
+        "atom-literals",
+        "attribute-references",
+        "await",
+        "binary",
+        "bitwise",
+        "booleans",
+        "calls",
+        "comparisons",
+        "conversions",
+        "exprlists",
+        "in",
+        "lambda",
+        "operator-summary",
+        "power",
+        "shifting",
+        "slicings",
+        "subscriptions",
+        "unary",
+    ],
+    "lexical analysis": [
+        "floating",
+        "formatstrings",
+        "id-classes",
+        "identifiers",
+        "imaginary",
+        "integers",
+        "numbers",
+        "strings",
+    ],
+    "data model": [
+        "attribute-access",
+        "callable-types",
+        "context-managers",
+        "customization",
+        "numeric-types",
+        "objects",
+        "sequence-types",
+        "specialattrs",
+        "specialnames",
+        "types",
+    ],
     "execution model": ["dynamic-features", "exceptions", "execmodel", "naming"],
-    "built-in types": ["bltin-code-objects", "bltin-ellipsis-object", "bltin-null-object", "bltin-type-objects",
-                       "debugger", "dict", "lists", "string-methods", "truth", "typesfunctions", "typesmapping",
-                       "typesmethods", "typesmodules", "typesseq", "typesseq-mutable"],
+    "built-in types": [
+        "bltin-code-objects",
+        "bltin-ellipsis-object",
+        "bltin-null-object",
+        "bltin-type-objects",
+        "debugger",
+        "dict",
+        "lists",
+        "string-methods",
+        "truth",
+        "typesfunctions",
+        "typesmapping",
+        "typesmethods",
+        "typesmodules",
+        "typesseq",
+        "typesseq-mutable",
+    ],
 }
 
 
@@ -100,8 +172,12 @@ def read_labelled(path: Path, seed: int = 0) -> LabelledTexts:
     n_val = n_test = max(1, len(pairs) // 10)
     parts = {"test": pairs[:n_test], "val": pairs[n_test : n_test + n_val], "train": pairs[n_test + n_val :]}
     classes = sorted({lab for _, lab in parts["train"]})
-    return LabelledTexts(path.name, {k: [t for t, _ in v] for k, v in parts.items()},
-                         {k: [lab for _, lab in v] for k, v in parts.items()}, classes)
+    return LabelledTexts(
+        path.name,
+        {k: [t for t, _ in v] for k, v in parts.items()},
+        {k: [lab for _, lab in v] for k, v in parts.items()},
+        classes,
+    )
 
 
 def load_labelled(spec: str | None) -> LabelledTexts:
@@ -172,8 +248,14 @@ def encode_truncated(tokenizer, text: str, context: int) -> tuple[list[int], boo
     return (e, False) if len(e) <= context else (e[: context - 1] + [tokenizer.sep_id], True)
 
 
-def tokenize(name: str, tokenizer, texts: dict[str, list[str]], context: int,
-             labels: dict[str, list[str]] | None = None, classes: list[str] | None = None) -> TokenizedTexts:
+def tokenize(
+    name: str,
+    tokenizer,
+    texts: dict[str, list[str]],
+    context: int,
+    labels: dict[str, list[str]] | None = None,
+    classes: list[str] | None = None,
+) -> TokenizedTexts:
     """Encode every split; texts longer than ``context`` tokens keep their first context - 1 tokens
     and a final [SEP] (counted in ``truncated``). Labels outside ``classes`` are refused."""
     ids, truncated = {}, 0
@@ -187,7 +269,9 @@ def tokenize(name: str, tokenizer, texts: dict[str, list[str]], context: int,
         for split, labs in labels.items():
             unknown = sorted({lab for lab in labs if lab not in index})
             if unknown:
-                raise DataError(f"the {split} split of {name} has labels the model does not know: {unknown[:5]} "
-                                f"(it knows {classes[:10]})")
+                raise DataError(
+                    f"the {split} split of {name} has labels the model does not know: {unknown[:5]} "
+                    f"(it knows {classes[:10]})"
+                )
             label_ids[split] = [index[lab] for lab in labs]
     return TokenizedTexts(name, tokenizer, ids, label_ids, list(classes or []), truncated)

@@ -44,7 +44,9 @@ def read_pairs(src: Path, tgt: Path) -> list[tuple[str, str]]:
     a, b = read_lines(src), read_lines(tgt)
     if len(a) != len(b):
         n = min(len(a), len(b))
-        raise DataError(f"{src} has {len(a)} lines but {tgt} has {len(b)}; the files stop being aligned at line {n + 1}")
+        raise DataError(
+            f"{src} has {len(a)} lines but {tgt} has {len(b)}; the files stop being aligned at line {n + 1}"
+        )
     return _drop_empty(list(zip(a, b)), f"{src.name}/{tgt.name}")
 
 
@@ -62,8 +64,9 @@ def _drop_empty(pairs, name):
     kept = [(s, t) for s, t in pairs if s.strip() and t.strip()]
     if len(kept) < len(pairs):
         bad = next(i for i, (s, t) in enumerate(pairs, 1) if not (s.strip() and t.strip()))
-        warnings.warn(f"{name}: skipped {len(pairs) - len(kept)} pair(s) with an empty side (first at line {bad})",
-                      stacklevel=3)
+        warnings.warn(
+            f"{name}: skipped {len(pairs) - len(kept)} pair(s) with an empty side (first at line {bad})", stacklevel=3
+        )
     if not kept:
         raise DataError(f"{name} holds no sentence pairs")
     return kept
@@ -73,8 +76,10 @@ def multi30k(src_lang: str, tgt_lang: str, data_dir: str | None = None) -> dict[
     """Multi30k task 1 (train / val / test_2016_flickr) from <data dir>/multi30k, or downloaded
     (SHA-256 checked) into the cache when the data directory does not hold it."""
     if {src_lang, tgt_lang} != set(LANGS):
-        raise DataError(f"Multi30k here is German–English; unknown language pair {src_lang}-{tgt_lang} "
-                        "(use --src de --tgt en or --src en --tgt de)")
+        raise DataError(
+            f"Multi30k here is German–English; unknown language pair {src_lang}-{tgt_lang} "
+            "(use --src de --tgt en or --src en --tgt de)"
+        )
     # the data directory first, then the download cache, then a checked download
     files = {p.name: p for p in sources.resolve("multi30k", data_dir)}
     splits = {"train": "train", "val": "val", "test": "test_2016_flickr"}
@@ -93,8 +98,20 @@ def synthetic_pair(task: str, rng: random.Random, min_len: int, max_len: int) ->
         a, b = rng.randint(0, 10**da - 1), rng.randint(0, 10 ** max(1, n - 1 - da) - 1)
         return f"{a}+{b}", str(a + b)
     if task == "dates":
-        months = ["January", "February", "March", "April", "May", "June", "July", "August", "September",
-                  "October", "November", "December"]
+        months = [
+            "January",
+            "February",
+            "March",
+            "April",
+            "May",
+            "June",
+            "July",
+            "August",
+            "September",
+            "October",
+            "November",
+            "December",
+        ]
         y, m, d = rng.randint(1900, 2099), rng.randint(1, 12), rng.randint(1, 28)
         style = rng.randrange(3)
         src = [f"{d} {months[m - 1]} {y}", f"{months[m - 1][:3]} {d}, {y}", f"{d:02d}/{m:02d}/{y}"][style]
@@ -206,9 +223,20 @@ def collate(pairs, max_len: int):
     return src, src_mask, tgt_in, tgt_out
 
 
-def load_parallel(spec: str, *, src_lang: str = "de", tgt_lang: str = "en", tokenizer: str | None = None,
-                  vocab_size: int = 8000, joint: bool = True, data_dir: str | None = None, min_len: int = 5,
-                  max_len: int = 20, seq_max_len: int = 128, vocab: dict | None = None) -> ParallelData:
+def load_parallel(
+    spec: str,
+    *,
+    src_lang: str = "de",
+    tgt_lang: str = "en",
+    tokenizer: str | None = None,
+    vocab_size: int = 8000,
+    joint: bool = True,
+    data_dir: str | None = None,
+    min_len: int = 5,
+    max_len: int = 20,
+    seq_max_len: int = 128,
+    vocab: dict | None = None,
+) -> ParallelData:
     """``spec``: a synthetic task name, 'multi30k', 'SRC_FILE:TGT_FILE' or a .tsv file."""
     if spec in SYNTHETIC:
         rng = random.Random(0)
@@ -218,8 +246,15 @@ def load_parallel(spec: str, *, src_lang: str = "de", tgt_lang: str = "en", toke
         else:
             chars = [a + b for a, b in sample] + ["abcdefghijklmnopqrstuvwxyz0123456789+-/, "]
             sv = tv = Vocab.build(chars, "char")
-        data = ParallelData(spec, sv, tv, {}, {}, max(seq_max_len, 2 * max_len + 2),
-                            synthetic={"task": spec, "min_len": min_len, "max_len": max_len})
+        data = ParallelData(
+            spec,
+            sv,
+            tv,
+            {},
+            {},
+            max(seq_max_len, 2 * max_len + 2),
+            synthetic={"task": spec, "min_len": min_len, "max_len": max_len},
+        )
         g = torch.Generator().manual_seed(12345)  # a fixed test set
         enc, raw = data._synth(500, g)
         data.pairs["test"] = data.pairs["val"] = enc
@@ -235,8 +270,9 @@ def load_parallel(spec: str, *, src_lang: str = "de", tgt_lang: str = "en", toke
         a, b = spec.split(":", 1)
         texts, name = _split_pairs(read_pairs(Path(a), Path(b))), f"{Path(a).name}:{Path(b).name}"
     else:
-        raise DataError(f"unknown parallel data {spec!r}; use {', '.join(SYNTHETIC)}, multi30k, SRC_FILE:TGT_FILE "
-                        "or a .tsv file")
+        raise DataError(
+            f"unknown parallel data {spec!r}; use {', '.join(SYNTHETIC)}, multi30k, SRC_FILE:TGT_FILE or a .tsv file"
+        )
     if vocab:
         sv, tv = Vocab.from_dict(vocab["src"]), Vocab.from_dict(vocab["tgt"])
     else:
@@ -249,8 +285,16 @@ def load_parallel(spec: str, *, src_lang: str = "de", tgt_lang: str = "en", toke
             tv = Vocab.build([t for _, t in train], kind, vocab_size)
     pairs = {}
     for split, prs in texts.items():
-        src_ids = sv.tokenizer.encode_batch([s for s, _ in prs]) if hasattr(sv.tokenizer, "encode_batch") else [sv.encode(s) for s, _ in prs]
-        tgt_ids = tv.tokenizer.encode_batch([t for _, t in prs]) if hasattr(tv.tokenizer, "encode_batch") else [tv.encode(t) for _, t in prs]
+        src_ids = (
+            sv.tokenizer.encode_batch([s for s, _ in prs])
+            if hasattr(sv.tokenizer, "encode_batch")
+            else [sv.encode(s) for s, _ in prs]
+        )
+        tgt_ids = (
+            tv.tokenizer.encode_batch([t for _, t in prs])
+            if hasattr(tv.tokenizer, "encode_batch")
+            else [tv.encode(t) for _, t in prs]
+        )
         enc = list(zip(src_ids, tgt_ids))
         if split == "train":  # sort by length so that batches are drawn from length buckets
             order = sorted(range(len(enc)), key=lambda i: (len(enc[i][0]), len(enc[i][1])))
@@ -258,8 +302,9 @@ def load_parallel(spec: str, *, src_lang: str = "de", tgt_lang: str = "en", toke
         pairs[split] = enc
     too_long = sum(len(s) > seq_max_len for s, _ in pairs["train"])
     if too_long:
-        warnings.warn(f"{too_long} training sentences are longer than {seq_max_len} tokens and will be truncated",
-                      stacklevel=2)
+        warnings.warn(
+            f"{too_long} training sentences are longer than {seq_max_len} tokens and will be truncated", stacklevel=2
+        )
     return ParallelData(name, sv, tv, pairs, texts, seq_max_len)
 
 

@@ -50,8 +50,12 @@ NAMED: dict[str, list[RemoteFile]] = {
     ],
     # Multi30k task 1, raw (cased, untokenised) files, pinned to a commit of multi30k/dataset
     "multi30k": [
-        RemoteFile(f"multi30k/{name}", f"https://raw.githubusercontent.com/multi30k/dataset/"
-                   f"a3d2e0d26b56f3846f66a952536ffed4e401d05a/data/task1/raw/{name}", sha)
+        RemoteFile(
+            f"multi30k/{name}",
+            f"https://raw.githubusercontent.com/multi30k/dataset/"
+            f"a3d2e0d26b56f3846f66a952536ffed4e401d05a/data/task1/raw/{name}",
+            sha,
+        )
         for name, sha in [
             ("train.de.gz", "726e39b2fa9eb9ffb6dc763fb35a179f80fae06ffc5d28b6ace5faa883de28a6"),
             ("train.en.gz", "d79cfa999dd4c51d2cb42499b6796d5a882c3a8a961923c25a898c90f8bbd56f"),
@@ -128,8 +132,10 @@ def verify_local(rf: RemoteFile, path: Path) -> Path:
         return path
     got = rf.check(path)
     if got is not None:
-        raise DataError(f"{path} has checksum {got}, not the published {rf.sha256 or rf.md5}: it is another or a "
-                        "damaged copy; replace it (or set ATTNLAB_TRUST_DATA=1 to use it anyway)")
+        raise DataError(
+            f"{path} has checksum {got}, not the published {rf.sha256 or rf.md5}: it is another or a "
+            "damaged copy; replace it (or set ATTNLAB_TRUST_DATA=1 to use it anyway)"
+        )
     seen[key] = rf.sha256 or rf.md5
     try:
         memo.parent.mkdir(parents=True, exist_ok=True)

@@ -141,9 +141,13 @@ def prepare(
             dt = np.dtype(meta["dtype"])
             return TokenData(
                 np.memmap(cache / "train.bin", dtype=dt, mode="r"),
-                np.memmap(cache / "val.bin", dtype=dt, mode="r"), tok, name,
+                np.memmap(cache / "val.bin", dtype=dt, mode="r"),
+                tok,
+                name,
             )
-    tok = tokenizer_from_dict(existing_tokenizer) if existing_tokenizer else build_tokenizer(tokenizer, text, vocab_size)
+    tok = (
+        tokenizer_from_dict(existing_tokenizer) if existing_tokenizer else build_tokenizer(tokenizer, text, vocab_size)
+    )
     ids = np.asarray(tok.encode(text), dtype=np.uint16 if tok.vocab_size < 2**16 else np.uint32)
     train, val = split_ids(ids, val_fraction)
     for part, arr in (("train", train), ("val", val)):

@@ -23,8 +23,19 @@ def make_models(vocab: int, max_len: int, small: bool) -> dict:
     return {
         "RNN (no attention)": RNNSeq2Seq(RNNConfig(**rnn, attention="none")),
         "RNN + attention": RNNSeq2Seq(RNNConfig(**rnn, attention="additive")),
-        "Transformer": Transformer(TransformerConfig(src_vocab=vocab, tgt_vocab=vocab, dim=h, heads=4, enc_layers=2,
-                                                     dec_layers=2, mlp_dim=2 * h, dropout=0.0, context=max_len)),
+        "Transformer": Transformer(
+            TransformerConfig(
+                src_vocab=vocab,
+                tgt_vocab=vocab,
+                dim=h,
+                heads=4,
+                enc_layers=2,
+                dec_layers=2,
+                mlp_dim=2 * h,
+                dropout=0.0,
+                context=max_len,
+            )
+        ),
     }
 
 
@@ -40,21 +51,39 @@ def accuracy_by_length(model, vocab, lengths, n: int = 100, seed: int = 0) -> di
     return out
 
 
-def run(lengths=(5, 10, 20, 30, 40, 60), steps: int = 1500, batch_size: int = 64, out: Path | None = None,
-        small: bool = False, progress: bool = False) -> dict:
+def run(
+    lengths=(5, 10, 20, 30, 40, 60),
+    steps: int = 1500,
+    batch_size: int = 64,
+    out: Path | None = None,
+    small: bool = False,
+    progress: bool = False,
+) -> dict:
     min_len, max_len = min(lengths), max(lengths)
     data = load_parallel("reverse", min_len=min_len, max_len=max_len)
     results = {}
     for name, model in make_models(data.src_vocab.size, 2 * max_len + 4, small).items():
         torch.manual_seed(0)
-        cfg = TrainConfig(max_iters=steps, batch_size=batch_size, lr=3e-3, min_lr=3e-5, warmup_iters=min(100, steps // 5),
-                          weight_decay=0.0, eval_interval=steps, eval_iters=2, progress=progress)
+        cfg = TrainConfig(
+            max_iters=steps,
+            batch_size=batch_size,
+            lr=3e-3,
+            min_lr=3e-5,
+            warmup_iters=min(100, steps // 5),
+            weight_decay=0.0,
+            eval_interval=steps,
+            eval_iters=2,
+            progress=progress,
+        )
         folder = (out or Path("runs/bottleneck")) / name.replace(" ", "_").replace("(", "").replace(")", "")
         t0 = time.perf_counter()
         Trainer(model, Seq2SeqTask(data, batch_size), cfg, folder).fit()
         acc = accuracy_by_length(model.eval(), data.src_vocab, lengths)
-        results[name] = {"accuracy": acc, "seconds": time.perf_counter() - t0,
-                         "parameters": sum(p.numel() for p in model.parameters())}
+        results[name] = {
+            "accuracy": acc,
+            "seconds": time.perf_counter() - t0,
+            "parameters": sum(p.numel() for p in model.parameters()),
+        }
     return results
 
 

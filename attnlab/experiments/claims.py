@@ -60,6 +60,7 @@ def claim(name: str, title: str, statement: str):
     def add(fn):
         CLAIMS[name] = Claim(name, title, statement, fn, f"attnlab reproduce {name}")
         return fn
+
     return add
 
 
@@ -70,9 +71,12 @@ def _table(header: list[str], rows: list[list]) -> str:
 
 
 # ---- 1-5: attention and positions, computed --------------------------------------------------------
-@claim("worked-example", "The worked example",
-       "With q·k₁ = 102 and q·k₂ = 99 and d_k = 3, the scaled scores are 58.9 and 57.2 and the softmax "
-       "weights 0.85 and 0.15.")
+@claim(
+    "worked-example",
+    "The worked example",
+    "With q·k₁ = 102 and q·k₂ = 99 and d_k = 3, the scaled scores are 58.9 and 57.2 and the softmax "
+    "weights 0.85 and 0.15.",
+)
 def worked_example(ctx: Context) -> Result:
     from ..attention import scaled_dot_product_attention
 
@@ -83,14 +87,20 @@ def worked_example(ctx: Context) -> Result:
     scaled = (q @ k.transpose(-1, -2) / math.sqrt(3))[0, 0]
     w = w[0, 0]
     ok = abs(scaled[0] - 58.9) < 0.05 and abs(scaled[1] - 57.2) < 0.05 and abs(w[0] - 0.85) < 0.005
-    return Result(f"scaled scores {scaled[0]:.2f} / {scaled[1]:.2f}, weights {w[0]:.3f} / {w[1]:.3f} "
-                  "(attnlab.attention.scaled_dot_product_attention)", bool(ok),
-                  "scores within 0.05 of 58.9 / 57.2 and the first weight within 0.005 of 0.85")
+    return Result(
+        f"scaled scores {scaled[0]:.2f} / {scaled[1]:.2f}, weights {w[0]:.3f} / {w[1]:.3f} "
+        "(attnlab.attention.scaled_dot_product_attention)",
+        bool(ok),
+        "scores within 0.05 of 58.9 / 57.2 and the first weight within 0.005 of 0.85",
+    )
 
 
-@claim("masks", "Rows of P sum to 1; masks are exact",
-       "Each row of the attention matrix P is a probability distribution; a causal mask gives future "
-       "positions exactly zero weight, and padding is never attended to.")
+@claim(
+    "masks",
+    "Rows of P sum to 1; masks are exact",
+    "Each row of the attention matrix P is a probability distribution; a causal mask gives future "
+    "positions exactly zero weight, and padding is never attended to.",
+)
 def masks(ctx: Context) -> Result:
     from ..attention import MultiHeadAttention
 
@@ -105,14 +115,20 @@ def masks(ctx: Context) -> Result:
     future_max = w[..., future].abs().max().item()
     pad_max = w[1, :, :, 7:].abs().max().item()
     ok = row_err < 1e-6 and future_max == 0.0 and pad_max == 0.0
-    return Result(f"largest |row sum − 1| {row_err:.1e}; largest weight on a future position {future_max}; "
-                  f"on a padding position {pad_max}", ok,
-                  "row sums within 1e-6 of 1, future and padding weights exactly 0")
+    return Result(
+        f"largest |row sum − 1| {row_err:.1e}; largest weight on a future position {future_max}; "
+        f"on a padding position {pad_max}",
+        ok,
+        "row sums within 1e-6 of 1, future and padding weights exactly 0",
+    )
 
 
-@claim("scaling", "Why divide by √d_k",
-       "Dot products of d_k-dimensional random vectors have variance d_k; unscaled, the softmax saturates as "
-       "d_k grows (near one-hot, vanishing gradients); dividing by √d_k keeps it in range.")
+@claim(
+    "scaling",
+    "Why divide by √d_k",
+    "Dot products of d_k-dimensional random vectors have variance d_k; unscaled, the softmax saturates as "
+    "d_k grows (near one-hot, vanishing gradients); dividing by √d_k keeps it in range.",
+)
 def scaling(ctx: Context) -> Result:
     torch.manual_seed(0)
     dims = [16, 32, 64, 128, 256, 512, 1024]
@@ -141,16 +157,23 @@ def scaling(ctx: Context) -> Result:
     save_figure(fig, ctx.out / "scaling.png")
     raw_1024, scaled_1024, scaled_16 = rows[-1][1], rows[-1][2], rows[0][2]
     ok = raw_1024 < 0.1 * math.log(t) and scaled_1024 > 0.5 * math.log(t) and abs(scaled_1024 - scaled_16) < 0.5
-    return Result(f"at d_k = 1024 the raw softmax has entropy {raw_1024:.2f} nats (uniform: {math.log(t):.2f}), the "
-                  f"scaled one {scaled_1024:.2f}; gradient norm {rows[-1][3]:.2e} raw vs {rows[-1][4]:.2e} scaled",
-                  ok, "raw entropy at d_k = 1024 below 10 % of log T; scaled entropy above 50 % of log T and within "
-                  "0.5 nats of its value at d_k = 16", "scaling.png",
-                  _table(["d_k", "entropy raw", "entropy scaled", "grad raw", "grad scaled"], rows))
+    return Result(
+        f"at d_k = 1024 the raw softmax has entropy {raw_1024:.2f} nats (uniform: {math.log(t):.2f}), the "
+        f"scaled one {scaled_1024:.2f}; gradient norm {rows[-1][3]:.2e} raw vs {rows[-1][4]:.2e} scaled",
+        ok,
+        "raw entropy at d_k = 1024 below 10 % of log T; scaled entropy above 50 % of log T and within "
+        "0.5 nats of its value at d_k = 16",
+        "scaling.png",
+        _table(["d_k", "entropy raw", "entropy scaled", "grad raw", "grad scaled"], rows),
+    )
 
 
-@claim("permutation", "Attention alone ignores order",
-       "Without positional encoding self-attention is permutation-equivariant (permuting the tokens permutes the "
-       "outputs) and a mean-pooled output is permutation-invariant; adding positional encodings breaks both.")
+@claim(
+    "permutation",
+    "Attention alone ignores order",
+    "Without positional encoding self-attention is permutation-equivariant (permuting the tokens permutes the "
+    "outputs) and a mean-pooled output is permutation-invariant; adding positional encodings breaks both.",
+)
 def permutation(ctx: Context) -> Result:
     from ..attention import MultiHeadAttention
     from ..position import SinusoidalPosition
@@ -165,14 +188,20 @@ def permutation(ctx: Context) -> Result:
         eq_pe = (mha(pe(x))[:, perm] - mha(pe(x[:, perm]))).abs().max().item()
         inv_pe = (mha(pe(x)).mean(1) - mha(pe(x[:, perm])).mean(1)).abs().max().item()
     ok = eq < 1e-5 and inv < 1e-5 and eq_pe > 1e-2 and inv_pe > 1e-3
-    return Result(f"without PE: max |f(Px) − Pf(x)| = {eq:.1e}, pooled difference {inv:.1e}; with sinusoidal PE: "
-                  f"{eq_pe:.3f} and {inv_pe:.3f}", ok,
-                  "differences below 1e-5 without PE; above 1e-2 (equivariance) and 1e-3 (pooled) with PE")
+    return Result(
+        f"without PE: max |f(Px) − Pf(x)| = {eq:.1e}, pooled difference {inv:.1e}; with sinusoidal PE: "
+        f"{eq_pe:.3f} and {inv_pe:.3f}",
+        ok,
+        "differences below 1e-5 without PE; above 1e-2 (equivariance) and 1e-3 (pooled) with PE",
+    )
 
 
-@claim("sinusoidal", "Sinusoidal positions: offsets are linear maps",
-       "For every offset k there is a fixed linear map (a rotation of each sin/cos pair) M_k with "
-       "PE(pos + k) = M_k PE(pos) for all pos, so the dot product PE(pos)·PE(pos + k) depends on k only.")
+@claim(
+    "sinusoidal",
+    "Sinusoidal positions: offsets are linear maps",
+    "For every offset k there is a fixed linear map (a rotation of each sin/cos pair) M_k with "
+    "PE(pos + k) = M_k PE(pos) for all pos, so the dot product PE(pos)·PE(pos + k) depends on k only.",
+)
 def sinusoidal(ctx: Context) -> Result:
     from ..position import sinusoidal_encoding
 
@@ -194,10 +223,14 @@ def sinusoidal(ctx: Context) -> Result:
     ax.set_ylabel("PE(pos)·PE(pos+k)")
     save_figure(fig, ctx.out / "sinusoidal.png")
     ok = worst_fit < 1e-6 and worst_spread < 1e-6
-    return Result(f"largest residual of PE(pos+k) − PE(pos) M_k over all pos: {worst_fit:.1e}; largest spread of "
-                  f"PE(pos)·PE(pos+k) across pos: {worst_spread:.1e}", ok,
-                  "both below 1e-6 for k = 1, 5, 20, 50 (d = 64, 256 positions)", "sinusoidal.png",
-                  _table(["k", "fit residual", "mean dot", "dot spread"], rows))
+    return Result(
+        f"largest residual of PE(pos+k) − PE(pos) M_k over all pos: {worst_fit:.1e}; largest spread of "
+        f"PE(pos)·PE(pos+k) across pos: {worst_spread:.1e}",
+        ok,
+        "both below 1e-6 for k = 1, 5, 20, 50 (d = 64, 256 positions)",
+        "sinusoidal.png",
+        _table(["k", "fit residual", "mean dot", "dot spread"], rows),
+    )
 
 
 # ---- 6: Table 1 ---------------------------------------------------------------------------------
@@ -223,6 +256,7 @@ def _layer_flops(kind: str, n: int, d: int, k: int = 3) -> int:
             h = torch.zeros(1, d)
             for t in range(n):
                 h = torch.tanh(x[:, t] @ w_x + h @ w_h)
+
         return _flops(rnn)
     conv = torch.nn.Conv1d(d, d, k, padding=k // 2)
     return _flops(lambda: conv(x.transpose(1, 2)))
@@ -240,9 +274,12 @@ def _path_length(kind: str, n: int, k: int = 3) -> int:
     return layers
 
 
-@claim("table1", "Table 1 of \"Attention is all you need\"",
-       "Per layer: self-attention costs O(n²·d), recurrent O(n·d²), convolutional O(k·n·d²); the maximum path "
-       "length is O(1), O(n) and O(log_k n) (dilated); sequential operations O(1), O(n), O(1).")
+@claim(
+    "table1",
+    'Table 1 of "Attention is all you need"',
+    "Per layer: self-attention costs O(n²·d), recurrent O(n·d²), convolutional O(k·n·d²); the maximum path "
+    "length is O(1), O(n) and O(log_k n) (dilated); sequential operations O(1), O(n), O(1).",
+)
 def table1(ctx: Context) -> Result:
     kinds = ("self-attention", "recurrent", "convolution")
     ns, ds = [128, 256, 512, 1024], [32, 64, 128, 256]
@@ -253,8 +290,16 @@ def table1(ctx: Context) -> Result:
         slope = lambda xs, ys: float(np.polyfit(np.log(xs), np.log(ys), 1)[0])  # noqa: E731
         fit[kind] = (slope(ns, by_n), slope(ds, by_d), by_n)
     # in n the self-attention FLOPs are n²·d + n·d² (projections): fit at d = 32 where n ≫ d
-    rows = [[kind, f"{fit[kind][0]:.2f}", f"{fit[kind][1]:.2f}", _path_length(kind, 1024),
-             {"self-attention": 1, "recurrent": 1024, "convolution": 1}[kind]] for kind in kinds]
+    rows = [
+        [
+            kind,
+            f"{fit[kind][0]:.2f}",
+            f"{fit[kind][1]:.2f}",
+            _path_length(kind, 1024),
+            {"self-attention": 1, "recurrent": 1024, "convolution": 1}[kind],
+        ]
+        for kind in kinds
+    ]
     fig, ax = plt.subplots(figsize=(4.5, 3.2), dpi=100)
     for kind in kinds:
         ax.loglog(ns, fit[kind][2], "o-", label=kind)
@@ -264,15 +309,19 @@ def table1(ctx: Context) -> Result:
     save_figure(fig, ctx.out / "table1.png")
     sa, rnn, conv = (fit[k] for k in kinds)
     ok = sa[0] > 1.7 and 0.9 < rnn[0] < 1.1 and rnn[1] > 1.8 and 0.9 < conv[0] < 1.1 and conv[1] > 1.8
-    return Result(f"fitted exponents in n: self-attention {sa[0]:.2f}, recurrent {rnn[0]:.2f}, convolution "
-                  f"{conv[0]:.2f}; in d: {sa[1]:.2f}, {rnn[1]:.2f}, {conv[1]:.2f} (FLOPs counted by "
-                  "torch.utils.flop_counter)", ok,
-                  "self-attention's exponent in n above 1.7; recurrent and convolution ≈ 1 in n (0.9–1.1) and "
-                  "above 1.8 in d", "table1.png",
-                  _table(["layer", "exponent in n", "exponent in d", "max path length (n = 1024)",
-                          "sequential ops (n = 1024)"], rows),
-                  note="Self-attention's exponent in d is below 2 at these sizes: its n²·d term is linear in d "
-                       "and dominates while n > d, as the table's O(n²·d) says.")
+    return Result(
+        f"fitted exponents in n: self-attention {sa[0]:.2f}, recurrent {rnn[0]:.2f}, convolution "
+        f"{conv[0]:.2f}; in d: {sa[1]:.2f}, {rnn[1]:.2f}, {conv[1]:.2f} (FLOPs counted by "
+        "torch.utils.flop_counter)",
+        ok,
+        "self-attention's exponent in n above 1.7; recurrent and convolution ≈ 1 in n (0.9–1.1) and above 1.8 in d",
+        "table1.png",
+        _table(
+            ["layer", "exponent in n", "exponent in d", "max path length (n = 1024)", "sequential ops (n = 1024)"], rows
+        ),
+        note="Self-attention's exponent in d is below 2 at these sizes: its n²·d term is linear in d "
+        "and dominates while n > d, as the table's O(n²·d) says.",
+    )
 
 
 # ---- 7: positions and length ----------------------------------------------------------------------
@@ -287,8 +336,11 @@ def _corpus(ctx: Context):
             found = ctx.size != "tiny" and sources.resolve("shakespeare", ctx.data_dir, allow_download=False)
         except Exception:
             found = False
-        data = (prepare("shakespeare", ctx.work / "corpus_shakespeare", data_dir=ctx.data_dir) if found
-                else prepare(None, ctx.work / "corpus_embedded"))
+        data = (
+            prepare("shakespeare", ctx.work / "corpus_shakespeare", data_dir=ctx.data_dir)
+            if found
+            else prepare(None, ctx.work / "corpus_embedded")
+        )
         ctx.cache["corpus"] = data
     return ctx.cache["corpus"]
 
@@ -299,10 +351,23 @@ def _train_gpt(ctx: Context, pos: str, steps: int, context: int = 512, window: i
 
     data = _corpus(ctx)
     torch.manual_seed(0)
-    model = GPT(GPTConfig(vocab_size=data.tokenizer.vocab_size, context=context, layers=2, heads=4, dim=64,
-                          pos=pos, dropout=0.0))
-    cfg = TrainConfig(max_iters=steps, batch_size=16, lr=3e-3, min_lr=3e-4, warmup_iters=min(50, steps // 5),
-                      eval_interval=steps, eval_iters=2, progress=False, device="cpu", dtype="fp32")
+    model = GPT(
+        GPTConfig(
+            vocab_size=data.tokenizer.vocab_size, context=context, layers=2, heads=4, dim=64, pos=pos, dropout=0.0
+        )
+    )
+    cfg = TrainConfig(
+        max_iters=steps,
+        batch_size=16,
+        lr=3e-3,
+        min_lr=3e-4,
+        warmup_iters=min(50, steps // 5),
+        eval_interval=steps,
+        eval_iters=2,
+        progress=False,
+        device="cpu",
+        dtype="fp32",
+    )
     Trainer(model, LanguageModelTask(data, window, 16), cfg, ctx.work / f"gpt_{pos}").fit()
     return model.eval(), data
 
@@ -317,9 +382,12 @@ def _loss_at(model, data, length: int, n_windows: int = 8) -> float:
     return F.cross_entropy(logits[:, -64:].flatten(0, 1), y[:, -64:].flatten()).item()  # the last 64 positions
 
 
-@claim("length", "Positional encodings and longer inputs",
-       "ALiBi (and relative schemes) let a model trained on short inputs read longer ones; learned absolute "
-       "positions cannot go past what they were trained on (Press et al. 2022, fig. 1).")
+@claim(
+    "length",
+    "Positional encodings and longer inputs",
+    "ALiBi (and relative schemes) let a model trained on short inputs read longer ones; learned absolute "
+    "positions cannot go past what they were trained on (Press et al. 2022, fig. 1).",
+)
 def length(ctx: Context) -> Result:
     steps = ctx.steps(20, 400, 1500)
     lengths = [64, 128, 256, 512]
@@ -343,18 +411,26 @@ def length(ctx: Context) -> Result:
     others = [losses[p][-1] for p in ("sinusoidal", "rope")]
     ok = alibi[-1] <= alibi[0] + 0.1 and all(o > alibi[-1] + 0.1 for o in others)
     shown = ", ".join(f"{p} {v[0]:.2f} → " + ("n/a" if v[-1] is None else f"{v[-1]:.2f}") for p, v in losses.items())
-    return Result(f"loss at 64 → 512 tokens: {shown}", ok,
-                  "ALiBi's loss at 512 within 0.1 of its loss at 64, and sinusoidal and RoPE worse than ALiBi at 512 "
-                  "by more than 0.1", "length.png", _table(["positions", *map(str, lengths)], rows),
-                  note=f"2-layer 64-wide GPTs, {steps} steps of 64-token windows. Learned positions have a table of "
-                       "the 64 trained positions and cannot read a longer input at all (n/a); the others are built "
-                       "for 512 and asked about lengths they never saw.")
+    return Result(
+        f"loss at 64 → 512 tokens: {shown}",
+        ok,
+        "ALiBi's loss at 512 within 0.1 of its loss at 64, and sinusoidal and RoPE worse than ALiBi at 512 "
+        "by more than 0.1",
+        "length.png",
+        _table(["positions", *map(str, lengths)], rows),
+        note=f"2-layer 64-wide GPTs, {steps} steps of 64-token windows. Learned positions have a table of "
+        "the 64 trained positions and cannot read a longer input at all (n/a); the others are built "
+        "for 512 and asked about lengths they never saw.",
+    )
 
 
 # ---- 8: the RNN bottleneck ---------------------------------------------------------------------------
-@claim("bottleneck", "The RNN bottleneck",
-       "An encoder-decoder RNN without attention must squeeze the whole input into one vector and fails on long "
-       "inputs; with attention (and in the Transformer) accuracy holds up.")
+@claim(
+    "bottleneck",
+    "The RNN bottleneck",
+    "An encoder-decoder RNN without attention must squeeze the whole input into one vector and fails on long "
+    "inputs; with attention (and in the Transformer) accuracy holds up.",
+)
 def bottleneck(ctx: Context) -> Result:
     from .bottleneck import plot, run
 
@@ -366,12 +442,16 @@ def bottleneck(ctx: Context) -> Result:
     long = lengths[-1]
     no_att, att, tr = (acc[k][long] for k in ("RNN (no attention)", "RNN + attention", "Transformer"))
     ok = no_att < 0.5 * max(att, tr) and acc["RNN (no attention)"][lengths[0]] > no_att
-    return Result(f"sequence accuracy at length {long}: RNN without attention {no_att:.2f}, with attention "
-                  f"{att:.2f}, Transformer {tr:.2f}", ok,
-                  f"without attention, accuracy at length {long} under half the better attention model's and lower "
-                  "than at the shortest length", "bottleneck.png",
-                  _table(["model", *map(str, lengths)], [[n, *[a[x] for x in lengths]] for n, a in acc.items()]),
-                  note=f"reverse task, {steps} steps each, batch 64")
+    return Result(
+        f"sequence accuracy at length {long}: RNN without attention {no_att:.2f}, with attention "
+        f"{att:.2f}, Transformer {tr:.2f}",
+        ok,
+        f"without attention, accuracy at length {long} under half the better attention model's and lower "
+        "than at the shortest length",
+        "bottleneck.png",
+        _table(["model", *map(str, lengths)], [[n, *[a[x] for x in lengths]] for n, a in acc.items()]),
+        note=f"reverse task, {steps} steps each, batch 64",
+    )
 
 
 # ---- 9-10: ViT -----------------------------------------------------------------------------------
@@ -386,13 +466,26 @@ def _image_models(ctx: Context):
         splits = digits()
         steps = ctx.steps(10, 1500, 3000)
         labels = dict(num_classes=10, in_chans=1, labels=splits.labels)
-        models = {"vit": ViT(ViTConfig(**{**VIT_PRESETS["digits"], "peg": False, **labels})),
-                  "cnn": CNN(CNNConfig(**labels, image_size=8, widths=(32, 64)))}
+        models = {
+            "vit": ViT(ViTConfig(**{**VIT_PRESETS["digits"], "peg": False, **labels})),
+            "cnn": CNN(CNNConfig(**labels, image_size=8, widths=(32, 64))),
+        }
         for name, model in models.items():
             torch.manual_seed(0)
-            cfg = TrainConfig(max_iters=steps, batch_size=128, lr=1e-3, min_lr=1e-5, warmup_iters=min(100, steps // 5),
-                              weight_decay=0.05, beta2=0.999, eval_interval=steps, eval_iters=2, progress=False,
-                              device="cpu", dtype="fp32")
+            cfg = TrainConfig(
+                max_iters=steps,
+                batch_size=128,
+                lr=1e-3,
+                min_lr=1e-5,
+                warmup_iters=min(100, steps // 5),
+                weight_decay=0.05,
+                beta2=0.999,
+                eval_interval=steps,
+                eval_iters=2,
+                progress=False,
+                device="cpu",
+                dtype="fp32",
+            )
             task = ImageClassificationTask(splits, 128, pad=1, rotate=10.0, scale=0.1)
             Trainer(model, task, cfg, ctx.work / name).fit()
             pred, y = task.predict(model, "test")
@@ -402,10 +495,13 @@ def _image_models(ctx: Context):
     return ctx.cache["vit"], ctx.cache["cnn"], ctx.cache["digits_x"]
 
 
-@claim("vit-figures", "ViT: what the embeddings learn (Dosovitskiy et al., fig. 7)",
-       "The patch-embedding filters resemble plausible basis functions; position embeddings learn the 2-D "
-       "layout (nearby patches have similar embeddings, rows and columns emerge); some heads attend locally in "
-       "early layers while attention distance grows with depth.")
+@claim(
+    "vit-figures",
+    "ViT: what the embeddings learn (Dosovitskiy et al., fig. 7)",
+    "The patch-embedding filters resemble plausible basis functions; position embeddings learn the 2-D "
+    "layout (nearby patches have similar embeddings, rows and columns emerge); some heads attend locally in "
+    "early layers while attention distance grows with depth.",
+)
 def vit_figures(ctx: Context) -> Result:
     from ..inspect import analysis as A
     from ..inspect import capture_attention
@@ -428,20 +524,27 @@ def vit_figures(ctx: Context) -> Result:
     P.attention_distance_png(d.numpy(), ctx.out / "vit_distance.png", image_size=vit.config.image_size)
     first, last = d[0].mean().item(), d[-1].mean().item()
     ok = near > far
-    return Result(f"test accuracy {ctx.cache['vit_acc']:.3f}; position similarity of neighbouring patches {near:.2f} "
-                  f"against {far:.2f} for distant ones; mean attention distance {first:.2f} px in layer 0, "
-                  f"{last:.2f} px in the last layer (per head: {', '.join(f'{v:.1f}' for v in d[0].tolist())} in "
-                  "layer 0)", ok, "neighbouring patches' position embeddings more similar than distant ones'",
-                  "vit_positions.png",
-                  note="Figures: vit_embeddings.png, vit_positions.png, vit_distance.png. The attention-distance "
-                       "trend is reported, not judged: on 8×8 digits a 4×4 patch grid leaves little room for local "
-                       "heads, and small models on small data may not show them (the paper's effect comes from "
-                       "large-scale pretraining).")
+    return Result(
+        f"test accuracy {ctx.cache['vit_acc']:.3f}; position similarity of neighbouring patches {near:.2f} "
+        f"against {far:.2f} for distant ones; mean attention distance {first:.2f} px in layer 0, "
+        f"{last:.2f} px in the last layer (per head: {', '.join(f'{v:.1f}' for v in d[0].tolist())} in "
+        "layer 0)",
+        ok,
+        "neighbouring patches' position embeddings more similar than distant ones'",
+        "vit_positions.png",
+        note="Figures: vit_embeddings.png, vit_positions.png, vit_distance.png. The attention-distance "
+        "trend is reported, not judged: on 8×8 digits a 4×4 patch grid leaves little room for local "
+        "heads, and small models on small data may not show them (the paper's effect comes from "
+        "large-scale pretraining).",
+    )
 
 
-@claim("cka", "ViT vs CNN representations (Raghu et al. 2021)",
-       "ViTs have more uniform representations across layers than CNNs: their lower and higher layers are more "
-       "similar (higher CKA) than a CNN's.")
+@claim(
+    "cka",
+    "ViT vs CNN representations (Raghu et al. 2021)",
+    "ViTs have more uniform representations across layers than CNNs: their lower and higher layers are more "
+    "similar (higher CKA) than a CNN's.",
+)
 def cka(ctx: Context) -> Result:
     from ..inspect import analysis as A
     from ..inspect import plots as P
@@ -458,20 +561,33 @@ def cka(ctx: Context) -> Result:
         mats[(a, b)] = np.array([[A.linear_cka(u, v) for v in feats[b]] for u in feats[a]])
     P.cka_png(mats[("vit", "vit")], ctx.out / "cka_vit.png", title="linear CKA: ViT layers")
     P.cka_png(mats[("cnn", "cnn")], ctx.out / "cka_cnn.png", title="linear CKA: CNN layers")
-    P.cka_png(mats[("vit", "cnn")], ctx.out / "cka_vit_cnn.png", xlabel="CNN layer", ylabel="ViT layer",
-              title="linear CKA: ViT vs CNN")
+    P.cka_png(
+        mats[("vit", "cnn")],
+        ctx.out / "cka_vit_cnn.png",
+        xlabel="CNN layer",
+        ylabel="ViT layer",
+        title="linear CKA: ViT vs CNN",
+    )
     off = lambda m: float(m[~np.eye(len(m), dtype=bool)].mean())  # noqa: E731
     v, c = off(mats[("vit", "vit")]), off(mats[("cnn", "cnn")])
-    return Result(f"mean CKA between different layers: ViT {v:.2f}, CNN {c:.2f} (ViT {len(feats['vit'])} layers, "
-                  f"CNN {len(feats['cnn'])}; test accuracy ViT {ctx.cache['vit_acc']:.3f}, CNN "
-                  f"{ctx.cache['cnn_acc']:.3f})", v > c, "the ViT's mean off-diagonal CKA above the CNN's",
-                  "cka_vit.png", note="Figures: cka_vit.png, cka_cnn.png, cka_vit_cnn.png (256 test digits).")
+    return Result(
+        f"mean CKA between different layers: ViT {v:.2f}, CNN {c:.2f} (ViT {len(feats['vit'])} layers, "
+        f"CNN {len(feats['cnn'])}; test accuracy ViT {ctx.cache['vit_acc']:.3f}, CNN "
+        f"{ctx.cache['cnn_acc']:.3f})",
+        v > c,
+        "the ViT's mean off-diagonal CKA above the CNN's",
+        "cka_vit.png",
+        note="Figures: cka_vit.png, cka_cnn.png, cka_vit_cnn.png (256 test digits).",
+    )
 
 
 # ---- 11: alignment ---------------------------------------------------------------------------------
-@claim("alignment", "Attention as alignment",
-       "A translation model's cross-attention aligns each output word with the input word it translates "
-       "(Bahdanau et al. 2015); a captioner's attention falls on the object each word describes (Xu et al. 2015).")
+@claim(
+    "alignment",
+    "Attention as alignment",
+    "A translation model's cross-attention aligns each output word with the input word it translates "
+    "(Bahdanau et al. 2015); a captioner's attention falls on the object each word describes (Xu et al. 2015).",
+)
 def alignment(ctx: Context) -> Result:
     from ..data.parallel import load_parallel, pad_batch, synthetic_pair
     from ..inspect import capture_attention
@@ -486,10 +602,24 @@ def alignment(ctx: Context) -> Result:
     data = load_parallel("reverse", min_len=5, max_len=12)
     torch.manual_seed(0)
     v = data.src_vocab.size
-    model = Transformer(TransformerConfig(src_vocab=v, tgt_vocab=v, dim=64, heads=4, enc_layers=2, dec_layers=2,
-                                          mlp_dim=128, dropout=0.0, context=40))
-    cfg = TrainConfig(max_iters=steps, batch_size=64, lr=3e-3, min_lr=3e-5, warmup_iters=min(100, steps // 5),
-                      weight_decay=0.0, eval_interval=steps, eval_iters=2, progress=False, device="cpu", dtype="fp32")
+    model = Transformer(
+        TransformerConfig(
+            src_vocab=v, tgt_vocab=v, dim=64, heads=4, enc_layers=2, dec_layers=2, mlp_dim=128, dropout=0.0, context=40
+        )
+    )
+    cfg = TrainConfig(
+        max_iters=steps,
+        batch_size=64,
+        lr=3e-3,
+        min_lr=3e-5,
+        warmup_iters=min(100, steps // 5),
+        weight_decay=0.0,
+        eval_interval=steps,
+        eval_iters=2,
+        progress=False,
+        device="cpu",
+        dtype="fp32",
+    )
     Trainer(model, Seq2SeqTask(data, 64), cfg, ctx.work / "align").fit()
     model.eval()
     rng = random.Random(1)
@@ -501,18 +631,25 @@ def alignment(ctx: Context) -> Result:
     avg = torch.stack([w.mean(1) for w in rec.layers()]).mean(0)  # (B, T, S), layers and heads averaged
     expected = torch.arange(9, -1, -1)  # target position t copies source position 9 - t
     hits = (avg[:, :10].argmax(-1) == expected).float().mean().item()
-    alignment_png([c for c in pairs[0][0]], [c for c in pairs[0][1]] + ["<eos>"],
-                  {"average": avg[0, :11, :10]}, ctx.out / "alignment.png")
-    measured = (f"reverse task, 10 symbols: the average cross-attention's arg-max is the source symbol being "
-                f"copied for {hits:.0%} of the output positions")
+    alignment_png(
+        [c for c in pairs[0][0]],
+        [c for c in pairs[0][1]] + ["<eos>"],
+        {"average": avg[0, :11, :10]},
+        ctx.out / "alignment.png",
+    )
+    measured = (
+        f"reverse task, 10 symbols: the average cross-attention's arg-max is the source symbol being "
+        f"copied for {hits:.0%} of the output positions"
+    )
     passed = hits >= 0.8
     note = "The captioner's per-word attention is measured by `python benchmarks/caption.py` (pointing game)."
     if ctx.size != "tiny":
         cap = _caption_pointing(ctx)
         measured += f"; captioner ({cap['steps']} steps): colour words point at their object {cap['colour']:.0%}"
         note = "Captioner: rnn-attention on generated scenes; pointing game at the colour words (see benchmarks)."
-    return Result(measured, passed, "arg-max on the copied symbol for at least 80 % of the positions",
-                  "alignment.png", note=note)
+    return Result(
+        measured, passed, "arg-max on the copied symbol for at least 80 % of the positions", "alignment.png", note=note
+    )
 
 
 def _caption_pointing(ctx: Context) -> dict:
@@ -523,16 +660,25 @@ def _caption_pointing(ctx: Context) -> dict:
 
     steps = ctx.steps(10, 500, 1200)
     with contextlib.redirect_stderr(io.StringIO()), contextlib.redirect_stdout(io.StringIO()):
-        run = api.train("caption", out=ctx.work / "captioner", max_iters=steps,
-                        train_scenes=ctx.steps(50, 3000, 8000), progress=False, device="cpu")
+        run = api.train(
+            "caption",
+            out=ctx.work / "captioner",
+            max_iters=steps,
+            train_scenes=ctx.steps(50, 3000, 8000),
+            progress=False,
+            device="cpu",
+        )
         res = api.evaluate(run.out)
     return {"steps": steps, "colour": (res.get("pointing_by_word") or {}).get("colour", float("nan"))}
 
 
 # ---- 12: heads ---------------------------------------------------------------------------------------
-@claim("heads", "Heads attend differently",
-       "Multi-head attention lets different heads attend to different things: their maps differ, and removing "
-       "heads one at a time changes the loss by different amounts.")
+@claim(
+    "heads",
+    "Heads attend differently",
+    "Multi-head attention lets different heads attend to different things: their maps differ, and removing "
+    "heads one at a time changes the loss by different amounts.",
+)
 def heads(ctx: Context) -> Result:
     from ..hooks import zero_heads
     from ..inspect import capture_attention
@@ -566,10 +712,14 @@ def heads(ctx: Context) -> Result:
     off = js[~np.eye(h, dtype=bool)]
     vals = [d[1] for d in deltas]
     ok = off.min() > 1e-3 and max(vals) > 2 * max(min(vals), 1e-4)
-    return Result(f"smallest JS divergence between two heads of layer 0: {off.min():.3f} nats (mean {off.mean():.3f}); "
-                  f"loss increase without one head: from {min(vals):.4f} to {max(vals):.4f} (base loss {base:.3f})",
-                  ok, "every pair of heads differs (JS > 1e-3) and the largest ablation effect is more than twice "
-                  "the smallest", "heads.png", note="the ALiBi GPT of the `length` claim, 8 windows of 64 tokens")
+    return Result(
+        f"smallest JS divergence between two heads of layer 0: {off.min():.3f} nats (mean {off.mean():.3f}); "
+        f"loss increase without one head: from {min(vals):.4f} to {max(vals):.4f} (base loss {base:.3f})",
+        ok,
+        "every pair of heads differs (JS > 1e-3) and the largest ablation effect is more than twice the smallest",
+        "heads.png",
+        note="the ALiBi GPT of the `length` claim, 8 windows of 64 tokens",
+    )
 
 
 # ---- the report -------------------------------------------------------------------------------------
@@ -584,8 +734,11 @@ def run_claims(names: list[str], ctx: Context, log=print) -> dict[str, Result]:
         try:
             r = c.check(ctx)
         except Exception as e:  # one claim failing to run must not lose the others
-            r = Result(f"could not run: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}", False,
-                       "the check runs")
+            r = Result(
+                f"could not run: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}",
+                False,
+                "the check runs",
+            )
         r.seconds = time.perf_counter() - t0
         results[name] = r
         log(f"[{name}] {'PASS' if r.passed else 'FAIL'} ({r.seconds:.0f}s): {r.measured}")
@@ -593,17 +746,32 @@ def run_claims(names: list[str], ctx: Context, log=print) -> dict[str, Result]:
 
 
 def write_report(results: dict[str, Result], ctx: Context) -> Path:
-    lines = ["# attnlab reproduce", "",
-             f"Size `{ctx.size}`; {sum(r.passed for r in results.values())} of {len(results)} claims PASS. "
-             "Each item: the lecture's statement, what was run, the measured numbers and the criterion.", "",
-             "| claim | result | seconds |", "|---|---|---|"]
-    lines += [f"| [{CLAIMS[n].title}](#{n}) | {'PASS' if r.passed else 'FAIL'} | {r.seconds:.0f} |"
-              for n, r in results.items()]
+    lines = [
+        "# attnlab reproduce",
+        "",
+        f"Size `{ctx.size}`; {sum(r.passed for r in results.values())} of {len(results)} claims PASS. "
+        "Each item: the lecture's statement, what was run, the measured numbers and the criterion.",
+        "",
+        "| claim | result | seconds |",
+        "|---|---|---|",
+    ]
+    lines += [
+        f"| [{CLAIMS[n].title}](#{n}) | {'PASS' if r.passed else 'FAIL'} | {r.seconds:.0f} |"
+        for n, r in results.items()
+    ]
     for n, r in results.items():
         c = CLAIMS[n]
-        lines += ["", f'<a id="{n}"></a>', f"## {c.title} — {'PASS' if r.passed else 'FAIL'}", "",
-                  f"> {c.statement}", "", f"- **Run**: `{c.command}{' --quick' if ctx.size == 'quick' else ''}` "
-                  f"({r.seconds:.0f} s)", f"- **Measured**: {r.measured}", f"- **Criterion**: {r.criterion}"]
+        lines += [
+            "",
+            f'<a id="{n}"></a>',
+            f"## {c.title} — {'PASS' if r.passed else 'FAIL'}",
+            "",
+            f"> {c.statement}",
+            "",
+            f"- **Run**: `{c.command}{' --quick' if ctx.size == 'quick' else ''}` ({r.seconds:.0f} s)",
+            f"- **Measured**: {r.measured}",
+            f"- **Criterion**: {r.criterion}",
+        ]
         if r.note:
             lines.append(f"- **Note**: {r.note}")
         if r.table:

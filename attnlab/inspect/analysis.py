@@ -26,8 +26,9 @@ def fuse_heads(attn: Tensor, how: str = "mean") -> Tensor:
     raise ValueError(f"head fusion must be mean, max or min, got {how!r}")
 
 
-def rollout(attentions: list[Tensor], head_fusion: str = "mean", discard_ratio: float = 0.0,
-            n_prefix: int = 1) -> Tensor:
+def rollout(
+    attentions: list[Tensor], head_fusion: str = "mean", discard_ratio: float = 0.0, n_prefix: int = 1
+) -> Tensor:
     """Attention rollout through all layers: (B, T, T), row i = how much token i's final
     representation draws on each input token.
 

@@ -41,8 +41,9 @@ def text_attention(model, tokenizer, text: str, top_k: int = 10) -> dict:
     if not ids:
         raise ValueError("the text is empty: give some text to look at")
     if len(ids) > model.config.context:
-        raise ValueError(f"the text has {len(ids)} tokens, more than the model's context of {model.config.context}; "
-                         "shorten it")
+        raise ValueError(
+            f"the text has {len(ids)} tokens, more than the model's context of {model.config.context}; shorten it"
+        )
     x = torch.tensor([ids], device=next(model.parameters()).device)
     with capture_attention(model) as rec:
         logits = model(x)[0].float()
@@ -50,8 +51,13 @@ def text_attention(model, tokenizer, text: str, top_k: int = 10) -> dict:
     top = probs.topk(min(top_k, probs.shape[-1]), dim=-1)
     tokens = [tokenizer.decode([i]) for i in ids]
     names = [[tokenizer.decode([int(i)]) for i in row] for row in top.indices.cpu()]
-    return {"kind": "text", "tokens": tokens, "attention": stack_layers(rec),
-            "next_tokens": names, "next_probs": top.values.cpu().numpy()}
+    return {
+        "kind": "text",
+        "tokens": tokens,
+        "attention": stack_layers(rec),
+        "next_tokens": names,
+        "next_probs": top.values.cpu().numpy(),
+    }
 
 
 @torch.no_grad()
@@ -74,9 +80,16 @@ def image_attention(model, image: torch.Tensor, mean, std) -> dict:
             src = r[0, npre:] if npre else r.mean(0)
             rollout[f"{fusion}/{discard}"] = torch.nan_to_num(src / src.max().clamp_min(1e-12)).cpu().numpy()
     dist = torch.stack([A.mean_attention_distance(m, grid, model.config.patch_size, npre) for m in ordered])
-    return {"kind": "image", "image": image.cpu().numpy(), "grid": list(grid), "n_prefix": npre,
-            "patch_size": model.config.patch_size, "attention": att.cpu().numpy(), "rollout": rollout,
-            "distance": dist.cpu().numpy()}
+    return {
+        "kind": "image",
+        "image": image.cpu().numpy(),
+        "grid": list(grid),
+        "n_prefix": npre,
+        "patch_size": model.config.patch_size,
+        "attention": att.cpu().numpy(),
+        "rollout": rollout,
+        "distance": dist.cpu().numpy(),
+    }
 
 
 @torch.no_grad()
@@ -92,18 +105,27 @@ def cross_attention(model, src_vocab, tgt_vocab, src: str, tgt: str | None = Non
     device = next(model.parameters()).device
     s, mask = pad_batch([ids], src_vocab.pad_id)
     s, mask = s.to(device), mask.to(device)
-    out = tgt_vocab.encode(tgt)[: model.config.context - 1] if tgt else greedy_decode(
-        model, s, mask, max_len=min(100, model.config.context - 1))[0]
+    out = (
+        tgt_vocab.encode(tgt)[: model.config.context - 1]
+        if tgt
+        else greedy_decode(model, s, mask, max_len=min(100, model.config.context - 1))[0]
+    )
     tgt_in = torch.tensor([[model.config.bos_id] + out], device=device)
     name = lambda v, i: v.tokenizer.decode([i]) if v.tokenizer.kind == "bpe" else v.tokenizer.itos[i]  # noqa: E731
     if getattr(model.config, "attention", None) == "none":
         raise ValueError("this RNN has no attention (attention='none'), so it has no alignment to draw")
     # the Transformer's decoder cross-attention per layer and head; an RNN's alignment is one layer of one head
-    with capture_attention(model, include="cross_attn" if model.hook_points("*.cross_attn.hook_pattern") else None) as rec:
+    with capture_attention(
+        model, include="cross_attn" if model.hook_points("*.cross_attn.hook_pattern") else None
+    ) as rec:
         model(s, tgt_in, mask)
     att = stack_layers(rec)
-    return {"kind": "cross", "source": [name(src_vocab, i) for i in ids],
-            "target": [name(tgt_vocab, i) for i in out] + ["<eos>"], "attention": att}
+    return {
+        "kind": "cross",
+        "source": [name(src_vocab, i) for i in ids],
+        "target": [name(tgt_vocab, i) for i in out] + ["<eos>"],
+        "attention": att,
+    }
 
 
 # ---- the page --------------------------------------------------------------------------------------
@@ -137,18 +159,28 @@ def _png_data_url(image: np.ndarray) -> str:
 def page_payload(data: dict, title: str) -> dict:
     """The JSON the page reads: everything but the attention, plus each head encoded."""
     att = data["attention"]
-    payload = {"kind": data["kind"], "title": title, "layers": int(att.shape[0]), "heads": int(att.shape[1]),
-               "tq": int(att.shape[2]), "tk": int(att.shape[3]),
-               "attention": [[encode_head(att[layer, head]) for head in range(att.shape[1])]
-                             for layer in range(att.shape[0])]}
+    payload = {
+        "kind": data["kind"],
+        "title": title,
+        "layers": int(att.shape[0]),
+        "heads": int(att.shape[1]),
+        "tq": int(att.shape[2]),
+        "tk": int(att.shape[3]),
+        "attention": [[encode_head(att[layer, head]) for head in range(att.shape[1])] for layer in range(att.shape[0])],
+    }
     if data["kind"] == "text":
         payload.update(tokens=data["tokens"])
         if "next_tokens" in data:  # a GPT: what it predicts at each position
             payload.update(next_tokens=data["next_tokens"], next_probs=np.round(data["next_probs"], 5).tolist())
     elif data["kind"] == "image":
-        payload.update(image=_png_data_url(data["image"]), grid=data["grid"], n_prefix=data["n_prefix"],
-                       rollout={k: np.round(v, 5).tolist() for k, v in data["rollout"].items()},
-                       distance=np.round(data["distance"], 4).tolist(), patch_size=data["patch_size"])
+        payload.update(
+            image=_png_data_url(data["image"]),
+            grid=data["grid"],
+            n_prefix=data["n_prefix"],
+            rollout={k: np.round(v, 5).tolist() for k, v in data["rollout"].items()},
+            distance=np.round(data["distance"], 4).tolist(),
+            patch_size=data["patch_size"],
+        )
     else:
         payload.update(source=data["source"], target=data["target"])
     return payload
@@ -173,8 +205,10 @@ class Exploration(dict):
         # the page in a sandboxed frame of its own, so that its script and styles stay its own
         import html
 
-        return (f'<iframe srcdoc="{html.escape(self.html())}" style="width:100%;height:760px;border:0" '
-                'sandbox="allow-scripts allow-downloads"></iframe>')
+        return (
+            f'<iframe srcdoc="{html.escape(self.html())}" style="width:100%;height:760px;border:0" '
+            'sandbox="allow-scripts allow-downloads"></iframe>'
+        )
 
     def show(self) -> None:
         """Display inline in a notebook."""

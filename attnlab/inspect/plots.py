@@ -63,8 +63,15 @@ def confusion_matrix_png(cm, labels, path: Path, title: str = "") -> Path:
     for i in range(k):
         for j in range(k):
             if cm[i, j]:
-                ax.text(j, i, str(cm[i, j]), ha="center", va="center", fontsize=7,
-                        color="white" if cm[i, j] > cm.max() / 2 else "black")
+                ax.text(
+                    j,
+                    i,
+                    str(cm[i, j]),
+                    ha="center",
+                    va="center",
+                    fontsize=7,
+                    color="white" if cm[i, j] > cm.max() / 2 else "black",
+                )
     ax.set_xticks(range(k), labels, rotation=90)
     ax.set_yticks(range(k), labels)
     ax.set_xlabel("predicted")
@@ -78,8 +85,9 @@ def attention_grid_png(img, grids, path: Path, title: str = "") -> Path:
     import numpy as np
 
     n_layers, n_heads = grids.shape[:2]
-    fig, axes = plt.subplots(n_layers, n_heads + 1, figsize=(1.4 * (n_heads + 1), 1.4 * n_layers), dpi=100,
-                             squeeze=False)
+    fig, axes = plt.subplots(
+        n_layers, n_heads + 1, figsize=(1.4 * (n_heads + 1), 1.4 * n_layers), dpi=100, squeeze=False
+    )
     for layer in range(n_layers):
         _show_image(axes[layer, 0], img)
         axes[layer, 0].set_ylabel(f"layer {layer}", fontsize=7)
@@ -101,7 +109,9 @@ def overlay_png(img, heat, path: Path, title: str = "") -> Path:
     import torch.nn.functional as F
 
     h, w = np.asarray(img).shape[-2:]
-    up = F.interpolate(torch.as_tensor(heat)[None, None].float(), size=(h, w), mode="bilinear", align_corners=False)[0, 0]
+    up = F.interpolate(torch.as_tensor(heat)[None, None].float(), size=(h, w), mode="bilinear", align_corners=False)[
+        0, 0
+    ]
     fig, axes = plt.subplots(1, 3, figsize=(7.5, 2.8), dpi=100)
     _show_image(axes[0], img)
     axes[0].set_title("image", fontsize=8)
@@ -194,7 +204,7 @@ def alignment_png(src_tokens, tgt_tokens, maps: dict, path: Path) -> Path:
         ax.set_xticks(range(len(src_tokens)), src_tokens, rotation=90, fontsize=7)
         ax.set_yticks(range(len(tgt_tokens)), tgt_tokens, fontsize=7)
         ax.set_title(name, fontsize=8)
-    for ax in list(axes.flat)[len(names):]:
+    for ax in list(axes.flat)[len(names) :]:
         ax.axis("off")
     return save_figure(fig, path)
 

@@ -39,11 +39,19 @@ document.getElementById("f").addEventListener("submit", async (e) => {{
 </script></body></html>"""
 
 FIELDS = {
-    "text": ("Type a text: the page shows its attention.", '<textarea data-field="text" placeholder="some text"></textarea>'),
-    "image": ("Choose an image: the page shows where each patch attends.", '<input type="file" accept="image/*" data-field="image">'),
-    "cross": ("Type a source sentence (and, if you like, its translation).",
-              '<p><input size="60" data-field="src" placeholder="source"></p><p><input size="60" data-field="tgt" '
-              'placeholder="target (default: the model\'s translation)"></p>'),
+    "text": (
+        "Type a text: the page shows its attention.",
+        '<textarea data-field="text" placeholder="some text"></textarea>',
+    ),
+    "image": (
+        "Choose an image: the page shows where each patch attends.",
+        '<input type="file" accept="image/*" data-field="image">',
+    ),
+    "cross": (
+        "Type a source sentence (and, if you like, its translation).",
+        '<p><input size="60" data-field="src" placeholder="source"></p><p><input size="60" data-field="tgt" '
+        'placeholder="target (default: the model\'s translation)"></p>',
+    ),
 }
 
 

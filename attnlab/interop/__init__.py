@@ -23,8 +23,16 @@ from torch import Tensor, nn
 
 from ..errors import CheckpointError
 
-__all__ = ["Converter", "register", "converters", "load_hf", "export_hf", "attnlab_model_type", "read_state",
-           "hf_weights"]
+__all__ = [
+    "Converter",
+    "register",
+    "converters",
+    "load_hf",
+    "export_hf",
+    "attnlab_model_type",
+    "read_state",
+    "hf_weights",
+]
 
 
 @dataclass(frozen=True)
@@ -70,12 +78,16 @@ def read_state(d: Path) -> dict[str, Tensor]:
         if (d / "pytorch_model.bin").is_file():
             return torch.load(d / "pytorch_model.bin", map_location="cpu", weights_only=True)
     except pickle.UnpicklingError:
-        raise CheckpointError(f"refusing to unpickle {d / 'pytorch_model.bin'}: it holds Python objects besides "
-                              "tensors, and unpickling can run code; use a model.safetensors version of it") from None
+        raise CheckpointError(
+            f"refusing to unpickle {d / 'pytorch_model.bin'}: it holds Python objects besides "
+            "tensors, and unpickling can run code; use a model.safetensors version of it"
+        ) from None
     except (SafetensorError, RuntimeError, OSError, EOFError) as e:
         if "weights only" in str(e).lower() or "weights_only" in str(e):
-            raise CheckpointError(f"refusing to unpickle {d / 'pytorch_model.bin'}: it is not a plain tensor file; use "
-                                  "a model.safetensors version of it") from None
+            raise CheckpointError(
+                f"refusing to unpickle {d / 'pytorch_model.bin'}: it is not a plain tensor file; use "
+                "a model.safetensors version of it"
+            ) from None
         raise CheckpointError(f"weights in {d} are corrupt or truncated ({str(e).splitlines()[0]})") from None
     raise CheckpointError(f"{d} has a config.json but no model.safetensors or pytorch_model.bin")
 
@@ -99,8 +111,10 @@ def load_hf(directory: str | Path) -> nn.Module:
     for c in converters():
         if c.hf_type == mtype:
             return c.load(cfg, read_state(d))
-    raise CheckpointError(f"{d} is a HuggingFace {mtype!r} checkpoint; attnlab reads "
-                          f"{', '.join(c.hf_type for c in converters())} checkpoints")
+    raise CheckpointError(
+        f"{d} is a HuggingFace {mtype!r} checkpoint; attnlab reads "
+        f"{', '.join(c.hf_type for c in converters())} checkpoints"
+    )
 
 
 def export_hf(model: nn.Module, directory: str | Path) -> None:
@@ -115,6 +129,9 @@ def export_hf(model: nn.Module, directory: str | Path) -> None:
     d = Path(directory)
     d.mkdir(parents=True, exist_ok=True)
     tensors, config = exporter.export(model)
-    save_file({k: v.detach().cpu().contiguous().clone() for k, v in tensors.items()}, str(d / "model.safetensors"),
-              metadata={"format": "pt"})
+    save_file(
+        {k: v.detach().cpu().contiguous().clone() for k, v in tensors.items()},
+        str(d / "model.safetensors"),
+        metadata={"format": "pt"},
+    )
     (d / "config.json").write_text(json.dumps(config, indent=1))

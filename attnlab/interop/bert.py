@@ -9,15 +9,27 @@ from ..errors import CheckpointError
 from . import Converter, hf_weights, register
 
 
-BERT_EMBED = (("tok_emb.weight", "embeddings.word_embeddings.weight"), ("pos.weight", "embeddings.position_embeddings.weight"),
-               ("seg_emb.weight", "embeddings.token_type_embeddings.weight"),
-               ("emb_norm.weight", "embeddings.LayerNorm.weight"), ("emb_norm.bias", "embeddings.LayerNorm.bias"))
-BERT_BLOCK = (("attn.out_proj", "attention.output.dense"), ("ln1", "attention.output.LayerNorm"),
-               ("mlp.fc", "intermediate.dense"), ("mlp.proj", "output.dense"), ("ln2", "output.LayerNorm"))
-BERT_MLM = (("mlm.dense.weight", "cls.predictions.transform.dense.weight"),
-             ("mlm.dense.bias", "cls.predictions.transform.dense.bias"),
-             ("mlm.norm.weight", "cls.predictions.transform.LayerNorm.weight"),
-             ("mlm.norm.bias", "cls.predictions.transform.LayerNorm.bias"), ("mlm.bias", "cls.predictions.bias"))
+BERT_EMBED = (
+    ("tok_emb.weight", "embeddings.word_embeddings.weight"),
+    ("pos.weight", "embeddings.position_embeddings.weight"),
+    ("seg_emb.weight", "embeddings.token_type_embeddings.weight"),
+    ("emb_norm.weight", "embeddings.LayerNorm.weight"),
+    ("emb_norm.bias", "embeddings.LayerNorm.bias"),
+)
+BERT_BLOCK = (
+    ("attn.out_proj", "attention.output.dense"),
+    ("ln1", "attention.output.LayerNorm"),
+    ("mlp.fc", "intermediate.dense"),
+    ("mlp.proj", "output.dense"),
+    ("ln2", "output.LayerNorm"),
+)
+BERT_MLM = (
+    ("mlm.dense.weight", "cls.predictions.transform.dense.weight"),
+    ("mlm.dense.bias", "cls.predictions.transform.dense.bias"),
+    ("mlm.norm.weight", "cls.predictions.transform.LayerNorm.weight"),
+    ("mlm.norm.bias", "cls.predictions.transform.LayerNorm.bias"),
+    ("mlm.bias", "cls.predictions.bias"),
+)
 
 
 def bert_key_map(layers: int) -> list[tuple[str, str]]:
@@ -36,18 +48,30 @@ def load_bert(cfg: dict, state: dict[str, Tensor]) -> nn.Module:
     from ..models.encoder import TextEncoder, TextEncoderConfig
 
     if cfg.get("hidden_act", "gelu") != "gelu" or cfg.get("position_embedding_type", "absolute") != "absolute":
-        raise CheckpointError("only BERT with exact gelu and absolute positions is supported, got hidden_act="
-                              f"{cfg.get('hidden_act')!r}, position_embedding_type={cfg.get('position_embedding_type')!r}")
+        raise CheckpointError(
+            "only BERT with exact gelu and absolute positions is supported, got hidden_act="
+            f"{cfg.get('hidden_act')!r}, position_embedding_type={cfg.get('position_embedding_type')!r}"
+        )
     prefix = "bert." if any(k.startswith("bert.") for k in state) else ""
     has_mlm = "cls.predictions.transform.dense.weight" in state
     num_classes = state["classifier.weight"].shape[0] if "classifier.weight" in state else 0
     id2label = cfg.get("id2label") or {}
     labels = [id2label.get(str(i), id2label.get(i, str(i))) for i in range(num_classes)] if num_classes else None
     config = TextEncoderConfig(
-        vocab_size=cfg["vocab_size"], context=cfg["max_position_embeddings"], layers=cfg["num_hidden_layers"],
-        heads=cfg["num_attention_heads"], dim=cfg["hidden_size"], mlp_dim=cfg["intermediate_size"],
-        type_vocab_size=cfg.get("type_vocab_size", 2), dropout=0.0, norm_eps=cfg.get("layer_norm_eps", 1e-12),
-        pad_id=cfg.get("pad_token_id") or 0, mlm_head=has_mlm, num_classes=num_classes, labels=labels)
+        vocab_size=cfg["vocab_size"],
+        context=cfg["max_position_embeddings"],
+        layers=cfg["num_hidden_layers"],
+        heads=cfg["num_attention_heads"],
+        dim=cfg["hidden_size"],
+        mlp_dim=cfg["intermediate_size"],
+        type_vocab_size=cfg.get("type_vocab_size", 2),
+        dropout=0.0,
+        norm_eps=cfg.get("layer_norm_eps", 1e-12),
+        pad_id=cfg.get("pad_token_id") or 0,
+        mlm_head=has_mlm,
+        num_classes=num_classes,
+        labels=labels,
+    )
     model = TextEncoder(config)
 
     get = hf_weights(state, prefix, "BERT", "BERT")
@@ -56,7 +80,9 @@ def load_bert(cfg: dict, state: dict[str, Tensor]) -> nn.Module:
     new = {ours: get(theirs) for ours, theirs in bert_key_map(config.layers) if has_pooler or "pooler" not in ours}
     for i in range(config.layers):
         h = f"encoder.layer.{i}.attention.self."
-        new[f"encoder.blocks.{i}.attn.qkv.weight"] = torch.cat([get(h + f"{n}.weight") for n in ("query", "key", "value")])
+        new[f"encoder.blocks.{i}.attn.qkv.weight"] = torch.cat(
+            [get(h + f"{n}.weight") for n in ("query", "key", "value")]
+        )
         new[f"encoder.blocks.{i}.attn.qkv.bias"] = torch.cat([get(h + f"{n}.bias") for n in ("query", "key", "value")])
     if has_mlm:
         for ours, theirs in BERT_MLM:
@@ -81,12 +107,18 @@ def export_bert(model: nn.Module) -> tuple[dict[str, Tensor], dict]:
         arch, prefix = "BertForMaskedLM", "bert."
     else:
         arch, prefix = "BertModel", ""
-    out = {prefix + theirs: sd[ours] for ours, theirs in bert_key_map(c.layers)
-           if not (arch == "BertForMaskedLM" and ours.startswith("pooler."))}  # HF's masked LM has no pooler
+    out = {
+        prefix + theirs: sd[ours]
+        for ours, theirs in bert_key_map(c.layers)
+        if not (arch == "BertForMaskedLM" and ours.startswith("pooler."))
+    }  # HF's masked LM has no pooler
     for i in range(c.layers):
         h = f"{prefix}encoder.layer.{i}.attention.self."
-        for name, w, b in zip(("query", "key", "value"), sd[f"encoder.blocks.{i}.attn.qkv.weight"].chunk(3),
-                              sd[f"encoder.blocks.{i}.attn.qkv.bias"].chunk(3)):
+        for name, w, b in zip(
+            ("query", "key", "value"),
+            sd[f"encoder.blocks.{i}.attn.qkv.weight"].chunk(3),
+            sd[f"encoder.blocks.{i}.attn.qkv.bias"].chunk(3),
+        ):
             out[h + f"{name}.weight"], out[h + f"{name}.bias"] = w, b
     if arch == "BertForMaskedLM":
         out.update({theirs: sd[ours] for ours, theirs in BERT_MLM})
@@ -95,15 +127,31 @@ def export_bert(model: nn.Module) -> tuple[dict[str, Tensor], dict]:
     if c.num_classes:
         out["classifier.weight"], out["classifier.bias"] = sd["head.weight"], sd["head.bias"]
     labels = c.labels or [str(i) for i in range(c.num_classes)]
-    config = {"architectures": [arch], "model_type": "bert", "vocab_size": c.vocab_size, "hidden_size": c.dim,
-              "num_hidden_layers": c.layers, "num_attention_heads": c.heads, "intermediate_size": c.mlp_dim,
-              "hidden_act": "gelu", "hidden_dropout_prob": c.dropout, "attention_probs_dropout_prob": c.dropout,
-              "max_position_embeddings": c.context, "type_vocab_size": c.type_vocab_size,
-              "layer_norm_eps": c.norm_eps, "pad_token_id": c.pad_id, "position_embedding_type": "absolute",
-              "initializer_range": 0.02, "torch_dtype": "float32"}
+    config = {
+        "architectures": [arch],
+        "model_type": "bert",
+        "vocab_size": c.vocab_size,
+        "hidden_size": c.dim,
+        "num_hidden_layers": c.layers,
+        "num_attention_heads": c.heads,
+        "intermediate_size": c.mlp_dim,
+        "hidden_act": "gelu",
+        "hidden_dropout_prob": c.dropout,
+        "attention_probs_dropout_prob": c.dropout,
+        "max_position_embeddings": c.context,
+        "type_vocab_size": c.type_vocab_size,
+        "layer_norm_eps": c.norm_eps,
+        "pad_token_id": c.pad_id,
+        "position_embedding_type": "absolute",
+        "initializer_range": 0.02,
+        "torch_dtype": "float32",
+    }
     if c.num_classes:
-        config.update(num_labels=c.num_classes, id2label={str(i): str(lab) for i, lab in enumerate(labels)},
-                      label2id={str(lab): i for i, lab in enumerate(labels)})
+        config.update(
+            num_labels=c.num_classes,
+            id2label={str(i): str(lab) for i, lab in enumerate(labels)},
+            label2id={str(lab): i for i, lab in enumerate(labels)},
+        )
     return out, config
 
 

@@ -20,7 +20,9 @@ def gpt2_config(cfg: dict):
     from ..models.gpt import GPTConfig
 
     if cfg.get("scale_attn_by_inverse_layer_idx") or cfg.get("reorder_and_upcast_attn"):
-        raise CheckpointError("GPT-2 variants with scale_attn_by_inverse_layer_idx/reorder_and_upcast_attn are not supported")
+        raise CheckpointError(
+            "GPT-2 variants with scale_attn_by_inverse_layer_idx/reorder_and_upcast_attn are not supported"
+        )
     n_inner = cfg.get("n_inner")
     if n_inner not in (None, 4 * cfg["n_embd"]):
         raise CheckpointError(f"GPT-2 config with n_inner={n_inner} (not 4*n_embd) is not supported")
@@ -28,26 +30,43 @@ def gpt2_config(cfg: dict):
     if act not in ACT_FROM_HF:
         raise CheckpointError(f"GPT-2 activation {act!r} is not supported; attnlab knows {sorted(ACT_FROM_HF)}")
     return GPTConfig(
-        vocab_size=cfg["vocab_size"], context=cfg["n_positions"], layers=cfg["n_layer"],
-        heads=cfg["n_head"], dim=cfg["n_embd"], dropout=0.0, bias=True, pos="learned",
-        activation=ACT_FROM_HF[act], norm_eps=cfg.get("layer_norm_epsilon", 1e-5),
+        vocab_size=cfg["vocab_size"],
+        context=cfg["n_positions"],
+        layers=cfg["n_layer"],
+        heads=cfg["n_head"],
+        dim=cfg["n_embd"],
+        dropout=0.0,
+        bias=True,
+        pos="learned",
+        activation=ACT_FROM_HF[act],
+        norm_eps=cfg.get("layer_norm_epsilon", 1e-5),
         tie_output=cfg.get("tie_word_embeddings", True),
     )
 
 
 def gpt2_key_map(n_layer: int) -> list[tuple[str, str, bool]]:
     """(hf name without 'transformer.', attnlab name, transpose?)"""
-    m = [("wte.weight", "tok_emb.weight", False), ("wpe.weight", "pos_emb.weight", False),
-         ("ln_f.weight", "ln_f.weight", False), ("ln_f.bias", "ln_f.bias", False)]
+    m = [
+        ("wte.weight", "tok_emb.weight", False),
+        ("wpe.weight", "pos_emb.weight", False),
+        ("ln_f.weight", "ln_f.weight", False),
+        ("ln_f.bias", "ln_f.bias", False),
+    ]
     for i in range(n_layer):
         h, a = f"h.{i}.", f"blocks.{i}."
         m += [
-            (h + "ln_1.weight", a + "ln1.weight", False), (h + "ln_1.bias", a + "ln1.bias", False),
-            (h + "attn.c_attn.weight", a + "attn.qkv.weight", True), (h + "attn.c_attn.bias", a + "attn.qkv.bias", False),
-            (h + "attn.c_proj.weight", a + "attn.out_proj.weight", True), (h + "attn.c_proj.bias", a + "attn.out_proj.bias", False),
-            (h + "ln_2.weight", a + "ln2.weight", False), (h + "ln_2.bias", a + "ln2.bias", False),
-            (h + "mlp.c_fc.weight", a + "mlp.fc.weight", True), (h + "mlp.c_fc.bias", a + "mlp.fc.bias", False),
-            (h + "mlp.c_proj.weight", a + "mlp.proj.weight", True), (h + "mlp.c_proj.bias", a + "mlp.proj.bias", False),
+            (h + "ln_1.weight", a + "ln1.weight", False),
+            (h + "ln_1.bias", a + "ln1.bias", False),
+            (h + "attn.c_attn.weight", a + "attn.qkv.weight", True),
+            (h + "attn.c_attn.bias", a + "attn.qkv.bias", False),
+            (h + "attn.c_proj.weight", a + "attn.out_proj.weight", True),
+            (h + "attn.c_proj.bias", a + "attn.out_proj.bias", False),
+            (h + "ln_2.weight", a + "ln2.weight", False),
+            (h + "ln_2.bias", a + "ln2.bias", False),
+            (h + "mlp.c_fc.weight", a + "mlp.fc.weight", True),
+            (h + "mlp.c_fc.bias", a + "mlp.fc.bias", False),
+            (h + "mlp.c_proj.weight", a + "mlp.proj.weight", True),
+            (h + "mlp.c_proj.bias", a + "mlp.proj.bias", False),
         ]
     return m
 
@@ -88,12 +107,26 @@ def export_gpt2(model: nn.Module) -> tuple[dict[str, Tensor], dict]:
     if not c.tie_output:
         out["lm_head.weight"] = sd["lm_head.weight"].detach().cpu().contiguous()
     config = {
-        "architectures": ["GPT2LMHeadModel"], "model_type": "gpt2", "vocab_size": c.vocab_size,
-        "n_positions": c.context, "n_ctx": c.context, "n_embd": c.dim, "n_layer": c.layers,
-        "n_head": c.heads, "n_inner": None, "activation_function": ACT_TO_HF[c.activation],
-        "layer_norm_epsilon": c.norm_eps, "resid_pdrop": 0.0, "embd_pdrop": 0.0, "attn_pdrop": 0.0,
-        "tie_word_embeddings": c.tie_output, "bos_token_id": c.vocab_size - 1, "eos_token_id": c.vocab_size - 1,
-        "initializer_range": 0.02, "scale_attn_weights": True, "torch_dtype": "float32",
+        "architectures": ["GPT2LMHeadModel"],
+        "model_type": "gpt2",
+        "vocab_size": c.vocab_size,
+        "n_positions": c.context,
+        "n_ctx": c.context,
+        "n_embd": c.dim,
+        "n_layer": c.layers,
+        "n_head": c.heads,
+        "n_inner": None,
+        "activation_function": ACT_TO_HF[c.activation],
+        "layer_norm_epsilon": c.norm_eps,
+        "resid_pdrop": 0.0,
+        "embd_pdrop": 0.0,
+        "attn_pdrop": 0.0,
+        "tie_word_embeddings": c.tie_output,
+        "bos_token_id": c.vocab_size - 1,
+        "eos_token_id": c.vocab_size - 1,
+        "initializer_range": 0.02,
+        "scale_attn_weights": True,
+        "torch_dtype": "float32",
     }
     return out, config
 

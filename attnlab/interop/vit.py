@@ -23,10 +23,19 @@ def load_vit(cfg: dict, state: dict[str, Tensor]) -> nn.Module:
     num_classes = state["classifier.weight"].shape[0] if has_head else 0
     labels = [id2label.get(str(i), id2label.get(i, str(i))) for i in range(num_classes)] if has_head else None
     config = ViTConfig(
-        image_size=cfg["image_size"], patch_size=cfg["patch_size"], in_chans=cfg.get("num_channels", 3),
-        num_classes=num_classes, dim=d, layers=cfg["num_hidden_layers"], heads=cfg["num_attention_heads"],
-        mlp_ratio=cfg["intermediate_size"] / d, pool="cls", pos="learned",
-        norm_eps=cfg.get("layer_norm_eps", 1e-12), qkv_bias=cfg.get("qkv_bias", True), labels=labels,
+        image_size=cfg["image_size"],
+        patch_size=cfg["patch_size"],
+        in_chans=cfg.get("num_channels", 3),
+        num_classes=num_classes,
+        dim=d,
+        layers=cfg["num_hidden_layers"],
+        heads=cfg["num_attention_heads"],
+        mlp_ratio=cfg["intermediate_size"] / d,
+        pool="cls",
+        pos="learned",
+        norm_eps=cfg.get("layer_norm_eps", 1e-12),
+        qkv_bias=cfg.get("qkv_bias", True),
+        labels=labels,
     )
     model = ViT(config)
 
@@ -42,11 +51,20 @@ def load_vit(cfg: dict, state: dict[str, Tensor]) -> nn.Module:
     }
     for i in range(config.layers):
         h, a = f"encoder.layer.{i}.", f"encoder.blocks.{i}."
-        new[a + "attn.qkv.weight"] = torch.cat([get(h + f"attention.attention.{n}.weight") for n in ("query", "key", "value")])
+        new[a + "attn.qkv.weight"] = torch.cat(
+            [get(h + f"attention.attention.{n}.weight") for n in ("query", "key", "value")]
+        )
         if config.qkv_bias:
-            new[a + "attn.qkv.bias"] = torch.cat([get(h + f"attention.attention.{n}.bias") for n in ("query", "key", "value")])
-        for ours, theirs in (("attn.out_proj", "attention.output.dense"), ("mlp.fc", "intermediate.dense"),
-                             ("mlp.proj", "output.dense"), ("ln1", "layernorm_before"), ("ln2", "layernorm_after")):
+            new[a + "attn.qkv.bias"] = torch.cat(
+                [get(h + f"attention.attention.{n}.bias") for n in ("query", "key", "value")]
+            )
+        for ours, theirs in (
+            ("attn.out_proj", "attention.output.dense"),
+            ("mlp.fc", "intermediate.dense"),
+            ("mlp.proj", "output.dense"),
+            ("ln1", "layernorm_before"),
+            ("ln2", "layernorm_after"),
+        ):
             new[a + ours + ".weight"] = get(h + theirs + ".weight")
             new[a + ours + ".bias"] = get(h + theirs + ".bias")
     if has_head:
@@ -58,22 +76,34 @@ def load_vit(cfg: dict, state: dict[str, Tensor]) -> nn.Module:
 
 
 # ---- ViT export ---------------------------------------------------------------------------------------
-VIT_BLOCK = (("attn.out_proj", "attention.output.dense"), ("mlp.fc", "intermediate.dense"),
-              ("mlp.proj", "output.dense"), ("ln1", "layernorm_before"), ("ln2", "layernorm_after"))
+VIT_BLOCK = (
+    ("attn.out_proj", "attention.output.dense"),
+    ("mlp.fc", "intermediate.dense"),
+    ("mlp.proj", "output.dense"),
+    ("ln1", "layernorm_before"),
+    ("ln2", "layernorm_after"),
+)
 
 
 def export_vit(model: nn.Module) -> tuple[dict[str, Tensor], dict]:
     c = model.config
     if c.pool != "cls" or c.pos != "learned" or c.peg or c.num_classes < 1:
-        raise CheckpointError("only ViTs with a class token, learned positions, no PEG and a classifier map to "
-                              f"ViTForImageClassification; this one has pool={c.pool}, pos={c.pos}, peg={c.peg}, "
-                              f"num_classes={c.num_classes}")
+        raise CheckpointError(
+            "only ViTs with a class token, learned positions, no PEG and a classifier map to "
+            f"ViTForImageClassification; this one has pool={c.pool}, pos={c.pos}, peg={c.peg}, "
+            f"num_classes={c.num_classes}"
+        )
     sd = model.state_dict()
-    out = {"vit.embeddings.cls_token": sd["cls_token"], "vit.embeddings.position_embeddings": sd["pos.weight"][None],
-           "vit.embeddings.patch_embeddings.projection.weight": sd["patch_embed.proj.weight"],
-           "vit.embeddings.patch_embeddings.projection.bias": sd["patch_embed.proj.bias"],
-           "vit.layernorm.weight": sd["encoder.ln_f.weight"], "vit.layernorm.bias": sd["encoder.ln_f.bias"],
-           "classifier.weight": sd["head.weight"], "classifier.bias": sd["head.bias"]}
+    out = {
+        "vit.embeddings.cls_token": sd["cls_token"],
+        "vit.embeddings.position_embeddings": sd["pos.weight"][None],
+        "vit.embeddings.patch_embeddings.projection.weight": sd["patch_embed.proj.weight"],
+        "vit.embeddings.patch_embeddings.projection.bias": sd["patch_embed.proj.bias"],
+        "vit.layernorm.weight": sd["encoder.ln_f.weight"],
+        "vit.layernorm.bias": sd["encoder.ln_f.bias"],
+        "classifier.weight": sd["head.weight"],
+        "classifier.bias": sd["head.bias"],
+    }
     for i in range(c.layers):
         h, a = f"vit.encoder.layer.{i}.", f"encoder.blocks.{i}."
         for name, w in zip(("query", "key", "value"), sd[a + "attn.qkv.weight"].chunk(3)):
@@ -84,13 +114,26 @@ def export_vit(model: nn.Module) -> tuple[dict[str, Tensor], dict]:
         for ours, theirs in VIT_BLOCK:
             out[h + theirs + ".weight"], out[h + theirs + ".bias"] = sd[a + ours + ".weight"], sd[a + ours + ".bias"]
     labels = c.labels or [str(i) for i in range(c.num_classes)]
-    config = {"architectures": ["ViTForImageClassification"], "model_type": "vit", "hidden_size": c.dim,
-              "num_hidden_layers": c.layers, "num_attention_heads": c.heads,
-              "intermediate_size": round(c.dim * c.mlp_ratio), "hidden_act": "gelu", "hidden_dropout_prob": 0.0,
-              "attention_probs_dropout_prob": 0.0, "initializer_range": 0.02, "layer_norm_eps": c.norm_eps,
-              "image_size": c.image_size, "patch_size": c.patch_size, "num_channels": c.in_chans,
-              "qkv_bias": c.qkv_bias, "id2label": {str(i): str(lab) for i, lab in enumerate(labels)},
-              "label2id": {str(lab): i for i, lab in enumerate(labels)}, "torch_dtype": "float32"}
+    config = {
+        "architectures": ["ViTForImageClassification"],
+        "model_type": "vit",
+        "hidden_size": c.dim,
+        "num_hidden_layers": c.layers,
+        "num_attention_heads": c.heads,
+        "intermediate_size": round(c.dim * c.mlp_ratio),
+        "hidden_act": "gelu",
+        "hidden_dropout_prob": 0.0,
+        "attention_probs_dropout_prob": 0.0,
+        "initializer_range": 0.02,
+        "layer_norm_eps": c.norm_eps,
+        "image_size": c.image_size,
+        "patch_size": c.patch_size,
+        "num_channels": c.in_chans,
+        "qkv_bias": c.qkv_bias,
+        "id2label": {str(i): str(lab) for i, lab in enumerate(labels)},
+        "label2id": {str(lab): i for i, lab in enumerate(labels)},
+        "torch_dtype": "float32",
+    }
     return out, config
 
 

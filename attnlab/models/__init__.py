@@ -7,5 +7,19 @@ from .rnn import RNNConfig, RNNSeq2Seq
 from .seq2seq import Transformer, TransformerConfig
 from .vit import VIT_PRESETS, ViT, ViTConfig
 
-__all__ = ["Captioner", "CaptionConfig", "GPT", "GPTConfig", "GPT_PRESETS", "ViT", "ViTConfig", "VIT_PRESETS", "CNN", "CNNConfig", "Transformer",
-           "TransformerConfig", "RNNSeq2Seq", "RNNConfig"]
+__all__ = [
+    "Captioner",
+    "CaptionConfig",
+    "GPT",
+    "GPTConfig",
+    "GPT_PRESETS",
+    "ViT",
+    "ViTConfig",
+    "VIT_PRESETS",
+    "CNN",
+    "CNNConfig",
+    "Transformer",
+    "TransformerConfig",
+    "RNNSeq2Seq",
+    "RNNConfig",
+]

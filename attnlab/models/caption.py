@@ -65,8 +65,20 @@ class CaptionConfig(SpecialTokens, Config):
     # on the object being described, against 95 % and mostly misplaced attention with the paper's)
     init_from_image: bool = False
 
-    SIZES = ("vocab_size", "image_size", "in_chans", "patch_size", "enc_layers", "dim", "emb_dim", "attention_dim",
-             "layers", "heads", "mlp_dim", "context")
+    SIZES = (
+        "vocab_size",
+        "image_size",
+        "in_chans",
+        "patch_size",
+        "enc_layers",
+        "dim",
+        "emb_dim",
+        "attention_dim",
+        "layers",
+        "heads",
+        "mlp_dim",
+        "context",
+    )
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -101,9 +113,20 @@ class ImageGrid(nn.Module):
             self.net = CNN(CNNConfig(in_chans=c.in_chans, num_classes=0, widths=c.widths, image_size=c.image_size))
             self.dim = c.widths[-1]
         else:
-            self.net = ViT(ViTConfig(image_size=c.image_size, patch_size=c.patch_size, in_chans=c.in_chans,
-                                     num_classes=0, dim=c.dim, layers=c.enc_layers, heads=c.heads,
-                                     pool="mean", pos="sincos", dropout=c.dropout))
+            self.net = ViT(
+                ViTConfig(
+                    image_size=c.image_size,
+                    patch_size=c.patch_size,
+                    in_chans=c.in_chans,
+                    num_classes=0,
+                    dim=c.dim,
+                    layers=c.enc_layers,
+                    heads=c.heads,
+                    pool="mean",
+                    pos="sincos",
+                    dropout=c.dropout,
+                )
+            )
             self.dim = c.dim
         self.grid = c.grid
 
@@ -147,8 +170,15 @@ class Captioner(HookedModule):
             self.memory_pos = SinCos2DPosition(c.dim, self.encoder.grid)
             self.tok_emb = nn.Embedding(c.vocab_size, c.dim, padding_idx=c.pad_id)
             self.pos_emb = LearnedPosition(c.dim, c.context)
-            self.decoder = Decoder(c.layers, c.dim, c.heads, mlp_hidden=c.mlp_dim, dropout=c.dropout,
-                                   attn_dropout=c.dropout, norm_first=True)
+            self.decoder = Decoder(
+                c.layers,
+                c.dim,
+                c.heads,
+                mlp_hidden=c.mlp_dim,
+                dropout=c.dropout,
+                attn_dropout=c.dropout,
+                norm_first=True,
+            )
             self.lm_head = nn.Linear(c.dim, c.vocab_size, bias=False)
             self.lm_head.weight = self.tok_emb.weight  # tied
         else:
@@ -200,8 +230,10 @@ class Captioner(HookedModule):
     def start(self, state: dict, max_len: int) -> dict:
         if self.config.arch == "transformer":
             m = state["memory"]
-            caches = [blk.self_attn.new_cache(m.shape[0], max_len + 1, device=m.device, dtype=m.dtype)
-                      for blk in self.decoder.blocks]
+            caches = [
+                blk.self_attn.new_cache(m.shape[0], max_len + 1, device=m.device, dtype=m.dtype)
+                for blk in self.decoder.blocks
+            ]
             return {**state, "caches": caches, "t": 0}
         z = state["z"]
         if hasattr(self, "h0"):
@@ -254,11 +286,14 @@ class Captioner(HookedModule):
             state = {**state, "h": h, "c": c}
         return self.lm_head(self.drop(out)), state
 
-    def _decode_tokens(self, tokens: Tensor, state: dict, caches: list[KVCache] | None = None,
-                       offset: int = 0) -> Tensor:
+    def _decode_tokens(
+        self, tokens: Tensor, state: dict, caches: list[KVCache] | None = None, offset: int = 0
+    ) -> Tensor:
         if tokens.shape[1] + offset > self.config.context:
-            raise ValueError(f"a caption of {tokens.shape[1] + offset} tokens is longer than the model's context of "
-                             f"{self.config.context}")
+            raise ValueError(
+                f"a caption of {tokens.shape[1] + offset} tokens is longer than the model's context of "
+                f"{self.config.context}"
+            )
         x = self.hook_tgt_embed(self.drop(self.pos_emb(self.tok_emb(tokens), offset=offset)))
         key_mask = None if caches is not None else tokens != self.config.pad_id
         x = self.decoder(x, state["memory"], key_mask=key_mask, caches=caches)

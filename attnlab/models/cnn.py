@@ -56,10 +56,16 @@ class CNN(HookedModule):
         stages, prev = [], c.in_chans
         for i, w in enumerate(c.widths):
             stride = 1 if i == 0 else 2
-            stages.append(nn.Sequential(
-                nn.Conv2d(prev, w, 3, stride=stride, padding=1, bias=False), nn.BatchNorm2d(w), nn.ReLU(inplace=True),
-                nn.Conv2d(w, w, 3, padding=1, bias=False), nn.BatchNorm2d(w), nn.ReLU(inplace=True),
-            ))
+            stages.append(
+                nn.Sequential(
+                    nn.Conv2d(prev, w, 3, stride=stride, padding=1, bias=False),
+                    nn.BatchNorm2d(w),
+                    nn.ReLU(inplace=True),
+                    nn.Conv2d(w, w, 3, padding=1, bias=False),
+                    nn.BatchNorm2d(w),
+                    nn.ReLU(inplace=True),
+                )
+            )
             prev = w
         self.stages = nn.ModuleList(stages)
         self.hook_stage = nn.ModuleList(HookPoint() for _ in stages)

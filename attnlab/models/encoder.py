@@ -104,8 +104,17 @@ class TextEncoder(HookedModule):
         self.seg_emb = nn.Embedding(c.type_vocab_size, c.dim)
         self.emb_norm = nn.LayerNorm(c.dim, eps=c.norm_eps)
         self.drop = nn.Dropout(c.dropout)
-        self.encoder = Encoder(c.layers, c.dim, c.heads, mlp_hidden=c.mlp_dim, activation="gelu", dropout=c.dropout,
-                               attn_dropout=c.dropout, norm_first=c.norm_first, norm_eps=c.norm_eps)
+        self.encoder = Encoder(
+            c.layers,
+            c.dim,
+            c.heads,
+            mlp_hidden=c.mlp_dim,
+            activation="gelu",
+            dropout=c.dropout,
+            attn_dropout=c.dropout,
+            norm_first=c.norm_first,
+            norm_eps=c.norm_eps,
+        )
         self.pooler = nn.Linear(c.dim, c.dim)
         self.hook_embed, self.hook_pooled = HookPoint(), HookPoint()
         self.mlm = MaskedLMHead(c, self.tok_emb) if c.mlm_head else None
@@ -127,8 +136,15 @@ class TextEncoder(HookedModule):
     def no_weight_decay(self) -> set[str]:
         return {"pos.weight"}
 
-    def forward(self, input_ids: Tensor, attention_mask: Tensor | None = None, token_type_ids: Tensor | None = None,
-                *, head: str | None = None, select: Tensor | None = None) -> Tensor:
+    def forward(
+        self,
+        input_ids: Tensor,
+        attention_mask: Tensor | None = None,
+        token_type_ids: Tensor | None = None,
+        *,
+        head: str | None = None,
+        select: Tensor | None = None,
+    ) -> Tensor:
         """input_ids (B, T) -> the last hidden states (B, T, D); padding (attention_mask 0) is
         never attended to. ``head="mlm"`` returns masked-LM logits instead ((B, T, V), or (N, V)
         at the N positions where ``select`` (B, T) is True: the vocabulary projection is the
@@ -137,8 +153,10 @@ class TextEncoder(HookedModule):
         if input_ids.dim() != 2:
             raise ValueError(f"TextEncoder expects token ids (B, T), got {tuple(input_ids.shape)}")
         if input_ids.shape[1] > self.config.context:
-            raise ValueError(f"{input_ids.shape[1]} tokens are more than the model's context of "
-                             f"{self.config.context}; truncate the input")
+            raise ValueError(
+                f"{input_ids.shape[1]} tokens are more than the model's context of "
+                f"{self.config.context}; truncate the input"
+            )
         if attention_mask is None:
             attention_mask = input_ids != self.config.pad_id
         if token_type_ids is None:
@@ -154,8 +172,10 @@ class TextEncoder(HookedModule):
             return self.mlm(hidden[select] if select is not None else hidden)
         if head == "classify":
             if self.head is None:
-                raise ValueError("this encoder has no classification head (num_classes=0); fine-tune it with "
-                                 "`attnlab train encoder --task classify`")
+                raise ValueError(
+                    "this encoder has no classification head (num_classes=0); fine-tune it with "
+                    "`attnlab train encoder --task classify`"
+                )
             return self.head(self.drop(self.pooled(hidden)))
         raise ValueError(f"head must be None, 'mlm' or 'classify', got {head!r}")
 
@@ -163,13 +183,15 @@ class TextEncoder(HookedModule):
         """The pooler: tanh(W h_[CLS]) (B, D)."""
         return self.hook_pooled(torch.tanh(self.pooler(hidden[:, 0])))
 
-    def mlm_logits(self, input_ids: Tensor, attention_mask: Tensor | None = None,
-                   token_type_ids: Tensor | None = None) -> Tensor:
+    def mlm_logits(
+        self, input_ids: Tensor, attention_mask: Tensor | None = None, token_type_ids: Tensor | None = None
+    ) -> Tensor:
         """Masked-LM logits (B, T, vocab_size)."""
         return self(input_ids, attention_mask, token_type_ids, head="mlm")
 
-    def classify(self, input_ids: Tensor, attention_mask: Tensor | None = None,
-                 token_type_ids: Tensor | None = None) -> Tensor:
+    def classify(
+        self, input_ids: Tensor, attention_mask: Tensor | None = None, token_type_ids: Tensor | None = None
+    ) -> Tensor:
         """Class logits (B, num_classes) from the pooled [CLS]."""
         return self(input_ids, attention_mask, token_type_ids, head="classify")
 

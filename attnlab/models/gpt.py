@@ -1,8 +1,8 @@
 """GPT: a decoder-only transformer that predicts the next token.
 
-    x_0 = E[tokens] (+ P[positions])         token (+ learned position) embedding
-    x_l = Block_l(x_{l-1})                   pre-LN causal self-attention + MLP
-    logits = LN(x_L) Eᵀ                      tied output head
+x_0 = E[tokens] (+ P[positions])         token (+ learned position) embedding
+x_l = Block_l(x_{l-1})                   pre-LN causal self-attention + MLP
+logits = LN(x_L) Eᵀ                      tied output head
 """
 
 from __future__ import annotations
@@ -39,8 +39,14 @@ class GPTConfig(Config):
     tie_output: bool = True
 
     SIZES = ("vocab_size", "context", "layers", "heads", "dim")
-    ALIASES = {"block_size": "context", "n_layer": "layers", "n_head": "heads", "n_embd": "dim", "position": "pos",
-               "tie_weights": "tie_output"}
+    ALIASES = {
+        "block_size": "context",
+        "n_layer": "layers",
+        "n_head": "heads",
+        "n_embd": "dim",
+        "position": "pos",
+        "tie_weights": "tie_output",
+    }
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -86,8 +92,16 @@ class GPT(HookedModule):
         alibi = ALiBi(c.heads) if c.pos == "alibi" else None
         self.blocks = nn.ModuleList(
             TransformerBlock(
-                c.dim, c.heads, activation=c.activation, dropout=c.dropout, attn_dropout=c.dropout,
-                causal=True, bias=c.bias, norm_eps=c.norm_eps, rotary=rotary, position_bias=alibi,
+                c.dim,
+                c.heads,
+                activation=c.activation,
+                dropout=c.dropout,
+                attn_dropout=c.dropout,
+                causal=True,
+                bias=c.bias,
+                norm_eps=c.norm_eps,
+                rotary=rotary,
+                position_bias=alibi,
             )
             for _ in range(c.layers)
         )
@@ -131,7 +145,9 @@ class GPT(HookedModule):
         token) support left-padded batches of prompts of different lengths.
         """
         if idx.dim() != 2 or idx.dtype not in (torch.int64, torch.int32):
-            raise ValueError(f"GPT expects token ids of shape (B, T) and integer dtype, got {tuple(idx.shape)} {idx.dtype}")
+            raise ValueError(
+                f"GPT expects token ids of shape (B, T) and integer dtype, got {tuple(idx.shape)} {idx.dtype}"
+            )
         b, t = idx.shape
         offset = caches[0].length if caches else 0
         if offset + t > self.config.context and self.pos_emb is not None:

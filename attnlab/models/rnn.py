@@ -74,12 +74,19 @@ class RNNSeq2Seq(HookedModule):
         rnn = nn.GRU if c.cell == "gru" else nn.LSTM
         self.src_emb = nn.Embedding(c.src_vocab, c.emb_dim, padding_idx=c.pad_id)
         self.tgt_emb = nn.Embedding(c.tgt_vocab, c.emb_dim, padding_idx=c.pad_id)
-        self.encoder = rnn(c.emb_dim, c.dim, c.layers, batch_first=True, bidirectional=c.bidirectional,
-                           dropout=c.dropout if c.layers > 1 else 0.0)
+        self.encoder = rnn(
+            c.emb_dim,
+            c.dim,
+            c.layers,
+            batch_first=True,
+            bidirectional=c.bidirectional,
+            dropout=c.dropout if c.layers > 1 else 0.0,
+        )
         enc_dim = c.dim * (2 if c.bidirectional else 1)
         self.bridge = nn.Linear(enc_dim, c.dim * c.layers)  # final encoder state -> initial decoder state
-        self.decoder = rnn(c.emb_dim + enc_dim, c.dim, c.layers, batch_first=True,
-                           dropout=c.dropout if c.layers > 1 else 0.0)
+        self.decoder = rnn(
+            c.emb_dim + enc_dim, c.dim, c.layers, batch_first=True, dropout=c.dropout if c.layers > 1 else 0.0
+        )
         if c.attention == "additive":
             self.attn = AdditiveAttention(c.dim, enc_dim, c.dim)
         elif c.attention == "dot":
@@ -103,7 +110,9 @@ class RNNSeq2Seq(HookedModule):
         if src_mask is None:
             src_mask = src != self.config.pad_id
         lengths = src_mask.sum(1).clamp(min=1).cpu()
-        packed = pack_padded_sequence(self.hook_src_embed(self.drop(self.src_emb(src))), lengths, batch_first=True, enforce_sorted=False)
+        packed = pack_padded_sequence(
+            self.hook_src_embed(self.drop(self.src_emb(src))), lengths, batch_first=True, enforce_sorted=False
+        )
         out, h = self.encoder(packed)
         h_enc, _ = pad_packed_sequence(out, batch_first=True, total_length=src.shape[1])  # (B, S, enc_dim)
         h_enc = self.hook_memory(h_enc)
@@ -111,8 +120,12 @@ class RNNSeq2Seq(HookedModule):
         h_last = h_last.view(c.layers, 2 if c.bidirectional else 1, src.shape[0], c.dim)[-1]  # top layer
         summary = self.hook_summary(torch.cat(list(h_last), dim=-1))  # (B, enc_dim): forward and backward final states
         s0 = torch.tanh(self.bridge(summary)).view(src.shape[0], c.layers, c.dim).transpose(0, 1).contiguous()
-        state = {"keys": h_enc, "mask": src_mask, "summary": summary,
-                 "hidden": (s0, torch.zeros_like(s0)) if c.cell == "lstm" else s0}
+        state = {
+            "keys": h_enc,
+            "mask": src_mask,
+            "summary": summary,
+            "hidden": (s0, torch.zeros_like(s0)) if c.cell == "lstm" else s0,
+        }
         if c.attention == "additive":
             state["projected"] = self.attn.project_keys(h_enc)
         return state
@@ -183,10 +196,11 @@ class RNNSeq2Seq(HookedModule):
         new = {}
         for k, v in state.items():
             if k == "hidden":
-                new[k] = tuple(x.index_select(1, index) for x in v) if isinstance(v, tuple) else v.index_select(1, index)
+                new[k] = (
+                    tuple(x.index_select(1, index) for x in v) if isinstance(v, tuple) else v.index_select(1, index)
+                )
             elif torch.is_tensor(v):
                 new[k] = v.index_select(0, index)
             else:
                 new[k] = v
         return new
-

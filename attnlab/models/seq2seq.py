@@ -75,8 +75,13 @@ class Transformer(HookedModule):
         self.src_pos = pos_cls(c.dim, c.context)
         self.tgt_pos = pos_cls(c.dim, c.context)
         self.drop = nn.Dropout(c.dropout)
-        kw = dict(mlp_hidden=c.mlp_dim, activation=c.activation, dropout=c.dropout, attn_dropout=c.dropout,
-                  norm_first=c.norm_first)
+        kw = dict(
+            mlp_hidden=c.mlp_dim,
+            activation=c.activation,
+            dropout=c.dropout,
+            attn_dropout=c.dropout,
+            norm_first=c.norm_first,
+        )
         self.encoder = Encoder(c.enc_layers, c.dim, c.heads, **kw)
         self.decoder = Decoder(c.dec_layers, c.dim, c.heads, **kw)
         self.lm_head = nn.Linear(c.dim, c.tgt_vocab, bias=False)
@@ -98,8 +103,10 @@ class Transformer(HookedModule):
 
     def _embed(self, emb: nn.Embedding, pos, ids: Tensor, offset: int = 0) -> Tensor:
         if ids.shape[1] + offset > self.config.context:
-            raise ValueError(f"sequence of {ids.shape[1] + offset} tokens is longer than the model's context of "
-                             f"{self.config.context}")
+            raise ValueError(
+                f"sequence of {ids.shape[1] + offset} tokens is longer than the model's context of "
+                f"{self.config.context}"
+            )
         return self.drop(pos(emb(ids) * math.sqrt(self.config.dim), offset=offset))
 
     # ---- training -------------------------------------------------------------------------
@@ -135,5 +142,8 @@ class Transformer(HookedModule):
     def reorder(self, state: dict, index: Tensor) -> dict:
         for c in state["caches"]:
             c.reorder(index)
-        return {**state, "memory": state["memory"].index_select(0, index),
-                "memory_mask": state["memory_mask"].index_select(0, index)}
+        return {
+            **state,
+            "memory": state["memory"].index_select(0, index),
+            "memory_mask": state["memory_mask"].index_select(0, index),
+        }

@@ -1,9 +1,9 @@
 """ViT: an image is worth 16×16 words.
 
-    patches = PatchEmbed(image)                  (B, N, D): flatten P×P patches, project with E
-    x = [cls; patches] + pos                     (B, 1+N, D) with a class token, or (B, N, D) without
-    x = Encoder(x)                               pre-LN blocks, final LayerNorm
-    logits = head(x[:, 0])  or  head(mean(x))    class token or global average pooling
+patches = PatchEmbed(image)                  (B, N, D): flatten P×P patches, project with E
+x = [cls; patches] + pos                     (B, 1+N, D) with a class token, or (B, N, D) without
+x = Encoder(x)                               pre-LN blocks, final LayerNorm
+logits = head(x[:, 0])  or  head(mean(x))    class token or global average pooling
 """
 
 from __future__ import annotations
@@ -97,13 +97,23 @@ class ViT(HookedModule):
         self.cls_token = nn.Parameter(torch.zeros(1, 1, c.dim)) if c.pool == "cls" else None
         # learned, or fixed 2-D sin-cos (the class token gets a zero position vector); made before
         # patch_embed so that the parameter order (and the optimizer state of older runs) is kept
-        self.pos = (LearnedPosition(c.dim, self.n_prefix + n) if c.pos == "learned"
-                    else SinCos2DPosition(c.dim, c.grid, self.n_prefix))
+        self.pos = (
+            LearnedPosition(c.dim, self.n_prefix + n)
+            if c.pos == "learned"
+            else SinCos2DPosition(c.dim, c.grid, self.n_prefix)
+        )
         self.patch_embed = PatchEmbed(c.patch_size, c.in_chans, c.dim)
         self.drop = nn.Dropout(c.dropout)
         self.encoder = Encoder(
-            c.layers, c.dim, c.heads, mlp_hidden=round(c.dim * c.mlp_ratio), activation="gelu",
-            dropout=c.dropout, norm_eps=c.norm_eps, bias=True, qkv_bias=c.qkv_bias,
+            c.layers,
+            c.dim,
+            c.heads,
+            mlp_hidden=round(c.dim * c.mlp_ratio),
+            activation="gelu",
+            dropout=c.dropout,
+            norm_eps=c.norm_eps,
+            bias=True,
+            qkv_bias=c.qkv_bias,
         )
         self.peg = PEG(c.dim) if c.peg else None
         self.hook_embed, self.hook_pooled = HookPoint(), HookPoint()

@@ -16,8 +16,18 @@ from pathlib import Path
 from ..errors import CheckpointError
 from .base import Recipe, TrainingRun, train
 
-__all__ = ["Recipe", "TrainingRun", "train", "register", "recipes", "recipe_for", "model_class", "build_model",
-           "load_model", "checkpoint_recipe"]
+__all__ = [
+    "Recipe",
+    "TrainingRun",
+    "train",
+    "register",
+    "recipes",
+    "recipe_for",
+    "model_class",
+    "build_model",
+    "load_model",
+    "checkpoint_recipe",
+]
 
 _REGISTRY: dict[str, Recipe] = {}
 _discovered = False
@@ -63,8 +73,9 @@ def build_model(config: dict):
     except (ValueError, TypeError, KeyError) as e:
         raise CheckpointError(f"checkpoint config does not describe a valid {mtype} model: {e}") from None
     except (RuntimeError, MemoryError) as e:  # sizes that pass the checks but do not fit in memory
-        raise CheckpointError(f"the {mtype} model this config describes does not fit in memory "
-                              f"({str(e).splitlines()[0][:120]})") from None
+        raise CheckpointError(
+            f"the {mtype} model this config describes does not fit in memory ({str(e).splitlines()[0][:120]})"
+        ) from None
 
 
 def _is_huggingface(path: Path) -> bool:
@@ -90,8 +101,14 @@ def checkpoint_recipe(path: str | Path) -> Recipe:
     return recipe_for(checkpoint_model_type(path))
 
 
-def load_model(path: str | Path, *, expect: str | tuple[str, ...] | None = None, device: str | None = None,
-               with_meta: bool = False, needs: str | None = None):
+def load_model(
+    path: str | Path,
+    *,
+    expect: str | tuple[str, ...] | None = None,
+    device: str | None = None,
+    with_meta: bool = False,
+    needs: str | None = None,
+):
     """A ready model (eval mode) from an attnlab run/checkpoint folder or a HuggingFace directory;
     ``expect`` names the model type(s) the caller can use (``needs`` says so in words)."""
     from ..checkpoint import find_checkpoint, load_weights, read_config

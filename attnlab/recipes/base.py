@@ -68,8 +68,11 @@ class Recipe:
         specs = OptionSpecs()
         self.add_train_arguments(specs)
         specs.add("--data-dir", default=None, help="folder holding named datasets (default: $ATTNLAB_DATA)")
-        specs.add("--out", default=self.default_out,
-                  help=f"run folder for checkpoints, metrics and plots (default: {self.default_out})")
+        specs.add(
+            "--out",
+            default=self.default_out,
+            help=f"run folder for checkpoints, metrics and plots (default: {self.default_out})",
+        )
         specs.add("--resume", kind="flag", help="continue the run in --out from its last checkpoint")
         model = specs.group("model" + (" (overrides the preset)" if self.presets else ""))
         for cls in self.config_classes():
@@ -99,8 +102,12 @@ class Recipe:
 
         e.add("--data", default=None, help="evaluate on this data instead of the run's own")
         e.add("--data-dir", default=None, help="folder holding named datasets (default: $ATTNLAB_DATA)")
-        e.add("--split", choices=["val", "train", "test"], default=None,
-                       help="which split (default: val for language models, test for the others)")
+        e.add(
+            "--split",
+            choices=["val", "train", "test"],
+            default=None,
+            help="which split (default: val for language models, test for the others)",
+        )
         e.add("--batch-size", type=positive_int, default=16, help="examples per forward pass (default 16)")
 
     def add_inspect_arguments(self, group) -> None:
@@ -128,8 +135,10 @@ class Recipe:
         raise NotImplementedError
 
     def finish(self, args, run: TrainingRun, trainer, result: dict) -> None:
-        print(f"done: step {result['step']}, best val loss {result['best_val']:.4f}, run folder {trainer.out}",
-              file=sys.stderr)
+        print(
+            f"done: step {result['step']}, best val loss {result['best_val']:.4f}, run folder {trainer.out}",
+            file=sys.stderr,
+        )
 
     # ---- using a trained model ---------------------------------------------------------------
     def evaluate(self, args) -> tuple[dict, str]:
@@ -158,8 +167,10 @@ class Recipe:
 
     def predict(self, args) -> int:
         """``attnlab predict`` for this family's checkpoints (classifiers)."""
-        raise CheckpointError(f"{args.ckpt} holds a {self.name} model; predict needs a classifier (train vit, cnn, "
-                              "or encoder --task classify)")
+        raise CheckpointError(
+            f"{args.ckpt} holds a {self.name} model; predict needs a classifier (train vit, cnn, "
+            "or encoder --task classify)"
+        )
 
 
 def top_labels(probs, labels, top_k: int) -> list[list[tuple[str, float]]]:
@@ -214,8 +225,9 @@ class Verbs:
         recipe.inspect(Options(**values))
         return Path(out)
 
-    def explore(self, *, text: str | None = None, image: str | None = None, src: str | None = None,
-                tgt: str | None = None):
+    def explore(
+        self, *, text: str | None = None, image: str | None = None, src: str | None = None, tgt: str | None = None
+    ):
         """What ``attnlab explore`` shows, as an :class:`attnlab.inspect.explorer.Exploration`
         (inline in Jupyter; ``.save("page.html")``): GPT and text encoders ``text=``; ViT ``image=``
         (a file); seq2seq ``src=`` (and ``tgt=`` to force a target)."""
@@ -240,8 +252,9 @@ def with_verbs(model_cls: type, verbs: type) -> type:
         return model_cls
     key = (model_cls, verbs)
     if key not in _WITH_VERBS:
-        _WITH_VERBS[key] = type(model_cls.__name__, (verbs, model_cls), {"__module__": model_cls.__module__,
-                                                                         "__doc__": model_cls.__doc__})
+        _WITH_VERBS[key] = type(
+            model_cls.__name__, (verbs, model_cls), {"__module__": model_cls.__module__, "__doc__": model_cls.__doc__}
+        )
     return _WITH_VERBS[key]
 
 
@@ -269,8 +282,11 @@ def train_config(args, saved: dict | None, defaults: dict | None = None):
     if changed:
         print(f"resume: training options changed from the saved run: {changed}", file=sys.stderr)
     if "max_iters" in over and "lr_decay_iters" not in over:
-        print(f"resume: keeping the run's schedule (cosine decay to step {cfg.lr_decay_iters}, then min lr); "
-              "pass --lr-decay-iters N for another", file=sys.stderr)
+        print(
+            f"resume: keeping the run's schedule (cosine decay to step {cfg.lr_decay_iters}, then min lr); "
+            "pass --lr-decay-iters N for another",
+            file=sys.stderr,
+        )
     return cfg
 
 
@@ -280,8 +296,10 @@ def refuse_model_changes(out, model_cfg, model_over: dict, others: dict | None =
     clash.update({k: new for k, (new, old) in (others or {}).items() if new is not None and new != old})
     if clash:
         shown = ", ".join(f"--{k.replace('_', '-')} {v}" for k, v in clash.items())
-        raise CheckpointError(f"--resume with options that differ from the checkpoint in {out} ({shown}); model "
-                              "and data options cannot change: drop them to continue the run, or start a new --out")
+        raise CheckpointError(
+            f"--resume with options that differ from the checkpoint in {out} ({shown}); model "
+            "and data options cannot change: drop them to continue the run, or start a new --out"
+        )
 
 
 def run_header(trainer) -> str:
@@ -320,11 +338,19 @@ def train(recipe: Recipe, args) -> TrainResult:
         saved_cfg = recipe.models[saved["model_type"]].config_class.from_dict(saved["model"])
         refuse_model_changes(out, saved_cfg, model_over, recipe.run_options(args, saved))
         tcfg = train_config(args, saved)
-    if recipe.default_seconds and not saved and args.data is None and not model_over and not given(args, args.train_fields):
+    if (
+        recipe.default_seconds
+        and not saved
+        and args.data is None
+        and not model_over
+        and not given(args, args.train_fields)
+    ):
         secs = recipe.default_seconds
         expect = f"{secs} seconds" if secs < 120 else f"{secs / 60:.1f} minutes"
-        print(f"the embedded default run: expect about {expect} on 2 CPU cores (measured on a 2-core AMD EPYC)",
-              file=sys.stderr)
+        print(
+            f"the embedded default run: expect about {expect} on 2 CPU cores (measured on a 2-core AMD EPYC)",
+            file=sys.stderr,
+        )
     run = recipe.prepare(args, saved, model_over, tcfg)
     torch.manual_seed(tcfg.seed)  # the initial weights follow from the seed
     model = recipe.models[run.model_type](run.config)

@@ -32,9 +32,11 @@ class CaptionerVerbs(Verbs):
 
         check_beam(beam)
         x, single = images_argument(images, self.config.in_chans, self.config.image_size)
-        out = caption_images(self, self.vocab, x, {"mean": self.mean, "std": self.std}, self.device, beam=beam,
-                             alpha=alpha)
+        out = caption_images(
+            self, self.vocab, x, {"mean": self.mean, "std": self.std}, self.device, beam=beam, alpha=alpha
+        )
         return out[0] if single else out
+
 
 SCENE_OPTS = dict(n_train=8000, max_objects=3)
 
@@ -42,26 +44,61 @@ SCENE_OPTS = dict(n_train=8000, max_objects=3)
 @register
 class CaptionRecipe(Recipe):
     verbs = CaptionerVerbs
-    tiny = dict(train_scenes=40, image_size=32, dim=32, emb_dim=16, attention_dim=16, max_iters=2, eval_interval=2, eval_iters=1, batch_size=4, progress=False, device="cpu")
+    tiny = dict(
+        train_scenes=40,
+        image_size=32,
+        dim=32,
+        emb_dim=16,
+        attention_dim=16,
+        max_iters=2,
+        eval_interval=2,
+        eval_iters=1,
+        batch_size=4,
+        progress=False,
+        device="cpu",
+    )
     name = "caption"
     help = "an image captioner: CNN or ViT encoder; RNN without or with attention, or Transformer decoder"
-    description = ("Train an image captioner with teacher forcing. With no --data it learns synthetic scenes of "
-                   "coloured shapes generated from a seed (no download); --arch rnn has no attention (the "
-                   "bottleneck), rnn-attention is Show, Attend and Tell, transformer decodes with cross-attention.")
+    description = (
+        "Train an image captioner with teacher forcing. With no --data it learns synthetic scenes of "
+        "coloured shapes generated from a seed (no download); --arch rnn has no attention (the "
+        "bottleneck), rnn-attention is Show, Attend and Tell, transformer decodes with cross-attention."
+    )
     models = {"captioner": Captioner}
     set_by_data = ("vocab_size", "in_chans", "pad_id", "bos_id", "eos_id")
-    train_defaults = dict(batch_size=32, lr=2e-3, min_lr=1e-4, warmup_iters=50, max_iters=1200, weight_decay=0.0,
-                          beta2=0.99, grad_clip=2.0, eval_interval=200, eval_iters=4)
+    train_defaults = dict(
+        batch_size=32,
+        lr=2e-3,
+        min_lr=1e-4,
+        warmup_iters=50,
+        max_iters=1200,
+        weight_decay=0.0,
+        beta2=0.99,
+        grad_clip=2.0,
+        eval_interval=200,
+        eval_iters=4,
+    )
     default_seconds = 155
     inspections = {"caption": "the image once per generated word with that word's attention (--image)"}
 
     def add_train_arguments(self, p) -> None:
-        p.add("--data", default=None, help="scenes (embedded, generated; default) | COCO folder or captions "
-                                                    "JSON | image<TAB>caption file")
-        p.add("--train-scenes", type=at_least(10), default=None,
-                       help=f"scenes: training images to generate (default {SCENE_OPTS['n_train']})")
-        p.add("--max-objects", type=number(int, 1, True, 3, what="1, 2 or 3"), default=None,
-                       help="scenes: at most this many objects per image (default 3)")
+        p.add(
+            "--data",
+            default=None,
+            help="scenes (embedded, generated; default) | COCO folder or captions JSON | image<TAB>caption file",
+        )
+        p.add(
+            "--train-scenes",
+            type=at_least(10),
+            default=None,
+            help=f"scenes: training images to generate (default {SCENE_OPTS['n_train']})",
+        )
+        p.add(
+            "--max-objects",
+            type=number(int, 1, True, 3, what="1, 2 or 3"),
+            default=None,
+            help="scenes: at most this many objects per image (default 3)",
+        )
         p.add("--label-smoothing", type=below_one, default=0.0, help="label smoothing (default 0)")
 
     def data_options(self, args) -> dict:
@@ -69,8 +106,10 @@ class CaptionRecipe(Recipe):
 
     def run_options(self, args, saved):
         opts = saved.get("data_opts", {})
-        return {"data": (args.data, saved.get("data_spec")),
-                **{k: (v, opts.get(k, SCENE_OPTS[k])) for k, v in self.data_options(args).items()}}
+        return {
+            "data": (args.data, saved.get("data_spec")),
+            **{k: (v, opts.get(k, SCENE_OPTS[k])) for k, v in self.data_options(args).items()},
+        }
 
     def prepare(self, args, saved, model_over, tcfg):
         from ..data.captions import load_captions
@@ -85,15 +124,26 @@ class CaptionRecipe(Recipe):
             opts = {**SCENE_OPTS, **{k: v for k, v in self.data_options(args).items() if v is not None}}
             image_size = model_over.get("image_size", CaptionConfig.image_size)
             data = load_captions(spec, image_size=image_size, **opts)
-            cfg = CaptionConfig(**{"context": data.max_len + 2, **model_over, "vocab_size": data.vocab.size,
-                                   "in_chans": 3, **data.vocab.special_ids()})
+            cfg = CaptionConfig(
+                **{
+                    "context": data.max_len + 2,
+                    **model_over,
+                    "vocab_size": data.vocab.size,
+                    "in_chans": 3,
+                    **data.vocab.special_ids(),
+                }
+            )
         if data.max_len + 1 > cfg.context:
-            raise DataError(f"the longest caption of {data.name} has {data.max_len} tokens, more than the model's "
-                            f"context of {cfg.context} allows; give --context {data.max_len + 2} or more")
+            raise DataError(
+                f"the longest caption of {data.name} has {data.max_len} tokens, more than the model's "
+                f"context of {cfg.context} allows; give --context {data.max_len + 2} or more"
+            )
         print(data.note, file=sys.stderr)
         task = CaptionTask(data, tcfg.batch_size, args.label_smoothing)
-        summary = (f"captioner {cfg.encoder} + {cfg.arch} | data {data.name}, vocabulary {data.vocab.size} words, "
-                   f"grid {'x'.join(map(str, cfg.grid))}")
+        summary = (
+            f"captioner {cfg.encoder} + {cfg.arch} | data {data.name}, vocabulary {data.vocab.size} words, "
+            f"grid {'x'.join(map(str, cfg.grid))}"
+        )
         return TrainingRun("captioner", cfg, task, {"data_spec": spec, "data_opts": opts}, summary)
 
     def finish(self, args, run, trainer, result) -> None:
@@ -113,24 +163,42 @@ class CaptionRecipe(Recipe):
         c.add("--beam", type=positive_int, default=3, help="beam size; 1 = greedy (default 3)")
         c.add("--alpha", type=nonneg_float, default=1.0, help="length penalty exponent (default 1.0)")
         c.add("--device", type=device_name, default="auto", help="auto | cpu | cuda")
-        return [Command("caption", "caption image files with a trained captioner",
-                        "Prints one caption per image: `path: caption`.", c, caption_command)]
+        return [
+            Command(
+                "caption",
+                "caption image files with a trained captioner",
+                "Prints one caption per image: `path: caption`.",
+                c,
+                caption_command,
+            )
+        ]
 
     def add_eval_arguments(self, group) -> None:
         group.add("--beam", type=positive_int, default=1, help="seq2seq and captions: beam size (default 1 = greedy)")
         group.add("--alpha", type=nonneg_float, default=1.0, help="beam length penalty exponent (default 1.0)")
 
     def evaluate(self, args) -> tuple[dict, str]:
-        res = evaluate_captioner(args.ckpt, split=args.split or "test", beam=args.beam, alpha=args.alpha,
-                                 data=args.data, device=args.device, batch_size=max(args.batch_size, 64))
+        res = evaluate_captioner(
+            args.ckpt,
+            split=args.split or "test",
+            beam=args.beam,
+            alpha=args.alpha,
+            data=args.data,
+            device=args.device,
+            batch_size=max(args.batch_size, 64),
+        )
         b = res["bleu"]
-        line = (f"{res['data']} [{res['split']}], {res['images']} images: BLEU-1..4 "
-                f"{b[0]:.1f} / {b[1]:.1f} / {b[2]:.1f} / {b[3]:.1f} ({res['bleu_signature']}), exact captions "
-                f"{res['exact']:.3f}, word perplexity {res['perplexity']:.2f}")
+        line = (
+            f"{res['data']} [{res['split']}], {res['images']} images: BLEU-1..4 "
+            f"{b[0]:.1f} / {b[1]:.1f} / {b[2]:.1f} / {b[3]:.1f} ({res['bleu_signature']}), exact captions "
+            f"{res['exact']:.3f}, word perplexity {res['perplexity']:.2f}"
+        )
         if res.get("pointing") is not None:
             by = res["pointing_by_word"]
-            line += (f", pointing game {res['pointing']:.3f} over the words naming {res['pointing_objects']} "
-                     f"objects (size {by['size']:.3f}, colour {by['colour']:.3f}, shape {by['shape']:.3f})")
+            line += (
+                f", pointing game {res['pointing']:.3f} over the words naming {res['pointing_objects']} "
+                f"objects (size {by['size']:.3f}, colour {by['colour']:.3f}, shape {by['shape']:.3f})"
+            )
         return res, line
 
     def add_inspect_arguments(self, group) -> None:
@@ -144,8 +212,10 @@ class CaptionRecipe(Recipe):
             raise ValueError("inspect caption needs --image FILE (the image to caption)")
         model, vocab, meta, dev = load_captioner(args.ckpt, "cpu")
         if model.config.arch == "rnn":
-            raise ValueError("this captioner has no attention (--arch rnn): it reads the image once, through h0, so "
-                             "there is no per-word attention to draw; train --arch rnn-attention or transformer")
+            raise ValueError(
+                "this captioner has no attention (--arch rnn): it reads the image once, through h0, so "
+                "there is no per-word attention to draw; train --arch rnn-attention or transformer"
+            )
         img, note = load_image(args.image, 3, model.config.image_size)
         if note:
             print(f"note: {note}", file=sys.stderr)
@@ -170,13 +240,19 @@ def load_captioner(ckpt: str, device: str = "auto"):
     from . import load_model
 
     dev = pick_device(device)
-    model, meta = load_model(ckpt, expect="captioner", device=str(dev), with_meta=True,
-                             needs="a captioner (trained with `attnlab train caption`)")
+    model, meta = load_model(
+        ckpt,
+        expect="captioner",
+        device=str(dev),
+        with_meta=True,
+        needs="a captioner (trained with `attnlab train caption`)",
+    )
     return model, Vocab.from_dict(meta["vocab"]), meta, dev
 
 
-def caption_ids(model, images, meta, device="cpu", *, beam: int = 1, alpha: float = 1.0,
-                batch_size: int = 64) -> list[list[int]]:
+def caption_ids(
+    model, images, meta, device="cpu", *, beam: int = 1, alpha: float = 1.0, batch_size: int = 64
+) -> list[list[int]]:
     """Word ids of the generated caption of each image ((N, 3, H, W) in [0, 1]), without specials."""
     from ..data.images import normalize
     from ..decode import beam_search, greedy_decode
@@ -219,8 +295,16 @@ def word_attention(model, images, meta, captions: list[list[int]]):
     return per_head.mean(1), (per_head if model.config.arch == "transformer" else None)
 
 
-def evaluate_captioner(ckpt: str, *, split: str = "test", beam: int = 1, alpha: float = 1.0, data: str | None = None,
-                       device: str = "auto", batch_size: int = 64) -> dict:
+def evaluate_captioner(
+    ckpt: str,
+    *,
+    split: str = "test",
+    beam: int = 1,
+    alpha: float = 1.0,
+    data: str | None = None,
+    device: str = "auto",
+    batch_size: int = 64,
+) -> dict:
     """Generated (not teacher-forced) captions of a split, scored against every reference:
     corpus BLEU-1…4 (sacreBLEU, 0–100), the share of captions equal to a reference, the word
     perplexity under teacher forcing, and on scenes the pointing game and the scores by the
@@ -237,8 +321,12 @@ def evaluate_captioner(ckpt: str, *, split: str = "test", beam: int = 1, alpha: 
 
     model, vocab, meta, dev = load_captioner(ckpt, device)
     spec = data or meta.get("data_spec")
-    ds = load_captions(spec, image_size=model.config.image_size, vocab=meta["vocab"],
-                       **(meta.get("data_opts", SCENE_OPTS) if spec in (None, "scenes") else {}))
+    ds = load_captions(
+        spec,
+        image_size=model.config.image_size,
+        vocab=meta["vocab"],
+        **(meta.get("data_opts", SCENE_OPTS) if spec in (None, "scenes") else {}),
+    )
     if split not in ds.images:
         raise ValueError(f"{ds.name} has no {split} split; use train, val or test")
     images, refs = ds.images[split], ds.captions[split]
@@ -259,17 +347,29 @@ def evaluate_captioner(ckpt: str, *, split: str = "test", beam: int = 1, alpha: 
             tout, _ = pad_batch([e[: c.context - 1] + [c.eos_id] for _, e in pairs], c.pad_id)
             total += cross_entropy(model(x, tin.to(dev)), tout.to(dev), ignore_index=c.pad_id, reduction="sum").item()
             count += int((tout != c.pad_id).sum())
-    res = {"data": ds.name, "split": split, "images": len(hyps), "beam": beam, "bleu": scores,
-           "bleu_signature": str(bleus[3].get_signature()), "exact": sum(exact) / len(exact),
-           "loss": total / count, "perplexity": math.exp(total / count), "examples": list(zip(hyps[:5], refs[:5]))}
+    res = {
+        "data": ds.name,
+        "split": split,
+        "images": len(hyps),
+        "beam": beam,
+        "bleu": scores,
+        "bleu_signature": str(bleus[3].get_signature()),
+        "exact": sum(exact) / len(exact),
+        "loss": total / count,
+        "perplexity": math.exp(total / count),
+        "examples": list(zip(hyps[:5], refs[:5])),
+    }
     objects = ds.objects.get(split)
     if objects:
         by_count = {}
         for k in sorted({len(o) for o in objects}):
             sel = [i for i, o in enumerate(objects) if len(o) == k]
             sub_streams = [[s[i] for i in sel] for s in streams]
-            by_count[k] = {"images": len(sel), "exact": sum(exact[i] for i in sel) / len(sel),
-                           "bleu4": bleus[3].corpus_score([hyps[i] for i in sel], sub_streams).score}
+            by_count[k] = {
+                "images": len(sel),
+                "exact": sum(exact[i] for i in sel) / len(sel),
+                "bleu4": bleus[3].corpus_score([hyps[i] for i in sel], sub_streams).score,
+            }
         res["by_objects"] = by_count
         res["pointing"], res["pointing_by_word"], res["pointing_objects"] = None, None, 0
         if model.config.arch != "rnn":
@@ -277,8 +377,9 @@ def evaluate_captioner(ckpt: str, *, split: str = "test", beam: int = 1, alpha: 
             for i in range(0, len(images), batch_size):
                 att, _ = word_attention(model, images[i : i + batch_size], meta, ids[i : i + batch_size])
                 for j, cap in enumerate(ids[i : i + batch_size]):
-                    for k, v in _pointing(vocab, cap, att[j], objects[i + j], model.config.image_size,
-                                          pointing_hit).items():
+                    for k, v in _pointing(
+                        vocab, cap, att[j], objects[i + j], model.config.image_size, pointing_hit
+                    ).items():
                         hits[k] += v
             if hits["shape"]:
                 every = hits["size"] + hits["colour"] + hits["shape"]

@@ -43,27 +43,54 @@ class ImageClassifierRecipe(Recipe):
     tiny = dict(max_iters=2, eval_interval=2, eval_iters=1, batch_size=4, progress=False, device="cpu")
 
     set_by_data = ("num_classes", "in_chans", "labels")
-    train_defaults = dict(batch_size=128, lr=1e-3, min_lr=1e-5, warmup_iters=100, max_iters=2000, weight_decay=0.05,
-                          beta2=0.999, eval_interval=250, eval_iters=5)
+    train_defaults = dict(
+        batch_size=128,
+        lr=1e-3,
+        min_lr=1e-5,
+        warmup_iters=100,
+        max_iters=2000,
+        weight_decay=0.05,
+        beta2=0.999,
+        eval_interval=250,
+        eval_iters=5,
+    )
     LABEL_SMOOTHING: dict[str, float] = {}  # the default per dataset, where it is not 0
     inspections = {"cka": "centred kernel alignment between every pair of layers (--compare another run)"}
 
     @property
     def description(self) -> str:
-        return (f"Train {self.help} on digits (embedded, default), mnist, cifar10 or a folder with one sub-folder "
-                "per class.")
+        return (
+            f"Train {self.help} on digits (embedded, default), mnist, cifar10 or a folder with one sub-folder "
+            "per class."
+        )
 
     def add_train_arguments(self, p) -> None:
         p.add("--data", default=None, help="digits (embedded, default) | mnist | cifar10 | FOLDER")
-        p.add("--label-smoothing", type=below_one, default=None,
-                       help="label smoothing of the loss (default: 0, ViT on digits and mnist 0.1)")
-        p.add("--pad", type=nonneg_int, default=None,
-                       help="random-crop padding in pixels (default: image size / 8; 0 below 16 px)")
-        p.add("--flip", kind="bool", default=None,
-                       help="random horizontal flips (default: on for cifar10, off for digits/mnist)")
-        p.add("--rotate", type=number(float, 0.0, True, 180.0, what="from 0 to 180 degrees"), default=None,
-                       help="random rotation of ± this many degrees, with ± rotate%% scaling (default: 10 for "
-                            "digits/mnist, 0 for cifar10)")
+        p.add(
+            "--label-smoothing",
+            type=below_one,
+            default=None,
+            help="label smoothing of the loss (default: 0, ViT on digits and mnist 0.1)",
+        )
+        p.add(
+            "--pad",
+            type=nonneg_int,
+            default=None,
+            help="random-crop padding in pixels (default: image size / 8; 0 below 16 px)",
+        )
+        p.add(
+            "--flip",
+            kind="bool",
+            default=None,
+            help="random horizontal flips (default: on for cifar10, off for digits/mnist)",
+        )
+        p.add(
+            "--rotate",
+            type=number(float, 0.0, True, 180.0, what="from 0 to 180 degrees"),
+            default=None,
+            help="random rotation of ± this many degrees, with ± rotate%% scaling (default: 10 for "
+            "digits/mnist, 0 for cifar10)",
+        )
 
     def new_config(self, args, splits, model_over: dict):
         raise NotImplementedError
@@ -86,8 +113,10 @@ class ImageClassifierRecipe(Recipe):
         else:
             mtype, cfg = self.new_config(args, splits, model_over)
         if cfg.image_size != h:
-            raise DataError(f"the images of {splits.name} are {h}x{w}, but the model takes {cfg.image_size}x"
-                            f"{cfg.image_size}; drop --image-size (it follows the data) or resize the images")
+            raise DataError(
+                f"the images of {splits.name} are {h}x{w}, but the model takes {cfg.image_size}x"
+                f"{cfg.image_size}; drop --image-size (it follows the data) or resize the images"
+            )
         print(splits.note, file=sys.stderr)
         flip = args.flip if args.flip is not None else splits.name == "cifar10"
         # on 8x8 digits a one-pixel shift is an eighth of the image: the ViT was a point more
@@ -97,15 +126,19 @@ class ImageClassifierRecipe(Recipe):
         smoothing = args.label_smoothing
         if smoothing is None:
             smoothing = self.LABEL_SMOOTHING.get(splits.name, 0.0)
-        task = ImageClassificationTask(splits, tcfg.batch_size, pad=pad, flip=flip, label_smoothing=smoothing,
-                                       rotate=rotate, scale=rotate / 100)
+        task = ImageClassificationTask(
+            splits, tcfg.batch_size, pad=pad, flip=flip, label_smoothing=smoothing, rotate=rotate, scale=rotate / 100
+        )
         return TrainingRun(mtype, cfg, task, {"data_spec": spec}, f"{mtype.upper()} | data {splits.name} {c}x{h}x{w}")
 
     def finish(self, args, run, trainer, result) -> None:
         pred, y = run.task.predict(trainer.model, "test", device=trainer.device)
         acc = (pred == y).float().mean().item()
-        print(f"done: step {result['step']}, {result['seconds']:.0f}s, test accuracy {acc:.4f} "
-              f"({len(y)} images), run folder {trainer.out}", file=sys.stderr)
+        print(
+            f"done: step {result['step']}, {result['seconds']:.0f}s, test accuracy {acc:.4f} "
+            f"({len(y)} images), run folder {trainer.out}",
+            file=sys.stderr,
+        )
 
     # ---- eval, predict -------------------------------------------------------------------------
     def add_eval_arguments(self, group) -> None:
@@ -122,22 +155,36 @@ class ImageClassifierRecipe(Recipe):
         split = args.split or "test"
         c = model.config
         if splits.shape != (c.in_chans, c.image_size, c.image_size):
-            raise DataError(f"{splits.name} holds {'x'.join(map(str, splits.shape))} images, but the model takes "
-                            f"{c.in_chans}x{c.image_size}x{c.image_size}; evaluate it on data like its training data")
+            raise DataError(
+                f"{splits.name} holds {'x'.join(map(str, splits.shape))} images, but the model takes "
+                f"{c.in_chans}x{c.image_size}x{c.image_size}; evaluate it on data like its training data"
+            )
         labels = list(c.labels or range(c.num_classes))
         if [str(v) for v in splits.labels] != [str(v) for v in labels]:
-            raise DataError(f"{splits.name} has classes {splits.labels[:10]}, but the model was trained on "
-                            f"{labels[:10]}; evaluate on data with the same classes, in the same order")
+            raise DataError(
+                f"{splits.name} has classes {splits.labels[:10]}, but the model was trained on "
+                f"{labels[:10]}; evaluate on data with the same classes, in the same order"
+            )
         x, y = getattr(splits, split)
         with torch.no_grad():
-            pred = torch.cat([model(normalize(x[i : i + 256], meta["mean"], meta["std"]).to(dev)).argmax(-1).cpu()
-                              for i in range(0, len(x), 256)])
+            pred = torch.cat(
+                [
+                    model(normalize(x[i : i + 256], meta["mean"], meta["std"]).to(dev)).argmax(-1).cpu()
+                    for i in range(0, len(x), 256)
+                ]
+            )
         acc = (pred == y).float().mean().item()
         cm = confusion_matrix(y, pred, len(splits.labels))
         out = Path(args.out) if args.out else Path(args.ckpt) / "confusion.png"
         confusion_matrix_png(cm.numpy(), splits.labels, out, title=f"{splits.name} {split}: accuracy {acc:.4f}")
-        res = {"data": splits.name, "split": split, "images": len(y), "accuracy": acc, "confusion_png": str(out),
-               "note": splits.note}
+        res = {
+            "data": splits.name,
+            "split": split,
+            "images": len(y),
+            "accuracy": acc,
+            "confusion_png": str(out),
+            "note": splits.note,
+        }
         return res, f"{splits.name} [{split}], {len(y)} images: accuracy {acc:.4f}; confusion matrix {out}"
 
     def predict(self, args) -> int:
@@ -147,8 +194,7 @@ class ImageClassifierRecipe(Recipe):
     def add_inspect_arguments(self, group) -> None:
         group.add("--compare", default=None, help="cka: a second run folder (e.g. the CNN baseline)")
         group.add("--kernel", choices=["linear", "rbf"], default="linear", help="cka kernel (default linear)")
-        group.add("--n-images", type=at_least(4), default=512,
-                           help="distance/cka: test images to use (default 512)")
+        group.add("--n-images", type=at_least(4), default=512, help="distance/cka: test images to use (default 512)")
         group.add("--batch-size", type=at_least(4), default=128, help="cka: minibatch size (default 128)")
 
     def inspect(self, args) -> int:
@@ -172,8 +218,9 @@ def load_classifier(ckpt: str, device: str):
 
     types = tuple(t for r in recipes() if isinstance(r, ImageClassifierRecipe) for t in r.models)
     dev = pick_device(device)
-    model, meta = load_model(ckpt, expect=types, device=str(dev), with_meta=True,
-                             needs=f"an image classifier ({' or '.join(types)})")
+    model, meta = load_model(
+        ckpt, expect=types, device=str(dev), with_meta=True, needs=f"an image classifier ({' or '.join(types)})"
+    )
     if "mean" not in meta:  # HuggingFace folders: their processor's statistics
         meta = {**meta, "mean": [0.5] * model.config.in_chans, "std": [0.5] * model.config.in_chans}
     return model, meta, dev

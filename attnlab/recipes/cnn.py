@@ -15,5 +15,6 @@ class CNNRecipe(ImageClassifierRecipe):
 
     def new_config(self, args, splits, model_over):
         c, h, _ = splits.shape
-        return "cnn", CNNConfig(**model_over, in_chans=c, num_classes=len(splits.labels), labels=splits.labels,
-                                image_size=h)
+        return "cnn", CNNConfig(
+            **model_over, in_chans=c, num_classes=len(splits.labels), labels=splits.labels, image_size=h
+        )

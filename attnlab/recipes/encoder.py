@@ -47,8 +47,10 @@ class TextEncoderVerbs(Verbs):
         from ..errors import OptionError
 
         if self.head is None:
-            raise OptionError("this encoder has no classification head; fine-tune it with "
-                              "attnlab.train('encoder', task='classify', ...)")
+            raise OptionError(
+                "this encoder has no classification head; fine-tune it with "
+                "attnlab.train('encoder', task='classify', ...)"
+            )
         top_labels(torch.zeros(1, 1), [""], top_k)  # a bad top_k fails before any text is encoded
         single = isinstance(texts, str)
         ids, mask = encode_texts(self._tokenizer(), _texts(texts, "predict"), self.config.context)
@@ -70,33 +72,75 @@ def _texts(texts, what: str) -> list[str]:
 @register
 class TextEncoderRecipe(Recipe):
     verbs = TextEncoderVerbs
-    tiny = dict(layers=1, heads=2, dim=16, mlp_dim=32, context=32, vocab_size=200, max_iters=2, eval_interval=2, eval_iters=1, batch_size=4, progress=False, device="cpu")
+    tiny = dict(
+        layers=1,
+        heads=2,
+        dim=16,
+        mlp_dim=32,
+        context=32,
+        vocab_size=200,
+        max_iters=2,
+        eval_interval=2,
+        eval_iters=1,
+        batch_size=4,
+        progress=False,
+        device="cpu",
+    )
     name = "encoder"
     help = "a BERT-style text encoder: masked-LM pretraining, classification, sentence embeddings"
-    description = ("Train a text encoder. --task mlm pretrains with BERT's masking (on the Python help pages that "
-                   "ship with Python, by default); --task classify fine-tunes on text<TAB>label lines (by default: "
-                   "which section of the Python documentation a paragraph comes from), from scratch or from "
-                   "--init (an attnlab run or a HuggingFace BERT folder).")
+    description = (
+        "Train a text encoder. --task mlm pretrains with BERT's masking (on the Python help pages that "
+        "ship with Python, by default); --task classify fine-tunes on text<TAB>label lines (by default: "
+        "which section of the Python documentation a paragraph comes from), from scratch or from "
+        "--init (an attnlab run or a HuggingFace BERT folder)."
+    )
     models = {"text-encoder": TextEncoder}
     presets = ENCODER_PRESETS
     set_by_data = ("vocab_size", "num_classes", "labels", "pad_id", "mlm_head")
     explore_kind = "text"
     default_seconds = 275
-    train_defaults = dict(batch_size=32, lr=5e-4, min_lr=5e-5, warmup_iters=100, max_iters=1500, weight_decay=0.01,
-                          beta2=0.98, eval_interval=250, eval_iters=5)
+    train_defaults = dict(
+        batch_size=32,
+        lr=5e-4,
+        min_lr=5e-5,
+        warmup_iters=100,
+        max_iters=1500,
+        weight_decay=0.01,
+        beta2=0.98,
+        eval_interval=250,
+        eval_iters=5,
+    )
 
     def add_train_arguments(self, p) -> None:
-        p.add("--task", choices=["mlm", "classify"], default=None,
-                       help="mlm: masked-language-model pretraining (default); classify: text classification")
-        p.add("--data", default=None,
-                       help="mlm: python-docs (embedded, default) | shakespeare | a text file or folder; classify: "
-                            "python-docs-sections (embedded, default) | a text<TAB>label file")
-        p.add("--init", default=None,
-                       help="classify: start from this pretrained encoder (an attnlab run or a HuggingFace BERT folder)")
-        p.add("--vocab-size", type=at_least(16), default=None,
-                       help="WordPiece vocabulary to train (default 4096; not with --init: its tokenizer is used)")
-        p.add("--preset", default="tiny", choices=sorted(ENCODER_PRESETS),
-                       help="model shape (default tiny: 2 layers, 2 heads, 128 wide)")
+        p.add(
+            "--task",
+            choices=["mlm", "classify"],
+            default=None,
+            help="mlm: masked-language-model pretraining (default); classify: text classification",
+        )
+        p.add(
+            "--data",
+            default=None,
+            help="mlm: python-docs (embedded, default) | shakespeare | a text file or folder; classify: "
+            "python-docs-sections (embedded, default) | a text<TAB>label file",
+        )
+        p.add(
+            "--init",
+            default=None,
+            help="classify: start from this pretrained encoder (an attnlab run or a HuggingFace BERT folder)",
+        )
+        p.add(
+            "--vocab-size",
+            type=at_least(16),
+            default=None,
+            help="WordPiece vocabulary to train (default 4096; not with --init: its tokenizer is used)",
+        )
+        p.add(
+            "--preset",
+            default="tiny",
+            choices=sorted(ENCODER_PRESETS),
+            help="model shape (default tiny: 2 layers, 2 heads, 128 wide)",
+        )
         p.add("--label-smoothing", type=below_one, default=0.0, help="classify: label smoothing (default 0)")
 
     def check_new(self, args, model_over) -> None:
@@ -106,7 +150,9 @@ class TextEncoderRecipe(Recipe):
             raise ValueError("--vocab-size trains a new tokenizer, but --init brings its own; drop one of them")
         shape = {k for k in model_over if k != "dropout"}
         if args.init and shape:
-            raise ValueError(f"--init fixes the model's shape; drop {', '.join('--' + k.replace('_', '-') for k in sorted(shape))}")
+            raise ValueError(
+                f"--init fixes the model's shape; drop {', '.join('--' + k.replace('_', '-') for k in sorted(shape))}"
+            )
 
     def run_options(self, args, saved):
         return {"task": (args.task, saved.get("task")), "data": (args.data, saved.get("data_spec"))}
@@ -131,34 +177,58 @@ class TextEncoderRecipe(Recipe):
             classes = cfg.labels if task_name == "classify" else None
         elif args.init:
             pretrained, tokenizer, _, _ = load_text_encoder(args.init, "cpu")
-            cfg = TextEncoderConfig(**{**pretrained.config.to_dict(), **model_over, "mlm_head": False,
-                                       "num_classes": len(classes), "labels": classes})
-            init_state = {k: v for k, v in pretrained.state_dict().items()
-                          if not k.startswith(("mlm.", "head."))}
+            cfg = TextEncoderConfig(
+                **{
+                    **pretrained.config.to_dict(),
+                    **model_over,
+                    "mlm_head": False,
+                    "num_classes": len(classes),
+                    "labels": classes,
+                }
+            )
+            init_state = {k: v for k, v in pretrained.state_dict().items() if not k.startswith(("mlm.", "head."))}
         else:
             tokenizer = WordPieceTokenizer.train(texts["train"], vocab_size=args.vocab_size or 4096)
             classify = task_name == "classify"
-            cfg = TextEncoderConfig(**{**ENCODER_PRESETS[args.preset], **model_over, "vocab_size": tokenizer.vocab_size,
-                                       "pad_id": tokenizer.pad_id, "mlm_head": not classify,
-                                       "num_classes": len(classes) if classify else 0, "labels": classes})
+            cfg = TextEncoderConfig(
+                **{
+                    **ENCODER_PRESETS[args.preset],
+                    **model_over,
+                    "vocab_size": tokenizer.vocab_size,
+                    "pad_id": tokenizer.pad_id,
+                    "mlm_head": not classify,
+                    "num_classes": len(classes) if classify else 0,
+                    "labels": classes,
+                }
+            )
         data = tokenize(name, tokenizer, texts, cfg.context, labels, classes)
         if data.truncated:
-            print(f"warning: {data.truncated} texts are longer than the model's context of {cfg.context} tokens; "
-                  "their first tokens are kept", file=sys.stderr)
-        task = (TextClassificationTask(data, tcfg.batch_size, args.label_smoothing) if task_name == "classify"
-                else MaskedLMTask(data, tcfg.batch_size))
+            print(
+                f"warning: {data.truncated} texts are longer than the model's context of {cfg.context} tokens; "
+                "their first tokens are kept",
+                file=sys.stderr,
+            )
+        task = (
+            TextClassificationTask(data, tcfg.batch_size, args.label_smoothing)
+            if task_name == "classify"
+            else MaskedLMTask(data, tcfg.batch_size)
+        )
 
         def setup(model) -> None:
             if init_state is not None:
                 missing, unexpected = model.load_state_dict(init_state, strict=False)
                 if unexpected or [k for k in missing if not k.startswith(("head.", "mlm."))]:
-                    raise CheckpointError(f"--init {args.init} does not fit: missing {missing[:3]}, "
-                                          f"unexpected {unexpected[:3]}")
+                    raise CheckpointError(
+                        f"--init {args.init} does not fit: missing {missing[:3]}, unexpected {unexpected[:3]}"
+                    )
 
         counts = ", ".join(f"{len(v)} {k}" for k, v in data.ids.items())
-        summary = (f"text encoder {cfg.layers} layers, {cfg.heads} heads, {cfg.dim} wide, context {cfg.context} | "
-                   f"{task_name} on {name}: {counts} texts, WordPiece vocabulary {tokenizer.vocab_size}"
-                   + (f", {len(classes)} classes" if classes else "") + (f" | from {args.init}" if args.init else ""))
+        summary = (
+            f"text encoder {cfg.layers} layers, {cfg.heads} heads, {cfg.dim} wide, context {cfg.context} | "
+            f"{task_name} on {name}: {counts} texts, WordPiece vocabulary {tokenizer.vocab_size}"
+            + (f", {len(classes)} classes" if classes else "")
+            + (f" | from {args.init}" if args.init else "")
+        )
         meta = {"data_spec": spec, "task": task_name, **({"init": str(args.init)} if args.init else {})}
         return TrainingRun("text-encoder", cfg, task, meta, summary, setup)
 
@@ -166,8 +236,11 @@ class TextEncoderRecipe(Recipe):
         if not hasattr(run.task, "predict"):  # pretraining
             return super().finish(args, run, trainer, result)
         pred, y = run.task.predict(trainer.model, "test", device=trainer.device)
-        print(f"done: step {result['step']}, {result['seconds']:.0f}s, test accuracy {(pred == y).float().mean():.4f} "
-              f"({len(y)} texts), run folder {trainer.out}", file=sys.stderr)
+        print(
+            f"done: step {result['step']}, {result['seconds']:.0f}s, test accuracy {(pred == y).float().mean():.4f} "
+            f"({len(y)} texts), run folder {trainer.out}",
+            file=sys.stderr,
+        )
 
     # ---- embed, predict, eval ----------------------------------------------------------------------
     def commands(self) -> list[Command]:
@@ -178,15 +251,24 @@ class TextEncoderRecipe(Recipe):
         e.add("--out", default=None, help="write the vectors to this .npy file (default: JSON lines on stdout)")
         e.add("--batch-size", type=at_least(1), default=64, help="texts per forward pass (default 64)")
         e.add("--device", type=device_name, default="auto", help="auto | cpu | cuda")
-        return [Command("embed", "sentence embeddings from a text encoder",
-                        "One vector per input line: the mean of the last hidden states over the real tokens (as "
-                        "sentence-transformers pools).", e, embed_command)]
+        return [
+            Command(
+                "embed",
+                "sentence embeddings from a text encoder",
+                "One vector per input line: the mean of the last hidden states over the real tokens (as "
+                "sentence-transformers pools).",
+                e,
+                embed_command,
+            )
+        ]
 
     def predict(self, args) -> int:
         model, tok, _, dev = load_text_encoder(args.ckpt, args.device)
         if model.head is None:
-            raise CheckpointError(f"{args.ckpt} is a pretrained encoder without a classifier; fine-tune it with "
-                                  "`attnlab train encoder --task classify --init RUN`")
+            raise CheckpointError(
+                f"{args.ckpt} is a pretrained encoder without a classifier; fine-tune it with "
+                "`attnlab train encoder --task classify --init RUN`"
+            )
         labels = model.config.labels or [str(i) for i in range(model.config.num_classes)]
         texts = list(args.inputs)
         ids, mask = encode_texts(tok, texts, model.config.context)
@@ -201,17 +283,21 @@ class TextEncoderRecipe(Recipe):
     def evaluate(self, args) -> tuple[dict, str]:
         res = evaluate_encoder(args)
         if "accuracy" in res:
-            return res, (f"{res['data']} [{res['split']}], {res['texts']} texts: accuracy {res['accuracy']:.4f}, "
-                         f"macro-F1 {res['macro_f1']:.4f}; confusion matrix {res['confusion_png']}")
-        return res, (f"{res['data']} [{res['split']}], {res['masked_tokens']} masked tokens: loss {res['loss']:.4f}, "
-                     f"accuracy {res['accuracy_masked']:.4f}")
+            return res, (
+                f"{res['data']} [{res['split']}], {res['texts']} texts: accuracy {res['accuracy']:.4f}, "
+                f"macro-F1 {res['macro_f1']:.4f}; confusion matrix {res['confusion_png']}"
+            )
+        return res, (
+            f"{res['data']} [{res['split']}], {res['masked_tokens']} masked tokens: loss {res['loss']:.4f}, "
+            f"accuracy {res['accuracy_masked']:.4f}"
+        )
 
     def explore(self, args) -> dict:
         from ..inspect import capture_attention
         from ..inspect.explorer import stack_layers
 
         if not args.text:
-            raise ValueError("explore a text encoder with --text \"some text\"")
+            raise ValueError('explore a text encoder with --text "some text"')
         model, tok, _, dev = load_text_encoder(args.ckpt, args.device)
         ids, mask = encode_texts(tok, [args.text], model.config.context)
         with capture_attention(model) as rec, torch.no_grad():
@@ -225,8 +311,13 @@ def load_text_encoder(ckpt: str, device: str = "auto"):
     from . import load_model
 
     dev = pick_device(device)
-    model, meta = load_model(ckpt, expect="text-encoder", device=str(dev), with_meta=True,
-                             needs="a text encoder (trained with `attnlab train encoder`, or a HuggingFace BERT folder)")
+    model, meta = load_model(
+        ckpt,
+        expect="text-encoder",
+        device=str(dev),
+        with_meta=True,
+        needs="a text encoder (trained with `attnlab train encoder`, or a HuggingFace BERT folder)",
+    )
     return model, encoder_tokenizer(meta, ckpt, model.config.vocab_size), meta, dev
 
 
@@ -236,8 +327,10 @@ def encoder_tokenizer(meta: dict, ckpt, vocab_size: int):
 
     tok = tokenizer_from_dict(meta["tokenizer"]) if meta.get("tokenizer") else WordPieceTokenizer.load(ckpt)
     if tok.vocab_size > vocab_size:
-        raise CheckpointError(f"the tokenizer of {ckpt} has {tok.vocab_size} tokens but the model only "
-                              f"{vocab_size}: they do not belong together")
+        raise CheckpointError(
+            f"the tokenizer of {ckpt} has {tok.vocab_size} tokens but the model only "
+            f"{vocab_size}: they do not belong together"
+        )
     return tok
 
 
@@ -249,8 +342,10 @@ def encode_texts(tok, texts: list[str], context: int):
     encoded = [encode_truncated(tok, t, context) for t in texts]
     cut = sum(c for _, c in encoded)
     if cut:
-        print(f"warning: {cut} texts were longer than the model's context of {context} tokens and were truncated",
-              file=sys.stderr)
+        print(
+            f"warning: {cut} texts were longer than the model's context of {context} tokens and were truncated",
+            file=sys.stderr,
+        )
     return pad_batch([e for e, _ in encoded], tok.pad_id)
 
 
@@ -302,8 +397,14 @@ def evaluate_encoder(args) -> dict:
         acc = (pred == y).float().mean().item()
         out = Path(args.out) if getattr(args, "out", None) else Path(args.ckpt) / "confusion.png"
         confusion_matrix_png(cm.numpy(), list(c.labels), out, title=f"{data.name} {split}: accuracy {acc:.4f}")
-        return {"data": data.name, "split": split, "texts": len(y), "accuracy": acc,
-                "macro_f1": f1[present].mean().item(), "confusion_png": str(out)}
+        return {
+            "data": data.name,
+            "split": split,
+            "texts": len(y),
+            "accuracy": acc,
+            "macro_f1": f1[present].mean().item(),
+            "confusion_png": str(out),
+        }
     split = args.split or "val"
     name, texts = load_pretraining_texts(spec, args.data_dir)
     if split not in texts:
@@ -320,5 +421,10 @@ def evaluate_encoder(args) -> dict:
             sel = targets != -100
             correct += int((logits.argmax(-1)[sel] == targets[sel]).sum())
             count += int(sel.sum())
-    return {"data": name, "split": split, "masked_tokens": count, "loss": total / max(count, 1),
-            "accuracy_masked": correct / max(count, 1)}
+    return {
+        "data": name,
+        "split": split,
+        "masked_tokens": count,
+        "loss": total / max(count, 1),
+        "accuracy_masked": correct / max(count, 1),
+    }

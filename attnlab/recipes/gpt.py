@@ -24,9 +24,18 @@ class GPTVerbs(Verbs):
         except CheckpointError:
             self.tokenizer = None
 
-    def generate(self, prompt: str = "", max_new_tokens: int = 200, *, temperature: float = 0.8,
-                 top_k: int | None = 200, top_p: float | None = None, stop: list[str] | tuple[str, ...] = (),
-                 seed: int | None = None, use_cache: bool = True) -> str:
+    def generate(
+        self,
+        prompt: str = "",
+        max_new_tokens: int = 200,
+        *,
+        temperature: float = 0.8,
+        top_k: int | None = 200,
+        top_p: float | None = None,
+        stop: list[str] | tuple[str, ...] = (),
+        seed: int | None = None,
+        use_cache: bool = True,
+    ) -> str:
         """The continuation of ``prompt`` (text; empty: start a new line), as ``attnlab sample``
         writes it. ``temperature=0`` is greedy; ``seed`` makes sampling repeatable."""
         import torch
@@ -52,24 +61,45 @@ class GPTVerbs(Verbs):
         if seed is not None:
             gen = torch.Generator(device=self.device).manual_seed(seed)
         with torch.no_grad():
-            return generate_text(self, self.tokenizer, text, max_new_tokens, temperature=temperature,
-                                 top_k=top_k or None, top_p=top_p, use_cache=use_cache, generator=gen,
-                                 stop=list(stop))[0]
+            return generate_text(
+                self,
+                self.tokenizer,
+                text,
+                max_new_tokens,
+                temperature=temperature,
+                top_k=top_k or None,
+                top_p=top_p,
+                use_cache=use_cache,
+                generator=gen,
+                stop=list(stop),
+            )[0]
 
 
 @register
 class GPTRecipe(Recipe):
     name = "gpt"
     help = "a GPT language model on any text"
-    description = ("Train a decoder-only GPT to predict the next token of a text corpus. With no --data it trains "
-                   "on English text that ships with Python (no download needed).")
+    description = (
+        "Train a decoder-only GPT to predict the next token of a text corpus. With no --data it trains "
+        "on English text that ships with Python (no download needed)."
+    )
     models = {"gpt": GPT}
     presets = GPT_PRESETS
     set_by_data = ("vocab_size",)
     explore_kind = "text"
     default_seconds = 70
     verbs = GPTVerbs
-    tiny = dict(preset="nano", context=16, sample_chars=0, max_iters=2, eval_interval=2, eval_iters=1, batch_size=4, progress=False, device="cpu")
+    tiny = dict(
+        preset="nano",
+        context=16,
+        sample_chars=0,
+        max_iters=2,
+        eval_interval=2,
+        eval_iters=1,
+        batch_size=4,
+        progress=False,
+        device="cpu",
+    )
     # Training recipe per preset, on top of TrainConfig's (nanoGPT's) defaults. shakespeare-cpu:
     # nanoGPT's CPU model trained at 5x its learning rate for half its steps reaches the loss of
     # nanoGPT's 2,000-step recipe (1.905 vs 1.908 on Tiny Shakespeare) in 56 % of its wall time
@@ -77,17 +107,25 @@ class GPTRecipe(Recipe):
     PRESET_TRAIN = {"shakespeare-cpu": dict(lr=5e-3, min_lr=5e-4, warmup_iters=50, max_iters=1000)}
 
     def add_train_arguments(self, p) -> None:
-        p.add("--data", default=None,
-                       help="text file, folder of text files, or a dataset name: python-docs (embedded, default), "
-                            "shakespeare")
-        p.add("--tokenizer", choices=["char", "bpe"], default=None,
-                       help="character-level (default) or byte-level BPE")
+        p.add(
+            "--data",
+            default=None,
+            help="text file, folder of text files, or a dataset name: python-docs (embedded, default), shakespeare",
+        )
+        p.add("--tokenizer", choices=["char", "bpe"], default=None, help="character-level (default) or byte-level BPE")
         p.add("--vocab-size", type=at_least(2), default=None, help="BPE vocabulary size (default 1024)")
-        p.add("--preset", default="shakespeare-cpu", choices=sorted(GPT_PRESETS),
-                       help="model shape to start from (default: shakespeare-cpu = 4 layers, 4 heads, 128 wide, "
-                            "context 64)")
-        p.add("--sample-chars", type=nonneg_int, default=300,
-                       help="print a sample of this many tokens at the end (0: none)")
+        p.add(
+            "--preset",
+            default="shakespeare-cpu",
+            choices=sorted(GPT_PRESETS),
+            help="model shape to start from (default: shakespeare-cpu = 4 layers, 4 heads, 128 wide, context 64)",
+        )
+        p.add(
+            "--sample-chars",
+            type=nonneg_int,
+            default=300,
+            help="print a sample of this many tokens at the end (0: none)",
+        )
 
     def train_defaults_for(self, args) -> dict:
         return {**self.train_defaults, **self.PRESET_TRAIN.get(args.preset, {})}
@@ -108,13 +146,20 @@ class GPTRecipe(Recipe):
             data = prepare(spec, out / "data", data_dir=args.data_dir, existing_tokenizer=saved["tokenizer"])
         else:
             spec = args.data
-            data = prepare(spec, out / "data", tokenizer=args.tokenizer or "char", vocab_size=args.vocab_size,
-                           data_dir=args.data_dir)
+            data = prepare(
+                spec,
+                out / "data",
+                tokenizer=args.tokenizer or "char",
+                vocab_size=args.vocab_size,
+                data_dir=args.data_dir,
+            )
             cfg = GPTConfig(**{**GPT_PRESETS[args.preset], **model_over, "vocab_size": data.tokenizer.vocab_size})
         task = LanguageModelTask(data, cfg.context, tcfg.batch_size)
-        summary = (f"GPT {cfg.layers} layers, {cfg.heads} heads, {cfg.dim} wide, context {cfg.context} | data "
-                   f"{data.name}: {len(data.train):,} train / {len(data.val):,} val tokens, vocab "
-                   f"{data.tokenizer.vocab_size}")
+        summary = (
+            f"GPT {cfg.layers} layers, {cfg.heads} heads, {cfg.dim} wide, context {cfg.context} | data "
+            f"{data.name}: {len(data.train):,} train / {len(data.val):,} val tokens, vocab "
+            f"{data.tokenizer.vocab_size}"
+        )
         return TrainingRun("gpt", cfg, task, {"data_spec": spec}, summary)
 
     def finish(self, args, run, trainer, result) -> None:
@@ -136,32 +181,55 @@ class GPTRecipe(Recipe):
         s = OptionSpecs()
         s.add("--ckpt", required=True, help="run folder (or checkpoint / HuggingFace folder)")
         s.add("--prompt", default="", help="text to continue (default: start from a newline)")
-        s.add("--max-new-tokens", type=positive_int, default=500,
-                       help="tokens to generate per sample (default 500)")
-        s.add("--temperature", type=nonneg_float, default=0.8,
-                       help="softmax temperature; 0 = greedy (default 0.8)")
-        s.add("--top-k", type=nonneg_int, default=200,
-                       help="sample only from the k most likely tokens (default 200; 0 = off)")
-        s.add("--top-p", type=probability, default=None,
-                       help="nucleus sampling: smallest set with this total probability")
+        s.add("--max-new-tokens", type=positive_int, default=500, help="tokens to generate per sample (default 500)")
+        s.add("--temperature", type=nonneg_float, default=0.8, help="softmax temperature; 0 = greedy (default 0.8)")
+        s.add(
+            "--top-k",
+            type=nonneg_int,
+            default=200,
+            help="sample only from the k most likely tokens (default 200; 0 = off)",
+        )
+        s.add(
+            "--top-p", type=probability, default=None, help="nucleus sampling: smallest set with this total probability"
+        )
         s.add("--num-samples", type=positive_int, default=1, help="how many samples (default 1)")
         s.add("--stop", kind="append", default=[], help="stop a sample at this string (repeatable)")
         s.add("--seed", type=nonneg_int, default=1337, help="random seed (default 1337)")
-        s.add("--no-cache", kind="flag",
-                       help="recompute the whole prefix each step instead of using the KV cache")
-        s.add("--dtype", choices=["fp32", "bf16"], default="fp32",
-                       help="weights and activations while sampling; bf16 halves the memory read per token, which "
-                            "bounds generation on a CPU (about 1.9x faster here; tokens may differ slightly) "
-                            "(default fp32)")
+        s.add("--no-cache", kind="flag", help="recompute the whole prefix each step instead of using the KV cache")
+        s.add(
+            "--dtype",
+            choices=["fp32", "bf16"],
+            default="fp32",
+            help="weights and activations while sampling; bf16 halves the memory read per token, which "
+            "bounds generation on a CPU (about 1.9x faster here; tokens may differ slightly) "
+            "(default fp32)",
+        )
         s.add("--device", type=device_name, default="auto", help="auto | cpu | cuda")
-        return [Command("sample", "generate text from a trained GPT",
-                        "Continue a prompt, streaming tokens as they come.", s, sample)]
+        return [
+            Command(
+                "sample",
+                "generate text from a trained GPT",
+                "Continue a prompt, streaming tokens as they come.",
+                s,
+                sample,
+            )
+        ]
 
     def add_eval_arguments(self, group) -> None:
-        group.add("--block-size", "--context", dest="block_size", type=positive_int, default=None,
-                           help="language models: window length (default: the model's context)")
-        group.add("--max-tokens", type=positive_int, default=200_000,
-                           help="language models: evaluate at most this many tokens (default 200000)")
+        group.add(
+            "--block-size",
+            "--context",
+            dest="block_size",
+            type=positive_int,
+            default=None,
+            help="language models: window length (default: the model's context)",
+        )
+        group.add(
+            "--max-tokens",
+            type=positive_int,
+            default=200_000,
+            help="language models: evaluate at most this many tokens (default 200000)",
+        )
 
     def evaluate(self, args) -> tuple[dict, str]:
         import numpy as np
@@ -180,7 +248,11 @@ class GPTRecipe(Recipe):
             raise ValueError(f"--block-size {block} is larger than the model's context of {context}; use at most that")
         run = Path(args.ckpt)
         cache = run / "data" / "meta.json"
-        if args.data is None and cache.is_file() and meta.get("tokenizer") == json.loads(cache.read_text())["tokenizer"]:
+        if (
+            args.data is None
+            and cache.is_file()
+            and meta.get("tokenizer") == json.loads(cache.read_text())["tokenizer"]
+        ):
             m = json.loads(cache.read_text())
             ids = np.memmap(run / "data" / f"{split}.bin", dtype=np.dtype(m["dtype"]), mode="r")
             name = m["name"]
@@ -204,19 +276,25 @@ class GPTRecipe(Recipe):
         loss = total / count
         decoded = tok.decode(y.flatten().tolist())
         res = {
-            "data": name, "split": split, "tokens": count, "loss": loss, "perplexity": math.exp(loss),
+            "data": name,
+            "split": split,
+            "tokens": count,
+            "loss": loss,
+            "perplexity": math.exp(loss),
             "bits_per_token": loss / math.log(2),
             "bits_per_char": total / math.log(2) / len(decoded),
             "bits_per_byte": total / math.log(2) / len(decoded.encode("utf-8")),
         }
-        return res, (f"{name} [{split}], {count:,} tokens: loss {loss:.4f} nats/token, perplexity "
-                     f"{res['perplexity']:.2f}, {res['bits_per_char']:.3f} bits/char, {res['bits_per_byte']:.3f} bits/byte")
+        return res, (
+            f"{name} [{split}], {count:,} tokens: loss {loss:.4f} nats/token, perplexity "
+            f"{res['perplexity']:.2f}, {res['bits_per_char']:.3f} bits/char, {res['bits_per_byte']:.3f} bits/byte"
+        )
 
     def explore(self, args) -> dict:
         from ..inspect.explorer import text_attention
 
         if not args.text:
-            raise ValueError("explore a GPT with --text \"some text\"")
+            raise ValueError('explore a GPT with --text "some text"')
         model, tok, _, _ = load_lm(args.ckpt, args.device)
         tok.encode(args.text)  # unknown characters fail here, with a clear message
         return text_attention(model, tok, args.text)
@@ -264,8 +342,14 @@ def sample(args) -> int:
         raise ValueError("--stop '' would stop every sample before it starts; give a non-empty string")
     torch.manual_seed(args.seed)
     gen = torch.Generator(device=dev).manual_seed(args.seed)
-    kw = dict(temperature=args.temperature, top_k=args.top_k or None, top_p=args.top_p,
-              use_cache=not args.no_cache, generator=gen, stop=args.stop)
+    kw = dict(
+        temperature=args.temperature,
+        top_k=args.top_k or None,
+        top_p=args.top_p,
+        use_cache=not args.no_cache,
+        generator=gen,
+        stop=args.stop,
+    )
     out = sys.stdout
     for i in range(args.num_samples):
         out.write(args.prompt)

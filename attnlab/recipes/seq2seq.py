@@ -13,7 +13,17 @@ import torch
 
 from ..models.rnn import RNNSeq2Seq
 from ..models.seq2seq import Transformer
-from ..options import Command, OptionSpecs, at_least, below_one, device_name, fraction, input_lines, nonneg_float, positive_int
+from ..options import (
+    Command,
+    OptionSpecs,
+    at_least,
+    below_one,
+    device_name,
+    fraction,
+    input_lines,
+    nonneg_float,
+    positive_int,
+)
 from . import register
 from ..decode import check_beam
 from .base import Recipe, TrainingRun, Verbs
@@ -36,14 +46,17 @@ class Seq2SeqVerbs(Verbs):
         texts = [texts] if single else list(texts)
         if not texts or any(not isinstance(t, str) or not t.strip() for t in texts):
             raise OptionError("translate needs non-empty sentences (a string or a list of them)")
-        out = translate_texts(self, self.src_vocab, self.tgt_vocab, texts, beam=beam, alpha=alpha, max_len=max_len,
-                              device=self.device)
+        out = translate_texts(
+            self, self.src_vocab, self.tgt_vocab, texts, beam=beam, alpha=alpha, max_len=max_len, device=self.device
+        )
         return out[0] if single else out
+
 
 ARCH_ATTENTION = {"rnn": "none", "rnn-attention": "additive"}
 DEFAULT_DATA = "reverse"  # the embedded default: a synthetic task
-DEFAULT_DATA_OPTS = dict(src_lang="de", tgt_lang="en", tokenizer=None, vocab_size=8000, joint=True, min_len=5,
-                         max_len=20)
+DEFAULT_DATA_OPTS = dict(
+    src_lang="de", tgt_lang="en", tokenizer=None, vocab_size=8000, joint=True, min_len=5, max_len=20
+)
 
 
 def arch_of(model_type: str, model_cfg: dict) -> str:
@@ -56,18 +69,44 @@ def arch_of(model_type: str, model_cfg: dict) -> str:
 @register
 class Seq2SeqRecipe(Recipe):
     verbs = Seq2SeqVerbs
-    tiny = dict(data="copy", min_length=3, max_length=5, dim=32, heads=2, enc_layers=1, dec_layers=1, mlp_dim=32,
-                max_iters=2, eval_interval=2, eval_iters=1, batch_size=4, progress=False, device="cpu")
+    tiny = dict(
+        data="copy",
+        min_length=3,
+        max_length=5,
+        dim=32,
+        heads=2,
+        enc_layers=1,
+        dec_layers=1,
+        mlp_dim=32,
+        max_iters=2,
+        eval_interval=2,
+        eval_iters=1,
+        batch_size=4,
+        progress=False,
+        device="cpu",
+    )
     name = "seq2seq"
     help = "a translation model: Transformer, or RNN with/without attention"
-    description = ("Train an encoder-decoder on parallel text with teacher forcing. With no --data it learns a "
-                   "synthetic task generated on the fly (reverse).")
+    description = (
+        "Train an encoder-decoder on parallel text with teacher forcing. With no --data it learns a "
+        "synthetic task generated on the fly (reverse)."
+    )
     models = {"transformer": Transformer, "rnn": RNNSeq2Seq}
     set_by_data = ("src_vocab", "tgt_vocab", "pad_id", "bos_id", "eos_id")
     explore_kind = "cross"
     # synthetic tasks stop once 99 % of held-out sequences come out exactly right (val_exact)
-    train_defaults = dict(batch_size=64, lr=1e-3, min_lr=1e-5, warmup_iters=200, max_iters=2000, weight_decay=0.01,
-                          beta2=0.98, eval_interval=250, eval_iters=10, target=0.99)
+    train_defaults = dict(
+        batch_size=64,
+        lr=1e-3,
+        min_lr=1e-5,
+        warmup_iters=200,
+        max_iters=2000,
+        weight_decay=0.01,
+        beta2=0.98,
+        eval_interval=250,
+        eval_iters=10,
+        target=0.99,
+    )
     default_seconds = 60  # reverse, the synthetic-task Transformer: about 1,300 steps until 99 % exact
     # a synthetic task is learned by a smaller Transformer, faster (sized to the task: 0.34M
     # parameters). One layer each side learns reverse in as many steps as two (1,300-1,400) at
@@ -78,15 +117,21 @@ class Seq2SeqRecipe(Recipe):
     inspections = {"alignment": "cross-attention of a translation, per layer and head (--text)"}
 
     def add_train_arguments(self, p) -> None:
-        p.add("--data", default=None,
-                       help="copy | reverse | sort | addition | dates (synthetic, default reverse) | multi30k | "
-                            "SRC_FILE:TGT_FILE | FILE.tsv")
+        p.add(
+            "--data",
+            default=None,
+            help="copy | reverse | sort | addition | dates (synthetic, default reverse) | multi30k | "
+            "SRC_FILE:TGT_FILE | FILE.tsv",
+        )
         p.add("--src", default=None, help="source language for multi30k (default de)")
         p.add("--tgt", default=None, help="target language for multi30k (default en)")
-        p.add("--arch", choices=["transformer", "rnn", "rnn-attention"], default=None,
-                       help="transformer (default), rnn (no attention: one context vector), rnn-attention (Bahdanau)")
-        p.add("--tokenizer", choices=["char", "bpe"], default=None,
-                       help="default: bpe for text, char for synthetic")
+        p.add(
+            "--arch",
+            choices=["transformer", "rnn", "rnn-attention"],
+            default=None,
+            help="transformer (default), rnn (no attention: one context vector), rnn-attention (Bahdanau)",
+        )
+        p.add("--tokenizer", choices=["char", "bpe"], default=None, help="default: bpe for text, char for synthetic")
         p.add("--vocab-size", type=at_least(8), default=None, help="BPE vocabulary size (default 8000)")
         p.add("--separate-vocab", kind="flag", help="separate source/target BPE (default: joint)")
         p.add("--min-length", type=positive_int, default=None, help="synthetic tasks: shortest input (default 5)")
@@ -97,8 +142,15 @@ class Seq2SeqRecipe(Recipe):
     @staticmethod
     def data_options(args) -> dict:
         """The data options given on the command line (None where not given)."""
-        return dict(src_lang=args.src, tgt_lang=args.tgt, tokenizer=args.tokenizer, vocab_size=args.vocab_size,
-                    joint=False if args.separate_vocab else None, min_len=args.min_length, max_len=args.max_length)
+        return dict(
+            src_lang=args.src,
+            tgt_lang=args.tgt,
+            tokenizer=args.tokenizer,
+            vocab_size=args.vocab_size,
+            joint=False if args.separate_vocab else None,
+            min_len=args.min_length,
+            max_len=args.max_length,
+        )
 
     def train_defaults_for(self, args) -> dict:
         from ..data.parallel import SYNTHETIC
@@ -111,16 +163,21 @@ class Seq2SeqRecipe(Recipe):
         own = Transformer.config_class if arch == "transformer" else RNNSeq2Seq.config_class
         foreign = sorted(k for k in model_over if k not in own.__dataclass_fields__)
         if foreign:
-            raise ValueError(f"--arch {arch} has no option{'s' if len(foreign) > 1 else ''} "
-                             f"{', '.join('--' + k.replace('_', '-') for k in foreign)}; see attnlab train seq2seq --help")
+            raise ValueError(
+                f"--arch {arch} has no option{'s' if len(foreign) > 1 else ''} "
+                f"{', '.join('--' + k.replace('_', '-') for k in foreign)}; see attnlab train seq2seq --help"
+            )
         opts = {**DEFAULT_DATA_OPTS, **{k: v for k, v in self.data_options(args).items() if v is not None}}
         if opts["min_len"] > opts["max_len"]:
             raise ValueError(f"--min-length {opts['min_len']} is larger than --max-length {opts['max_len']}")
 
     def run_options(self, args, saved):
         opts = saved.get("data_opts", {})
-        return {"arch": (args.arch, arch_of(saved["model_type"], saved["model"])), "data": (args.data, saved.get("data_spec")),
-                **{k: (v, opts.get(k, DEFAULT_DATA_OPTS[k])) for k, v in self.data_options(args).items()}}
+        return {
+            "arch": (args.arch, arch_of(saved["model_type"], saved["model"])),
+            "data": (args.data, saved.get("data_spec")),
+            **{k: (v, opts.get(k, DEFAULT_DATA_OPTS[k])) for k, v in self.data_options(args).items()},
+        }
 
     def prepare(self, args, saved, model_over, tcfg):
         from ..training.tasks import Seq2SeqTask
@@ -134,8 +191,12 @@ class Seq2SeqRecipe(Recipe):
             opts = {**DEFAULT_DATA_OPTS, **{k: v for k, v in self.data_options(args).items() if v is not None}}
             data = load_data(spec, opts, args.data_dir)
             arch = args.arch or "transformer"
-            fields = {**model_over, "src_vocab": data.src_vocab.size, "tgt_vocab": data.tgt_vocab.size,
-                      **data.tgt_vocab.special_ids()}
+            fields = {
+                **model_over,
+                "src_vocab": data.src_vocab.size,
+                "tgt_vocab": data.tgt_vocab.size,
+                **data.tgt_vocab.special_ids(),
+            }
             if arch == "transformer":
                 mtype = "transformer"
                 fields.setdefault("share_embeddings", data.src_vocab is data.tgt_vocab)
@@ -164,15 +225,20 @@ class Seq2SeqRecipe(Recipe):
         tr.add("--alpha", type=nonneg_float, default=1.0, help="length penalty exponent (GNMT; default 1.0)")
         tr.add("--max-len", type=positive_int, default=None, help="longest output in tokens (default 100)")
         tr.add("--device", type=device_name, default="auto", help="auto | cpu | cuda")
-        return [Command("translate", "translate sentences with a trained seq2seq model",
-                        "Prints one translation per input line (arguments, --file or stdin).", tr, translate)]
+        return [
+            Command(
+                "translate",
+                "translate sentences with a trained seq2seq model",
+                "Prints one translation per input line (arguments, --file or stdin).",
+                tr,
+                translate,
+            )
+        ]
 
     def add_eval_arguments(self, group) -> None:
         group.add("--beam", type=positive_int, default=1, help="seq2seq: beam size for BLEU (default 1 = greedy)")
-        group.add("--alpha", type=nonneg_float, default=1.0,
-                           help="seq2seq: beam length penalty exponent (default 1.0)")
-        group.add("--max-sentences", type=positive_int, default=100_000,
-                           help="seq2seq: evaluate at most this many")
+        group.add("--alpha", type=nonneg_float, default=1.0, help="seq2seq: beam length penalty exponent (default 1.0)")
+        group.add("--max-sentences", type=positive_int, default=100_000, help="seq2seq: evaluate at most this many")
 
     def evaluate(self, args) -> tuple[dict, str]:
         import sacrebleu
@@ -191,7 +257,9 @@ class Seq2SeqRecipe(Recipe):
         total, count = 0.0, 0
         with torch.no_grad():
             for i in range(0, n, args.batch_size):
-                src, mask, tin, tout = (t.to(dev) for t in collate(pairs[i : min(n, i + args.batch_size)], data.max_len))
+                src, mask, tin, tout = (
+                    t.to(dev) for t in collate(pairs[i : min(n, i + args.batch_size)], data.max_len)
+                )
                 total += cross_entropy(model(src, tin, mask), tout, ignore_index=tv.pad_id, reduction="sum").item()
                 count += int((tout != tv.pad_id).sum())
         t0 = time.perf_counter()
@@ -200,14 +268,24 @@ class Seq2SeqRecipe(Recipe):
         refs = [t for _, t in texts[:n]]
         metric = sacrebleu.BLEU()
         bleu = metric.corpus_score(hyps, [refs])
-        res = {"data": data.name, "split": split, "sentences": n, "loss": total / count,
-               "perplexity": math.exp(total / count), "bleu": bleu.score,
-               "bleu_signature": str(metric.get_signature()),
-               "exact_match": sum(h == r for h, r in zip(hyps, refs)) / n, "beam": args.beam,
-               "decode_s": decode_s, "sentences_per_s": n / decode_s}
-        return res, (f"{data.name} [{split}], {n} sentences: perplexity {res['perplexity']:.2f}, BLEU "
-                     f"{bleu.score:.2f} ({res['bleu_signature']}), exact match {res['exact_match']:.3f}, beam "
-                     f"{args.beam} ({res['sentences_per_s']:.1f} sentences/s)")
+        res = {
+            "data": data.name,
+            "split": split,
+            "sentences": n,
+            "loss": total / count,
+            "perplexity": math.exp(total / count),
+            "bleu": bleu.score,
+            "bleu_signature": str(metric.get_signature()),
+            "exact_match": sum(h == r for h, r in zip(hyps, refs)) / n,
+            "beam": args.beam,
+            "decode_s": decode_s,
+            "sentences_per_s": n / decode_s,
+        }
+        return res, (
+            f"{data.name} [{split}], {n} sentences: perplexity {res['perplexity']:.2f}, BLEU "
+            f"{bleu.score:.2f} ({res['bleu_signature']}), exact match {res['exact_match']:.3f}, beam "
+            f"{args.beam} ({res['sentences_per_s']:.1f} sentences/s)"
+        )
 
     def add_inspect_arguments(self, group) -> None:
         group.add("--text", default=None, help="alignment: the source sentence to translate")
@@ -218,7 +296,7 @@ class Seq2SeqRecipe(Recipe):
         from ..inspect.plots import alignment_png
 
         if not args.text:
-            raise ValueError("inspect alignment needs --text \"a source sentence\"")
+            raise ValueError('inspect alignment needs --text "a source sentence"')
         model, sv, tv, _, _ = load_seq2seq(args.ckpt, "cpu")
         src_tokens, tgt_tokens, maps = alignment(model, sv, tv, args.text)
         out = Path(args.out)
@@ -231,7 +309,7 @@ class Seq2SeqRecipe(Recipe):
         from ..inspect.explorer import cross_attention
 
         if not args.src:
-            raise ValueError("explore a seq2seq model with --src \"a source sentence\" [--tgt \"its translation\"]")
+            raise ValueError('explore a seq2seq model with --src "a source sentence" [--tgt "its translation"]')
         model, sv, tv, _, _ = load_seq2seq(args.ckpt, args.device)
         return cross_attention(model, sv, tv, args.src, args.tgt)
 
@@ -255,8 +333,13 @@ def load_seq2seq(ckpt: str, device: str = "auto"):
     from . import load_model
 
     dev = pick_device(device)
-    model, meta = load_model(ckpt, expect=tuple(Seq2SeqRecipe.models), device=str(dev), with_meta=True,
-                             needs="a seq2seq model (trained with `attnlab train seq2seq`)")
+    model, meta = load_model(
+        ckpt,
+        expect=tuple(Seq2SeqRecipe.models),
+        device=str(dev),
+        with_meta=True,
+        needs="a seq2seq model (trained with `attnlab train seq2seq`)",
+    )
     return model, Vocab.from_dict(meta["vocab"]["src"]), Vocab.from_dict(meta["vocab"]["tgt"]), meta, dev
 
 
@@ -273,8 +356,10 @@ def translate_texts(model, sv, tv, texts, *, beam=5, alpha=1.0, max_len=None, de
         for t in texts[i : i + batch_size]:
             e = sv.encode(t) or [sv.unk_id]
             if len(e) > limit:
-                print(f"warning: a sentence of {len(e)} tokens was truncated to the model's maximum of {limit}",
-                      file=sys.stderr)
+                print(
+                    f"warning: a sentence of {len(e)} tokens was truncated to the model's maximum of {limit}",
+                    file=sys.stderr,
+                )
                 e = e[:limit]
             ids.append(e)
         src, mask = pad_batch(ids, sv.pad_id)
@@ -292,8 +377,9 @@ def translate(args) -> int:
     texts = input_lines(args.text, args.file)
     if not any(t.strip() for t in texts):
         raise ValueError("no sentences to translate: give them as arguments, with --file, or on standard input")
-    for line in translate_texts(model, sv, tv, texts, beam=args.beam, alpha=args.alpha, max_len=args.max_len,
-                                device=dev):
+    for line in translate_texts(
+        model, sv, tv, texts, beam=args.beam, alpha=args.alpha, max_len=args.max_len, device=dev
+    ):
         print(line, flush=True)
     return 0
 

@@ -36,8 +36,10 @@ class ViTRecipe(ImageClassifierRecipe):
     # where 2,000 of 128 at 1e-3 took 86 s for 97.8 %; on MNIST (8,000 training images) 3,000
     # steps of 64 reach 98.4-98.5 % in 4.5-5 minutes (2,500 of 128: 98.4 % in 9). Both with label
     # smoothing 0.1.
-    DATA_TRAIN = {"digits": dict(batch_size=64, lr=2e-3, max_iters=1000),
-                  "mnist": dict(batch_size=64, lr=2e-3, max_iters=3000, eval_interval=500)}
+    DATA_TRAIN = {
+        "digits": dict(batch_size=64, lr=2e-3, max_iters=1000),
+        "mnist": dict(batch_size=64, lr=2e-3, max_iters=3000, eval_interval=500),
+    }
     LABEL_SMOOTHING = {"digits": 0.1, "mnist": 0.1}
     default_seconds = 40
     inspections = {
@@ -54,8 +56,12 @@ class ViTRecipe(ImageClassifierRecipe):
 
     def add_train_arguments(self, p) -> None:
         super().add_train_arguments(p)
-        p.add("--preset", default=None, choices=sorted(VIT_PRESETS),
-                       help="model shape (default: picked from the data: digits, mnist or cifar)")
+        p.add(
+            "--preset",
+            default=None,
+            choices=sorted(VIT_PRESETS),
+            help="model shape (default: picked from the data: digits, mnist or cifar)",
+        )
 
     def check_new(self, args, model_over) -> None:
         if args.preset:
@@ -64,18 +70,27 @@ class ViTRecipe(ImageClassifierRecipe):
     def new_config(self, args, splits, model_over):
         c, h, _ = splits.shape
         preset = args.preset or preset_for(splits.shape)
-        return "vit", ViTConfig(**{**VIT_PRESETS[preset], "image_size": h, **model_over, "in_chans": c,
-                                   "num_classes": len(splits.labels), "labels": splits.labels})
+        return "vit", ViTConfig(
+            **{
+                **VIT_PRESETS[preset],
+                "image_size": h,
+                **model_over,
+                "in_chans": c,
+                "num_classes": len(splits.labels),
+                "labels": splits.labels,
+            }
+        )
 
     def add_inspect_arguments(self, group) -> None:
         super().add_inspect_arguments(group)
         group.add("--image", default=None, help="image file (attention, rollout)")
-        group.add("--token", type=nonneg_int, default=0,
-                           help="attention: query token to show (default 0 = class token)")
-        group.add("--head-fusion", choices=["mean", "max", "min"], default="mean",
-                           help="rollout: how to fuse heads")
-        group.add("--discard-ratio", type=below_one, default=0.0,
-                           help="rollout: drop this fraction of the weakest weights")
+        group.add(
+            "--token", type=nonneg_int, default=0, help="attention: query token to show (default 0 = class token)"
+        )
+        group.add("--head-fusion", choices=["mean", "max", "min"], default="mean", help="rollout: how to fuse heads")
+        group.add(
+            "--discard-ratio", type=below_one, default=0.0, help="rollout: drop this fraction of the weakest weights"
+        )
 
     def inspection(self, args, model, meta, out: Path) -> dict[str, np.ndarray]:
         from ..inspect import analysis as A
@@ -91,13 +106,18 @@ class ViTRecipe(ImageClassifierRecipe):
                 if not 0 <= args.token < maps[0].shape[-1]:
                     raise ValueError(f"--token must be in 0..{maps[0].shape[-1] - 1}")
                 rows = torch.stack([m[0, :, args.token, npre:] for m in maps])  # (L, H, N)
-                P.attention_grid_png(img, rows.reshape(*rows.shape[:2], *g).numpy(), out,
-                                     title=f"attention from token {args.token}")
+                P.attention_grid_png(
+                    img, rows.reshape(*rows.shape[:2], *g).numpy(), out, title=f"attention from token {args.token}"
+                )
                 return {"attention": torch.stack([m[0] for m in maps]).numpy()}
             r = A.rollout(maps, args.head_fusion, args.discard_ratio, n_prefix=npre)[0]  # (T, T)
             src = r[0, npre:] if npre else r.mean(0)
-            P.overlay_png(img, (src / src.max()).reshape(*g).numpy(), out,
-                          title=f"attention rollout ({args.head_fusion}, discard {args.discard_ratio})")
+            P.overlay_png(
+                img,
+                (src / src.max()).reshape(*g).numpy(),
+                out,
+                title=f"attention rollout ({args.head_fusion}, discard {args.discard_ratio})",
+            )
             return {"rollout": r.numpy()}
         if args.what == "embeddings":
             comps, var = A.embedding_components(model.patch_embed.proj.weight.detach(), 28)
@@ -109,8 +129,9 @@ class ViTRecipe(ImageClassifierRecipe):
             return {"similarity": sim.numpy()}
         # distance
         maps = attention_maps(model, test_images(args, meta, args.n_images))
-        dist = torch.stack([A.mean_attention_distance(m, model.grid, model.config.patch_size, model.n_prefix)
-                            for m in maps])  # (L, H)
+        dist = torch.stack(
+            [A.mean_attention_distance(m, model.grid, model.config.patch_size, model.n_prefix) for m in maps]
+        )  # (L, H)
         P.attention_distance_png(dist.numpy(), out, image_size=model.config.image_size)
         return {"distance": dist.numpy()}
 

@@ -11,7 +11,16 @@ from .patch import ChunkEmbed1D, PatchEmbed
 from .word import WordTokenizer
 from .wordpiece import WordPieceTokenizer
 
-__all__ = ["CharTokenizer", "BPETokenizer", "WordTokenizer", "WordPieceTokenizer", "PatchEmbed", "ChunkEmbed1D", "tokenizer_from_dict", "load_tokenizer"]
+__all__ = [
+    "CharTokenizer",
+    "BPETokenizer",
+    "WordTokenizer",
+    "WordPieceTokenizer",
+    "PatchEmbed",
+    "ChunkEmbed1D",
+    "tokenizer_from_dict",
+    "load_tokenizer",
+]
 
 
 def tokenizer_from_dict(d: dict):

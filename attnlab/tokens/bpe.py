@@ -22,7 +22,11 @@ class BPETokenizer(HFTokenizer):
 
     @classmethod
     def train(
-        cls, texts: Iterable[str] | str, vocab_size: int, special_tokens: list[str] | None = None, min_frequency: int = 2
+        cls,
+        texts: Iterable[str] | str,
+        vocab_size: int,
+        special_tokens: list[str] | None = None,
+        min_frequency: int = 2,
     ) -> "BPETokenizer":
         """Learn ``vocab_size - 256 - len(special_tokens)`` merges on top of the 256 bytes."""
         special_tokens = list(special_tokens or [])

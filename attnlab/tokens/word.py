@@ -16,16 +16,21 @@ class WordTokenizer(HFTokenizer):
     kind = "word"
 
     @classmethod
-    def train(cls, texts: Iterable[str], special_tokens: list[str], min_frequency: int = 1,
-              unk_token: str = "<unk>") -> "WordTokenizer":
+    def train(
+        cls, texts: Iterable[str], special_tokens: list[str], min_frequency: int = 1, unk_token: str = "<unk>"
+    ) -> "WordTokenizer":
         texts = [t for t in texts if t.strip()]
         if not texts:
             raise DataError("cannot build a word vocabulary from no text")
         tok = Tokenizer(models.WordLevel(unk_token=unk_token))
         tok.normalizer = normalizers.Lowercase()
         tok.pre_tokenizer = pre_tokenizers.Whitespace()  # words \w+ and runs of punctuation
-        tok.train_from_iterator(texts, trainer=trainers.WordLevelTrainer(
-            special_tokens=special_tokens, min_frequency=min_frequency, show_progress=False))
+        tok.train_from_iterator(
+            texts,
+            trainer=trainers.WordLevelTrainer(
+                special_tokens=special_tokens, min_frequency=min_frequency, show_progress=False
+            ),
+        )
         return cls(tok)
 
     def encode(self, text: str) -> list[int]:

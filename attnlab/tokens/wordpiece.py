@@ -27,8 +27,10 @@ class WordPieceTokenizer(HFTokenizer):
             raise DataError(f"the tokenizer lacks the special tokens {missing}; a BERT tokenizer needs {SPECIALS}")
         self.pad_id, self.unk_id, self.cls_id, self.sep_id, self.mask_id = (tokenizer.token_to_id(s) for s in SPECIALS)
         self._tok.post_processor = processors.TemplateProcessing(
-            single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1",
-            special_tokens=[("[CLS]", self.cls_id), ("[SEP]", self.sep_id)])
+            single="[CLS] $A [SEP]",
+            pair="[CLS] $A [SEP] $B:1 [SEP]:1",
+            special_tokens=[("[CLS]", self.cls_id), ("[SEP]", self.sep_id)],
+        )
 
     @staticmethod
     def _pipeline(model, lowercase: bool = True) -> Tokenizer:
@@ -44,8 +46,12 @@ class WordPieceTokenizer(HFTokenizer):
         if not texts:
             raise DataError("cannot train a WordPiece tokenizer on no text")
         tok = cls._pipeline(models.WordPiece(unk_token="[UNK]"))
-        tok.train_from_iterator(texts, trainer=trainers.WordPieceTrainer(
-            vocab_size=vocab_size, min_frequency=min_frequency, special_tokens=SPECIALS, show_progress=False))
+        tok.train_from_iterator(
+            texts,
+            trainer=trainers.WordPieceTrainer(
+                vocab_size=vocab_size, min_frequency=min_frequency, special_tokens=SPECIALS, show_progress=False
+            ),
+        )
         return cls(tok)
 
     @classmethod

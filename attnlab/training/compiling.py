@@ -59,8 +59,9 @@ def can_compile(device: torch.device) -> str | None:
     return None
 
 
-def pays_off(remaining_steps: int, step_seconds: float, device: torch.device,
-             dtype: torch.dtype | None = torch.float32) -> CompileChoice:
+def pays_off(
+    remaining_steps: int, step_seconds: float, device: torch.device, dtype: torch.dtype | None = torch.float32
+) -> CompileChoice:
     """Whether compiling now would shorten a run with ``remaining_steps`` steps of
     ``step_seconds`` each (measured eager, in ``dtype``), with the arithmetic as the reason."""
     blocked = can_compile(device)
@@ -74,6 +75,9 @@ def pays_off(remaining_steps: int, step_seconds: float, device: torch.device,
     saved = remaining_steps * step_seconds * (1 - 1 / speedup)
     on = saved > MARGIN * cost
     verdict = "on" if on else "off"
-    return CompileChoice(on, f"{verdict}: {remaining_steps} steps left × {step_seconds * 1e3:.0f} ms would save about "
-                             f"{saved:.0f} s at {speedup}× against about {cost:.0f} s to compile "
-                             f"({'more' if on else 'less'} than {MARGIN:g}× that)")
+    return CompileChoice(
+        on,
+        f"{verdict}: {remaining_steps} steps left × {step_seconds * 1e3:.0f} ms would save about "
+        f"{saved:.0f} s at {speedup}× against about {cost:.0f} s to compile "
+        f"({'more' if on else 'less'} than {MARGIN:g}× that)",
+    )

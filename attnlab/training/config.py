@@ -29,8 +29,13 @@ class TrainConfig(Config):
     dtype: str = "auto"  # auto | fp32 | bf16
     # torch.compile the model: True/False as asked; None (the default, "auto") compiles when the
     # first steps' timing says the rest of the run is long enough to pay it back (train/compiling.py)
-    compile: bool | None = field(default=None, metadata={"help": "torch.compile the model (default: auto, on when "
-                                 "the timed first steps show the run is long enough to pay back compiling)"})
+    compile: bool | None = field(
+        default=None,
+        metadata={
+            "help": "torch.compile the model (default: auto, on when "
+            "the timed first steps show the run is long enough to pay back compiling)"
+        },
+    )
     seed: int = 1337
     progress: bool = True
     checkpoint_activations: bool = False  # recompute each block's activations in backward (saves memory)

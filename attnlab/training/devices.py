@@ -59,8 +59,10 @@ def auto_cpu_dtype(model: nn.Module | None, fast_bf16: bool) -> tuple[torch.dtyp
         return torch.float32, "this CPU has no fast bf16 (AVX512-BF16/AMX)"
     width = model_width(model) if model is not None else CPU_BF16_MIN_WIDTH
     if width < CPU_BF16_MIN_WIDTH:
-        return torch.float32, (f"CPU has fast bf16, but at width {width} (< {CPU_BF16_MIN_WIDTH}) bf16 autocast "
-                               "is slower than fp32 (benchmarks/cpu_dtype.py)")
+        return torch.float32, (
+            f"CPU has fast bf16, but at width {width} (< {CPU_BF16_MIN_WIDTH}) bf16 autocast "
+            "is slower than fp32 (benchmarks/cpu_dtype.py)"
+        )
     return None, f"CPU has fast bf16 and the model is {width} wide: timing both"
 
 

@@ -39,7 +39,12 @@ def restore_optimizer(opt: torch.optim.Optimizer, meta: dict, tensors: dict[str,
     for idx, st in state.items():
         if idx < len(params):
             for name, v in st.items():
-                if torch.is_tensor(v) and v.dim() > 0 and v.shape != params[idx].shape and v.numel() == params[idx].numel():
+                if (
+                    torch.is_tensor(v)
+                    and v.dim() > 0
+                    and v.shape != params[idx].shape
+                    and v.numel() == params[idx].numel()
+                ):
                     st[name] = v.reshape(params[idx].shape)
     try:
         opt.load_state_dict({"state": state, "param_groups": meta["param_groups"]})

@@ -58,8 +58,17 @@ class ImageClassificationTask(ClassificationMetrics):
 
     static_shapes = True  # every training batch is (B, C, H, W): --compile auto may compile
 
-    def __init__(self, splits, batch_size: int, *, pad: int = 1, flip: bool = False, label_smoothing: float = 0.0,
-                 rotate: float = 0.0, scale: float = 0.0):
+    def __init__(
+        self,
+        splits,
+        batch_size: int,
+        *,
+        pad: int = 1,
+        flip: bool = False,
+        label_smoothing: float = 0.0,
+        rotate: float = 0.0,
+        scale: float = 0.0,
+    ):
         self.splits, self.pad, self.flip, self.label_smoothing = splits, pad, flip, label_smoothing
         self.rotate, self.scale = rotate, scale  # random affine: ± degrees, ± relative scale
         self.items_per_batch = batch_size
@@ -72,7 +81,9 @@ class ImageClassificationTask(ClassificationMetrics):
         angle = (torch.rand(b, generator=g) * 2 - 1) * self.rotate * torch.pi / 180
         s = 1 + (torch.rand(b, generator=g) * 2 - 1) * self.scale
         cos, sin = torch.cos(angle) / s, torch.sin(angle) / s
-        theta = torch.stack([torch.stack([cos, -sin, torch.zeros(b)], -1), torch.stack([sin, cos, torch.zeros(b)], -1)], 1)
+        theta = torch.stack(
+            [torch.stack([cos, -sin, torch.zeros(b)], -1), torch.stack([sin, cos, torch.zeros(b)], -1)], 1
+        )
         grid = F.affine_grid(theta, list(x.shape), align_corners=False)
         return F.grid_sample(x, grid, padding_mode="zeros", align_corners=False)
 
@@ -112,8 +123,10 @@ class ImageClassificationTask(ClassificationMetrics):
         """Predicted and true labels over a whole split (no augmentation)."""
         model.eval()
         x, y = getattr(self.splits, split)
-        preds = [model(self.normalize(x[i : i + batch_size].to(device))).argmax(-1).cpu()
-                 for i in range(0, len(x), batch_size)]
+        preds = [
+            model(self.normalize(x[i : i + batch_size].to(device))).argmax(-1).cpu()
+            for i in range(0, len(x), batch_size)
+        ]
         return torch.cat(preds), y
 
     def meta(self) -> dict:
@@ -135,8 +148,9 @@ class Seq2SeqTask:
 
     def loss(self, model: nn.Module, batch) -> Tensor:
         src, src_mask, tgt_in, tgt_out = batch
-        return cross_entropy(model(src, tgt_in, src_mask), tgt_out, ignore_index=self.pad_id,
-                             label_smoothing=self.label_smoothing)
+        return cross_entropy(
+            model(src, tgt_in, src_mask), tgt_out, ignore_index=self.pad_id, label_smoothing=self.label_smoothing
+        )
 
     @property
     def target_metric(self) -> str | None:
@@ -164,8 +178,11 @@ class Seq2SeqTask:
 
     def meta(self) -> dict:
         d = self.data
-        meta = {"data": d.name, "vocab": {"src": d.src_vocab.to_dict(), "tgt": d.tgt_vocab.to_dict()},
-                "seq_max_len": d.max_len}
+        meta = {
+            "data": d.name,
+            "vocab": {"src": d.src_vocab.to_dict(), "tgt": d.tgt_vocab.to_dict()},
+            "seq_max_len": d.max_len,
+        }
         if d.synthetic:
             meta["synthetic"] = d.synthetic
         return meta
@@ -191,7 +208,9 @@ class CaptionTask:
         images, tgt_in, tgt_out = batch
         raw = unwrap_model(model)
         if not (raw.config.arch == "rnn-attention" and raw.config.alpha_c > 0 and model.training):
-            return cross_entropy(model(images, tgt_in), tgt_out, ignore_index=self.pad_id, label_smoothing=self.label_smoothing)
+            return cross_entropy(
+                model(images, tgt_in), tgt_out, ignore_index=self.pad_id, label_smoothing=self.label_smoothing
+            )
         # the decoder's attention over the grid (not the image encoder's), with its gradient
         with raw.caching("attn.hook_pattern", detach=False) as cache:
             logits = model(images, tgt_in)
@@ -209,8 +228,9 @@ class CaptionTask:
         return {"data": d.name, "vocab": d.vocab.to_dict(), "mean": d.mean, "std": d.std, "data_note": d.note}
 
 
-def bert_mask(ids: Tensor, special: Tensor, mask_id: int, vocab_size: int, generator: torch.Generator,
-              prob: float = 0.15) -> tuple[Tensor, Tensor]:
+def bert_mask(
+    ids: Tensor, special: Tensor, mask_id: int, vocab_size: int, generator: torch.Generator, prob: float = 0.15
+) -> tuple[Tensor, Tensor]:
     """BERT's masking: choose ``prob`` of the real tokens (``special`` (B, T) True for [CLS],
     [SEP], [PAD] is never chosen); of those 80 % become [MASK], 10 % a random token, 10 % stay.
     Returns (inputs, targets) with targets -100 where nothing is predicted."""

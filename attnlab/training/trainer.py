@@ -55,8 +55,10 @@ class Diverged(AttnlabError):
     def __init__(self, step: int, what: str, value: float, out: Path, lr: float):
         last = out / "last"
         saved = f"the last good checkpoint in {last} is untouched" if last.is_dir() else "no checkpoint was written"
-        super().__init__(f"training diverged at step {step}: {what} is {value} (lr {lr:.3g}); stopped, {saved}; "
-                         "lower --lr (or raise --warmup-iters) and continue with --resume")
+        super().__init__(
+            f"training diverged at step {step}: {what} is {value} (lr {lr:.3g}); stopped, {saved}; "
+            "lower --lr (or raise --warmup-iters) and continue with --resume"
+        )
         self.step = step
 
 
@@ -90,7 +92,8 @@ class Trainer:
         self._parallel = None  # the model wrapped for DDP/FSDP (itself when not distributed), built in fit()
         self._compiled = None  # torch.compile of it, when compiling is on
         self.compile_reason = {True: "on: asked for (--compile)", False: "off: --no-compile"}.get(
-            cfg.compile, "off: the run ends before its first steps could be timed")
+            cfg.compile, "off: the run ends before its first steps could be timed"
+        )
         if self.dtype is None:  # --dtype auto on a CPU where only a measurement can tell
             self.dtype, self.dtype_reason = self.choose_by_timing()
 
@@ -103,7 +106,9 @@ class Trainer:
         rng = torch.get_rng_state()
         model = copy.deepcopy(self.model)
         opt = torch.optim.AdamW(model.parameters(), lr=0.0)
-        batch = [t.to(self.device) for t in self.task.batch("train", self.cfg.batch_size, torch.Generator().manual_seed(0))]
+        batch = [
+            t.to(self.device) for t in self.task.batch("train", self.cfg.batch_size, torch.Generator().manual_seed(0))
+        ]
 
         def step(dtype):
             with autocast(self.device, dtype):
@@ -122,8 +127,10 @@ class Trainer:
             torch.distributed.broadcast(t, 0)
             speedup = t.item()
         dtype = torch.bfloat16 if speedup >= CPU_BF16_MIN_SPEEDUP else torch.float32
-        return dtype, (f"CPU has fast bf16; timed {steps} steps each: bf16 is {speedup:.2f}x fp32 "
-                       f"({'>=' if dtype == torch.bfloat16 else '<'} {CPU_BF16_MIN_SPEEDUP} to choose bf16)")
+        return dtype, (
+            f"CPU has fast bf16; timed {steps} steps each: bf16 is {speedup:.2f}x fp32 "
+            f"({'>=' if dtype == torch.bfloat16 else '<'} {CPU_BF16_MIN_SPEEDUP} to choose bf16)"
+        )
 
     def _wrapped(self, compiled: bool = True) -> nn.Module:
         """The model to train (DDP/FSDP-wrapped, compiled when compiling is on); with
@@ -178,8 +185,11 @@ class Trainer:
     def lr_at(self, step: int) -> float:
         c = self.cfg
         return warmup_cosine(
-            step, lr=c.lr, min_lr=c.lr / 10 if c.min_lr is None else c.min_lr,
-            warmup=c.warmup_iters, decay_steps=c.lr_decay_iters or c.max_iters,
+            step,
+            lr=c.lr,
+            min_lr=c.lr / 10 if c.min_lr is None else c.min_lr,
+            warmup=c.warmup_iters,
+            decay_steps=c.lr_decay_iters or c.max_iters,
         )
 
     def autocast(self):
@@ -251,7 +261,12 @@ class Trainer:
         if torch.cuda.is_available():
             for i, s in enumerate(torch.cuda.get_rng_state_all()):
                 tensors[f"rng.cuda.{i}"] = s
-        state = {"step": self.step, "best_val": self.best_val, "optimizer": opt_meta, "train_config": self.cfg.to_dict()}
+        state = {
+            "step": self.step,
+            "best_val": self.best_val,
+            "optimizer": opt_meta,
+            "train_config": self.cfg.to_dict(),
+        }
         return state, tensors
 
     def save(self, name: str = "last") -> Path:
@@ -269,8 +284,13 @@ class Trainer:
         if self.cfg.fsdp and self.dist.enabled:  # sharded optimizer state is not gathered: weights only
             tensors = {k: v for k, v in tensors.items() if k.startswith("rng.")}
             state["optimizer"] = None
-        meta = {**self.meta, **self.task.meta(), "train": self.cfg.to_dict(), "step": self.step,
-                "world_size": self.dist.world}
+        meta = {
+            **self.meta,
+            **self.task.meta(),
+            "train": self.cfg.to_dict(),
+            "step": self.step,
+            "world_size": self.dist.world,
+        }
         if name == "best":
             write_checkpoint(path, model, meta)
         else:
@@ -306,8 +326,10 @@ class Trainer:
         need = 2 * 3 * n_bytes + (1 << 20)  # last (weights + two AdamW moments) and a .tmp copy of it
         free = shutil.disk_usage(self.out).free
         if free < need:
-            raise CheckpointError(f"not enough free space in {self.out}: checkpoints need about {need / 1e6:.0f} MB, "
-                                  f"{free / 1e6:.0f} MB is free; free some space or choose another --out")
+            raise CheckpointError(
+                f"not enough free space in {self.out}: checkpoints need about {need / 1e6:.0f} MB, "
+                f"{free / 1e6:.0f} MB is free; free some space or choose another --out"
+            )
 
     def fit(self) -> dict:
         cfg, main = self.cfg, self.dist.main
@@ -318,8 +340,9 @@ class Trainer:
                 (self.out / "metrics.jsonl").write_text("")
             else:  # drop lines logged after the checkpoint we resumed from
                 rewrite_metrics(self.out / "metrics.jsonl", self.history)
-        bar = tqdm(total=cfg.max_iters, initial=self.step, disable=not (cfg.progress and main), unit="it",
-                   dynamic_ncols=True)
+        bar = tqdm(
+            total=cfg.max_iters, initial=self.step, disable=not (cfg.progress and main), unit="it", dynamic_ncols=True
+        )
         t0, items = time.perf_counter(), 0
         warm = self.step + 1  # throughput is measured from the end of the first step (compilation, caches)
         decide_at = warm + PROBE_STEPS if cfg.compile is None else None  # --compile auto: time a few eager steps
@@ -353,8 +376,10 @@ class Trainer:
                         rec.update(train_loss=ev.pop("train"), val_loss=ev.pop("val"), **ev)
                         extra = "".join(f", {k.replace('_', ' ')} {v:.4f}" for k, v in ev.items())
                         if main:
-                            bar.write(f"step {self.step}: train loss {rec['train_loss']:.4f}, "
-                                      f"val loss {rec['val_loss']:.4f}{extra}")
+                            bar.write(
+                                f"step {self.step}: train loss {rec['train_loss']:.4f}, "
+                                f"val loss {rec['val_loss']:.4f}{extra}"
+                            )
                             self.log(rec)  # before the saves: a kill during them keeps the line
                         else:
                             self.history.append(rec)
@@ -367,8 +392,10 @@ class Trainer:
                         D.barrier(self.dist)
                         if cfg.target is not None and metric is not None and rec.get(metric, -math.inf) >= cfg.target:
                             if main:
-                                bar.write(f"step {self.step}: {metric.replace('_', ' ')} {rec[metric]:.4f} reached the "
-                                          f"target {cfg.target}; stopping early")
+                                bar.write(
+                                    f"step {self.step}: {metric.replace('_', ' ')} {rec[metric]:.4f} reached the "
+                                    f"target {cfg.target}; stopping early"
+                                )
                             break
                     elif main:
                         self.log(rec)
