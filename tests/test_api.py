@@ -77,6 +77,10 @@ def test_image_text_and_translation_verbs(tmp_path, monkeypatch):
     top = vit.predict(img, top_k=2)
     assert len(top) == 2 and top[0][1] >= top[1][1] and top[0][0] in vit.labels
     assert vit.predict(torch.stack([img, img]))[1] == vit.predict(img)
+    assert vit.inspect("positions", tmp_path / "pos.png").is_file()  # `attnlab inspect`, from Python
+    assert (tmp_path / "pos.npz").is_file()
+    with pytest.raises(AttnlabError, match="offer"):
+        vit.inspect("alignment", tmp_path / "a.png")
     s2s_opts = tiny["seq2seq"]
     s2s = attnlab.load(attnlab.train("seq2seq", data=s2s_opts.pop("data"), out=tmp_path / "s2s", **s2s_opts).out)
     assert isinstance(s2s.translate("abc", beam=2), str)
