@@ -111,6 +111,32 @@ class CaptionRecipe(Recipe):
             **{k: (v, opts.get(k, SCENE_OPTS[k])) for k, v in self.data_options(args).items()},
         }
 
+    # model options that only some decoders or image encoders read: given to another, they would do
+    # nothing, which a user would not expect
+    ONLY_FOR_ARCH = {
+        "attention_dim": ("rnn-attention",),
+        "alpha_c": ("rnn-attention",),
+        "init_from_image": ("rnn-attention",),
+        "emb_dim": ("rnn", "rnn-attention"),
+        "layers": ("transformer",),
+        "mlp_dim": ("transformer",),
+    }
+    ONLY_FOR_ENCODER = {"patch_size": "vit", "enc_layers": "vit"}
+
+    def check_new(self, args, model_over) -> None:
+        arch = model_over.get("arch", CaptionConfig.arch)
+        encoder = model_over.get("encoder", CaptionConfig.encoder)
+        for name, archs in self.ONLY_FOR_ARCH.items():
+            if name in model_over and arch not in archs:
+                raise ValueError(
+                    f"--{name.replace('_', '-')} applies to --arch {' or '.join(archs)}, not {arch}; drop it"
+                )
+        for name, needs in self.ONLY_FOR_ENCODER.items():
+            if name in model_over and encoder != needs:
+                raise ValueError(f"--{name.replace('_', '-')} applies to --encoder {needs}, not {encoder}; drop it")
+        if "heads" in model_over and arch != "transformer" and encoder != "vit":
+            raise ValueError(f"--heads applies to --arch transformer or --encoder vit, not {arch} with {encoder}")
+
     def prepare(self, args, saved, model_over, tcfg):
         from ..data.captions import load_captions
         from ..training.tasks import CaptionTask

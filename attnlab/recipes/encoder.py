@@ -141,9 +141,11 @@ class TextEncoderRecipe(Recipe):
             choices=sorted(ENCODER_PRESETS),
             help="model shape (default tiny: 2 layers, 2 heads, 128 wide)",
         )
-        p.add("--label-smoothing", type=below_one, default=0.0, help="classify: label smoothing (default 0)")
+        p.add("--label-smoothing", type=below_one, default=None, help="classify: label smoothing (default 0)")
 
     def check_new(self, args, model_over) -> None:
+        if args.label_smoothing is not None and (args.task or "mlm") != "classify":
+            raise ValueError("--label-smoothing applies to --task classify (masked-LM pretraining does not smooth)")
         if args.init and args.task != "classify":  # (a new run's task defaults to mlm)
             raise ValueError("--init starts a classifier from a pretrained encoder; use it with --task classify")
         if args.init and args.vocab_size:
@@ -209,7 +211,7 @@ class TextEncoderRecipe(Recipe):
                 file=sys.stderr,
             )
         task = (
-            TextClassificationTask(data, tcfg.batch_size, args.label_smoothing)
+            TextClassificationTask(data, tcfg.batch_size, args.label_smoothing or 0.0)
             if task_name == "classify"
             else MaskedLMTask(data, tcfg.batch_size)
         )

@@ -49,15 +49,25 @@ class Task(Protocol):
     def meta(self) -> dict: ...
 
 
-class Diverged(AttnlabError):
-    """The loss (or gradient norm) stopped being finite; nothing was saved after the last good step."""
+# A training loss above this many times the run's first loss (or 1 nat, if that was smaller) is
+# divergence even while it is finite: a loss that learns never climbs there (the first loss is
+# about that of a uniform guess), while an exploding one (--lr 1e6) passes it within steps.
+DIVERGED_FACTOR = 10.0
 
-    def __init__(self, step: int, what: str, value: float, out: Path, lr: float):
+
+class Diverged(AttnlabError):
+    """The loss (or gradient norm) stopped being finite, or exploded (``DIVERGED_FACTOR``);
+    nothing was saved after the last good step."""
+
+    def __init__(self, step: int, what: str, value: float, out: Path, lr: float, why: str = ""):
         last = out / "last"
-        saved = f"the last good checkpoint in {last} is untouched" if last.is_dir() else "no checkpoint was written"
+        if last.is_dir():
+            saved, advice = f"the last good checkpoint in {last} is untouched", "continue with --resume"
+        else:
+            saved, advice = "no checkpoint was written", "start the run again"
         super().__init__(
-            f"training diverged at step {step}: {what} is {value} (lr {lr:.3g}); stopped, {saved}; "
-            "lower --lr (or raise --warmup-iters) and continue with --resume"
+            f"training diverged at step {step}: {what} is {value:.4g}{why} (lr {lr:.3g}); stopped, {saved}; "
+            f"lower --lr (or raise --warmup-iters) and {advice}"
         )
         self.step = step
 
@@ -88,6 +98,7 @@ class Trainer:
         self.data_gen = torch.Generator().manual_seed(cfg.seed + 1)
         self.step = 0
         self.best_val = math.inf
+        self.first_loss: float | None = None  # the run's first training loss: the divergence yardstick
         self.history: list[dict] = []
         self._parallel = None  # the model wrapped for DDP/FSDP (itself when not distributed), built in fit()
         self._compiled = None  # torch.compile of it, when compiling is on
@@ -217,6 +228,18 @@ class Trainer:
         if not math.isfinite(total):
             self.optimizer.zero_grad(set_to_none=True)
             raise Diverged(self.step + 1, "the training loss", total, self.out, lr)
+        if self.first_loss is None:
+            self.first_loss = total
+        elif total > DIVERGED_FACTOR * max(self.first_loss, 1.0):
+            self.optimizer.zero_grad(set_to_none=True)
+            raise Diverged(
+                self.step + 1,
+                "the training loss",
+                total,
+                self.out,
+                lr,
+                f", more than {DIVERGED_FACTOR:g}x the run's first loss ({self.first_loss:.4g})",
+            )
         if cfg.grad_clip > 0:
             if hasattr(model, "clip_grad_norm_"):  # FSDP: the norm over all shards
                 norm = model.clip_grad_norm_(cfg.grad_clip)
@@ -313,6 +336,7 @@ class Trainer:
             if len(cuda) == torch.cuda.device_count():
                 torch.cuda.set_rng_state_all(cuda)
         self.history = read_metrics(self.out / "metrics.jsonl", upto=self.step)
+        self.first_loss = next((r["loss"] for r in self.history if isinstance(r.get("loss"), (int, float))), None)
 
     # -- the loop --------------------------------------------------------------------------
     def log(self, record: dict) -> None:
