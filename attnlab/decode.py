@@ -12,8 +12,7 @@ import torch
 from torch import Tensor, nn
 
 from .errors import OptionError
-
-MAX_BEAM = 100  # beyond this a beam costs minutes per sentence and gains nothing measurable
+from .options import MAX_BEAM
 
 
 def check_beam(beam) -> int:

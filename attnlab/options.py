@@ -54,6 +54,8 @@ positive_float = number(float, 0.0, False, what="more than 0")
 probability = number(float, 0.0, False, 1.0, what="in (0, 1]")
 fraction = number(float, 0.0, True, 1.0, what="in [0, 1]")
 below_one = number(float, 0.0, True, 0.99, what="in [0, 1)")
+MAX_BEAM = 100  # beyond this a beam costs minutes per sentence and gains nothing measurable
+beam_width = number(int, 1, True, MAX_BEAM, what=f"from 1 (greedy) to {MAX_BEAM}")
 
 
 def device_name(text: str) -> str:

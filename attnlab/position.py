@@ -75,11 +75,23 @@ class SinusoidalPosition(nn.Module):
         return x + self.pe[offset : offset + x.shape[1]].to(x.dtype)
 
 
+# The most positions a learned table may hold: 64k positions of a 768-wide model are already 50M
+# parameters (GPT-2 small has 1,024, BERT 512); longer contexts want rope, alibi or sinusoidal.
+MAX_LEARNED_POSITIONS = 65_536
+
+
 class LearnedPosition(nn.Module):
     """A learned vector per position (GPT-2, BERT, ViT)."""
 
     def __init__(self, dim: int, max_len: int, init_std: float = 0.02) -> None:
         super().__init__()
+        if max_len > MAX_LEARNED_POSITIONS:
+            n = max_len * dim
+            raise ValueError(
+                f"context {max_len} with learned positions is a {max_len} x {dim} table ({n / 1e6:.1f}M parameters, "
+                f"{n * 16 / 1e9:.2f} GB with AdamW's moments and gradients); the cap is {MAX_LEARNED_POSITIONS}: "
+                "give a smaller --context (or, for a GPT, --pos rope or alibi)"
+            )
         self.dim, self.max_len = dim, max_len
         self.weight = nn.Parameter(torch.randn(max_len, dim) * init_std)
 

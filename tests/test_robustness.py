@@ -1,5 +1,7 @@
 """What a hostile user tried (issue 27), each a case that slipped through before its fix."""
 
+from pathlib import Path
+
 import pytest
 
 from attnlab.cli import main
@@ -66,3 +68,63 @@ def test_options_that_would_do_nothing_are_refused(tmp_path, capsys, argv, words
     err = capsys.readouterr().err
     assert words in err and err.count("\n") == 1, err
     assert not out.exists()
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    """Tiny caption, seq2seq, text-encoder (pretrained and classifier) runs, and an image."""
+    import numpy as np
+    from PIL import Image
+
+    import attnlab
+    from attnlab.recipes import recipes
+
+    root = tmp_path_factory.mktemp("runs")
+    tiny = {r.name: dict(r.tiny) for r in recipes()}
+    for name in ("caption", "seq2seq", "encoder"):
+        opts = tiny[name]
+        attnlab.train(name, data=opts.pop("data", None), out=root / name, **opts)
+    attnlab.train("encoder", out=root / "enc-cls", **{**tiny["encoder"], "task": "classify"})
+    Image.fromarray((np.random.default_rng(0).random((32, 32, 3)) * 255).astype("uint8")).save(root / "img.png")
+    (root / "empty").mkdir()
+    return root
+
+
+def _refused(argv, capsys, words):
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert words in err and err.count("\n") == 1, err
+
+
+def test_bounds_and_empty_inputs(runs, capsys, tmp_path):
+    r = str(runs)
+    _refused(
+        ["caption", "--ckpt", f"{r}/caption", "--beam", "100000", f"{r}/img.png"], capsys, "from 1 (greedy) to 100"
+    )
+    _refused(["translate", "--ckpt", f"{r}/seq2seq", "--beam", "100000", "abc"], capsys, "from 1 (greedy) to 100")
+    _refused(["eval", "--ckpt", f"{r}/seq2seq", "--beam", "101"], capsys, "to 100")
+    _refused(["caption", "--ckpt", f"{r}/caption", f"{r}/empty"], capsys, "holds no images")
+    _refused(["predict", "--ckpt", f"{r}/enc-cls", ""], capsys, "non-empty texts")
+    out = tmp_path / "e"
+    _refused(["train", "encoder", "--context", "100000", "--out", str(out)], capsys, "the cap is 65536")
+    assert not out.exists()
+
+
+def test_outputs_are_where_they_are_said_to_be(runs, capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    r = str(runs)
+    (tmp_path / "adir").mkdir()
+    embed = ["embed", "--ckpt", f"{r}/encoder", "hello"]
+    _refused([*embed, "--out", "adir"], capsys, "is a folder")
+    _refused([*embed, "--out", "v.txt"], capsys, "should end in .npy")
+    assert main([*embed, "--out", "v"]) == 0
+    assert "to v.npy" in capsys.readouterr().err and (tmp_path / "v.npy").is_file()
+    inspect = ["inspect", "caption", "--ckpt", f"{r}/caption", "--image", f"{r}/img.png"]
+    _refused([*inspect, "--out", "adir"], capsys, "is a folder")
+    _refused([*inspect, "--out", "o.txt"], capsys, "should end in .png")
+    assert main([*inspect, "--out", "o"]) == 0 and (tmp_path / "o.png").is_file()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["adir", "o.npz", "o.png", "v.npy"]  # no .tmp left
+    assert main(["bench", "--quick", "--json", "/proc/x.json"]) == 2 or not Path("/proc").is_dir()
+    capsys.readouterr()
+    (tmp_path / "afile").write_text("")
+    _refused(["bench", "--quick", "--json", "afile/x.json"], capsys, "not a folder this user can write to")

@@ -205,6 +205,9 @@ def _inspect(args) -> int:
     from ..errors import CheckpointError
     from ..recipes import recipes
 
+    from ..outputs import output_file
+
+    args.out = str(output_file(args.out, ".png"))
     recipe = _family(args.ckpt)
     if args.what not in recipe.inspections:
         owners = [r.name for r in recipes() if args.what in r.inspections]
@@ -219,8 +222,10 @@ def _explore(args) -> int:
 
     from ..inspect.explorer import write_page
 
-    if not args.out.endswith((".html", ".htm")):
-        raise ValueError(f"--out {args.out} should end in .html (the page is one HTML file)")
+    from ..outputs import output_file
+
+    if not args.out.endswith(".htm"):
+        args.out = str(output_file(args.out, ".html"))
     data = _family(args.ckpt).explore(args)
     path = write_page(data, args.out, f"attnlab explorer: {Path(args.ckpt).name}")
     print(f"wrote {path} ({path.stat().st_size / 1e6:.2f} MB); open it in a browser (it needs no network)")
@@ -276,6 +281,11 @@ def _reproduce(args) -> int:
 
 def _bench(args) -> int:
     from ..bench import run
+    from ..outputs import output_file
+
+    # checked before minutes of benchmarking, not after
+    args.json = str(output_file(args.json, ".json", "--json")) if args.json else None
+    args.markdown = str(output_file(args.markdown, ".md", "--markdown")) if args.markdown else None
 
     run(
         quick=args.quick,

@@ -292,7 +292,10 @@ def image_files(paths: list[str]) -> list[Path]:
     out = []
     for p in map(Path, paths):
         if p.is_dir():
-            out += sorted(q for q in p.iterdir() if q.suffix.lower() in IMAGE_SUFFIXES)
+            found = sorted(q for q in p.iterdir() if q.suffix.lower() in IMAGE_SUFFIXES)
+            if not found:
+                raise DataError(f"folder {p} holds no images ({', '.join(sorted(IMAGE_SUFFIXES))}); give image files")
+            out += found
         else:
             out.append(p)
     return out

@@ -37,9 +37,12 @@ def save_figure(fig, path: Path) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.stem + ".tmp.png")
-    fig.savefig(tmp, bbox_inches="tight")
-    plt.close(fig)
-    tmp.replace(path)
+    try:
+        fig.savefig(tmp, bbox_inches="tight")
+        tmp.replace(path)
+    finally:
+        plt.close(fig)
+        tmp.unlink(missing_ok=True)  # a failed save leaves nothing behind
     return path
 
 

@@ -221,9 +221,12 @@ class Verbs:
         specs.add("--data-dir", default=None)
         recipe.add_inspect_arguments(specs)
         values = specs.checked(options, f"inspect {what}")
+        from ..outputs import output_file
+
+        out = output_file(out, ".png", "out=")
         values.update(what=what, ckpt=self.checkpoint, out=str(out), device=str(self.device))
         recipe.inspect(Options(**values))
-        return Path(out)
+        return out
 
     def explore(
         self, *, text: str | None = None, image: str | None = None, src: str | None = None, tgt: str | None = None

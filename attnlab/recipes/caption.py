@@ -11,7 +11,7 @@ import torch
 
 from ..errors import DataError
 from ..models.caption import Captioner, CaptionConfig
-from ..options import Command, OptionSpecs, at_least, below_one, device_name, nonneg_float, number, positive_int
+from ..options import Command, OptionSpecs, at_least, beam_width, below_one, device_name, nonneg_float, number
 from . import register
 from ..decode import check_beam
 from .base import Recipe, TrainingRun, Verbs
@@ -186,7 +186,7 @@ class CaptionRecipe(Recipe):
         c = OptionSpecs()
         c.add("--ckpt", required=True, help="run folder of a captioner")
         c.add("images", nargs="+", metavar="IMAGE", help="image files (PNG, JPEG, ...) or folders of them")
-        c.add("--beam", type=positive_int, default=3, help="beam size; 1 = greedy (default 3)")
+        c.add("--beam", type=beam_width, default=3, help="beam size; 1 = greedy (default 3)")
         c.add("--alpha", type=nonneg_float, default=1.0, help="length penalty exponent (default 1.0)")
         c.add("--device", type=device_name, default="auto", help="auto | cpu | cuda")
         return [
@@ -200,7 +200,7 @@ class CaptionRecipe(Recipe):
         ]
 
     def add_eval_arguments(self, group) -> None:
-        group.add("--beam", type=positive_int, default=1, help="seq2seq and captions: beam size (default 1 = greedy)")
+        group.add("--beam", type=beam_width, default=1, help="seq2seq and captions: beam size (default 1 = greedy)")
         group.add("--alpha", type=nonneg_float, default=1.0, help="beam length penalty exponent (default 1.0)")
 
     def evaluate(self, args) -> tuple[dict, str]:

@@ -265,21 +265,19 @@ class TextEncoderRecipe(Recipe):
         ]
 
     def predict(self, args) -> int:
-        model, tok, _, dev = load_text_encoder(args.ckpt, args.device)
+        """``attnlab predict`` of a text classifier: the loaded model's ``predict``, printed."""
+        from ..training.devices import pick_device
+
+        texts = _texts(args.inputs, "predict")  # an empty text is refused before the model loads
+        model = self.load(args.ckpt, str(pick_device(args.device)))
         if model.head is None:
             raise CheckpointError(
                 f"{args.ckpt} is a pretrained encoder without a classifier; fine-tune it with "
                 "`attnlab train encoder --task classify --init RUN`"
             )
-        labels = model.config.labels or [str(i) for i in range(model.config.num_classes)]
-        texts = list(args.inputs)
-        ids, mask = encode_texts(tok, texts, model.config.context)
-        with torch.no_grad():
-            probs = model.classify(ids.to(dev), mask.to(dev)).softmax(-1).cpu()
-        for text, p in zip(texts, probs):
-            top = p.topk(min(args.top_k, len(p)))
-            shown = ", ".join(f"{labels[i]} {v:.3f}" for v, i in zip(top.values.tolist(), top.indices.tolist()))
-            print(f"{labels[int(p.argmax())]}\t{shown}\t{text[:60]}")
+        for text, top in zip(texts, model.predict(texts, top_k=args.top_k)):
+            shown = ", ".join(f"{label} {p:.3f}" for label, p in top)
+            print(f"{top[0][0]}\t{shown}\t{text[:60]}")
         return 0
 
     def evaluate(self, args) -> tuple[dict, str]:
@@ -363,14 +361,18 @@ def embed_texts(model, tok, texts: list[str], device="cpu", batch_size: int = 64
 
 def embed_command(args) -> int:
     """``attnlab embed``: one vector per input line."""
+    from ..outputs import output_file
+
+    out = output_file(args.out, ".npy") if args.out else None
     model, tok, _, dev = load_text_encoder(args.ckpt, args.device)
     texts = input_lines(args.text, args.file)
     if not texts or any(not t.strip() for t in texts):
         raise DataError("embed needs non-empty lines of text (an empty line has no tokens to pool)")
     vectors = embed_texts(model, tok, texts, dev, args.batch_size)
-    if args.out:
-        np.save(args.out, vectors)
-        print(f"wrote {len(vectors)} vectors of {vectors.shape[1]} to {args.out}", file=sys.stderr)
+    if out is not None:
+        with open(out, "wb") as f:  # np.save(path) would add .npy to any other name
+            np.save(f, vectors)
+        print(f"wrote {len(vectors)} vectors of {vectors.shape[1]} to {out}", file=sys.stderr)
     else:
         for v in vectors:
             print(json.dumps([round(float(x), 6) for x in v]))

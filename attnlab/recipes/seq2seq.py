@@ -17,6 +17,7 @@ from ..options import (
     Command,
     OptionSpecs,
     at_least,
+    beam_width,
     below_one,
     device_name,
     fraction,
@@ -221,7 +222,7 @@ class Seq2SeqRecipe(Recipe):
         tr.add("--ckpt", required=True, help="run folder of a seq2seq model")
         tr.add("text", nargs="*", help="sentences to translate (default: read lines from --file or stdin)")
         tr.add("--file", default=None, help="read sentences from this file, one per line")
-        tr.add("--beam", type=positive_int, default=5, help="beam size; 1 = greedy (default 5)")
+        tr.add("--beam", type=beam_width, default=5, help="beam size; 1 = greedy (default 5)")
         tr.add("--alpha", type=nonneg_float, default=1.0, help="length penalty exponent (GNMT; default 1.0)")
         tr.add("--max-len", type=positive_int, default=None, help="longest output in tokens (default 100)")
         tr.add("--device", type=device_name, default="auto", help="auto | cpu | cuda")
@@ -236,7 +237,7 @@ class Seq2SeqRecipe(Recipe):
         ]
 
     def add_eval_arguments(self, group) -> None:
-        group.add("--beam", type=positive_int, default=1, help="seq2seq: beam size for BLEU (default 1 = greedy)")
+        group.add("--beam", type=beam_width, default=1, help="seq2seq: beam size for BLEU (default 1 = greedy)")
         group.add("--alpha", type=nonneg_float, default=1.0, help="seq2seq: beam length penalty exponent (default 1.0)")
         group.add("--max-sentences", type=positive_int, default=100_000, help="seq2seq: evaluate at most this many")
 

@@ -1,0 +1,36 @@
+"""Where a command writes: the file ``--out`` names, checked before any work is done."""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+from .errors import OptionError
+
+
+def output_file(path: str | Path, suffix: str, option: str = "--out") -> Path:
+    """The file to write for ``option path``: ``path`` itself when it ends in ``suffix``, or with
+    ``suffix`` added when it has none (the command's "wrote ..." line then names it). Refused, in
+    one line and before any work: a directory, another suffix (a PNG under a .txt name), a folder
+    that cannot be written."""
+    p = Path(path)
+    if p.is_dir():
+        raise OptionError(f"{option} {p} is a folder; give a file name ending in {suffix}")
+    if not p.suffix:
+        p = p.with_suffix(suffix)
+    elif p.suffix.lower() != suffix:
+        raise OptionError(f"{option} {p} should end in {suffix}: that is the kind of file written there")
+    folder = p.parent
+    existing = next((f for f in (folder, *folder.parents) if f.exists()), Path("."))
+    if not existing.is_dir() or not _can_create_in(existing):
+        raise OptionError(f"{option} {p}: {existing} is not a folder this user can write to; choose another path")
+    return p
+
+
+def _can_create_in(folder: Path) -> bool:
+    """Whether a file can be created in ``folder`` (tried: permission bits do not tell for root, /proc)."""
+    try:
+        with tempfile.NamedTemporaryFile(dir=folder, prefix=".attnlab-probe-"):
+            return True
+    except OSError:
+        return False
