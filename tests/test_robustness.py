@@ -40,7 +40,7 @@ def test_non_finite_float_options_are_refused_before_training(tmp_path, capsys, 
 @pytest.mark.parametrize(
     "argv, words",
     [
-        (["train", "vit", "--target", "2"], "--target must be in (0, 1]"),
+        (["train", "vit", "--target", "2"], "--target must be in [0, 1]"),
         (["train", "gpt", "--target", "0.5"], "no validation metric"),
     ],
 )
@@ -128,3 +128,29 @@ def test_outputs_are_where_they_are_said_to_be(runs, capsys, tmp_path, monkeypat
     capsys.readouterr()
     (tmp_path / "afile").write_text("")
     _refused(["bench", "--quick", "--json", "afile/x.json"], capsys, "not a folder this user can write to")
+
+
+def test_an_optimizer_state_saved_under_another_grouping_resumes_by_name():
+    """attnlab 0.1 decayed ViT's class token and positions; 0.2 does not. The saved moments must
+    land on the same parameters although the groups changed size."""
+    import torch
+
+    from attnlab.models.vit import ViT, ViTConfig
+    from attnlab.training.optim import adamw, decay_groups
+    from attnlab.training.state import optimizer_tensors, restore_optimizer
+
+    torch.manual_seed(0)
+    model = ViT(ViTConfig(image_size=8, patch_size=2, in_chans=1, num_classes=3, dim=16, layers=1, heads=2))
+    decay, no_decay = decay_groups(model, skip=())  # 0.1's rule
+    old = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": no_decay, "weight_decay": 0.0}])
+    model(torch.rand(2, 1, 8, 8)).sum().backward()
+    old.step()
+    meta, tensors = optimizer_tensors(old, model)
+    del meta["param_names"]  # as attnlab 0.1 wrote it
+    new = adamw(model, 1e-3, 0.1)
+    assert [len(g["params"]) for g in new.param_groups] != [len(g["params"]) for g in old.param_groups]
+    restore_optimizer(new, meta, tensors, model)
+    for p in model.parameters():
+        assert torch.equal(new.state[p]["exp_avg"], old.state[p]["exp_avg"])
+        assert torch.equal(new.state[p]["exp_avg_sq"], old.state[p]["exp_avg_sq"])
+    assert new.param_groups[0]["weight_decay"] == 0.1 and new.param_groups[1]["weight_decay"] == 0.0

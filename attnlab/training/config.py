@@ -59,9 +59,9 @@ class TrainConfig(Config):
         for name in ("beta1", "beta2"):
             if not 0 <= getattr(self, name) < 1:
                 raise ValueError(f"--{name} must be in [0, 1), got {getattr(self, name)}")
-        if self.target is not None and not 0 < self.target <= 1:
+        if self.target is not None and not 0 <= self.target <= 1:
             raise ValueError(
-                f"--target must be in (0, 1], got {self.target}: it is a fraction (validation accuracy or exact match)"
+                f"--target must be in [0, 1], got {self.target}: it is a fraction (validation accuracy or exact match)"
             )
         check_device_name(self.device)
         if self.dtype not in ("auto", "fp32", "bf16"):

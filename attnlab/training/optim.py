@@ -9,7 +9,9 @@ import torch
 from torch import nn
 
 
-def decay_groups(model: nn.Module) -> tuple[list[nn.Parameter], list[nn.Parameter]]:
+def decay_groups(
+    model: nn.Module, skip: set[str] | tuple | None = None
+) -> tuple[list[nn.Parameter], list[nn.Parameter]]:
     """(decayed, not decayed) parameters, one rule for every family:
 
     * matrices (Linear and Embedding weights, conv kernels: ``dim >= 2``) decay;
@@ -17,8 +19,11 @@ def decay_groups(model: nn.Module) -> tuple[list[nn.Parameter], list[nn.Paramete
     * nor do the parameters a model names in ``no_weight_decay()`` (timm's convention): ViT's
       class token and position embeddings, as in timm and DeiT. GPT keeps nanoGPT's rule, under
       which its token and position embeddings decay.
-    Tied weights appear once."""
-    skip = set(model.no_weight_decay()) if hasattr(model, "no_weight_decay") else set()
+    Tied weights appear once. ``skip`` replaces the model's ``no_weight_decay()`` (``()``: attnlab
+    0.1's rule, under which every matrix decayed)."""
+    if skip is None:
+        skip = model.no_weight_decay() if hasattr(model, "no_weight_decay") else ()
+    skip = set(skip)
     seen, decay, no_decay = set(), [], []
     for name, p in model.named_parameters():
         if not p.requires_grad or id(p) in seen:

@@ -278,7 +278,7 @@ class Trainer:
 
     # -- checkpoints -----------------------------------------------------------------------
     def _state(self) -> tuple[dict, dict[str, Tensor]]:
-        opt_meta, tensors = optimizer_tensors(self.optimizer)
+        opt_meta, tensors = optimizer_tensors(self.optimizer, unwrap_model(self.model))
         tensors["rng.torch"] = torch.get_rng_state()
         tensors["rng.data"] = self.data_gen.get_state()
         if torch.cuda.is_available():
@@ -325,7 +325,7 @@ class Trainer:
         state, tensors = load_trainer_state(ckpt)
         load_weights(self.model, ckpt)
         if state.get("optimizer") is not None:
-            restore_optimizer(self.optimizer, state["optimizer"], tensors)
+            restore_optimizer(self.optimizer, state["optimizer"], tensors, unwrap_model(self.model))
         elif self.dist.main:
             print("note: this checkpoint has no optimizer state (FSDP run); AdamW moments restart", flush=True)
         self.step, self.best_val = state["step"], state["best_val"]
