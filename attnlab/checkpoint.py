@@ -23,7 +23,7 @@ from safetensors.torch import load_file, save_file, save_model as st_save_model
 from torch import nn
 
 from . import __version__
-from .errors import CheckpointError
+from .errors import CheckpointError, a
 
 CONFIG = "config.json"
 WEIGHTS = "model.safetensors"
@@ -214,7 +214,7 @@ def run_config(out: Path, resume: bool, kinds: tuple[str, ...]) -> dict | None:
         )
     saved = read_config(ckpt)
     if saved.get("model_type") not in kinds:
-        raise CheckpointError(f"{out} holds a {saved.get('model_type')} run, not a {' or '.join(kinds)} run")
+        raise CheckpointError(f"{out} holds {a(saved.get('model_type'))} run, not a {' or '.join(kinds)} run")
     return saved
 
 

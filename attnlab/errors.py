@@ -29,3 +29,8 @@ def one_line(e: BaseException) -> str:
         return f"{e.strerror or type(e).__name__}: {e.filename}"
     text = str(e).strip()
     return text.splitlines()[0] if text else type(e).__name__
+
+
+def a(noun: str) -> str:
+    """``noun`` with its indefinite article, for messages: "an encoder", "a gpt"."""
+    return ("an " if str(noun)[:1].lower() in "aeiou" else "a ") + str(noun)

@@ -154,3 +154,24 @@ def test_an_optimizer_state_saved_under_another_grouping_resumes_by_name():
         assert torch.equal(new.state[p]["exp_avg"], old.state[p]["exp_avg"])
         assert torch.equal(new.state[p]["exp_avg_sq"], old.state[p]["exp_avg_sq"])
     assert new.param_groups[0]["weight_decay"] == 0.1 and new.param_groups[1]["weight_decay"] == 0.0
+
+
+def test_huge_images_are_one_line(tmp_path, monkeypatch):
+    """Over PIL's bomb limit: a DataError naming it (was an 'unexpected' error, exit 1); over half of
+    it: one note instead of PIL's two-line warning."""
+    import warnings
+
+    from PIL import Image
+
+    from attnlab.data.images import load_image
+    from attnlab.errors import DataError
+
+    Image.new("L", (64, 64)).save(tmp_path / "big.png")
+    monkeypatch.setattr(Image, "MAX_IMAGE_PIXELS", 64 * 64 // 2 - 1)  # 64x64 is over twice the limit: an error
+    with pytest.raises(DataError, match="safety limit"):
+        load_image(tmp_path / "big.png", 1, 8)
+    monkeypatch.setattr(Image, "MAX_IMAGE_PIXELS", 64 * 64 - 1)  # over the limit, under twice it: a warning
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # nothing may reach the console as a warning
+        x, note = load_image(tmp_path / "big.png", 1, 8)
+    assert x.shape == (1, 8, 8) and "very large (64x64" in note

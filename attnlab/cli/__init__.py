@@ -14,7 +14,7 @@ import os
 import sys
 
 from .. import __version__
-from ..errors import AttnlabError, one_line
+from ..errors import AttnlabError, a, one_line
 from ..options import OptionSpecs, device_name, number, positive_int
 from .parser import EPILOG, Parser, add_options, flag_type, option_parser
 
@@ -212,7 +212,7 @@ def _inspect(args) -> int:
     if args.what not in recipe.inspections:
         owners = [r.name for r in recipes() if args.what in r.inspections]
         raise CheckpointError(
-            f"inspect {args.what} needs a {' or '.join(owners)} checkpoint; {args.ckpt} holds a {recipe.name} model"
+            f"inspect {args.what} needs {a(' or '.join(owners))} checkpoint; {args.ckpt} holds {a(recipe.name)} model"
         )
     return recipe.inspect(args)
 
@@ -242,7 +242,7 @@ def _serve(args) -> int:
 
     recipe = _family(args.ckpt)
     if recipe.explore_kind is None:
-        raise CheckpointError(f"{args.ckpt} holds a {recipe.name} model, which the explorer does not show yet")
+        raise CheckpointError(f"{args.ckpt} holds {a(recipe.name)} model, which the explorer does not show yet")
 
     def ready(server):
         host, port = server.server_address[:2]

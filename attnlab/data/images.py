@@ -216,18 +216,34 @@ def load_image(path: str | Path, channels: int, size: int | None = None) -> tupl
         raise DataError(f"{path} is a folder, not an image; give an image file (PNG, JPEG, ...)")
     if not path.is_file():
         raise DataError(f"image {path} does not exist")
+    import warnings
+
+    note = None
     try:
-        img = Image.open(path)
-        img.load()
+        with warnings.catch_warnings(record=True) as caught:  # PIL's two-line warning becomes one note
+            warnings.simplefilter("always", Image.DecompressionBombWarning)
+            img = Image.open(path)
+            img.load()
+    except Image.DecompressionBombError:
+        raise DataError(
+            f"{path} is larger than PIL's safety limit of {2 * Image.MAX_IMAGE_PIXELS:,} pixels (a possible "
+            "decompression bomb); scale it down first"
+        ) from None
     except (UnidentifiedImageError, OSError) as e:
         raise DataError(f"{path} is not an image file PIL can read ({type(e).__name__}); give a PNG or JPEG") from None
-    note = None
+    if any(issubclass(w.category, Image.DecompressionBombWarning) for w in caught):
+        w, h = img.size
+        note = f"{path.name} is very large ({w}x{h} = {w * h:,} pixels)"
     mode = "L" if channels == 1 else "RGB"
     if img.mode != mode:
         if mode == "RGB" and img.mode in ("L", "LA", "1", "I", "I;16"):
-            note = f"{path.name} is grayscale; converted to RGB for this {channels}-channel model"
+            note = (
+                note + "; " if note else ""
+            ) + f"{path.name} is grayscale; converted to RGB for this {channels}-channel model"
         elif mode == "L" and img.mode not in ("L", "1", "I", "I;16"):
-            note = f"{path.name} is {img.mode}; converted to grayscale for this 1-channel model"
+            note = (
+                note + "; " if note else ""
+            ) + f"{path.name} is {img.mode}; converted to grayscale for this 1-channel model"
         img = img.convert(mode)
     if size is not None and img.size != (size, size):
         note = (note + "; " if note else "") + f"resized {img.size[0]}x{img.size[1]} to {size}x{size}"

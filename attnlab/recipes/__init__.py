@@ -13,7 +13,7 @@ import importlib
 import pkgutil
 from pathlib import Path
 
-from ..errors import CheckpointError
+from ..errors import CheckpointError, a
 from .base import Recipe, TrainingRun, train
 
 __all__ = [
@@ -119,7 +119,7 @@ def load_model(
     recipe_for(mtype)  # an unknown model type is named as such
     if wanted is not None and mtype not in wanted:
         needs = needs or f"a {' or '.join(wanted)} model"
-        raise CheckpointError(f"{path} holds a {mtype} model, but this command needs {needs}")
+        raise CheckpointError(f"{path} holds {a(mtype)} model, but this command needs {needs}")
     if _is_huggingface(p):
         from ..interop import load_hf
 

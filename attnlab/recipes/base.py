@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from ..errors import CheckpointError, OptionError
+from ..errors import CheckpointError, OptionError, a
 from ..options import Command, Options, OptionSpecs
 
 
@@ -168,7 +168,7 @@ class Recipe:
     def predict(self, args) -> int:
         """``attnlab predict`` for this family's checkpoints (classifiers)."""
         raise CheckpointError(
-            f"{args.ckpt} holds a {self.name} model; predict needs a classifier (train vit, cnn, "
+            f"{args.ckpt} holds {a(self.name)} model; predict needs a classifier (train vit, cnn, "
             "or encoder --task classify)"
         )
 

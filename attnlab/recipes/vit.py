@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from ..errors import a
 from ..models.vit import VIT_PRESETS, ViT, ViTConfig
 from ..options import below_one, nonneg_int
 from . import register
@@ -144,7 +145,7 @@ class ViTRecipe(ImageClassifierRecipe):
             raise ValueError("explore a ViT with --image FILE")
         model, meta, _ = load_classifier(args.ckpt, args.device)
         if model.model_type != "vit":
-            raise ValueError(f"{args.ckpt} holds a {model.model_type} model, which has no attention to explore")
+            raise ValueError(f"{args.ckpt} holds {a(model.model_type)} model, which has no attention to explore")
         img, note = load_image(args.image, model.config.in_chans, model.config.image_size)
         if note:
             print(f"note: {note}", file=sys.stderr)
