@@ -175,3 +175,65 @@ def test_huge_images_are_one_line(tmp_path, monkeypatch):
         warnings.simplefilter("error")  # nothing may reach the console as a warning
         x, note = load_image(tmp_path / "big.png", 1, 8)
     assert x.shape == (1, 8, 8) and "very large (64x64" in note
+
+
+@pytest.fixture()
+def served():
+    """`attnlab serve` of the tiny GPT fixture run, in a thread: its port."""
+    import threading
+
+    import attnlab
+    from attnlab.inspect.serve import serve
+
+    run = Path(__file__).parent / "fixtures" / "runs_v0_1" / "gpt"
+    started, box = threading.Event(), {}
+
+    def ready(server):
+        box["server"] = server
+        started.set()
+
+    threading.Thread(target=serve, args=(attnlab.load(run), "text", "127.0.0.1", 0, ready), daemon=True).start()
+    assert started.wait(10)
+    yield box["server"].server_address[1]
+    box["server"].shutdown()
+
+
+def _raw(port: int, head: str, body: bytes = b"") -> tuple[int, str]:
+    import socket
+
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+        s.sendall(head.replace("\n", "\r\n").encode() + b"\r\n" + body)
+        data = b""
+        while chunk := s.recv(65536):
+            data += chunk
+    status = int(data.split(b" ", 2)[1])
+    return status, data.split(b"\r\n\r\n", 1)[1].decode()
+
+
+def test_serve_answers_a_burst_and_refuses_bad_requests_at_once(served, capsys):
+    import http.client
+    import json
+    from concurrent.futures import ThreadPoolExecutor
+
+    port = served
+
+    def post(text):
+        c = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
+        c.request("POST", "/explore", json.dumps({"text": text}), {"Content-Type": "application/json"})
+        r = c.getresponse()
+        return r.status, r.read()
+
+    with ThreadPoolExecutor(100) as pool:  # 100 at once: the listen queue of 5 reset 25 of 60 before
+        statuses = [s for s, _ in pool.map(post, ["The"] * 100)]
+    assert statuses == [200] * 100
+    host = f"Host: 127.0.0.1:{port}\n"
+    assert _raw(port, f"POST /explore HTTP/1.1\n{host}Content-Length: -1\n")[0] == 400  # hung a thread before
+    assert _raw(port, f"POST /explore HTTP/1.1\n{host}\n")[0] == 411
+    status, text = _raw(port, f"POST /explore HTTP/1.1\n{host}Content-Length: 21000000\n")  # body never sent
+    assert status == 413 and "limit" in text
+    body = b'["The"]'
+    status, text = _raw(port, f"POST /explore HTTP/1.1\n{host}Content-Length: {len(body)}\n", body)
+    assert status == 400 and "must be a JSON object" in text
+    body = b'{"text": 3}'
+    assert "must be a string" in _raw(port, f"POST /explore HTTP/1.1\n{host}Content-Length: {len(body)}\n", body)[1]
+    assert "Traceback" not in capsys.readouterr().err
