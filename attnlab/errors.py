@@ -26,9 +26,12 @@ class OptionError(AttnlabError, ValueError):
 def one_line(e: BaseException) -> str:
     """The first line of an exception's message; OS errors name the file they are about."""
     if isinstance(e, OSError) and not isinstance(e, AttnlabError) and e.filename is not None:
-        return f"{e.strerror or type(e).__name__}: {e.filename}"
-    text = str(e).strip()
-    return text.splitlines()[0] if text else type(e).__name__
+        text = f"{e.strerror or type(e).__name__}: {e.filename}"
+    else:
+        text = str(e).strip()
+        text = text.splitlines()[0] if text else type(e).__name__
+    # a file name or text that is not valid Unicode (bytes from a shell) is shown escaped, never a crash
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 def a(noun: str) -> str:

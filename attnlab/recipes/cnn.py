@@ -15,6 +15,6 @@ class CNNRecipe(ImageClassifierRecipe):
 
     def new_config(self, args, splits, model_over):
         c, h, _ = splits.shape
-        return "cnn", CNNConfig(
-            **model_over, in_chans=c, num_classes=len(splits.labels), labels=splits.labels, image_size=h
-        )
+        # --image-size must match the data (checked by the caller): the data's size unless given
+        fields = {"image_size": h, **model_over, "in_chans": c, "num_classes": len(splits.labels)}
+        return "cnn", CNNConfig(**fields, labels=splits.labels)
