@@ -237,3 +237,86 @@ def test_serve_answers_a_burst_and_refuses_bad_requests_at_once(served, capsys):
     body = b'{"text": 3}'
     assert "must be a string" in _raw(port, f"POST /explore HTTP/1.1\n{host}Content-Length: {len(body)}\n", body)[1]
     assert "Traceback" not in capsys.readouterr().err
+
+
+def test_accumulation_weighs_micro_batches_by_their_tokens(tmp_path):
+    """Two micro-batches of 2 and 9 target tokens accumulate to exactly the gradient of the big
+    batch; weighing them equally (as before) does not."""
+    import torch
+
+    from attnlab.data.parallel import Vocab, collate
+    from attnlab.models import Transformer, TransformerConfig
+    from attnlab.training import TrainConfig, Trainer
+    from attnlab.training.tasks import Seq2SeqTask
+
+    small = [([4, 5], [6])]  # 1 token + <eos>
+    large = [([4, 5, 6, 7], [5, 6, 7, 8, 9, 10, 11, 4])]  # 8 tokens + <eos>
+
+    class Data:
+        tgt_vocab = Vocab
+        synthetic = None
+
+        def __init__(self, micro):
+            self.micro = micro
+
+        def batch(self, split, batch_size, generator):
+            return collate(self.micro.pop(0) if split == "train" else small, 16)
+
+    def gradient(micro, accum):
+        torch.manual_seed(0)
+        model = Transformer(
+            TransformerConfig(
+                src_vocab=12, tgt_vocab=12, dim=16, heads=2, enc_layers=1, dec_layers=1, mlp_dim=32, dropout=0.0
+            )
+        )
+        cfg = TrainConfig(
+            max_iters=1,
+            batch_size=1,
+            grad_accum=accum,
+            grad_clip=0.0,
+            progress=False,
+            device="cpu",
+            dtype="fp32",
+            compile=False,
+        )
+        trainer = Trainer(model, Seq2SeqTask(Data(list(micro)), 1), cfg, tmp_path / f"r{accum}")
+        grads = []
+        trainer.optimizer.step = lambda: grads.append(torch.cat([p.grad.flatten() for p in model.parameters()]))
+        loss = trainer.train_step()
+        return loss, grads[0]
+
+    loss_acc, g_acc = gradient([small, large], 2)
+    loss_big, g_big = gradient([small + large], 1)
+    assert abs(loss_acc - loss_big) < 1e-5
+    assert torch.allclose(g_acc, g_big, atol=1e-6)
+
+
+def test_best_is_the_most_accurate_checkpoint_and_losses_say_what_they_are(tmp_path, monkeypatch):
+    import json
+
+    import attnlab
+    from attnlab.recipes import recipes
+
+    monkeypatch.setenv("ATTNLAB_FAST_BF16", "0")
+    tiny = {r.name: dict(r.tiny) for r in recipes()}
+    run = attnlab.train(
+        "vit",
+        out=tmp_path / "vit",
+        **{**tiny["vit"], "max_iters": 8, "eval_interval": 1, "label_smoothing": 0.5, "lr": 3e-3},
+    )
+    evals = [r for r in run.metrics if "val_acc" in r]
+    best = max(evals, key=lambda r: r["val_acc"])  # (the first of equals)
+    assert json.loads((run.out / "best" / "config.json").read_text())["step"] == best["step"]
+    # validation reports the plain NLL: a perfect, confident classifier shows 0, not smoothing's floor
+    import torch
+
+    from attnlab.training.tasks import ImageClassificationTask
+
+    task = ImageClassificationTask(None, 4, label_smoothing=0.1)
+    y = torch.tensor([0, 1, 2, 1])
+    confident = lambda x: 50.0 * torch.nn.functional.one_hot(y, 3).float()  # noqa: E731
+    assert task.eval_loss(confident, (None, y)).item() < 1e-6 < 1.0 < task.loss(confident, (None, y)).item()
+
+    cap = attnlab.train("caption", out=tmp_path / "cap", **tiny["caption"])
+    last = cap.metrics[-1]
+    assert abs(last["cross_entropy"] + last["attention_penalty"] - last["loss"]) < 1e-4

@@ -15,8 +15,11 @@ def loss_curve(history: list[dict], path: Path) -> Path | None:
     if not history:
         return None
     fig, ax = plt.subplots(figsize=(7, 4), dpi=100)
-    steps = [r["step"] for r in history]
-    ax.plot(steps, [r["loss"] for r in history], lw=0.8, alpha=0.6, label="train (batch)")
+    # a loss with a regulariser (the caption's attention penalty) logs its cross-entropy apart:
+    # that is what the axis says, and what validation measures
+    key = "cross_entropy" if any("cross_entropy" in r for r in history) else "loss"
+    batch = [r for r in history if key in r]
+    ax.plot([r["step"] for r in batch], [r[key] for r in batch], lw=0.8, alpha=0.6, label="train (batch)")
     ev = [r for r in history if "val_loss" in r]
     if ev:
         ax.plot([r["step"] for r in ev], [r["train_loss"] for r in ev], "o-", label="train (eval)")
@@ -26,11 +29,7 @@ def loss_curve(history: list[dict], path: Path) -> Path | None:
     ax.legend()
     ax.grid(alpha=0.3)
     fig.tight_layout()
-    tmp = path.with_name(path.stem + ".tmp.png")
-    fig.savefig(tmp)
-    plt.close(fig)
-    tmp.replace(path)
-    return path
+    return save_figure(fig, path)
 
 
 def save_figure(fig, path: Path) -> Path:

@@ -355,9 +355,10 @@ def train(recipe: Recipe, args) -> TrainResult:
             file=sys.stderr,
         )
     run = recipe.prepare(args, saved, model_over, tcfg)
-    if tcfg.target is not None and getattr(run.task, "target_metric", None) is None:
+    asked = given(args, args.train_fields).get("target")  # (a family's default target is for the data it suits)
+    if asked is not None and getattr(run.task, "target_metric", None) is None:
         raise OptionError(
-            f"--target {tcfg.target}: this {recipe.name} run has no validation metric to reach (classifiers have "
+            f"--target {asked}: this {recipe.name} run has no validation metric to reach (classifiers have "
             "accuracy, synthetic seq2seq tasks exact match); drop --target"
         )
     torch.manual_seed(tcfg.seed)  # the initial weights follow from the seed

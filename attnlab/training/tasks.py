@@ -46,6 +46,7 @@ class ClassificationMetrics:
     true labels)``; it is also what ``--target`` stops on."""
 
     target_metric = "val_acc"
+    select_metric = "val_acc"  # best/ is the most accurate checkpoint, not the lowest loss
 
     def eval_metrics(self, model: nn.Module, device) -> dict:
         pred, y = self.predict(model, "val", device=device)
@@ -118,6 +119,11 @@ class ImageClassificationTask(ClassificationMetrics):
         x, y = batch
         return cross_entropy(model(x), y, label_smoothing=self.label_smoothing)
 
+    def eval_loss(self, model: nn.Module, batch) -> Tensor:
+        """The plain NLL (no label smoothing): what validation reports."""
+        x, y = batch
+        return cross_entropy(model(x), y)
+
     @torch.no_grad()
     def predict(self, model: nn.Module, split: str, batch_size: int = 256, device="cpu") -> tuple[Tensor, Tensor]:
         """Predicted and true labels over a whole split (no augmentation)."""
@@ -145,6 +151,10 @@ class Seq2SeqTask:
 
     def batch(self, split: str, batch_size: int, generator: torch.Generator):
         return self.data.batch(split, batch_size, generator)
+
+    def batch_weight(self, batch) -> int:
+        """Target tokens in ``batch``: the loss is their mean, so accumulation weighs by them."""
+        return int((batch[3] != self.pad_id).sum())
 
     def loss(self, model: nn.Module, batch) -> Tensor:
         src, src_mask, tgt_in, tgt_out = batch
@@ -197,6 +207,7 @@ class CaptionTask:
         self.data, self.label_smoothing = data, label_smoothing
         self.pad_id = data.vocab.pad_id
         self.items_per_batch = batch_size
+        self.parts: dict[str, float] | None = None  # the last training loss's terms
 
     def batch(self, split: str, batch_size: int, generator: torch.Generator):
         images, tgt_in, tgt_out = self.data.batch(split, batch_size, generator)
@@ -207,6 +218,7 @@ class CaptionTask:
 
         images, tgt_in, tgt_out = batch
         raw = unwrap_model(model)
+        self.parts = None
         if not (raw.config.arch == "rnn-attention" and raw.config.alpha_c > 0 and model.training):
             return cross_entropy(
                 model(images, tgt_in), tgt_out, ignore_index=self.pad_id, label_smoothing=self.label_smoothing
@@ -216,7 +228,13 @@ class CaptionTask:
             logits = model(images, tgt_in)
         loss = cross_entropy(logits, tgt_out, ignore_index=self.pad_id, label_smoothing=self.label_smoothing)
         alphas = cache["attn.hook_pattern"][:, 0]  # (B, 1, T, N) -> (B, T, N)
-        return loss + raw.config.alpha_c * doubly_stochastic_penalty(alphas, tgt_out != self.pad_id)
+        penalty = raw.config.alpha_c * doubly_stochastic_penalty(alphas, tgt_out != self.pad_id)
+        # logged apart: the penalty's floor is (N - T)^2 / N per image, most of the total on a large grid
+        self.parts = {"cross_entropy": loss.item(), "attention_penalty": penalty.item()}
+        return loss + penalty
+
+    def batch_weight(self, batch) -> int:
+        return int((batch[2] != self.pad_id).sum())
 
     def eval_loss(self, model: nn.Module, batch) -> Tensor:
         """The plain NLL per word (no smoothing, no regulariser): what validation reports."""
@@ -256,6 +274,9 @@ class MaskedLMTask:
         special = (ids == tok.cls_id) | (ids == tok.sep_id) | (ids == tok.pad_id)
         inputs, targets = bert_mask(ids, special, tok.mask_id, tok.vocab_size, generator)
         return inputs, mask, targets
+
+    def batch_weight(self, batch) -> int:
+        return int((batch[2] != -100).sum())
 
     def loss(self, model: nn.Module, batch) -> Tensor:
         inputs, mask, targets = batch

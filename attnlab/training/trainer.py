@@ -98,6 +98,11 @@ class Trainer:
         self.data_gen = torch.Generator().manual_seed(cfg.seed + 1)
         self.step = 0
         self.best_val = math.inf
+        # best/ is chosen on the task's own measure where it has one (classifiers: validation
+        # accuracy over the whole split), else on the validation loss
+        self.select_metric: str | None = getattr(task, "select_metric", None)
+        self.best_score = -math.inf
+        self.last_parts: dict[str, float] = {}
         self.first_loss: float | None = None  # the run's first training loss: the divergence yardstick
         self.history: list[dict] = []
         self._parallel = None  # the model wrapped for DDP/FSDP (itself when not distributed), built in fit()
@@ -214,13 +219,27 @@ class Trainer:
         for g in self.optimizer.param_groups:
             g["lr"] = lr
         total = 0.0
-        for micro in range(cfg.grad_accum):
-            batch = self.task.batch("train", cfg.batch_size * world, self.data_gen)
-            batch = [t.to(self.device, non_blocking=True) for t in D.shard(batch, self.dist)]
+        batches = [
+            [
+                t.to(self.device, non_blocking=True)
+                for t in D.shard(self.task.batch("train", cfg.batch_size * world, self.data_gen), self.dist)
+            ]
+            for _ in range(cfg.grad_accum)
+        ]
+        # a loss that is a mean over tokens weighs each micro-batch by its token count, so that
+        # accumulation equals the big batch (``batch_weight``); other losses weigh them equally
+        weigh = getattr(self.task, "batch_weight", None)
+        weights = [float(weigh(b)) for b in batches] if weigh is not None else [1.0] * len(batches)
+        share = [w / sum(weights) if sum(weights) > 0 else 1.0 / len(weights) for w in weights]
+        parts: dict[str, float] = {}
+        for micro, batch in enumerate(batches):
             with D.no_sync(model, micro == cfg.grad_accum - 1), self.autocast():
-                loss = self.task.loss(model, batch) / cfg.grad_accum
+                loss = self.task.loss(model, batch) * share[micro]
                 loss.backward()
             total += loss.item()
+            for name, value in (getattr(self.task, "parts", None) or {}).items():  # the loss's terms, to log
+                parts[name] = parts.get(name, 0.0) + value * share[micro]
+        self.last_parts = parts
         if world > 1:  # report the global mean loss
             t = torch.tensor([total], device=self.device)
             torch.distributed.all_reduce(t)
@@ -287,6 +306,7 @@ class Trainer:
         state = {
             "step": self.step,
             "best_val": self.best_val,
+            "best_score": self.best_score if math.isfinite(self.best_score) else None,
             "optimizer": opt_meta,
             "train_config": self.cfg.to_dict(),
         }
@@ -337,6 +357,10 @@ class Trainer:
                 torch.cuda.set_rng_state_all(cuda)
         self.history = read_metrics(self.out / "metrics.jsonl", upto=self.step)
         self.first_loss = next((r["loss"] for r in self.history if isinstance(r.get("loss"), (int, float))), None)
+        if self.select_metric is not None:  # (runs written before it was saved: from their metrics)
+            scores = [r[self.select_metric] for r in self.history if self.select_metric in r]
+            saved = state.get("best_score")
+            self.best_score = saved if saved is not None else max(scores, default=-math.inf)
 
     # -- the loop --------------------------------------------------------------------------
     def log(self, record: dict) -> None:
@@ -387,7 +411,7 @@ class Trainer:
                         t0, items = time.perf_counter(), 0
                     else:
                         items += self.task.items_per_batch * cfg.grad_accum
-                    rec = {"step": self.step, "loss": loss, "lr": self.lr_at(self.step - 1)}
+                    rec = {"step": self.step, "loss": loss, **self.last_parts, "lr": self.lr_at(self.step - 1)}
                     if self.step % cfg.log_interval == 0 or self.step == cfg.max_iters:
                         dt = time.perf_counter() - t0
                         rec["items_per_s"] = items / dt if dt > 0 else 0.0
@@ -407,9 +431,13 @@ class Trainer:
                             self.log(rec)  # before the saves: a kill during them keeps the line
                         else:
                             self.history.append(rec)
-                        improved = rec["val_loss"] < self.best_val
+                        if self.select_metric in rec:
+                            improved = rec[self.select_metric] > self.best_score
+                        else:
+                            improved = rec["val_loss"] < self.best_val
                         if improved:
                             self.best_val = rec["val_loss"]
+                            self.best_score = rec.get(self.select_metric, self.best_score)
                         self.save("last")  # last before best: best/ never exists without last/
                         if improved:
                             self.save("best")
