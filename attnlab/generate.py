@@ -145,8 +145,8 @@ def generate_text(
         for i, t in enumerate(nxt.tolist()):
             new[i].append(t)
         if stream is not None:
-            text = _cut(tokenizer.decode(new[0]), stop)
-            if not text.endswith("\ufffd"):  # wait for the rest of a multi-byte character
+            text = _held_back(_cut(tokenizer.decode(new[0]), stop), stop)
+            if not text.endswith("\ufffd") and len(text) > len(shown[0]):  # (wait for a whole character)
                 stream(text[len(shown[0]) :])
                 shown[0] = text
         return bool(stop) and all(any(s in tokenizer.decode(n) for s in stop) for n in new)
@@ -156,6 +156,15 @@ def generate_text(
     if stream is not None and len(texts[0]) > len(shown[0]):
         stream(texts[0][len(shown[0]) :])
     return texts
+
+
+def _held_back(text: str, stop: Sequence[str]) -> str:
+    """``text`` without an ending that may be the start of a stop string: streaming waits to see
+    whether it completes one (then it is cut) before printing it."""
+    for k in range(min(len(text), max((len(s) for s in stop), default=0)), 0, -1):
+        if any(s.startswith(text[-k:]) and len(s) > k for s in stop):
+            return text[:-k]
+    return text
 
 
 def _cut(text: str, stop: Sequence[str]) -> str:

@@ -45,6 +45,14 @@ def test_bert_masking_proportions_and_specials():
     assert torch.equal(inputs[~chosen], ids[~chosen])
 
 
+def test_bert_random_replacement_never_draws_a_special_token():
+    g = torch.Generator().manual_seed(0)
+    ids = torch.randint(5, 8, (400, 50))  # a vocabulary of 8, five of them special: chance would draw them often
+    inputs, targets = bert_mask(ids, torch.zeros_like(ids, dtype=torch.bool), 4, 8, g, never=(0, 1, 2, 3, 4))
+    replaced = (targets != -100) & (inputs != ids) & (inputs != 4)
+    assert replaced.sum() > 50 and not torch.isin(inputs[replaced], torch.tensor([0, 1, 2, 3])).any()
+
+
 def test_mean_pool_by_hand():
     h = torch.tensor([[[1.0, 2.0], [3.0, 4.0], [100.0, 100.0]]])
     assert torch.allclose(mean_pool(h, torch.tensor([[1, 1, 0]])), torch.tensor([[2.0, 3.0]]))

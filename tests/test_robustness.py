@@ -320,3 +320,30 @@ def test_best_is_the_most_accurate_checkpoint_and_losses_say_what_they_are(tmp_p
     cap = attnlab.train("caption", out=tmp_path / "cap", **tiny["caption"])
     last = cap.metrics[-1]
     assert abs(last["cross_entropy"] + last["attention_penalty"] - last["loss"]) < 1e-4
+
+
+def test_streaming_never_prints_what_a_stop_string_removes():
+    """`sample --stop th` printed "…t" before it knew "th" followed; the returned text was right."""
+    import torch
+
+    from attnlab.generate import generate_text
+    from attnlab.tokens import CharTokenizer
+
+    tok = CharTokenizer(list("abth"))
+    script = iter("abath" + "a" * 20)
+
+    class Scripted(torch.nn.Module):  # next token: the script's next character, whatever came before
+        config = type("C", (), {"context": 64})()
+
+        def __init__(self):
+            super().__init__()
+            self.unused = torch.nn.Parameter(torch.zeros(1))  # (generate reads the device from a parameter)
+
+        def forward(self, idx, **kw):
+            logits = torch.full((idx.shape[0], idx.shape[1], 4), -1e9)
+            logits[:, -1, tok.stoi[next(script)]] = 0.0
+            return logits
+
+    shown = []
+    text = generate_text(Scripted(), tok, "a", 6, stop=["th"], stream=shown.append, temperature=0, use_cache=False)
+    assert text == ["aba"] and "".join(shown) == "aba"

@@ -419,7 +419,7 @@ def evaluate_encoder(args) -> dict:
     with torch.no_grad():
         for ids, mask in ds.batches(split, args.batch_size):
             special = (ids == tok.cls_id) | (ids == tok.sep_id) | (ids == tok.pad_id)
-            inputs, targets = bert_mask(ids, special, tok.mask_id, tok.vocab_size, gen)
+            inputs, targets = bert_mask(ids, special, tok.mask_id, tok.vocab_size, gen, never=tok.special_ids)
             logits = model.mlm_logits(inputs.to(dev), mask.to(dev)).cpu()
             total += cross_entropy(logits, targets, reduction="sum").item()
             sel = targets != -100

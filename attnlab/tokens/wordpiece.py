@@ -32,6 +32,11 @@ class WordPieceTokenizer(HFTokenizer):
             special_tokens=[("[CLS]", self.cls_id), ("[SEP]", self.sep_id)],
         )
 
+    @property
+    def special_ids(self) -> tuple[int, ...]:
+        """[PAD] [UNK] [CLS] [SEP] [MASK]."""
+        return (self.pad_id, self.unk_id, self.cls_id, self.sep_id, self.mask_id)
+
     @staticmethod
     def _pipeline(model, lowercase: bool = True) -> Tokenizer:
         tok = Tokenizer(model)

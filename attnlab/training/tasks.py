@@ -247,15 +247,24 @@ class CaptionTask:
 
 
 def bert_mask(
-    ids: Tensor, special: Tensor, mask_id: int, vocab_size: int, generator: torch.Generator, prob: float = 0.15
+    ids: Tensor,
+    special: Tensor,
+    mask_id: int,
+    vocab_size: int,
+    generator: torch.Generator,
+    prob: float = 0.15,
+    never: tuple[int, ...] = (),
 ) -> tuple[Tensor, Tensor]:
     """BERT's masking: choose ``prob`` of the real tokens (``special`` (B, T) True for [CLS],
     [SEP], [PAD] is never chosen); of those 80 % become [MASK], 10 % a random token, 10 % stay.
-    Returns (inputs, targets) with targets -100 where nothing is predicted."""
+    The random token is never one of ``never`` (the special tokens: a random [PAD] or [CLS]
+    inside a sentence teaches nothing). Returns (inputs, targets) with targets -100 where nothing
+    is predicted."""
     chosen = (torch.rand(ids.shape, generator=generator) < prob) & ~special
     targets = torch.where(chosen, ids, torch.full_like(ids, -100))
     roll = torch.rand(ids.shape, generator=generator)
-    random_ids = torch.randint(vocab_size, ids.shape, generator=generator)
+    allowed = torch.tensor([i for i in range(vocab_size) if i not in set(never)])
+    random_ids = allowed[torch.randint(len(allowed), ids.shape, generator=generator)]
     inputs = torch.where(chosen & (roll < 0.8), torch.full_like(ids, mask_id), ids)
     inputs = torch.where(chosen & (roll >= 0.8) & (roll < 0.9), random_ids, inputs)
     return inputs, targets
@@ -272,7 +281,7 @@ class MaskedLMTask:
         ids, mask = self.data.batch(split, batch_size, generator)
         tok = self.data.tokenizer
         special = (ids == tok.cls_id) | (ids == tok.sep_id) | (ids == tok.pad_id)
-        inputs, targets = bert_mask(ids, special, tok.mask_id, tok.vocab_size, generator)
+        inputs, targets = bert_mask(ids, special, tok.mask_id, tok.vocab_size, generator, never=tok.special_ids)
         return inputs, mask, targets
 
     def batch_weight(self, batch) -> int:
