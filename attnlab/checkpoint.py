@@ -106,6 +106,19 @@ def find_checkpoint(path: str | Path, prefer: str = "best") -> Path:
     raise CheckpointError(f"{path} holds no checkpoint (no config.json in it, in best/ or in last/)")
 
 
+def pick_checkpoint(path: str | Path, which: str | None) -> Path:
+    """``eval --which best|last``: that checkpoint of the run ``path`` (a run folder, or one of its
+    checkpoint folders); ``None`` keeps ``path`` as given."""
+    path = Path(path)
+    if which is None:
+        return path
+    run = path.parent if (path / CONFIG).is_file() and path.name in ("best", "last") else path
+    for name in (which, f"{which}.old"):
+        if (run / name / CONFIG).is_file():
+            return run / name
+    raise CheckpointError(f"{run} has no {which}/ checkpoint; give a run folder written by `attnlab train`")
+
+
 def recover_run(out: Path) -> None:
     """Finish what a crash interrupted in ``out``: a swap stopped between its two renames leaves
     a complete ``<name>.old`` and no ``<name>`` (put it back); a stopped write leaves a partial

@@ -291,7 +291,7 @@ def test_accumulation_weighs_micro_batches_by_their_tokens(tmp_path):
     assert torch.allclose(g_acc, g_big, atol=1e-6)
 
 
-def test_best_is_the_most_accurate_checkpoint_and_losses_say_what_they_are(tmp_path, monkeypatch):
+def test_best_is_the_most_accurate_checkpoint_and_losses_say_what_they_are(tmp_path, monkeypatch, capsys):
     import json
 
     import attnlab
@@ -307,6 +307,12 @@ def test_best_is_the_most_accurate_checkpoint_and_losses_say_what_they_are(tmp_p
     evals = [r for r in run.metrics if "val_acc" in r]
     best = max(evals, key=lambda r: r["val_acc"])  # (the first of equals)
     assert json.loads((run.out / "best" / "config.json").read_text())["step"] == best["step"]
+    done = capsys.readouterr().err.strip().splitlines()[-1]  # the summary names both when they differ
+    assert f"best/ step {best['step']}" in done and f"last/ step {evals[-1]['step']}" in done, done
+    assert attnlab.evaluate(run.out, which="last")["checkpoint"] == str(run.out / "last")
+    assert attnlab.evaluate(run.out)["checkpoint"] == str(run.out / "best")
+    assert main(["eval", "--ckpt", str(run.out / "best"), "--which", "last", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["checkpoint"] == str(run.out / "last")
     # validation reports the plain NLL: a perfect, confident classifier shows 0, not smoothing's floor
     import torch
 

@@ -196,7 +196,7 @@ def _family(ckpt: str):
 def _evaluate(args) -> int:
     import json
 
-    res, line = _family(args.ckpt).evaluate(args)
+    res, line = _family(args.ckpt).evaluate_checkpoint(args)
     print(json.dumps(res) if args.json else line)
     return 0
 

@@ -109,6 +109,12 @@ class Recipe:
             help="which split (default: val for language models, test for the others)",
         )
         e.add("--batch-size", type=positive_int, default=16, help="examples per forward pass (default 16)")
+        e.add(
+            "--which",
+            choices=["best", "last"],
+            default=None,
+            help="a run folder's best/ (the default: best validation measure) or last/ (the final weights)",
+        )
 
     def add_inspect_arguments(self, group) -> None:
         """Options of ``attnlab inspect`` that this family's inspections read."""
@@ -136,11 +142,19 @@ class Recipe:
 
     def finish(self, args, run: TrainingRun, trainer, result: dict) -> None:
         print(
-            f"done: step {result['step']}, best val loss {result['best_val']:.4f}, run folder {trainer.out}",
+            f"done: step {result['step']}, {trainer.checkpoints_line()}, run folder {trainer.out}",
             file=sys.stderr,
         )
 
     # ---- using a trained model ---------------------------------------------------------------
+    def evaluate_checkpoint(self, args) -> tuple[dict, str]:
+        """:meth:`evaluate` on the checkpoint ``--which`` names; the metrics say which one they read."""
+        from ..checkpoint import find_checkpoint, pick_checkpoint
+
+        args.ckpt = str(pick_checkpoint(args.ckpt, getattr(args, "which", None)))
+        res, line = self.evaluate(args)
+        return {**res, "checkpoint": str(find_checkpoint(args.ckpt))}, line
+
     def evaluate(self, args) -> tuple[dict, str]:
         """``attnlab eval``: (the metrics, one line saying them); the command prints either."""
         raise CheckpointError(f"attnlab eval does not know how to evaluate {self.name} models yet")
@@ -208,7 +222,7 @@ class Verbs:
         recipe = self._recipe()
         values = recipe.eval_specs().checked({"data": data, "split": split, **options}, "evaluate")
         values.update(ckpt=self.checkpoint, device=str(self.device))
-        return recipe.evaluate(Options(**values))[0]
+        return recipe.evaluate_checkpoint(Options(**values))[0]
 
     def inspect(self, what: str, out: str | Path, **options) -> Path:
         """What ``attnlab inspect WHAT --out FILE.png`` draws, written to ``out`` (with its numbers

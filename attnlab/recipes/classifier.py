@@ -135,8 +135,8 @@ class ImageClassifierRecipe(Recipe):
         pred, y = run.task.predict(trainer.model, "test", device=trainer.device)
         acc = (pred == y).float().mean().item()
         print(
-            f"done: step {result['step']}, {result['seconds']:.0f}s, test accuracy {acc:.4f} "
-            f"({len(y)} images), run folder {trainer.out}",
+            f"done: step {result['step']}, {result['seconds']:.0f}s, test accuracy of the last weights {acc:.4f} "
+            f"({len(y)} images); {trainer.checkpoints_line()}; run folder {trainer.out}",
             file=sys.stderr,
         )
 

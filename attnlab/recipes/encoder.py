@@ -239,8 +239,8 @@ class TextEncoderRecipe(Recipe):
             return super().finish(args, run, trainer, result)
         pred, y = run.task.predict(trainer.model, "test", device=trainer.device)
         print(
-            f"done: step {result['step']}, {result['seconds']:.0f}s, test accuracy {(pred == y).float().mean():.4f} "
-            f"({len(y)} texts), run folder {trainer.out}",
+            f"done: step {result['step']}, {result['seconds']:.0f}s, test accuracy of the last weights "
+            f"{(pred == y).float().mean():.4f} ({len(y)} texts); {trainer.checkpoints_line()}; run folder {trainer.out}",
             file=sys.stderr,
         )
 

@@ -468,6 +468,24 @@ class Trainer:
             self.plot()
         return {"step": self.step, "best_val": self.best_val, "seconds": time.perf_counter() - t0}
 
+    def checkpoints_line(self) -> str:
+        """Which evaluation best/ and last/ hold, and their validation numbers: one clause when
+        they are the same step, both when they differ (eval, predict and explore read best/)."""
+        evals = [r for r in self.history if "val_loss" in r]
+        if not evals:
+            return "no evaluation yet"
+        key = self.select_metric if self.select_metric in evals[-1] else None
+        best = max(evals, key=lambda r: r[key]) if key else min(evals, key=lambda r: r["val_loss"])
+
+        def numbers(r):
+            shown = f", {key.replace('_', ' ')} {r[key]:.4f}" if key else ""
+            return f"val loss {r['val_loss']:.4f}{shown}"
+
+        last = evals[-1]
+        if best["step"] == last["step"]:
+            return f"best/ = last/ (step {last['step']}: {numbers(last)})"
+        return f"best/ step {best['step']} ({numbers(best)}), last/ step {last['step']} ({numbers(last)})"
+
     def plot(self) -> Path | None:
         from ..inspect.plots import loss_curve
 
