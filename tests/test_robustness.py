@@ -353,3 +353,23 @@ def test_streaming_never_prints_what_a_stop_string_removes():
     shown = []
     text = generate_text(Scripted(), tok, "a", 6, stop=["th"], stream=shown.append, temperature=0, use_cache=False)
     assert text == ["aba"] and "".join(shown) == "aba"
+
+
+@pytest.mark.parametrize("task", ["copy", "reverse", "sort", "addition", "dates"])
+def test_synthetic_validation_test_and_training_are_disjoint(task):
+    """val was the test set, and training drew test pairs (addition 9/500, dates 62/500 in 24,000)."""
+    import torch
+
+    from attnlab.data.parallel import SYNTHETIC, load_parallel
+
+    if task not in SYNTHETIC:
+        pytest.skip(f"no synthetic task {task}")
+    data = load_parallel(task)
+    val, test = {s for s, _ in data.texts["val"]}, {s for s, _ in data.texts["test"]}
+    assert len(val) == len(data.texts["val"]) >= 250 and len(test) >= 250 and not val & test
+    g = torch.Generator().manual_seed(0)
+    drawn = set()
+    for _ in range(200):
+        src, *_ = data.batch("train", 32, g)
+        drawn |= {data.src_vocab.decode(row) for row in src.tolist()}
+    assert not drawn & (val | test)

@@ -190,6 +190,7 @@ class ParallelData:
     texts: dict[str, list[tuple[str, str]]]
     max_len: int
     synthetic: dict | None = None  # {"task", "min_len", "max_len", "seed"}
+    held_out: frozenset = frozenset()  # synthetic: the val and test sources, never in the training stream
 
     def _synth(self, n: int, gen: torch.Generator, min_len=None, max_len=None):
         s = self.synthetic
@@ -198,11 +199,24 @@ class ParallelData:
         out = [synthetic_pair(s["task"], rng, lo, hi) for _ in range(n)]
         return [(self.src_vocab.encode(a), self.tgt_vocab.encode(b)) for a, b in out], out
 
+    def _fresh(self, n: int, gen: torch.Generator) -> list:
+        """``n`` synthetic training pairs whose source is not held out for validation or test."""
+        chosen: list = []
+        for _ in range(1000):
+            enc, raw = self._synth(n, gen)
+            chosen += [e for e, (src, _) in zip(enc, raw) if src not in self.held_out]
+            if len(chosen) >= n:
+                return chosen[:n]
+        raise DataError(
+            f"the {self.synthetic['task']} task with lengths {self.synthetic['min_len']}-{self.synthetic['max_len']} "
+            "has too few distinct inputs besides the held-out ones; use a larger --max-length"
+        )
+
     def batch(self, split: str, batch_size: int, gen: torch.Generator):
         """(src, src_mask, tgt_in, tgt_out): tgt_in starts with <bos>, tgt_out ends with <eos>.
         Real data is bucketed by length: a random anchor picks sentences of similar length."""
         if self.synthetic is not None and split == "train":
-            chosen, _ = self._synth(batch_size, gen)  # a fresh stream of examples
+            chosen = self._fresh(batch_size, gen)  # a fresh stream of examples, none held out
         else:
             pairs = self.pairs[split]  # synthetic val/test: a fixed held-out set
             anchor = int(torch.randint(len(pairs), (1,), generator=gen))
@@ -255,10 +269,25 @@ def load_parallel(
             max(seq_max_len, 2 * max_len + 2),
             synthetic={"task": spec, "min_len": min_len, "max_len": max_len},
         )
-        g = torch.Generator().manual_seed(12345)  # a fixed test set
-        enc, raw = data._synth(500, g)
-        data.pairs["test"] = data.pairs["val"] = enc
-        data.texts["test"] = data.texts["val"] = raw
+        # fixed validation and test sets of distinct inputs, disjoint from each other and (see
+        # _fresh) from the training stream
+        g = torch.Generator().manual_seed(12345)
+        seen: dict[str, tuple] = {}
+        for _ in range(20):
+            for e, r in zip(*data._synth(1000, g)):
+                seen.setdefault(r[0], (e, r))
+            if len(seen) >= 1000:
+                break
+        held = list(seen.values())[:1000]
+        if len(held) < 20:
+            raise DataError(
+                f"the {spec} task with lengths {min_len}-{max_len} has only {len(held)} distinct inputs; too few to "
+                "hold out validation and test sets: use a larger --max-length"
+            )
+        half = len(held) // 2
+        for split, part in (("val", held[:half]), ("test", held[half:])):
+            data.pairs[split], data.texts[split] = [e for e, _ in part], [r for _, r in part]
+        data.held_out = frozenset(r[0] for _, r in held)
         return data
     if spec == "multi30k":
         texts = multi30k(src_lang, tgt_lang, data_dir)
