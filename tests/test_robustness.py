@@ -373,3 +373,40 @@ def test_synthetic_validation_test_and_training_are_disjoint(task):
         src, *_ = data.batch("train", 32, g)
         drawn |= {data.src_vocab.decode(row) for row in src.tolist()}
     assert not drawn & (val | test)
+
+
+def test_the_embedded_text_task_holds_out_by_content():
+    """Help topics quote each other: 112 of 144 test paragraphs were training paragraphs too, and
+    the masked-LM pretraining text held 142 of them."""
+    from attnlab.data.labelled import load_pretraining_texts, python_docs_sections
+
+    d = python_docs_sections()
+    train, val, test = (set(d.texts[s]) for s in ("train", "val", "test"))
+    assert len(test) == len(d.texts["test"]) >= 100 and len(val) >= 50
+    assert not (train & test) and not (train & val) and not (val & test)
+    _, pre = load_pretraining_texts(None)
+    assert not (set(pre["train"]) | set(pre["val"])) & (test | val)
+
+
+def test_labelled_lines_have_exactly_two_columns(tmp_path, capsys):
+    bad = tmp_path / "l.tsv"
+    bad.write_text("good text\tpos\nanother\tneg\nthird\tpos\na text\twith a tab\tneg\n")
+    _refused(
+        ["train", "encoder", "--task", "classify", "--data", str(bad), "--out", str(tmp_path / "o")],
+        capsys,
+        "l.tsv:4 has 3 columns",
+    )
+
+
+def test_held_out_scenes_never_repeat_training_captions(tmp_path, capsys):
+    """331 of 500 test scenes had a caption set that training also had."""
+    from attnlab.data.captions import load_captions
+
+    data = load_captions(None, image_size=32, n_train=400)
+    train = {tuple(c) for c in data.captions["train"]}
+    val, test = ({tuple(c) for c in data.captions[s]} for s in ("val", "test"))
+    assert not (train & val) and not (train & test) and not (val & test)
+    bad = tmp_path / "c.tsv"
+    (tmp_path / "a.png").write_bytes(b"")
+    bad.write_text("a.png\ta red square\textra column\n")
+    _refused(["train", "caption", "--data", str(bad), "--out", str(tmp_path / "o")], capsys, "c.tsv:1 has 3 columns")

@@ -82,10 +82,19 @@ def scene_captions(objs: list[SceneObject]) -> list[str]:
 
 
 def make_scenes(
-    n: int, seed: int = 0, *, image_size: int = 64, min_objects: int = 1, max_objects: int = 3, noise: float = 0.03
+    n: int,
+    seed: int = 0,
+    *,
+    image_size: int = 64,
+    min_objects: int = 1,
+    max_objects: int = 3,
+    noise: float = 0.03,
+    exclude: set | frozenset = frozenset(),
 ) -> Scenes:
     """``n`` scenes from ``seed`` (the same seed gives the same scenes). Objects never overlap, sit
-    in separate columns (so "left of" is unambiguous), and no two share colour and shape."""
+    in separate columns (so "left of" is unambiguous), and no two share colour and shape. A scene
+    whose captions (as a tuple) are in ``exclude`` is drawn again: held-out scenes never repeat
+    the captions of the training scenes."""
     if not 1 <= min_objects <= max_objects <= 3:
         raise ValueError(f"scenes hold 1 to 3 objects; got min_objects={min_objects}, max_objects={max_objects}")
     if image_size < 24:
@@ -93,7 +102,12 @@ def make_scenes(
     rng = random.Random(seed)
     images = np.zeros((n, image_size, image_size, 3), dtype=np.uint8)
     captions, objects = [], []
-    for i in range(n):
+    tries = 0
+    while len(captions) < n:
+        tries += 1
+        if tries > 100 * n:
+            raise DataError(f"could not draw {n} scenes unlike the {len(exclude)} excluded; use more objects per scene")
+        i = len(captions)
         k = rng.randint(min_objects, max_objects)
         column = image_size // k  # one column per object keeps them apart
         kinds = rng.sample([(s, c) for s in SHAPES for c in COLORS], k)
@@ -105,9 +119,12 @@ def make_scenes(
             cx = rng.randint(j * column + half, (j + 1) * column - half - 1)
             cy = rng.randint(half, image_size - half - 1)
             objs.append(SceneObject(shape, color, size, (cx - half, cy - half, cx + half + 1, cy + half + 1)))
+        caps = scene_captions(objs)
+        if tuple(caps) in exclude:
+            continue
         for o in objs:
             _draw(images[i], o)
-        captions.append(scene_captions(objs))
+        captions.append(caps)
         objects.append(objs)
     x = torch.from_numpy(images).permute(0, 3, 1, 2).float() / 255
     if noise > 0:  # a little pixel noise so that the background is not a constant
@@ -155,9 +172,10 @@ def read_tsv(path: Path) -> list[tuple[Path, list[str]]]:
     for n, line in enumerate(read_lines(path), 1):  # UTF-8 (or a clear error), gzip allowed
         if not line.strip():
             continue
-        if "\t" not in line:
-            raise DataError(f"{path}:{n} has no tab; each line is image_path<TAB>caption")
-        image, caption = line.split("\t", 1)
+        if line.count("\t") != 1:
+            what = "no tab" if "\t" not in line else f"{line.count(chr(9)) + 1} columns"
+            raise DataError(f"{path}:{n} has {what}; each line is image_path<TAB>caption")
+        image, caption = line.split("\t")
         p = (path.parent / image.strip()).resolve()
         if not p.is_file():
             raise DataError(f"{path}:{n} names image {image.strip()}, which does not exist")
@@ -242,11 +260,13 @@ def load_captions(
     """``spec``: ``scenes`` (default; generated), a COCO folder or JSON, or an image<TAB>caption file.
     ``vocab`` (from a checkpoint) is reused instead of building one from the training captions."""
     if spec in (None, "", "scenes"):
-        sets = {
-            "train": make_scenes(n_train, seed, image_size=image_size, max_objects=max_objects),
-            "val": make_scenes(max(50, n_train // 20), seed + 1, image_size=image_size, max_objects=max_objects),
-            "test": make_scenes(max(100, n_train // 16), seed + 2, image_size=image_size, max_objects=max_objects),
-        }
+        # validation and test scenes never repeat a training scene's captions (exact match would
+        # reward memorised strings), nor each other's
+        sets = {"train": make_scenes(n_train, seed, image_size=image_size, max_objects=max_objects)}
+        seen = {tuple(c) for c in sets["train"].captions}
+        for split, n, offset in (("val", max(50, n_train // 20), 1), ("test", max(100, n_train // 16), 2)):
+            sets[split] = make_scenes(n, seed + offset, image_size=image_size, max_objects=max_objects, exclude=seen)
+            seen |= {tuple(c) for c in sets[split].captions}
         images = {k: s.images for k, s in sets.items()}
         captions = {k: s.captions for k, s in sets.items()}
         objects = {k: s.objects for k, s in sets.items()}

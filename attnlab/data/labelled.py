@@ -134,19 +134,27 @@ def python_docs_topics() -> dict[str, str]:
 
 def python_docs_sections(seed: int = 0) -> LabelledTexts:
     """The embedded task: paragraphs labelled with their documentation section; topics (not
-    paragraphs) are split 80/10/10 within each section."""
+    paragraphs) are split 80/10/10 within each section. Help topics quote each other (``compound``
+    holds ``while`` and ``with``), so a paragraph is kept once, in the first split that has it
+    (test, then val, then train): no test or validation paragraph appears in training."""
     topics = python_docs_topics()
-    texts = {"train": [], "val": [], "test": []}
-    labels = {"train": [], "val": [], "test": []}
     rng = random.Random(seed)
+    chosen = {"train": [], "val": [], "test": []}  # (topic, section) per split
     for section, names in SECTIONS.items():
         names = [n for n in names if n in topics]
         rng.shuffle(names)
         n_val = n_test = max(1, len(names) // 8)
         parts = {"test": names[:n_test], "val": names[n_test : n_test + n_val], "train": names[n_test + n_val :]}
-        for split, chosen in parts.items():
-            for n in chosen:
-                for p in paragraphs(topics[n]):
+        for split, part in parts.items():
+            chosen[split] += [(n, section) for n in part]
+    texts = {"train": [], "val": [], "test": []}
+    labels = {"train": [], "val": [], "test": []}
+    seen: set[str] = set()
+    for split in ("test", "val", "train"):
+        for name, section in chosen[split]:
+            for p in paragraphs(topics[name]):
+                if p not in seen:
+                    seen.add(p)
                     texts[split].append(p)
                     labels[split].append(section)
     return LabelledTexts(EMBEDDED_TASK, texts, labels, list(SECTIONS))
@@ -160,9 +168,10 @@ def read_labelled(path: Path, seed: int = 0) -> LabelledTexts:
     for n, line in enumerate(read_lines(path), 1):
         if not line.strip():
             continue
-        if "\t" not in line:
-            raise DataError(f"{path}:{n} has no label: each line is text<TAB>label")
-        text, label = line.rsplit("\t", 1)
+        if line.count("\t") != 1:
+            what = "no label" if "\t" not in line else f"{line.count(chr(9)) + 1} columns"
+            raise DataError(f"{path}:{n} has {what}: each line is text<TAB>label")
+        text, label = line.split("\t")
         if not text.strip() or not label.strip():
             raise DataError(f"{path}:{n} has an empty {'text' if not text.strip() else 'label'}")
         pairs.append((text.strip(), label.strip()))
@@ -193,7 +202,11 @@ def load_pretraining_texts(spec: str | None, data_dir: str | None = None) -> tup
 
     if spec in (None, "", "python-docs"):
         topics = python_docs_topics()
-        paras = [p for name in sorted(topics) for p in paragraphs(topics[name])]
+        # without the classification task's validation and test paragraphs: pretraining on them
+        # would let the fine-tuned encoder recognise its test set
+        held_out = {p for split in ("val", "test") for p in python_docs_sections().texts[split]}
+        paras = list(dict.fromkeys(p for name in sorted(topics) for p in paragraphs(topics[name])))
+        paras = [p for p in paras if p not in held_out]
         name = "python-docs"
     else:
         name, text = load_corpus(spec, data_dir)
