@@ -135,7 +135,8 @@ def _b64(a: np.ndarray) -> str:
 
 def encode_head(w: np.ndarray) -> dict:
     """One head's (Tq, Tk) weights for the page: dense uint16 while Tk ≤ DENSE_MAX, else the
-    TOP_K largest of each row as (uint16 index, uint16 weight) pairs."""
+    TOP_K largest of each row as (uint16 index, uint16 weight) pairs, with the mass each row
+    drops (1 − the kept weights), which the page and its JSON state."""
     tq, tk = w.shape
     q = np.clip(np.rint(w * 65535), 0, 65535).astype("<u2")
     if tk <= DENSE_MAX:
@@ -143,7 +144,13 @@ def encode_head(w: np.ndarray) -> dict:
     k = min(TOP_K, tk)
     idx = np.argsort(-w, axis=1, kind="stable")[:, :k]
     vals = np.take_along_axis(q, idx, axis=1)
-    return {"topk": k, "index": _b64(idx.astype("<u2")), "value": _b64(vals)}
+    dropped = np.clip(1.0 - np.take_along_axis(w, idx, axis=1).sum(1), 0.0, 1.0)
+    return {
+        "topk": k,
+        "index": _b64(idx.astype("<u2")),
+        "value": _b64(vals),
+        "dropped": _b64(np.rint(dropped * 65535).astype("<u2")),
+    }
 
 
 def _png_data_url(image: np.ndarray) -> str:
@@ -167,6 +174,8 @@ def page_payload(data: dict, title: str) -> dict:
         "tq": int(att.shape[2]),
         "tk": int(att.shape[3]),
         "attention": [[encode_head(att[layer, head]) for head in range(att.shape[1])] for layer in range(att.shape[0])],
+        # past DENSE_MAX keys a row keeps its TOP_K largest weights: said on the page and in its JSON
+        "top_k": TOP_K if att.shape[3] > DENSE_MAX else None,
     }
     if data["kind"] == "text":
         payload.update(tokens=data["tokens"])

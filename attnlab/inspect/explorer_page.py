@@ -32,6 +32,7 @@ button,select{font:inherit}
 <button id="save-png">Save PNG</button><button id="save-json">Save JSON</button>
 <label><input type="checkbox" id="show-values"> values</label>
 <span class="hint" id="hint"></span>
+<span class="hint" id="sparse"></span>
 </header>
 <main>
 <div class="panel"><h2 id="view-title">view</h2><canvas id="view"></canvas></div>
@@ -46,6 +47,9 @@ const D = JSON.parse(document.getElementById("payload").textContent);
 const $ = (id) => document.getElementById(id);
 const S = {layer: 0, head: 0, query: null, key: null, overlay: null};
 const decoded = {};
+if (D.top_k) {  // the page stores only each row's largest weights: say so
+  $("sparse").textContent = "rows over " + D.tk + " keys: each keeps its " + D.top_k + " largest weights (Save JSON gives the dropped mass)";
+}
 
 function u16(b64) {
   const bin = atob(b64), bytes = new Uint8Array(bin.length);
@@ -56,7 +60,7 @@ function headData(l, h) {  // decoded on first use
   const key = l + "/" + h;
   if (!decoded[key]) {
     const e = D.attention[l][h];
-    decoded[key] = e.dense ? {dense: u16(e.dense)} : {k: e.topk, index: u16(e.index), value: u16(e.value)};
+    decoded[key] = e.dense ? {dense: u16(e.dense)} : {k: e.topk, index: u16(e.index), value: u16(e.value), dropped: u16(e.dropped)};
   }
   return decoded[key];
 }
@@ -274,7 +278,9 @@ function init() {
   $("show-values").addEventListener("change", draw);
   $("save-png").addEventListener("click", () => download("attention_L" + S.layer + "_H" + S.head + ".png", $("view").toDataURL("image/png")));
   $("save-json").addEventListener("click", () => {
-    const blob = new Blob([JSON.stringify({kind: D.kind, layer: S.layer, head: S.head, query: S.query, key: S.key, overlay: S.overlay, values: current && current.values, labels: current && current.labels})], {type: "application/json"});
+    const d = S.head === "avg" || S.query === null ? null : headData(S.layer, S.head);
+    const dropped = d && d.dropped ? d.dropped[S.query] / 65535 : null;  // the mass the top-k row leaves out
+    const blob = new Blob([JSON.stringify({kind: D.kind, layer: S.layer, head: S.head, query: S.query, key: S.key, overlay: S.overlay, top_k: D.top_k || null, dropped: dropped, values: current && current.values, labels: current && current.labels})], {type: "application/json"});
     download("attention_L" + S.layer + "_H" + S.head + ".json", URL.createObjectURL(blob));
   });
   thumbnails();
