@@ -210,25 +210,42 @@ class Verbs:
     def device(self):
         return next(self.parameters()).device
 
-    def _recipe(self) -> "Recipe":
+    def family_recipe(self) -> "Recipe":
         from . import checkpoint_recipe
 
         return checkpoint_recipe(self.checkpoint)
 
-    def evaluate(self, data: str | None = None, *, split: str | None = None, **options) -> dict:
+    def evaluate(
+        self,
+        data: str | None = None,
+        *,
+        split: str | None = None,
+        ablate: str | list[tuple[int, int]] | None = None,
+        ablation: str = "zero",
+        **options,
+    ) -> dict:
         """The metrics of ``attnlab eval``: loss / perplexity (language models), accuracy
         (classifiers), BLEU (seq2seq), ... on the run's own data or on ``data``. ``options``: the
-        options of ``attnlab eval`` by name (``batch_size``, ``max_tokens``, ``beam``, ...)."""
-        recipe = self._recipe()
+        options of ``attnlab eval`` by name (``batch_size``, ``max_tokens``, ``beam``, ...).
+        ``ablate``: heads to silence while evaluating (``"0.1,2.3"`` or [(0, 1), (2, 3)]), with
+        ``ablation`` "zero" or "mean" (each head's mean output over the batch); what
+        ``attnlab ablate`` reports."""
+        from ..inspect.patching import ablated, check_ablation, parse_heads
+
+        recipe = self.family_recipe()
         values = recipe.eval_specs().checked({"data": data, "split": split, **options}, "evaluate")
         values.update(ckpt=self.checkpoint, device=str(self.device))
+        if ablate is not None:
+            heads = parse_heads(ablate) if isinstance(ablate, str) else [tuple(h) for h in ablate]
+            check_ablation(self, heads, ablation)  # before any work
+            values["intervene"] = lambda model: ablated(model, heads, ablation)
         return recipe.evaluate_checkpoint(Options(**values))[0]
 
     def inspect(self, what: str, out: str | Path, **options) -> Path:
         """What ``attnlab inspect WHAT --out FILE.png`` draws, written to ``out`` (with its numbers
         in a .npz beside it); returns the PNG's path. ``what``: one of the family's inspections
         (``Recipe.inspections``); ``options``: those of ``attnlab inspect`` (``image=``, ``text=``, ...)."""
-        recipe = self._recipe()
+        recipe = self.family_recipe()
         if what not in recipe.inspections:
             raise OptionError(f"inspect {what!r}: {recipe.name} models offer {', '.join(recipe.inspections) or 'none'}")
         specs = OptionSpecs()
@@ -255,7 +272,7 @@ class Verbs:
             if v is not None and not isinstance(v, (str, Path)):
                 raise OptionError(f"explore {name}= must be a string (a file path for image), got {type(v).__name__}")
             values[name] = None if v is None else str(v)
-        data = self._recipe().explore(Options(ckpt=self.checkpoint, device=str(self.device), **values))
+        data = self.family_recipe().explore(Options(ckpt=self.checkpoint, device=str(self.device), **values))
         return Exploration(data, f"attnlab explorer: {Path(self.checkpoint).name}")
 
 

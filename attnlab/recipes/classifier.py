@@ -3,6 +3,7 @@ classification task, `eval` (accuracy + confusion matrix), `predict`, and CKA be
 
 from __future__ import annotations
 
+import contextlib
 import sys
 from pathlib import Path
 
@@ -166,7 +167,8 @@ class ImageClassifierRecipe(Recipe):
                 f"{labels[:10]}; evaluate on data with the same classes, in the same order"
             )
         x, y = getattr(splits, split)
-        with torch.no_grad():
+        intervene = getattr(args, "intervene", None) or (lambda m: contextlib.nullcontext())  # (ablate)
+        with torch.no_grad(), intervene(model):
             pred = torch.cat(
                 [
                     model(normalize(x[i : i + 256], meta["mean"], meta["std"]).to(dev)).argmax(-1).cpu()

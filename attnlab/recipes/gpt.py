@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import sys
@@ -14,7 +15,57 @@ from ..options import Command, OptionSpecs, at_least, device_name, nonneg_float,
 
 
 class GPTVerbs(Verbs):
-    """A GPT loaded by :func:`attnlab.load`: ``tokenizer`` and ``generate``."""
+    """A GPT loaded by :func:`attnlab.load`: ``tokenizer``, ``generate``, ``patch``, ``logit_lens``."""
+
+    def _ids(self, text: str, what: str):
+        import torch
+
+        from ..errors import OptionError
+
+        if not isinstance(text, str) or not text:
+            raise OptionError(f"{what} must be a non-empty text")
+        if self.tokenizer is None:
+            lm_tokenizer({}, self.checkpoint)  # says what is missing
+        ids = self.tokenizer.encode(text)
+        if len(ids) > self.config.context:
+            raise OptionError(f"{what} is {len(ids)} tokens, more than the model's context of {self.config.context}")
+        return torch.tensor([ids], device=self.device)
+
+    def _one_token(self, text: str, what: str) -> int:
+        from ..errors import OptionError
+
+        ids = self.tokenizer.encode(text) if isinstance(text, str) and text else []
+        if len(ids) != 1:
+            raise OptionError(f"{what} {text!r} is {len(ids)} tokens; give a single token (for this tokenizer)")
+        return ids[0]
+
+    def patch(self, clean: str, corrupt: str, answer: str, wrong: str | None = None, *, over: str = "resid_pre"):
+        """Activation patching (:mod:`attnlab.inspect.patching`): how much of the clean text's
+        preference for ``answer`` (over ``wrong``, or its log-probability) each layer x position
+        (``over="resid_pre"``) or layer x head (``over="head"``) restores in the corrupted run.
+        Returns {"restored": (L, T or H) tensor, "tokens": the clean tokens}."""
+        from ..inspect.patching import logit_difference, patch_activations
+
+        x, y = self._ids(clean, "clean"), self._ids(corrupt, "corrupt")
+        if x.shape != y.shape:
+            from ..errors import OptionError
+
+            raise OptionError(
+                f"the clean text is {x.shape[1]} tokens and the corrupted one {y.shape[1]}; patching needs the "
+                "same number (change a word for one of the same length)"
+            )
+        metric = logit_difference(
+            self._one_token(answer, "answer"), None if wrong is None else self._one_token(wrong, "wrong")
+        )
+        restored = patch_activations(self, (x,), (y,), metric, over=over)
+        return {"restored": restored, "tokens": [self.tokenizer.decode([i]) for i in x[0].tolist()], "over": over}
+
+    def logit_lens(self, text: str, top_k: int = 1) -> dict:
+        """Every layer's top next-token guesses at every position (:func:`attnlab.inspect.lens.logit_lens`)."""
+        from ..inspect.lens import logit_lens_table
+
+        self._ids(text, "text")
+        return logit_lens_table(self, self.tokenizer, text, top_k)
 
     def attach(self, meta: dict) -> None:
         from ..errors import CheckpointError
@@ -212,7 +263,15 @@ class GPTRecipe(Recipe):
                 "Continue a prompt, streaming tokens as they come.",
                 s,
                 sample,
-            )
+            ),
+            Command(
+                "patch",
+                "activation patching: which layer and position (or head) carries an answer",
+                "Run the corrupted text with one activation at a time taken from the clean run, and draw how much "
+                "of the clean preference for --answer (over --wrong) each restores: 1 = all of it, 0 = none.",
+                patch_specs(),
+                patch_command,
+            ),
         ]
 
     def add_eval_arguments(self, group) -> None:
@@ -268,7 +327,8 @@ class GPTRecipe(Recipe):
         x = torch.from_numpy(ids[: n_windows * block].reshape(n_windows, block))
         y = torch.from_numpy(ids[1 : n_windows * block + 1].reshape(n_windows, block))
         total, count = 0.0, 0
-        with torch.no_grad():
+        intervene = getattr(args, "intervene", None) or (lambda m: contextlib.nullcontext())  # (ablate)
+        with torch.no_grad(), intervene(model):
             for i in range(0, n_windows, args.batch_size):
                 xb, yb = x[i : i + args.batch_size].to(dev), y[i : i + args.batch_size].to(dev)
                 total += cross_entropy(model(xb), yb, reduction="sum").item()
@@ -361,4 +421,49 @@ def sample(args) -> int:
         generate_text(model, tok, prompt, args.max_new_tokens, stream=stream, **kw)
         out.write("\n" if i == args.num_samples - 1 else "\n---------------\n")
         out.flush()
+    return 0
+
+
+def patch_specs() -> OptionSpecs:
+    p = OptionSpecs()
+    p.add("--ckpt", required=True, help="run folder of a GPT (or a HuggingFace GPT-2 folder)")
+    p.add("--clean", required=True, help="the text where the model gives the answer")
+    p.add("--corrupt", required=True, help="the same number of tokens, changed so the answer changes")
+    p.add("--answer", required=True, help="the clean text's next token (one token)")
+    p.add("--wrong", default=None, help="the corrupted text's next token (one token); without it: log p(answer)")
+    p.add(
+        "--over",
+        choices=["resid_pre", "head"],
+        default="resid_pre",
+        help="resid_pre: layer x position of the residual stream (default); head: layer x head",
+    )
+    p.add("--out", required=True, help="the heat map (PNG; its numbers in a .npz beside it)")
+    p.add("--device", type=device_name, default="cpu", help="auto | cpu | cuda (default cpu)")
+    return p
+
+
+def patch_command(args) -> int:
+    """``attnlab patch``: the GPT's ``patch`` verb, drawn."""
+    import numpy as np
+
+    from ..api import load
+    from ..inspect.patching import patching_figure
+    from ..outputs import output_file
+
+    out = output_file(args.out, ".png")
+    model = load(args.ckpt, device=args.device)
+    if not hasattr(model, "patch"):
+        from ..errors import CheckpointError
+
+        raise CheckpointError(f"{args.ckpt} is not a GPT; attnlab patch reads GPTs")
+    res = model.patch(args.clean, args.corrupt, args.answer, args.wrong, over=args.over)
+    r = res["restored"]
+    labels = res["tokens"] if args.over == "resid_pre" else None
+    patching_figure(r, out, over=args.over, labels=labels, title=f"patching {args.clean!r} -> answer {args.answer!r}")
+    np.savez(out.with_suffix(".npz"), restored=r.numpy(), tokens=np.array(res["tokens"]))
+    flat = r.flatten().abs().topk(min(3, r.numel())).indices.tolist()
+    where = [divmod(i, r.shape[1]) for i in flat]
+    name = (lambda j: f"position {j} {res['tokens'][j]!r}") if args.over == "resid_pre" else (lambda j: f"head {j}")
+    print("; ".join(f"layer {i} {name(j)}: {r[i, j]:+.3f}" for i, j in where))
+    print(f"wrote {out} and {out.with_suffix('.npz')}", file=sys.stderr)
     return 0

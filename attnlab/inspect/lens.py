@@ -1,0 +1,91 @@
+"""What each layer already predicts, and who wrote the logit: the logit lens and direct logit
+attribution, read through the hook points.
+
+Logit lens (nostalgebraist, 2020): the residual stream after block ℓ, put through the final
+LayerNorm and the unembedding as if the model stopped there,
+
+    logits_ℓ = LN_f(x_ℓ) W_U        x_0 = the embeddings, x_L = the last block's output.
+
+Direct logit attribution: the final residual stream is a sum of what each part wrote,
+
+    x_L = embed + Σ_ℓ (Σ_h z_ℓh W_O,ℓh + b_O,ℓ) + Σ_ℓ mlp_ℓ,
+
+and LN_f is linear once its scale σ (the standard deviation of x_L over features) is frozen:
+LN_f(x) = Σ_c γ ⊙ (c − mean(c)) / σ + β. So the logit of token t splits into one term per
+part, γ ⊙ (c − mean c)/σ · W_U[t], and the terms sum to the logit minus β · W_U[t] (the final
+norm's bias, reported as its own term): exactly, with σ the one the forward pass used.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from ..errors import OptionError
+
+
+def _check_gpt(model) -> None:
+    if getattr(model, "model_type", None) != "gpt":
+        raise OptionError(
+            f"the logit lens and direct logit attribution read a GPT; this is {getattr(model, 'model_type', model)}"
+        )
+
+
+@torch.no_grad()
+def logit_lens(model, idx: Tensor) -> Tensor:
+    """idx (B, T) -> (L + 1, B, T, vocab): the logits the residual stream would give after the
+    embeddings (row 0) and after each block (row ℓ); the last row equals the model's logits."""
+    _check_gpt(model)
+    names = ["hook_embed"] + [f"blocks.{i}.hook_resid_post" for i in range(len(model.blocks))]
+    _, cache = model.run_with_cache(idx, names=names)
+    stream = torch.stack([cache[n] for n in names])  # (L + 1, B, T, D)
+    return model.lm_head(model.ln_f(stream))
+
+
+@torch.no_grad()
+def logit_lens_table(model, tokenizer, text: str, top_k: int = 1) -> dict:
+    """The lens as a table for one text: layer × position, the top tokens and their probabilities."""
+    idx = torch.tensor([tokenizer.encode(text)], device=next(model.parameters()).device)
+    probs = logit_lens(model, idx)[:, 0].float().softmax(-1)  # (L + 1, T, V)
+    top = probs.topk(top_k, dim=-1)
+    return {
+        "tokens": [tokenizer.decode([i]) for i in idx[0].tolist()],
+        "layers": ["embed"] + [f"block {i}" for i in range(probs.shape[0] - 1)],
+        "top_tokens": [[[tokenizer.decode([i]) for i in row] for row in layer] for layer in top.indices.tolist()],
+        "top_probs": top.values.cpu().numpy(),
+    }
+
+
+@torch.no_grad()
+def direct_logit_attribution(model, idx: Tensor, token: int, position: int = -1) -> dict[str, Tensor]:
+    """Each part's direct contribution to the logit of ``token`` at ``position``, per batch row.
+
+    Returns {"embed": (B,), "L{ℓ}.H{h}": (B,) per head, "L{ℓ}.attn_bias": (B,), "L{ℓ}.mlp": (B,),
+    "ln_final_bias": (B,)}; their sum is the model's logit (see the module's docstring)."""
+    _check_gpt(model)
+    if not 0 <= token < model.config.vocab_size:
+        raise OptionError(f"token {token} is not in the vocabulary of {model.config.vocab_size}")
+    L = len(model.blocks)
+    names = ["hook_embed", "blocks.*.attn.hook_z", "blocks.*.hook_mlp_out", f"blocks.{L - 1}.hook_resid_post"]
+    _, cache = model.run_with_cache(idx, names=names)
+    final = cache[f"blocks.{L - 1}.hook_resid_post"][:, position]  # (B, D)
+    ln = model.ln_f
+    sigma = (final.var(-1, unbiased=False, keepdim=True) + ln.eps).sqrt()  # the scale the forward pass used
+    direction = model.lm_head.weight[token] * ln.weight  # γ ⊙ W_U[t]  (D,)
+
+    def term(c: Tensor) -> Tensor:  # c (B, D): its part of the logit
+        return ((c - c.mean(-1, keepdim=True)) / sigma) @ direction
+
+    out = {"embed": term(cache["hook_embed"][:, position])}
+    for i, block in enumerate(model.blocks):
+        attn = block.attn
+        z = cache[f"blocks.{i}.attn.hook_z"][:, :, position]  # (B, H, d_v)
+        w_o = attn.out_proj.weight.view(attn.out_proj.weight.shape[0], attn.n_heads, -1)  # (D, H, d_v)
+        for h in range(attn.n_heads):
+            out[f"L{i}.H{h}"] = term(z[:, h] @ w_o[:, h].T)
+        if attn.out_proj.bias is not None:
+            out[f"L{i}.attn_bias"] = term(attn.out_proj.bias.expand_as(final))
+        out[f"L{i}.mlp"] = term(cache[f"blocks.{i}.hook_mlp_out"][:, position])
+    bias = ln.bias @ model.lm_head.weight[token] if ln.bias is not None else torch.zeros((), device=final.device)
+    out["ln_final_bias"] = bias.expand(final.shape[0])
+    return out

@@ -1,0 +1,172 @@
+"""Interventions through the hook points: ablating heads, and activation patching from a clean
+run into a corrupted one (Meng et al. 2022; Wang et al. 2022), the way TransformerLens's
+``patching`` measures where a behaviour lives.
+
+Patching: run the model on a *clean* input and keep its activations; run it on a *corrupted*
+input (one that changes the answer) with one activation replaced by its clean value; the metric
+(say the logit difference between the right and the wrong answer) says how much of the clean
+behaviour that one activation restores:
+
+    restored = (metric(patched) − metric(corrupt)) / (metric(clean) − metric(corrupt))
+
+1 at a place that carries everything the answer needs, 0 where patching changes nothing.
+"""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+from typing import Callable
+
+import torch
+from torch import Tensor
+
+from ..errors import OptionError
+
+Metric = Callable[[Tensor], Tensor]  # logits -> one number per batch row (B,)
+
+
+def logit_difference(answer: int, wrong: int | None = None, position: int = -1) -> Metric:
+    """logit[answer] − logit[wrong] at ``position`` (or the answer's log-probability without ``wrong``)."""
+
+    def metric(logits: Tensor) -> Tensor:
+        last = logits[:, position] if logits.dim() == 3 else logits
+        if wrong is None:
+            return last.float().log_softmax(-1)[:, answer]
+        return (last[:, answer] - last[:, wrong]).float()
+
+    return metric
+
+
+def parse_heads(text: str) -> list[tuple[int, int]]:
+    """``"0.1,2.3"`` -> [(0, 1), (2, 3)] (layer.head, comma-separated)."""
+    heads = []
+    for item in text.split(","):
+        layer, _, head = item.strip().partition(".")
+        if not (layer.isdigit() and head.isdigit()):
+            raise OptionError(f"head {item.strip()!r}: write heads as LAYER.HEAD, comma-separated (0.1,2.3)")
+        heads.append((int(layer), int(head)))
+    return heads
+
+
+def check_ablation(model, heads: list[tuple[int, int]], how: str) -> None:
+    check_heads(model, heads)
+    if how not in ("zero", "mean"):
+        raise OptionError(f"ablation {how!r}: choose zero or mean")
+
+
+def check_heads(model, heads: list[tuple[int, int]]) -> None:
+    """Refuse heads that are not in ``model`` (one line, naming the model's size)."""
+    blocks = _blocks(model)
+    for layer, head in heads:
+        if not 0 <= layer < len(blocks):
+            raise OptionError(f"layer {layer} does not exist: the model has layers 0-{len(blocks) - 1}")
+        n = blocks[layer].attn.n_heads
+        if not 0 <= head < n:
+            raise OptionError(f"head {layer}.{head} does not exist: layer {layer} has heads 0-{n - 1}")
+
+
+def _blocks(model):
+    for path in ("blocks", "encoder.blocks"):
+        obj = model
+        try:
+            for part in path.split("."):
+                obj = getattr(obj, part)
+            return obj
+        except AttributeError:
+            continue
+    raise OptionError(f"{type(model).__name__} has no stack of attention blocks to intervene on")
+
+
+def _prefix(model) -> str:
+    return "blocks" if hasattr(model, "blocks") else "encoder.blocks"
+
+
+@contextmanager
+def ablated(model, heads: list[tuple[int, int]], how: str = "zero", reference: tuple | None = None):
+    """Within the block, the ``heads`` (layer, head) write nothing (``how="zero"``) or their mean
+    output (``how="mean"``) over the ``reference`` inputs (the positional arguments of one
+    forward pass), or, without ``reference``, over each forward pass's own batch and positions."""
+    check_ablation(model, heads, how)
+    prefix = _prefix(model)
+    by_layer: dict[int, list[int]] = {}
+    for layer, head in heads:
+        by_layer.setdefault(layer, []).append(head)
+    means = {}
+    if how == "mean" and reference is not None:
+        names = [f"{prefix}.{layer}.attn.hook_z" for layer in by_layer]
+        with torch.no_grad():
+            _, cache = model.run_with_cache(*reference, names=names)
+        means = {n: cache[n].mean(dim=(0, 2), keepdim=True) for n in names}  # (1, H, 1, d_v)
+
+    def fn_for(layer: int):
+        name = f"{prefix}.{layer}.attn.hook_z"
+
+        def replace(z: Tensor, hook) -> Tensor:
+            z = z.clone()
+            for h in by_layer[layer]:
+                if how == "zero":
+                    z[:, h] = 0
+                elif name in means:
+                    z[:, h] = means[name][:, h].to(z.dtype)
+                else:  # the mean over this very batch and its positions
+                    z[:, h] = z[:, h].mean(dim=(0, 1), keepdim=True)
+            return z
+
+        return name, replace
+
+    with model.hooks([fn_for(layer) for layer in by_layer]):
+        yield model
+
+
+@torch.no_grad()
+def patch_activations(model, clean: tuple, corrupt: tuple, metric: Metric, over: str = "resid_pre") -> Tensor:
+    """How much of the clean behaviour each activation restores (see the module docstring).
+
+    ``clean`` / ``corrupt``: the positional arguments of a forward pass each (same shapes).
+    ``over="resid_pre"``: each block's residual stream at each position -> (L, T);
+    ``over="head"``: each head's output (``attn.hook_z``), all positions -> (L, H).
+    Values are averaged over the batch."""
+    if over not in ("resid_pre", "head"):
+        raise OptionError(f"patching over {over!r}: resid_pre (layer x position) or head (layer x head)")
+    blocks, prefix = _blocks(model), _prefix(model)
+    point = "hook_resid_pre" if over == "resid_pre" else "attn.hook_z"
+    names = [f"{prefix}.{i}.{point}" for i in range(len(blocks))]
+    if any(torch.is_tensor(a) and torch.is_tensor(b) and a.shape != b.shape for a, b in zip(clean, corrupt)):
+        raise OptionError("the clean and corrupted inputs must have the same shape (the same number of tokens)")
+    clean_logits, cache = model.run_with_cache(*clean, names=names)
+    m_clean, m_corrupt = metric(clean_logits).mean(), metric(model(*corrupt)).mean()
+    span = m_clean - m_corrupt
+    if span.abs() < 1e-6:
+        raise OptionError(
+            "the clean and corrupted inputs give the same metric: corrupt the input so the answer changes"
+        )
+    size = cache[names[0]].shape[1]  # positions (B, T, D) or heads (B, H, T, d)
+    out = torch.zeros(len(blocks), size)
+    for i, name in enumerate(names):
+        for j in range(size):
+
+            def put(x: Tensor, hook, j=j, name=name) -> Tensor:
+                x = x.clone()
+                x[:, j] = cache[name][:, j]  # resid (B, T, D): position j; z (B, H, T, d): head j
+                return x
+
+            with model.hooks([(name, put)]):
+                out[i, j] = ((metric(model(*corrupt)).mean() - m_corrupt) / span).item()
+    return out
+
+
+def patching_figure(restored: Tensor, path, *, over: str = "resid_pre", labels: list[str] | None = None, title=""):
+    """The patching heat map: layers down, positions (with their tokens) or heads across."""
+    from .plots import plt, save_figure
+
+    n_layers, n = restored.shape
+    fig, ax = plt.subplots(figsize=(1.5 + 0.45 * n, 1.2 + 0.4 * n_layers), dpi=110)
+    lim = max(float(restored.abs().max()), 1e-6)
+    im = ax.imshow(restored.numpy(), cmap="RdBu", vmin=-lim, vmax=lim, aspect="auto")
+    ax.set_yticks(range(n_layers), [f"layer {i}" for i in range(n_layers)])
+    ticks = labels if labels is not None else [str(j) for j in range(n)]
+    ax.set_xticks(range(n), ticks, rotation=60 if over == "resid_pre" else 0, fontsize=8)
+    ax.set_xlabel("position (token)" if over == "resid_pre" else "head")
+    ax.set_title(title or "restored fraction of the clean metric")
+    fig.colorbar(im, ax=ax, fraction=0.04)
+    return save_figure(fig, path)

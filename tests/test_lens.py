@@ -1,0 +1,158 @@
+"""Logit lens, direct logit attribution, ablation, activation patching and head detectors, each
+against a hand computation on a small random GPT (fp32)."""
+
+import pytest
+import torch
+
+from attnlab.inspect.detectors import detection_mask, head_scores, repeated_random_tokens, score
+from attnlab.inspect.lens import direct_logit_attribution, logit_lens
+from attnlab.inspect.patching import ablated, logit_difference, patch_activations
+from attnlab.models import GPT, GPTConfig
+
+
+@pytest.fixture(scope="module")
+def gpt():
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(vocab_size=23, context=16, layers=3, heads=4, dim=32, dropout=0.0)).eval()
+    with torch.no_grad():  # random, not GPT-2's small init: the terms below are far from zero
+        for p in model.parameters():
+            p.normal_(0, 0.3)
+    return model
+
+
+def test_logit_lens_equals_stopping_the_model_after_each_block(gpt):
+    idx = torch.randint(23, (2, 10), generator=torch.Generator().manual_seed(1))
+    lens = logit_lens(gpt, idx)
+    assert lens.shape == (4, 2, 10, 23)
+    with torch.no_grad():
+        x = gpt.tok_emb(idx) + gpt.pos_emb.weight[:10]
+        assert torch.allclose(lens[0], gpt.lm_head(gpt.ln_f(x)), atol=1e-5)
+        for i, block in enumerate(gpt.blocks):
+            x = block(x)
+            assert torch.allclose(lens[i + 1], gpt.lm_head(gpt.ln_f(x)), atol=1e-4)
+        assert torch.allclose(lens[-1], gpt(idx), atol=1e-4)
+
+
+def test_direct_logit_attribution_sums_to_the_logit(gpt):
+    idx = torch.randint(23, (3, 9), generator=torch.Generator().manual_seed(2))
+    for token, position in ((5, -1), (17, 4)):
+        parts = direct_logit_attribution(gpt, idx, token, position)
+        assert len([k for k in parts if ".H" in k]) == 3 * 4 and "L2.mlp" in parts
+        total = torch.stack(list(parts.values())).sum(0)
+        with torch.no_grad():
+            logit = gpt(idx)[:, position, token]
+        assert torch.allclose(total, logit, atol=1e-4), (total, logit)
+    with pytest.raises(ValueError, match="not in the vocabulary"):
+        direct_logit_attribution(gpt, idx, 23)
+
+
+def test_mean_ablation_is_the_head_replaced_by_a_constant(gpt):
+    """Mean-ablating head 1.2 = zeroing its W_O columns and adding W_O,h · mean(z_h) to the bias."""
+    import copy
+
+    ref = torch.randint(23, (8, 12), generator=torch.Generator().manual_seed(3))
+    idx = torch.randint(23, (2, 12), generator=torch.Generator().manual_seed(4))
+    _, cache = gpt.run_with_cache(ref, names="blocks.1.attn.hook_z")
+    mean_z = cache["blocks.1.attn.hook_z"][:, 2].mean(dim=(0, 1))  # (d_v,)
+    with ablated(gpt, [(1, 2)], how="mean", reference=(ref,)), torch.no_grad():
+        got = gpt(idx)
+    edited = copy.deepcopy(gpt)
+    attn = edited.blocks[1].attn
+    d = attn.d_v
+    with torch.no_grad():
+        cols = attn.out_proj.weight[:, 2 * d : 3 * d].clone()
+        attn.out_proj.weight[:, 2 * d : 3 * d] = 0
+        attn.out_proj.bias += cols @ mean_z
+        assert torch.allclose(got, edited(idx), atol=1e-4)
+        with ablated(gpt, [(1, 2)]):
+            zeroed = gpt(idx)
+        attn.out_proj.bias -= cols @ mean_z
+        assert torch.allclose(zeroed, edited(idx), atol=1e-4)
+    with pytest.raises(ValueError, match="head 1.4 does not exist"):
+        with ablated(gpt, [(1, 4)]):
+            pass
+
+
+def test_patching_one_changed_token_restores_exactly_there(gpt):
+    """Clean and corrupt differ at position 3 only: at layer 0 patching position 3 restores all
+    (the inputs become equal) and any other position nothing."""
+    clean = torch.tensor([[1, 2, 3, 4, 5, 6, 7, 8]])
+    corrupt = clean.clone()
+    corrupt[0, 3] = 9
+    with torch.no_grad():
+        logits = gpt(clean)[0, -1]
+    answer, wrong = int(logits.argmax()), int(logits.argmin())
+    restored = patch_activations(gpt, (clean,), (corrupt,), logit_difference(answer, wrong))
+    assert restored.shape == (3, 8)
+    assert abs(restored[0, 3] - 1) < 1e-4 and restored[0, [0, 1, 2, 4, 5, 6, 7]].abs().max() < 1e-4
+    assert restored[:, :3].abs().max() < 1e-4  # positions before the change never differ (causal)
+    heads = patch_activations(gpt, (clean,), (corrupt,), logit_difference(answer, wrong), over="head")
+    assert heads.shape == (3, 4) and torch.isfinite(heads).all()
+    with pytest.raises(ValueError, match="same metric"):
+        patch_activations(gpt, (clean,), (clean,), logit_difference(answer, wrong))
+
+
+def test_detection_masks_and_scores_by_hand():
+    tokens = torch.tensor([7, 3, 5, 7, 3, 5])
+    prev = detection_mask(tokens, "previous_token")
+    assert prev[1, 0] == 1 and prev[0].sum() == 0 and prev.sum() == 5
+    dup = detection_mask(tokens, "duplicate_token")
+    assert dup[3, 0] == 1 and dup[4, 1] == 1 and dup.sum() == 3
+    ind = detection_mask(tokens, "induction")  # at the second 7 (i=3), attend to what followed the first: 3 (j=1)
+    assert ind[3, 1] == 1 and ind[4, 2] == 1 and ind[5, 3] == 1 and ind.sum() == 3
+    perfect_prev = torch.zeros(6, 6)
+    perfect_prev[0, 0] = 1
+    perfect_prev[torch.arange(1, 6), torch.arange(0, 5)] = 1
+    assert abs(score(perfect_prev, prev) - 5 / 6) < 1e-6 and score(perfect_prev, ind) == 0
+
+
+def test_head_scores_of_a_model(gpt):
+    idx = repeated_random_tokens(2, 6, 23, torch.Generator().manual_seed(5))
+    assert torch.equal(idx[:, :6], idx[:, 6:])
+    scores = head_scores(gpt, idx)
+    assert set(scores) == {"previous_token", "duplicate_token", "induction"}
+    assert all(s.shape == (3, 4) and ((s >= 0) & (s <= 1)).all() for s in scores.values())
+
+
+RUNS = __import__("pathlib").Path(__file__).parent / "fixtures" / "runs_v0_1"
+
+
+def test_patch_and_ablate_from_python_and_the_command_line(tmp_path, capsys):
+    import json
+
+    import attnlab
+    from attnlab.cli import main
+
+    gpt = attnlab.load(RUNS / "gpt")
+    res = gpt.patch("The cat sat", "The cat sit", "a", "e")
+    assert res["restored"].shape == (1, 11) and res["tokens"][-1] == "t"
+    assert abs(res["restored"][0, 9] - 1) < 1e-4  # the changed character, at the embeddings: all restored
+    lens = gpt.logit_lens("The cat", top_k=2)
+    assert len(lens["layers"]) == 2 and len(lens["top_tokens"][0]) == 7 and lens["top_probs"].shape == (2, 7, 2)
+    out = tmp_path / "patch.png"
+    argv = ["patch", "--ckpt", str(RUNS / "gpt"), "--clean", "The cat sat", "--corrupt", "The cat sit"]
+    assert main([*argv, "--answer", "a", "--wrong", "e", "--out", str(out)]) == 0
+    assert (
+        out.is_file()
+        and out.with_suffix(".npz").is_file()
+        and "layer 0 position 9 'a': +1.000" in capsys.readouterr().out
+    )
+    for bad, words in (
+        (["--answer", "ab", "--out", str(out)], "is 2 tokens"),
+        (["--answer", "a", "--out", str(tmp_path)], "is a folder"),
+    ):
+        assert main([*argv, *bad]) == 2 and words in capsys.readouterr().err
+    short = ["patch", "--ckpt", str(RUNS / "gpt"), "--clean", "The cat", "--corrupt", "The dogs", "--answer", "a"]
+    assert main([*short, "--out", str(out)]) == 2 and "same number" in capsys.readouterr().err
+
+    before = gpt.evaluate(max_tokens=400)
+    after = gpt.evaluate(max_tokens=400, ablate="0.1")
+    assert after["loss"] != before["loss"]
+    assert main(["ablate", "--ckpt", str(RUNS / "gpt"), "--heads", "0.1", "--max-tokens", "400", "--json"]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    assert abs(shown["change"]["loss"] - (after["loss"] - before["loss"])) < 1e-6
+    assert main(["ablate", "--ckpt", str(RUNS / "vit"), "--heads", "0.0,0.1", "--how", "mean"]) == 0
+    assert "accuracy" in capsys.readouterr().out
+    for heads, words in (("0.2", "head 0.2 does not exist"), ("1.0", "layer 1 does not exist"), ("x", "LAYER.HEAD")):
+        assert main(["ablate", "--ckpt", str(RUNS / "gpt"), "--heads", heads]) == 2
+        assert words in capsys.readouterr().err
