@@ -74,7 +74,9 @@ class TransformerBlock(nn.Module):
         n_kv_heads: int | None = None,
         rotary: nn.Module | None = None,
         position_bias: nn.Module | None = None,
+        mlp: bool = True,
     ) -> None:
+        """``mlp=False``: attention only (the blocks of the induction-head studies)."""
         super().__init__()
         self.norm_first = norm_first
         self.ln1 = nn.LayerNorm(dim, eps=norm_eps, bias=bias)
@@ -89,8 +91,8 @@ class TransformerBlock(nn.Module):
             rotary=rotary,
             position_bias=position_bias,
         )
-        self.ln2 = nn.LayerNorm(dim, eps=norm_eps, bias=bias)
-        self.mlp = MLP(dim, mlp_hidden or 4 * dim, activation, dropout, bias)
+        self.ln2 = nn.LayerNorm(dim, eps=norm_eps, bias=bias) if mlp else None
+        self.mlp = MLP(dim, mlp_hidden or 4 * dim, activation, dropout, bias) if mlp else None
         self.resid_dropout = nn.Dropout(dropout)
         self.checkpoint_activations = False
         self.hook_resid_pre, self.hook_resid_mid, self.hook_resid_post = HookPoint(), HookPoint(), HookPoint()
@@ -115,8 +117,12 @@ class TransformerBlock(nn.Module):
         x = self.hook_resid_pre(x)
         if self.norm_first:
             x = self.hook_resid_mid(x + self.hook_attn_out(self.resid_dropout(self.attn(self.ln1(x), **kw))))
+            if self.mlp is None:
+                return self.hook_resid_post(x)
             return self.hook_resid_post(x + self.hook_mlp_out(self.mlp(self.ln2(x))))
         x = self.hook_resid_mid(self.ln1(x + self.hook_attn_out(self.resid_dropout(self.attn(x, **kw)))))
+        if self.mlp is None:
+            return self.hook_resid_post(x)
         return self.hook_resid_post(self.ln2(x + self.hook_mlp_out(self.mlp(x))))
 
 

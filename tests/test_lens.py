@@ -156,3 +156,23 @@ def test_patch_and_ablate_from_python_and_the_command_line(tmp_path, capsys):
     for heads, words in (("0.2", "head 0.2 does not exist"), ("1.0", "layer 1 does not exist"), ("x", "LAYER.HEAD")):
         assert main(["ablate", "--ckpt", str(RUNS / "gpt"), "--heads", heads]) == 2
         assert words in capsys.readouterr().err
+
+
+def test_an_attention_only_gpt(tmp_path):
+    """--no-mlp: blocks without an MLP (resid_post = resid_mid); the attribution still sums, and
+    GPT-2 export refuses it (GPT-2 has MLPs)."""
+    import attnlab
+    from attnlab.errors import CheckpointError
+
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(vocab_size=11, context=8, layers=2, heads=2, dim=16, mlp=False)).eval()
+    assert all(b.mlp is None for b in model.blocks) and sum(p.numel() for p in model.parameters()) < 3000
+    idx = torch.randint(11, (2, 8))
+    _, cache = model.run_with_cache(idx)
+    assert torch.equal(cache["blocks.0.hook_resid_mid"], cache["blocks.0.hook_resid_post"])
+    assert not any("mlp" in k for k in cache)
+    parts = direct_logit_attribution(model, idx, 3)
+    with torch.no_grad():
+        assert torch.allclose(torch.stack(list(parts.values())).sum(0), model(idx)[:, -1, 3], atol=1e-4)
+    with pytest.raises(CheckpointError, match="mlp=False"):
+        attnlab.export_hf(model, tmp_path / "hf")

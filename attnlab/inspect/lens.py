@@ -85,7 +85,8 @@ def direct_logit_attribution(model, idx: Tensor, token: int, position: int = -1)
             out[f"L{i}.H{h}"] = term(z[:, h] @ w_o[:, h].T)
         if attn.out_proj.bias is not None:
             out[f"L{i}.attn_bias"] = term(attn.out_proj.bias.expand_as(final))
-        out[f"L{i}.mlp"] = term(cache[f"blocks.{i}.hook_mlp_out"][:, position])
+        if block.mlp is not None:  # (an attention-only model has none)
+            out[f"L{i}.mlp"] = term(cache[f"blocks.{i}.hook_mlp_out"][:, position])
     bias = ln.bias @ model.lm_head.weight[token] if ln.bias is not None else torch.zeros((), device=final.device)
     out["ln_final_bias"] = bias.expand(final.shape[0])
     return out

@@ -95,9 +95,10 @@ def load_gpt2(cfg: dict, state: dict[str, Tensor]) -> nn.Module:
 
 def export_gpt2(model: nn.Module) -> tuple[dict[str, Tensor], dict]:
     c = model.config
-    if c.pos != "learned" or not c.bias:
+    if c.pos != "learned" or not c.bias or not c.mlp:
         raise CheckpointError(
-            f"only GPT models with learned positions and biases map to GPT-2; this one has pos={c.pos!r}, bias={c.bias}"
+            "only GPT models with learned positions, biases and MLPs map to GPT-2; this one has "
+            f"pos={c.pos!r}, bias={c.bias}, mlp={c.mlp}"
         )
     sd = model.state_dict()
     out = {}

@@ -7,7 +7,7 @@ logits = LN(x_L) Eᵀ                      tied output head
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 from torch import Tensor, nn
@@ -37,6 +37,12 @@ class GPTConfig(Config):
     activation: str = "gelu"  # exact GELU (nanoGPT); the gpt2 preset uses "gelu_tanh" (GPT-2's gelu_new)
     norm_eps: float = 1e-5
     tie_output: bool = True
+    mlp: bool = field(
+        default=True,
+        metadata={
+            "help": "an MLP in every block (--no-mlp: attention only, as in the induction-head studies; default: on)"
+        },
+    )
 
     SIZES = ("vocab_size", "context", "layers", "heads", "dim")
     ALIASES = {
@@ -102,6 +108,7 @@ class GPT(HookedModule):
                 norm_eps=c.norm_eps,
                 rotary=rotary,
                 position_bias=alibi,
+                mlp=c.mlp,
             )
             for _ in range(c.layers)
         )
