@@ -82,7 +82,7 @@ def main() -> None:
     counts = sorted({int(k) for r in results.values() for k in r["by_objects"]})
     line_plot_png(
         counts,
-        {a: [r["by_objects"][str(k)]["exact"] for k in counts] for a, r in results.items()},
+        {a: [r["by_objects"].get(str(k), {}).get("exact", float("nan")) for k in counts] for a, r in results.items()},
         Path(args.plot),
         xlabel="objects in the scene",
         ylabel="exact captions (held-out scenes)",
