@@ -15,7 +15,7 @@ $(VENV)/.installed-%: pyproject.toml
 	test -d $(VENV) || $(PYTHON) -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
 	$(PIP) install -q $(TORCH)
-	$(PIP) install -q -e ".[$*]"
+	$(PIP) install -q -e ".[$*]" $(TORCH)  # (pinned again: an extra must not pull another torch)
 	touch $@
 
 venv: $(VENV)/.installed-all

@@ -127,6 +127,8 @@ def test_patch_and_ablate_from_python_and_the_command_line(tmp_path, capsys):
     res = gpt.patch("The cat sat", "The cat sit", "a", "e")
     assert res["restored"].shape == (1, 11) and res["tokens"][-1] == "t"
     assert abs(res["restored"][0, 9] - 1) < 1e-4  # the changed character, at the embeddings: all restored
+    scores = gpt.attribute("The cat s", "a", steps=16)
+    assert [t for t, _ in scores] == list("The cat s") and all(isinstance(v, float) for _, v in scores)
     lens = gpt.logit_lens("The cat", top_k=2)
     assert len(lens["layers"]) == 2 and len(lens["top_tokens"][0]) == 7 and lens["top_probs"].shape == (2, 7, 2)
     out = tmp_path / "patch.png"
@@ -176,3 +178,59 @@ def test_an_attention_only_gpt(tmp_path):
         assert torch.allclose(torch.stack(list(parts.values())).sum(0), model(idx)[:, -1, 3], atol=1e-4)
     with pytest.raises(CheckpointError, match="mlp=False"):
         attnlab.export_hf(model, tmp_path / "hf")
+
+
+def test_class_lens_of_a_vit_ends_at_its_logits():
+    from attnlab.inspect.lens import class_lens
+    from attnlab.models import ViT, ViTConfig
+
+    torch.manual_seed(0)
+    vit = ViT(ViTConfig(image_size=8, patch_size=2, in_chans=1, num_classes=5, dim=16, layers=3, heads=2)).eval()
+    with torch.no_grad():
+        vit.head.weight.normal_()
+        images = torch.rand(4, 1, 8, 8)
+        lens = class_lens(vit, images)
+        assert lens.shape == (3, 4, 5) and torch.allclose(lens[-1], vit(images), atol=1e-5)
+        x = vit.hook_embed(vit.pos(torch.cat([vit.cls_token.expand(4, 1, 16), vit.patch_embed(images)], 1)))
+        x = vit.encoder.blocks[0](x)
+        if vit.peg is not None:
+            x = vit.peg(x, vit.grid, vit.n_prefix)
+        assert torch.allclose(lens[0], vit.head(vit.encoder.ln_f(x)[:, 0]), atol=1e-5)
+
+
+def test_integrated_gradients_are_complete_and_equal_captums(gpt):
+    """Completeness: the token attributions sum to f(x) − f(zero embeddings) within 1 %; the wrapper
+    equals captum's IntegratedGradients called on the same function."""
+    pytest.importorskip("captum")
+    from captum.attr import IntegratedGradients
+
+    from attnlab.inspect.attribution import image_attributions, text_attributions
+    from attnlab.models import ViT, ViTConfig
+
+    idx = torch.randint(23, (2, 7), generator=torch.Generator().manual_seed(6))
+    res = text_attributions(gpt, idx, target=4, steps=64)
+    _, cache = gpt.run_with_cache(idx, names="hook_embed")
+    e = cache["hook_embed"]
+
+    def f(x):
+        with gpt.hooks([("hook_embed", lambda v, hook: x)]):
+            return gpt(idx.repeat(x.shape[0] // 2, 1))[:, -1, 4]
+
+    with torch.no_grad():
+        gap = f(e) - f(torch.zeros_like(e))
+    assert torch.allclose(res["tokens"].sum(-1), gap, rtol=0.01, atol=1e-3), (res["tokens"].sum(-1), gap)
+    direct = IntegratedGradients(f).attribute(e, baselines=torch.zeros_like(e), n_steps=64).sum(-1)
+    assert torch.allclose(res["tokens"], direct, atol=1e-5)
+    gxi = text_attributions(gpt, idx, target=4, method="gradient_x_input")
+    assert gxi["tokens"].shape == (2, 7) and gxi["delta"] is None
+
+    torch.manual_seed(0)
+    vit = ViT(ViTConfig(image_size=8, patch_size=2, in_chans=1, num_classes=3, dim=16, layers=1, heads=2)).eval()
+    with torch.no_grad():
+        vit.head.weight.normal_()
+    images = torch.randn(2, 1, 8, 8)
+    px = image_attributions(vit, images, target=1, steps=64)
+    with torch.no_grad():
+        gap = vit(images)[:, 1] - vit(torch.zeros_like(images))[:, 1]
+    assert px["pixels"].shape == (2, 8, 8)
+    assert torch.allclose(px["pixels"].sum((1, 2)), gap, rtol=0.01, atol=1e-3)

@@ -1,5 +1,5 @@
-"""What each layer already predicts, and who wrote the logit: the logit lens and direct logit
-attribution, read through the hook points.
+"""What each layer already predicts, and who wrote the logit: the logit lens (GPT), the class
+lens (ViT) and direct logit attribution, read through the hook points.
 
 Logit lens (nostalgebraist, 2020): the residual stream after block ℓ, put through the final
 LayerNorm and the unembedding as if the model stopped there,
@@ -40,6 +40,20 @@ def logit_lens(model, idx: Tensor) -> Tensor:
     _, cache = model.run_with_cache(idx, names=names)
     stream = torch.stack([cache[n] for n in names])  # (L + 1, B, T, D)
     return model.lm_head(model.ln_f(stream))
+
+
+@torch.no_grad()
+def class_lens(model, images: Tensor) -> Tensor:
+    """ViT: images (B, C, H, W) -> (L, B, classes): the class logits each block's output would give
+    through the final norm, the pooling (class token or mean) and the head; the last row equals
+    the model's logits."""
+    if getattr(model, "model_type", None) != "vit" or not isinstance(model.head, torch.nn.Linear):
+        raise OptionError("the class lens reads a ViT classifier (a model with a classification head)")
+    names = [f"encoder.blocks.{i}.hook_resid_post" for i in range(len(model.encoder.blocks))]
+    _, cache = model.run_with_cache(images, names=names)
+    stream = model.encoder.ln_f(torch.stack([cache[n] for n in names]))  # (L, B, T, D)
+    pooled = stream[:, :, 0] if model.config.pool == "cls" else stream.mean(dim=2)
+    return model.head(pooled)
 
 
 @torch.no_grad()

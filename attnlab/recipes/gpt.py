@@ -15,7 +15,8 @@ from ..options import Command, OptionSpecs, at_least, device_name, nonneg_float,
 
 
 class GPTVerbs(Verbs):
-    """A GPT loaded by :func:`attnlab.load`: ``tokenizer``, ``generate``, ``patch``, ``logit_lens``."""
+    """A GPT loaded by :func:`attnlab.load`: ``tokenizer``, ``generate``, ``patch``, ``logit_lens``,
+    ``attribute``."""
 
     def _ids(self, text: str, what: str):
         import torch
@@ -59,6 +60,16 @@ class GPTVerbs(Verbs):
         )
         restored = patch_activations(self, (x,), (y,), metric, over=over)
         return {"restored": restored, "tokens": [self.tokenizer.decode([i]) for i in x[0].tolist()], "over": over}
+
+    def attribute(self, text: str, answer: str, *, method: str = "integrated_gradients", steps: int = 32):
+        """How much each token of ``text`` contributes to the logit of the next token ``answer``
+        (:mod:`attnlab.inspect.attribution`): [(token, score), ...], scores summing to the logit's
+        rise over zero embeddings (integrated gradients)."""
+        from ..inspect.attribution import text_attributions
+
+        idx = self._ids(text, "text")
+        res = text_attributions(self, idx, self._one_token(answer, "answer"), method=method, steps=steps)
+        return [(self.tokenizer.decode([i]), float(s)) for i, s in zip(idx[0].tolist(), res["tokens"][0])]
 
     def logit_lens(self, text: str, top_k: int = 1) -> dict:
         """Every layer's top next-token guesses at every position (:func:`attnlab.inspect.lens.logit_lens`)."""

@@ -1,0 +1,81 @@
+"""Which input made this output: integrated gradients (Sundararajan et al. 2017, computed by
+captum, a well-kept library: ``pip install attnlab[interpret]``) and gradient × input, for text
+(per token, at the embeddings, through the ``hook_embed`` hook point) and images (per pixel).
+
+Integrated gradients of an output f along the straight path from a baseline x' to the input x,
+
+    IG_i = (x_i − x'_i) · ∫₀¹ ∂f(x' + α (x − x')) / ∂x_i dα,
+
+sum to f(x) − f(x') (completeness; captum reports the gap as its convergence delta). Text uses
+x' = zero embeddings, images x' = black (zeros after normalisation: the dataset's mean).
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+from torch import Tensor
+
+from ..errors import OptionError
+
+METHODS = ("integrated_gradients", "gradient_x_input")
+
+
+def _captum_ig():
+    try:
+        from captum.attr import IntegratedGradients
+    except ImportError:
+        raise OptionError(
+            "integrated gradients need captum: pip install 'attnlab[interpret]' (or method='gradient_x_input')"
+        ) from None
+    return IntegratedGradients
+
+
+def attribute(fn: Callable[[Tensor], Tensor], x: Tensor, method: str = "integrated_gradients", steps: int = 32):
+    """Attributions (x's shape) of ``fn(x)`` (B,) to each element of x, and the completeness gap
+    (B,) for integrated gradients (``None`` for gradient × input)."""
+    if method not in METHODS:
+        raise OptionError(f"attribution method {method!r}: choose one of {', '.join(METHODS)}")
+    if method == "gradient_x_input":
+        x = x.detach().requires_grad_(True)
+        (grad,) = torch.autograd.grad(fn(x).sum(), x)
+        return (grad * x).detach(), None
+    ig = _captum_ig()(fn)
+    attr, delta = ig.attribute(x, baselines=torch.zeros_like(x), n_steps=steps, return_convergence_delta=True)
+    return attr.detach(), delta.detach()
+
+
+def text_attributions(
+    model, idx: Tensor, target: int, *, position: int = -1, method: str = "integrated_gradients", steps: int = 32
+) -> dict:
+    """A GPT's ``target`` token logit at ``position`` (B rows of idx (B, T)), attributed to each
+    input token at the embeddings (tokens + positions): {"tokens": (B, T) per-token sums,
+    "delta": completeness gap (B,) or None}."""
+    if getattr(model, "model_type", None) != "gpt":
+        raise OptionError("text attributions read a GPT here (other text models: attribute() with your own fn)")
+    if not 0 <= target < model.config.vocab_size:
+        raise OptionError(f"token {target} is not in the vocabulary of {model.config.vocab_size}")
+    _, cache = model.run_with_cache(idx, names="hook_embed")
+    embeds = cache["hook_embed"]
+
+    def fn(e: Tensor) -> Tensor:  # the logit with the embeddings replaced by e (captum stacks the path along B)
+        ids = idx.repeat(e.shape[0] // idx.shape[0], 1)
+        with model.hooks([("hook_embed", lambda x, hook: e)]):
+            return model(ids)[:, position, target]
+
+    attr, delta = attribute(fn, embeds, method, steps)
+    return {"tokens": attr.sum(-1), "delta": delta}
+
+
+def image_attributions(
+    model, images: Tensor, target: int, *, method: str = "integrated_gradients", steps: int = 32
+) -> dict:
+    """An image classifier's ``target`` class logit attributed to each pixel of ``images``
+    (B, C, H, W, normalised as the model reads them): {"pixels": (B, H, W) summed over channels,
+    "delta": completeness gap (B,) or None}."""
+    classes = getattr(model.config, "num_classes", 0)
+    if not 0 <= target < classes:
+        raise OptionError(f"class {target} is not one of the model's {classes} classes")
+    attr, delta = attribute(lambda x: model(x)[:, target], images, method, steps)
+    return {"pixels": attr.sum(1), "delta": delta}
