@@ -106,6 +106,9 @@ def test_text_page(browser, tmp_path):
         assert _status(page)["query"] == str(q)
         assert _top(page)[0] == _argmax(data["attention"][0, 1, q])
     assert page.locator("#next tr").count() == 10  # the next-token distribution at the hovered position
+    lens = page.locator("#lens tr")  # the logit lens there: embeddings + each block; the last is the model's top
+    assert lens.count() == data["attention"].shape[0] + 1 == len(data["lens_tokens"])
+    assert lens.last.locator("td").nth(1).inner_text() == json.dumps(data["next_tokens"][7][0])
     page.check("#show-values")  # (moving to the checkbox leaves the view: hover again)
     page.mouse.move(box["x"] + 100, box["y"] + 5 + 7 * 18 + 9)
     assert page.locator("#values").inner_text().strip().startswith(str(_argmax(data["attention"][0, 1, 7])))

@@ -722,6 +722,77 @@ def heads(ctx: Context) -> Result:
     )
 
 
+# ---- 13: induction heads --------------------------------------------------------------------------------
+@claim(
+    "induction",
+    "Induction heads form in two layers (beyond the lectures: Olsson et al. 2022)",
+    "A two-layer attention-only transformer trained on sequences that repeat a random segment learns to copy: "
+    "a previous-token head in layer 0 and an induction head in layer 1 (attend to the token after the previous "
+    "occurrence of the current one), and the loss on the repeated half falls far below the first half's.",
+)
+def induction(ctx: Context) -> Result:
+    from ..inspect.detectors import head_scores, repeated_random_tokens
+    from ..models import GPT, GPTConfig
+    from ..training import TrainConfig, Trainer
+    from ..training.tasks import RepeatedSequenceTask
+
+    vocab, length, half = 64, 40, 20
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(vocab_size=vocab, context=length, layers=2, heads=4, dim=64, pos="rope", mlp=False))
+    steps = ctx.steps(20, 1000, 2500)  # (the circuit forms at about step 500-700 here)
+    cfg = TrainConfig(
+        max_iters=steps,
+        batch_size=64,
+        lr=1e-3,
+        min_lr=1e-3,  # constant: the copying circuit forms in a sudden phase change that decay would slow
+        warmup_iters=0,
+        weight_decay=0.0,
+        beta2=0.999,
+        grad_clip=0.0,
+        eval_interval=steps,
+        eval_iters=2,
+        progress=False,
+        device="cpu",
+        dtype="fp32",
+        compile=False,
+    )
+    Trainer(model, RepeatedSequenceTask(vocab, length, 64), cfg, ctx.work / "induction").fit()
+    model.eval()
+    x = repeated_random_tokens(32, half, vocab, torch.Generator().manual_seed(1234))  # the first half, then again
+    with torch.no_grad():
+        per_token = F.cross_entropy(model(x[:, :-1]).transpose(1, 2), x[:, 1:], reduction="none").mean(0)
+    first, repeat = per_token[: half - 1].mean().item(), per_token[half - 1 :].mean().item()
+    scores = head_scores(model, x)
+    ind, prev = scores["induction"], scores["previous_token"]
+    fig, axes = plt.subplots(1, 3, figsize=(12, 3.2), dpi=100, layout="constrained")
+    for ax, (name, s) in zip(axes[:2], (("previous-token score", prev), ("induction score", ind))):
+        im = ax.imshow(s.numpy(), cmap="viridis", vmin=0, vmax=max(0.5, float(s.max())))
+        ax.set_xticks(range(s.shape[1]), [f"H{h}" for h in range(s.shape[1])])
+        ax.set_yticks(range(s.shape[0]), [f"layer {i}" for i in range(s.shape[0])])
+        ax.set_title(name, fontsize=9)
+        fig.colorbar(im, ax=ax, fraction=0.05)
+    axes[2].plot(range(1, len(per_token) + 1), per_token.numpy())
+    axes[2].axvline(half - 0.5, color="grey", lw=0.8)
+    axes[2].set_xlabel("position")
+    axes[2].set_ylabel("loss (nats)")
+    axes[2].set_title("loss per position: the second copy is predicted", fontsize=9)
+    save_figure(fig, ctx.out / "induction.png")
+    best_l1, best_l0 = ind[1].max().item(), ind[0].max().item()
+    ok = repeat < 0.5 * first and best_l1 > 0.3 and best_l1 > best_l0 and prev[0].max().item() > 0.3
+    return Result(
+        f"loss on the repeated half {repeat:.3f} vs {first:.3f} on the first (ln {vocab} = {math.log(vocab):.3f}); "
+        f"best induction score in layer 1 {best_l1:.3f} (head {int(ind[1].argmax())}), in layer 0 {best_l0:.3f}; "
+        f"best previous-token score in layer 0 {prev[0].max().item():.3f}",
+        ok,
+        "repeated-half loss below half the first half's, an induction score above 0.3 in layer 1 (higher than "
+        "layer 0's), and a previous-token head (score above 0.3) in layer 0 (scores: TransformerLens's definitions; "
+        "a perfect head scores 0.5 here, since only the second half can attend to an earlier copy)",
+        "induction.png",
+        note=f"2 layers x 4 heads, 64 wide, attention only, rotary positions; {steps} steps of 64 sequences of "
+        f"{length} tokens whose repeat distance changes per batch (so no fixed positional offset can do the copying)",
+    )
+
+
 # ---- the report -------------------------------------------------------------------------------------
 def run_claims(names: list[str], ctx: Context, log=print) -> dict[str, Result]:
     ctx.out.mkdir(parents=True, exist_ok=True)

@@ -163,7 +163,13 @@ function drawText() {
   if (S.query !== null && D.next_tokens) {
     let html = "<h2>next token after position " + S.query + "</h2><table id=\"next\">";
     for (let i = 0; i < D.next_tokens[S.query].length; i++) html += "<tr><td>" + JSON.stringify(D.next_tokens[S.query][i]).replace(/</g, "&lt;") + "</td><td>" + D.next_probs[S.query][i].toFixed(4) + "</td></tr>";
-    nt.innerHTML = html + "</table>";
+    html += "</table>";
+    if (D.lens_tokens) {  // the logit lens: what the stream would predict if the model stopped after each layer
+      html += "<h2>logit lens at position " + S.query + "</h2><table id=\"lens\">";
+      for (let l = 0; l < D.lens_tokens.length; l++) html += "<tr><td>" + (l === 0 ? "embeddings" : "after block " + (l - 1)) + "</td><td>" + JSON.stringify(D.lens_tokens[l][S.query]).replace(/</g, "&lt;") + "</td><td>" + D.lens_probs[l][S.query].toFixed(4) + "</td></tr>";
+      html += "</table>";
+    }
+    nt.innerHTML = html;
   } else nt.innerHTML = D.next_tokens ? "<p class=\"hint\">hover a token to see the next-token distribution there</p>" : "";
 }
 function textEvents() {

@@ -41,6 +41,36 @@ class LanguageModelTask:
         return {"tokenizer": self.data.tokenizer.to_dict(), "data": self.data.name}
 
 
+class RepeatedSequenceTask:
+    """Next-token prediction on random tokens whose last 2h tokens are a random segment of h
+    tokens written twice (h from ``min_half`` to T/2 per batch, after a random prefix): the
+    second copy is predictable only by looking back at the first, at a distance that changes
+    from batch to batch, which is how induction heads form (Olsson et al. 2022)."""
+
+    static_shapes = True
+
+    def __init__(self, vocab_size: int, length: int, batch_size: int, min_half: int = 6):
+        if not 1 <= min_half <= length // 2:
+            raise ValueError(f"min_half must be from 1 to length/2 = {length // 2}, got {min_half}")
+        self.vocab_size, self.length, self.min_half = vocab_size, length, min_half
+        self.items_per_batch = batch_size * length
+
+    def batch(self, split: str, batch_size: int, generator: torch.Generator) -> tuple[Tensor, Tensor]:
+        t, v = self.length + 1, self.vocab_size  # + 1: inputs and next-token targets
+        h = int(torch.randint(self.min_half, t // 2 + 1, (1,), generator=generator))
+        segment = torch.randint(v, (batch_size, h), generator=generator)
+        prefix = torch.randint(v, (batch_size, t - 2 * h), generator=generator)
+        seq = torch.cat([prefix, segment, segment], dim=1)
+        return seq[:, :-1], seq[:, 1:]
+
+    def loss(self, model: nn.Module, batch) -> Tensor:
+        x, y = batch
+        return cross_entropy(model(x), y)
+
+    def meta(self) -> dict:
+        return {"data": f"repeated random sequences (vocabulary {self.vocab_size}, length {self.length})"}
+
+
 class ClassificationMetrics:
     """Validation accuracy for any task with ``predict(model, split, device=) -> (predicted,
     true labels)``; it is also what ``--target`` stops on."""
