@@ -234,3 +234,82 @@ def test_integrated_gradients_are_complete_and_equal_captums(gpt):
         gap = vit(images)[:, 1] - vit(torch.zeros_like(images))[:, 1]
     assert px["pixels"].shape == (2, 8, 8)
     assert torch.allclose(px["pixels"].sum((1, 2)), gap, rtol=0.01, atol=1e-3)
+
+
+def test_the_same_as_transformer_lens(tmp_path, monkeypatch):
+    """A random HuggingFace GPT-2 booted by TransformerLens (4.x, TransformerBridge, offline from a
+    local folder) and loaded by attnlab: the same activations, logits, residual-stream
+    decomposition and activation-patching result."""
+    pytest.importorskip("transformer_lens")
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import GPT2Config, GPT2LMHeadModel, PreTrainedTokenizerFast
+
+    import attnlab
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    import transformer_lens.model_bridge.sources.transformers  # noqa: F401 (attaches boot_transformers)
+    from transformer_lens import patching
+    from transformer_lens.model_bridge import TransformerBridge
+
+    torch.manual_seed(0)
+    folder = tmp_path / "gpt2"
+    config = GPT2Config(vocab_size=50, n_positions=32, n_embd=32, n_layer=2, n_head=4, bos_token_id=0, eos_token_id=0)
+    GPT2LMHeadModel(config).eval().save_pretrained(folder)
+    words = Tokenizer(models.WordLevel({f"t{i}": i for i in range(50)}, unk_token="t0"))
+    words.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    PreTrainedTokenizerFast(tokenizer_object=words, unk_token="t0", bos_token="t0", eos_token="t0").save_pretrained(
+        folder
+    )
+    tl_model = TransformerBridge.boot_transformers(str(folder), device="cpu")  # eager attention: hookable
+    ours = attnlab.load(folder)
+    ids = torch.randint(50, (2, 10), generator=torch.Generator().manual_seed(1))
+    tl_logits, tl = tl_model.run_with_cache(ids)
+    logits, cache = ours.run_with_cache(ids)
+    assert torch.allclose(logits, tl_logits, atol=1e-4)
+    for i in range(2):
+        for name in (
+            "hook_resid_pre",
+            "hook_resid_mid",
+            "hook_resid_post",
+            "hook_attn_out",
+            "hook_mlp_out",
+            "attn.hook_pattern",
+            "mlp.hook_pre",
+            "mlp.hook_post",
+        ):
+            key = f"blocks.{i}.{name}"
+            assert torch.allclose(cache[key], tl[key], atol=1e-4), key
+        for name in (
+            "attn.hook_q",
+            "attn.hook_k",
+            "attn.hook_v",
+            "attn.hook_z",
+        ):  # TL: (B, T, H, d); attnlab (B, H, T, d)
+            key = f"blocks.{i}.{name}"
+            assert torch.allclose(cache[key].transpose(1, 2), tl[key], atol=1e-4), key
+    assert torch.allclose(cache["hook_embed"], tl["hook_embed"] + tl["hook_pos_embed"], atol=1e-5)
+    stream = torch.stack([cache["hook_embed"], cache["blocks.0.hook_resid_post"], cache["blocks.1.hook_resid_post"]])
+    assert torch.allclose(stream, tl.accumulated_resid(), atol=1e-4)  # what the logit lens reads
+    # direct logit attribution, per layer: TransformerLens's decomposition through the final LN's scale
+    token = 7
+    comps, labels = tl.decompose_resid(layer=-1, apply_ln=True, pos_slice=-1, return_labels=True)
+    theirs = dict(zip(labels, comps @ (ours.lm_head.weight[token] * ours.ln_f.weight)))
+    parts = direct_logit_attribution(ours, ids, token)
+    assert torch.allclose(parts["embed"], theirs["embed"] + theirs["pos_embed"], atol=1e-4)
+    for i in range(2):
+        attn = sum(v for k, v in parts.items() if k.startswith(f"L{i}.H") or k == f"L{i}.attn_bias")
+        assert torch.allclose(attn, theirs[f"{i}_attn_out"], atol=1e-4)
+        assert torch.allclose(parts[f"L{i}.mlp"], theirs[f"{i}_mlp_out"], atol=1e-4)
+    # activation patching of the residual stream, layer x position
+    clean = ids[:1, :8]
+    corrupt = clean.clone()
+    corrupt[0, 2] = (clean[0, 2] + 1) % 50
+    with torch.no_grad():
+        last = ours(clean)[0, -1]
+    metric = logit_difference(int(last.argmax()), int(last.argmin()))
+    clean_logits, clean_cache = tl_model.run_with_cache(clean)
+    m_clean, m_corrupt = metric(clean_logits).mean(), metric(tl_model(corrupt)).mean()
+    theirs = patching.get_act_patch_resid_pre(
+        tl_model, corrupt, clean_cache, lambda lg: (metric(lg).mean() - m_corrupt) / (m_clean - m_corrupt)
+    )
+    assert torch.allclose(patch_activations(ours, (clean,), (corrupt,), metric), theirs, atol=2e-4)
