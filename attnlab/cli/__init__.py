@@ -20,7 +20,7 @@ from .parser import EPILOG, Parser, add_options, flag_type, option_parser
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from ..recipes import Recipe, recipes
+    from ..recipes import recipes
 
     p = Parser(
         prog="attnlab",
@@ -73,14 +73,7 @@ def build_parser() -> argparse.ArgumentParser:
         "split. Image classifiers: accuracy on the test split and a confusion-matrix PNG. "
         "Seq2seq: perplexity and sacreBLEU on the test split.",
     )
-    evals = OptionSpecs()
-    evals.add("--ckpt", required=True, help="run folder or checkpoint folder")
-    Recipe.add_common_eval_arguments(evals)
-    evals.add("--json", kind="flag", help="print the metrics as one JSON object")
-    evals.add("--device", type=flag_type(device_name), default="auto", help="auto | cpu | cuda")
-    for r in families:
-        r.add_eval_arguments(evals)
-    add_options(e, evals)
+    add_options(e, _eval_options(families, "run folder or checkpoint folder", "print the metrics as one JSON object"))
     e.set_defaults(func=_evaluate)
 
     ab = sub.add_parser(
@@ -91,15 +84,9 @@ def build_parser() -> argparse.ArgumentParser:
         "(--how zero) or their mean output over each batch (--how mean), and prints both and the change. GPTs: "
         "loss and perplexity; image classifiers: accuracy.",
     )
-    ablations = OptionSpecs()
-    ablations.add("--ckpt", required=True, help="run folder of a GPT or a ViT")
+    ablations = _eval_options(families, "run folder of a GPT or a ViT", "print both results and the change as JSON")
     ablations.add("--heads", required=True, help="heads to silence: LAYER.HEAD, comma-separated (0.1,2.3)")
     ablations.add("--how", choices=["zero", "mean"], default="zero", help="zero (default) or mean ablation")
-    Recipe.add_common_eval_arguments(ablations)
-    ablations.add("--json", kind="flag", help="print both results and the change as one JSON object")
-    ablations.add("--device", type=device_name, default="cpu", help="auto | cpu | cuda (default cpu)")
-    for r in families:
-        r.add_eval_arguments(ablations)
     add_options(ab, ablations)
     ab.set_defaults(func=_ablate)
 
@@ -195,6 +182,20 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--device", type=flag_type(device_name), default="auto", help="auto | cpu | cuda")
     b.set_defaults(func=_bench)
     return p
+
+
+def _eval_options(families, ckpt_help: str, json_help: str) -> OptionSpecs:
+    """The options of ``eval`` (and ``ablate``): the checkpoint, every family's eval options, --json."""
+    from ..recipes import Recipe
+
+    specs = OptionSpecs()
+    specs.add("--ckpt", required=True, help=ckpt_help)
+    Recipe.add_common_eval_arguments(specs)
+    specs.add("--json", kind="flag", help=json_help)
+    specs.add("--device", type=device_name, default="auto", help="auto | cpu | cuda")
+    for r in families:
+        r.add_eval_arguments(specs)
+    return specs
 
 
 def _train(recipe, args) -> int:
