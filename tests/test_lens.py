@@ -313,3 +313,10 @@ def test_the_same_as_transformer_lens(tmp_path, monkeypatch):
         tl_model, corrupt, clean_cache, lambda lg: (metric(lg).mean() - m_corrupt) / (m_clean - m_corrupt)
     )
     assert torch.allclose(patch_activations(ours, (clean,), (corrupt,), metric), theirs, atol=2e-4)
+
+
+def test_ablate_refuses_families_whose_evaluation_cannot_apply_it(capsys):
+    from attnlab.cli import main
+
+    assert main(["ablate", "--ckpt", str(RUNS / "s2s"), "--heads", "0.0"]) == 2
+    assert "not supported yet" in capsys.readouterr().err

@@ -44,6 +44,7 @@ class Recipe:
     inspections: dict[str, str] = {}  # `attnlab inspect WHAT` -> help
     explore_kind: str | None = None  # what `attnlab explore` / `serve` show: text | image | cross
     default_seconds: int | None = None  # wall time of the embedded default run, measured on 2 CPU cores
+    ablatable = False  # its evaluate() applies ``options.intervene`` (``attnlab ablate``, ``evaluate(ablate=)``)
     # the options of a run of a few seconds on the embedded data: for tests (one test trains, loads,
     # evaluates and explores every registered family with them) and quick looks
     tiny: dict = {}
@@ -236,6 +237,11 @@ class Verbs:
         values = recipe.eval_specs().checked({"data": data, "split": split, **options}, "evaluate")
         values.update(ckpt=self.checkpoint, device=str(self.device))
         if ablate is not None:
+            if not recipe.ablatable:
+                raise OptionError(
+                    f"ablate: evaluating {recipe.name} models with heads ablated is not supported yet "
+                    "(GPTs and ViTs are); use attnlab.inspect.patching.ablated with your own loop"
+                )
             heads = parse_heads(ablate) if isinstance(ablate, str) else [tuple(h) for h in ablate]
             check_ablation(self, heads, ablation)  # before any work
             values["intervene"] = lambda model: ablated(model, heads, ablation)

@@ -40,6 +40,8 @@ class ImageClassifierRecipe(Recipe):
     """Base of the image classifier recipes; a subclass says how to build its model config
     (:meth:`new_config`)."""
 
+    ablatable = True
+
     verbs = ImageClassifierVerbs
     tiny = dict(max_iters=2, eval_interval=2, eval_iters=1, batch_size=4, progress=False, device="cpu")
 

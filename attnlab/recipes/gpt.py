@@ -149,6 +149,7 @@ class GPTRecipe(Recipe):
     presets = GPT_PRESETS
     set_by_data = ("vocab_size",)
     explore_kind = "text"
+    ablatable = True
     default_seconds = 70
     verbs = GPTVerbs
     tiny = dict(
