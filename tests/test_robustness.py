@@ -410,3 +410,32 @@ def test_held_out_scenes_never_repeat_training_captions(tmp_path, capsys):
     (tmp_path / "a.png").write_bytes(b"")
     bad.write_text("a.png\ta red square\textra column\n")
     _refused(["train", "caption", "--data", str(bad), "--out", str(tmp_path / "o")], capsys, "c.tsv:1 has 3 columns")
+
+
+def test_an_interrupt_between_a_step_and_its_log_line_loses_no_line(tmp_path, monkeypatch):
+    """SIGTERM/Ctrl-C right after a step, before its metrics line: the checkpoint saved on the
+    interrupt and metrics.jsonl must agree (a resumed run then has one line per step; the CI run
+    of the fault test once found step 44 missing)."""
+    import attnlab
+    from attnlab.recipes import recipes
+    from attnlab.training import Trainer, TrainingInterrupted
+    from attnlab.training.state import read_metrics
+
+    original = Trainer.train_step
+    calls = {"n": 0}
+
+    def step_then_interrupt(self):
+        loss = original(self)
+        calls["n"] += 1
+        if calls["n"] == 3:
+            raise KeyboardInterrupt  # after the step was counted, before the loop logs it
+        return loss
+
+    opts = {**{r.name: dict(r.tiny) for r in recipes()}["gpt"], "max_iters": 6, "eval_interval": 100}
+    monkeypatch.setattr(Trainer, "train_step", step_then_interrupt)
+    with pytest.raises(TrainingInterrupted):
+        attnlab.train("gpt", out=tmp_path / "r", **opts)
+    monkeypatch.setattr(Trainer, "train_step", original)
+    assert [r["step"] for r in read_metrics(tmp_path / "r" / "metrics.jsonl")] == [1, 2, 3]
+    attnlab.train("gpt", out=tmp_path / "r", resume=True, **opts)
+    assert [r["step"] for r in read_metrics(tmp_path / "r" / "metrics.jsonl")] == [1, 2, 3, 4, 5, 6]

@@ -104,6 +104,7 @@ class Trainer:
         self.best_score = -math.inf
         self.last_parts: dict[str, float] = {}
         self.first_loss: float | None = None  # the run's first training loss: the divergence yardstick
+        self.last_loss = math.nan  # the latest step's training loss
         self.history: list[dict] = []
         self._parallel = None  # the model wrapped for DDP/FSDP (itself when not distributed), built in fit()
         self._compiled = None  # torch.compile of it, when compiling is on
@@ -269,6 +270,7 @@ class Trainer:
                 raise Diverged(self.step + 1, "the gradient norm", norm.item(), self.out, lr)
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
+        self.last_loss = total  # (set first: an interrupt that lands after the count logs this step)
         self.step += 1
         return total
 
@@ -458,6 +460,10 @@ class Trainer:
             bar.close()
             why = term.reason or "interrupted"
             path = self.out / "last"
+            if main and self.step > 0 and (not self.history or self.history[-1]["step"] < self.step):
+                # the interrupt came between a step and its log line: log it, so that the checkpoint
+                # about to be saved and metrics.jsonl agree (a resumed run has one line per step)
+                self.log({"step": self.step, "loss": self.last_loss, "lr": self.lr_at(self.step - 1)})
             if not (cfg.fsdp and self.dist.enabled):  # FSDP would need every rank to gather
                 path = self.save("last")
             if main:
