@@ -148,6 +148,11 @@ def test_image_page(browser, tmp_path):
     before = _view(page)
     page.select_option("#fusion", "max")
     assert _view(page) != before and _top(page)[0] == int(np.argmax(data["rollout"]["max/0.0"]))
+    shown = _view(page)  # the heat map's opacity: at 0 only the image is left
+    page.evaluate(
+        "(() => { const o = document.getElementById('opacity'); o.value = 0; o.dispatchEvent(new Event('input')); })()"
+    )
+    assert _view(page) != shown and _top(page)[0] == int(np.argmax(data["rollout"]["max/0.0"]))
     assert page.locator("#distance").count() == 1
     assert _not_blank(page.screenshot()) and not errors and not requests
 

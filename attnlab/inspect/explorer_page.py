@@ -186,6 +186,7 @@ function textEvents() {
 
 // ---- images (ViT) -----------------------------------------------------------------------------------------
 const IMG = new Image(); let PX = 384;
+function overlayAlpha() { const o = $("opacity"); return o ? (o.value / 100).toFixed(2) : "0.55"; }  // the image shows through
 function drawImage() {
   const cv = $("view"), ctx = cv.getContext("2d"), [gh, gw] = D.grid;
   cv.width = PX; cv.height = PX;
@@ -196,7 +197,7 @@ function drawImage() {
   if (v) {
     const mx = Math.max(...v) || 1; top = topIndices(Float32Array.from(v), 5);
     for (let p = 0; p < gh * gw; p++) {
-      ctx.fillStyle = heat(v[p] / mx).replace("rgb", "rgba").replace(")", ",0.55)");
+      ctx.fillStyle = heat(v[p] / mx).replace("rgb", "rgba").replace(")", "," + overlayAlpha() + ")");
       ctx.fillRect((p % gw) * PX / gw, Math.floor(p / gw) * PX / gh, PX / gw, PX / gh);
     }
   }
@@ -216,10 +217,12 @@ function imageControls() {
   const x = $("extra");
   x.innerHTML = (D.n_prefix ? "<button id=\"cls\">class token</button> " : "") +
     "rollout <select id=\"fusion\"><option value=\"\">off</option><option>mean</option><option>max</option><option>min</option></select>" +
-    " discard <select id=\"discard\"><option>0.0</option><option>0.5</option><option>0.9</option></select>";
+    " discard <select id=\"discard\"><option>0.0</option><option>0.5</option><option>0.9</option></select>" +
+    " <label>heat map <input type=\"range\" id=\"opacity\" min=\"0\" max=\"100\" value=\"55\"></label>";
   if (D.n_prefix) $("cls").addEventListener("click", () => { S.overlay = null; S.query = 0; draw(); });
   const ro = () => { const f = $("fusion").value; S.overlay = f ? f + "/" + $("discard").value : null; draw(); };
   $("fusion").addEventListener("change", ro); $("discard").addEventListener("change", ro);
+  $("opacity").addEventListener("input", () => draw());
   $("view").addEventListener("click", (e) => {
     const r = $("view").getBoundingClientRect(), [gh, gw] = D.grid;
     const c = Math.floor((e.clientX - r.left) / (PX / gw)), rr = Math.floor((e.clientY - r.top) / (PX / gh));
@@ -231,7 +234,9 @@ function imageControls() {
   $("side-extra").innerHTML = "<h2>mean attention distance (pixels) per head, by layer</h2>"; $("side-extra").appendChild(cv);
   const ctx = cv.getContext("2d"), L = D.distance.length, mx = Math.max(...D.distance.flat()) || 1;
   ctx.strokeStyle = "#999"; ctx.strokeRect(30, 10, 220, 150); ctx.fillStyle = "#333"; ctx.font = "10px sans-serif";
-  ctx.fillText(mx.toFixed(1), 2, 14); ctx.fillText("0", 18, 160); ctx.fillText("layer", 120, 176);
+  ctx.fillText(mx.toFixed(1), 2, 14); ctx.fillText("0", 18, 160); ctx.fillText("px", 8, 90);
+  for (let l = 0; l < L; l++) ctx.fillText(String(l), 30 + 220 * (l + 0.5) / L - 3, 172);  // a tick per layer
+  ctx.fillText("layer", 225, 178);
   for (let l = 0; l < L; l++) for (const d of D.distance[l]) {
     ctx.fillStyle = "#c33"; ctx.beginPath(); ctx.arc(30 + 220 * (l + 0.5) / L, 160 - 150 * d / mx, 3, 0, 7); ctx.fill();
   }
