@@ -320,3 +320,35 @@ def test_ablate_refuses_families_whose_evaluation_cannot_apply_it(capsys):
 
     assert main(["ablate", "--ckpt", str(RUNS / "s2s"), "--heads", "0.0"]) == 2
     assert "not supported yet" in capsys.readouterr().err
+
+
+def test_ablating_neurons_and_sublayers_equals_editing_the_weights(gpt):
+    """Zeroing neuron 1.7 = zeroing column 7 of that MLP's output projection; zeroing layer 2's
+    MLP output = zeroing the whole projection (weights and bias); mean-ablating layer 0's
+    attention output = a constant added in its place."""
+    import copy
+
+    idx = torch.randint(23, (2, 9), generator=torch.Generator().manual_seed(7))
+    edited = copy.deepcopy(gpt)
+    with torch.no_grad():
+        with ablated(gpt, neurons=[(1, 7)]):
+            got = gpt(idx)
+        edited.blocks[1].mlp.proj.weight[:, 7] = 0
+        assert torch.allclose(got, edited(idx), atol=1e-4)
+        edited = copy.deepcopy(gpt)
+        with ablated(gpt, outputs=[(2, "mlp")]):
+            got = gpt(idx)
+        edited.blocks[2].mlp.proj.weight.zero_()
+        edited.blocks[2].mlp.proj.bias.zero_()
+        assert torch.allclose(got, edited(idx), atol=1e-4)
+        ref = torch.randint(23, (6, 9), generator=torch.Generator().manual_seed(8))
+        _, cache = gpt.run_with_cache(ref, names="blocks.0.hook_attn_out")
+        mean = cache["blocks.0.hook_attn_out"].mean(dim=(0, 1))
+        with ablated(gpt, outputs=[(0, "attn")], how="mean", reference=(ref,)):
+            got = gpt(idx)
+        with gpt.hooks([("blocks.0.hook_attn_out", lambda x, hook: mean.expand_as(x))]):
+            assert torch.allclose(got, gpt(idx), atol=1e-5)
+    for kw, words in ((dict(neurons=[(1, 128)]), "has 128 neurons"), (dict(outputs=[(0, "ffn")]), "attn or mlp")):
+        with pytest.raises(ValueError, match=words):
+            with ablated(gpt, **kw):
+                pass

@@ -82,39 +82,62 @@ def _prefix(model) -> str:
 
 
 @contextmanager
-def ablated(model, heads: list[tuple[int, int]], how: str = "zero", reference: tuple | None = None):
-    """Within the block, the ``heads`` (layer, head) write nothing (``how="zero"``) or their mean
-    output (``how="mean"``) over the ``reference`` inputs (the positional arguments of one
-    forward pass), or, without ``reference``, over each forward pass's own batch and positions."""
+def ablated(
+    model,
+    heads: list[tuple[int, int]] = (),
+    how: str = "zero",
+    reference: tuple | None = None,
+    *,
+    neurons: list[tuple[int, int]] = (),
+    outputs: list[tuple[int, str]] = (),
+):
+    """Within the block, parts of the model write nothing (``how="zero"``) or their mean value
+    (``how="mean"``) over the ``reference`` inputs (the positional arguments of one forward pass),
+    or, without ``reference``, over each forward pass's own batch and positions:
+
+    ``heads`` (layer, head): a head's output (``attn.hook_z``); ``neurons`` (layer, index): one
+    MLP neuron after its activation (``mlp.hook_post``); ``outputs`` (layer, "attn" | "mlp"): a
+    whole sublayer's contribution to the residual stream (``hook_attn_out`` / ``hook_mlp_out``)."""
     check_ablation(model, heads, how)
-    prefix = _prefix(model)
-    by_layer: dict[int, list[int]] = {}
+    blocks, prefix = _blocks(model), _prefix(model)
+    targets: dict[str, list[tuple]] = {}  # hook point -> the indices to replace there
     for layer, head in heads:
-        by_layer.setdefault(layer, []).append(head)
-    means = {}
+        targets.setdefault(f"{prefix}.{layer}.attn.hook_z", []).append((slice(None), head))  # z[:, h] (B, T, d)
+    for layer, index in neurons:
+        check_heads(model, [(layer, 0)])
+        mlp = blocks[layer].mlp
+        width = mlp.fc.out_features if mlp is not None else 0
+        if not 0 <= index < width:
+            raise OptionError(f"neuron {layer}.{index} does not exist: layer {layer}'s MLP has {width} neurons")
+        targets.setdefault(f"{prefix}.{layer}.mlp.hook_post", []).append((Ellipsis, index))  # (B, T)
+    for layer, part in outputs:
+        check_heads(model, [(layer, 0)])
+        if part not in ("attn", "mlp") or (part == "mlp" and blocks[layer].mlp is None):
+            raise OptionError(f"output {layer}.{part}: give attn or mlp (of a block that has one)")
+        targets.setdefault(f"{prefix}.{layer}.hook_{part}_out", []).append((Ellipsis,))  # (B, T, D)
+    means: dict[tuple, Tensor] = {}
     if how == "mean" and reference is not None:
-        names = [f"{prefix}.{layer}.attn.hook_z" for layer in by_layer]
         with torch.no_grad():
-            _, cache = model.run_with_cache(*reference, names=names)
-        means = {n: cache[n].mean(dim=(0, 2), keepdim=True) for n in names}  # (1, H, 1, d_v)
+            _, cache = model.run_with_cache(*reference, names=list(targets))
+        means = {
+            (n, i): cache[n][idx].mean(dim=(0, 1), keepdim=True) for n in targets for i, idx in enumerate(targets[n])
+        }
 
-    def fn_for(layer: int):
-        name = f"{prefix}.{layer}.attn.hook_z"
-
-        def replace(z: Tensor, hook) -> Tensor:
-            z = z.clone()
-            for h in by_layer[layer]:
+    def replacer(name: str):
+        def replace(x: Tensor, hook) -> Tensor:
+            x = x.clone()
+            for i, idx in enumerate(targets[name]):
                 if how == "zero":
-                    z[:, h] = 0
-                elif name in means:
-                    z[:, h] = means[name][:, h].to(z.dtype)
+                    x[idx] = 0
+                elif (name, i) in means:
+                    x[idx] = means[(name, i)].to(x.dtype)
                 else:  # the mean over this very batch and its positions
-                    z[:, h] = z[:, h].mean(dim=(0, 1), keepdim=True)
-            return z
+                    x[idx] = x[idx].mean(dim=(0, 1), keepdim=True)
+            return x
 
         return name, replace
 
-    with model.hooks([fn_for(layer) for layer in by_layer]):
+    with model.hooks([replacer(name) for name in targets]):
         yield model
 
 
