@@ -352,3 +352,53 @@ def test_ablating_neurons_and_sublayers_equals_editing_the_weights(gpt):
         with pytest.raises(ValueError, match=words):
             with ablated(gpt, **kw):
                 pass
+
+
+def test_patching_two_images_of_a_vit(tmp_path, capsys):
+    """Images differing in one patch: at the embeddings (layer 0) that patch's token restores all,
+    every other token nothing; the same through `attnlab patch` with two image files."""
+    import numpy as np
+    from PIL import Image
+
+    import attnlab
+    from attnlab.cli import main
+
+    from attnlab.recipes import recipes
+
+    tiny = {r.name: dict(r.tiny) for r in recipes()}["vit"]
+    run = attnlab.train("vit", out=tmp_path / "vit", **{**tiny, "max_iters": 40, "eval_interval": 40, "lr": 3e-3})
+    vit = attnlab.load(run.out)
+    clean = torch.rand(1, 8, 8, generator=torch.Generator().manual_seed(0))
+    corrupt = clean.clone()
+    corrupt[0, :2, :2] = 1 - corrupt[0, :2, :2]  # patch 0 (2x2 pixels)
+    with torch.no_grad():
+        from attnlab.data.images import normalize
+
+        logits = vit(normalize(clean[None], vit.mean, vit.std))[0]
+    answer, wrong = vit.labels[int(logits.argmax())], vit.labels[int(logits.argmin())]
+    res = vit.patch(clean, corrupt, answer, wrong)
+    r = res["restored"]
+    first = vit.n_prefix  # patch 0's token comes after the class token
+    assert r.shape[1] == vit.n_prefix + 16 and abs(r[0, first] - 1) < 1e-4
+    assert r[0, [j for j in range(r.shape[1]) if j != first]].abs().max() < 1e-4
+    for name, img in (("a.png", clean), ("b.png", corrupt)):
+        Image.fromarray((img[0].numpy() * 255).round().astype(np.uint8)).save(tmp_path / name)
+    out = tmp_path / "p.png"
+    argv = [
+        "patch",
+        "--ckpt",
+        str(run.out),
+        "--clean",
+        str(tmp_path / "a.png"),
+        "--corrupt",
+        str(tmp_path / "b.png"),
+    ]
+    assert main([*argv, "--answer", answer, "--wrong", wrong, "--out", str(out)]) == 0 and out.is_file()
+    assert main([*argv, "--answer", "cat", "--out", str(out)]) == 2 and "is not a class" in capsys.readouterr().err
+    assert (
+        main(
+            ["patch", "--ckpt", str(RUNS / "s2s"), "--clean", "a", "--corrupt", "b", "--answer", "a", "--out", str(out)]
+        )
+        == 2
+    )
+    assert "reads GPTs and ViTs" in capsys.readouterr().err

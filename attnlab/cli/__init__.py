@@ -90,6 +90,31 @@ def build_parser() -> argparse.ArgumentParser:
     add_options(ab, ablations)
     ab.set_defaults(func=_ablate)
 
+    pa = sub.add_parser(
+        "patch",
+        help="activation patching: which layer and position (or head) carries an answer",
+        epilog=EPILOG,
+        description="Run the corrupted input with one activation at a time taken from the clean run, and draw how "
+        "much of the clean preference for --answer (over --wrong) each restores: 1 = all of it, 0 = none. GPTs: "
+        "texts of the same token count and single-token answers; ViTs: two image files and class labels.",
+    )
+    patches = OptionSpecs()
+    patches.add("--ckpt", required=True, help="run folder of a GPT or a ViT (or a HuggingFace GPT-2 / ViT folder)")
+    patches.add("--clean", required=True, help="the input where the model gives the answer (text, or an image file)")
+    patches.add("--corrupt", required=True, help="the input changed so the answer changes (same number of tokens)")
+    patches.add("--answer", required=True, help="the clean input's answer: a next token (GPT) or a class (ViT)")
+    patches.add("--wrong", default=None, help="the corrupted input's answer; without it the metric is log p(answer)")
+    patches.add(
+        "--over",
+        choices=["resid_pre", "head"],
+        default="resid_pre",
+        help="resid_pre: layer x position of the residual stream (default); head: layer x head",
+    )
+    patches.add("--out", required=True, help="the heat map (PNG; its numbers in a .npz beside it)")
+    patches.add("--device", type=device_name, default="cpu", help="auto | cpu | cuda (default cpu)")
+    add_options(pa, patches)
+    pa.set_defaults(func=_patch)
+
     inspections = {what: h for r in families for what, h in r.inspections.items()}
     ins = sub.add_parser(
         "inspect",
@@ -244,6 +269,32 @@ def _ablate(args) -> int:
             f"{args.how}-ablating {args.heads}: "
             + ", ".join(f"{k} {before[k]:.4f} -> {after[k]:.4f} ({change[k]:+.4f})" for k in change)
         )
+    return 0
+
+
+def _patch(args) -> int:
+    """``attnlab patch``: the loaded model's ``patch`` verb, drawn."""
+    import numpy as np
+
+    from ..api import load
+    from ..errors import CheckpointError
+    from ..inspect.patching import patching_figure
+    from ..outputs import output_file
+
+    out = output_file(args.out, ".png")
+    model = load(args.ckpt, device=args.device)
+    if not hasattr(model, "patch"):
+        raise CheckpointError(
+            f"{args.ckpt} holds {a(model.family_recipe().name)} model; attnlab patch reads GPTs and ViTs"
+        )
+    res = model.patch(args.clean, args.corrupt, args.answer, args.wrong, over=args.over)
+    r, tokens = res["restored"], res["tokens"]
+    patching_figure(r, out, over=args.over, labels=tokens, title=f"patching: answer {args.answer!r}")
+    np.savez(out.with_suffix(".npz"), restored=r.numpy(), **({"tokens": np.array(tokens)} if tokens else {}))
+    where = [divmod(i, r.shape[1]) for i in r.flatten().abs().topk(min(3, r.numel())).indices.tolist()]
+    name = (lambda j: f"position {j} {tokens[j]!r}") if tokens else (lambda j: f"head {j}")
+    print("; ".join(f"layer {i} {name(j)}: {r[i, j]:+.3f}" for i, j in where))
+    print(f"wrote {out} and {out.with_suffix('.npz')}", file=sys.stderr)
     return 0
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ..errors import DataError
+from ..errors import DataError, OptionError
 from ..options import at_least, below_one, nonneg_int, number
 from .base import Recipe, TrainingRun, Verbs, top_labels
 
@@ -34,6 +34,31 @@ class ImageClassifierVerbs(Verbs):
             probs = self(normalize(x, self.mean, self.std).to(self.device)).float().softmax(-1).cpu()
         out = top_labels(probs, self.labels, top_k)
         return out[0] if single else out
+
+    def _label(self, label, what: str) -> int:
+        if str(label) not in self.labels:
+            raise OptionError(f"{what} {label!r} is not a class of this model ({', '.join(self.labels[:12])})")
+        return self.labels.index(str(label))
+
+    def patch(self, clean, corrupt, answer, wrong=None, *, over: str = "resid_pre"):
+        """Activation patching between two images (files or (C, H, W) tensors in [0, 1]): how much
+        of the clean image's preference for class ``answer`` (over ``wrong``, or its
+        log-probability) each layer x token (``over="resid_pre"``; token 0 is the class token) or
+        layer x head restores in the corrupted image's run. Returns {"restored", "tokens", "over"}."""
+        from ..data.images import images_argument, normalize
+        from ..inspect.patching import logit_difference, patch_activations
+
+        if not hasattr(self, "encoder"):
+            raise OptionError(f"{type(self).__name__} has no attention blocks to patch; patching reads ViTs")
+        c = self.config
+        images = [
+            normalize(images_argument(x, c.in_chans, c.image_size)[0][:1], self.mean, self.std).to(self.device)
+            for x in (clean, corrupt)
+        ]
+        metric = logit_difference(self._label(answer, "answer"), None if wrong is None else self._label(wrong, "wrong"))
+        restored = patch_activations(self, (images[0],), (images[1],), metric, over=over)
+        tokens = ["cls"] * self.n_prefix + [f"p{i}" for i in range(restored.shape[1] - self.n_prefix)]
+        return {"restored": restored, "tokens": tokens if over == "resid_pre" else None, "over": over}
 
 
 class ImageClassifierRecipe(Recipe):

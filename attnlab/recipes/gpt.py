@@ -44,7 +44,7 @@ class GPTVerbs(Verbs):
         """Activation patching (:mod:`attnlab.inspect.patching`): how much of the clean text's
         preference for ``answer`` (over ``wrong``, or its log-probability) each layer x position
         (``over="resid_pre"``) or layer x head (``over="head"``) restores in the corrupted run.
-        Returns {"restored": (L, T or H) tensor, "tokens": the clean tokens}."""
+        Returns {"restored": (L, T or H) tensor, "tokens": the clean tokens (positions only), "over"}."""
         from ..inspect.patching import logit_difference, patch_activations
 
         x, y = self._ids(clean, "clean"), self._ids(corrupt, "corrupt")
@@ -59,7 +59,8 @@ class GPTVerbs(Verbs):
             self._one_token(answer, "answer"), None if wrong is None else self._one_token(wrong, "wrong")
         )
         restored = patch_activations(self, (x,), (y,), metric, over=over)
-        return {"restored": restored, "tokens": [self.tokenizer.decode([i]) for i in x[0].tolist()], "over": over}
+        tokens = [self.tokenizer.decode([i]) for i in x[0].tolist()] if over == "resid_pre" else None
+        return {"restored": restored, "tokens": tokens, "over": over}
 
     def attribute(self, text: str, answer: str, *, method: str = "integrated_gradients", steps: int = 32):
         """How much each token of ``text`` contributes to the logit of the next token ``answer``
@@ -276,14 +277,6 @@ class GPTRecipe(Recipe):
                 s,
                 sample,
             ),
-            Command(
-                "patch",
-                "activation patching: which layer and position (or head) carries an answer",
-                "Run the corrupted text with one activation at a time taken from the clean run, and draw how much "
-                "of the clean preference for --answer (over --wrong) each restores: 1 = all of it, 0 = none.",
-                patch_specs(),
-                patch_command,
-            ),
         ]
 
     def add_eval_arguments(self, group) -> None:
@@ -433,49 +426,4 @@ def sample(args) -> int:
         generate_text(model, tok, prompt, args.max_new_tokens, stream=stream, **kw)
         out.write("\n" if i == args.num_samples - 1 else "\n---------------\n")
         out.flush()
-    return 0
-
-
-def patch_specs() -> OptionSpecs:
-    p = OptionSpecs()
-    p.add("--ckpt", required=True, help="run folder of a GPT (or a HuggingFace GPT-2 folder)")
-    p.add("--clean", required=True, help="the text where the model gives the answer")
-    p.add("--corrupt", required=True, help="the same number of tokens, changed so the answer changes")
-    p.add("--answer", required=True, help="the clean text's next token (one token)")
-    p.add("--wrong", default=None, help="the corrupted text's next token (one token); without it: log p(answer)")
-    p.add(
-        "--over",
-        choices=["resid_pre", "head"],
-        default="resid_pre",
-        help="resid_pre: layer x position of the residual stream (default); head: layer x head",
-    )
-    p.add("--out", required=True, help="the heat map (PNG; its numbers in a .npz beside it)")
-    p.add("--device", type=device_name, default="cpu", help="auto | cpu | cuda (default cpu)")
-    return p
-
-
-def patch_command(args) -> int:
-    """``attnlab patch``: the GPT's ``patch`` verb, drawn."""
-    import numpy as np
-
-    from ..api import load
-    from ..inspect.patching import patching_figure
-    from ..outputs import output_file
-
-    out = output_file(args.out, ".png")
-    model = load(args.ckpt, device=args.device)
-    if not hasattr(model, "patch"):
-        from ..errors import CheckpointError
-
-        raise CheckpointError(f"{args.ckpt} is not a GPT; attnlab patch reads GPTs")
-    res = model.patch(args.clean, args.corrupt, args.answer, args.wrong, over=args.over)
-    r = res["restored"]
-    labels = res["tokens"] if args.over == "resid_pre" else None
-    patching_figure(r, out, over=args.over, labels=labels, title=f"patching {args.clean!r} -> answer {args.answer!r}")
-    np.savez(out.with_suffix(".npz"), restored=r.numpy(), tokens=np.array(res["tokens"]))
-    flat = r.flatten().abs().topk(min(3, r.numel())).indices.tolist()
-    where = [divmod(i, r.shape[1]) for i in flat]
-    name = (lambda j: f"position {j} {res['tokens'][j]!r}") if args.over == "resid_pre" else (lambda j: f"head {j}")
-    print("; ".join(f"layer {i} {name(j)}: {r[i, j]:+.3f}" for i, j in where))
-    print(f"wrote {out} and {out.with_suffix('.npz')}", file=sys.stderr)
     return 0
