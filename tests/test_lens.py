@@ -402,3 +402,48 @@ def test_patching_two_images_of_a_vit(tmp_path, capsys):
         == 2
     )
     assert "reads GPTs and ViTs" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("norm_first", [False, True])
+def test_mlm_lens_ends_at_the_masked_lm_logits(norm_first):
+    from attnlab.inspect.lens import mlm_lens
+    from attnlab.models.encoder import TextEncoder, TextEncoderConfig
+
+    torch.manual_seed(0)
+    enc = TextEncoder(
+        TextEncoderConfig(
+            vocab_size=30, context=12, layers=2, heads=2, dim=16, mlp_dim=32, dropout=0.0, norm_first=norm_first
+        )
+    ).eval()
+    ids = torch.randint(5, 30, (2, 9))
+    mask = torch.ones_like(ids)
+    mask[1, 6:] = 0
+    lens = mlm_lens(enc, ids, mask)
+    with torch.no_grad():
+        assert lens.shape == (3, 2, 9, 30) and torch.allclose(lens[-1], enc(ids, mask, head="mlm"), atol=1e-5)
+        _, cache = enc.run_with_cache(ids, mask, names="encoder.blocks.0.hook_resid_post")
+        assert torch.allclose(lens[1], enc.mlm(enc.encoder.ln_f(cache["encoder.blocks.0.hook_resid_post"])), atol=1e-6)
+
+
+def test_gradient_weighted_rollout_by_hand_on_one_block():
+    from attnlab.inspect.attribution import gradient_rollout
+    from attnlab.models import ViT, ViTConfig
+
+    torch.manual_seed(0)
+    vit = ViT(ViTConfig(image_size=8, patch_size=2, in_chans=1, num_classes=3, dim=16, layers=1, heads=2)).eval()
+    with torch.no_grad():
+        vit.head.weight.normal_()
+    images = torch.rand(2, 1, 8, 8)
+    maps = gradient_rollout(vit, images, target=2)
+    pattern = {}
+
+    def keep(a, hook):
+        a.retain_grad()
+        pattern["a"] = a
+
+    with vit.hooks([("encoder.blocks.0.attn.hook_pattern", keep)]):
+        vit(images)[:, 2].sum().backward()
+    a = pattern["a"]
+    by_hand = torch.eye(a.shape[-1]) + (a.grad * a).clamp(min=0).mean(1)  # R = I + Ā I
+    assert maps.shape == (2, 4, 4) and torch.allclose(maps, by_hand[:, 0, 1:].reshape(2, 4, 4), atol=1e-6)
+    assert not torch.allclose(maps, gradient_rollout(vit, images, target=0))  # class-specific

@@ -79,3 +79,31 @@ def image_attributions(
         raise OptionError(f"class {target} is not one of the model's {classes} classes")
     attr, delta = attribute(lambda x: model(x)[:, target], images, method, steps)
     return {"pixels": attr.sum(1), "delta": delta}
+
+
+def gradient_rollout(model, images: Tensor, target: int) -> Tensor:
+    """Class-specific, gradient-weighted attention rollout of a ViT (Chefer et al. 2021, "Generic
+    attention-model explainability"): with each block's attention A (B, H, T, T) and the gradient
+    ∇A of the ``target`` class logit,
+
+        Ā = mean over heads of (∇A ⊙ A)⁺,    R ← R + Ā R   (R starts as the identity, block by block)
+
+    and the class token's row of R over the patches is the relevance map: (B, gh, gw). Unlike
+    plain rollout, it differs from class to class."""
+    if getattr(model, "model_type", None) != "vit" or not isinstance(model.head, torch.nn.Linear):
+        raise OptionError("gradient-weighted rollout reads a ViT classifier (with a class token and a head)")
+    if model.config.pool != "cls":
+        raise OptionError("gradient-weighted rollout follows the class token; this ViT pools by mean")
+    if not 0 <= target < model.config.num_classes:
+        raise OptionError(f"class {target} is not one of the model's {model.config.num_classes} classes")
+    with model.caching("encoder.blocks.*.attn.hook_pattern", detach=False) as cache:
+        logits = model(images)
+    patterns = cache.layers("attn.hook_pattern")  # [(B, H, T, T)] first block first
+    grads = torch.autograd.grad(logits[:, target].sum(), patterns)
+    b, _, t, _ = patterns[0].shape
+    relevance = torch.eye(t).expand(b, t, t).clone()
+    for a, g in zip(patterns, grads):
+        weighted = (g * a).clamp(min=0).mean(1).detach()  # (B, T, T)
+        relevance = relevance + weighted @ relevance
+    gh, gw = model.config.grid
+    return relevance[:, 0, model.n_prefix :].reshape(b, gh, gw)

@@ -1,5 +1,6 @@
 """What each layer already predicts, and who wrote the logit: the logit lens (GPT), the class
-lens (ViT) and direct logit attribution, read through the hook points.
+lens (ViT), the masked-LM lens (text encoders) and direct logit attribution, read through the
+hook points.
 
 Logit lens (nostalgebraist, 2020): the residual stream after block ℓ, put through the final
 LayerNorm and the unembedding as if the model stopped there,
@@ -54,6 +55,18 @@ def class_lens(model, images: Tensor) -> Tensor:
     stream = model.encoder.ln_f(torch.stack([cache[n] for n in names]))  # (L, B, T, D)
     pooled = stream[:, :, 0] if model.config.pool == "cls" else stream.mean(dim=2)
     return model.head(pooled)
+
+
+@torch.no_grad()
+def mlm_lens(model, input_ids: Tensor, attention_mask: Tensor | None = None) -> Tensor:
+    """A text encoder with a masked-LM head: (L + 1, B, T, vocab), the head's logits on the
+    embeddings and on each block's output (through the encoder's final norm, for pre-LN models);
+    the last row equals ``model(..., head="mlm")``."""
+    if getattr(model, "model_type", None) != "text-encoder" or model.mlm is None:
+        raise OptionError("the masked-LM lens reads a text encoder with a masked-LM head")
+    names = ["hook_embed"] + [f"encoder.blocks.{i}.hook_resid_post" for i in range(len(model.encoder.blocks))]
+    _, cache = model.run_with_cache(input_ids, attention_mask, names=names)
+    return model.mlm(model.encoder.ln_f(torch.stack([cache[n] for n in names])))
 
 
 @torch.no_grad()
