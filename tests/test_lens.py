@@ -447,3 +447,27 @@ def test_gradient_weighted_rollout_by_hand_on_one_block():
     by_hand = torch.eye(a.shape[-1]) + (a.grad * a).clamp(min=0).mean(1)  # R = I + Ā I
     assert maps.shape == (2, 4, 4) and torch.allclose(maps, by_hand[:, 0, 1:].reshape(2, 4, 4), atol=1e-6)
     assert not torch.allclose(maps, gradient_rollout(vit, images, target=0))  # class-specific
+
+
+def test_head_detectors_match_transformer_lens(gpt):
+    """The detection masks and scores equal TransformerLens's ``head_detector`` functions."""
+    pytest.importorskip("transformer_lens")
+    from transformer_lens import head_detector as hd
+
+    tokens = torch.tensor([3, 7, 3, 9, 7, 3, 9, 1, 7, 3])
+    theirs = {
+        "previous_token": hd.get_previous_token_head_detection_pattern(tokens[None]),
+        "duplicate_token": hd.get_duplicate_token_head_detection_pattern(tokens[None]),
+        "induction": hd.get_induction_head_detection_pattern(tokens[None]),
+    }
+    _, cache = gpt.run_with_cache(tokens[None], names="blocks.*.attn.hook_pattern")
+    ours = head_scores(gpt, tokens[None])
+    for kind, mask in theirs.items():
+        assert torch.equal(detection_mask(tokens, kind), mask), kind
+        for layer in range(3):
+            for head in range(4):
+                pattern = cache[f"blocks.{layer}.attn.hook_pattern"][0, head]
+                ref = hd.compute_head_attention_similarity_score(
+                    pattern, mask, exclude_bos=False, exclude_current_token=False, error_measure="mul"
+                )
+                assert abs(ours[kind][layer, head].item() - ref) < 1e-5, (kind, layer, head)
