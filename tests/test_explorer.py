@@ -97,6 +97,8 @@ def test_text_page(browser, tmp_path):
     data = text_attention(model, tok, text)  # the Python API: the same numbers as the page
     page, errors, requests = _open(browser, html)
     assert page.locator("#thumbs canvas").count() == data["attention"].shape[0] * data["attention"].shape[1]
+    first = page.locator("#thumbs canvas").first  # head-detector scores on the thumbnails
+    assert f"previous-token {data['detectors']['previous_token'][0, 0]:.2f}" in first.get_attribute("title")
     before = _view(page)
     page.select_option("#head", "1")
     assert _status(page)["head"] == "1" and _view(page) != before

@@ -51,9 +51,11 @@ def text_attention(model, tokenizer, text: str, top_k: int = 10) -> dict:
     top = probs.topk(min(top_k, probs.shape[-1]), dim=-1)
     tokens = [tokenizer.decode([i]) for i in ids]
     names = [[tokenizer.decode([int(i)]) for i in row] for row in top.indices.cpu()]
+    from .detectors import head_scores
     from .lens import logit_lens
 
     lens = logit_lens(model, x)[:, 0].float().softmax(-1).max(-1)  # each layer's top guess (L + 1, T)
+    detectors = {k: v.numpy() for k, v in head_scores(model, x).items()}  # on this very text: (L, H) each
     return {
         "kind": "text",
         "tokens": tokens,
@@ -62,6 +64,7 @@ def text_attention(model, tokenizer, text: str, top_k: int = 10) -> dict:
         "next_probs": top.values.cpu().numpy(),
         "lens_tokens": [[tokenizer.decode([int(i)]) for i in row] for row in lens.indices.cpu()],
         "lens_probs": lens.values.cpu().numpy(),
+        "detectors": detectors,
     }
 
 
@@ -186,6 +189,8 @@ def page_payload(data: dict, title: str) -> dict:
         payload.update(tokens=data["tokens"])
         if "next_tokens" in data:  # a GPT: what it predicts at each position
             payload.update(next_tokens=data["next_tokens"], next_probs=np.round(data["next_probs"], 5).tolist())
+        if "detectors" in data:  # head-detector scores on this text, per layer and head
+            payload.update(detectors={k: np.round(v, 4).tolist() for k, v in data["detectors"].items()})
         if "lens_tokens" in data:  # the logit lens: each layer's top next token at each position
             payload.update(lens_tokens=data["lens_tokens"], lens_probs=np.round(data["lens_probs"], 5).tolist())
     elif data["kind"] == "image":

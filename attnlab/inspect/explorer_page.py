@@ -106,6 +106,15 @@ function thumbnails() {
   for (let l = 0; l < D.layers; l++) for (let h = 0; h < D.heads; h++) {
     const c = document.createElement("canvas"); c.width = m; c.height = n; c.style.width = c.style.height = px + "px";
     c.title = "layer " + l + ", head " + h; c.dataset.layer = l; c.dataset.head = h;
+    let badge = "";
+    if (D.detectors) {  // head-detector scores on this text (TransformerLens's definitions): in the tooltip, and
+      // a letter on heads that score above 0.3 (P previous token, D duplicate token, I induction)
+      const sc = (k) => D.detectors[k][l][h];
+      c.title += ": previous-token " + sc("previous_token").toFixed(2) + ", duplicate-token " +
+        sc("duplicate_token").toFixed(2) + ", induction " + sc("induction").toFixed(2);
+      badge = [["previous_token", "P"], ["duplicate_token", "D"], ["induction", "I"]].filter(([k]) => sc(k) > 0.3).map(([, b]) => b).join("");
+      c.dataset.detected = badge;
+    }
     const ctx = c.getContext("2d"), img = ctx.createImageData(m, n);
     for (let i = 0; i < n; i++) {
       const q = Math.floor(i * D.tq / n), r = row1(l, h, q);
@@ -117,6 +126,7 @@ function thumbnails() {
       }
     }
     ctx.putImageData(img, 0, 0);
+    if (badge) { ctx.font = "bold 10px sans-serif"; ctx.fillStyle = "#0cf"; ctx.fillText(badge, 2, 10); }
     c.addEventListener("click", () => { $("layer").value = l; $("head").value = h; S.layer = l; S.head = h; draw(); });
     box.appendChild(c);
   }
