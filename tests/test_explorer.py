@@ -272,3 +272,30 @@ def test_serve_says_when_the_port_is_taken(capsys):
         assert "is taken" in capsys.readouterr().err
     finally:
         s.close()
+
+
+def test_explore_generated_tokens(browser, tmp_path, capsys):
+    """--generate N: the text continued greedily, the generated tokens marked, and each one's row
+    the attention it had when it was produced (causal: later tokens cannot change it)."""
+    import attnlab
+    from attnlab.inspect.explorer import text_attention
+    from attnlab.recipes.gpt import load_lm
+
+    model, tok, _, _ = load_lm(str(RUNS / "gpt"), "cpu")
+    data = text_attention(model, tok, "The ca", generate=5)
+    assert len(data["tokens"]) == 11 and data["generated_from"] == 6
+    longer = text_attention(model, tok, "The ca", generate=7)
+    assert np.allclose(longer["attention"][..., :11, :11], data["attention"], atol=1e-6)
+    assert longer["tokens"][:11] == data["tokens"]
+    page = attnlab.load(RUNS / "gpt").explore(text="The ca", generate=5)
+    assert "generated_from" in page.html()
+    html = tmp_path / "g.html"
+    assert (
+        main(["explore", "--ckpt", str(RUNS / "gpt"), "--text", "The ca", "--generate", "5", "--out", str(html)]) == 0
+    )
+    p, errors, _ = _open(browser, html)
+    assert "generated" in p.locator("#view-title").inner_text() and not errors
+    assert (
+        main(["explore", "--ckpt", str(RUNS / "gpt"), "--text", "The ca", "--generate", "99", "--out", str(html)]) == 2
+    )
+    assert "exceed the model's context" in capsys.readouterr().err

@@ -15,7 +15,7 @@ import sys
 
 from .. import __version__
 from ..errors import AttnlabError, a, one_line
-from ..options import OptionSpecs, device_name, number, positive_int
+from ..options import OptionSpecs, device_name, nonneg_int, number, positive_int
 from .parser import EPILOG, Parser, add_options, flag_type, option_parser
 
 
@@ -147,6 +147,12 @@ def build_parser() -> argparse.ArgumentParser:
     ex.add_argument("--image", default=None, help="ViT: the image to look at")
     ex.add_argument("--src", default=None, help="seq2seq: the source sentence")
     ex.add_argument("--tgt", default=None, help="seq2seq: a target sentence (default: the model's translation)")
+    ex.add_argument(
+        "--generate",
+        type=flag_type(nonneg_int),
+        default=0,
+        help="GPT: continue --text by N greedy tokens and show the attention of each as it was produced",
+    )
     ex.add_argument("--out", required=True, help="HTML file to write")
     ex.add_argument("--device", type=flag_type(device_name), default="cpu", help="auto | cpu | cuda (default cpu)")
     ex.set_defaults(func=_explore)

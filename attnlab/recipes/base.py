@@ -266,19 +266,29 @@ class Verbs:
         return out
 
     def explore(
-        self, *, text: str | None = None, image: str | None = None, src: str | None = None, tgt: str | None = None
+        self,
+        *,
+        text: str | None = None,
+        image: str | None = None,
+        src: str | None = None,
+        tgt: str | None = None,
+        generate: int = 0,
     ):
         """What ``attnlab explore`` shows, as an :class:`attnlab.inspect.explorer.Exploration`
         (inline in Jupyter; ``.save("page.html")``): GPT and text encoders ``text=``; ViT ``image=``
-        (a file); seq2seq ``src=`` (and ``tgt=`` to force a target)."""
+        (a file); seq2seq ``src=`` (and ``tgt=`` to force a target). GPTs: ``generate=N`` continues
+        the text by N greedy tokens and shows the attention of each as it was produced."""
         from ..inspect.explorer import Exploration
 
+        if isinstance(generate, bool) or not isinstance(generate, int) or generate < 0:
+            raise OptionError(f"generate={generate!r}: must be an integer of 0 or more (tokens to generate)")
         values = dict(text=text, image=image, src=src, tgt=tgt)
         for name, v in values.items():
             if v is not None and not isinstance(v, (str, Path)):
                 raise OptionError(f"explore {name}= must be a string (a file path for image), got {type(v).__name__}")
             values[name] = None if v is None else str(v)
-        data = self.family_recipe().explore(Options(ckpt=self.checkpoint, device=str(self.device), **values))
+        options = Options(ckpt=self.checkpoint, device=str(self.device), generate=generate, **values)
+        data = self.family_recipe().explore(options)
         return Exploration(data, f"attnlab explorer: {Path(self.checkpoint).name}")
 
 

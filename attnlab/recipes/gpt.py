@@ -362,7 +362,7 @@ class GPTRecipe(Recipe):
             raise ValueError('explore a GPT with --text "some text"')
         model, tok, _, _ = load_lm(args.ckpt, args.device)
         tok.encode(args.text)  # unknown characters fail here, with a clear message
-        return text_attention(model, tok, args.text)
+        return text_attention(model, tok, args.text, generate=getattr(args, "generate", 0) or 0)
 
 
 def default_prompt(tok) -> str:
