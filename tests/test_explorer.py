@@ -108,6 +108,12 @@ def test_text_page(browser, tmp_path):
         assert _status(page)["query"] == str(q)
         assert _top(page)[0] == _argmax(data["attention"][0, 1, q])
     assert page.locator("#next tr").count() == 10  # the next-token distribution at the hovered position
+    rows = page.locator("#neuron tr")  # the neuron view of layer 0, head 1, query 7: q·k/√d_k and the softmax
+    assert rows.count() > 2 and "q·k" in rows.first.inner_text()
+    cells = rows.nth(1).locator("td")
+    j = int(cells.nth(0).inner_text().rsplit("(", 1)[1].rstrip(")"))
+    assert abs(float(cells.nth(4).inner_text()) - data["attention"][0, 1, 7, j]) < 1e-3
+    assert abs(float(cells.nth(2).inner_text()) - data["scores"][0, 1, 7, j]) < 2e-3  # no position bias here
     lens = page.locator("#lens tr")  # the logit lens there: embeddings + each block; the last is the model's top
     assert lens.count() == data["attention"].shape[0] + 1 == len(data["lens_tokens"])
     assert lens.last.locator("td").nth(1).inner_text() == json.dumps(data["next_tokens"][7][0])

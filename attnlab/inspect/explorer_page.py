@@ -176,6 +176,20 @@ function drawText() {
     let html = "<h2>next token after position " + S.query + "</h2><table id=\"next\">";
     for (let i = 0; i < D.next_tokens[S.query].length; i++) html += "<tr><td>" + JSON.stringify(D.next_tokens[S.query][i]).replace(/</g, "&lt;") + "</td><td>" + D.next_probs[S.query][i].toFixed(4) + "</td></tr>";
     html += "</table>";
+    if (D.q && S.head !== "avg") {  // the neuron view: the lecture's walk through one row of attention
+      const q = D.q[S.layer][S.head][S.query], ks = D.k[S.layer][S.head], d = q.length, r = row(S.query);
+      const dot = (a, b) => a.reduce((s, x, i) => s + x * b[i], 0);
+      html += "<h2>neuron view: layer " + S.layer + ", head " + S.head + ", query " + S.query + "</h2>" +
+        "<p class=\"hint\">q = [" + q.slice(0, 8).map((x) => x.toFixed(2)).join(", ") + (d > 8 ? ", …" : "") +
+        "] (d_k = " + d + "); score = q·k/√d_k + position bias; softmax over the keys</p><table id=\"neuron\">" +
+        "<tr><th>key</th><th>q·k</th><th>÷√d_k</th><th>score</th><th>softmax</th></tr>";
+      for (const j of topIndices(r, Math.min(12, D.tk))) {
+        const qk = dot(q, ks[j]), s = D.scores[S.layer][S.head][S.query][j];
+        html += "<tr><td>" + JSON.stringify(D.tokens[j]).replace(/</g, "&lt;") + " (" + j + ")</td><td>" + qk.toFixed(3) +
+          "</td><td>" + (qk / Math.sqrt(d)).toFixed(3) + "</td><td>" + (s < -1e8 ? "masked" : s.toFixed(3)) + "</td><td>" + r[j].toFixed(4) + "</td></tr>";
+      }
+      html += "</table>";
+    }
     if (D.lens_tokens) {  // the logit lens: what the stream would predict if the model stopped after each layer
       html += "<h2>logit lens at position " + S.query + "</h2><table id=\"lens\">";
       for (let l = 0; l < D.lens_tokens.length; l++) html += "<tr><td>" + (l === 0 ? "embeddings" : "after block " + (l - 1)) + "</td><td>" + JSON.stringify(D.lens_tokens[l][S.query]).replace(/</g, "&lt;") + "</td><td>" + D.lens_probs[l][S.query].toFixed(4) + "</td></tr>";
