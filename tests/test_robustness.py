@@ -308,7 +308,10 @@ def test_best_is_the_most_accurate_checkpoint_and_losses_say_what_they_are(tmp_p
     best = max(evals, key=lambda r: r["val_acc"])  # (the first of equals)
     assert json.loads((run.out / "best" / "config.json").read_text())["step"] == best["step"]
     done = capsys.readouterr().err.strip().splitlines()[-1]  # the summary names both when they differ
-    assert f"best/ step {best['step']}" in done and f"last/ step {evals[-1]['step']}" in done, done
+    if best["step"] == evals[-1]["step"]:  # (on some CPUs the last evaluation is also the most accurate)
+        assert "best/ = last/" in done, done
+    else:
+        assert f"best/ step {best['step']}" in done and f"last/ step {evals[-1]['step']}" in done, done
     assert attnlab.evaluate(run.out, which="last")["checkpoint"] == str(run.out / "last")
     assert attnlab.evaluate(run.out)["checkpoint"] == str(run.out / "best")
     assert main(["eval", "--ckpt", str(run.out / "best"), "--which", "last", "--json"]) == 0
