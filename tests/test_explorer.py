@@ -184,6 +184,13 @@ def test_cross_page(browser, tmp_path):
     with page.expect_download() as dl:
         page.click("#save-json")
     assert b'"kind":"cross"' in Path(dl.value.path()).read_bytes()
+    for which, key in (("encoder_self", "encoder_self"), ("decoder_self", "decoder_self")):  # the model view
+        page.select_option("#which", which)
+        page.select_option("#head", "avg")
+        assert which.split("_")[0] in page.locator("#view-title").inner_text()
+        assert page.locator("#thumbs canvas").count() == data[key].shape[0] * data[key].shape[1]
+        page.mouse.move(box["x"] + 60, box["y"] + 90 + 2 * cell + cell / 2)
+        assert _status(page)["query"] == "2" and _top(page)[0] == _argmax(data[key][0, :, 2].mean(0))
     assert _not_blank(page.screenshot()) and not errors and not requests
 
 

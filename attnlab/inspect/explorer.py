@@ -153,17 +153,23 @@ def cross_attention(model, src_vocab, tgt_vocab, src: str, tgt: str | None = Non
     if getattr(model.config, "attention", None) == "none":
         raise ValueError("this RNN has no attention (attention='none'), so it has no alignment to draw")
     # the Transformer's decoder cross-attention per layer and head; an RNN's alignment is one layer of one head
-    with capture_attention(
-        model, include="cross_attn" if model.hook_points("*.cross_attn.hook_pattern") else None
-    ) as rec:
+    transformer = bool(model.hook_points("*.cross_attn.hook_pattern"))
+    with capture_attention(model, include="cross_attn" if transformer else None) as rec:
         model(s, tgt_in, mask)
     att = stack_layers(rec)
-    return {
+    data = {
         "kind": "cross",
         "source": [name(src_vocab, i) for i in ids],
         "target": [name(tgt_vocab, i) for i in out] + ["<eos>"],
         "attention": att,
     }
+    if transformer:  # the model view of all three attentions: encoder self, decoder self (and cross, above)
+        names = ["encoder.blocks.*.attn.hook_pattern", "decoder.blocks.*.self_attn.hook_pattern"]
+        _, cache = model.run_with_cache(s, tgt_in, mask, names=names)
+        for key, prefix in (("encoder_self", "encoder.blocks."), ("decoder_self", "decoder.blocks.")):
+            maps = [v[0] for k, v in cache.items() if k.startswith(prefix)]
+            data[key] = torch.stack(maps).float().cpu().numpy()  # (L, H, T, T)
+    return data
 
 
 # ---- the page --------------------------------------------------------------------------------------
@@ -215,6 +221,18 @@ def page_payload(data: dict, title: str) -> dict:
         # past DENSE_MAX keys a row keeps its TOP_K largest weights: said on the page and in its JSON
         "top_k": TOP_K if att.shape[3] > DENSE_MAX else None,
     }
+    for key in ("encoder_self", "decoder_self"):  # a Transformer's other two attentions (cross is the default)
+        if key in data:
+            a = data[key]
+            payload.setdefault("views", {})[key] = {
+                "layers": int(a.shape[0]),
+                "heads": int(a.shape[1]),
+                "tq": int(a.shape[2]),
+                "tk": int(a.shape[3]),
+                "attention": [
+                    [encode_head(a[layer, head]) for head in range(a.shape[1])] for layer in range(a.shape[0])
+                ],
+            }
     if data["kind"] == "text":
         payload.update(tokens=data["tokens"])
         if "next_tokens" in data:  # a GPT: what it predicts at each position

@@ -282,17 +282,35 @@ function drawCross() {
   ctx.font = "11px sans-serif"; ctx.fillStyle = "#222"; ctx.textBaseline = "middle";
   let top = null, focus = null;
   if (S.query !== null) { focus = row(S.query); top = topIndices(focus, 5); }
-  for (let t = 0; t < T; t++) { ctx.fillStyle = t === S.query ? "#d33" : "#222"; ctx.textAlign = "right"; ctx.fillText(D.target[t].slice(0, 16), LEFT - 6, TOP + t * cell + cell / 2); }
+  const rows = D.rows || D.target, cols = D.cols || D.source;  // (the model view swaps them)
+  for (let t = 0; t < T; t++) { ctx.fillStyle = t === S.query ? "#d33" : "#222"; ctx.textAlign = "right"; ctx.fillText(rows[t].slice(0, 16), LEFT - 6, TOP + t * cell + cell / 2); }
   for (let s = 0; s < Sn; s++) {
     ctx.save(); ctx.translate(LEFT + s * cell + cell / 2, TOP - 6); ctx.rotate(-Math.PI / 3);
     ctx.fillStyle = focus ? "rgba(200,40,20," + (0.25 + 0.75 * focus[s] / Math.max(...focus)).toFixed(3) + ")" : "#222";
-    ctx.textAlign = "left"; ctx.fillText(D.source[s].slice(0, 14), 0, 0); ctx.restore();
+    ctx.textAlign = "left"; ctx.fillText(cols[s].slice(0, 14), 0, 0); ctx.restore();
   }
   if (S.query !== null) { ctx.strokeStyle = "#0cf"; ctx.lineWidth = 2; ctx.strokeRect(LEFT, TOP + S.query * cell, Sn * cell, cell); }
-  $("view-title").textContent = "cross-attention: target (rows) × source (columns); hover a target word";
+  const which = $("which") ? $("which").value : "cross";
+  $("view-title").textContent = ({cross: "cross-attention: target (rows) × source (columns)", encoder_self: "encoder self-attention: source × source",
+    decoder_self: "decoder self-attention (masked): target × target"})[which] + "; hover a row";
   setStatus(top);
-  current = {values: focus ? Array.from(focus) : null, labels: D.source};
-  showValues(focus, D.source);
+  current = {values: focus ? Array.from(focus) : null, labels: cols};
+  showValues(focus, cols);
+}
+function crossViews() {  // a Transformer: switch between cross, encoder self- and decoder self-attention
+  if (!D.views) return;
+  const cross = {attention: D.attention, layers: D.layers, heads: D.heads, tq: D.tq, tk: D.tk, rows: D.target, cols: D.source};
+  const views = {cross: cross,
+    encoder_self: {...D.views.encoder_self, rows: D.source, cols: D.source},
+    decoder_self: {...D.views.decoder_self, rows: D.target, cols: D.target}};
+  $("extra").innerHTML = "attention <select id=\"which\"><option value=\"cross\">cross (decoder → encoder)</option>" +
+    "<option value=\"encoder_self\">encoder self</option><option value=\"decoder_self\">decoder self (masked)</option></select>";
+  $("which").addEventListener("change", () => {
+    Object.assign(D, views[$("which").value]);
+    for (const k in decoded) delete decoded[k];
+    $("layer").innerHTML = ""; for (let l = 0; l < D.layers; l++) $("layer").add(new Option(String(l), l));
+    S.layer = 0; S.query = null; $("thumbs").innerHTML = ""; thumbnails(); draw();
+  });
 }
 function crossEvents() {
   $("view").addEventListener("mousemove", (e) => {
@@ -322,7 +340,7 @@ function init() {
   });
   thumbnails();
   if (D.kind === "text") { textEvents(); $("hint").textContent = D.tq + " tokens"; }
-  if (D.kind === "cross") crossEvents();
+  if (D.kind === "cross") { crossEvents(); crossViews(); }
   if (D.kind === "image") {
     imageControls();
     IMG.onload = () => { draw(); window.explorerReady = true; };
