@@ -1,6 +1,7 @@
-"""Interventions through the hook points: ablating heads, and activation patching from a clean
-run into a corrupted one (Meng et al. 2022; Wang et al. 2022), the way TransformerLens's
-``patching`` measures where a behaviour lives.
+"""Interventions through the hook points: ablating heads, MLP neurons and whole sublayers, and
+activation patching from a clean run into a corrupted one (Meng et al. 2022; Wang et al. 2022),
+the way TransformerLens's ``patching`` measures where a behaviour lives. Models with an encoder
+and a decoder are intervened on in their encoder (``encoder.blocks``).
 
 Patching: run the model on a *clean* input and keep its activations; run it on a *corrupted*
 input (one that changes the answer) with one activation replaced by its clean value; the metric
