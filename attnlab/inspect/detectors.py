@@ -44,9 +44,15 @@ def score(pattern: Tensor, mask: Tensor) -> Tensor:
 @torch.no_grad()
 def head_scores(model, idx: Tensor, kinds=DETECTORS) -> dict[str, Tensor]:
     """idx (B, T) token ids -> {kind: (L, H) scores}, averaged over the batch."""
-    prefix = "blocks" if hasattr(model, "blocks") else "encoder.blocks"
-    _, cache = model.run_with_cache(idx, names=f"{prefix}.*.attn.hook_pattern")
-    patterns = torch.stack(cache.layers("attn.hook_pattern"))  # (L, B, H, T, T)
+    from .patching import block_prefix
+
+    _, cache = model.run_with_cache(idx, names=f"{block_prefix(model)}.*.attn.hook_pattern")
+    return pattern_scores(torch.stack(cache.layers("attn.hook_pattern")), idx, kinds)
+
+
+def pattern_scores(patterns: Tensor, idx: Tensor, kinds=DETECTORS) -> dict[str, Tensor]:
+    """Cached patterns (L, B, H, T, T) of the tokens idx (B, T) -> {kind: (L, H) scores}, averaged
+    over the batch (for a caller that already ran the model)."""
     out = {}
     for kind in kinds:
         per_row = torch.stack(

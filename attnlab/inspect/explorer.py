@@ -57,45 +57,43 @@ def text_attention(model, tokenizer, text: str, top_k: int = 10, generate: int =
         raise ValueError(
             f"the text has {len(ids)} tokens, more than the model's context of {model.config.context}; shorten it"
         )
+    from .detectors import pattern_scores
+    from .lens import lens_logits, lens_points
+
     x = torch.tensor([ids], device=next(model.parameters()).device)
-    with capture_attention(model) as rec:
-        logits = model(x)[0].float()
-    probs = logits.softmax(-1)
+    # one forward pass feeds every view: the patterns, the logit lens and, for short texts, the
+    # neuron view's q, k and scores (q·k/√d_k + position bias, masked keys at −inf)
+    neuron = x.shape[1] <= NEURON_VIEW_MAX
+    names = ["blocks.*.attn.hook_pattern", *lens_points(model)]
+    names += ["blocks.*.attn.hook_q", "blocks.*.attn.hook_k", "blocks.*.attn.hook_scores"] if neuron else []
+    with torch.no_grad():
+        logits, cache = model.run_with_cache(x, names=names)
+        patterns = torch.stack(cache.layers("attn.hook_pattern"))  # (L, 1, H, T, T)
+        lens = lens_logits(model, cache)[:, 0].float().softmax(-1).max(-1)  # each layer's top guess (L + 1, T)
+    probs = logits[0].float().softmax(-1)
     top = probs.topk(min(top_k, probs.shape[-1]), dim=-1)
     tokens = [tokenizer.decode([i]) for i in ids]
     names = [[tokenizer.decode([int(i)]) for i in row] for row in top.indices.cpu()]
-    from .detectors import head_scores
-    from .lens import logit_lens
-
-    lens = logit_lens(model, x)[:, 0].float().softmax(-1).max(-1)  # each layer's top guess (L + 1, T)
-    detectors = {k: v.numpy() for k, v in head_scores(model, x).items()}  # on this very text: (L, H) each
+    layers = lambda hook: torch.stack(cache.layers(hook))[:, 0].float().cpu().numpy()  # noqa: E731  (L, ...)
     return {
         "kind": "text",
         "tokens": tokens,
-        "attention": stack_layers(rec),
+        "attention": layers("attn.hook_pattern"),
         "next_tokens": names,
         "next_probs": top.values.cpu().numpy(),
         "lens_tokens": [[tokenizer.decode([int(i)]) for i in row] for row in lens.indices.cpu()],
         "lens_probs": lens.values.cpu().numpy(),
-        "detectors": detectors,
+        "detectors": {k: v.numpy() for k, v in pattern_scores(patterns, x).items()},  # on this text: (L, H)
         "generated_from": prompt_len if generate else None,
-        **(neuron_view(model, x) if x.shape[1] <= NEURON_VIEW_MAX else {}),
+        **(
+            {"q": layers("attn.hook_q"), "k": layers("attn.hook_k"), "scores": layers("attn.hook_scores")}
+            if neuron
+            else {}
+        ),
     }
 
 
 NEURON_VIEW_MAX = 128  # tokens; beyond it the page would carry q, k and scores for every head
-
-
-@torch.no_grad()
-def neuron_view(model, x) -> dict:
-    """What the page's neuron view walks through for one query: the query and key vectors of every
-    head (after rotary positions, if any), and the scores q·k/√d_k + position bias, masked keys
-    at −inf: q, k (L, H, T, d) and scores (L, H, T, T)."""
-    names = ["blocks.*.attn.hook_q", "blocks.*.attn.hook_k", "blocks.*.attn.hook_scores"]
-    _, cache = model.run_with_cache(x, names=names)
-    q, k = (torch.stack(cache.layers(f"attn.hook_{n}"))[:, 0].float().cpu().numpy() for n in ("q", "k"))
-    scores = torch.stack(cache.layers("attn.hook_scores"))[:, 0].float().cpu().numpy()
-    return {"q": q, "k": k, "scores": scores}
 
 
 @torch.no_grad()

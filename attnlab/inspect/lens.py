@@ -37,9 +37,18 @@ def logit_lens(model, idx: Tensor) -> Tensor:
     """idx (B, T) -> (L + 1, B, T, vocab): the logits the residual stream would give after the
     embeddings (row 0) and after each block (row ℓ); the last row equals the model's logits."""
     _check_gpt(model)
-    names = ["hook_embed"] + [f"blocks.{i}.hook_resid_post" for i in range(len(model.blocks))]
-    _, cache = model.run_with_cache(idx, names=names)
-    stream = torch.stack([cache[n] for n in names])  # (L + 1, B, T, D)
+    _, cache = model.run_with_cache(idx, names=lens_points(model))
+    return lens_logits(model, cache)
+
+
+def lens_points(model) -> list[str]:
+    """The hook points the GPT logit lens reads: the embeddings, then each block's output."""
+    return ["hook_embed"] + [f"blocks.{i}.hook_resid_post" for i in range(len(model.blocks))]
+
+
+def lens_logits(model, cache) -> Tensor:
+    """The logit lens from a cache that holds :func:`lens_points`: (L + 1, B, T, vocab)."""
+    stream = torch.stack([cache[n] for n in lens_points(model)])  # (L + 1, B, T, D)
     return model.lm_head(model.ln_f(stream))
 
 

@@ -67,18 +67,16 @@ def check_heads(model, heads: list[tuple[int, int]]) -> None:
 
 
 def _blocks(model):
-    for path in ("blocks", "encoder.blocks"):
-        obj = model
-        try:
-            for part in path.split("."):
-                obj = getattr(obj, part)
-            return obj
-        except AttributeError:
-            continue
-    raise OptionError(f"{type(model).__name__} has no stack of attention blocks to intervene on")
+    blocks = model
+    for part in block_prefix(model).split("."):
+        blocks = getattr(blocks, part, None)
+    if blocks is None:
+        raise OptionError(f"{type(model).__name__} has no stack of attention blocks to intervene on")
+    return blocks
 
 
-def _prefix(model) -> str:
+def block_prefix(model) -> str:
+    """Where a model's attention blocks are: ``blocks`` (GPT) or ``encoder.blocks`` (the others)."""
     return "blocks" if hasattr(model, "blocks") else "encoder.blocks"
 
 
@@ -100,7 +98,7 @@ def ablated(
     MLP neuron after its activation (``mlp.hook_post``); ``outputs`` (layer, "attn" | "mlp"): a
     whole sublayer's contribution to the residual stream (``hook_attn_out`` / ``hook_mlp_out``)."""
     check_ablation(model, heads, how)
-    blocks, prefix = _blocks(model), _prefix(model)
+    blocks, prefix = _blocks(model), block_prefix(model)
     targets: dict[str, list[tuple]] = {}  # hook point -> the indices to replace there
     for layer, head in heads:
         targets.setdefault(f"{prefix}.{layer}.attn.hook_z", []).append((slice(None), head))  # z[:, h] (B, T, d)
@@ -152,7 +150,7 @@ def patch_activations(model, clean: tuple, corrupt: tuple, metric: Metric, over:
     Values are averaged over the batch."""
     if over not in ("resid_pre", "head"):
         raise OptionError(f"patching over {over!r}: resid_pre (layer x position) or head (layer x head)")
-    blocks, prefix = _blocks(model), _prefix(model)
+    blocks, prefix = _blocks(model), block_prefix(model)
     point = "hook_resid_pre" if over == "resid_pre" else "attn.hook_z"
     names = [f"{prefix}.{i}.{point}" for i in range(len(blocks))]
     if any(torch.is_tensor(a) and torch.is_tensor(b) and a.shape != b.shape for a, b in zip(clean, corrupt)):
