@@ -18,6 +18,7 @@ import torch
 from torch import Tensor
 
 from ..errors import OptionError
+from .lens import check_token, require_gpt, require_vit_classifier
 
 METHODS = ("integrated_gradients", "gradient_x_input")
 
@@ -52,10 +53,8 @@ def text_attributions(
     """A GPT's ``target`` token logit at ``position`` (B rows of idx (B, T)), attributed to each
     input token at the embeddings (tokens + positions): {"tokens": (B, T) per-token sums,
     "delta": completeness gap (B,) or None}."""
-    if getattr(model, "model_type", None) != "gpt":
-        raise OptionError("text attributions read a GPT here (other text models: attribute() with your own fn)")
-    if not 0 <= target < model.config.vocab_size:
-        raise OptionError(f"token {target} is not in the vocabulary of {model.config.vocab_size}")
+    require_gpt(model, "text_attributions (other text models: attribute() with your own function)")
+    check_token(model, target)
     _, cache = model.run_with_cache(idx, names="hook_embed")
     embeds = cache["hook_embed"]
 
@@ -90,8 +89,7 @@ def gradient_rollout(model, images: Tensor, target: int) -> Tensor:
 
     and the class token's row of R over the patches is the relevance map: (B, gh, gw). Unlike
     plain rollout, it differs from class to class."""
-    if getattr(model, "model_type", None) != "vit" or not isinstance(model.head, torch.nn.Linear):
-        raise OptionError("gradient-weighted rollout reads a ViT classifier (with a class token and a head)")
+    require_vit_classifier(model, "gradient-weighted rollout")
     if model.config.pool != "cls":
         raise OptionError("gradient-weighted rollout follows the class token; this ViT pools by mean")
     if not 0 <= target < model.config.num_classes:

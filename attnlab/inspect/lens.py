@@ -25,18 +25,28 @@ from torch import Tensor
 from ..errors import OptionError
 
 
-def _check_gpt(model) -> None:
+def require_gpt(model, tool: str) -> None:
+    """Refuse anything but a GPT for ``tool``, in one line."""
     if getattr(model, "model_type", None) != "gpt":
-        raise OptionError(
-            f"the logit lens and direct logit attribution read a GPT; this is {getattr(model, 'model_type', model)}"
-        )
+        raise OptionError(f"{tool} reads a GPT; this is {getattr(model, 'model_type', type(model).__name__)}")
+
+
+def require_vit_classifier(model, tool: str) -> None:
+    """Refuse anything but a ViT with a classification head for ``tool``, in one line."""
+    if getattr(model, "model_type", None) != "vit" or not isinstance(model.head, torch.nn.Linear):
+        raise OptionError(f"{tool} reads a ViT classifier (a ViT with a classification head)")
+
+
+def check_token(model, token: int) -> None:
+    if not 0 <= token < model.config.vocab_size:
+        raise OptionError(f"token {token} is not in the vocabulary of {model.config.vocab_size}")
 
 
 @torch.no_grad()
 def logit_lens(model, idx: Tensor) -> Tensor:
     """idx (B, T) -> (L + 1, B, T, vocab): the logits the residual stream would give after the
     embeddings (row 0) and after each block (row ℓ); the last row equals the model's logits."""
-    _check_gpt(model)
+    require_gpt(model, "the logit lens")
     _, cache = model.run_with_cache(idx, names=lens_points(model))
     return lens_logits(model, cache)
 
@@ -57,8 +67,7 @@ def class_lens(model, images: Tensor) -> Tensor:
     """ViT: images (B, C, H, W) -> (L, B, classes): the class logits each block's output would give
     through the final norm, the pooling (class token or mean) and the head; the last row equals
     the model's logits."""
-    if getattr(model, "model_type", None) != "vit" or not isinstance(model.head, torch.nn.Linear):
-        raise OptionError("the class lens reads a ViT classifier (a model with a classification head)")
+    require_vit_classifier(model, "the class lens")
     names = [f"encoder.blocks.{i}.hook_resid_post" for i in range(len(model.encoder.blocks))]
     _, cache = model.run_with_cache(images, names=names)
     stream = model.encoder.ln_f(torch.stack([cache[n] for n in names]))  # (L, B, T, D)
@@ -98,9 +107,8 @@ def direct_logit_attribution(model, idx: Tensor, token: int, position: int = -1)
 
     Returns {"embed": (B,), "L{ℓ}.H{h}": (B,) per head, "L{ℓ}.attn_bias": (B,), "L{ℓ}.mlp": (B,),
     "ln_final_bias": (B,)}; their sum is the model's logit (see the module's docstring)."""
-    _check_gpt(model)
-    if not 0 <= token < model.config.vocab_size:
-        raise OptionError(f"token {token} is not in the vocabulary of {model.config.vocab_size}")
+    require_gpt(model, "direct logit attribution")
+    check_token(model, token)
     L = len(model.blocks)
     names = ["hook_embed", "blocks.*.attn.hook_z", "blocks.*.hook_mlp_out", f"blocks.{L - 1}.hook_resid_post"]
     _, cache = model.run_with_cache(idx, names=names)
