@@ -8,17 +8,17 @@ from pathlib import Path
 from .errors import OptionError
 
 
-def output_file(path: str | Path, suffix: str, option: str = "--out") -> Path:
-    """The file to write for ``option path``: ``path`` itself when it ends in ``suffix``, or with
-    ``suffix`` added when it has none (the command's "wrote ..." line then names it). Refused, in
-    one line and before any work: a directory, another suffix (a PNG under a .txt name), a folder
-    that cannot be written."""
+def output_file(path: str | Path, suffix: str, option: str = "--out", also: tuple[str, ...] = ()) -> Path:
+    """The file to write for ``option path``: ``path`` itself when it ends in ``suffix`` (or one of
+    ``also``: ``.htm`` beside ``.html``), or with ``suffix`` added when it has none (the command's
+    "wrote ..." line then names it). Refused, in one line and before any work: a directory,
+    another suffix (a PNG under a .txt name), a folder that cannot be written."""
     p = Path(path)
     if p.is_dir():
         raise OptionError(f"{option} {p} is a folder; give a file name ending in {suffix}")
     if not p.suffix:
         p = p.with_suffix(suffix)
-    elif p.suffix.lower() != suffix:
+    elif p.suffix.lower() not in (suffix, *also):
         raise OptionError(f"{option} {p} should end in {suffix}: that is the kind of file written there")
     folder = p.parent
     existing = next((f for f in (folder, *folder.parents) if f.exists()), Path("."))

@@ -324,11 +324,9 @@ def _explore(args) -> int:
     from pathlib import Path
 
     from ..inspect.explorer import write_page
-
     from ..outputs import output_file
 
-    if not args.out.endswith(".htm"):
-        args.out = str(output_file(args.out, ".html"))
+    args.out = str(output_file(args.out, ".html", also=(".htm",)))
     data = _family(args.ckpt).explore(args)
     path = write_page(data, args.out, f"attnlab explorer: {Path(args.ckpt).name}")
     print(f"wrote {path} ({path.stat().st_size / 1e6:.2f} MB); open it in a browser (it needs no network)")
