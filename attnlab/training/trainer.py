@@ -220,26 +220,28 @@ class Trainer:
         for g in self.optimizer.param_groups:
             g["lr"] = lr
         total = 0.0
-        batches = [
-            [
-                t.to(self.device, non_blocking=True)
-                for t in D.shard(self.task.batch("train", cfg.batch_size * world, self.data_gen), self.dist)
-            ]
-            for _ in range(cfg.grad_accum)
-        ]
-        # a loss that is a mean over tokens weighs each micro-batch by its token count, so that
-        # accumulation equals the big batch (``batch_weight``); other losses weigh them equally
+        # a loss that is a mean over tokens (``batch_weight``: the micro-batch's token count) is
+        # summed as mean x tokens and divided by all the tokens at the end, so that accumulation
+        # equals the big batch without holding every micro-batch at once; other losses weigh the
+        # micro-batches equally
         weigh = getattr(self.task, "batch_weight", None)
-        weights = [float(weigh(b)) for b in batches] if weigh is not None else [1.0] * len(batches)
-        share = [w / sum(weights) if sum(weights) > 0 else 1.0 / len(weights) for w in weights]
-        parts: dict[str, float] = {}
-        for micro, batch in enumerate(batches):
+        tokens, parts = 0.0, {}
+        for micro in range(cfg.grad_accum):
+            batch = self.task.batch("train", cfg.batch_size * world, self.data_gen)
+            batch = [t.to(self.device, non_blocking=True) for t in D.shard(batch, self.dist)]
+            scale = float(weigh(batch)) if weigh is not None else 1.0 / cfg.grad_accum
+            tokens += scale
             with D.no_sync(model, micro == cfg.grad_accum - 1), self.autocast():
-                loss = self.task.loss(model, batch) * share[micro]
+                loss = self.task.loss(model, batch) * scale
                 loss.backward()
             total += loss.item()
             for name, value in (getattr(self.task, "parts", None) or {}).items():  # the loss's terms, to log
-                parts[name] = parts.get(name, 0.0) + value * share[micro]
+                parts[name] = parts.get(name, 0.0) + value * scale
+        if weigh is not None and tokens > 0:
+            for p in model.parameters():  # (the wrapper's: under FSDP the gradients live on its flat parameters)
+                if p.grad is not None:
+                    p.grad.div_(tokens)
+            total, parts = total / tokens, {k: v / tokens for k, v in parts.items()}
         self.last_parts = parts
         if world > 1:  # report the global mean loss
             t = torch.tensor([total], device=self.device)
