@@ -158,6 +158,23 @@ def test_patch_and_ablate_from_python_and_the_command_line(tmp_path, capsys):
     for heads, words in (("0.2", "head 0.2 does not exist"), ("1.0", "layer 1 does not exist"), ("x", "LAYER.HEAD")):
         assert main(["ablate", "--ckpt", str(RUNS / "gpt"), "--heads", heads]) == 2
         assert words in capsys.readouterr().err
+    # neurons and whole sublayers: the same grammar from Python as text or keyword lists, and the command line
+    width = gpt.blocks[0].mlp.fc.out_features
+    neuron = gpt.evaluate(max_tokens=400, ablate="0.mlp.3,0.attn")
+    assert neuron == gpt.evaluate(max_tokens=400, ablate={"neurons": [(0, 3)], "outputs": [(0, "attn")]})
+    assert neuron["loss"] != before["loss"]
+    argv = ["ablate", "--ckpt", str(RUNS / "gpt"), "--max-tokens", "400", "--json"]
+    assert main([*argv, "--neurons", "0.3", "--sublayers", "0.attn"]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    assert shown["ablated"] == "0.mlp.3,0.attn" and abs(shown["after"]["loss"] - neuron["loss"]) < 1e-6
+    for bad, words in (
+        (["--neurons", f"0.{width}"], f"has {width} neurons"),
+        (["--neurons", "0.mlp.3"], "LAYER.NEURON"),
+        (["--sublayers", "0.ffn"], "LAYER.attn or LAYER.mlp"),
+        ([], "needs --heads, --neurons or --sublayers"),
+    ):
+        assert main(["ablate", "--ckpt", str(RUNS / "gpt"), *bad]) == 2
+        assert words in capsys.readouterr().err
 
 
 def test_an_attention_only_gpt(tmp_path):

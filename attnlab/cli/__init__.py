@@ -78,14 +78,16 @@ def build_parser() -> argparse.ArgumentParser:
 
     ab = sub.add_parser(
         "ablate",
-        help="how much a metric changes when attention heads are silenced",
+        help="how much a metric changes when heads, neurons or sublayers are silenced",
         epilog=EPILOG,
-        description="Evaluates the model as `attnlab eval` does, then again with the --heads writing nothing "
-        "(--how zero) or their mean output over each batch (--how mean), and prints both and the change. GPTs: "
-        "loss and perplexity; image classifiers: accuracy.",
+        description="Evaluates the model as `attnlab eval` does, then again with the --heads, --neurons and "
+        "--sublayers writing nothing (--how zero) or their mean over each batch (--how mean), and prints both and "
+        "the change. GPTs: loss and perplexity; image classifiers: accuracy. Give at least one of the three.",
     )
     ablations = _eval_options(families, "run folder of a GPT or a ViT", "print both results and the change as JSON")
-    ablations.add("--heads", required=True, help="heads to silence: LAYER.HEAD, comma-separated (0.1,2.3)")
+    ablations.add("--heads", default=None, help="attention heads: LAYER.HEAD, comma-separated (0.1,2.3)")
+    ablations.add("--neurons", default=None, help="MLP neurons after the activation: LAYER.NEURON, comma-separated")
+    ablations.add("--sublayers", default=None, help="whole sublayer outputs: LAYER.attn or LAYER.mlp, comma-separated")
     ablations.add("--how", choices=["zero", "mean"], default="zero", help="zero (default) or mean ablation")
     add_options(ab, ablations)
     ab.set_defaults(func=_ablate)
@@ -257,22 +259,30 @@ def _ablate(args) -> int:
     import json
 
     from ..api import load
-    from ..inspect.patching import check_ablation, parse_heads
+    from ..errors import OptionError
+    from ..inspect.patching import check_parts, describe_parts, parse_heads, parse_sublayers
 
     model = load(args.ckpt, device=args.device)
-    heads = parse_heads(args.heads)
-    check_ablation(model, heads, args.how)
+    if not (args.heads or args.neurons or args.sublayers):
+        raise OptionError("attnlab ablate needs --heads, --neurons or --sublayers (what to silence)")
+    parts = {
+        "heads": parse_heads(args.heads) if args.heads else [],
+        "neurons": parse_heads(args.neurons, "neuron") if args.neurons else [],
+        "outputs": parse_sublayers(args.sublayers) if args.sublayers else [],
+    }
+    check_parts(model, how=args.how, **parts)
+    spec = describe_parts(parts)
     own = model.family_recipe().eval_specs().specs  # this family's eval options (others have defaults too)
     options = {k: getattr(args, k) for k in own if k not in ("data", "split") and getattr(args, k, None) is not None}
     before = model.evaluate(args.data, split=args.split, **options)
-    after = model.evaluate(args.data, split=args.split, ablate=heads, ablation=args.how, **options)
+    after = model.evaluate(args.data, split=args.split, ablate=parts, ablation=args.how, **options)
     keys = [k for k in ("loss", "perplexity", "accuracy", "bleu", "exact_match") if k in before]
     change = {k: after[k] - before[k] for k in keys if isinstance(before[k], (int, float))}
     if args.json:
-        print(json.dumps({"heads": args.heads, "how": args.how, "before": before, "after": after, "change": change}))
+        print(json.dumps({"ablated": spec, "how": args.how, "before": before, "after": after, "change": change}))
     else:
         print(
-            f"{args.how}-ablating {args.heads}: "
+            f"{args.how}-ablating {spec}: "
             + ", ".join(f"{k} {before[k]:.4f} -> {after[k]:.4f} ({change[k]:+.4f})" for k in change)
         )
     return 0

@@ -38,21 +38,80 @@ def logit_difference(answer: int, wrong: int | None = None, position: int = -1) 
     return metric
 
 
-def parse_heads(text: str) -> list[tuple[int, int]]:
-    """``"0.1,2.3"`` -> [(0, 1), (2, 3)] (layer.head, comma-separated)."""
-    heads = []
+def parse_heads(text: str, what: str = "head") -> list[tuple[int, int]]:
+    """``"0.1,2.3"`` -> [(0, 1), (2, 3)] (LAYER.HEAD, or LAYER.NEURON for ``what="neuron"``)."""
+    pairs = []
     for item in text.split(","):
-        layer, _, head = item.strip().partition(".")
-        if not (layer.isdigit() and head.isdigit()):
-            raise OptionError(f"head {item.strip()!r}: write heads as LAYER.HEAD, comma-separated (0.1,2.3)")
-        heads.append((int(layer), int(head)))
-    return heads
+        layer, _, index = item.strip().partition(".")
+        if not (layer.isdigit() and index.isdigit()):
+            raise OptionError(
+                f"{what} {item.strip()!r}: write {what}s as LAYER.{what.upper()}, comma-separated (0.1,2.3)"
+            )
+        pairs.append((int(layer), int(index)))
+    return pairs
 
 
-def check_ablation(model, heads: list[tuple[int, int]], how: str) -> None:
-    check_heads(model, heads)
+def parse_sublayers(text: str) -> list[tuple[int, str]]:
+    """``"0.attn,1.mlp"`` -> [(0, "attn"), (1, "mlp")]."""
+    out = []
+    for item in text.split(","):
+        layer, _, part = item.strip().partition(".")
+        if not (layer.isdigit() and part in ("attn", "mlp")):
+            raise OptionError(
+                f"sublayer {item.strip()!r}: write LAYER.attn or LAYER.mlp, comma-separated (0.attn,1.mlp)"
+            )
+        out.append((int(layer), part))
+    return out
+
+
+def parse_parts(text: str) -> dict[str, list]:
+    """What to ablate, comma-separated: ``L.H`` a head, ``L.mlp.N`` one MLP neuron, ``L.attn`` or
+    ``L.mlp`` a whole sublayer's output -> {"heads": [(L, H)], "neurons": [(L, N)], "outputs":
+    [(L, "attn" | "mlp")]}, the keyword arguments of :func:`ablated`; :func:`describe_parts`
+    writes them back."""
+    parts: dict[str, list] = {"heads": [], "neurons": [], "outputs": []}
+    for item in text.split(","):
+        fields = item.strip().split(".")
+        if len(fields) == 3 and fields[1] == "mlp":
+            parts["neurons"] += parse_heads(f"{fields[0]}.{fields[2]}", "neuron")
+        elif len(fields) == 2 and fields[1] in ("attn", "mlp"):
+            parts["outputs"] += parse_sublayers(item)
+        elif len(fields) == 2:
+            parts["heads"] += parse_heads(item)
+        else:
+            raise OptionError(
+                f"{item.strip()!r}: ablate LAYER.HEAD (a head), LAYER.mlp.NEURON (a neuron) or LAYER.attn / "
+                "LAYER.mlp (a sublayer), comma-separated (0.1,1.mlp.17,1.attn)"
+            )
+    return parts
+
+
+def describe_parts(parts: dict[str, list]) -> str:
+    """The text of :func:`parse_parts` for its result."""
+    items = [f"{layer}.{head}" for layer, head in parts.get("heads", ())]
+    items += [f"{layer}.mlp.{n}" for layer, n in parts.get("neurons", ())]
+    items += [f"{layer}.{part}" for layer, part in parts.get("outputs", ())]
+    return ",".join(items)
+
+
+def check_parts(model, heads=(), neurons=(), outputs=(), how: str = "zero") -> None:
+    """Refuse an ablation of parts ``model`` does not have (see :func:`ablated`), before any work."""
     if how not in ("zero", "mean"):
         raise OptionError(f"ablation {how!r}: choose zero or mean")
+    check_heads(model, list(heads))
+    blocks = _blocks(model)
+    for layer, index in neurons:
+        check_heads(model, [(layer, 0)])
+        mlp = blocks[layer].mlp
+        width = mlp.fc.out_features if mlp is not None else 0
+        if not 0 <= index < width:
+            raise OptionError(f"neuron {layer}.mlp.{index} does not exist: layer {layer}'s MLP has {width} neurons")
+    for layer, part in outputs:
+        check_heads(model, [(layer, 0)])
+        if part not in ("attn", "mlp") or (part == "mlp" and blocks[layer].mlp is None):
+            raise OptionError(f"output {layer}.{part}: give attn or mlp (of a block that has one)")
+    if not (heads or neurons or outputs):
+        raise OptionError("nothing to ablate: name heads (L.H), neurons (L.mlp.N) or sublayers (L.attn, L.mlp)")
 
 
 def check_heads(model, heads: list[tuple[int, int]]) -> None:
@@ -97,22 +156,14 @@ def ablated(
     ``heads`` (layer, head): a head's output (``attn.hook_z``); ``neurons`` (layer, index): one
     MLP neuron after its activation (``mlp.hook_post``); ``outputs`` (layer, "attn" | "mlp"): a
     whole sublayer's contribution to the residual stream (``hook_attn_out`` / ``hook_mlp_out``)."""
-    check_ablation(model, heads, how)
-    blocks, prefix = _blocks(model), block_prefix(model)
+    check_parts(model, heads, neurons, outputs, how)
+    prefix = block_prefix(model)
     targets: dict[str, list[tuple]] = {}  # hook point -> the indices to replace there
     for layer, head in heads:
         targets.setdefault(f"{prefix}.{layer}.attn.hook_z", []).append((slice(None), head))  # z[:, h] (B, T, d)
     for layer, index in neurons:
-        check_heads(model, [(layer, 0)])
-        mlp = blocks[layer].mlp
-        width = mlp.fc.out_features if mlp is not None else 0
-        if not 0 <= index < width:
-            raise OptionError(f"neuron {layer}.{index} does not exist: layer {layer}'s MLP has {width} neurons")
         targets.setdefault(f"{prefix}.{layer}.mlp.hook_post", []).append((Ellipsis, index))  # (B, T)
     for layer, part in outputs:
-        check_heads(model, [(layer, 0)])
-        if part not in ("attn", "mlp") or (part == "mlp" and blocks[layer].mlp is None):
-            raise OptionError(f"output {layer}.{part}: give attn or mlp (of a block that has one)")
         targets.setdefault(f"{prefix}.{layer}.hook_{part}_out", []).append((Ellipsis,))  # (B, T, D)
     means: dict[tuple, Tensor] = {}
     if how == "mean" and reference is not None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import matplotlib
+import numpy as np
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
@@ -47,7 +48,6 @@ def save_figure(fig, path: Path) -> Path:
 
 def _show_image(ax, img) -> None:
     """img (C, H, W) tensor/array in [0, 1]."""
-    import numpy as np
 
     a = np.asarray(img)
     if a.shape[0] == 1:
@@ -84,7 +84,6 @@ def confusion_matrix_png(cm, labels, path: Path, title: str = "") -> Path:
 
 def attention_grid_png(img, grids, path: Path, title: str = "") -> Path:
     """grids (L, H, h, w): one small map per layer (rows) and head (columns), image first."""
-    import numpy as np
 
     n_layers, n_heads = grids.shape[:2]
     fig, axes = plt.subplots(
@@ -106,7 +105,6 @@ def attention_grid_png(img, grids, path: Path, title: str = "") -> Path:
 
 def overlay_png(img, heat, path: Path, title: str = "") -> Path:
     """The image, the heat map upsampled over it, and the heat map alone."""
-    import numpy as np
     import torch
     import torch.nn.functional as F
 
@@ -130,7 +128,6 @@ def overlay_png(img, heat, path: Path, title: str = "") -> Path:
 
 def components_png(comps, var, path: Path) -> Path:
     """comps (n, C, P, P): each principal component of the embedding filters as a small image."""
-    import numpy as np
 
     n = comps.shape[0]
     cols = 7
@@ -214,7 +211,6 @@ def alignment_png(src_tokens, tgt_tokens, maps: dict, path: Path) -> Path:
 def caption_attention_png(img, words: list[str], attention, path: Path, title: str = "") -> Path:
     """Show, Attend and Tell's figure: the image once per generated word, with that word's
     attention (n_words, h, w) upsampled over it as a heat map."""
-    import numpy as np
     import torch
     import torch.nn.functional as F
 
@@ -249,3 +245,90 @@ def line_plot_png(xs, series: dict, path: Path, xlabel: str, ylabel: str, title:
     ax.legend(fontsize=8)
     ax.set_title(title, fontsize=9)
     return save_figure(fig, path)
+
+
+def matrix_panel(fig, ax, m, *, rows, cols, title: str = "", cell_text=None, diverging: bool = False, vmax=None):
+    """One labelled heat map on ``ax``: m (R, C) with a label per row and column, optionally a
+    short text in every cell (the logit lens's guesses, the tokens of an attribution). Diverging
+    maps are centred at 0 (red: raises the value, blue: lowers it)."""
+
+    m = np.asarray(m, dtype=float)
+    if diverging:
+        lim = max(float(np.abs(m).max()), 1e-9)
+        im = ax.imshow(m, cmap="RdBu_r", vmin=-lim, vmax=lim, aspect="auto")
+    else:
+        im = ax.imshow(m, cmap="viridis", vmin=0, vmax=vmax if vmax is not None else max(float(m.max()), 1e-9))
+        ax.set_aspect("auto")
+    ax.set_yticks(range(m.shape[0]), rows, fontsize=7)
+    ax.set_xticks(range(m.shape[1]), cols, fontsize=7, rotation=60 if max(map(len, cols), default=0) > 3 else 0)
+    if cell_text is not None:
+        lo, hi = im.get_clim()
+        for r in range(m.shape[0]):
+            for c in range(m.shape[1]):
+                # dark text on the light cells: viridis's upper range, RdBu's middle
+                level = (m[r, c] - lo) / max(hi - lo, 1e-9)
+                light = abs(level - 0.5) < 0.3 if diverging else level > 0.6
+                colour = "black" if light else "white"
+                ax.text(c, r, cell_text[r][c], ha="center", va="center", fontsize=6, color=colour)
+    ax.set_title(title, fontsize=9)
+    fig.colorbar(im, ax=ax, fraction=0.04, pad=0.02)
+    return im
+
+
+def lens_png(table: dict, path: Path, title: str = "") -> Path:
+    """The logit lens (``lens.logit_lens_table``): layers down, positions across, each cell the
+    top guess for the next token and its colour the guess's probability."""
+    probs = table["top_probs"][..., 0]  # (L + 1, T)
+    n_layers, n = probs.shape
+    fig, ax = plt.subplots(figsize=(2 + 0.55 * n, 1 + 0.38 * n_layers), dpi=110)
+    guesses = [[repr(g[0])[1:-1] for g in row] for row in table["top_tokens"]]
+    matrix_panel(
+        fig,
+        ax,
+        probs,
+        rows=table["layers"],
+        cols=[repr(t)[1:-1] for t in table["tokens"]],
+        cell_text=guesses,
+        vmax=1.0,
+        title=title or "logit lens: each layer's top next-token guess (colour: its probability)",
+    )
+    ax.set_xlabel("input token (the guess is for the token after it)", fontsize=8)
+    return save_figure(fig, path)
+
+
+def token_scores_png(tokens: list[str], rows: dict, path: Path, title: str = "") -> Path:
+    """Per-token scores (an attribution), one row per entry of ``rows`` ({label: (T,)}), each row
+    scaled to its own largest magnitude, the token written in every cell."""
+
+    names = list(rows)
+    m = np.stack([np.asarray(rows[k], dtype=float) / max(float(np.abs(rows[k]).max()), 1e-9) for k in names])
+    fig, ax = plt.subplots(figsize=(2 + 0.55 * len(tokens), 0.9 + 0.45 * len(names)), dpi=110)
+    shown = [repr(t)[1:-1] for t in tokens]
+    matrix_panel(fig, ax, m, rows=names, cols=shown, cell_text=[shown] * len(names), diverging=True, title=title)
+    ax.set_xticks([])
+    return save_figure(fig, path)
+
+
+def head_scores_png(scores: dict, path: Path, title: str = "") -> Path:
+    """Head-detector scores ({kind: (L, H)}): one layer × head map per detector."""
+    fig, axes = plt.subplots(1, len(scores), figsize=(3.6 * len(scores), 0.9 + 0.45 * len(next(iter(scores.values())))))
+    for ax, (kind, s) in zip(np.atleast_1d(axes), scores.items()):
+        head_scores_panel(fig, ax, s, kind.replace("_", "-") + " score")
+    fig.suptitle(title, fontsize=9)
+    fig.tight_layout()
+    return save_figure(fig, path)
+
+
+def head_scores_panel(fig, ax, s, title: str):
+    """One detector's (L, H) scores; the colour scale reaches at least 0.5, a clear head's score."""
+    s = np.asarray(s)
+    return matrix_panel(
+        fig,
+        ax,
+        s,
+        rows=[f"layer {i}" for i in range(s.shape[0])],
+        cols=[f"H{h}" for h in range(s.shape[1])],
+        cell_text=[[f"{v:.2f}" for v in row] for row in s],
+        vmax=max(0.5, float(s.max())),
+        title=title,
+    )

@@ -221,17 +221,19 @@ class Verbs:
         data: str | None = None,
         *,
         split: str | None = None,
-        ablate: str | list[tuple[int, int]] | None = None,
+        ablate: str | list[tuple[int, int]] | dict | None = None,
         ablation: str = "zero",
         **options,
     ) -> dict:
         """The metrics of ``attnlab eval``: loss / perplexity (language models), accuracy
         (classifiers), BLEU (seq2seq), ... on the run's own data or on ``data``. ``options``: the
         options of ``attnlab eval`` by name (``batch_size``, ``max_tokens``, ``beam``, ...).
-        ``ablate``: heads to silence while evaluating (``"0.1,2.3"`` or [(0, 1), (2, 3)]), with
-        ``ablation`` "zero" or "mean" (each head's mean output over the batch); what
-        ``attnlab ablate`` reports."""
-        from ..inspect.patching import ablated, check_ablation, parse_heads
+        ``ablate``: parts to silence while evaluating: heads, MLP neurons and whole sublayers as
+        text (``"0.1,1.mlp.17,1.attn"``, see :func:`attnlab.inspect.patching.parse_parts`), a list
+        of (layer, head) pairs, or the keyword arguments of ``ablated`` ({"heads": ..., "neurons":
+        ..., "outputs": ...}); ``ablation`` "zero" or "mean" (each part's mean over the batch).
+        What ``attnlab ablate`` reports."""
+        from ..inspect.patching import ablated, check_parts, parse_parts
 
         recipe = self.family_recipe()
         values = recipe.eval_specs().checked({"data": data, "split": split, **options}, "evaluate")
@@ -239,12 +241,17 @@ class Verbs:
         if ablate is not None:
             if not recipe.ablatable:
                 raise OptionError(
-                    f"ablate: evaluating {recipe.name} models with heads ablated is not supported yet "
-                    "(GPTs and ViTs are); use attnlab.inspect.patching.ablated with your own loop"
+                    f"ablate: evaluating {recipe.name} models with parts ablated is not supported yet "
+                    "(GPTs and image classifiers are); use attnlab.inspect.patching.ablated with your own loop"
                 )
-            heads = parse_heads(ablate) if isinstance(ablate, str) else [tuple(h) for h in ablate]
-            check_ablation(self, heads, ablation)  # before any work
-            values["intervene"] = lambda model: ablated(model, heads, ablation)
+            if isinstance(ablate, str):
+                parts = parse_parts(ablate)
+            elif isinstance(ablate, dict):
+                parts = {k: [tuple(p) for p in ablate.get(k, ())] for k in ("heads", "neurons", "outputs")}
+            else:
+                parts = {"heads": [tuple(h) for h in ablate], "neurons": [], "outputs": []}
+            check_parts(self, how=ablation, **parts)  # before any work
+            values["intervene"] = lambda model: ablated(model, how=ablation, **parts)
         return recipe.evaluate_checkpoint(Options(**values))[0]
 
     def inspect(self, what: str, out: str | Path, **options) -> Path:
