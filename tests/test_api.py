@@ -88,6 +88,11 @@ def test_image_text_and_translation_verbs(tmp_path, monkeypatch):
     enc = attnlab.load(attnlab.train("encoder", out=tmp_path / "enc", **tiny["encoder"]).out)
     vectors = enc.embed(["hello world", "the cat"])
     assert vectors.shape == (2, 16) and np.allclose(enc.embed("the cat"), vectors[1], atol=1e-5)
+    page = enc.explore(text="the cat sat")  # the neuron view of an encoder: softmax of q·k/√d_k is the pattern
+    q, k, scores = (torch.as_tensor(page[n]) for n in ("q", "k", "scores"))
+    assert torch.allclose(scores, q @ k.transpose(-1, -2) / q.shape[-1] ** 0.5, atol=1e-5)
+    assert torch.allclose(scores.softmax(-1), torch.as_tensor(page["attention"]), atol=1e-5)
+    assert set(page["detectors"]) == {"previous_token", "duplicate_token", "induction"}
     cap = attnlab.load(attnlab.train("caption", out=tmp_path / "cap", **tiny["caption"]).out)
     assert isinstance(cap.caption(torch.rand(3, 32, 32)), str)
 

@@ -488,3 +488,85 @@ def test_head_detectors_match_transformer_lens(gpt):
                     pattern, mask, exclude_bos=False, exclude_current_token=False, error_measure="mul"
                 )
                 assert abs(ours[kind][layer, head].item() - ref) < 1e-5, (kind, layer, head)
+
+
+def test_gpt_inspections_draw_what_the_python_api_computes(tmp_path, capsys):
+    """`attnlab inspect lens|attribution|logit-attribution|heads` on a GPT run (and the same from
+    Python, model.inspect) write the numbers of the library functions, and refuse bad input in one line."""
+    import numpy as np
+
+    import attnlab
+    from attnlab.cli import main
+    from attnlab.inspect.attribution import text_attributions
+
+    run, text = RUNS / "gpt", "The cat sat"
+    model = attnlab.load(run)
+    idx = model.token_ids(text, "text")
+    out = tmp_path / "x.png"
+    base = ["inspect", "--ckpt", str(run), "--out", str(out)]
+
+    assert main([base[0], "lens", *base[1:], "--text", text]) == 0
+    raw = np.load(out.with_suffix(".npz"))
+    np.testing.assert_allclose(raw["top_probs"], model.logit_lens(text, top_k=3)["top_probs"], atol=1e-6)
+
+    argv = [base[0], "attribution", *base[1:], "--text", text, "--answer", "e", "--method", "gradient_x_input"]
+    assert main(argv) == 0
+    want = text_attributions(model, idx, model.one_token("e", "answer"), method="gradient_x_input")["tokens"][0]
+    np.testing.assert_allclose(np.load(out.with_suffix(".npz"))["scores"], want.numpy(), atol=1e-6)
+
+    model.inspect("logit-attribution", out, text=text, answer="e")  # the Python surface of the same
+    raw = np.load(out.with_suffix(".npz"))
+    with torch.no_grad():
+        logit = model(idx)[0, -1, model.one_token("e", "answer")].item()
+    rest = sum(float(raw[k]) for k in raw.files if k != "contributions")
+    assert raw["contributions"].shape == (1, 3) and abs(raw["contributions"].sum() + rest - logit) < 1e-4
+
+    assert main([base[0], "heads", *base[1:]]) == 0  # default: random tokens repeated
+    raw = np.load(out.with_suffix(".npz"))
+    assert set(raw.files) == {"previous_token", "duplicate_token", "induction"} and raw["induction"].shape == (1, 2)
+    capsys.readouterr()
+    for bad, words in (
+        ([base[0], "lens", *base[1:]], 'needs --text "some text"'),
+        ([base[0], "attribution", *base[1:], "--text", text, "--answer", "at"], "is 2 tokens"),
+        ([base[0], "lens", *base[1:], "--text", "café"], "U+00E9"),
+        ([base[0], "rollout", *base[1:]], "needs a vit checkpoint"),
+    ):
+        assert main(bad) == 2
+        err = capsys.readouterr().err
+        assert words in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_vit_inspections_lens_and_attribution(tmp_path, capsys):
+    """The class lens's last block is the model's own prediction; the attribution maps are
+    image_attributions' and the gradient-weighted rollout's; an unknown --target is refused."""
+    import numpy as np
+    from PIL import Image
+
+    import attnlab
+    from attnlab.cli import main
+    from attnlab.data.images import load_image, normalize
+    from attnlab.inspect.attribution import gradient_rollout, image_attributions
+
+    run = RUNS / "vit"
+    model = attnlab.load(run)
+    png = tmp_path / "digit.png"
+    size = model.config.image_size
+    Image.fromarray((np.arange(size * size).reshape(size, size) * 255 // (size * size)).astype(np.uint8)).save(png)
+    x = normalize(load_image(png, 1, size)[0][None], model.mean, model.std)
+    out = tmp_path / "v.png"
+    base = ["--ckpt", str(run), "--image", str(png), "--out", str(out)]
+    assert main(["inspect", "lens", *base]) == 0
+    with torch.no_grad():
+        final = model(x).softmax(-1)[0]
+    np.testing.assert_allclose(np.load(out.with_suffix(".npz"))["probs"][-1], final.numpy(), atol=1e-5)
+
+    assert main(["inspect", "attribution", *base, "--target", "3", "--method", "gradient_x_input"]) == 0
+    raw = np.load(out.with_suffix(".npz"))
+    want = image_attributions(model, x, 3, method="gradient_x_input")["pixels"][0].abs()
+    np.testing.assert_allclose(raw["gradient_x_input"], want.numpy(), atol=1e-6)
+    np.testing.assert_allclose(raw["gradient-weighted_rollout"], gradient_rollout(model, x, 3)[0].numpy(), atol=1e-6)
+    res = model.attribute(png, method="gradient_x_input")  # the predicted class by default
+    assert res["target"] == model.labels[int(final.argmax())] and res["pixels"].shape == (size, size)
+    capsys.readouterr()
+    assert main(["inspect", "attribution", *base, "--target", "cat"]) == 2
+    assert "'cat' is not a class of this model" in capsys.readouterr().err

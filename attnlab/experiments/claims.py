@@ -18,7 +18,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from ..inspect.plots import save_figure, plt
+from ..inspect.plots import head_scores_panel, plt, save_figure
 
 
 @dataclass
@@ -766,11 +766,7 @@ def induction(ctx: Context) -> Result:
     ind, prev = scores["induction"], scores["previous_token"]
     fig, axes = plt.subplots(1, 3, figsize=(12, 3.2), dpi=100, layout="constrained")
     for ax, (name, s) in zip(axes[:2], (("previous-token score", prev), ("induction score", ind))):
-        im = ax.imshow(s.numpy(), cmap="viridis", vmin=0, vmax=max(0.5, float(s.max())))
-        ax.set_xticks(range(s.shape[1]), [f"H{h}" for h in range(s.shape[1])])
-        ax.set_yticks(range(s.shape[0]), [f"layer {i}" for i in range(s.shape[0])])
-        ax.set_title(name, fontsize=9)
-        fig.colorbar(im, ax=ax, fraction=0.05)
+        head_scores_panel(fig, ax, s.numpy(), name)
     axes[2].plot(range(1, len(per_token) + 1), per_token.numpy())
     axes[2].axvline(half - 0.5, color="grey", lw=0.8)
     axes[2].set_xlabel("position")

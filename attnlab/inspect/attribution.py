@@ -80,6 +80,43 @@ def image_attributions(
     return {"pixels": attr.sum(1), "delta": delta}
 
 
+def caption_attributions(
+    model,
+    images: Tensor,
+    caption: list[int],
+    *,
+    positions: list[int] | None = None,
+    method: str = "integrated_gradients",
+    steps: int = 32,
+) -> dict:
+    """A captioner's logit of each word of ``caption`` (word ids without specials, fed to the
+    decoder as its input: teacher forcing) at the step that writes it, attributed to each pixel of
+    ``images`` (1, 3, H, W, normalised as the model reads them): {"pixels": (P, H, W) summed over
+    channels, "delta": (P,) or None} for the words at ``positions`` (default: every word).
+    Where attention says what the decoder looked at, this says which pixels changed its mind."""
+    if getattr(model, "model_type", None) != "captioner":
+        raise OptionError("caption attributions read an image captioner")
+    c = model.config
+    if not 0 < len(caption) < c.context:
+        raise OptionError(f"the caption must hold 1 to {c.context - 1} words, got {len(caption)}")
+    if any(not 0 <= w < c.vocab_size for w in caption):
+        raise OptionError(f"caption word ids must lie in 0..{c.vocab_size - 1}")
+    positions = list(range(len(caption))) if positions is None else positions
+    if any(not 0 <= t < len(caption) for t in positions):
+        raise OptionError(f"positions must lie in 0..{len(caption) - 1} (one per word)")
+    tgt_in = torch.tensor([[c.bos_id, *caption]], device=images.device)  # (1, T + 1)
+    maps, deltas = [], []
+    for t in positions:
+
+        def fn(x: Tensor, t: int = t) -> Tensor:  # the logit of word t at the step that writes it
+            return model(x, tgt_in.expand(x.shape[0], -1))[:, t, caption[t]]
+
+        attr, delta = attribute(fn, images, method, steps)
+        maps.append(attr[0].sum(0))
+        deltas.append(delta)
+    return {"pixels": torch.stack(maps), "delta": None if deltas[0] is None else torch.cat(deltas)}
+
+
 def gradient_rollout(model, images: Tensor, target: int) -> Tensor:
     """Class-specific, gradient-weighted attention rollout of a ViT (Chefer et al. 2021, "Generic
     attention-model explainability"): with each block's attention A (B, H, T, T) and the gradient

@@ -64,8 +64,7 @@ def text_attention(model, tokenizer, text: str, top_k: int = 10, generate: int =
     # one forward pass feeds every view: the patterns, the logit lens and, for short texts, the
     # neuron view's q, k and scores (q·k/√d_k + position bias, masked keys at −inf)
     neuron = x.shape[1] <= NEURON_VIEW_MAX
-    names = ["blocks.*.attn.hook_pattern", *lens_points(model)]
-    names += ["blocks.*.attn.hook_q", "blocks.*.attn.hook_k", "blocks.*.attn.hook_scores"] if neuron else []
+    names = ["blocks.*.attn.hook_pattern", *lens_points(model), *(neuron_view_points("blocks") if neuron else [])]
     with torch.no_grad():
         logits, cache = model.run_with_cache(x, names=names)
         patterns = torch.stack(cache.layers("attn.hook_pattern"))  # (L, 1, H, T, T)
@@ -85,15 +84,25 @@ def text_attention(model, tokenizer, text: str, top_k: int = 10, generate: int =
         "lens_probs": lens.values.cpu().numpy(),
         "detectors": {k: v.numpy() for k, v in pattern_scores(patterns, x).items()},  # on this text: (L, H)
         "generated_from": prompt_len if generate else None,
-        **(
-            {"q": layers("attn.hook_q"), "k": layers("attn.hook_k"), "scores": layers("attn.hook_scores")}
-            if neuron
-            else {}
-        ),
+        **(neuron_view(cache) if neuron else {}),
     }
 
 
 NEURON_VIEW_MAX = 128  # tokens; beyond it the page would carry q, k and scores for every head
+
+
+def neuron_view_points(prefix: str) -> list[str]:
+    """The hook points the neuron view reads, for the blocks under ``prefix``."""
+    return [f"{prefix}.*.attn.hook_q", f"{prefix}.*.attn.hook_k", f"{prefix}.*.attn.hook_scores"]
+
+
+def neuron_view(cache) -> dict[str, np.ndarray]:
+    """The neuron view's data from a cache of one sequence: q and k (L, H, T, d_k) and the scores
+    q·k/√d_k (+ any position bias; masked keys at −inf) (L, H, T, T)."""
+    return {
+        name: torch.stack(cache.layers(f"attn.hook_{name}"))[:, 0].float().cpu().numpy()
+        for name in ("q", "k", "scores")
+    }
 
 
 @torch.no_grad()

@@ -311,7 +311,8 @@ def token_scores_png(tokens: list[str], rows: dict, path: Path, title: str = "")
 
 def head_scores_png(scores: dict, path: Path, title: str = "") -> Path:
     """Head-detector scores ({kind: (L, H)}): one layer × head map per detector."""
-    fig, axes = plt.subplots(1, len(scores), figsize=(3.6 * len(scores), 0.9 + 0.45 * len(next(iter(scores.values())))))
+    n_layers = len(next(iter(scores.values())))
+    fig, axes = plt.subplots(1, len(scores), figsize=(3.6 * len(scores), max(2.2, 0.9 + 0.45 * n_layers)))
     for ax, (kind, s) in zip(np.atleast_1d(axes), scores.items()):
         head_scores_panel(fig, ax, s, kind.replace("_", "-") + " score")
     fig.suptitle(title, fontsize=9)
@@ -332,3 +333,46 @@ def head_scores_panel(fig, ax, s, title: str):
         vmax=max(0.5, float(s.max())),
         title=title,
     )
+
+
+def contributions_png(grid, path: Path, *, rows, cols, title: str = "") -> Path:
+    """Signed contributions (R, C), e.g. each head's and MLP's direct logit attribution, with the
+    value written in every cell (red raises, blue lowers)."""
+    grid = np.asarray(grid)
+    fig, ax = plt.subplots(figsize=(2.2 + 0.6 * grid.shape[1], 1.2 + 0.42 * grid.shape[0]), dpi=110)
+    text = [[f"{v:+.2f}" for v in row] for row in grid]
+    matrix_panel(fig, ax, grid, rows=rows, cols=cols, cell_text=text, diverging=True, title=title)
+    ax.title.set_fontsize(8)
+    return save_figure(fig, path)
+
+
+def maps_png(img, maps: dict, path: Path, title: str = "") -> Path:
+    """The image, then each map ({name: (h, w)}, any resolution) upsampled over it."""
+    import torch
+    import torch.nn.functional as F
+
+    h, w = np.asarray(img).shape[-2:]
+    fig, axes = plt.subplots(1, len(maps) + 1, figsize=(2.6 * (len(maps) + 1), 2.9), dpi=100)
+    _show_image(axes[0], img)
+    axes[0].set_title("image", fontsize=8)
+    for ax, (name, heat) in zip(axes[1:], maps.items()):
+        heat = torch.as_tensor(np.asarray(heat), dtype=torch.float32)[None, None]
+        up = F.interpolate(heat, size=(h, w), mode="bilinear", align_corners=False)[0, 0].numpy()
+        _show_image(ax, img)
+        ax.imshow(up, cmap="jet", alpha=0.5)
+        ax.set_title(name, fontsize=8)
+    fig.suptitle(title, fontsize=9)
+    return save_figure(fig, path)
+
+
+def class_lens_png(img, probs, labels: list[str], path: Path) -> Path:
+    """The class lens of one image: blocks down, classes across, each cell the probability the
+    class gets from that block's output (through the final norm and the head)."""
+    fig, (ax_img, ax) = plt.subplots(
+        1, 2, figsize=(3 + 0.5 * len(labels), 1.2 + 0.4 * len(probs)), dpi=110, width_ratios=[1, 3]
+    )
+    _show_image(ax_img, img)
+    text = [[f"{p:.2f}" for p in row] for row in probs]
+    rows = [f"block {i}" for i in range(len(probs))]
+    matrix_panel(fig, ax, probs, rows=rows, cols=labels, cell_text=text, vmax=1.0, title="class lens: P(class)")
+    return save_figure(fig, path)

@@ -188,6 +188,36 @@ class Recipe:
         )
 
 
+TEXT_HELP = (
+    "the text to look at (gpt: lens, attribution, logit-attribution, heads; encoder: lens; seq2seq alignment: "
+    "the sentence to translate)"
+)
+
+
+IMAGE_HELP = "the image file to look at (attention, rollout, caption, attribution, lens)"
+
+
+def add_method_option(group) -> None:
+    """``--method`` of the attribution inspections."""
+    from ..inspect.attribution import METHODS
+
+    group.add(
+        "--method",
+        choices=METHODS,
+        default="integrated_gradients",
+        help="attribution: integrated_gradients (captum: pip install 'attnlab[interpret]') or gradient_x_input",
+    )
+
+
+def inspection_written(out: Path, raw: dict) -> int:
+    """Save an inspection's numbers beside its PNG ``out`` (a .npz of the same name) and say so."""
+    import numpy as np
+
+    np.savez(out.with_suffix(".npz"), **raw)
+    print(f"wrote {out} and {out.with_suffix('.npz')}")
+    return 0
+
+
 def top_labels(probs, labels, top_k: int) -> list[list[tuple[str, float]]]:
     """The ``top_k`` (label, probability) pairs of each row of ``probs`` (N, classes), most likely first."""
     if not isinstance(top_k, int) or isinstance(top_k, bool) or top_k < 1:

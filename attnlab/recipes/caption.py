@@ -14,7 +14,7 @@ from ..models.caption import Captioner, CaptionConfig
 from ..options import Command, OptionSpecs, at_least, beam_width, below_one, device_name, nonneg_float, number
 from . import register
 from ..decode import check_beam
-from .base import Recipe, TrainingRun, Verbs
+from .base import IMAGE_HELP, Recipe, TrainingRun, Verbs, add_method_option, inspection_written
 
 
 class CaptionerVerbs(Verbs):
@@ -36,6 +36,16 @@ class CaptionerVerbs(Verbs):
             self, self.vocab, x, {"mean": self.mean, "std": self.std}, self.device, beam=beam, alpha=alpha
         )
         return out[0] if single else out
+
+    def attribute(self, image, *, method: str = "integrated_gradients", steps: int = 32):
+        """Which pixels of ``image`` (a file path or a (3, H, W) tensor in [0, 1]) raised the logit
+        of each word of its greedy caption: [(word, (H, W) attribution summed over channels), ...]
+        (:func:`attnlab.inspect.attribution.caption_attributions`)."""
+        from ..data.images import images_argument
+
+        x, _ = images_argument(image, self.config.in_chans, self.config.image_size)
+        words, pixels = word_attributions(self, self.vocab, {"mean": self.mean, "std": self.std}, x[:1], method, steps)
+        return list(zip(words, pixels))
 
 
 SCENE_OPTS = dict(n_train=8000, max_objects=3)
@@ -79,7 +89,10 @@ class CaptionRecipe(Recipe):
         eval_iters=4,
     )
     default_seconds = 155
-    inspections = {"caption": "the image once per generated word with that word's attention (--image)"}
+    inspections = {
+        "caption": "the image once per generated word with that word's attention (--image)",
+        "attribution": "the image once per generated word with the pixels that raised its logit (--image, --method)",
+    }
 
     def add_train_arguments(self, p) -> None:
         p.add(
@@ -228,34 +241,41 @@ class CaptionRecipe(Recipe):
         return res, line
 
     def add_inspect_arguments(self, group) -> None:
-        group.add("--image", default=None, help="image file (attention, rollout, caption)")
+        group.add("--image", default=None, help=IMAGE_HELP)
+        add_method_option(group)
 
     def inspect(self, args) -> int:
         from ..data.images import load_image
         from ..inspect.plots import caption_attention_png
 
         if not args.image:
-            raise ValueError("inspect caption needs --image FILE (the image to caption)")
+            raise ValueError(f"inspect {args.what} needs --image FILE (the image to caption)")
         model, vocab, meta, dev = load_captioner(args.ckpt, "cpu")
-        if model.config.arch == "rnn":
+        if model.config.arch == "rnn" and args.what == "caption":
             raise ValueError(
                 "this captioner has no attention (--arch rnn): it reads the image once, through h0, so "
-                "there is no per-word attention to draw; train --arch rnn-attention or transformer"
+                "there is no per-word attention to draw; train --arch rnn-attention or transformer (or inspect "
+                "attribution: which pixels each word came from)"
             )
         img, note = load_image(args.image, 3, model.config.image_size)
         if note:
             print(f"note: {note}", file=sys.stderr)
+        out = Path(args.out)
+        if args.what == "attribution":
+            words, pixels = word_attributions(model, vocab, meta, img[None], args.method)
+            maps = pixels.abs()
+            maps = maps / maps.flatten(1).amax(1).clamp_min(1e-12)[:, None, None]  # each word on its own scale
+            title = f"{' '.join(words)}  ({args.method.replace('_', ' ')}, |attribution| per word)"
+            caption_attention_png(img, words, maps.numpy(), out, title=title)
+            return inspection_written(out, {"words": np.array(words), "attribution": pixels.numpy()})
         ids = caption_ids(model, img[None], meta, dev)[0]
         words = [vocab.tokenizer.id_to_token(i) for i in ids] + ["<eos>"]
         att, per_head = word_attention(model, img[None], meta, [ids])
-        out = Path(args.out)
         caption_attention_png(img, words, att[0][: len(words)].numpy(), out, title=" ".join(words[:-1]))
         raw = {"words": np.array(words), "attention": att[0][: len(words)].numpy()}
         if per_head is not None:
             raw["attention_per_head"] = per_head[0][:, : len(words)].numpy()
-        np.savez(out.with_suffix(".npz"), **raw)
-        print(f"wrote {out} and {out.with_suffix('.npz')}")
-        return 0
+        return inspection_written(out, raw)
 
 
 # ---- the pieces, usable from Python ------------------------------------------------------------------
@@ -296,6 +316,21 @@ def caption_ids(
 
 def caption_images(model, vocab, images, meta, device="cpu", **kw) -> list[str]:
     return [vocab.decode(ids) for ids in caption_ids(model, images, meta, device, **kw)]
+
+
+def word_attributions(model, vocab, meta, image, method: str, steps: int = 32):
+    """(the words of the greedy caption of ``image`` (1, 3, H, W) in [0, 1], their pixel
+    attributions (n_words, H, W)); an empty caption is refused (no word to explain)."""
+    from ..data.images import normalize
+    from ..inspect.attribution import caption_attributions
+
+    device = next(model.parameters()).device
+    ids = caption_ids(model, image, meta, device)[0]
+    if not ids:
+        raise ValueError("the model writes an empty caption for this image: no word to explain")
+    x = normalize(image, meta["mean"], meta["std"]).to(device)
+    res = caption_attributions(model, x, ids, method=method, steps=steps)
+    return [vocab.tokenizer.id_to_token(i) for i in ids], res["pixels"].cpu()
 
 
 @torch.no_grad()
@@ -403,10 +438,8 @@ def evaluate_captioner(
             for i in range(0, len(images), batch_size):
                 att, _ = word_attention(model, images[i : i + batch_size], meta, ids[i : i + batch_size])
                 for j, cap in enumerate(ids[i : i + batch_size]):
-                    for k, v in _pointing(
-                        vocab, cap, att[j], objects[i + j], model.config.image_size, pointing_hit
-                    ).items():
-                        hits[k] += v
+                    for kind, step, obj in object_words(vocab, cap, objects[i + j]):
+                        hits[kind].append(pointing_hit(att[j][step], obj.box, model.config.image_size))
             if hits["shape"]:
                 every = hits["size"] + hits["colour"] + hits["shape"]
                 res["pointing"] = sum(every) / len(every)  # over every word that names an object
@@ -415,22 +448,21 @@ def evaluate_captioner(
     return res
 
 
-def _pointing(vocab, ids: list[int], attention, objects, image_size: int, hit) -> dict[str, list[bool]]:
-    """Pointing-game outcomes for the words of one generated caption that name an object: its
-    size, colour and shape words ("a small red circle"), kept apart by kind. The object is the
-    scene's one of that colour and shape (scenes never repeat both)."""
+def object_words(vocab, ids: list[int], objects) -> list[tuple[str, int, object]]:
+    """The words of one generated caption that name an object, for the pointing game: (kind, step,
+    the object) for the size, colour and shape word of each "a small red circle" whose object the
+    scene holds (scenes never repeat both colour and shape; a named object that is not there has
+    nothing to point at and is left out)."""
     from ..data.captions import COLORS, SHAPES, SIZES
 
     words = [vocab.tokenizer.id_to_token(i) for i in ids]
-    out: dict[str, list[bool]] = {"size": [], "colour": [], "shape": []}
+    out = []
     for t, word in enumerate(words):
         if word not in SHAPES or t < 2 or words[t - 1] not in COLORS or words[t - 2] not in SIZES:
             continue
         obj = next((o for o in objects if o.shape == word and o.color == words[t - 1]), None)
-        if obj is None:  # the caption names an object that is not there: nothing to point at
-            continue
-        for kind, step in (("size", t - 2), ("colour", t - 1), ("shape", t)):
-            out[kind].append(hit(attention[step], obj.box, image_size))
+        if obj is not None:
+            out += [("size", t - 2, obj), ("colour", t - 1, obj), ("shape", t, obj)]
     return out
 
 

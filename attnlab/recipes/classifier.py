@@ -12,7 +12,7 @@ import torch
 
 from ..errors import DataError, OptionError
 from ..options import at_least, below_one, nonneg_int, number
-from .base import Recipe, TrainingRun, Verbs, top_labels
+from .base import IMAGE_HELP, Recipe, TrainingRun, Verbs, add_method_option, inspection_written, top_labels
 
 
 class ImageClassifierVerbs(Verbs):
@@ -35,10 +35,16 @@ class ImageClassifierVerbs(Verbs):
         out = top_labels(probs, self.labels, top_k)
         return out[0] if single else out
 
-    def _label(self, label, what: str) -> int:
-        if str(label) not in self.labels:
-            raise OptionError(f"{what} {label!r} is not a class of this model ({', '.join(self.labels[:12])})")
-        return self.labels.index(str(label))
+    def label_index(self, label, what: str) -> int:
+        """The class index of ``label`` (a label name, or an index as text), or a one-line error."""
+        return class_index(self.labels, label, what)
+
+    def attribute(self, image, target=None, *, method: str = "integrated_gradients", steps: int = 32) -> dict:
+        """Which pixels of ``image`` (a file, or a (C, H, W) tensor in [0, 1]) raise the logit of
+        class ``target`` (a label; default: the predicted class), :mod:`attnlab.inspect.attribution`:
+        {"target": label, "pixels": (H, W) summed over channels, "delta": completeness gap or None,
+        "rollout": the class-specific gradient-weighted rollout (gh, gw) of a class-token ViT, else None}."""
+        return image_attribution(self, self.labels, self.mean, self.std, image, target, method=method, steps=steps)
 
     def patch(self, clean, corrupt, answer, wrong=None, *, over: str = "resid_pre"):
         """Activation patching between two images (files or (C, H, W) tensors in [0, 1]): how much
@@ -55,7 +61,9 @@ class ImageClassifierVerbs(Verbs):
             normalize(images_argument(x, c.in_chans, c.image_size)[0][:1], self.mean, self.std).to(self.device)
             for x in (clean, corrupt)
         ]
-        metric = logit_difference(self._label(answer, "answer"), None if wrong is None else self._label(wrong, "wrong"))
+        metric = logit_difference(
+            self.label_index(answer, "answer"), None if wrong is None else self.label_index(wrong, "wrong")
+        )
         restored = patch_activations(self, (images[0],), (images[1],), metric, over=over)
         tokens = ["cls"] * self.n_prefix + [f"p{i}" for i in range(restored.shape[1] - self.n_prefix)]
         return {"restored": restored, "tokens": tokens if over == "resid_pre" else None, "over": over}
@@ -83,7 +91,10 @@ class ImageClassifierRecipe(Recipe):
         eval_iters=5,
     )
     LABEL_SMOOTHING: dict[str, float] = {}  # the default per dataset, where it is not 0
-    inspections = {"cka": "centred kernel alignment between every pair of layers (--compare another run)"}
+    inspections = {
+        "cka": "centred kernel alignment between every pair of layers (--compare another run)",
+        "attribution": "which pixels of --image raise the logit of --target (--method; ViTs: gradient-weighted rollout)",
+    }
 
     @property
     def description(self) -> str:
@@ -221,6 +232,9 @@ class ImageClassifierRecipe(Recipe):
 
     # ---- inspect -------------------------------------------------------------------------------
     def add_inspect_arguments(self, group) -> None:
+        group.add("--image", default=None, help=IMAGE_HELP)
+        group.add("--target", default=None, help="attribution: the class to explain (default: the predicted one)")
+        add_method_option(group)
         group.add("--compare", default=None, help="cka: a second run folder (e.g. the CNN baseline)")
         group.add("--kernel", choices=["linear", "rbf"], default="linear", help="cka kernel (default linear)")
         group.add("--n-images", type=at_least(4), default=512, help="distance/cka: test images to use (default 512)")
@@ -230,14 +244,63 @@ class ImageClassifierRecipe(Recipe):
         model, meta, _ = load_classifier(args.ckpt, "cpu")
         out = Path(args.out)
         out.parent.mkdir(parents=True, exist_ok=True)
-        raw = self.inspection(args, model, meta, out)
-        np.savez(out.with_suffix(".npz"), **raw)
-        print(f"wrote {out} and {out.with_suffix('.npz')}")
-        return 0
+        return inspection_written(out, self.inspection(args, model, meta, out))
 
     def inspection(self, args, model, meta, out: Path) -> dict[str, np.ndarray]:
         """Draw ``args.what`` to ``out``; return the numbers behind it."""
+        if args.what == "attribution":
+            from ..inspect.plots import maps_png
+
+            img, _ = one_image(args, model, meta)
+            labels = list(model.config.labels or [str(i) for i in range(model.config.num_classes)])
+            res = image_attribution(model, labels, meta["mean"], meta["std"], img, args.target, method=args.method)
+            maps = {args.method.replace("_", " "): res["pixels"].abs()}
+            if res["rollout"] is not None:
+                maps["gradient-weighted rollout"] = res["rollout"]
+            gap = "" if res["delta"] is None else f" (completeness gap {float(res['delta']):+.3f})"
+            maps_png(img, maps, out, title=f"why class {res['target']!r}{gap}")
+            return {k.replace(" ", "_"): v.numpy() for k, v in maps.items()}
         return cka(args, model, meta, out)
+
+
+def class_index(labels: list[str], label, what: str) -> int:
+    """The index of ``label`` among ``labels``, or a one-line error naming the classes."""
+    if str(label) not in labels:
+        raise OptionError(f"{what} {label!r} is not a class of this model ({', '.join(labels[:12])})")
+    return labels.index(str(label))
+
+
+def image_attribution(model, labels, mean, std, image, target=None, *, method: str, steps: int = 32) -> dict:
+    """What :meth:`ImageClassifierVerbs.attribute` returns, for any image classifier ``model``."""
+    from ..data.images import images_argument, normalize
+    from ..inspect.attribution import gradient_rollout, image_attributions
+
+    c = model.config
+    x = normalize(images_argument(image, c.in_chans, c.image_size)[0][:1], mean, std)
+    x = x.to(next(model.parameters()).device)
+    if target is None:
+        with torch.no_grad():
+            index = int(model(x)[0].argmax())
+    else:
+        index = class_index(labels, target, "target")
+    res = image_attributions(model, x, index, method=method, steps=steps)
+    rollout = None
+    if getattr(model, "model_type", None) == "vit" and c.pool == "cls":
+        rollout = gradient_rollout(model, x, index)[0].cpu()
+    delta = None if res["delta"] is None else float(res["delta"][0])
+    return {"target": labels[index], "pixels": res["pixels"][0].cpu(), "delta": delta, "rollout": rollout}
+
+
+def one_image(args, model, meta):
+    """(the image in [0, 1], the normalised batch of one) from --image."""
+    from ..data.images import load_image, normalize
+
+    if not args.image:
+        raise ValueError(f"inspect {args.what} needs --image FILE (the image to look at)")
+    x, note = load_image(args.image, model.config.in_chans, model.config.image_size)
+    if note:
+        print(f"note: {note}", file=sys.stderr)
+    return x, normalize(x[None], meta["mean"], meta["std"])
 
 
 def load_classifier(ckpt: str, device: str):

@@ -293,16 +293,25 @@ class TextEncoderRecipe(Recipe):
         )
 
     def explore(self, args) -> dict:
-        from ..inspect import capture_attention
-        from ..inspect.explorer import stack_layers
+        from ..inspect.detectors import pattern_scores
+        from ..inspect.explorer import NEURON_VIEW_MAX, neuron_view, neuron_view_points
 
         if not args.text:
             raise ValueError('explore a text encoder with --text "some text"')
         model, tok, _, dev = load_text_encoder(args.ckpt, args.device)
         ids, mask = encode_texts(tok, [args.text], model.config.context)
-        with capture_attention(model) as rec, torch.no_grad():
-            model(ids.to(dev), mask.to(dev))
-        return {"kind": "text", "tokens": [tok.id_to_token(i) for i in ids[0].tolist()], "attention": stack_layers(rec)}
+        neuron = ids.shape[1] <= NEURON_VIEW_MAX  # the neuron view (q, k, q·k) for short texts
+        names = ["encoder.blocks.*.attn.hook_pattern", *(neuron_view_points("encoder.blocks") if neuron else [])]
+        with torch.no_grad():
+            _, cache = model.run_with_cache(ids.to(dev), mask.to(dev), names=names)
+        patterns = torch.stack(cache.layers("attn.hook_pattern")).float().cpu()  # (L, 1, H, T, T)
+        return {
+            "kind": "text",
+            "tokens": [tok.id_to_token(i) for i in ids[0].tolist()],
+            "attention": patterns[:, 0].numpy(),
+            "detectors": {k: v.numpy() for k, v in pattern_scores(patterns, ids).items()},
+            **(neuron_view(cache) if neuron else {}),
+        }
 
 
 def load_text_encoder(ckpt: str, device: str = "auto"):

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from ..models.gpt import GPT, GPT_PRESETS
 from . import register
-from .base import Recipe, TrainingRun, Verbs
+from .base import TEXT_HELP, Recipe, TrainingRun, Verbs, add_method_option, inspection_written
 from ..options import Command, OptionSpecs, at_least, device_name, nonneg_float, nonneg_int, positive_int, probability
 
 
@@ -18,7 +18,9 @@ class GPTVerbs(Verbs):
     """A GPT loaded by :func:`attnlab.load`: ``tokenizer``, ``generate``, ``patch``, ``logit_lens``,
     ``attribute``."""
 
-    def _ids(self, text: str, what: str):
+    def token_ids(self, text: str, what: str):
+        """``text`` as a batch of one (1, T) of token ids, refused in one line (naming it ``what``)
+        when empty, not encodable or longer than the context."""
         import torch
 
         from ..errors import OptionError
@@ -32,7 +34,8 @@ class GPTVerbs(Verbs):
             raise OptionError(f"{what} is {len(ids)} tokens, more than the model's context of {self.config.context}")
         return torch.tensor([ids], device=self.device)
 
-    def _one_token(self, text: str, what: str) -> int:
+    def one_token(self, text: str, what: str) -> int:
+        """The id of ``text``, which must be a single token (an answer), else a one-line error."""
         from ..errors import OptionError
 
         ids = self.tokenizer.encode(text) if isinstance(text, str) and text else []
@@ -47,7 +50,7 @@ class GPTVerbs(Verbs):
         Returns {"restored": (L, T or H) tensor, "tokens": the clean tokens (positions only), "over"}."""
         from ..inspect.patching import logit_difference, patch_activations
 
-        x, y = self._ids(clean, "clean"), self._ids(corrupt, "corrupt")
+        x, y = self.token_ids(clean, "clean"), self.token_ids(corrupt, "corrupt")
         if x.shape != y.shape:
             from ..errors import OptionError
 
@@ -56,7 +59,7 @@ class GPTVerbs(Verbs):
                 "same number (change a word for one of the same length)"
             )
         metric = logit_difference(
-            self._one_token(answer, "answer"), None if wrong is None else self._one_token(wrong, "wrong")
+            self.one_token(answer, "answer"), None if wrong is None else self.one_token(wrong, "wrong")
         )
         restored = patch_activations(self, (x,), (y,), metric, over=over)
         tokens = [self.tokenizer.decode([i]) for i in x[0].tolist()] if over == "resid_pre" else None
@@ -68,15 +71,15 @@ class GPTVerbs(Verbs):
         rise over zero embeddings (integrated gradients)."""
         from ..inspect.attribution import text_attributions
 
-        idx = self._ids(text, "text")
-        res = text_attributions(self, idx, self._one_token(answer, "answer"), method=method, steps=steps)
+        idx = self.token_ids(text, "text")
+        res = text_attributions(self, idx, self.one_token(answer, "answer"), method=method, steps=steps)
         return [(self.tokenizer.decode([i]), float(s)) for i, s in zip(idx[0].tolist(), res["tokens"][0])]
 
     def logit_lens(self, text: str, top_k: int = 1) -> dict:
         """Every layer's top next-token guesses at every position (:func:`attnlab.inspect.lens.logit_lens`)."""
         from ..inspect.lens import logit_lens_table
 
-        self._ids(text, "text")
+        self.token_ids(text, "text")
         return logit_lens_table(self, self.tokenizer, text, top_k)
 
     def attach(self, meta: dict) -> None:
@@ -153,6 +156,12 @@ class GPTRecipe(Recipe):
     ablatable = True
     default_seconds = 70
     verbs = GPTVerbs
+    inspections = {
+        "lens": "the logit lens: each layer's top next-token guess and its probability at every position (--text)",
+        "attribution": "how much each token of --text raises the logit of the next token --answer (--method)",
+        "logit-attribution": "direct logit attribution: what each head and MLP writes toward --answer (--text)",
+        "heads": "previous-token, duplicate-token and induction score of every head (--text, or random tokens twice)",
+    }
     tiny = dict(
         preset="nano",
         context=16,
@@ -354,6 +363,84 @@ class GPTRecipe(Recipe):
             f"{name} [{split}], {count:,} tokens: loss {loss:.4f} nats/token, perplexity "
             f"{res['perplexity']:.2f}, {res['bits_per_char']:.3f} bits/char, {res['bits_per_byte']:.3f} bits/byte"
         )
+
+    def add_inspect_arguments(self, group) -> None:
+        group.add("--text", default=None, help=TEXT_HELP)
+        group.add(
+            "--answer",
+            default=None,
+            help="attribution, logit-attribution: the next token whose logit to explain (default: the model's guess)",
+        )
+        add_method_option(group)
+
+    def inspect(self, args) -> int:
+        import numpy as np
+        import torch
+
+        from ..inspect import plots as P
+
+        model = self.load(args.ckpt)
+        out = Path(args.out)
+        if args.what == "heads":
+            from ..inspect.detectors import head_scores, repeated_random_tokens
+
+            if args.text:
+                idx, where = model.token_ids(args.text, "--text"), f"on {args.text!r}"
+            else:  # a random sequence, then again: where previous-token, duplicate and induction heads show
+                half = min(model.config.context // 2, 50)
+                idx = repeated_random_tokens(8, half, model.config.vocab_size, torch.Generator().manual_seed(0))
+                where = f"on 8 random sequences of {half} tokens, each repeated once"
+            scores = head_scores(model, idx.to(model.device))
+            P.head_scores_png(scores, out, title=f"head detectors {where}")
+            return inspection_written(out, {k: v.numpy() for k, v in scores.items()})
+        if not args.text:
+            raise ValueError(f'inspect {args.what} needs --text "some text"')
+        if args.what == "lens":
+            table = model.logit_lens(args.text, top_k=3)
+            P.lens_png(table, out)
+            return inspection_written(out, {"top_probs": table["top_probs"], "tokens": np.array(table["tokens"])})
+        idx = model.token_ids(args.text, "--text")
+        if args.answer is None:
+            with torch.no_grad():
+                answer = int(model(idx)[0, -1].argmax())
+            args.answer = model.tokenizer.decode([answer])
+        else:
+            answer = model.one_token(args.answer, "--answer")
+        tokens = [model.tokenizer.decode([i]) for i in idx[0].tolist()]
+        if args.what == "attribution":
+            from ..inspect.attribution import text_attributions
+
+            res = text_attributions(model, idx, answer, method=args.method)
+            scores = res["tokens"][0].numpy()
+            gap = "" if res["delta"] is None else f", completeness gap {float(res['delta'][0]):+.3f}"
+            title = f"{args.method.replace('_', ' ')}: the logit of {args.answer!r} after the text{gap}"
+            P.token_scores_png(tokens, {args.method.replace("_", " "): scores}, out, title=title)
+            return inspection_written(out, {"scores": scores, "tokens": np.array(tokens)})
+        # logit-attribution
+        from ..inspect.lens import direct_logit_attribution
+
+        parts = {k: float(v[0]) for k, v in direct_logit_attribution(model, idx, answer).items()}
+        n_layers, n_heads = len(model.blocks), model.config.heads
+        has_mlp = model.blocks[0].mlp is not None
+        grid = np.array(
+            [
+                [parts[f"L{i}.H{h}"] for h in range(n_heads)] + ([parts[f"L{i}.mlp"]] if has_mlp else [])
+                for i in range(n_layers)
+            ]
+        )
+        rest = {k: v for k, v in parts.items() if not (k.endswith(".mlp") or ".H" in k)}
+        fig_title = (
+            f"direct logit attribution to {args.answer!r}: logit {sum(parts.values()):.2f} = the cells + "
+            + ", ".join(f"{k} {v:+.2f}" for k, v in rest.items())
+        )
+        P.contributions_png(
+            grid,
+            out,
+            rows=[f"layer {i}" for i in range(n_layers)],
+            cols=[f"H{h}" for h in range(n_heads)] + (["MLP"] if has_mlp else []),
+            title=fig_title,
+        )
+        return inspection_written(out, {"contributions": grid, **{k: np.array(v) for k, v in rest.items()}})
 
     def explore(self, args) -> dict:
         from ..inspect.explorer import text_attention

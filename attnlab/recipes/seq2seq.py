@@ -27,7 +27,7 @@ from ..options import (
 )
 from . import register
 from ..decode import check_beam
-from .base import Recipe, TrainingRun, Verbs
+from .base import TEXT_HELP, Recipe, TrainingRun, Verbs, inspection_written
 
 
 class Seq2SeqVerbs(Verbs):
@@ -289,10 +289,9 @@ class Seq2SeqRecipe(Recipe):
         )
 
     def add_inspect_arguments(self, group) -> None:
-        group.add("--text", default=None, help="alignment: the source sentence to translate")
+        group.add("--text", default=None, help=TEXT_HELP)
 
     def inspect(self, args) -> int:
-        import numpy as np
 
         from ..inspect.plots import alignment_png
 
@@ -302,9 +301,7 @@ class Seq2SeqRecipe(Recipe):
         src_tokens, tgt_tokens, maps = alignment(model, sv, tv, args.text)
         out = Path(args.out)
         alignment_png(src_tokens, tgt_tokens, maps, out)
-        np.savez(out.with_suffix(".npz"), **{k.replace(" ", "_"): v.numpy() for k, v in maps.items()})
-        print(f"wrote {out} and {out.with_suffix('.npz')}")
-        return 0
+        return inspection_written(out, {k.replace(" ", "_"): v.numpy() for k, v in maps.items()})
 
     def explore(self, args) -> dict:
         from ..inspect.explorer import cross_attention

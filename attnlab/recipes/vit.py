@@ -13,7 +13,7 @@ from ..errors import a
 from ..models.vit import VIT_PRESETS, ViT, ViTConfig
 from ..options import below_one, nonneg_int
 from . import register
-from .classifier import ImageClassifierRecipe, test_images
+from .classifier import ImageClassifierRecipe, one_image, test_images
 
 
 def preset_for(shape) -> str:
@@ -49,6 +49,7 @@ class ViTRecipe(ImageClassifierRecipe):
         "embeddings": "principal components of the patch-embedding filters",
         "positions": "cosine similarity of the position embeddings",
         "distance": "mean attention distance per head against depth",
+        "lens": "the class lens: the class each block's output would predict, and how sure (--image)",
         **ImageClassifierRecipe.inspections,
     }
 
@@ -84,7 +85,6 @@ class ViTRecipe(ImageClassifierRecipe):
 
     def add_inspect_arguments(self, group) -> None:
         super().add_inspect_arguments(group)
-        group.add("--image", default=None, help="image file (attention, rollout)")
         group.add(
             "--token", type=nonneg_int, default=0, help="attention: query token to show (default 0 = class token)"
         )
@@ -97,7 +97,7 @@ class ViTRecipe(ImageClassifierRecipe):
         from ..inspect import analysis as A
         from ..inspect import plots as P
 
-        if args.what == "cka":
+        if args.what in ImageClassifierRecipe.inspections:
             return super().inspection(args, model, meta, out)
         if args.what in ("attention", "rollout"):
             img, x = one_image(args, model, meta)
@@ -120,6 +120,15 @@ class ViTRecipe(ImageClassifierRecipe):
                 title=f"attention rollout ({args.head_fusion}, discard {args.discard_ratio})",
             )
             return {"rollout": r.numpy()}
+        if args.what == "lens":
+            from ..inspect.lens import class_lens
+
+            img, x = one_image(args, model, meta)
+            probs = class_lens(model, x)[:, 0].float().softmax(-1)  # (L, classes)
+            labels = list(model.config.labels or [str(i) for i in range(model.config.num_classes)])
+            shown = probs[-1].topk(min(10, probs.shape[-1])).indices.tolist()  # the final top classes
+            P.class_lens_png(img, probs[:, shown].numpy(), [labels[i] for i in shown], out)
+            return {"probs": probs.numpy(), "labels": np.array(labels)}
         if args.what == "embeddings":
             comps, var = A.embedding_components(model.patch_embed.proj.weight.detach(), 28)
             P.components_png(comps.numpy(), var.numpy(), out)
@@ -159,15 +168,3 @@ def attention_maps(model, x) -> list[torch.Tensor]:
     with capture_attention(model) as rec, torch.no_grad():
         model(x)
     return rec.layers()
-
-
-def one_image(args, model, meta):
-    """(the image in [0, 1], the normalised batch of one) from --image."""
-    from ..data.images import load_image, normalize
-
-    if not args.image:
-        raise ValueError(f"inspect {args.what} needs --image FILE (the image to look at)")
-    x, note = load_image(args.image, model.config.in_chans, model.config.image_size)
-    if note:
-        print(f"note: {note}", file=sys.stderr)
-    return x, normalize(x[None], meta["mean"], meta["std"])
