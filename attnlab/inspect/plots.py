@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import matplotlib
 import numpy as np
 
-matplotlib.use("Agg")
+if "ipykernel" not in sys.modules:  # a notebook keeps its inline backend; elsewhere never open a window
+    matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 

@@ -41,6 +41,13 @@ class TrainConfig(Config):
     checkpoint_activations: bool = False  # recompute each block's activations in backward (saves memory)
     fsdp: bool = False  # under torchrun: fully sharded data parallel instead of DDP
     target: float | None = None  # stop once the task's validation metric (accuracy, exact match) reaches this
+    tensorboard: bool = field(
+        default=False,
+        metadata={
+            "help": "also log to TensorBoard: scalars, the attention of one validation example at each "
+            "evaluation and the config as hparams, in RUN/tensorboard/ (pip install 'attnlab[tensorboard]')"
+        },
+    )
 
     def __post_init__(self) -> None:
         super().__post_init__()

@@ -106,6 +106,8 @@ class Trainer:
         self.first_loss: float | None = None  # the run's first training loss: the divergence yardstick
         self.last_loss = math.nan  # the latest step's training loss
         self.history: list[dict] = []
+        self.tensorboard = None  # the TensorBoard log under --tensorboard (opened by fit on the main rank)
+        self.tensorboard_probe: list[Tensor] = []
         self._parallel = None  # the model wrapped for DDP/FSDP (itself when not distributed), built in fit()
         self._compiled = None  # torch.compile of it, when compiling is on
         self.compile_reason = {True: "on: asked for (--compile)", False: "off: --no-compile"}.get(
@@ -371,6 +373,27 @@ class Trainer:
         self.history.append(record)
         with open(self.out / "metrics.jsonl", "a") as f:
             f.write(json.dumps(record) + "\n")
+        if self.tensorboard is not None:
+            self.tensorboard.record(record)
+
+    def open_tensorboard(self) -> None:
+        """``--tensorboard``: the TensorBoard log, and the fixed validation example whose attention
+        it draws at every evaluation."""
+        from .tensorboard import TensorBoardLog
+
+        self.tensorboard = TensorBoardLog(self.out, resume_step=self.step)
+        self.tensorboard_probe = [
+            t.to(self.device) for t in self.task.batch("val", 1, torch.Generator().manual_seed(0))
+        ]
+
+    def close_tensorboard(self) -> None:
+        if self.tensorboard is None:
+            return
+        evals = [r for r in self.history if "val_loss" in r]
+        final = {k: v for k, v in evals[-1].items() if k.startswith("val_")} if evals else {}
+        self.tensorboard.hparams({**self.cfg.to_dict(), "model": type(unwrap_model(self.model)).__name__}, final)
+        self.tensorboard.close()
+        self.tensorboard = None
 
     def check_space(self) -> None:
         """A clear error before training when the run folder cannot hold two checkpoints."""
@@ -392,6 +415,8 @@ class Trainer:
                 (self.out / "metrics.jsonl").write_text("")
             else:  # drop lines logged after the checkpoint we resumed from
                 rewrite_metrics(self.out / "metrics.jsonl", self.history)
+            if cfg.tensorboard:
+                self.open_tensorboard()
         bar = tqdm(
             total=cfg.max_iters, initial=self.step, disable=not (cfg.progress and main), unit="it", dynamic_ncols=True
         )
@@ -433,6 +458,11 @@ class Trainer:
                                 f"val loss {rec['val_loss']:.4f}{extra}"
                             )
                             self.log(rec)  # before the saves: a kill during them keeps the line
+                            if self.tensorboard is not None:
+                                from .tensorboard import probe_patterns
+
+                                patterns = probe_patterns(unwrap_model(self.model), self.task, self.tensorboard_probe)
+                                self.tensorboard.attention(self.step, patterns)
                         else:
                             self.history.append(rec)
                         if self.select_metric in rec:
@@ -470,10 +500,15 @@ class Trainer:
                 path = self.save("last")
             if main:
                 self.plot()
+                self.close_tensorboard()
             raise TrainingInterrupted(self.step, path, why) from None
+        finally:
+            if self.tensorboard is not None:
+                self.tensorboard.writer.flush()  # (a run that diverged keeps its events too)
         bar.close()
         if main:
             self.plot()
+            self.close_tensorboard()
         return {"step": self.step, "best_val": self.best_val, "seconds": time.perf_counter() - t0}
 
     def checkpoints_line(self) -> str:
