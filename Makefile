@@ -1,6 +1,7 @@
 # Two commands set everything up on a fresh machine:
 #   make demo   - create .venv, install attnlab, train a small GPT on the embedded corpus and sample
-#   make test   - create .venv with the test extras and run the whole test suite
+#   make test   - create .venv with the test extras; lint, run the whole test suite (the notebooks too),
+#                 build the docs strictly and check the wheel installs and runs outside the source tree
 PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
@@ -8,7 +9,7 @@ PIP    := $(VENV)/bin/pip
 # torch is pinned first: pip takes the CPU build from local disk; an open range could pull a CUDA build.
 TORCH  ?= torch==2.13.0
 
-.PHONY: demo test venv bench clean chromium
+.PHONY: demo test venv bench clean chromium docs notebooks wheel-check
 
 # .installed-<extra>: the venv with attnlab and that extra (vision, seq2seq, hf, all, test)
 $(VENV)/.installed-%: pyproject.toml
@@ -34,12 +35,25 @@ chromium:
 	echo "note: no Chromium; the explorer's browser tests will fail until 'apt-get install chromium' (as root)"
 
 test: $(VENV)/.installed-test chromium
-	$(VENV)/bin/ruff check attnlab tests benchmarks
-	$(VENV)/bin/ruff format --check attnlab tests benchmarks
+	$(VENV)/bin/ruff check attnlab tests benchmarks notebooks
+	$(VENV)/bin/ruff format --check attnlab tests benchmarks notebooks
 	$(PY) -m pytest
+	$(MAKE) docs wheel-check
+
+# the documentation site: README, docs/, the benchmarks, the command and API references (site/)
+docs: $(VENV)/.installed-test
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --quiet
+
+# the notebooks as .ipynb beside their jupytext .py sources
+notebooks: $(VENV)/.installed-test
+	$(VENV)/bin/jupytext --quiet --to ipynb notebooks/*.py
+
+# the wheel and sdist, installed into a fresh venv outside the source tree and used from there
+wheel-check: $(VENV)/.installed-test
+	PY=$(PY) PYTHON=$(PYTHON) TORCH=$(TORCH) bash scripts/check_wheel.sh
 
 bench: $(VENV)/.installed-test
 	$(VENV)/bin/attnlab bench --quick
 
 clean:
-	rm -rf $(VENV) runs *.egg-info
+	rm -rf $(VENV) runs *.egg-info site notebooks/*.ipynb

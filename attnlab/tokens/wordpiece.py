@@ -1,6 +1,6 @@
 """WordPiece (BERT) tokens through HuggingFace ``tokenizers``: lower-cased, accents stripped,
 split on whitespace and punctuation, then into the longest vocabulary pieces (``##`` marks a
-piece inside a word). Special tokens [PAD] [UNK] [CLS] [SEP] [MASK]; an encoded text is
+piece inside a word). Special tokens `[PAD] [UNK] [CLS] [SEP] [MASK]`; an encoded text is
 ``[CLS] text [SEP]`` (or ``[CLS] a [SEP] b [SEP]`` for a pair)."""
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ class WordPieceTokenizer(HFTokenizer):
 
     @property
     def special_ids(self) -> tuple[int, ...]:
-        """[PAD] [UNK] [CLS] [SEP] [MASK]."""
+        """The ids of `[PAD]`, `[UNK]`, `[CLS]`, `[SEP]` and `[MASK]`."""
         return (self.pad_id, self.unk_id, self.cls_id, self.sep_id, self.mask_id)
 
     @staticmethod
