@@ -68,3 +68,10 @@ def on_files(files, config):
     for name, content in pages.items():
         files.append(File.generated(config, name, content=content))
     return files
+
+
+def on_page_content(html, page, config, files):
+    """The docstrings use reStructuredText roles (``:func:`x```) and ``::`` before code blocks:
+    on the site the role names and the second colon go."""
+    html = re.sub(r":(?:class|func|mod|meth|attr|data|exc|obj):(<code)", r"\1", html)
+    return html.replace("::</p>", ":</p>")

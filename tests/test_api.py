@@ -93,6 +93,12 @@ def test_image_text_and_translation_verbs(tmp_path, monkeypatch):
     assert torch.allclose(scores, q @ k.transpose(-1, -2) / q.shape[-1] ** 0.5, atol=1e-5)
     assert torch.allclose(scores.softmax(-1), torch.as_tensor(page["attention"]), atol=1e-5)
     assert set(page["detectors"]) == {"previous_token", "duplicate_token", "induction"}
+    enc.inspect("lens", tmp_path / "lens.png", text="the [MASK] sat")  # the masked-LM lens: its last row is the head's
+    raw = np.load(tmp_path / "lens.npz")
+    ids = torch.tensor([enc.tokenizer.encode("the [MASK] sat")])
+    with torch.no_grad():
+        final = enc(ids, torch.ones_like(ids, dtype=torch.bool), head="mlm").softmax(-1)[0].topk(3).values
+    assert list(raw["tokens"])[2] == "[MASK]" and np.allclose(raw["top_probs"][-1], final.numpy(), atol=1e-5)
     cap = attnlab.load(attnlab.train("caption", out=tmp_path / "cap", **tiny["caption"]).out)
     assert isinstance(cap.caption(torch.rand(3, 32, 32)), str)
 

@@ -117,13 +117,19 @@ def build_parser() -> argparse.ArgumentParser:
     add_options(pa, patches)
     pa.set_defaults(func=_patch)
 
-    inspections = {what: h for r in families for what, h in r.inspections.items()}
+    inspections: dict[str, dict[str, list[str]]] = {}  # what -> its help -> the families that offer it so
+    for r in families:
+        for what, h in r.inspections.items():
+            inspections.setdefault(what, {}).setdefault(h, []).append(r.name)
     ins = sub.add_parser(
         "inspect",
         help="look inside a trained model (PNG + raw numbers)",
         epilog=EPILOG,
-        description="Each inspection writes a PNG and its numbers (.npz) beside it: "
-        + "; ".join(f"{k}: {v}" for k, v in inspections.items()),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Each inspection writes a PNG and its numbers (.npz) beside it.\n\n"
+        + "\n".join(
+            f"{what} ({', '.join(names)}): {h}" for what, helps in inspections.items() for h, names in helps.items()
+        ),
     )
     ins.add_argument("what", choices=list(inspections), help="what to draw")
     ins.add_argument("--ckpt", required=True, help="run folder")

@@ -15,7 +15,7 @@ from ..errors import CheckpointError, DataError
 from ..models.encoder import ENCODER_PRESETS, TextEncoder, TextEncoderConfig
 from ..options import Command, OptionSpecs, at_least, below_one, device_name, input_lines
 from . import register
-from .base import Recipe, TrainingRun, Verbs, top_labels
+from .base import TEXT_HELP, Recipe, TrainingRun, Verbs, inspection_written, top_labels
 
 
 class TextEncoderVerbs(Verbs):
@@ -99,6 +99,9 @@ class TextEncoderRecipe(Recipe):
     set_by_data = ("vocab_size", "num_classes", "labels", "pad_id", "mlm_head")
     explore_kind = "text"
     default_seconds = 275
+    inspections = {
+        "lens": "the masked-LM lens: each layer's top guess for every token of --text (write [MASK] to ask)",
+    }
     train_defaults = dict(
         batch_size=32,
         lr=5e-4,
@@ -291,6 +294,31 @@ class TextEncoderRecipe(Recipe):
             f"{res['data']} [{res['split']}], {res['masked_tokens']} masked tokens: loss {res['loss']:.4f}, "
             f"accuracy {res['accuracy_masked']:.4f}"
         )
+
+    def add_inspect_arguments(self, group) -> None:
+        group.add("--text", default=None, help=TEXT_HELP)
+
+    def inspect(self, args) -> int:
+        from ..inspect.lens import mlm_lens
+        from ..inspect.plots import lens_png
+
+        if not args.text:
+            raise ValueError('inspect lens needs --text "some text" (with [MASK] where the model should guess)')
+        model, tok, _, dev = load_text_encoder(args.ckpt, "cpu")
+        if model.mlm is None:
+            raise ValueError(f"{args.ckpt} has no masked-LM head (a classifier): the lens reads an --task mlm run")
+        ids, mask = encode_texts(tok, [args.text], model.config.context)
+        probs = mlm_lens(model, ids.to(dev), mask.to(dev))[:, 0].float().softmax(-1)  # (L + 1, T, vocab)
+        top = probs.topk(3, dim=-1)
+        table = {
+            "tokens": [tok.id_to_token(i) for i in ids[0].tolist()],
+            "layers": ["embed"] + [f"block {i}" for i in range(probs.shape[0] - 1)],
+            "top_tokens": [[[tok.id_to_token(i) for i in row] for row in layer] for layer in top.indices.tolist()],
+            "top_probs": top.values.numpy(),
+        }
+        out = Path(args.out)
+        lens_png(table, out, title="masked-LM lens: each layer's top guess for each token (colour: its probability)")
+        return inspection_written(out, {"top_probs": table["top_probs"], "tokens": np.array(table["tokens"])})
 
     def explore(self, args) -> dict:
         from ..inspect.detectors import pattern_scores
