@@ -29,6 +29,7 @@ CONFIG = "config.json"
 WEIGHTS = "model.safetensors"
 TRAINER_JSON = "trainer.json"
 TRAINER_TENSORS = "trainer.safetensors"
+SHARDED = "sharded"  # an FSDP run's model and optimizer shards (torch.distributed.checkpoint), in last/
 
 
 def unwrap_model(model: nn.Module) -> nn.Module:
@@ -53,19 +54,39 @@ def write_checkpoint(
     """Write a complete checkpoint folder at ``path`` atomically (old one kept until the new is whole)."""
     path = Path(path)
     tmp = path.with_name(path.name + ".tmp")
-    old = path.with_name(path.name + ".old")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
+    write_checkpoint_files(tmp, model, meta, trainer_state, trainer_tensors)
+    commit_checkpoint(tmp, path)
+
+
+def write_checkpoint_files(
+    folder: Path,
+    model: nn.Module,
+    meta: dict,
+    trainer_state: dict | None = None,
+    trainer_tensors: dict[str, torch.Tensor] | None = None,
+) -> None:
+    """The files of a checkpoint, into ``folder`` (a ``<name>.tmp`` that :func:`commit_checkpoint`
+    then swaps in; other writers, such as FSDP's ranks, may have added files to it)."""
     raw = unwrap_model(model)
-    st_save_model(raw, str(tmp / WEIGHTS))
+    st_save_model(raw, str(folder / WEIGHTS))
     if trainer_tensors is not None:
-        save_file({k: v.detach().cpu().contiguous() for k, v in trainer_tensors.items()}, str(tmp / TRAINER_TENSORS))
+        save_file({k: v.detach().cpu().contiguous() for k, v in trainer_tensors.items()}, str(folder / TRAINER_TENSORS))
     if trainer_state is not None:
-        (tmp / TRAINER_JSON).write_text(json.dumps(trainer_state, indent=1))
-    (tmp / CONFIG).write_text(json.dumps({**model_config_dict(raw), **meta}, indent=1, ensure_ascii=False))
-    for f in tmp.iterdir():
-        with open(f, "rb") as fh:
-            os.fsync(fh.fileno())
+        (folder / TRAINER_JSON).write_text(json.dumps(trainer_state, indent=1))
+    (folder / CONFIG).write_text(json.dumps({**model_config_dict(raw), **meta}, indent=1, ensure_ascii=False))
+
+
+def commit_checkpoint(tmp: Path, path: Path) -> None:
+    """Make the finished ``tmp`` folder the checkpoint ``path``: every file synced to disk, then
+    the old folder renamed aside, the new one into place, the old one removed (a crash between
+    the renames is repaired by :func:`recover_run`)."""
+    old = path.with_name(path.name + ".old")
+    for f in sorted(tmp.rglob("*")):
+        if f.is_file():
+            with open(f, "rb") as fh:
+                os.fsync(fh.fileno())
     if path.exists():
         shutil.rmtree(old, ignore_errors=True)
         os.replace(path, old)

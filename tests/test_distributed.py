@@ -76,3 +76,292 @@ def test_grad_accumulation_under_ddp(tmp_path):
     ddp = _train(tmp_path / "d", corpus, "--batch-size", "2", "--grad-accum", "2", "--max-iters", "3", nproc=2)
     for k, v in single.items():
         assert torch.allclose(v, ddp[k], atol=1e-5), k
+
+
+# ---- FSDP2 (fully_shard on CPU with gloo), sharded checkpoints, elastic restarts, two nodes ------------
+def _losses(out) -> list[float]:
+    import json
+
+    return [json.loads(line)["loss"] for line in (out / "metrics.jsonl").read_text().splitlines()]
+
+
+def _same(a: dict, b: dict, atol: float = 1e-5) -> None:
+    assert a.keys() == b.keys()
+    for k, v in a.items():
+        assert torch.allclose(v, b[k], atol=atol), (k, (v - b[k]).abs().max())
+
+
+def _inject(tmp_path, code: str) -> dict:
+    """An environment whose Python processes (torchrun's workers) first run ``code``: the test's
+    fault, kept out of attnlab."""
+    site = tmp_path / "inject"
+    site.mkdir(exist_ok=True)
+    (site / "sitecustomize.py").write_text(code)
+    return {"PYTHONPATH": f"{site}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+
+
+FSDP_FIXES = "--device cpu --dtype fp32 --no-compile".split()
+
+
+def test_fsdp_equals_single_process_and_accumulates(tmp_path):
+    """--fsdp on 2 CPU processes: the loss curve and the weights of one process with the same global
+    batch (to fp32 rounding), with and without gradient accumulation; the checkpoint holds the
+    sharded state and the consolidated weights."""
+    corpus = tmp_path / "c.txt"
+    corpus.write_text(TEXT)
+    single = _train(tmp_path / "s", corpus, "--batch-size", "8", "--max-iters", "6", *FSDP_FIXES)
+    fsdp = _train(tmp_path / "f", corpus, "--batch-size", "4", "--max-iters", "6", "--fsdp", *FSDP_FIXES, nproc=2)
+    _same(single, fsdp)
+    assert _losses(tmp_path / "s") == pytest.approx(_losses(tmp_path / "f"), abs=2e-6)
+    shards = sorted(p.name for p in (tmp_path / "f" / "last" / "sharded").iterdir())
+    assert shards == [".metadata", "__0_0.distcp", "__1_0.distcp"]
+    accum = ["--grad-accum", "2", "--max-iters", "3", *FSDP_FIXES]
+    single = _train(tmp_path / "sa", corpus, "--batch-size", "4", *accum)
+    fsdp = _train(tmp_path / "fa", corpus, "--batch-size", "2", "--fsdp", *accum, nproc=2)
+    _same(single, fsdp)
+
+
+def test_fsdp_trains_a_vit_like_one_process(tmp_path):
+    pytest.importorskip("sklearn")
+    args = ["train", "vit", "--max-iters", "4", "--eval-interval", "2", "--eval-iters", "1", "--no-progress"]
+    args += ["--dim", "32", "--layers", "2", "--heads", "2", "--seed", "3", "--dropout", "0", *FSDP_FIXES]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    runs = {}
+    for name, extra, launch in (
+        ("single", ["--batch-size", "16"], [sys.executable]),
+        (
+            "fsdp",
+            ["--batch-size", "8", "--fsdp"],
+            [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2"],
+        ),
+    ):
+        out = tmp_path / name
+        r = subprocess.run(
+            [*launch, "-m", "attnlab", *args, "--out", str(out), *extra],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=300,
+        )
+        assert r.returncode == 0, r.stderr[-3000:]
+        runs[name] = load_file(str(out / "last" / "model.safetensors"))
+    _same(runs["single"], runs["fsdp"])
+
+
+def test_sharded_checkpoints_resume_exactly_with_any_number_of_processes(tmp_path):
+    """Stop at step 3 and resume to 6: 2 -> 2 and 2 -> 1 processes from the sharded checkpoint
+    (DCP reshards), and 1 -> 2 from an unsharded one; each equals the uninterrupted run, AdamW
+    moments included (a restarted optimizer would not)."""
+    corpus = tmp_path / "c.txt"
+    corpus.write_text(TEXT)
+    whole = _train(tmp_path / "whole", corpus, "--batch-size", "8", "--max-iters", "6", *FSDP_FIXES)
+    half = ["--max-iters", "3", *FSDP_FIXES]
+    rest = ["--max-iters", "6", "--resume", *FSDP_FIXES]
+    for name, first, then in (("22", 2, 2), ("21", 2, 1), ("12", 1, 2)):
+        out = tmp_path / name
+        _train(out, corpus, "--batch-size", str(8 // first), "--fsdp", *half, nproc=first)
+        resumed = _train(out, corpus, "--batch-size", str(8 // then), "--fsdp", *rest, nproc=then)
+        _same(whole, resumed)
+        assert _losses(out) == pytest.approx(_losses(tmp_path / "whole"), abs=2e-6), name
+
+
+def test_kill_9_during_sharded_saves_leaves_a_run_that_resumes(tmp_path):
+    """A checkpoint at every step and SIGKILL to the whole torchrun job at random moments: every
+    kill leaves last/ whole (or none yet), and --resume finishes the run with the weights of a run
+    that was never killed."""
+    import random
+    import signal
+    import time
+
+    corpus = tmp_path / "c.txt"
+    corpus.write_text(TEXT)
+    opts = ["--batch-size", "4", "--eval-interval", "1", "--log-interval", "1", "--fsdp", *FSDP_FIXES]
+    reference = _train(tmp_path / "ref", corpus, *opts, "--max-iters", "12", nproc=2)
+    out = tmp_path / "run"
+    rng, in_save = random.Random(0), 0
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "-m", "attnlab"]
+    cmd += ["train", "gpt", "--data", str(corpus), "--out", str(out), "--preset", "nano", "--block-size", "16"]
+    cmd += ["--dropout", "0", "--eval-iters", "1", "--lr-decay-iters", "6", "--warmup-iters", "2", "--no-progress"]
+    cmd += ["--sample-chars", "0", "--seed", "7", *opts, "--max-iters", "12"]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    for trial in range(5):
+        resume = ["--resume"] if (out / "last" / "config.json").is_file() else []
+        proc = subprocess.Popen(
+            [*cmd, *resume], env=env, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
+        deadline = time.time() + 120
+        while time.time() < deadline and not (out / "last.tmp").exists() and proc.poll() is None:
+            time.sleep(0.01)  # until the first save of this attempt has begun ...
+        time.sleep(rng.uniform(0.0, 1.0))  # ... then a random moment later
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        in_save += (out / "last.tmp").exists()
+        if (out / "last").exists():
+            assert (out / "last" / "sharded" / ".metadata").is_file() and (out / "last" / "model.safetensors").is_file()
+    r = subprocess.run([*cmd, "--resume"], capture_output=True, text=True, env=env, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    _same(reference, load_file(str(out / "last" / "model.safetensors")))
+    print(f"kill -9 under FSDP: 5 kills, {in_save} inside a sharded save; resumed to the same weights")
+
+
+def test_elastic_restart_after_a_worker_dies_redoes_the_lost_steps(tmp_path):
+    """torchrun --max-restarts=1: rank 1 is killed (SIGKILL) after step 5 of the first attempt;
+    the agent restarts both workers, the same command resumes from the step-4 checkpoint, and the
+    run ends with the weights of a run without the failure."""
+    corpus = tmp_path / "c.txt"
+    corpus.write_text(TEXT)
+    opts = ["--batch-size", "4", "--max-iters", "8", "--eval-interval", "2", "--fsdp", *FSDP_FIXES]
+    reference = _train(tmp_path / "ref", corpus, *opts, nproc=2)
+    env = _inject(
+        tmp_path,
+        "import os, signal\n"
+        "if os.environ.get('RANK') == '1' and os.environ.get('TORCHELASTIC_RESTART_COUNT') == '0':\n"
+        "    from attnlab.training import trainer\n"
+        "    step = trainer.Trainer.train_step\n"
+        "    def dying(self):\n"
+        "        loss = step(self)\n"
+        "        if self.step == 5:\n"
+        "            os.kill(os.getpid(), signal.SIGKILL)\n"
+        "        return loss\n"
+        "    trainer.Trainer.train_step = dying\n",
+    )
+    out = tmp_path / "run"
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "--max-restarts=1"]
+    cmd += ["-m", "attnlab", "train", "gpt", "--data", str(corpus), "--out", str(out), "--preset", "nano"]
+    cmd += ["--block-size", "16", "--dropout", "0", "--eval-iters", "1", "--lr-decay-iters", "6", "--warmup-iters", "2"]
+    cmd += ["--no-progress", "--sample-chars", "0", "--seed", "7", *opts]
+    r = subprocess.run(
+        cmd, capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": "1", **env}, timeout=300
+    )
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "torchrun restart 1: resuming from" in r.stderr
+    _same(reference, load_file(str(out / "last" / "model.safetensors")))
+    assert len(_losses(out)) == 8  # one line per step: the redone steps replaced the lost ones
+
+
+def test_two_nodes_on_one_machine_equal_one_process(tmp_path):
+    """Two torchrun agents, one process each, meeting through a c10d rendezvous on 127.0.0.1 as two
+    "nodes": the same weights as one process with the same global batch."""
+    import socket
+
+    corpus = tmp_path / "c.txt"
+    corpus.write_text(TEXT)
+    single = _train(tmp_path / "s", corpus, "--batch-size", "8", "--max-iters", "4", *FSDP_FIXES)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    out = tmp_path / "two"
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nnodes=2",
+        "--nproc_per_node=1",
+        "--rdzv-backend=c10d",
+        f"--rdzv-endpoint=127.0.0.1:{port}",
+        "--rdzv-id=attnlab-test",
+        "-m",
+        "attnlab",
+        "train",
+        "gpt",
+        "--data",
+        str(corpus),
+        "--out",
+        str(out),
+        "--preset",
+        "nano",
+        "--block-size",
+        "16",
+        "--dropout",
+        "0",
+        "--eval-interval",
+        "3",
+        "--eval-iters",
+        "1",
+        "--lr-decay-iters",
+        "6",
+        "--warmup-iters",
+        "2",
+        "--no-progress",
+        "--sample-chars",
+        "0",
+        "--seed",
+        "7",
+        "--batch-size",
+        "4",
+        "--max-iters",
+        "4",
+        *FSDP_FIXES,
+    ]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    nodes = [
+        subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)
+    ]
+    for node in nodes:
+        _, err = node.communicate(timeout=300)
+        assert node.returncode == 0, err[-3000:]
+    _same(single, load_file(str(out / "last" / "model.safetensors")))
+
+
+def test_nan_on_one_rank_stops_every_rank_with_the_same_error(tmp_path):
+    """Rank 1's loss turns NaN at step 3: both ranks stop with the same one-line error, the job
+    fails, and last/ (step 2) is intact."""
+    corpus = tmp_path / "c.txt"
+    corpus.write_text(TEXT)
+    env = _inject(
+        tmp_path,
+        "import os\n"
+        "if os.environ.get('RANK') == '1':\n"
+        "    from attnlab.training import trainer\n"
+        "    step = trainer.Trainer.train_step\n"
+        "    def poisoned(self):\n"
+        "        if self.step == 2:\n"
+        "            loss = self.task.loss\n"
+        "            self.task.loss = lambda model, batch: loss(model, batch) * float('nan')\n"
+        "        return step(self)\n"
+        "    trainer.Trainer.train_step = poisoned\n",
+    )
+    out = tmp_path / "run"
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc_per_node=2",
+        "-m",
+        "attnlab",
+        "train",
+        "gpt",
+        "--data",
+        str(corpus),
+        "--out",
+        str(out),
+        "--preset",
+        "nano",
+        "--block-size",
+        "16",
+        "--eval-interval",
+        "2",
+        "--eval-iters",
+        "1",
+        "--no-progress",
+        "--sample-chars",
+        "0",
+        "--batch-size",
+        "4",
+        "--max-iters",
+        "6",
+        "--fsdp",
+        *FSDP_FIXES,
+    ]
+    r = subprocess.run(
+        cmd, capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": "1", **env}, timeout=300
+    )
+    assert r.returncode != 0
+    errors = [line for line in r.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 2 and errors[0] == errors[1] and "nan" in errors[0] and "step 3" in errors[0], r.stderr[
+        -3000:
+    ]
+    import json
+
+    assert json.loads((out / "last" / "trainer.json").read_text())["step"] == 2

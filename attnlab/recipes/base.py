@@ -9,6 +9,7 @@ registry of recipes (:mod:`attnlab.recipes`), so a new family is one recipe file
 
 from __future__ import annotations
 
+import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -417,6 +418,13 @@ def train(recipe: Recipe, args) -> TrainResult:
 
     out = Path(args.out)
     model_over = given(args, args.model_fields)
+    restarts = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
+    if restarts and not args.resume and (out / "last" / "config.json").is_file():
+        # torchrun's elastic agent restarted the workers after a failure (--max-restarts): the
+        # same command continues from the last checkpoint, which redoes the lost steps exactly
+        args.resume = True
+        if int(os.environ.get("RANK", "0")) == 0:
+            print(f"torchrun restart {restarts}: resuming from {out / 'last'}", file=sys.stderr)
     if not args.resume:  # check the options before anything is read or written
         tcfg = train_config(args, None, recipe.train_defaults_for(args))
         recipe.check_new(args, model_over)
@@ -460,4 +468,4 @@ def train(recipe: Recipe, args) -> TrainResult:
             recipe.finish(args, run, trainer, result)
     finally:
         D.cleanup(trainer.dist)
-    return TrainResult(model, trainer, run, result["step"], result["best_val"])
+    return TrainResult(trainer.model, trainer, run, result["step"], result["best_val"])

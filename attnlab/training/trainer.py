@@ -25,7 +25,16 @@ import torch
 from torch import Tensor, nn
 from tqdm.auto import tqdm
 
-from ..checkpoint import find_checkpoint, load_trainer_state, load_weights, unwrap_model, write_checkpoint
+from ..checkpoint import (
+    SHARDED,
+    commit_checkpoint,
+    find_checkpoint,
+    load_trainer_state,
+    load_weights,
+    unwrap_model,
+    write_checkpoint,
+    write_checkpoint_files,
+)
 from ..errors import AttnlabError, CheckpointError
 from . import distributed as D
 from .compiling import PROBE_STEPS, CompileChoice, pays_off
@@ -73,10 +82,12 @@ class Diverged(AttnlabError):
 
 
 class TrainingInterrupted(Exception):
-    """Ctrl-C during training; a checkpoint was saved first."""
+    """Ctrl-C during training; a checkpoint was saved first (``saved=False``: an FSDP run, whose
+    ranks cannot be trusted to meet in a collective save once a signal has scattered them)."""
 
-    def __init__(self, step: int, path: Path, why: str = "interrupted"):
-        super().__init__(f"{why} at step {step}; checkpoint saved to {path}; continue with --resume")
+    def __init__(self, step: int, path: Path, why: str = "interrupted", saved: bool = True):
+        where = f"checkpoint saved to {path}" if saved else f"no checkpoint written (FSDP); {path} holds the last one"
+        super().__init__(f"{why} at step {step}; {where}; continue with --resume")
         self.step, self.path = step, path
 
 
@@ -156,10 +167,16 @@ class Trainer:
         ``compiled=False`` the same model uncompiled, for evaluation (other shapes and eval mode
         would each cost a recompilation)."""
         if self._parallel is None:
-            m = D.wrap(self.model, self.dist, self.device, self.cfg.fsdp)
-            if self.cfg.fsdp and self.dist.enabled:  # FSDP owns new (sharded) parameters
+            sharded = self.cfg.fsdp and self.dist.enabled
+            carried = None
+            if sharded and self.optimizer.state:  # a resumed run: its moments move into the sharded optimizer
+                carried = D.full_optimizer_state(self.model, self.optimizer)
+            m = D.wrap(self.model, self.dist, self.device, self.cfg.fsdp, self.dtype)
+            if sharded:  # FSDP2 replaced the parameters by sharded ones: a new optimizer holds those
                 c = self.cfg
                 self.optimizer = adamw(m, c.lr, c.weight_decay, (c.beta1, c.beta2), self.device.type)
+                if carried is not None:
+                    D.set_full_optimizer_state(m, self.optimizer, carried)
             self._parallel = m
             if self.cfg.compile:
                 self._compiled = torch.compile(m)
@@ -265,10 +282,9 @@ class Trainer:
                 f", more than {DIVERGED_FACTOR:g}x the run's first loss ({self.first_loss:.4g})",
             )
         if cfg.grad_clip > 0:
-            if hasattr(model, "clip_grad_norm_"):  # FSDP: the norm over all shards
-                norm = model.clip_grad_norm_(cfg.grad_clip)
-            else:
-                norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.grad_clip)
+            norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.grad_clip)
+            if hasattr(norm, "full_tensor"):  # FSDP2: a DTensor, the norm over every rank's shards
+                norm = norm.full_tensor()
             if not math.isfinite(norm.item()):  # a finite loss can still have an infinite gradient
                 self.optimizer.zero_grad(set_to_none=True)
                 raise Diverged(self.step + 1, "the gradient norm", norm.item(), self.out, lr)
@@ -302,8 +318,10 @@ class Trainer:
         return out
 
     # -- checkpoints -----------------------------------------------------------------------
-    def _state(self) -> tuple[dict, dict[str, Tensor]]:
-        opt_meta, tensors = optimizer_tensors(self.optimizer, unwrap_model(self.model))
+    def _state(self, optimizer: bool = True) -> tuple[dict, dict[str, Tensor]]:
+        """The trainer state beside the weights: step, best scores, RNG streams and (unless
+        ``optimizer=False``: FSDP writes it sharded) the optimizer's moments by parameter name."""
+        opt_meta, tensors = optimizer_tensors(self.optimizer, unwrap_model(self.model)) if optimizer else (None, {})
         tensors["rng.torch"] = torch.get_rng_state()
         tensors["rng.data"] = self.data_gen.get_state()
         if torch.cuda.is_available():
@@ -319,41 +337,61 @@ class Trainer:
         return state, tensors
 
     def save(self, name: str = "last") -> Path:
-        """Rank 0 writes; under FSDP every rank joins in gathering the full weights first."""
+        """Rank 0 writes the checkpoint. Under FSDP every rank takes part: each writes its shards of
+        the model and the optimizer (``sharded/``, torch.distributed.checkpoint) into the same
+        ``<name>.tmp`` folder, the full weights are gathered for ``model.safetensors`` (what
+        sample, eval and export read), and only when all of it is on disk does rank 0 swap the
+        folder in: a kill at any moment leaves the previous checkpoint whole."""
         path = self.out / name
-        model = self.model
         if self.cfg.fsdp and self.dist.enabled:
-            full = D.full_state_dict(self._wrapped())
-            if not self.dist.main:
-                return path
-            model = _fresh_copy(self.model, full)
+            return self._save_sharded(name)
         if not self.dist.main:
             return path
         state, tensors = self._state()
-        if self.cfg.fsdp and self.dist.enabled:  # sharded optimizer state is not gathered: weights only
-            tensors = {k: v for k, v in tensors.items() if k.startswith("rng.")}
-            state["optimizer"] = None
-        meta = {
+        write_checkpoint(path, self.model, self._checkpoint_meta(), *((state, tensors) if name != "best" else ()))
+        return path
+
+    def _save_sharded(self, name: str) -> Path:
+        path = self.out / name
+        tmp = path.with_name(path.name + ".tmp")
+        model = self._wrapped(compiled=False)
+        if self.dist.main:
+            shutil.rmtree(tmp, ignore_errors=True)
+            tmp.mkdir(parents=True)
+        D.barrier(self.dist)
+        if name != "best":  # best/ is for reading (eval, sample): weights only
+            D.save_sharded(model, self.optimizer, tmp / SHARDED)
+        full = D.full_state_dict(model)
+        if self.dist.main:
+            state, tensors = self._state(optimizer=False)
+            state["sharded_world_size"] = self.dist.world
+            files = (state, tensors) if name != "best" else ()
+            write_checkpoint_files(tmp, _fresh_copy(self.model, full), self._checkpoint_meta(), *files)
+            commit_checkpoint(tmp, path)
+        D.barrier(self.dist)
+        return path
+
+    def _checkpoint_meta(self) -> dict:
+        return {
             **self.meta,
             **self.task.meta(),
             "train": self.cfg.to_dict(),
             "step": self.step,
             "world_size": self.dist.world,
         }
-        if name == "best":
-            write_checkpoint(path, model, meta)
-        else:
-            write_checkpoint(path, model, meta, state, tensors)
-        return path
 
     def resume(self) -> None:
+        """Continue from ``last/``: weights, optimizer moments (saved by name, or sharded by an
+        FSDP run and read back with any number of processes), step, RNG and data streams."""
         ckpt = find_checkpoint(self.out, prefer="last")
         state, tensors = load_trainer_state(ckpt)
         load_weights(self.model, ckpt)
         if state.get("optimizer") is not None:
             restore_optimizer(self.optimizer, state["optimizer"], tensors, unwrap_model(self.model))
+        elif (ckpt / SHARDED).is_dir():
+            D.load_sharded(unwrap_model(self.model), self.optimizer, ckpt / SHARDED)
         elif self.dist.main:
-            print("note: this checkpoint has no optimizer state (FSDP run); AdamW moments restart", flush=True)
+            print("note: this checkpoint has no optimizer state; AdamW moments restart", flush=True)
         self.step, self.best_val = state["step"], state["best_val"]
         torch.set_rng_state(tensors["rng.torch"])
         self.data_gen.set_state(tensors["rng.data"])
@@ -496,16 +534,23 @@ class Trainer:
                 # the interrupt came between a step and its log line: log it, so that the checkpoint
                 # about to be saved and metrics.jsonl agree (a resumed run has one line per step)
                 self.log({"step": self.step, "loss": self.last_loss, "lr": self.lr_at(self.step - 1)})
-            if not (cfg.fsdp and self.dist.enabled):  # FSDP would need every rank to gather
+            sharded = cfg.fsdp and self.dist.enabled  # a save would need every rank at the same point
+            if not sharded:
                 path = self.save("last")
             if main:
                 self.plot()
                 self.close_tensorboard()
-            raise TrainingInterrupted(self.step, path, why) from None
+            raise TrainingInterrupted(self.step, path, why, saved=not sharded) from None
         finally:
             if self.tensorboard is not None:
                 self.tensorboard.writer.flush()  # (a run that diverged keeps its events too)
         bar.close()
+        if cfg.fsdp and self.dist.enabled:
+            # what follows the run on rank 0 alone (a test accuracy, a sample) needs the whole model:
+            # a sharded one would wait forever for the other ranks' shards
+            full = D.full_state_dict(self._wrapped(compiled=False))
+            if main:
+                self.model = _fresh_copy(self.model, full).to(self.device)
         if main:
             self.plot()
             self.close_tensorboard()
@@ -566,9 +611,9 @@ class _sigterm_as_interrupt(contextlib.AbstractContextManager):
 
 
 def _fresh_copy(model: nn.Module, state: dict) -> nn.Module:
-    """A CPU model of the same config holding ``state`` (to write FSDP's gathered weights)."""
+    """A CPU model of the same config (and plain class) holding ``state``: FSDP's gathered weights."""
     raw = unwrap_model(model)
-    fresh = type(raw)(raw.config)
+    fresh = D.plain_class(raw)(raw.config)
     fresh.load_state_dict(state)
     return fresh
 
