@@ -7,6 +7,7 @@ utilisation against the matmul peak measured at the start of the run."""
 from __future__ import annotations
 
 import json
+import os
 import statistics
 import sys
 import time
@@ -313,6 +314,50 @@ def encdec_rows(device, quick) -> list[dict]:
     ]
 
 
+def distributed_rows(device, quick) -> list[dict]:
+    """GPT training throughput of 2 processes under torchrun (DDP, and FSDP2) against 1 process
+    with the same global batch, from each run's own tokens/s (``metrics.jsonl``, after warm-up).
+    On 2 CPU cores two processes are not faster: the rows exist to catch regressions in the
+    distributed paths and run unchanged on 2 GPUs."""
+    import subprocess
+    import tempfile
+
+    from .data.text import embedded_corpus
+
+    procs = 2
+    if device.type == "cuda" and torch.cuda.device_count() < procs:
+        print("distributed rows: skipped (they need 2 GPUs)", file=sys.stderr)
+        return []
+    steps, batch = (30, 16) if quick else (80, 32)
+    common = ["-m", "attnlab", "train", "gpt", "--preset", "shakespeare-cpu", "--max-iters", str(steps)]
+    common += ["--eval-interval", str(steps), "--eval-iters", "1", "--log-interval", "5", "--no-progress"]
+    common += ["--sample-chars", "0", "--no-compile", "--dtype", "fp32", "--device", device.type]
+    env = {**os.environ, "OMP_NUM_THREADS": str(max(1, (os.cpu_count() or 2) // procs))}
+    with tempfile.TemporaryDirectory(prefix="attnlab-bench-") as tmp:
+        corpus = Path(tmp) / "corpus.txt"
+        corpus.write_text(embedded_corpus())
+        speeds = {}
+        launch = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={procs}"]
+        for name, cmd, b in (
+            ("one", [sys.executable], batch),
+            ("ddp", launch, batch // procs),
+            ("fsdp", launch, batch // procs),
+        ):
+            out = Path(tmp) / name
+            extra = ["--fsdp"] if name == "fsdp" else []
+            argv = [*cmd, *common, "--data", str(corpus), "--out", str(out), "--batch-size", str(b), *extra]
+            r = subprocess.run(argv, capture_output=True, text=True, env=env if name != "one" else os.environ)
+            if r.returncode != 0:
+                raise RuntimeError(f"bench {name} run failed: {r.stderr.strip().splitlines()[-1]}")
+            records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+            speeds[name] = records[-1]["items_per_s"]
+    shape = f"GPT shakespeare-cpu, global batch {batch}"
+    return [
+        _row(f"{shape}: DDP, {procs} processes", "tokens/s", speeds["ddp"], speeds["one"], "1 process"),
+        _row(f"{shape}: FSDP2, {procs} processes", "tokens/s", speeds["fsdp"], speeds["one"], "1 process"),
+    ]
+
+
 def run(
     quick: bool = False,
     compile_: bool | None = None,
@@ -321,7 +366,7 @@ def run(
     device: str = "auto",
     only: list[str] | None = None,
 ) -> list[dict]:
-    """``only``: some of the row groups attention, gpt, generate, vit, encdec (default all)."""
+    """``only``: some of the row groups attention, gpt, generate, vit, encdec, distributed (default all)."""
     from .training.devices import cpu_has_fast_bf16, pick_device
 
     dev = pick_device(device)
@@ -340,6 +385,7 @@ def run(
         "generate": lambda: generation_rows(dev, quick),
         "vit": lambda: vit_rows(dev, quick),
         "encdec": lambda: encdec_rows(dev, quick),
+        "distributed": lambda: distributed_rows(dev, quick),
     }
     rows = [row for name in (only or groups) for row in groups[name]()]
     table = markdown_table(rows, COLUMNS)

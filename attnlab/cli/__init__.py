@@ -212,7 +212,7 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument(
         "--only",
         nargs="+",
-        choices=["attention", "gpt", "generate", "vit", "encdec"],
+        choices=["attention", "gpt", "generate", "vit", "encdec", "distributed"],
         default=None,
         help="run only these row groups (default: all)",
     )

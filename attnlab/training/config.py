@@ -39,7 +39,13 @@ class TrainConfig(Config):
     seed: int = 1337
     progress: bool = True
     checkpoint_activations: bool = False  # recompute each block's activations in backward (saves memory)
-    fsdp: bool = False  # under torchrun: fully sharded data parallel instead of DDP
+    fsdp: bool = field(
+        default=False,
+        metadata={
+            "help": "under torchrun: FSDP2 (fully_shard: parameters, gradients and optimizer state sharded; "
+            "sharded checkpoints) instead of DDP; CPU (gloo) or CUDA (NCCL)"
+        },
+    )
     target: float | None = None  # stop once the task's validation metric (accuracy, exact match) reaches this
     tensorboard: bool = field(
         default=False,
