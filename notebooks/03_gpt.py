@@ -18,7 +18,7 @@
 # folder it trains on English text that ships with Python; set `DATA = "shakespeare"` (and
 # `ATTNLAB_DATA` to a folder holding Tiny Shakespeare) for the classic corpus.
 #
-# Full size: the default recipe, about a minute on 2 CPU cores. `ATTNLAB_QUICK=1`: 30 steps.
+# Full size: the default recipe, about 2 minutes on 2 CPU cores. `ATTNLAB_QUICK=1`: 30 steps.
 
 # %%
 import os

@@ -21,7 +21,7 @@
 # similarity of the learned position embeddings, the principal components of the patch
 # filters, and CKA between the layers of both models.
 #
-# Full size: about a minute on 2 CPU cores (`mnist` with `ATTNLAB_DATA` set: minutes).
+# Full size: about 2 minutes on 2 CPU cores (`mnist` with `ATTNLAB_DATA` set: longer).
 # `ATTNLAB_QUICK=1`: 40 steps each.
 
 # %%

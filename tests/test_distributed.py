@@ -105,8 +105,8 @@ FSDP_FIXES = "--device cpu --dtype fp32 --no-compile".split()
 
 def test_fsdp_equals_single_process_and_accumulates(tmp_path):
     """--fsdp on 2 CPU processes: the loss curve and the weights of one process with the same global
-    batch (to fp32 rounding), with and without gradient accumulation; the checkpoint holds the
-    sharded state and the consolidated weights."""
+    batch (to fp32 rounding), with and without gradient accumulation and activation checkpointing,
+    and in bf16 to bf16's precision; the checkpoint holds the sharded state and the full weights."""
     corpus = tmp_path / "c.txt"
     corpus.write_text(TEXT)
     single = _train(tmp_path / "s", corpus, "--batch-size", "8", "--max-iters", "6", *FSDP_FIXES)
@@ -119,6 +119,16 @@ def test_fsdp_equals_single_process_and_accumulates(tmp_path):
     single = _train(tmp_path / "sa", corpus, "--batch-size", "4", *accum)
     fsdp = _train(tmp_path / "fa", corpus, "--batch-size", "2", "--fsdp", *accum, nproc=2)
     _same(single, fsdp)
+    # activation checkpointing composes with the sharding: the same numbers again
+    ckpt = _train(tmp_path / "fc", corpus, "--batch-size", "2", "--fsdp", "--checkpoint-activations", *accum, nproc=2)
+    _same(single, ckpt)
+    # bf16: FSDP gathers bf16 parameters (MixedPrecisionPolicy) where one process autocasts fp32
+    # weights, so the two round differently; they agree to bf16's precision
+    bf16 = ["--max-iters", "6", "--device", "cpu", "--dtype", "bf16", "--no-compile"]
+    single = _train(tmp_path / "sb", corpus, "--batch-size", "8", *bf16)
+    fsdp = _train(tmp_path / "fb", corpus, "--batch-size", "4", "--fsdp", *bf16, nproc=2)
+    _same(single, fsdp, atol=2e-2)
+    assert _losses(tmp_path / "sb") == pytest.approx(_losses(tmp_path / "fb"), abs=5e-3)
 
 
 def test_fsdp_trains_a_vit_like_one_process(tmp_path):
