@@ -132,6 +132,7 @@ def test_fsdp_equals_single_process_and_accumulates(tmp_path):
 
 
 def test_fsdp_trains_a_vit_like_one_process(tmp_path):
+    """A ViT under --fsdp equals one process, and --tensorboard still draws its attention."""
     pytest.importorskip("sklearn")
     args = ["train", "vit", "--max-iters", "4", "--eval-interval", "2", "--eval-iters", "1", "--no-progress"]
     args += ["--dim", "32", "--layers", "2", "--heads", "2", "--seed", "3", "--dropout", "0", *FSDP_FIXES]
@@ -141,7 +142,7 @@ def test_fsdp_trains_a_vit_like_one_process(tmp_path):
         ("single", ["--batch-size", "16"], [sys.executable]),
         (
             "fsdp",
-            ["--batch-size", "8", "--fsdp"],
+            ["--batch-size", "8", "--fsdp", "--tensorboard"],
             [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2"],
         ),
     ):
@@ -156,6 +157,14 @@ def test_fsdp_trains_a_vit_like_one_process(tmp_path):
         assert r.returncode == 0, r.stderr[-3000:]
         runs[name] = load_file(str(out / "last" / "model.safetensors"))
     _same(runs["single"], runs["fsdp"])
+    # TensorBoard under FSDP: the attention images need a forward pass on every rank (sharded weights)
+    pytest.importorskip("tensorboard")
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    ea = EventAccumulator(str(tmp_path / "fsdp" / "tensorboard"), size_guidance={"images": 0})
+    ea.Reload()
+    assert sorted(ea.Tags()["images"]) == ["attention/encoder.blocks.0.attn", "attention/encoder.blocks.1.attn"]
+    assert [e.step for e in ea.Images("attention/encoder.blocks.0.attn")] == [2, 4]
 
 
 def test_sharded_checkpoints_resume_exactly_with_any_number_of_processes(tmp_path):

@@ -415,14 +415,10 @@ class Trainer:
             self.tensorboard.record(record)
 
     def open_tensorboard(self) -> None:
-        """``--tensorboard``: the TensorBoard log, and the fixed validation example whose attention
-        it draws at every evaluation."""
+        """``--tensorboard``: the TensorBoard log (rank 0's)."""
         from .tensorboard import TensorBoardLog
 
         self.tensorboard = TensorBoardLog(self.out, resume_step=self.step)
-        self.tensorboard_probe = [
-            t.to(self.device) for t in self.task.batch("val", 1, torch.Generator().manual_seed(0))
-        ]
 
     def close_tensorboard(self) -> None:
         if self.tensorboard is None:
@@ -455,6 +451,11 @@ class Trainer:
                 rewrite_metrics(self.out / "metrics.jsonl", self.history)
             if cfg.tensorboard:
                 self.open_tensorboard()
+        if cfg.tensorboard:  # the fixed validation example whose attention TensorBoard shows
+            self.tensorboard_probe = [
+                t.to(self.device) for t in self.task.batch("val", 1, torch.Generator().manual_seed(0))
+            ]
+        sharded = cfg.fsdp and self.dist.enabled
         bar = tqdm(
             total=cfg.max_iters, initial=self.step, disable=not (cfg.progress and main), unit="it", dynamic_ncols=True
         )
@@ -496,13 +497,14 @@ class Trainer:
                                 f"val loss {rec['val_loss']:.4f}{extra}"
                             )
                             self.log(rec)  # before the saves: a kill during them keeps the line
-                            if self.tensorboard is not None:
-                                from .tensorboard import probe_patterns
-
-                                patterns = probe_patterns(unwrap_model(self.model), self.task, self.tensorboard_probe)
-                                self.tensorboard.attention(self.step, patterns)
                         else:
                             self.history.append(rec)
+                        if cfg.tensorboard and (main or sharded):  # (a sharded forward needs every rank)
+                            from .tensorboard import probe_patterns
+
+                            patterns = probe_patterns(unwrap_model(self.model), self.task, self.tensorboard_probe)
+                            if self.tensorboard is not None:
+                                self.tensorboard.attention(self.step, patterns)
                         if self.select_metric in rec:
                             improved = rec[self.select_metric] > self.best_score
                         else:
@@ -534,8 +536,7 @@ class Trainer:
                 # the interrupt came between a step and its log line: log it, so that the checkpoint
                 # about to be saved and metrics.jsonl agree (a resumed run has one line per step)
                 self.log({"step": self.step, "loss": self.last_loss, "lr": self.lr_at(self.step - 1)})
-            sharded = cfg.fsdp and self.dist.enabled  # a save would need every rank at the same point
-            if not sharded:
+            if not sharded:  # (a sharded save would need every rank at the same point)
                 path = self.save("last")
             if main:
                 self.plot()
@@ -545,7 +546,7 @@ class Trainer:
             if self.tensorboard is not None:
                 self.tensorboard.writer.flush()  # (a run that diverged keeps its events too)
         bar.close()
-        if cfg.fsdp and self.dist.enabled:
+        if sharded:
             # what follows the run on rank 0 alone (a test accuracy, a sample) needs the whole model:
             # a sharded one would wait forever for the other ranks' shards
             full = D.full_state_dict(self._wrapped(compiled=False))
