@@ -52,6 +52,20 @@ def causal_mask(t_q: int, t_k: int | None = None, device=None) -> Tensor:
     return j <= i + offset
 
 
+def local_mask(t_q: int, t_k: int | None = None, window: int = 1, device=None) -> Tensor:
+    """Restricted attention ("Attention is all you need", Table 1's fourth row): a boolean
+    (t_q, t_k) band, True where key j is at most ``window`` positions from query i
+    (|i − j| ≤ r; with ``causal`` as well, only the r keys before i and i itself remain). Queries
+    are aligned to the end of the keys, as in :func:`causal_mask`. Each query then sees 2r + 1
+    keys (r + 1 when causal) instead of T: O(r·n·d) per layer, a path of O(n/r) layers."""
+    if window < 1:
+        raise ValueError(f"window must be at least 1 (each query sees the keys within it), got {window}")
+    t_k = t_q if t_k is None else t_k
+    i = torch.arange(t_q, device=device)[:, None] + (t_k - t_q)
+    j = torch.arange(t_k, device=device)[None, :]
+    return (i - j).abs() <= window
+
+
 def attention_scores(q: Tensor, k: Tensor, scale: float | None = None) -> Tensor:
     """``Q Kᵀ / √d_k``: (..., Tq, d_k) x (..., Tk, d_k) -> (..., Tq, Tk)."""
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
@@ -269,10 +283,15 @@ class MultiHeadAttention(nn.Module):
         causal: bool = False,
         rotary: nn.Module | None = None,
         position_bias: nn.Module | None = None,
+        window: int | None = None,
     ) -> None:
         """``bias`` applies to every projection; ``qkv_bias`` (default: ``bias``) to the
-        query/key/value projections alone (timm's ViT option)."""
+        query/key/value projections alone (timm's ViT option); ``window``: restricted attention,
+        each query sees only the keys within ``window`` positions (:func:`local_mask`)."""
         super().__init__()
+        if window is not None and window < 1:
+            raise ValueError(f"window must be at least 1 (each query sees the keys within it), got {window}")
+        self.window = window
         if n_heads < 1:
             raise ValueError(f"n_heads must be >= 1, got {n_heads}")
         if d_k is None and d_model % n_heads != 0:
@@ -362,6 +381,9 @@ class MultiHeadAttention(nn.Module):
         if self.n_kv_heads != self.n_heads:  # grouped-query: each K/V head serves n_heads/n_kv_heads queries
             rep = self.n_heads // self.n_kv_heads
             k, v = k.repeat_interleave(rep, dim=1), v.repeat_interleave(rep, dim=1)
+        if self.window is not None:  # the band, joined with any mask the caller gave
+            band = local_mask(t_q, t_k, self.window, device=x.device)
+            mask = band if mask is None else mask & band
         mask = self._full_mask(mask, key_mask, x.shape[0], t_q, t_k)
         if self.position_bias is not None:
             pb = self.position_bias(q, t_k)  # (H, Tq, Tk) or (B, H, Tq, Tk)

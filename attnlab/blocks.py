@@ -75,8 +75,10 @@ class TransformerBlock(nn.Module):
         rotary: nn.Module | None = None,
         position_bias: nn.Module | None = None,
         mlp: bool = True,
+        window: int | None = None,
     ) -> None:
-        """``mlp=False``: attention only (the blocks of the induction-head studies)."""
+        """``mlp=False``: attention only (the blocks of the induction-head studies); ``window``:
+        restricted attention over the keys within that many positions."""
         super().__init__()
         self.norm_first = norm_first
         self.ln1 = nn.LayerNorm(dim, eps=norm_eps, bias=bias)
@@ -90,6 +92,7 @@ class TransformerBlock(nn.Module):
             n_kv_heads=n_kv_heads,
             rotary=rotary,
             position_bias=position_bias,
+            window=window,
         )
         self.ln2 = nn.LayerNorm(dim, eps=norm_eps, bias=bias) if mlp else None
         self.mlp = MLP(dim, mlp_hidden or 4 * dim, activation, dropout, bias) if mlp else None

@@ -94,3 +94,82 @@ def test_sampling_filters():
     assert torch.allclose(counts / n, (logits[0] / t).softmax(-1), atol=0.03)
     with pytest.raises(ValueError, match="top_p"):
         sample_next(logits, top_p=1.5)
+
+
+def test_restricted_attention_by_hand_and_with_the_kv_cache():
+    """--window r: each query attends to itself and the r keys before it (causal) or around it;
+    equal to attention computed by hand over exactly those keys, and incremental decoding with
+    the KV cache gives the full forward pass's logits."""
+    import math
+
+    import pytest
+
+    from attnlab.attention import MultiHeadAttention, local_mask
+    from attnlab.models import GPT, GPTConfig
+
+    assert local_mask(4, window=1).tolist() == [
+        [True, True, False, False],
+        [True, True, True, False],
+        [False, True, True, True],
+        [False, False, True, True],
+    ]
+    torch.manual_seed(0)
+    for causal in (True, False):
+        mha = MultiHeadAttention(8, 2, causal=causal, window=2).eval()
+        x = torch.randn(1, 7, 8)
+        q, k, v = (t.view(1, 7, 2, 4).transpose(1, 2) for t in mha.qkv(x).split(8, dim=-1))
+        rows = []
+        for i in range(7):  # one query at a time, over the keys it may see
+            keys = [j for j in range(7) if abs(i - j) <= 2 and (j <= i or not causal)]
+            w = (q[:, :, i : i + 1] @ k[:, :, keys].transpose(-1, -2) / math.sqrt(4)).softmax(-1)
+            rows.append(w @ v[:, :, keys])
+        want = mha.out_proj(torch.cat(rows, dim=2).transpose(1, 2).reshape(1, 7, 8))
+        with torch.no_grad():
+            assert torch.allclose(mha(x), want, atol=1e-5), causal
+    gpt = GPT(GPTConfig(vocab_size=11, context=16, layers=2, heads=2, dim=16, window=3)).eval()
+    idx = torch.randint(11, (2, 12))
+    with torch.no_grad():
+        full = gpt(idx)
+        caches = gpt.new_caches(2)
+        steps = [gpt(idx[:, t : t + 1], caches=caches) for t in range(12)]
+    assert torch.allclose(torch.cat(steps, 1), full, atol=1e-5)
+    assert not torch.allclose(full, GPT(GPTConfig(vocab_size=11, context=16, layers=2, heads=2, dim=16))(idx))
+    with pytest.raises(ValueError, match="--window must be at least 1"):
+        GPTConfig(window=0)
+
+
+def test_sinusoidal_positions_train_within_reach_of_learned_ones(tmp_path):
+    """The GPT scales its token embeddings by √dim under --pos sinusoidal (as the paper does):
+    at the same 200-step budget it lands near learned positions; without the scale (a checkpoint
+    from before it) the unit-amplitude code drowns the 0.02-scale embeddings, far behind."""
+    from attnlab.data.text import prepare
+    from attnlab.models import GPT, GPTConfig
+    from attnlab.training import LanguageModelTask, TrainConfig, Trainer
+
+    data = prepare(None, tmp_path / "corpus")
+    best = {}
+    for name, pos, scale in (
+        ("learned", "learned", None),
+        ("sin", "sinusoidal", None),
+        ("unscaled", "sinusoidal", False),
+    ):
+        torch.manual_seed(0)
+        config = GPTConfig(
+            vocab_size=data.tokenizer.vocab_size, context=64, layers=2, heads=2, dim=64, pos=pos, embed_scale=scale
+        )
+        cfg = TrainConfig(
+            max_iters=200,
+            batch_size=16,
+            lr=3e-3,
+            warmup_iters=20,
+            eval_interval=200,
+            eval_iters=4,
+            progress=False,
+            device="cpu",
+            dtype="fp32",
+            compile=False,
+        )
+        best[name] = Trainer(GPT(config), LanguageModelTask(data, 64, 16), cfg, tmp_path / name).fit()["best_val"]
+    assert best["sin"] - best["learned"] < 0.35, best
+    assert best["unscaled"] - best["learned"] > 2 * (best["sin"] - best["learned"]), best
+    assert GPTConfig.from_dict({"pos": "sinusoidal"}).embed_scale is False  # old checkpoints load unchanged

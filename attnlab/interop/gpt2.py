@@ -95,10 +95,10 @@ def load_gpt2(cfg: dict, state: dict[str, Tensor]) -> nn.Module:
 
 def export_gpt2(model: nn.Module) -> tuple[dict[str, Tensor], dict]:
     c = model.config
-    if c.pos != "learned" or not c.bias or not c.mlp:
+    if c.pos != "learned" or not c.bias or not c.mlp or c.window is not None or c.embed_scale:
         raise CheckpointError(
-            "only GPT models with learned positions, biases and MLPs map to GPT-2; this one has "
-            f"pos={c.pos!r}, bias={c.bias}, mlp={c.mlp}"
+            "only GPT models with learned positions, biases, MLPs and full attention map to GPT-2; this one has "
+            f"pos={c.pos!r}, bias={c.bias}, mlp={c.mlp}, window={c.window}, embed_scale={c.embed_scale}"
         )
     sd = model.state_dict()
     out = {}

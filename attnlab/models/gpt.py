@@ -7,6 +7,7 @@ logits = LN(x_L) Eᵀ                      tied output head
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 import torch
@@ -43,6 +44,20 @@ class GPTConfig(Config):
             "help": "an MLP in every block (--no-mlp: attention only, as in the induction-head studies; default: on)"
         },
     )
+    embed_scale: bool | None = field(
+        default=None,
+        metadata={
+            "help": "multiply the token embeddings by √dim, as 'Attention is all you need' does, so that a fixed "
+            "unit-amplitude (sinusoidal) position code does not drown them (default: on for --pos sinusoidal)"
+        },
+    )
+    window: int | None = field(
+        default=None,
+        metadata={
+            "help": "restricted attention: each token attends to itself and the WINDOW tokens before it "
+            "(default: all earlier tokens)"
+        },
+    )
 
     SIZES = ("vocab_size", "context", "layers", "heads", "dim")
     ALIASES = {
@@ -58,8 +73,20 @@ class GPTConfig(Config):
         super().__post_init__()
         if self.pos not in POSITIONS:
             raise ValueError(f"unknown position encoding {self.pos!r}; choose one of {POSITIONS}")
+        if self.embed_scale is None:
+            self.embed_scale = self.pos == "sinusoidal"
         if self.dim % self.heads:
             raise ValueError(f"dim={self.dim} is not divisible by heads={self.heads}; pick heads dividing dim")
+        if self.window is not None and self.window < 1:
+            raise ValueError(f"--window must be at least 1 (the tokens each one attends back to), got {self.window}")
+
+    @classmethod
+    def from_dict(cls, d: dict, strict: bool = True):
+        # a checkpoint written before embed_scale existed never scaled its embeddings
+        d = cls.resolve_aliases(d) if isinstance(d, dict) else d
+        if isinstance(d, dict) and "embed_scale" not in d:
+            d = {**d, "embed_scale": False}
+        return super().from_dict(d, strict)
 
 
 GPT_PRESETS: dict[str, dict] = {
@@ -109,6 +136,7 @@ class GPT(HookedModule):
                 rotary=rotary,
                 position_bias=alibi,
                 mlp=c.mlp,
+                window=c.window,
             )
             for _ in range(c.layers)
         )
@@ -163,6 +191,8 @@ class GPT(HookedModule):
                 f"{self.config.context}; crop the input to the last {self.config.context} tokens"
             )
         x = self.tok_emb(idx)  # (B, T, C)
+        if self.config.embed_scale:
+            x = x * math.sqrt(self.config.dim)  # E·√d_model (Vaswani et al. 3.4)
         if self.pos_emb is not None:
             x = self.pos_emb(x, offset=offset, positions=positions)
         x = self.hook_embed(self.drop(x))
