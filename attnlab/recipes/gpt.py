@@ -186,6 +186,12 @@ class GPTRecipe(Recipe):
             help="text file, folder of text files, or a dataset name: python-docs (embedded, default), shakespeare",
         )
         p.add("--tokenizer", choices=["char", "bpe"], default=None, help="character-level (default) or byte-level BPE")
+        p.add(
+            "--init",
+            default=None,
+            help="fine-tune: start from this GPT (an attnlab run or a HuggingFace GPT-2 folder), keeping its shape "
+            "and tokenizer; --context may shorten it, --dropout change",
+        )
         p.add("--vocab-size", type=at_least(2), default=None, help="BPE vocabulary size (default 1024)")
         p.add(
             "--preset",
@@ -203,6 +209,17 @@ class GPTRecipe(Recipe):
     def train_defaults_for(self, args) -> dict:
         return {**self.train_defaults, **self.PRESET_TRAIN.get(args.preset, {})}
 
+    def check_new(self, args, model_over) -> None:
+        if not args.init:
+            return
+        if args.tokenizer or args.vocab_size:
+            raise ValueError("--init brings its own tokenizer; drop --tokenizer / --vocab-size")
+        shape = sorted(k for k in model_over if k not in ("dropout", "context"))
+        if shape:
+            raise ValueError(
+                f"--init fixes the model's shape; drop {', '.join('--' + k.replace('_', '-') for k in shape)}"
+            )
+
     def run_options(self, args, saved):
         # a resumed run may read new text (same tokenizer), but cannot switch tokenizers
         return {"tokenizer": (args.tokenizer, saved["tokenizer"].get("kind"))}
@@ -213,10 +230,24 @@ class GPTRecipe(Recipe):
         from ..training import LanguageModelTask
 
         out = Path(args.out)
+        init_state, meta = None, {}
         if saved:
             cfg = GPTConfig.from_dict(saved["model"])
             spec = args.data if args.data is not None else saved.get("data_spec")
             data = prepare(spec, out / "data", data_dir=args.data_dir, existing_tokenizer=saved["tokenizer"])
+        elif args.init:  # fine-tuning: the pretrained model's shape, weights and tokenizer
+            pretrained, tok, _, _ = load_lm(args.init, "cpu")
+            base = pretrained.config
+            if model_over.get("context", base.context) > base.context:
+                raise ValueError(
+                    f"--context {model_over['context']} is longer than {args.init}'s {base.context}: "
+                    "fine-tuning can shorten the context, not lengthen it"
+                )
+            spec = args.data
+            data = prepare(spec, out / "data", data_dir=args.data_dir, existing_tokenizer=tok.to_dict())
+            cfg = GPTConfig(**{**base.to_dict(), **model_over})
+            init_state = pretrained.state_dict()
+            meta = {"init": str(args.init)}
         else:
             spec = args.data
             data = prepare(
@@ -231,9 +262,19 @@ class GPTRecipe(Recipe):
         summary = (
             f"GPT {cfg.layers} layers, {cfg.heads} heads, {cfg.dim} wide, context {cfg.context} | data "
             f"{data.name}: {len(data.train):,} train / {len(data.val):,} val tokens, vocab "
-            f"{data.tokenizer.vocab_size}"
+            f"{data.tokenizer.vocab_size}" + (f" | from {args.init}" if init_state is not None else "")
         )
-        return TrainingRun("gpt", cfg, task, {"data_spec": spec}, summary)
+
+        def setup(model) -> None:
+            if init_state is not None:
+                own = model.state_dict()
+                state = {  # a shorter context keeps the first positions of a position table
+                    k: v[: own[k].shape[0]] if k in own and v.shape[1:] == own[k].shape[1:] else v
+                    for k, v in init_state.items()
+                }
+                model.load_state_dict(state)
+
+        return TrainingRun("gpt", cfg, task, {"data_spec": spec, **meta}, summary, setup)
 
     def finish(self, args, run, trainer, result) -> None:
         super().finish(args, run, trainer, result)
