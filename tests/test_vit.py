@@ -162,3 +162,48 @@ def test_hf_vit_interop(tmp_path):
     ours = attnlab.load(tmp_path / "base")
     with torch.no_grad():
         assert torch.allclose(ours(x), base(pixel_values=x).last_hidden_state[:, 0], atol=1e-4)
+
+
+def test_fine_tuning_a_vit_keeps_its_body_and_replaces_a_head_that_does_not_fit(tmp_path, capsys):
+    """train vit --init RUN: the pretrained body carries over; on data with other classes the head is
+    new; --freeze trains the head alone (the body's weights stay exactly the pretrained ones)."""
+    import numpy as np
+    from PIL import Image
+    from safetensors.torch import load_file
+
+    from attnlab.cli import main
+    from attnlab.data.images import load_images
+
+    pytest.importorskip("sklearn")
+    x, y = load_images("digits").train
+    for label, name in ((7, "seven"), (9, "nine")):  # a two-class folder dataset of other classes
+        folder = tmp_path / "pair" / name
+        folder.mkdir(parents=True)
+        for i, img in enumerate(x[y == label][:30]):
+            Image.fromarray((img[0].numpy() * 255).astype(np.uint8)).save(folder / f"{i}.png")
+    common = ["--eval-iters", "1", "--no-progress", "--device", "cpu", "--dtype", "fp32", "--no-compile"]
+    small = ["--dim", "16", "--layers", "1", "--heads", "2"]
+    pre = tmp_path / "pre"
+    assert main(["train", "vit", "--max-iters", "20", "--eval-interval", "20", *small, "--out", str(pre), *common]) == 0
+    tuned = tmp_path / "tuned"
+    argv = ["train", "vit", "--data", str(tmp_path / "pair"), "--init", str(pre), "--freeze", "--max-iters", "5"]
+    assert main([*argv, "--eval-interval", "5", "--out", str(tuned), *common]) == 0
+    before, after = (
+        load_file(str(pre / "last" / "model.safetensors")),
+        load_file(str(tuned / "last" / "model.safetensors")),
+    )
+    body = [k for k in before if not k.startswith("head.")]
+    assert body and all(torch.equal(before[k], after[k]) for k in body)  # frozen: exactly the pretrained body
+    assert after["head.weight"].shape == (2, 16) and before["head.weight"].shape == (10, 16)
+    capsys.readouterr()
+    cnn = tmp_path / "cnn"
+    assert main(["train", "cnn", "--max-iters", "2", "--eval-interval", "2", "--out", str(cnn), *common]) == 0
+    capsys.readouterr()
+    for extra, words in (
+        (["--freeze"], "--freeze keeps a pretrained body fixed"),
+        (["--init", str(pre), "--dim", "32"], "--init fixes the model's shape; drop --dim"),
+        (["--init", str(cnn)], "fine-tune it with attnlab train cnn"),
+    ):
+        assert main(["train", "vit", *extra, "--out", str(tmp_path / "bad"), *common]) == 2
+        err = capsys.readouterr().err
+        assert words in err and len(err.strip().splitlines()) == 1, err

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ..errors import DataError, OptionError
+from ..errors import CheckpointError, DataError, OptionError, a
 from ..options import at_least, below_one, nonneg_int, number
 from .base import IMAGE_HELP, Recipe, TrainingRun, Verbs, add_method_option, inspection_written, top_labels
 
@@ -106,6 +106,13 @@ class ImageClassifierRecipe(Recipe):
     def add_train_arguments(self, p) -> None:
         p.add("--data", default=None, help="digits (embedded, default) | mnist | cifar10 | FOLDER")
         p.add(
+            "--init",
+            default=None,
+            help="fine-tune: start from this classifier of the same family (an attnlab run, or a HuggingFace ViT "
+            "folder), keeping its shape; a new head when the data's classes differ",
+        )
+        p.add("--freeze", kind="flag", help="with --init: train the classification head only, the body frozen")
+        p.add(
             "--label-smoothing",
             type=below_one,
             default=None,
@@ -134,8 +141,38 @@ class ImageClassifierRecipe(Recipe):
     def new_config(self, args, splits, model_over: dict):
         raise NotImplementedError
 
+    def check_new(self, args, model_over) -> None:
+        if args.freeze and not args.init:
+            raise ValueError("--freeze keeps a pretrained body fixed; give the model to start from with --init")
+        shape = sorted(k for k in model_over if k != "dropout")
+        if args.init and shape:
+            raise ValueError(
+                f"--init fixes the model's shape; drop {', '.join('--' + k.replace('_', '-') for k in shape)}"
+            )
+
     def run_options(self, args, saved):
         return {"data": (args.data, saved.get("data_spec"))}
+
+    def init_from(self, args, splits, model_over):
+        """(model type, config, weights to load) of a run fine-tuned from ``--init``: the pretrained
+        shape, with this data's classes; the old head dropped when the classes differ."""
+        pretrained, _, _ = load_classifier(args.init, "cpu")
+        mtype = pretrained.model_type
+        if mtype not in self.models:
+            raise ValueError(f"--init {args.init} holds {a(mtype)} model; fine-tune it with attnlab train {mtype}")
+        base = pretrained.config
+        c, h, _ = splits.shape
+        if (base.in_chans, base.image_size) != (c, h):
+            raise DataError(
+                f"--init {args.init} reads {base.in_chans}x{base.image_size}x{base.image_size} images, "
+                f"{splits.name} holds {c}x{h}x{h}: fine-tune on images of the pretrained size"
+            )
+        labels = list(splits.labels)
+        cfg = type(base)(**{**base.to_dict(), **model_over, "num_classes": len(labels), "labels": labels})
+        state = pretrained.state_dict()
+        if list(base.labels or []) != labels:  # other classes: a new head, trained from zero
+            state = {k: v for k, v in state.items() if not k.startswith("head.")}
+        return mtype, cfg, state
 
     def prepare(self, args, saved, model_over, tcfg):
         from ..data.images import load_images
@@ -146,9 +183,12 @@ class ImageClassifierRecipe(Recipe):
         c, h, w = splits.shape
         if h != w:
             raise DataError(f"images are {h}x{w}; attnlab's classifiers expect square images")
+        init_state = None
         if saved:
             mtype = saved["model_type"]
             cfg = self.models[mtype].config_class.from_dict(saved["model"])
+        elif args.init:
+            mtype, cfg, init_state = self.init_from(args, splits, model_over)
         else:
             mtype, cfg = self.new_config(args, splits, model_over)
         if cfg.image_size != h:
@@ -168,7 +208,25 @@ class ImageClassifierRecipe(Recipe):
         task = ImageClassificationTask(
             splits, tcfg.batch_size, pad=pad, flip=flip, label_smoothing=smoothing, rotate=rotate, scale=rotate / 100
         )
-        return TrainingRun(mtype, cfg, task, {"data_spec": spec}, f"{mtype.upper()} | data {splits.name} {c}x{h}x{w}")
+        freeze = bool(getattr(args, "freeze", False))
+
+        def setup(model) -> None:
+            if init_state is None:
+                return
+            missing, unexpected = model.load_state_dict(init_state, strict=False)
+            if unexpected or [k for k in missing if not k.startswith("head.")]:
+                raise CheckpointError(
+                    f"--init {args.init} does not fit: missing {missing[:3]}, unexpected {unexpected[:3]}"
+                )
+            if freeze:
+                for name, p in model.named_parameters():
+                    p.requires_grad_(name.startswith("head."))
+
+        meta = {"data_spec": spec, **({"init": str(args.init), "freeze": freeze} if init_state is not None else {})}
+        summary = f"{mtype.upper()} | data {splits.name} {c}x{h}x{w}" + (
+            f" | from {args.init}" + (", body frozen" if freeze else "") if init_state is not None else ""
+        )
+        return TrainingRun(mtype, cfg, task, meta, summary, setup)
 
     def finish(self, args, run, trainer, result) -> None:
         pred, y = run.task.predict(trainer.model, "test", device=trainer.device)

@@ -66,6 +66,9 @@ class ViTRecipe(ImageClassifierRecipe):
         )
 
     def check_new(self, args, model_over) -> None:
+        super().check_new(args, model_over)
+        if args.preset and args.init:
+            raise ValueError("--init fixes the model's shape; drop --preset")
         if args.preset:
             ViTConfig(**{**VIT_PRESETS[args.preset], **model_over})
 
