@@ -207,3 +207,30 @@ def test_fine_tuning_a_vit_keeps_its_body_and_replaces_a_head_that_does_not_fit(
         assert main(["train", "vit", *extra, "--out", str(tmp_path / "bad"), *common]) == 2
         err = capsys.readouterr().err
         assert words in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_resnet_blocks_add_their_shortcut_and_train_from_the_command_line(tmp_path):
+    """--arch resnet: each basic block is ReLU(F(x) + shortcut(x)); with its last BatchNorm's scale
+    at zero F contributes nothing and the block is ReLU(shortcut(x)); the projection shortcut
+    appears exactly where the shape changes; and the family trains."""
+    from attnlab.cli import main
+    from attnlab.models.cnn import BasicBlock
+
+    torch.manual_seed(0)
+    block = BasicBlock(4, 4).eval()
+    x = torch.randn(2, 4, 8, 8)
+    with torch.no_grad():
+        block.residual[-1].weight.zero_()
+        block.residual[-1].bias.zero_()
+        assert torch.allclose(block(x), x.relu())
+    down = BasicBlock(4, 8, stride=2).eval()
+    assert isinstance(block.shortcut, torch.nn.Identity) and not isinstance(down.shortcut, torch.nn.Identity)
+    assert down(x).shape == (2, 8, 4, 4)
+    net = CNN(CNNConfig(in_chans=1, num_classes=3, widths=(8, 16), image_size=8, arch="resnet"))
+    assert net(torch.randn(2, 1, 8, 8)).shape == (2, 3) and sum(isinstance(m, BasicBlock) for m in net.modules()) == 4
+    with pytest.raises(ValueError, match="choose plain or resnet"):
+        CNNConfig(arch="vgg")
+    pytest.importorskip("sklearn")
+    out = tmp_path / "res"
+    argv = ["train", "cnn", "--arch", "resnet", "--max-iters", "3", "--eval-interval", "3", "--eval-iters", "1"]
+    assert main([*argv, "--no-progress", "--device", "cpu", "--dtype", "fp32", "--out", str(out)]) == 0

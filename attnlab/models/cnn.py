@@ -1,8 +1,9 @@
-"""A small CNN baseline for comparisons with ViT (accuracy, CKA)."""
+"""CNN baselines for comparisons with ViT (accuracy, CKA): plain stages of convolutions, or a
+ResNet (He et al. 2016): ResNet-18's basic blocks, two per stage, on a 3x3 stem for small images."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from torch import Tensor, nn
 
@@ -19,6 +20,13 @@ class CNNConfig(Config):
     widths: tuple = (32, 64, 128)  # channels of each stage; each stage after the first halves H and W
     image_size: int = 28
     labels: list | None = None
+    arch: str = field(
+        default="plain",
+        metadata={
+            "help": "plain: (conv, BN, ReLU) x2 per stage; resnet: two residual basic blocks per stage "
+            "(ResNet-18's, scaled to small images)"
+        },
+    )
 
     SIZES = ("in_chans", "image_size")
 
@@ -29,6 +37,8 @@ class CNNConfig(Config):
         if not self.widths or not all(isinstance(w, int) and 1 <= w <= 4096 for w in self.widths):
             raise ValueError(f"widths must be a list of channel counts from 1 to 4096, got {self.widths!r}")
         self.widths = tuple(self.widths)  # JSON gives a list back
+        if self.arch not in ("plain", "resnet"):
+            raise ValueError(f"unknown CNN arch {self.arch!r}; choose plain or resnet")
 
     @property
     def grid(self) -> tuple[int, int]:
@@ -39,9 +49,32 @@ class CNNConfig(Config):
         return g, g
 
 
+class BasicBlock(nn.Module):
+    """ResNet's basic block: y = ReLU(F(x) + shortcut(x)) with F = conv3x3-BN-ReLU-conv3x3-BN; the
+    shortcut is the identity, or a strided 1x1 convolution with BN where the shape changes."""
+
+    def __init__(self, c_in: int, c_out: int, stride: int = 1) -> None:
+        super().__init__()
+        self.residual = nn.Sequential(
+            nn.Conv2d(c_in, c_out, 3, stride=stride, padding=1, bias=False),
+            nn.BatchNorm2d(c_out),
+            nn.ReLU(inplace=True),
+            nn.Conv2d(c_out, c_out, 3, padding=1, bias=False),
+            nn.BatchNorm2d(c_out),
+        )
+        self.shortcut = (
+            nn.Identity()
+            if stride == 1 and c_in == c_out
+            else nn.Sequential(nn.Conv2d(c_in, c_out, 1, stride=stride, bias=False), nn.BatchNorm2d(c_out))
+        )
+
+    def forward(self, x: Tensor) -> Tensor:
+        return (self.residual(x) + self.shortcut(x)).relu()
+
+
 class CNN(HookedModule):
-    """Stages of (conv3x3 -> BatchNorm -> ReLU) x2, stride 2 between stages, global average
-    pooling, linear head.
+    """Stages of (conv3x3 -> BatchNorm -> ReLU) x2 (``arch="resnet"``: two :class:`BasicBlock`),
+    stride 2 between stages, global average pooling, linear head.
 
     Hook points: ``hook_stage.i`` (B, widths[i], h_i, w_i) each stage's output (the layers
     CKA compares), ``hook_pooled`` (B, widths[-1]) what the head reads."""
@@ -56,6 +89,10 @@ class CNN(HookedModule):
         stages, prev = [], c.in_chans
         for i, w in enumerate(c.widths):
             stride = 1 if i == 0 else 2
+            if c.arch == "resnet":
+                stages.append(nn.Sequential(BasicBlock(prev, w, stride), BasicBlock(w, w)))
+                prev = w
+                continue
             stages.append(
                 nn.Sequential(
                     nn.Conv2d(prev, w, 3, stride=stride, padding=1, bias=False),
