@@ -243,3 +243,23 @@ def test_encoder_bad_input(runs, capsys, tmp_path):
     long_text = " ".join(["word"] * 100)
     assert main(["predict", "--ckpt", str(root / "cls"), long_text, "--device", "cpu"]) == 0
     assert "truncated" in capsys.readouterr().err
+
+
+def test_restricted_attention_in_the_text_encoder():
+    """--window r in the encoder: each token sees the r tokens on either side (and never padding);
+    export to BERT refuses it."""
+    from attnlab.errors import CheckpointError
+    from attnlab.interop.bert import export_bert
+
+    torch.manual_seed(0)
+    enc = TextEncoder(TextEncoderConfig(vocab_size=30, context=16, layers=1, heads=2, dim=16, mlp_dim=32, window=1))
+    ids = torch.randint(5, 30, (1, 6))
+    mask = torch.tensor([[True] * 5 + [False]])
+    _, cache = enc.eval().run_with_cache(ids, mask, names="encoder.blocks.0.attn.hook_pattern")
+    seen = cache["encoder.blocks.0.attn.hook_pattern"][0, 0] > 0
+    i, j = torch.arange(6)[:, None], torch.arange(6)[None, :]
+    assert torch.equal(seen, ((i - j).abs() <= 1) & (j < 5))
+    with pytest.raises(CheckpointError, match="restricted attention"):
+        export_bert(enc)
+    with pytest.raises(ValueError, match="--window must be at least 1"):
+        TextEncoderConfig(window=0)

@@ -12,7 +12,7 @@ bias) and sequence classification (a linear layer on the pooled [CLS]). Calling 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
@@ -42,6 +42,12 @@ class TextEncoderConfig(Config):
     mlm_head: bool = True
     num_classes: int = 0  # > 0: a sequence-classification head
     labels: list | None = None  # class names, in index order
+    window: int | None = field(
+        default=None,
+        metadata={
+            "help": "restricted attention: each token attends to the WINDOW tokens on either side (default: all)"
+        },
+    )
 
     SIZES = ("vocab_size", "context", "layers", "heads", "dim", "mlp_dim", "type_vocab_size")
     ALIASES = {"num_labels": "num_classes"}
@@ -52,6 +58,10 @@ class TextEncoderConfig(Config):
             raise ValueError(f"dim={self.dim} is not divisible by heads={self.heads}")
         if self.num_classes < 0:
             raise ValueError(f"num_classes must be 0 (no classifier) or more, got {self.num_classes}")
+        if self.window is not None and self.window < 1:
+            raise ValueError(
+                f"--window must be at least 1 (the tokens on either side each one sees), got {self.window}"
+            )
 
 
 ENCODER_PRESETS: dict[str, dict] = {
@@ -114,6 +124,7 @@ class TextEncoder(HookedModule):
             attn_dropout=c.dropout,
             norm_first=c.norm_first,
             norm_eps=c.norm_eps,
+            window=c.window,
         )
         self.pooler = nn.Linear(c.dim, c.dim)
         self.hook_embed, self.hook_pooled = HookPoint(), HookPoint()
