@@ -195,6 +195,12 @@ def test_fine_tuning_a_vit_keeps_its_body_and_replaces_a_head_that_does_not_fit(
     body = [k for k in before if not k.startswith("head.")]
     assert body and all(torch.equal(before[k], after[k]) for k in body)  # frozen: exactly the pretrained body
     assert after["head.weight"].shape == (2, 16) and before["head.weight"].shape == (10, 16)
+    resume = ["train", "vit", "--resume", "--max-iters", "8", "--eval-interval", "4", "--out", str(tuned), *common]
+    assert main(resume) == 0  # a resumed frozen run stays frozen
+    again = load_file(str(tuned / "last" / "model.safetensors"))
+    assert all(torch.equal(before[k], again[k]) for k in body) and not torch.equal(
+        after["head.weight"], again["head.weight"]
+    )
     capsys.readouterr()
     cnn = tmp_path / "cnn"
     assert main(["train", "cnn", "--max-iters", "2", "--eval-interval", "2", "--out", str(cnn), *common]) == 0

@@ -208,21 +208,22 @@ class ImageClassifierRecipe(Recipe):
         task = ImageClassificationTask(
             splits, tcfg.batch_size, pad=pad, flip=flip, label_smoothing=smoothing, rotate=rotate, scale=rotate / 100
         )
-        freeze = bool(getattr(args, "freeze", False))
+        freeze = bool(saved.get("freeze", False)) if saved else bool(getattr(args, "freeze", False))
 
         def setup(model) -> None:
-            if init_state is None:
-                return
-            missing, unexpected = model.load_state_dict(init_state, strict=False)
-            if unexpected or [k for k in missing if not k.startswith("head.")]:
-                raise CheckpointError(
-                    f"--init {args.init} does not fit: missing {missing[:3]}, unexpected {unexpected[:3]}"
-                )
-            if freeze:
+            if init_state is not None:
+                missing, unexpected = model.load_state_dict(init_state, strict=False)
+                if unexpected or [k for k in missing if not k.startswith("head.")]:
+                    raise CheckpointError(
+                        f"--init {args.init} does not fit: missing {missing[:3]}, unexpected {unexpected[:3]}"
+                    )
+            if freeze:  # (a resumed run stays frozen: the flag is saved with it)
                 for name, p in model.named_parameters():
                     p.requires_grad_(name.startswith("head."))
 
-        meta = {"data_spec": spec, **({"init": str(args.init), "freeze": freeze} if init_state is not None else {})}
+        meta = {"data_spec": spec, **({"init": str(args.init)} if init_state is not None else {})}
+        if freeze:
+            meta["freeze"] = True
         summary = f"{mtype.upper()} | data {splits.name} {c}x{h}x{w}" + (
             f" | from {args.init}" + (", body frozen" if freeze else "") if init_state is not None else ""
         )
