@@ -11,44 +11,21 @@ import torch
 TEXT = "It is a truth universally acknowledged, that a single man in possession of a good fortune. " * 60
 
 
+GPT_RUN = ["--preset", "nano", "--block-size", "16", "--dropout", "0", "--eval-interval", "3", "--eval-iters", "1"]
+GPT_RUN += ["--lr-decay-iters", "6", "--warmup-iters", "2", "--no-progress", "--sample-chars", "0", "--seed", "7"]
+
+
+def _argv(out, corpus, *extra, nproc=1, launcher=("--standalone",)):
+    """A small GPT run on ``corpus`` into ``out`` (later options win): one process, or ``nproc``
+    per torchrun agent started with ``launcher``'s options."""
+    torchrun = [sys.executable, "-m", "torch.distributed.run", *launcher, f"--nproc_per_node={nproc}"]
+    base = torchrun if nproc > 1 or launcher != ("--standalone",) else [sys.executable]
+    return [*base, "-m", "attnlab", "train", "gpt", "--data", str(corpus), "--out", str(out), *GPT_RUN, *extra]
+
+
 def _train(out, corpus, *extra, nproc=1):
-    base = (
-        [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}"]
-        if nproc > 1
-        else [sys.executable]
-    )
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    cmd = [
-        *base,
-        "-m",
-        "attnlab",
-        "train",
-        "gpt",
-        "--data",
-        str(corpus),
-        "--out",
-        str(out),
-        "--preset",
-        "nano",
-        "--block-size",
-        "16",
-        "--dropout",
-        "0",
-        "--eval-interval",
-        "3",
-        "--eval-iters",
-        "1",
-        "--lr-decay-iters",
-        "6",
-        "--warmup-iters",
-        "2",
-        "--no-progress",
-        "--sample-chars",
-        "0",
-        "--seed",
-        "7",
-        *extra,
-    ]
+    cmd = _argv(out, corpus, *extra, nproc=nproc)
     r = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
     assert r.returncode == 0, r.stderr[-3000:]
     return load_file(str(out / "last" / "model.safetensors"))
@@ -198,10 +175,7 @@ def test_kill_9_during_sharded_saves_leaves_a_run_that_resumes(tmp_path):
     reference = _train(tmp_path / "ref", corpus, *opts, "--max-iters", "12", nproc=2)
     out = tmp_path / "run"
     rng, in_save = random.Random(0), 0
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "-m", "attnlab"]
-    cmd += ["train", "gpt", "--data", str(corpus), "--out", str(out), "--preset", "nano", "--block-size", "16"]
-    cmd += ["--dropout", "0", "--eval-iters", "1", "--lr-decay-iters", "6", "--warmup-iters", "2", "--no-progress"]
-    cmd += ["--sample-chars", "0", "--seed", "7", *opts, "--max-iters", "12"]
+    cmd = _argv(out, corpus, *opts, "--max-iters", "12", nproc=2)
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     for trial in range(5):
         resume = ["--resume"] if (out / "last" / "config.json").is_file() else []
@@ -245,10 +219,7 @@ def test_elastic_restart_after_a_worker_dies_redoes_the_lost_steps(tmp_path):
         "    trainer.Trainer.train_step = dying\n",
     )
     out = tmp_path / "run"
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "--max-restarts=1"]
-    cmd += ["-m", "attnlab", "train", "gpt", "--data", str(corpus), "--out", str(out), "--preset", "nano"]
-    cmd += ["--block-size", "16", "--dropout", "0", "--eval-iters", "1", "--lr-decay-iters", "6", "--warmup-iters", "2"]
-    cmd += ["--no-progress", "--sample-chars", "0", "--seed", "7", *opts]
+    cmd = _argv(out, corpus, *opts, nproc=2, launcher=("--standalone", "--max-restarts=1"))
     r = subprocess.run(
         cmd, capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": "1", **env}, timeout=300
     )
@@ -270,48 +241,8 @@ def test_two_nodes_on_one_machine_equal_one_process(tmp_path):
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     out = tmp_path / "two"
-    cmd = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--nnodes=2",
-        "--nproc_per_node=1",
-        "--rdzv-backend=c10d",
-        f"--rdzv-endpoint=127.0.0.1:{port}",
-        "--rdzv-id=attnlab-test",
-        "-m",
-        "attnlab",
-        "train",
-        "gpt",
-        "--data",
-        str(corpus),
-        "--out",
-        str(out),
-        "--preset",
-        "nano",
-        "--block-size",
-        "16",
-        "--dropout",
-        "0",
-        "--eval-interval",
-        "3",
-        "--eval-iters",
-        "1",
-        "--lr-decay-iters",
-        "6",
-        "--warmup-iters",
-        "2",
-        "--no-progress",
-        "--sample-chars",
-        "0",
-        "--seed",
-        "7",
-        "--batch-size",
-        "4",
-        "--max-iters",
-        "4",
-        *FSDP_FIXES,
-    ]
+    rendezvous = ("--nnodes=2", "--rdzv-backend=c10d", f"--rdzv-endpoint=127.0.0.1:{port}", "--rdzv-id=attnlab-test")
+    cmd = _argv(out, corpus, "--batch-size", "4", "--max-iters", "4", *FSDP_FIXES, launcher=rendezvous)
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     nodes = [
         subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)
@@ -341,38 +272,8 @@ def test_nan_on_one_rank_stops_every_rank_with_the_same_error(tmp_path):
         "    trainer.Trainer.train_step = poisoned\n",
     )
     out = tmp_path / "run"
-    cmd = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--standalone",
-        "--nproc_per_node=2",
-        "-m",
-        "attnlab",
-        "train",
-        "gpt",
-        "--data",
-        str(corpus),
-        "--out",
-        str(out),
-        "--preset",
-        "nano",
-        "--block-size",
-        "16",
-        "--eval-interval",
-        "2",
-        "--eval-iters",
-        "1",
-        "--no-progress",
-        "--sample-chars",
-        "0",
-        "--batch-size",
-        "4",
-        "--max-iters",
-        "6",
-        "--fsdp",
-        *FSDP_FIXES,
-    ]
+    opts = ["--eval-interval", "2", "--batch-size", "4", "--max-iters", "6", "--fsdp", *FSDP_FIXES]
+    cmd = _argv(out, corpus, *opts, nproc=2)
     r = subprocess.run(
         cmd, capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": "1", **env}, timeout=300
     )
