@@ -162,17 +162,22 @@ class Trainer:
             f"({'>=' if dtype == torch.bfloat16 else '<'} {CPU_BF16_MIN_SPEEDUP} to choose bf16)"
         )
 
+    @property
+    def sharded(self) -> bool:
+        """True under --fsdp with several processes: the model, its optimizer state and its
+        checkpoints are sharded, and collectives need every rank."""
+        return self.cfg.fsdp and self.dist.enabled
+
     def _wrapped(self, compiled: bool = True) -> nn.Module:
         """The model to train (DDP/FSDP-wrapped, compiled when compiling is on); with
         ``compiled=False`` the same model uncompiled, for evaluation (other shapes and eval mode
         would each cost a recompilation)."""
         if self._parallel is None:
-            sharded = self.cfg.fsdp and self.dist.enabled
             carried = None
-            if sharded and self.optimizer.state:  # a resumed run: its moments move into the sharded optimizer
+            if self.sharded and self.optimizer.state:  # a resumed run: its moments move into the sharded optimizer
                 carried = D.full_optimizer_state(self.model, self.optimizer)
             m = D.wrap(self.model, self.dist, self.device, self.cfg.fsdp, self.dtype)
-            if sharded:  # FSDP2 replaced the parameters by sharded ones: a new optimizer holds those
+            if self.sharded:  # FSDP2 replaced the parameters by sharded ones: a new optimizer holds those
                 c = self.cfg
                 self.optimizer = adamw(m, c.lr, c.weight_decay, (c.beta1, c.beta2), self.device.type)
                 if carried is not None:
@@ -343,7 +348,7 @@ class Trainer:
         sample, eval and export read), and only when all of it is on disk does rank 0 swap the
         folder in: a kill at any moment leaves the previous checkpoint whole."""
         path = self.out / name
-        if self.cfg.fsdp and self.dist.enabled:
+        if self.sharded:
             return self._save_sharded(name)
         if not self.dist.main:
             return path
@@ -455,7 +460,7 @@ class Trainer:
             self.tensorboard_probe = [
                 t.to(self.device) for t in self.task.batch("val", 1, torch.Generator().manual_seed(0))
             ]
-        sharded = cfg.fsdp and self.dist.enabled
+        sharded = self.sharded
         bar = tqdm(
             total=cfg.max_iters, initial=self.step, disable=not (cfg.progress and main), unit="it", dynamic_ncols=True
         )
