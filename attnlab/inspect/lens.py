@@ -19,6 +19,8 @@ norm's bias, reported as its own term): exactly, with σ the one the forward pas
 
 from __future__ import annotations
 
+from typing import Callable
+
 import torch
 from torch import Tensor
 
@@ -87,18 +89,24 @@ def mlm_lens(model, input_ids: Tensor, attention_mask: Tensor | None = None) -> 
     return model.mlm(model.encoder.ln_f(torch.stack([cache[n] for n in names])))
 
 
+def lens_table(logits: Tensor, ids: list[int], decode: Callable[[int], str], top_k: int = 1) -> dict:
+    """A lens of one sequence as a table: ``logits`` (L + 1, T, V), the embeddings' row first, for
+    the token ``ids`` (T,), each id written by ``decode`` -> {"tokens", "layers", "top_tokens"
+    (L + 1, T, top_k), "top_probs" (L + 1, T, top_k) NumPy}."""
+    top = logits.float().softmax(-1).topk(top_k, dim=-1)
+    return {
+        "tokens": [decode(i) for i in ids],
+        "layers": ["embed"] + [f"block {i}" for i in range(logits.shape[0] - 1)],
+        "top_tokens": [[[decode(i) for i in row] for row in layer] for layer in top.indices.tolist()],
+        "top_probs": top.values.cpu().numpy(),
+    }
+
+
 @torch.no_grad()
 def logit_lens_table(model, tokenizer, text: str, top_k: int = 1) -> dict:
     """The lens as a table for one text: layer × position, the top tokens and their probabilities."""
     idx = torch.tensor([tokenizer.encode(text)], device=next(model.parameters()).device)
-    probs = logit_lens(model, idx)[:, 0].float().softmax(-1)  # (L + 1, T, V)
-    top = probs.topk(top_k, dim=-1)
-    return {
-        "tokens": [tokenizer.decode([i]) for i in idx[0].tolist()],
-        "layers": ["embed"] + [f"block {i}" for i in range(probs.shape[0] - 1)],
-        "top_tokens": [[[tokenizer.decode([i]) for i in row] for row in layer] for layer in top.indices.tolist()],
-        "top_probs": top.values.cpu().numpy(),
-    }
+    return lens_table(logit_lens(model, idx)[:, 0], idx[0].tolist(), lambda i: tokenizer.decode([i]), top_k)
 
 
 @torch.no_grad()

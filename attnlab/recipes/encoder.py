@@ -299,7 +299,7 @@ class TextEncoderRecipe(Recipe):
         group.add("--text", default=None, help=TEXT_HELP)
 
     def inspect(self, args) -> int:
-        from ..inspect.lens import mlm_lens
+        from ..inspect.lens import lens_table, mlm_lens
         from ..inspect.plots import lens_png
 
         if not args.text:
@@ -308,14 +308,8 @@ class TextEncoderRecipe(Recipe):
         if model.mlm is None:
             raise ValueError(f"{args.ckpt} has no masked-LM head (a classifier): the lens reads an --task mlm run")
         ids, mask = encode_texts(tok, [args.text], model.config.context)
-        probs = mlm_lens(model, ids.to(dev), mask.to(dev))[:, 0].float().softmax(-1)  # (L + 1, T, vocab)
-        top = probs.topk(3, dim=-1)
-        table = {
-            "tokens": [tok.id_to_token(i) for i in ids[0].tolist()],
-            "layers": ["embed"] + [f"block {i}" for i in range(probs.shape[0] - 1)],
-            "top_tokens": [[[tok.id_to_token(i) for i in row] for row in layer] for layer in top.indices.tolist()],
-            "top_probs": top.values.numpy(),
-        }
+        logits = mlm_lens(model, ids.to(dev), mask.to(dev))[:, 0]  # (L + 1, T, vocab)
+        table = lens_table(logits, ids[0].tolist(), tok.id_to_token, top_k=3)
         out = Path(args.out)
         lens_png(table, out, title="masked-LM lens: each layer's top guess for each token (colour: its probability)")
         return inspection_written(out, {"top_probs": table["top_probs"], "tokens": np.array(table["tokens"])})
