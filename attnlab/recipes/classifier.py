@@ -21,7 +21,7 @@ class ImageClassifierVerbs(Verbs):
     def attach(self, meta: dict) -> None:
         c = self.config
         self.mean, self.std = meta.get("mean", [0.5] * c.in_chans), meta.get("std", [0.5] * c.in_chans)
-        self.labels = list(c.labels or [str(i) for i in range(c.num_classes)])
+        self.labels = class_labels(c)
 
     def predict(self, images, top_k: int = 3):
         """The ``top_k`` (label, probability) pairs of each image (a file path, a list of them, or
@@ -311,7 +311,7 @@ class ImageClassifierRecipe(Recipe):
             from ..inspect.plots import maps_png
 
             img, _ = one_image(args, model, meta)
-            labels = list(model.config.labels or [str(i) for i in range(model.config.num_classes)])
+            labels = class_labels(model.config)
             res = image_attribution(model, labels, meta["mean"], meta["std"], img, args.target, method=args.method)
             maps = {args.method.replace("_", " "): res["pixels"].abs()}
             if res["rollout"] is not None:
@@ -320,6 +320,11 @@ class ImageClassifierRecipe(Recipe):
             maps_png(img, maps, out, title=f"why class {res['target']!r}{gap}")
             return {k.replace(" ", "_"): v.numpy() for k, v in maps.items()}
         return cka(args, model, meta, out)
+
+
+def class_labels(config) -> list[str]:
+    """A classifier's class names: its labels, or the class indices as text when it has none."""
+    return list(config.labels or [str(i) for i in range(config.num_classes)])
 
 
 def class_index(labels: list[str], label, what: str) -> int:
@@ -391,7 +396,7 @@ def predict(args) -> int:
 
     model, meta, dev = load_classifier(args.ckpt, args.device)
     c = model.config
-    labels = c.labels or [str(i) for i in range(c.num_classes)]
+    labels = class_labels(c)
     for path in args.inputs:
         x, note = load_image(path, c.in_chans, c.image_size)
         if note:

@@ -13,7 +13,7 @@ from ..errors import a
 from ..models.vit import VIT_PRESETS, ViT, ViTConfig
 from ..options import below_one, nonneg_int
 from . import register
-from .classifier import ImageClassifierRecipe, one_image, test_images
+from .classifier import ImageClassifierRecipe, class_labels, one_image, test_images
 
 
 def preset_for(shape) -> str:
@@ -128,7 +128,7 @@ class ViTRecipe(ImageClassifierRecipe):
 
             img, x = one_image(args, model, meta)
             probs = class_lens(model, x)[:, 0].float().softmax(-1)  # (L, classes)
-            labels = list(model.config.labels or [str(i) for i in range(model.config.num_classes)])
+            labels = class_labels(model.config)
             shown = probs[-1].topk(min(10, probs.shape[-1])).indices.tolist()  # the final top classes
             P.class_lens_png(img, probs[:, shown].numpy(), [labels[i] for i in shown], out)
             return {"probs": probs.numpy(), "labels": np.array(labels)}
