@@ -444,9 +444,9 @@ class GPTRecipe(Recipe):
         if args.answer is None:
             with torch.no_grad():
                 answer = int(model(idx)[0, -1].argmax())
-            args.answer = model.tokenizer.decode([answer])
+            named = model.tokenizer.decode([answer])
         else:
-            answer = model.one_token(args.answer, "--answer")
+            answer, named = model.one_token(args.answer, "--answer"), args.answer
         tokens = [model.tokenizer.decode([i]) for i in idx[0].tolist()]
         if args.what == "attribution":
             from ..inspect.attribution import text_attributions
@@ -454,7 +454,7 @@ class GPTRecipe(Recipe):
             res = text_attributions(model, idx, answer, method=args.method)
             scores = res["tokens"][0].numpy()
             gap = "" if res["delta"] is None else f", completeness gap {float(res['delta'][0]):+.3f}"
-            title = f"{args.method.replace('_', ' ')}: the logit of {args.answer!r} after the text{gap}"
+            title = f"{args.method.replace('_', ' ')}: the logit of {named!r} after the text{gap}"
             P.token_scores_png(tokens, {args.method.replace("_", " "): scores}, out, title=title)
             return inspection_written(out, {"scores": scores, "tokens": np.array(tokens)})
         # logit-attribution
@@ -471,7 +471,7 @@ class GPTRecipe(Recipe):
         )
         rest = {k: v for k, v in parts.items() if not (k.endswith(".mlp") or ".H" in k)}
         fig_title = (
-            f"direct logit attribution to {args.answer!r}: logit {sum(parts.values()):.2f} = the cells + "
+            f"direct logit attribution to {named!r}: logit {sum(parts.values()):.2f} = the cells + "
             + ", ".join(f"{k} {v:+.2f}" for k, v in rest.items())
         )
         P.contributions_png(
