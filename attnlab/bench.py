@@ -358,6 +358,66 @@ def distributed_rows(device, quick) -> list[dict]:
     ]
 
 
+def sharing_rows(device, quick) -> list[dict]:
+    """Two GPT trainings started together on this machine's cores, against one alone: wall time
+    each, with the thread count chosen while running (the default) and with every core's thread
+    kept (``--threads N``, attnlab's behaviour before: the two runs' spinning OpenMP threads steal
+    each other's cores). Each run a separate process, as users start them."""
+    import subprocess
+    import tempfile
+
+    from .data.text import embedded_corpus
+    from .training.threads import our_cores
+
+    if device.type != "cpu":
+        return []
+    cores = len(our_cores())
+    steps = 60 if quick else 150
+    env = {k: v for k, v in os.environ.items() if k != "OMP_NUM_THREADS"}
+    with tempfile.TemporaryDirectory(prefix="attnlab-bench-") as tmp:
+        corpus = Path(tmp) / "corpus.txt"
+        corpus.write_text(embedded_corpus())
+
+        def argv(threads):
+            out = tempfile.mkdtemp(dir=tmp)
+            cmd = [
+                sys.executable,
+                "-m",
+                "attnlab",
+                "train",
+                "gpt",
+                "--preset",
+                "shakespeare-cpu",
+                "--data",
+                str(corpus),
+            ]
+            cmd += ["--max-iters", str(steps), "--eval-interval", str(steps), "--eval-iters", "1", "--no-progress"]
+            cmd += ["--sample-chars", "0", "--no-compile", "--dtype", "fp32", "--device", "cpu", "--out", out]
+            return cmd + (["--threads", str(threads)] if threads else [])
+
+        def wall(threads, together: int) -> float:
+            start = time.perf_counter()
+            procs = [subprocess.Popen(argv(threads), env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)]
+            procs += [
+                subprocess.Popen(argv(threads), env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+                for _ in range(together - 1)
+            ]
+            for p in procs:
+                _, err = p.communicate()
+                if p.returncode != 0:
+                    raise RuntimeError(f"bench sharing run failed: {err.decode().strip().splitlines()[-1]}")
+            return time.perf_counter() - start  # (the pair: until both are done)
+
+        fixed_alone, auto_alone = wall(cores, 1), wall(None, 1)
+        fixed_pair, auto_pair = wall(cores, 2), wall(None, 2)
+    shape = f"GPT shakespeare-cpu training, {steps} steps"
+    return [
+        _row(f"{shape}: alone, threads auto", "s", auto_alone, fixed_alone, f"--threads {cores}"),
+        _row(f"{shape}: two together, threads auto", "s", auto_pair, auto_alone, "one alone"),
+        _row(f"{shape}: two together, --threads {cores}", "s", fixed_pair, fixed_alone, "one alone"),
+    ]
+
+
 def run(
     quick: bool = False,
     compile_: bool | None = None,
@@ -366,7 +426,8 @@ def run(
     device: str = "auto",
     only: list[str] | None = None,
 ) -> list[dict]:
-    """``only``: some of the row groups attention, gpt, generate, vit, encdec, distributed (default all)."""
+    """``only``: some of the row groups attention, gpt, generate, vit, encdec, distributed, sharing
+    (default all)."""
     from .training.devices import cpu_has_fast_bf16, pick_device
 
     dev = pick_device(device)
@@ -386,6 +447,7 @@ def run(
         "vit": lambda: vit_rows(dev, quick),
         "encdec": lambda: encdec_rows(dev, quick),
         "distributed": lambda: distributed_rows(dev, quick),
+        "sharing": lambda: sharing_rows(dev, quick),
     }
     rows = [row for name in (only or groups) for row in groups[name]()]
     table = markdown_table(rows, COLUMNS)

@@ -212,7 +212,7 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument(
         "--only",
         nargs="+",
-        choices=["attention", "gpt", "generate", "vit", "encdec", "distributed"],
+        choices=["attention", "gpt", "generate", "vit", "encdec", "distributed", "sharing"],
         default=None,
         help="run only these row groups (default: all)",
     )

@@ -391,9 +391,13 @@ def refuse_model_changes(out, model_cfg, model_over: dict, others: dict | None =
 
 
 def run_header(trainer) -> str:
-    """The device and dtype of a run, with the reason for the dtype."""
+    """The device and dtype of a run, with the reason for the dtype, and its CPU threads."""
     dtype = str(trainer.dtype).replace("torch.", "")
-    return f"{trainer.device} {dtype} ({trainer.dtype_reason})"
+    head = f"{trainer.device} {dtype} ({trainer.dtype_reason})"
+    if trainer.device.type == "cpu":
+        share = trainer.cpu_share
+        head += f" | {share.threads} thread{'s' * (share.threads > 1)} ({share.reason})"
+    return head
 
 
 # ---- the one path: train a new run or resume one -------------------------------------------------

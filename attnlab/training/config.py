@@ -36,6 +36,13 @@ class TrainConfig(Config):
             "the timed first steps show the run is long enough to pay back compiling)"
         },
     )
+    threads: int | None = field(
+        default=None,
+        metadata={
+            "help": "CPU threads to compute with (default: auto, the cores other processes leave free, "
+            "re-checked every 2 s, so that two runs side by side do not slow each other down)"
+        },
+    )
     seed: int = 1337
     progress: bool = True
     checkpoint_activations: bool = False  # recompute each block's activations in backward (saves memory)
@@ -60,6 +67,8 @@ class TrainConfig(Config):
         for name in ("max_iters", "batch_size", "grad_accum", "eval_interval", "eval_iters", "log_interval"):
             if getattr(self, name) < 1:
                 raise ValueError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(self, name)}")
+        if self.threads is not None and self.threads < 1:
+            raise ValueError(f"--threads must be at least 1, got {self.threads}")
         for name in ("warmup_iters", "weight_decay", "grad_clip"):
             if getattr(self, name) < 0:
                 raise ValueError(f"--{name.replace('_', '-')} must be 0 or more, got {getattr(self, name)}")

@@ -41,6 +41,7 @@ from .compiling import PROBE_STEPS, CompileChoice, pays_off
 from .config import TrainConfig
 from .devices import CPU_BF16_MIN_SPEEDUP, autocast, pick_device, pick_dtype
 from .optim import adamw, warmup_cosine
+from .threads import CpuShare
 from .state import optimizer_tensors, read_metrics, restore_optimizer, rewrite_metrics
 
 
@@ -100,6 +101,9 @@ class Trainer:
         self.meta = meta or {}
         self.dist, dist_device = D.setup(cfg.device)
         self.device = dist_device or pick_device(cfg.device)
+        # (each torchrun process keeps the thread count torchrun gave it)
+        fixed = cfg.threads or (torch.get_num_threads() if self.dist.enabled else None)
+        self.cpu_share = CpuShare(fixed)
         self.dtype, self.dtype_reason = pick_dtype(cfg.dtype, self.device, model)
         torch.manual_seed(cfg.seed + self.dist.rank)  # dropout differs per rank; data does not
         set_activation_checkpointing(model, cfg.checkpoint_activations)
@@ -475,6 +479,9 @@ class Trainer:
                 while self.step < cfg.max_iters:
                     loss = self._train_step_or_eager() if first_compiled else self.train_step()
                     first_compiled = False
+                    threads = self.cpu_share.poll()
+                    if threads is not None and main:
+                        bar.write(f"threads: {self.cpu_share.describe()}")
                     if self.step == decide_at:
                         if self.decide_compile((time.perf_counter() - t0) / PROBE_STEPS):
                             first_compiled, warm = True, self.step + 1  # throughput restarts after compiling
@@ -548,6 +555,7 @@ class Trainer:
                 self.close_tensorboard()
             raise TrainingInterrupted(self.step, path, why, saved=not sharded) from None
         finally:
+            self.cpu_share.restore()
             if self.tensorboard is not None:
                 self.tensorboard.writer.flush()  # (a run that diverged keeps its events too)
         bar.close()
