@@ -256,7 +256,7 @@ class MultiHeadAttention(nn.Module):
 
     Options: ``d_k``/``d_v`` per head (default d_model // n_heads), grouped-query
     attention with ``n_kv_heads`` < ``n_heads``, a rotary embedding applied to
-    Q and K, an attention-bias position module (ALiBi, relative), KV cache.
+    Q and K, an attention-bias position module (ALiBi, relative), QK-norm, KV cache.
 
     Hook points (:mod:`attnlab.hooks`), shapes for B sequences and H heads:
     ``hook_q`` (B, H, Tq, d_k) after any rotary embedding, ``hook_k`` / ``hook_v`` (B, H_kv, Tk, d)
@@ -284,10 +284,14 @@ class MultiHeadAttention(nn.Module):
         rotary: nn.Module | None = None,
         position_bias: nn.Module | None = None,
         window: int | None = None,
+        qk_norm: bool = False,
     ) -> None:
         """``bias`` applies to every projection; ``qkv_bias`` (default: ``bias``) to the
         query/key/value projections alone (timm's ViT option); ``window``: restricted attention,
-        each query sees only the keys within ``window`` positions (:func:`local_mask`)."""
+        each query sees only the keys within ``window`` positions (:func:`local_mask`);
+        ``qk_norm``: RMSNorm (with a learned gain) on each head's queries and keys before any
+        rotary embedding, so that a score q·k/√d_k is bounded by the gains, not by how large the
+        projections grew (Dehghani et al. 2023; the modded-nanogpt speedrun)."""
         super().__init__()
         if window is not None and window < 1:
             raise ValueError(f"window must be at least 1 (each query sees the keys within it), got {window}")
@@ -309,6 +313,8 @@ class MultiHeadAttention(nn.Module):
         self.d_context = d_context if d_context is not None else d_model
         self.causal, self.dropout = causal, dropout
         self.rotary, self.position_bias = rotary, position_bias
+        self.q_norm = nn.RMSNorm(self.d_k) if qk_norm else None
+        self.k_norm = nn.RMSNorm(self.d_k) if qk_norm else None
         q_dim, k_dim, v_dim = n_heads * self.d_k, n_kv_heads * self.d_k, n_kv_heads * self.d_v
         self._split = (q_dim, k_dim, v_dim)
         in_bias = bias if qkv_bias is None else qkv_bias
@@ -366,6 +372,8 @@ class MultiHeadAttention(nn.Module):
         over everything cached.
         """
         q, k, v = self._project(x, context)
+        if self.q_norm is not None:
+            q, k = self.q_norm(q), self.k_norm(k)
         t_q = q.shape[2]
         offset = cache.length if cache is not None else 0
         if self.rotary is not None:

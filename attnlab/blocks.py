@@ -29,6 +29,7 @@ _ACTIVATIONS = {
     "gelu": lambda x: F.gelu(x),
     "gelu_tanh": lambda x: F.gelu(x, approximate="tanh"),
     "relu": F.relu,
+    "relu2": lambda x: F.relu(x).square(),  # ReLU² (So et al., Primer; the modded-nanogpt speedrun)
 }
 
 
@@ -76,9 +77,11 @@ class TransformerBlock(nn.Module):
         position_bias: nn.Module | None = None,
         mlp: bool = True,
         window: int | None = None,
+        qk_norm: bool = False,
     ) -> None:
         """``mlp=False``: attention only (the blocks of the induction-head studies); ``window``:
-        restricted attention over the keys within that many positions."""
+        restricted attention over the keys within that many positions; ``qk_norm``: RMS-normalise
+        each head's queries and keys (:class:`MultiHeadAttention`)."""
         super().__init__()
         self.norm_first = norm_first
         self.ln1 = nn.LayerNorm(dim, eps=norm_eps, bias=bias)
@@ -93,6 +96,7 @@ class TransformerBlock(nn.Module):
             rotary=rotary,
             position_bias=position_bias,
             window=window,
+            qk_norm=qk_norm,
         )
         self.ln2 = nn.LayerNorm(dim, eps=norm_eps, bias=bias) if mlp else None
         self.mlp = MLP(dim, mlp_hidden or 4 * dim, activation, dropout, bias) if mlp else None

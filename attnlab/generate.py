@@ -11,7 +11,7 @@ from collections.abc import Callable, Sequence
 import torch
 from torch import Tensor, nn
 
-__all__ = ["sample_next", "generate", "generate_text"]
+__all__ = ["sample_next", "next_token_probs", "generate", "generate_text", "speculative_generate"]
 
 
 def sample_next(
@@ -29,6 +29,19 @@ def sample_next(
         raise ValueError(f"top_p must be in (0, 1], got {top_p}")
     if temperature == 0:
         return logits.argmax(-1)
+    probs = next_token_probs(logits, temperature=temperature, top_k=top_k, top_p=top_p)
+    return torch.multinomial(probs, 1, generator=generator).squeeze(-1)
+
+
+def next_token_probs(
+    logits: Tensor, *, temperature: float = 1.0, top_k: int | None = None, top_p: float | None = None
+) -> Tensor:
+    """The distribution sampling draws from: softmax(logits / temperature) over the ``top_k``
+    most likely tokens and the nucleus ``top_p``; logits (..., V) -> probabilities (..., V)."""
+    if not temperature > 0:
+        raise ValueError(f"temperature must be > 0 for a distribution, got {temperature}")
+    if top_p is not None and not 0 < top_p <= 1:
+        raise ValueError(f"top_p must be in (0, 1], got {top_p}")
     logits = logits.float() / temperature
     if top_k is not None and top_k > 0:
         kth = torch.topk(logits, min(top_k, logits.shape[-1]), dim=-1).values[..., -1:]
@@ -40,8 +53,7 @@ def sample_next(
         drop_sorted = cum - sorted_logits.softmax(-1) >= top_p  # mass before this token already >= p
         drop = drop_sorted.scatter(-1, order, drop_sorted)
         logits = logits.masked_fill(drop, float("-inf"))
-    probs = logits.softmax(-1)
-    return torch.multinomial(probs, 1, generator=generator).squeeze(-1)
+    return logits.softmax(-1)
 
 
 def _left_pad(prompts: Sequence[Sequence[int]], pad_id: int, device) -> tuple[Tensor, Tensor]:
@@ -69,18 +81,36 @@ def generate(
     eos_id: int | None = None,
     generator: torch.Generator | None = None,
     on_step: Callable[[Tensor], bool] | None = None,
+    draft: nn.Module | None = None,
+    draft_tokens: int = 4,
 ) -> list[list[int]]:
     """Continue each prompt by up to ``max_new_tokens`` tokens; returns prompt + continuation.
 
     Prompts may differ in length (they are left-padded, padding is masked out and positions
     count real tokens only). ``on_step(next_ids)`` is called after each step; returning
     True stops early. A row stops at ``eos_id``. When the context fills up, the window
-    slides: the cache is refilled from the last half-context of tokens.
+    slides: the cache is refilled from the last half-context of tokens. With a ``draft`` model
+    the tokens come from :func:`speculative_generate` (one prompt), same distribution, fewer
+    passes over the model's weights.
     """
-    model.eval()
-    device = next(model.parameters()).device
     if isinstance(prompts, Tensor):
         prompts = prompts.tolist()
+    if draft is not None:
+        if len(prompts) != 1:
+            raise ValueError(f"speculative decoding continues one prompt at a time, got {len(prompts)}")
+        if not use_cache:
+            raise ValueError(
+                "speculative decoding needs the KV cache (it rewinds it); drop --no-cache (use_cache=False)"
+            )
+
+        def step(t: Tensor) -> bool:
+            stop = on_step(t) if on_step is not None else False
+            return stop or (eos_id is not None and int(t[0]) == eos_id)
+
+        kw = dict(temperature=temperature, top_k=top_k, top_p=top_p, generator=generator, on_step=step)
+        return [speculative_generate(model, draft, prompts[0], max_new_tokens, draft_tokens=draft_tokens, **kw)]
+    model.eval()
+    device = next(model.parameters()).device
     ids, mask = _left_pad(prompts, 0, device)
     padded = not bool(mask.all())
     block = model.config.context
@@ -122,6 +152,129 @@ def _forward(model, ids, mask, padded, caches, start):
         return model(ids, caches=caches)
     positions = (mask.long().cumsum(-1) - 1).clamp(min=0)[:, -ids.shape[1] :]  # (B, T)
     return model(ids, caches=caches, positions=positions, key_mask=mask)
+
+
+@torch.no_grad()
+def speculative_generate(
+    model: nn.Module,
+    draft: nn.Module,
+    prompt: Sequence[int],
+    max_new_tokens: int,
+    *,
+    draft_tokens: int = 4,
+    temperature: float = 1.0,
+    top_k: int | None = None,
+    top_p: float | None = None,
+    generator: torch.Generator | None = None,
+    on_step: Callable[[Tensor], bool] | None = None,
+    stats: dict | None = None,
+) -> list[int]:
+    """Speculative decoding (Leviathan et al. 2023; Chen et al. 2023): the small ``draft`` model
+    proposes ``draft_tokens`` tokens one at a time, ``model`` scores all of them in one forward
+    (one read of its weights instead of one per token), and the longest acceptable prefix is kept,
+    plus one token of the model's own. The output follows ``model``'s distribution exactly:
+
+    * greedy (``temperature=0``): a proposal is kept while it is the model's argmax, so the tokens
+      are those ``generate(model, ...)`` gives;
+    * sampling: proposal x (drawn from the draft's q) is kept with probability min(1, p(x)/q(x));
+      the first one refused is replaced by a draw from max(0, p − q) renormalised; if all are kept,
+      one more token is drawn from p.
+
+    One prompt (a batch of one: rows would accept different numbers of tokens). Both models must
+    share the tokenizer. When the text outgrows the smaller context, both restart from its last
+    half (as :func:`generate` does, though not at the same steps: greedy outputs are identical to
+    ``generate``'s while the text fits the context).
+    ``on_step(ids)`` sees each accepted token as a (1,) tensor; ``stats`` (a dict) receives
+    ``proposed``, ``accepted`` and ``rounds``. Returns prompt + continuation."""
+    if draft_tokens < 1:
+        raise ValueError(f"draft_tokens must be at least 1, got {draft_tokens}")
+    if not prompt:
+        raise ValueError("every prompt needs at least one token")
+    if model.config.vocab_size != draft.config.vocab_size:
+        raise ValueError(
+            f"the draft's vocabulary ({draft.config.vocab_size} tokens) differs from the model's "
+            f"({model.config.vocab_size}); the draft must use the model's tokenizer"
+        )
+    model.eval()
+    draft.eval()
+    device = next(model.parameters()).device
+    context = min(model.config.context, draft.config.context)
+    seq = list(prompt[-context:])
+    start = len(prompt) - len(seq)  # (a prompt longer than the context keeps its end)
+    base = 0  # seq[base:] is the window the caches hold a prefix of (it slides when the context fills)
+    caches = {"model": model.new_caches(1, context), "draft": draft.new_caches(1, context)}
+    counts = {"proposed": 0, "accepted": 0, "rounds": 0}
+
+    def feed(which, net, tokens):
+        ids = torch.tensor([tokens], dtype=torch.long, device=device)
+        return net(ids, caches=caches[which])[0].float()  # (len(tokens), V)
+
+    def unseen(which):
+        return seq[base + caches[which][0].length :]
+
+    def dist(logits):
+        return None if temperature == 0 else next_token_probs(logits, temperature=temperature, top_k=top_k, top_p=top_p)
+
+    def pick(logits, probs):
+        if probs is None:
+            return int(logits.argmax(-1))
+        return int(torch.multinomial(probs, 1, generator=generator))
+
+    new = 0
+    while new < max_new_tokens:
+        k = min(draft_tokens, max_new_tokens - new, context - 1)
+        if len(seq) - base + k > context:  # slide: both models restart from the last half-context
+            base = len(seq) - context // 2
+            for c in caches["model"] + caches["draft"]:
+                c.length = 0
+        # 1. the draft proposes k tokens, each from its own distribution q_i
+        proposals, q = [], []
+        pending = unseen("draft")
+        for _ in range(k):
+            logits = feed("draft", draft, pending)[-1]
+            q.append(dist(logits))
+            proposals.append(pick(logits, q[-1]))
+            pending = [proposals[-1]]
+        # 2. the model scores them all at once: p_1..p_{k+1}
+        logits = feed("model", model, unseen("model") + proposals)[-(k + 1) :]
+        # 3. keep the longest acceptable prefix, then one token of the model's own
+        kept = 0
+        for i, x in enumerate(proposals):
+            p = dist(logits[i])
+            if p is None:
+                ok = int(logits[i].argmax()) == x
+            else:
+                u = torch.rand((), generator=generator, device=p.device)
+                ok = bool(u * q[i][x] <= p[x])  # accept with probability min(1, p(x)/q(x))
+            if not ok:
+                if p is None:
+                    last = int(logits[i].argmax())
+                else:
+                    residual = (p - q[i]).clamp(min=0)
+                    last = int(torch.multinomial(residual / residual.sum(), 1, generator=generator))
+                break
+            kept += 1
+        else:
+            last = pick(logits[k], dist(logits[k]))
+        accepted = proposals[:kept] + [last]
+        counts["proposed"] += k
+        counts["accepted"] += kept
+        counts["rounds"] += 1
+        # the caches forget what was not kept: a preallocated cache only moves its length back
+        for c in caches["model"] + caches["draft"]:
+            c.length = min(c.length, len(seq) - base + kept)
+        stop = False
+        for t in accepted[: max_new_tokens - new]:
+            seq.append(t)
+            new += 1
+            if on_step is not None and on_step(torch.tensor([t], device=device)):
+                stop = True
+                break
+        if stop:
+            break
+    if stats is not None:
+        stats.update(counts)
+    return list(prompt[:start]) + seq
 
 
 def generate_text(

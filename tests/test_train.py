@@ -48,21 +48,22 @@ def _setup(tmp_path, interrupt_at=None, **cfg):
     return trainer
 
 
-def test_interrupt_and_resume_give_the_same_curve(tmp_path):
+@pytest.mark.parametrize("opt", [{}, {"optimizer": "muon", "schedule": "trapezoid"}], ids=["adamw", "muon"])
+def test_interrupt_and_resume_give_the_same_curve(tmp_path, opt):
     (tmp_path / "corpus.txt").write_text(TEXT)
-    full = _setup(tmp_path)
+    full = _setup(tmp_path, **opt)
     full.fit()
     ref = [r["loss"] for r in full.history]
     ref_params = {k: v.clone() for k, v in full.model.state_dict().items()}
     import shutil
 
     shutil.rmtree(tmp_path / "run")
-    t = _setup(tmp_path, interrupt_at=7)
+    t = _setup(tmp_path, interrupt_at=7, **opt)
     with pytest.raises(TrainingInterrupted) as e:
         t.fit()
     assert e.value.step == 7
     assert json.loads((find_checkpoint(tmp_path / "run", "last") / "trainer.json").read_text())["step"] == 7
-    resumed = _setup(tmp_path)
+    resumed = _setup(tmp_path, **opt)
     resumed.resume()
     assert resumed.step == 7
     resumed.fit()

@@ -95,10 +95,22 @@ def load_gpt2(cfg: dict, state: dict[str, Tensor]) -> nn.Module:
 
 def export_gpt2(model: nn.Module) -> tuple[dict[str, Tensor], dict]:
     c = model.config
-    if c.pos != "learned" or not c.bias or not c.mlp or c.window is not None or c.embed_scale:
+    gpt2_only = dict(
+        pos=(c.pos, "learned"),
+        bias=(c.bias, True),
+        mlp=(c.mlp, True),
+        window=(c.window, None),
+        embed_scale=(c.embed_scale, False),
+        qk_norm=(c.qk_norm, False),
+        logit_softcap=(c.logit_softcap, 0.0),
+    )
+    differ = {k: have for k, (have, need) in gpt2_only.items() if have != need}
+    if c.activation not in ACT_TO_HF:
+        differ["activation"] = c.activation
+    if differ:
         raise CheckpointError(
-            "only GPT models with learned positions, biases, MLPs and full attention map to GPT-2; this one has "
-            f"pos={c.pos!r}, bias={c.bias}, mlp={c.mlp}, window={c.window}, embed_scale={c.embed_scale}"
+            "only GPT models with learned positions, biases, MLPs, full attention, no QK-norm or logit cap and a "
+            f"GPT-2 activation map to GPT-2; this one has {', '.join(f'{k}={v!r}' for k, v in differ.items())}"
         )
     sd = model.state_dict()
     out = {}

@@ -35,7 +35,8 @@ class GPTConfig(Config):
     dropout: float = 0.0
     bias: bool = True
     pos: str = "learned"  # learned | rope | alibi | sinusoidal
-    activation: str = "gelu"  # exact GELU (nanoGPT); the gpt2 preset uses "gelu_tanh" (GPT-2's gelu_new)
+    # exact GELU (nanoGPT); the gpt2 preset uses "gelu_tanh" (GPT-2's gelu_new), speedrun-cpu "relu2"
+    activation: str = "gelu"
     norm_eps: float = 1e-5
     tie_output: bool = True
     mlp: bool = field(
@@ -59,6 +60,25 @@ class GPTConfig(Config):
         },
     )
 
+    qk_norm: bool = field(
+        default=False,
+        metadata={"help": "RMS-normalise each head's queries and keys (QK-norm; the speedrun-cpu preset's)"},
+    )
+    logit_softcap: float = field(
+        default=0.0,
+        metadata={
+            "help": "soft-cap the output logits at ±CAP: CAP·tanh(logits/CAP), as Gemma 2 and the modded-nanogpt "
+            "speedrun do (default 0: no cap)"
+        },
+    )
+    zero_init: bool = field(
+        default=False,
+        metadata={
+            "help": "start the projections that write into the residual stream (attention W_O, MLP out) and an "
+            "untied output head at zero, so that every block starts as the identity (the speedrun's init)"
+        },
+    )
+
     SIZES = ("vocab_size", "context", "layers", "heads", "dim")
     ALIASES = {
         "block_size": "context",
@@ -77,6 +97,8 @@ class GPTConfig(Config):
             self.embed_scale = self.pos == "sinusoidal"
         if self.dim % self.heads:
             raise ValueError(f"dim={self.dim} is not divisible by heads={self.heads}; pick heads dividing dim")
+        if self.logit_softcap < 0:
+            raise ValueError(f"--logit-softcap must be 0 (off) or positive, got {self.logit_softcap}")
         if self.window is not None and self.window < 1:
             raise ValueError(f"--window must be at least 1 (the tokens each one attends back to), got {self.window}")
 
@@ -94,8 +116,39 @@ GPT_PRESETS: dict[str, dict] = {
     "nano": dict(layers=2, heads=2, dim=64, context=64),
     # nanoGPT's documented CPU run on Tiny Shakespeare
     "shakespeare-cpu": dict(layers=4, heads=4, dim=128, context=64),
+    # nanoGPT's CPU model with the modded-nanogpt speedrun's changes (each one a config option,
+    # ablated in benchmarks/speedrun.py): rotary positions, QK-norm, ReLU², untied head, logits
+    # soft-capped at 15, zero-initialised output projections, no biases; trained with Muon on a
+    # trapezoidal schedule (the recipe's training defaults, recipes/gpt.py)
+    "speedrun-cpu": dict(
+        layers=4,
+        heads=4,
+        dim=128,
+        context=64,
+        pos="rope",
+        activation="relu2",
+        qk_norm=True,
+        tie_output=False,
+        logit_softcap=15.0,
+        zero_init=True,
+        bias=False,
+    ),
     # nanoGPT's GPU Shakespeare model
     "shakespeare": dict(layers=6, heads=6, dim=384, context=256, dropout=0.2),
+    # its speedrun twin: the same shape with speedrun-cpu's changes (no dropout, as in the speedrun)
+    "speedrun": dict(
+        layers=6,
+        heads=6,
+        dim=384,
+        context=256,
+        pos="rope",
+        activation="relu2",
+        qk_norm=True,
+        tie_output=False,
+        logit_softcap=15.0,
+        zero_init=True,
+        bias=False,
+    ),
     # GPT-2 small (124M)
     "gpt2": dict(layers=12, heads=12, dim=768, context=1024, vocab_size=50257, activation="gelu_tanh"),
 }
@@ -137,6 +190,7 @@ class GPT(HookedModule):
                 position_bias=alibi,
                 mlp=c.mlp,
                 window=c.window,
+                qk_norm=c.qk_norm,
             )
             for _ in range(c.layers)
         )
@@ -144,6 +198,12 @@ class GPT(HookedModule):
         self.hook_embed, self.hook_final = HookPoint(), HookPoint()
         self.lm_head = nn.Linear(c.dim, c.vocab_size, bias=False)
         init_gpt2_weights(self, c.layers)
+        if c.zero_init:  # each block starts as the identity; the gradient reaches these first
+            for name, p in self.named_parameters():
+                if name.endswith(("out_proj.weight", "mlp.proj.weight")) or (
+                    name == "lm_head.weight" and not c.tie_output
+                ):
+                    nn.init.zeros_(p)
         if c.tie_output:
             self.lm_head.weight = self.tok_emb.weight  # the output head reuses E (Press & Wolf)
 
@@ -201,7 +261,11 @@ class GPT(HookedModule):
         rope_positions = positions if self.config.pos == "rope" else None
         for i, block in enumerate(self.blocks):
             x = block(x, key_mask=key_mask, positions=rope_positions, cache=caches[i] if caches else None)
-        return self.lm_head(self.hook_final(self.ln_f(x)))  # (B, T, vocab)
+        logits = self.lm_head(self.hook_final(self.ln_f(x)))  # (B, T, vocab)
+        if self.config.logit_softcap:
+            cap = self.config.logit_softcap
+            logits = cap * torch.tanh(logits / cap)  # smooth clip to (-cap, cap)
+        return logits
 
     def loss(self, idx: Tensor, targets: Tensor, ignore_index: int = -100) -> Tensor:
         """Mean next-token cross-entropy; targets (B, T) are idx shifted by one."""

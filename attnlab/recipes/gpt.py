@@ -101,9 +101,14 @@ class GPTVerbs(Verbs):
         stop: list[str] | tuple[str, ...] = (),
         seed: int | None = None,
         use_cache: bool = True,
+        draft=None,
+        draft_tokens: int = 4,
     ) -> str:
         """The continuation of ``prompt`` (text; empty: start a new line), as ``attnlab sample``
-        writes it. ``temperature=0`` is greedy; ``seed`` makes sampling repeatable."""
+        writes it. ``temperature=0`` is greedy; ``seed`` makes sampling repeatable. ``draft``: a
+        smaller GPT with the same tokenizer (a loaded model or its run folder) that proposes
+        ``draft_tokens`` tokens for this one to check at once (speculative decoding: the same
+        distribution, fewer reads of this model's weights)."""
         import torch
 
         from ..errors import OptionError
@@ -138,7 +143,22 @@ class GPTVerbs(Verbs):
                 use_cache=use_cache,
                 generator=gen,
                 stop=list(stop),
+                **self.draft_options(draft, draft_tokens),
             )[0]
+
+    def draft_options(self, draft, draft_tokens: int) -> dict:
+        """generate()'s keywords for a ``draft`` given as a loaded model or a run folder."""
+        import torch
+
+        from ..errors import OptionError
+
+        if draft is None:
+            return {}
+        if not isinstance(draft, torch.nn.Module):
+            draft, _, _, _ = load_lm(draft, str(self.device))
+        if getattr(draft, "config", None) is None or draft.config.vocab_size != self.config.vocab_size:
+            raise OptionError("the draft model must be a GPT with this model's tokenizer (same vocabulary)")
+        return {"draft": draft.to(self.device), "draft_tokens": draft_tokens}
 
 
 @register
@@ -177,7 +197,34 @@ class GPTRecipe(Recipe):
     # nanoGPT's CPU model trained at 5x its learning rate for half its steps reaches the loss of
     # nanoGPT's 2,000-step recipe (1.905 vs 1.908 on Tiny Shakespeare) in 56 % of its wall time
     # (benchmarks/README.md, "GPT: time to quality").
-    PRESET_TRAIN = {"shakespeare-cpu": dict(lr=5e-3, min_lr=5e-4, warmup_iters=50, max_iters=1000)}
+    # speedrun-cpu: Muon for the blocks' matrices, a short warmup, constant, then a linear cooldown
+    # over the last 40 %; 500 steps reach 1.82 on Tiny Shakespeare in 40 % of nanoGPT's wall time
+    # (benchmarks/speedrun.py).
+    PRESET_TRAIN = {
+        "shakespeare-cpu": dict(lr=5e-3, min_lr=5e-4, warmup_iters=50, max_iters=1000),
+        "speedrun-cpu": dict(
+            optimizer="muon",
+            muon_lr=0.02,
+            lr=5e-3,
+            min_lr=0.0,
+            warmup_iters=20,
+            schedule="trapezoid",
+            max_iters=500,
+            eval_interval=250,
+        ),
+        # the GPU twin, against nanoGPT's 5,000-step GPU Shakespeare run (not yet run on a GPU)
+        "speedrun": dict(
+            optimizer="muon",
+            muon_lr=0.02,
+            lr=5e-3,
+            min_lr=0.0,
+            warmup_iters=50,
+            schedule="trapezoid",
+            max_iters=2500,
+            batch_size=64,
+            eval_interval=250,
+        ),
+    }
 
     def add_train_arguments(self, p) -> None:
         p.add(
@@ -197,7 +244,8 @@ class GPTRecipe(Recipe):
             "--preset",
             default="shakespeare-cpu",
             choices=sorted(GPT_PRESETS),
-            help="model shape to start from (default: shakespeare-cpu = 4 layers, 4 heads, 128 wide, context 64)",
+            help="model shape to start from (default: shakespeare-cpu = 4 layers, 4 heads, 128 wide, context 64); "
+            "speedrun-cpu / speedrun: the same shapes with the modded-nanogpt speedrun's changes and Muon",
         )
         p.add(
             "--sample-chars",
@@ -318,6 +366,13 @@ class GPTRecipe(Recipe):
             "bounds generation on a CPU (about 1.9x faster here; tokens may differ slightly) "
             "(default fp32)",
         )
+        s.add(
+            "--draft",
+            default=None,
+            help="speculative decoding: a small GPT run trained with the same tokenizer proposes tokens that "
+            "--ckpt checks several at a time (same output distribution; faster when the draft guesses well)",
+        )
+        s.add("--draft-tokens", type=positive_int, default=4, help="tokens the draft proposes per check (default 4)")
         s.add("--device", type=device_name, default="auto", help="auto | cpu | cuda")
         return [
             Command(
@@ -527,8 +582,16 @@ def sample(args) -> int:
     from ..generate import generate_text
 
     model, tok, _, dev = load_lm(args.ckpt, args.device)
+    draft = {}
+    if args.draft:
+        small, small_tok, _, _ = load_lm(args.draft, str(dev))
+        if small_tok.to_dict() != tok.to_dict():
+            raise ValueError(f"--draft {args.draft} has another tokenizer than --ckpt; train the draft on the same one")
+        draft = {"draft": small, "draft_tokens": args.draft_tokens}
     if args.dtype == "bf16":
         model = model.to(torch.bfloat16)
+        if draft:
+            draft["draft"] = draft["draft"].to(torch.bfloat16)
     prompt = args.prompt or default_prompt(tok)
     tok.encode(prompt)  # unknown characters fail here, with a clear message
     if any(s == "" for s in args.stop):
@@ -542,6 +605,7 @@ def sample(args) -> int:
         use_cache=not args.no_cache,
         generator=gen,
         stop=args.stop,
+        **draft,
     )
     out = sys.stdout
     for i in range(args.num_samples):

@@ -18,6 +18,25 @@ class TrainConfig(Config):
     min_lr: float | None = None  # default: lr / 10
     warmup_iters: int = 100
     lr_decay_iters: int | None = None  # default: max_iters
+    schedule: str = field(
+        default="cosine",
+        metadata={
+            "help": "learning-rate schedule after the warmup: cosine (nanoGPT's) or trapezoid (constant, then a "
+            "straight line down over the last --cooldown of the run; the speedrun's)"
+        },
+    )
+    cooldown: float = field(
+        default=0.4, metadata={"help": "--schedule trapezoid: the fraction of the run spent decaying (default 0.4)"}
+    )
+    optimizer: str = field(
+        default="adamw",
+        metadata={
+            "help": "adamw, or muon: Muon (momentum orthogonalised by Newton-Schulz) for the transformer blocks' "
+            "matrices at --muon-lr, AdamW for embeddings, heads, norms and biases"
+        },
+    )
+    muon_lr: float = field(default=0.02, metadata={"help": "--optimizer muon: Muon's learning rate (default 0.02)"})
+    muon_momentum: float = field(default=0.95, metadata={"help": "--optimizer muon: Muon's momentum (default 0.95)"})
     weight_decay: float = 0.1
     beta1: float = 0.9
     beta2: float = 0.99
@@ -67,6 +86,21 @@ class TrainConfig(Config):
         for name in ("max_iters", "batch_size", "grad_accum", "eval_interval", "eval_iters", "log_interval"):
             if getattr(self, name) < 1:
                 raise ValueError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(self, name)}")
+        if self.schedule not in ("cosine", "trapezoid"):
+            raise ValueError(f"--schedule must be cosine or trapezoid, got {self.schedule!r}")
+        if not 0 < self.cooldown <= 1:
+            raise ValueError(f"--cooldown must be a fraction of the run in (0, 1], got {self.cooldown}")
+        if self.optimizer not in ("adamw", "muon"):
+            raise ValueError(f"--optimizer must be adamw or muon, got {self.optimizer!r}")
+        if not (self.muon_lr > 0 and math.isfinite(self.muon_lr)):
+            raise ValueError(f"--muon-lr must be a positive number, got {self.muon_lr}")
+        if not 0 <= self.muon_momentum < 1:
+            raise ValueError(f"--muon-momentum must be in [0, 1), got {self.muon_momentum}")
+        if self.optimizer == "muon" and self.fsdp:
+            raise ValueError(
+                "--optimizer muon needs each matrix whole on one process, which --fsdp shards; use DDP (drop --fsdp) "
+                "or --optimizer adamw"
+            )
         if self.threads is not None and self.threads < 1:
             raise ValueError(f"--threads must be at least 1, got {self.threads}")
         for name in ("warmup_iters", "weight_decay", "grad_clip"):

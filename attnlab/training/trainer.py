@@ -40,7 +40,7 @@ from . import distributed as D
 from .compiling import PROBE_STEPS, CompileChoice, pays_off
 from .config import TrainConfig
 from .devices import CPU_BF16_MIN_SPEEDUP, autocast, pick_device, pick_dtype
-from .optim import adamw, warmup_cosine
+from .optim import make_optimizer, warmup_cosine, warmup_stable_decay
 from .threads import CpuShare
 from .state import optimizer_tensors, read_metrics, restore_optimizer, rewrite_metrics
 
@@ -108,7 +108,7 @@ class Trainer:
         torch.manual_seed(cfg.seed + self.dist.rank)  # dropout differs per rank; data does not
         set_activation_checkpointing(model, cfg.checkpoint_activations)
         self.model = model.to(self.device)
-        self.optimizer = adamw(model, cfg.lr, cfg.weight_decay, (cfg.beta1, cfg.beta2), self.device.type)
+        self.optimizer = make_optimizer(model, cfg, self.device.type)
         # every rank draws the same global batch and keeps its slice (see distributed.shard)
         self.data_gen = torch.Generator().manual_seed(cfg.seed + 1)
         self.step = 0
@@ -182,8 +182,7 @@ class Trainer:
                 carried = D.full_optimizer_state(self.model, self.optimizer)
             m = D.wrap(self.model, self.dist, self.device, self.cfg.fsdp, self.dtype)
             if self.sharded:  # FSDP2 replaced the parameters by sharded ones: a new optimizer holds those
-                c = self.cfg
-                self.optimizer = adamw(m, c.lr, c.weight_decay, (c.beta1, c.beta2), self.device.type)
+                self.optimizer = make_optimizer(m, self.cfg, self.device.type)
                 if carried is not None:
                     D.set_full_optimizer_state(m, self.optimizer, carried)
             self._parallel = m
@@ -229,13 +228,15 @@ class Trainer:
     # -- schedule --------------------------------------------------------------------------
     def lr_at(self, step: int) -> float:
         c = self.cfg
-        return warmup_cosine(
-            step,
+        kw = dict(
             lr=c.lr,
             min_lr=c.lr / 10 if c.min_lr is None else c.min_lr,
             warmup=c.warmup_iters,
             decay_steps=c.lr_decay_iters or c.max_iters,
         )
+        if c.schedule == "trapezoid":
+            return warmup_stable_decay(step, cooldown=c.cooldown, **kw)
+        return warmup_cosine(step, **kw)
 
     def autocast(self):
         return autocast(self.device, self.dtype)
@@ -246,7 +247,7 @@ class Trainer:
         model.train()
         lr = self.lr_at(self.step)
         for g in self.optimizer.param_groups:
-            g["lr"] = lr
+            g["lr"] = lr * g.get("lr_factor", 1.0)  # (Muon's groups run at --muon-lr, on the same schedule)
         total = 0.0
         # a loss that is a mean over tokens (``batch_weight``: the micro-batch's token count) is
         # summed as mean x tokens and divided by all the tokens at the end, so that accumulation
