@@ -372,8 +372,8 @@ class MultiHeadAttention(nn.Module):
         over everything cached.
         """
         q, k, v = self._project(x, context)
-        if self.q_norm is not None:
-            q, k = self.q_norm(q), self.k_norm(k)
+        if self.q_norm is not None:  # (in fp32: under bf16 autocast RMSNorm would mix dtypes)
+            q, k = self.q_norm(q.float()).to(q.dtype), self.k_norm(k.float()).to(k.dtype)
         t_q = q.shape[2]
         offset = cache.length if cache is not None else 0
         if self.rotary is not None:

@@ -181,9 +181,8 @@ def speculative_generate(
       one more token is drawn from p.
 
     One prompt (a batch of one: rows would accept different numbers of tokens). Both models must
-    share the tokenizer. When the text outgrows the smaller context, both restart from its last
-    half (as :func:`generate` does, though not at the same steps: greedy outputs are identical to
-    ``generate``'s while the text fits the context).
+    share the tokenizer. Text longer than the model's context slides its window as
+    :func:`generate` does, at the same tokens.
     ``on_step(ids)`` sees each accepted token as a (1,) tensor; ``stats`` (a dict) receives
     ``proposed``, ``accepted`` and ``rounds``. Returns prompt + continuation."""
     if draft_tokens < 1:
@@ -198,11 +197,14 @@ def speculative_generate(
     model.eval()
     draft.eval()
     device = next(model.parameters()).device
-    context = min(model.config.context, draft.config.context)
-    seq = list(prompt[-context:])
-    start = len(prompt) - len(seq)  # (a prompt longer than the context keeps its end)
-    base = 0  # seq[base:] is the window the caches hold a prefix of (it slides when the context fills)
-    caches = {"model": model.new_caches(1, context), "draft": draft.new_caches(1, context)}
+    seq = list(prompt)
+    # Each model's cache holds a window of seq, seq[start:], from which it predicts what follows.
+    # The model's window moves as generate()'s does (when a prediction would need more than its
+    # context: to the last half-context), and a round of proposals never crosses such a move, so
+    # greedy output equals generate()'s at any length. The draft's window only has to fit.
+    block, draft_block = model.config.context, draft.config.context
+    starts = {"model": len(seq) - min(len(seq), block), "draft": len(seq) - min(len(seq), draft_block)}
+    caches = {"model": model.new_caches(1, block), "draft": draft.new_caches(1, draft_block)}
     counts = {"proposed": 0, "accepted": 0, "rounds": 0}
 
     def feed(which, net, tokens):
@@ -210,7 +212,12 @@ def speculative_generate(
         return net(ids, caches=caches[which])[0].float()  # (len(tokens), V)
 
     def unseen(which):
-        return seq[base + caches[which][0].length :]
+        return seq[starts[which] + caches[which][0].length :]
+
+    def move_window(which, to):
+        starts[which] = to
+        for c in caches[which]:
+            c.length = 0
 
     def dist(logits):
         return None if temperature == 0 else next_token_probs(logits, temperature=temperature, top_k=top_k, top_p=top_p)
@@ -222,11 +229,13 @@ def speculative_generate(
 
     new = 0
     while new < max_new_tokens:
-        k = min(draft_tokens, max_new_tokens - new, context - 1)
-        if len(seq) - base + k > context:  # slide: both models restart from the last half-context
-            base = len(seq) - context // 2
-            for c in caches["model"] + caches["draft"]:
-                c.length = 0
+        m = len(seq)  # the index this round predicts first
+        if new > 0 and (m - 1) - starts["model"] >= block:  # generate() would refill here
+            move_window("model", m - block // 2)
+        # proposals whose predictions would need a refill wait for the next round
+        k = min(draft_tokens, max_new_tokens - new - 1, block - (m - starts["model"]))
+        if m - starts["draft"] + k > draft_block:
+            move_window("draft", m - draft_block // 2)
         # 1. the draft proposes k tokens, each from its own distribution q_i
         proposals, q = [], []
         pending = unseen("draft")
@@ -261,8 +270,9 @@ def speculative_generate(
         counts["accepted"] += kept
         counts["rounds"] += 1
         # the caches forget what was not kept: a preallocated cache only moves its length back
-        for c in caches["model"] + caches["draft"]:
-            c.length = min(c.length, len(seq) - base + kept)
+        for which in caches:
+            for c in caches[which]:
+                c.length = min(c.length, m - starts[which] + kept)
         stop = False
         for t in accepted[: max_new_tokens - new]:
             seq.append(t)
@@ -274,7 +284,7 @@ def speculative_generate(
             break
     if stats is not None:
         stats.update(counts)
-    return list(prompt[:start]) + seq
+    return seq
 
 
 def generate_text(

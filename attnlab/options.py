@@ -250,3 +250,8 @@ class Command:
     description: str
     options: OptionSpecs
     run: Callable[[Options], int | None]
+
+
+# ``--quantize``'s choices (attnlab.quantize implements them; kept here, where no torch is imported,
+# so that building the command line stays fast)
+QUANTIZE_CHOICES = ("int8", "dynamic-int8")

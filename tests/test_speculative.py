@@ -52,12 +52,14 @@ def test_a_perfect_draft_is_always_accepted():
     assert stats["accepted"] == stats["proposed"] == 16 and stats["rounds"] == 4  # 4 rounds of 4 + 1
 
 
-def test_text_longer_than_the_context_slides_the_window():
-    model, draft = gpt(0, context=8, pos="rope"), gpt(1, layers=1, context=8, pos="rope")
-    got = speculative_generate(model, draft, [1, 2, 3, 4, 5, 6, 7, 8, 9], 30, draft_tokens=3, temperature=0)
-    assert len(got) == 39 and got[:9] == [1, 2, 3, 4, 5, 6, 7, 8, 9]
-    within = speculative_generate(model, draft, [1, 2], 6, draft_tokens=3, temperature=0)
-    assert within == generate(model, [[1, 2]], 6, temperature=0)[0]
+@pytest.mark.parametrize("prompt", [[1, 2], [1, 2, 3, 4, 5, 6, 7, 8, 9]], ids=["short", "longer-than-context"])
+@pytest.mark.parametrize("draft_context", [8, 5])
+def test_text_longer_than_the_context_slides_the_window_as_generate_does(prompt, draft_context):
+    model = gpt(3, context=8)
+    draft = noisy_copy(model, 0.008) if draft_context == 8 else gpt(4, layers=1, context=draft_context)
+    got = speculative_generate(model, draft, prompt, 30, draft_tokens=3, temperature=0)
+    assert len(got) == len(prompt) + 30
+    assert got == generate(model, [prompt], 30, temperature=0)[0]
 
 
 def exact_joint(model, prompt, vocab, **kw):

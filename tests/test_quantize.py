@@ -1,0 +1,75 @@
+"""Int8 Linear layers for generation (attnlab/quantize.py): the weight-only layer against its
+formula, whole models against fp32, and the command-line options."""
+
+import json
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from attnlab.cli import main
+from attnlab.models import GPT, GPTConfig
+from attnlab.quantize import Int8Linear, quantize
+
+
+def test_int8_weights_round_each_row_to_its_own_scale():
+    torch.manual_seed(0)
+    lin = torch.nn.Linear(48, 20)
+    with torch.no_grad():
+        lin.weight[3] *= 100  # one large row must not coarsen the others
+    q = Int8Linear(lin)
+    assert q.weight_int8.dtype == torch.int8 and q.weight_int8.shape == (20, 48)
+    scale = lin.weight.abs().amax(1) / 127
+    err = (q.dequantized() - lin.weight).abs()
+    assert (err <= scale[:, None] * 0.5 * 1.01 + 1e-7).all()  # half a step of the row's own scale
+    assert err[0].max() < 0.01 * lin.weight[0].abs().max()
+    x = torch.randn(2, 5, 48)
+    want = F.linear(x.bfloat16().float(), q.dequantized(), lin.bias)  # (the kernel takes bf16 activations)
+    got = q(x)
+    assert got.shape == (2, 5, 20) and got.dtype == torch.float32
+    torch.testing.assert_close(got, want, rtol=2e-2, atol=2e-2 * want.abs().max().item())
+
+
+@pytest.mark.parametrize("how", ["int8", "dynamic-int8"])
+def test_a_quantized_gpt_predicts_what_the_fp32_one_does(how):
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(vocab_size=50, context=32, layers=2, heads=2, dim=64)).eval()
+    with torch.no_grad():
+        model.tok_emb.weight.mul_(20)  # confident predictions, so that rounding rarely flips the argmax
+    x = torch.randint(0, 50, (4, 32))
+    with torch.no_grad():
+        ref = model(x)
+        q = quantize(model, how)
+        got = q(x)
+    linears = [m for m in q.modules() if isinstance(m, torch.nn.Linear)]
+    assert not linears or how == "dynamic-int8" and all("Quantized" in type(m).__name__ for m in linears)
+    if how == "int8":
+        assert sum(isinstance(m, Int8Linear) for m in q.modules()) == 2 * 4 + 1  # 4 per block + the head
+    rel = (got - ref).norm() / ref.norm()
+    assert rel < 0.03, rel
+    assert (got.argmax(-1) == ref.argmax(-1)).float().mean() > 0.9
+
+
+def test_unknown_quantization_is_refused():
+    with pytest.raises(ValueError, match="unknown quantization 'int4'"):
+        quantize(torch.nn.Linear(2, 2), "int4")
+
+
+def test_sample_and_eval_with_int8(tmp_path, capsys):
+    corpus = tmp_path / "c.txt"
+    corpus.write_text("to be or not to be, that is the question. " * 100)
+    run = tmp_path / "run"
+    args = ["train", "gpt", "--data", str(corpus), "--preset", "nano", "--max-iters", "60", "--eval-interval", "60"]
+    assert main([*args, "--eval-iters", "1", "--no-progress", "--sample-chars", "0", "--out", str(run)]) == 0
+    losses = {}
+    for how in (None, "int8", "dynamic-int8"):
+        capsys.readouterr()
+        extra = ["--quantize", how] if how else []
+        assert main(["eval", "--ckpt", str(run), "--json", *extra]) == 0
+        losses[how] = json.loads(capsys.readouterr().out)["loss"]
+    assert losses["int8"] == pytest.approx(losses[None], rel=0.01)
+    assert losses["dynamic-int8"] == pytest.approx(losses[None], rel=0.01)
+    assert main(["sample", "--ckpt", str(run), "--max-new-tokens", "20", "--quantize", "int8"]) == 0
+    assert len(capsys.readouterr().out) >= 20
+    assert main(["sample", "--ckpt", str(run), "--quantize", "int4"]) != 0
+    assert "--quantize" in capsys.readouterr().err
