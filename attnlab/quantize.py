@@ -35,9 +35,12 @@ class Int8Linear(nn.Module):
     def __init__(self, linear: nn.Linear) -> None:
         super().__init__()
         w = linear.weight.detach().float()  # (out, in)
-        scale = w.abs().amax(dim=1).clamp(min=1e-12) / 127.0  # (out,)
-        self.register_buffer("weight_int8", torch.round(w / scale[:, None]).clamp(-127, 127).to(torch.int8))
-        self.register_buffer("scale", scale.to(torch.bfloat16))
+        # the kernel takes bf16 scales: round each up (bf16 keeps 8 bits), so that the row's largest
+        # weight still fits in ±127 and every weight is off by at most half a step of its row's scale
+        scale = (w.abs().amax(dim=1).clamp(min=1e-12) / 127.0 * (1 + 2**-7)).to(torch.bfloat16)  # (out,)
+        q = torch.round(w / scale.float()[:, None]).clamp(-127, 127).to(torch.int8)
+        self.register_buffer("weight_int8", q)
+        self.register_buffer("scale", scale)
         self.register_buffer("bias", None if linear.bias is None else linear.bias.detach().clone())
         self.in_features, self.out_features = linear.in_features, linear.out_features
 

@@ -19,9 +19,10 @@ def test_int8_weights_round_each_row_to_its_own_scale():
         lin.weight[3] *= 100  # one large row must not coarsen the others
     q = Int8Linear(lin)
     assert q.weight_int8.dtype == torch.int8 and q.weight_int8.shape == (20, 48)
-    scale = lin.weight.abs().amax(1) / 127
+    scale = q.scale.float()
+    assert ((scale - lin.weight.abs().amax(1) / 127) / scale).abs().max() < 0.02  # max |w| / 127, rounded up
     err = (q.dequantized() - lin.weight).abs()
-    assert (err <= scale[:, None] * 0.5 * 1.01 + 1e-7).all()  # half a step of the row's own scale
+    assert (err <= scale[:, None] * 0.5 * (1 + 1e-5)).all()  # half a step of the row's own scale
     assert err[0].max() < 0.01 * lin.weight[0].abs().max()
     x = torch.randn(2, 5, 48)
     want = F.linear(x.bfloat16().float(), q.dequantized(), lin.bias)  # (the kernel takes bf16 activations)
