@@ -36,6 +36,8 @@ __all__ = [
     "attend",
     "attention_weights",
     "DotAttention",
+    "local_attention",
+    "local_mask",
 ]
 
 
@@ -205,6 +207,56 @@ def _fast(q, k, v, mask, causal, bias, dropout, scale):
     if allowed is not None:
         out = out.masked_fill(~allowed.any(-1, keepdim=True), 0.0)
     return out
+
+
+def local_attention(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    window: int,
+    *,
+    causal: bool = False,
+    key_mask: Tensor | None = None,
+    dropout: float = 0.0,
+    scale: float | None = None,
+    block: int | None = None,
+) -> Tensor:
+    """Restricted self-attention without the T×T matrix: the queries in blocks of ``block`` rows,
+    each block against only the keys within ``window`` of it (2·window + block keys; window +
+    block when causal), through the fused kernel. Memory and work O(T·(block + 2·window)·d)
+    instead of O(T²·d): Table 1's O(r·n·d) row. Equal to :func:`scaled_dot_product_attention`
+    with ``mask=local_mask(T, T, window)``.
+
+    q, k, v (B, H, T, d) with the same T (self-attention, no cache); ``key_mask`` (B, T), True =
+    real token. -> (B, H, T, d_v)."""
+    _check_qkv(q, k, v)
+    t = q.shape[-2]
+    if k.shape[-2] != t:
+        raise ValueError(f"local_attention is self-attention over one sequence: q has {t} positions, k {k.shape[-2]}")
+    block = block or max(window, 128)
+    outs = []
+    for start in range(0, t, block):
+        end = min(t, start + block)
+        k_start, k_end = max(0, start - window), end if causal else min(t, end + window)
+        i = torch.arange(start, end, device=q.device)[:, None]
+        j = torch.arange(k_start, k_end, device=q.device)[None, :]
+        allowed = (i - j).abs() <= window  # (block, keys)
+        if causal:
+            allowed = allowed & (j <= i)
+        if key_mask is not None:
+            allowed = allowed & key_mask[:, None, None, k_start:k_end]  # (B, 1, block, keys)
+        out = F.scaled_dot_product_attention(
+            q[..., start:end, :],
+            k[..., k_start:k_end, :],
+            v[..., k_start:k_end, :],
+            attn_mask=allowed,
+            dropout_p=dropout,
+            scale=scale,
+        )
+        if key_mask is not None:  # a query with no real key in reach gets zeros, as on the full path
+            out = out.masked_fill(~allowed.any(-1, keepdim=True), 0.0)
+        outs.append(out)
+    return torch.cat(outs, dim=-2)
 
 
 @dataclass
@@ -389,6 +441,30 @@ class MultiHeadAttention(nn.Module):
         if self.n_kv_heads != self.n_heads:  # grouped-query: each K/V head serves n_heads/n_kv_heads queries
             rep = self.n_heads // self.n_kv_heads
             k, v = k.repeat_interleave(rep, dim=1), v.repeat_interleave(rep, dim=1)
+        hooked = self.hook_scores.active or self.hook_pattern.active
+        banded = (
+            self.window is not None
+            and cache is None
+            and t_q == t_k
+            and mask is None
+            and bias is None
+            and self.position_bias is None
+            and not (need_weights or hooked)
+        )
+        if banded:  # restricted attention block by block: never forms the (Tq, Tk) matrix
+            if key_mask is not None:
+                self._full_mask(None, key_mask, x.shape[0], t_q, t_k)  # (checks it)
+            out = local_attention(
+                q,
+                k,
+                v,
+                self.window,
+                causal=self.causal,
+                key_mask=key_mask,
+                dropout=self.dropout if self.training else 0.0,
+            )
+            out = self.hook_z(out)  # (B, H, Tq, d_v)
+            return self.out_proj(rearrange(out, "b h t d -> b t (h d)"))
         if self.window is not None:  # the band, joined with any mask the caller gave
             band = local_mask(t_q, t_k, self.window, device=x.device)
             mask = band if mask is None else mask & band
@@ -396,7 +472,11 @@ class MultiHeadAttention(nn.Module):
         if self.position_bias is not None:
             pb = self.position_bias(q, t_k)  # (H, Tq, Tk) or (B, H, Tq, Tk)
             bias = pb if bias is None else bias + pb
-        hooked = self.hook_scores.active or self.hook_pattern.active
+        # Shaw's value term needs the weights: Σ_j α_ij aⱽ_ij is added to the output
+        value_term = getattr(self.position_bias, "value_term", None)
+        if getattr(self.position_bias, "value_table", None) is None:
+            value_term = None
+        formed = need_weights or hooked or value_term is not None
         out = scaled_dot_product_attention(
             q,
             k,
@@ -405,13 +485,15 @@ class MultiHeadAttention(nn.Module):
             causal=self.causal,
             bias=bias,
             dropout=self.dropout if self.training else 0.0,
-            return_weights=need_weights or hooked,
+            return_weights=formed,
             score_hook=self.hook_scores if hooked else None,
             pattern_hook=self.hook_pattern if hooked else None,
         )
         weights = None
-        if need_weights or hooked:
+        if formed:
             out, weights = out
+            if value_term is not None:
+                out = out + value_term(weights).to(out.dtype)
         out = self.hook_z(out)  # (B, H, Tq, d_v)
         out = self.out_proj(rearrange(out, "b h t d -> b t (h d)"))  # concat heads, W_O
         return (out, weights) if need_weights else out

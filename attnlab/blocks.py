@@ -149,11 +149,16 @@ class DecoderBlock(nn.Module):
         norm_first: bool = True,
         bias: bool = True,
         norm_eps: float = 1e-5,
+        position_bias: nn.Module | None = None,
     ) -> None:
+        """``position_bias``: a score-bias position module for the masked self-attention (relative
+        positions); cross-attention gets none."""
         super().__init__()
         self.norm_first = norm_first
         self.ln1 = nn.LayerNorm(dim, eps=norm_eps, bias=bias)
-        self.self_attn = MultiHeadAttention(dim, n_heads, bias=bias, dropout=attn_dropout, causal=True)
+        self.self_attn = MultiHeadAttention(
+            dim, n_heads, bias=bias, dropout=attn_dropout, causal=True, position_bias=position_bias
+        )
         self.ln2 = nn.LayerNorm(dim, eps=norm_eps, bias=bias)
         self.cross_attn = MultiHeadAttention(
             dim, n_heads, cross=True, d_context=d_memory or dim, bias=bias, dropout=attn_dropout

@@ -29,6 +29,7 @@ __all__ = [
     "SinCos2DPosition",
     "FourierFeatures",
     "RelativePosition",
+    "FourierPosition",
     "RotaryEmbedding",
     "ALiBi",
     "alibi_slopes",
@@ -164,30 +165,104 @@ class FourierFeatures(nn.Module):
         return self.proj(feats) if self.proj is not None else feats
 
 
-class RelativePosition(nn.Module):
-    """Shaw et al. (2018) relative position representations, as a score bias.
+class FourierPosition(nn.Module):
+    """Patch positions as random Fourier features of their coordinates, learned projection:
+    pe(r, c) = W γ((r, c) / grid), γ of :class:`FourierFeatures`, added to the patch tokens
+    (B, n_prefix + h*w, D); the ``n_prefix`` leading tokens (a class token) get none. The
+    coordinates are continuous in [0, 1), so a new grid size needs no interpolation."""
 
-    A learned vector a_k per clipped distance k = clip(j - i, -K, K), one table per
-    layer shared by all heads: e_ij = q_i · (k_j + a_ij)ᵀ / √d. Here the q_i · a_ij
-    part is returned as an additive bias (B, H, Tq, Tk) so the fused kernel applies.
-    Queries are aligned to the end of the keys (KV cache friendly).
+    def __init__(self, dim: int, grid: tuple[int, int], n_prefix: int = 0, n_features: int = 64, sigma: float = 1.0):
+        super().__init__()
+        self.dim, self.grid, self.n_prefix = dim, tuple(grid), n_prefix
+        self.features = FourierFeatures(2, n_features, sigma, dim=dim)
+
+    def coords(self) -> Tensor:
+        """(h*w, 2): each patch's (row, col), scaled to [0, 1)."""
+        h, w = self.grid
+        rows, cols = torch.meshgrid(torch.arange(h), torch.arange(w), indexing="ij")
+        return torch.stack([rows.reshape(-1) / h, cols.reshape(-1) / w], dim=-1).to(self.features.B.device)
+
+    @property
+    def weight(self) -> Tensor:
+        """The table (n_prefix + h*w, D), named like :class:`LearnedPosition`'s."""
+        table = self.features(self.coords())
+        return torch.cat([table.new_zeros(self.n_prefix, self.dim), table])
+
+    def forward(self, x: Tensor, offset: int = 0) -> Tensor:
+        table = self.weight
+        _check_tokens(x, self.dim, table.shape[0], offset)
+        return x + table[offset : offset + x.shape[1]].to(x.dtype)
+
+
+class RelativePosition(nn.Module):
+    """Shaw et al. (2018) relative position representations, with the key and the value term:
+
+        e_ij = q_i · (k_j + aᴷ_ij)ᵀ / √d        z_i = Σ_j α_ij (v_j + aⱽ_ij),  α_i = softmax_j(e_i)
+
+    aᴷ, aⱽ are learned vectors, one per clipped distance clip(j − i, −K, K) (a table of 2K + 1
+    rows). ``grid=(h, w)``: the 2-D variant for image patches, one row per clipped (Δrow, Δcol) pair
+    ((2K + 1)² rows) and one more for every pair involving the ``n_prefix`` leading tokens (a class
+    token has no place on the grid). ``heads``: a table per head (H, rows, d) instead of one shared
+    by all heads, as Shaw does. ``values=False`` keeps the key term alone.
+
+    As a module of :class:`~attnlab.attention.MultiHeadAttention` (``position_bias=``), the key term
+    is an additive score bias (:meth:`forward`, (B, H, Tq, Tk)) and the value term is added to the
+    output from the attention weights (:meth:`value_term`), so attention takes its readable path
+    that forms them. Queries are aligned to the end of the keys (KV cache friendly).
     """
 
-    def __init__(self, head_dim: int, max_distance: int = 16) -> None:
+    def __init__(
+        self,
+        head_dim: int,
+        max_distance: int = 16,
+        *,
+        heads: int | None = None,
+        values: bool = True,
+        grid: tuple[int, int] | None = None,
+        n_prefix: int = 0,
+    ) -> None:
         super().__init__()
-        self.head_dim, self.max_distance = head_dim, max_distance
-        self.table = nn.Parameter(torch.randn(2 * max_distance + 1, head_dim) * 0.02)
+        if max_distance < 1:
+            raise ValueError(f"relative positions need a clipping distance of at least 1, got {max_distance}")
+        self.head_dim, self.max_distance, self.grid, self.n_prefix = head_dim, max_distance, grid, n_prefix
+        span = 2 * max_distance + 1
+        rows = span if grid is None else span * span + 1
+        shape = (rows, head_dim) if heads is None else (heads, rows, head_dim)
+        self.table = nn.Parameter(torch.randn(shape) * 0.02)  # aᴷ
+        self.value_table = nn.Parameter(torch.randn(shape) * 0.02) if values else None  # aⱽ
 
     def distances(self, t_q: int, t_k: int, device=None) -> Tensor:
-        """Clipped j - i as table indices (Tq, Tk)."""
+        """Table rows (Tq, Tk): clipped j − i (1-D), or clipped (Δrow, Δcol) on the grid (2-D)."""
+        k = self.max_distance
         i = torch.arange(t_k - t_q, t_k, device=device)[:, None]
         j = torch.arange(t_k, device=device)[None, :]
-        return (j - i).clamp(-self.max_distance, self.max_distance) + self.max_distance
+        if self.grid is None:
+            return (j - i).clamp(-k, k) + k
+        h, w = self.grid
+        if t_k != self.n_prefix + h * w:
+            raise ValueError(f"2-D relative positions expect {self.n_prefix} + {h}×{w} tokens, got {t_k}")
+        p_i, p_j = (i - self.n_prefix).clamp(min=0), (j - self.n_prefix).clamp(min=0)
+        dr = (p_j // w - p_i // w).clamp(-k, k) + k
+        dc = (p_j % w - p_i % w).clamp(-k, k) + k
+        idx = dr * (2 * k + 1) + dc
+        prefix = (i < self.n_prefix) | (j < self.n_prefix)
+        return idx.masked_fill(prefix, (2 * k + 1) ** 2)  # the last row: to or from a class token
+
+    def _rows(self, table: Tensor, t_q: int, t_k: int, device) -> Tensor:
+        """(Tq, Tk, d), or (H, Tq, Tk, d) with per-head tables."""
+        return table[..., self.distances(t_q, t_k, device), :]
 
     def forward(self, q: Tensor, t_k: int) -> Tensor:
-        t_q = q.shape[-2]
-        a = self.table[self.distances(t_q, t_k, q.device)]  # (Tq, Tk, d)
-        return torch.einsum("bhid,ijd->bhij", q, a.to(q.dtype)) / math.sqrt(self.head_dim)
+        """The key term q_i · aᴷ_ij / √d as a score bias: q (B, H, Tq, d) -> (B, H, Tq, Tk)."""
+        a = self._rows(self.table, q.shape[-2], t_k, q.device).to(q.dtype)
+        eq = "bhid,ijd->bhij" if a.dim() == 3 else "bhid,hijd->bhij"
+        return torch.einsum(eq, q, a) / math.sqrt(self.head_dim)
+
+    def value_term(self, weights: Tensor) -> Tensor:
+        """Σ_j α_ij aⱽ_ij: weights (B, H, Tq, Tk) -> (B, H, Tq, d)."""
+        a = self._rows(self.value_table, weights.shape[-2], weights.shape[-1], weights.device).to(weights.dtype)
+        eq = "bhij,ijd->bhid" if a.dim() == 3 else "bhij,hijd->bhid"
+        return torch.einsum(eq, weights, a)
 
 
 class RotaryEmbedding(nn.Module):

@@ -11,7 +11,7 @@ Part 2 — "Attention is all you need", Table 1: per-layer time of self-attentio
 QKᵀ/softmax/PV core), a recurrent layer (nn.RNN) and a 1-D convolution (k=3) as n and d
 grow, with the fitted exponents printed next to the table's O(n²·d), O(n·d²), O(k·n·d²).
 
-    python benchmarks/attention.py [--quick] [--long] [--json FILE]
+    python benchmarks/attention.py [--quick] [--long] [--very-long] [--json FILE]
 """
 
 from __future__ import annotations
@@ -111,6 +111,49 @@ def long_fast_path(lengths) -> list[dict]:
     return rows
 
 
+def very_long(lengths, window: int = 256) -> list[dict]:
+    """Forward + backward at 4k..64k tokens (B=1, fp32), one step each (timed and its peak memory
+    read from the same step): a causal attention layer (d=64) and a whole pre-LN GPT block
+    (d=128, 2 heads, MLP 512), each with full causal attention (the fused kernel) and with
+    restricted attention (``window``; the block-by-block path). Linear memory = flat MiB per
+    1k tokens."""
+    import time
+
+    from attnlab.blocks import TransformerBlock
+
+    rows = []
+    for t in lengths:
+        for what, d in (("attention layer", 64), ("GPT block", 128)):
+            for win in (None, window):
+                torch.manual_seed(0)
+                x = torch.randn(1, t, d, requires_grad=True)
+                if what == "GPT block":
+                    m = TransformerBlock(d, 2, causal=True, window=win)
+                else:
+                    m = MultiHeadAttention(d, 1, causal=True, window=win)
+                spent = []
+
+                def step():
+                    t0 = time.perf_counter()
+                    m(x).sum().backward()
+                    spent.append(time.perf_counter() - t0)
+
+                mem = peak_extra_bytes(step)
+                mem = mem / 2**20 if mem is not None else None
+                rows.append(
+                    {
+                        "T": t,
+                        "module": what,
+                        "attention": "causal" if win is None else f"window {win}",
+                        "s": spent[-1],
+                        "peak MiB": mem,
+                        "MiB per 1k tokens": mem / (t / 1024) if mem is not None else None,
+                    }
+                )
+                print(f"  T={t} {what} window={win}: {spent[-1]:.1f} s", file=sys.stderr, flush=True)
+    return rows
+
+
 def fit_exponent(xs, ys) -> float:
     lx, ly = [math.log(x) for x in xs], [math.log(y) for y in ys]
     mx, my = sum(lx) / len(lx), sum(ly) / len(ly)
@@ -164,10 +207,21 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="fewer sizes, one-minute version")
     ap.add_argument("--long", action="store_true", help="also the fast path at 4k..16k tokens")
+    ap.add_argument(
+        "--very-long",
+        action="store_true",
+        help="only forward + backward at 4k..64k tokens: attention layer and GPT block, causal and windowed",
+    )
     ap.add_argument("--json", default=None, help="write all rows as JSON")
     args = ap.parse_args()
     torch.manual_seed(0)
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, fp32, CPU\n")
+    if args.very_long:
+        print("## Long inputs: forward + backward, B=1\n")
+        vl = very_long([4096, 8192, 16384, 32768, 65536])
+        print_table(vl, list(vl[0]))
+        save_json({"very_long": vl}, args.json)
+        return
     if args.quick:
         lengths, widths, repeat = [256, 1024, 2048], [64, 256], 3
         ns, ds = [256, 512, 1024], [64, 128, 256]

@@ -136,3 +136,83 @@ def test_peg_depthwise_and_grid_check():
     assert peg.conv.groups == 8
     with pytest.raises(ValueError, match="do not fill a 3x3 grid"):
         peg(x, (3, 3), n_prefix=1)
+
+
+@pytest.mark.parametrize("per_head", [False, True])
+@pytest.mark.parametrize("causal", [False, True])
+def test_shaw_attention_equals_an_explicit_loop_over_pairs(per_head, causal):
+    """e_ij = q_i·(k_j + aᴷ_ij)/√d, z_i = Σ_j α_ij (v_j + aⱽ_ij), with clipped j − i, pair by pair."""
+    torch.manual_seed(0)
+    t, d, h, k_max = 6, 4, 2, 2
+    rel = RelativePosition(d, k_max, heads=h if per_head else None)
+    with torch.no_grad():
+        rel.table.normal_()
+        rel.value_table.normal_()
+    mha = MultiHeadAttention(d * h, h, position_bias=rel, causal=causal)
+    x = torch.randn(1, t, d * h)
+    q, kk, v = (part.view(t, h, d).transpose(0, 1) for part in mha.qkv(x)[0].split(d * h, -1))
+    z = torch.zeros(h, t, d)
+    for head in range(h):
+        a_k = rel.table[head] if per_head else rel.table
+        a_v = rel.value_table[head] if per_head else rel.value_table
+        for i in range(t):
+            keys = range(i + 1) if causal else range(t)
+            e = torch.stack([q[head, i] @ (kk[head, j] + a_k[max(-k_max, min(k_max, j - i)) + k_max]) for j in keys])
+            alpha = torch.softmax(e / d**0.5, 0)
+            z[head, i] = sum(
+                alpha[n] * (v[head, j] + a_v[max(-k_max, min(k_max, j - i)) + k_max]) for n, j in enumerate(keys)
+            )
+    want = mha.out_proj(z.transpose(0, 1).reshape(1, t, d * h))
+    torch.testing.assert_close(mha(x), want, atol=1e-5, rtol=1e-5)
+    no_values = RelativePosition(d, k_max, values=False)
+    assert no_values.value_table is None
+
+
+def test_2d_relative_distances_on_a_patch_grid():
+    rel = RelativePosition(4, max_distance=1, grid=(2, 3), n_prefix=1)
+    idx = rel.distances(7, 7)
+    span = 3  # clipped Δ in {-1, 0, 1}
+    cls = span * span
+    assert (idx[0] == cls).all() and (idx[:, 0] == cls).all()  # the class token has one row of its own
+    # patch 0 at (0, 0) to patch 5 at (1, 2): Δrow 1, Δcol 2 -> clipped (1, 1)
+    assert idx[1, 6] == (1 + 1) * span + (1 + 1)
+    assert idx[6, 1] == (-1 + 1) * span + (-1 + 1)
+    assert idx[2, 2] == 1 * span + 1  # itself: (0, 0)
+    assert rel.table.shape == (span * span + 1, 4)
+    with pytest.raises(ValueError, match="expect 1 \\+ 2×3 tokens"):
+        rel.distances(5, 5)
+
+
+def test_a_gpt_with_relative_positions_is_causal_and_caches():
+    from attnlab.generate import generate
+    from attnlab.models import GPT, GPTConfig
+
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(vocab_size=20, context=16, layers=2, heads=2, dim=16, pos="relative", rel_distance=3)).eval()
+    x = torch.randint(0, 20, (1, 10))
+    with torch.no_grad():
+        full = model(x)
+        torch.testing.assert_close(model(x[:, :6]), full[:, :6], atol=1e-5, rtol=1e-5)
+    cached = generate(model, [[1, 2, 3]], 8, temperature=0)
+    uncached = generate(model, [[1, 2, 3]], 8, temperature=0, use_cache=False)
+    assert cached == uncached
+    tables = [n for n, _ in model.named_parameters() if "table" in n]
+    assert tables == ["rel_pos.table", "rel_pos.value_table"]  # one set, shared by the layers
+
+
+def test_concatenated_positions_start_as_the_sum_and_can_learn_otherwise():
+    from attnlab.models import GPT, GPTConfig
+
+    torch.manual_seed(0)
+    added = GPT(GPTConfig(vocab_size=20, context=8, layers=1, heads=2, dim=8))
+    joined = GPT(GPTConfig(vocab_size=20, context=8, layers=1, heads=2, dim=8, pos_combine="concat"))
+    joined.load_state_dict(added.state_dict(), strict=False)  # all but pos_mix, which is [I I]
+    x = torch.randint(0, 20, (2, 8))
+    torch.testing.assert_close(joined(x), added(x))
+    with torch.no_grad():
+        joined.pos_mix.weight[:, 8:] *= 3  # weigh positions three times as much as tokens
+    _, cache = joined.run_with_cache(x)
+    want = joined.tok_emb(x) + 3 * joined.pos_emb.weight[:8]
+    torch.testing.assert_close(cache["hook_embed"], want)
+    with pytest.raises(ValueError, match="--pos rope has none"):
+        GPTConfig(pos="rope", pos_combine="concat")

@@ -217,7 +217,13 @@ def sinusoidal(ctx: Context) -> Result:
         worst_fit, worst_spread = max(worst_fit, fit), max(worst_spread, spread)
         rows.append([k, fit, dots.mean().item(), spread])
     dist = torch.stack([(pe[:192] * pe[k : 192 + k]).sum(-1).mean() for k in range(64)])
-    fig, ax = plt.subplots(figsize=(4.5, 3), dpi=100)
+    fig, (heat, ax) = plt.subplots(1, 2, figsize=(9, 3), dpi=100, gridspec_kw={"width_ratios": [1.4, 1]})
+    # the lecture's picture: 50 positions of a 128-dimensional encoding, one row per position
+    shown = heat.imshow(sinusoidal_encoding(50, 128).numpy(), aspect="auto", cmap="RdBu", vmin=-1, vmax=1)
+    heat.set_xlabel("dimension i (sin at even i, cos at odd i)")
+    heat.set_ylabel("position")
+    heat.set_title("PE, 50 positions × 128 dimensions", fontsize=9)
+    fig.colorbar(shown, ax=heat, fraction=0.04)
     ax.plot(range(64), dist.numpy())
     ax.set_xlabel("offset k")
     ax.set_ylabel("PE(pos)·PE(pos+k)")
@@ -234,93 +240,180 @@ def sinusoidal(ctx: Context) -> Result:
 
 
 # ---- 6: Table 1 ---------------------------------------------------------------------------------
+WINDOW = 16  # the restricted self-attention row's r
+KERNEL = 3  # the convolution row's k
+TABLE1_KINDS = (
+    "self-attention",
+    f"restricted self-attention (r = {WINDOW})",
+    "recurrent",
+    f"convolution (k = {KERNEL})",
+)
+
+
 def _flops(fn) -> int:
+    """FLOPs of ``fn()``, counted by torch.utils.flop_counter (attention through the math kernel,
+    whose matrix products it can count; the fused CPU kernel is invisible to it)."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
     from torch.utils.flop_counter import FlopCounterMode
 
-    with FlopCounterMode(display=False) as counter, torch.no_grad():
+    with FlopCounterMode(display=False) as counter, torch.no_grad(), sdpa_kernel(SDPBackend.MATH):
         fn()
     return counter.get_total_flops()
 
 
-def _layer_flops(kind: str, n: int, d: int, k: int = 3) -> int:
-    x = torch.randn(1, n, d)
-    if kind == "self-attention":
-        from ..attention import MultiHeadAttention
+def _layer(kind: str, d: int):
+    """One layer of ``kind`` as a function (B, n, d) -> (B, n, d)."""
+    from ..attention import MultiHeadAttention
 
-        mha = MultiHeadAttention(d, 1)
-        return _flops(lambda: mha(x, need_weights=True))
+    if kind.startswith("self-attention"):
+        return MultiHeadAttention(d, 1)
+    if kind.startswith("restricted"):
+        return MultiHeadAttention(d, 1, window=WINDOW)  # the block-by-block path (attention.local_attention)
     if kind == "recurrent":
-        w_x, w_h = torch.randn(d, d), torch.randn(d, d)
+        w_x, w_h = torch.randn(d, d) / math.sqrt(d), torch.randn(d, d) / math.sqrt(d)
 
-        def rnn():
-            h = torch.zeros(1, d)
-            for t in range(n):
+        def rnn(x):  # h_t = tanh(x_t W_x + h_{t-1} W_h), one step after another
+            h, out = torch.zeros(x.shape[0], d), []
+            for t in range(x.shape[1]):
                 h = torch.tanh(x[:, t] @ w_x + h @ w_h)
+                out.append(h)
+            return torch.stack(out, 1)
 
-        return _flops(rnn)
-    conv = torch.nn.Conv1d(d, d, k, padding=k // 2)
-    return _flops(lambda: conv(x.transpose(1, 2)))
+        return rnn
+    conv = torch.nn.Conv1d(d, d, KERNEL, padding=KERNEL // 2)
+    return lambda x: conv(x.transpose(1, 2)).transpose(1, 2)
 
 
-def _path_length(kind: str, n: int, k: int = 3) -> int:
-    """Layers (or steps) a signal needs from position 0 to position n−1."""
-    if kind == "self-attention":
-        return 1
-    if kind == "recurrent":
-        return n - 1
-    reach, layers = 1, 0  # dilated convolutions, dilation k^l: the receptive field grows k-fold per layer
-    while reach < n:
-        reach, layers = reach * k, layers + 1
-    return layers
+def _depends(layer, n: int, d: int) -> np.ndarray:
+    """(n, n) booleans from autograd: output position i depends on input position j."""
+    x = torch.randn(1, n, d, requires_grad=True)
+    out = layer(x)
+    rows = []
+    for i in range(n):
+        (g,) = torch.autograd.grad(out[0, i].sum(), x, retain_graph=True)
+        rows.append(g[0].abs().sum(-1) > 0)
+    return torch.stack(rows).numpy()
+
+
+def _graph_depth(out: torch.Tensor, leaf: torch.Tensor) -> int:
+    """The longest chain of operations from ``leaf`` to ``out`` in the autograd graph (ops that
+    must run one after another); 0 when ``out`` does not depend on ``leaf``."""
+    memo: dict = {}
+
+    def depth(fn) -> float:
+        if fn is None:
+            return -math.inf
+        if fn in memo:
+            return memo[fn]
+        if getattr(fn, "variable", None) is leaf:
+            memo[fn] = 0
+            return 0
+        best = max((depth(child) for child, _ in fn.next_functions), default=-math.inf)
+        memo[fn] = best + 1
+        return memo[fn]
+
+    found = depth(out.grad_fn)
+    return int(found) if math.isfinite(found) else 0
+
+
+def _stack_depth(layer, layers: int, n: int, d: int, i: int, j: int) -> int:
+    """Chain length from input position j to output position i through ``layers`` applications."""
+    parts = [torch.randn(1, 1, d, requires_grad=True) for _ in range(n)]
+    x = torch.cat(parts, 1)
+    for _ in range(layers):
+        x = layer(x)
+    return _graph_depth(x[0, i], parts[j])
+
+
+def _path_and_sequence(kind: str, n: int, d: int = 8) -> tuple[int, int, float]:
+    """Measured on the layer itself: (layers needed for the last position to see the first, from
+    the dependency pattern autograd reports; maximum path length, the chain of sequential steps
+    from the first input to the last output through that many layers, in units of one layer's
+    chain at n = 1; sequential operations, one layer's longest chain at n over its chain at n = 1)."""
+    torch.manual_seed(0)
+    layer = _layer(kind, d)
+    reach = _depends(layer, n, d).astype(np.int64)
+    seen, layers = reach.copy(), 1
+    while not seen[n - 1, 0] and layers < n:
+        seen, layers = np.minimum(seen @ reach, 1), layers + 1
+    unit = _stack_depth(layer, 1, 1, d, 0, 0)  # one layer's chain for a single position
+    path = _stack_depth(layer, layers, n, d, n - 1, 0) / unit
+    parts = [torch.randn(1, 1, d, requires_grad=True) for _ in range(n)]
+    out = layer(torch.cat(parts, 1))
+    sequential = max(_graph_depth(out[0, n - 1], p) for p in parts) / unit
+    return layers, round(path), sequential
 
 
 @claim(
     "table1",
     'Table 1 of "Attention is all you need"',
-    "Per layer: self-attention costs O(n²·d), recurrent O(n·d²), convolutional O(k·n·d²); the maximum path "
-    "length is O(1), O(n) and O(log_k n) (dilated); sequential operations O(1), O(n), O(1).",
+    "Per layer: self-attention costs O(n²·d), restricted self-attention O(r·n·d), recurrent O(n·d²), "
+    "convolutional O(k·n·d²); the maximum path length is O(1), O(n/r), O(n) and O(n/k) (contiguous "
+    "kernels; O(log_k n) dilated); sequential operations O(1), O(1), O(n), O(1).",
 )
 def table1(ctx: Context) -> Result:
-    kinds = ("self-attention", "recurrent", "convolution")
     ns, ds = [128, 256, 512, 1024], [32, 64, 128, 256]
-    fit = {}
-    for kind in kinds:
-        by_n = [_layer_flops(kind, n, 32) for n in ns]
-        by_d = [_layer_flops(kind, 256, d) for d in ds]
+    n_path = 64
+    fit, measured = {}, {}
+    for kind in TABLE1_KINDS:
+        by_n = [_flops(lambda: _layer(kind, 32)(torch.randn(1, n, 32))) for n in ns]
+        by_d = [_flops(lambda: _layer(kind, d)(torch.randn(1, 256, d))) for d in ds]
         slope = lambda xs, ys: float(np.polyfit(np.log(xs), np.log(ys), 1)[0])  # noqa: E731
         fit[kind] = (slope(ns, by_n), slope(ds, by_d), by_n)
+        measured[kind] = _path_and_sequence(kind, n_path)
     # in n the self-attention FLOPs are n²·d + n·d² (projections): fit at d = 32 where n ≫ d
     rows = [
-        [
-            kind,
-            f"{fit[kind][0]:.2f}",
-            f"{fit[kind][1]:.2f}",
-            _path_length(kind, 1024),
-            {"self-attention": 1, "recurrent": 1024, "convolution": 1}[kind],
-        ]
-        for kind in kinds
+        [kind, f"{fit[kind][0]:.2f}", f"{fit[kind][1]:.2f}", measured[kind][1], f"{measured[kind][2]:.0f}"]
+        for kind in TABLE1_KINDS
     ]
     fig, ax = plt.subplots(figsize=(4.5, 3.2), dpi=100)
-    for kind in kinds:
+    for kind in TABLE1_KINDS:
         ax.loglog(ns, fit[kind][2], "o-", label=kind)
     ax.set_xlabel("sequence length n (d = 32)")
     ax.set_ylabel("FLOPs per layer")
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=7)
     save_figure(fig, ctx.out / "table1.png")
-    sa, rnn, conv = (fit[k] for k in kinds)
-    ok = sa[0] > 1.7 and 0.9 < rnn[0] < 1.1 and rnn[1] > 1.8 and 0.9 < conv[0] < 1.1 and conv[1] > 1.8
+    sa, local, rnn, conv = (fit[k] for k in TABLE1_KINDS)
+    (_, p_sa, s_sa), (_, p_local, s_local), (_, p_rnn, s_rnn), (_, p_conv, s_conv) = (measured[k] for k in TABLE1_KINDS)
+    want_local, want_conv = math.ceil((n_path - 1) / WINDOW), math.ceil((n_path - 1) / (KERNEL // 2))
+    checks = {
+        "self-attention's exponent in n above 1.7": sa[0] > 1.7,
+        "restricted, recurrent and convolution ≈ 1 in n (0.9–1.2)": all(0.9 < f[0] < 1.2 for f in (local, rnn, conv)),
+        "recurrent and convolution above 1.8 in d, restricted below 1.5": rnn[1] > 1.8
+        and conv[1] > 1.8
+        and local[1] < 1.5,
+        f"path lengths at n = {n_path}: 1, ⌈(n−1)/r⌉ = {want_local}, ≥ n−1, ⌈(n−1)/⌊k/2⌋⌉ = {want_conv}": (
+            p_sa == 1 and p_local == want_local and p_rnn >= n_path - 1 and p_conv == want_conv
+        ),
+        "sequential operations: 1 for attention, restricted and convolution, ≥ n/2 for recurrent": (
+            s_sa == s_local == s_conv == 1 and s_rnn >= n_path / 2
+        ),
+    }
     return Result(
-        f"fitted exponents in n: self-attention {sa[0]:.2f}, recurrent {rnn[0]:.2f}, convolution "
-        f"{conv[0]:.2f}; in d: {sa[1]:.2f}, {rnn[1]:.2f}, {conv[1]:.2f} (FLOPs counted by "
-        "torch.utils.flop_counter)",
-        ok,
-        "self-attention's exponent in n above 1.7; recurrent and convolution ≈ 1 in n (0.9–1.1) and above 1.8 in d",
+        f"fitted exponents in n: self-attention {sa[0]:.2f}, restricted {local[0]:.2f}, recurrent {rnn[0]:.2f}, "
+        f"convolution {conv[0]:.2f}; in d: {sa[1]:.2f}, {local[1]:.2f}, {rnn[1]:.2f}, {conv[1]:.2f} (FLOPs counted by "
+        f"torch.utils.flop_counter); at n = {n_path}, maximum path length {p_sa}, {p_local}, {p_rnn}, {p_conv} and "
+        f"sequential operations {s_sa:.0f}, {s_local:.0f}, {s_rnn:.0f}, {s_conv:.0f} (from the autograd graph)",
+        all(checks.values()),
+        "; ".join(checks),
         "table1.png",
         _table(
-            ["layer", "exponent in n", "exponent in d", "max path length (n = 1024)", "sequential ops (n = 1024)"], rows
+            [
+                "layer",
+                "exponent in n",
+                "exponent in d",
+                f"max path length (n = {n_path})",
+                f"sequential ops (n = {n_path})",
+            ],
+            rows,
         ),
-        note="Self-attention's exponent in d is below 2 at these sizes: its n²·d term is linear in d "
-        "and dominates while n > d, as the table's O(n²·d) says.",
+        note="Path length and sequential operations are measured on the layers: which input positions each "
+        "output depends on (autograd) gives the layers a signal needs from the first position to the last; "
+        "the autograd graph's longest chain of operations, divided by one layer's chain for a single position, "
+        "gives the steps along that path and the steps one layer must take one after another. The "
+        "convolution is a plain (contiguous) one, so its path is n/⌊k/2⌋ layers, not the dilated log_k n. "
+        "Self-attention's exponent in d is below 2 at these sizes: its n²·d term is linear in d and "
+        "dominates while n > d, as the table's O(n²·d) says.",
     )
 
 
@@ -406,7 +499,7 @@ def length(ctx: Context) -> Result:
     data = _corpus(ctx)
     n_val = len(data.val)
     ends = [max(lengths) + i * (n_val - 1 - max(lengths)) // 7 for i in range(8)]  # 8 fixed targets spans
-    for pos in ("learned", "sinusoidal", "rope", "alibi"):
+    for pos in ("learned", "sinusoidal", "rope", "alibi", "relative"):
         # a learned table has exactly the trained length: it cannot be asked about position 64
         model, data = _train_gpt(ctx, pos, steps, context=64 if pos == "learned" else 512)
         ctx.cache[f"gpt_{pos}"] = model
@@ -426,15 +519,21 @@ def length(ctx: Context) -> Result:
     # each encoding judged on its own change from the trained length (a model worse everywhere
     # is not thereby worse at length)
     change = {pos: ys[-1] - ys[0] for pos, ys in losses.items() if ys[-1] is not None}
-    ok = change["alibi"] <= 0.1 and all(change[p] > change["alibi"] + 0.1 for p in ("sinusoidal", "rope")) and refused
+    ok = (
+        change["alibi"] <= 0.1
+        and change["relative"] <= 0.1
+        and all(change[p] > max(change["alibi"], change["relative"]) + 0.1 for p in ("sinusoidal", "rope"))
+        and refused
+    )
     shown = ", ".join(f"{p} {v[0]:.2f} → " + ("n/a" if v[-1] is None else f"{v[-1]:.2f}") for p, v in losses.items())
     return Result(
         f"loss at 64 → 512 tokens: {shown}; change from the trained length: "
         + ", ".join(f"{p} {c:+.2f}" for p, c in change.items())
         + f"; learned positions {'refuse' if refused else 'accept'} a 128-token window",
         ok,
-        "ALiBi's loss at 512 within 0.1 of its own loss at 64; sinusoidal's and RoPE's rise by more than 0.1 beyond "
-        "ALiBi's; the learned-positions model refuses a window longer than its table",
+        "ALiBi's and relative positions' (Shaw, clipped at 16) loss at 512 within 0.1 of their own loss at 64; "
+        "sinusoidal's and RoPE's rise by more than 0.1 beyond both; the learned-positions model refuses a window "
+        "longer than its table",
         "length.png",
         _table(["positions", *map(str, lengths)], rows),
         note=f"2-layer 64-wide GPTs, {steps} steps of 64-token windows. Every length predicts the same 8 spans of "

@@ -102,6 +102,8 @@ def export_bert(model: nn.Module) -> tuple[dict[str, Tensor], dict]:
         raise CheckpointError("a pre-LN text encoder (norm_first=True) does not map to BERT, which is post-LN")
     if model.config.window is not None:
         raise CheckpointError("a text encoder with restricted attention (--window) does not map to BERT")
+    if c.pos != "learned":
+        raise CheckpointError("a text encoder with relative positions (--pos relative) does not map to BERT")
     sd = model.state_dict()
     if c.num_classes:
         arch, prefix = "BertForSequenceClassification", "bert."

@@ -103,6 +103,7 @@ def export_gpt2(model: nn.Module) -> tuple[dict[str, Tensor], dict]:
         embed_scale=(c.embed_scale, False),
         qk_norm=(c.qk_norm, False),
         logit_softcap=(c.logit_softcap, 0.0),
+        pos_combine=(c.pos_combine, "add"),
     )
     differ = {k: have for k, (have, need) in gpt2_only.items() if have != need}
     if c.activation not in ACT_TO_HF:

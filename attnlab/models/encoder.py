@@ -21,7 +21,7 @@ from torch import Tensor, nn
 from ..blocks import Encoder
 from ..config import Config
 from ..hooks import HookedModule, HookPoint
-from ..position import LearnedPosition
+from ..position import LearnedPosition, RelativePosition
 
 __all__ = ["TextEncoderConfig", "TextEncoder", "ENCODER_PRESETS", "mean_pool"]
 
@@ -48,6 +48,16 @@ class TextEncoderConfig(Config):
             "help": "restricted attention: each token attends to the WINDOW tokens on either side (default: all)"
         },
     )
+    pos: str = field(
+        default="learned",
+        metadata={
+            "help": "learned (BERT's absolute table) or relative (Shaw et al.: learned key and value vectors per "
+            "clipped distance, inside attention; no table added to the tokens)"
+        },
+    )
+    rel_distance: int = field(
+        default=16, metadata={"help": "--pos relative: distances beyond this many tokens share one table row"}
+    )
 
     SIZES = ("vocab_size", "context", "layers", "heads", "dim", "mlp_dim", "type_vocab_size")
     ALIASES = {"num_labels": "num_classes"}
@@ -58,6 +68,10 @@ class TextEncoderConfig(Config):
             raise ValueError(f"dim={self.dim} is not divisible by heads={self.heads}")
         if self.num_classes < 0:
             raise ValueError(f"num_classes must be 0 (no classifier) or more, got {self.num_classes}")
+        if self.pos not in ("learned", "relative"):
+            raise ValueError(f"--pos must be learned or relative for a text encoder, got {self.pos!r}")
+        if self.rel_distance < 1:
+            raise ValueError(f"--rel-distance must be at least 1, got {self.rel_distance}")
         if self.window is not None and self.window < 1:
             raise ValueError(
                 f"--window must be at least 1 (the tokens on either side each one sees), got {self.window}"
@@ -110,7 +124,9 @@ class TextEncoder(HookedModule):
         super().__init__()
         self.config = c = config
         self.tok_emb = nn.Embedding(c.vocab_size, c.dim, padding_idx=c.pad_id)
-        self.pos = LearnedPosition(c.dim, c.context)
+        self.pos = LearnedPosition(c.dim, c.context) if c.pos == "learned" else None
+        # relative: Shaw's tables inside attention, one set shared by every layer (as T5 shares them)
+        self.rel_pos = RelativePosition(c.dim // c.heads, c.rel_distance) if c.pos == "relative" else None
         self.seg_emb = nn.Embedding(c.type_vocab_size, c.dim)
         self.emb_norm = nn.LayerNorm(c.dim, eps=c.norm_eps)
         self.drop = nn.Dropout(c.dropout)
@@ -125,6 +141,7 @@ class TextEncoder(HookedModule):
             norm_first=c.norm_first,
             norm_eps=c.norm_eps,
             window=c.window,
+            position_bias=self.rel_pos,
         )
         self.pooler = nn.Linear(c.dim, c.dim)
         self.hook_embed, self.hook_pooled = HookPoint(), HookPoint()
@@ -145,7 +162,7 @@ class TextEncoder(HookedModule):
             nn.init.normal_(m.weight, 0.0, 0.02)
 
     def no_weight_decay(self) -> set[str]:
-        return {"pos.weight"}
+        return {"pos.weight"} if self.pos is not None else set()
 
     def forward(
         self,
@@ -172,7 +189,10 @@ class TextEncoder(HookedModule):
             attention_mask = input_ids != self.config.pad_id
         if token_type_ids is None:
             token_type_ids = torch.zeros_like(input_ids)
-        x = self.pos(self.tok_emb(input_ids)) + self.seg_emb(token_type_ids)
+        x = self.tok_emb(input_ids)
+        if self.pos is not None:
+            x = self.pos(x)
+        x = x + self.seg_emb(token_type_ids)
         x = self.hook_embed(self.drop(self.emb_norm(x)))
         hidden = self.encoder(x, key_mask=attention_mask.bool())
         if head is None:

@@ -18,11 +18,11 @@ from ..config import Config
 from ..hooks import HookedModule, HookPoint
 from ..losses import cross_entropy
 from ..blocks import TransformerBlock, init_gpt2_weights
-from ..position import ALiBi, LearnedPosition, RotaryEmbedding, SinusoidalPosition
+from ..position import ALiBi, LearnedPosition, RelativePosition, RotaryEmbedding, SinusoidalPosition
 
 __all__ = ["GPTConfig", "GPT", "GPT_PRESETS"]
 
-POSITIONS = ("learned", "rope", "alibi", "sinusoidal")
+POSITIONS = ("learned", "rope", "alibi", "sinusoidal", "relative")
 
 
 @dataclass
@@ -34,7 +34,7 @@ class GPTConfig(Config):
     dim: int = 768
     dropout: float = 0.0
     bias: bool = True
-    pos: str = "learned"  # learned | rope | alibi | sinusoidal
+    pos: str = "learned"  # learned | rope | alibi | sinusoidal | relative (Shaw et al.)
     # exact GELU (nanoGPT); the gpt2 preset uses "gelu_tanh" (GPT-2's gelu_new), speedrun-cpu "relu2"
     activation: str = "gelu"
     norm_eps: float = 1e-5
@@ -60,6 +60,21 @@ class GPTConfig(Config):
         },
     )
 
+    pos_combine: str = field(
+        default="add",
+        metadata={
+            "help": "absolute positions: add them to the token embeddings (add), or concatenate [token; position] "
+            "and project back to dim with a learned matrix that starts as the sum (concat)"
+        },
+    )
+    rel_distance: int = field(
+        default=16,
+        metadata={"help": "--pos relative: distances beyond this many tokens share one table row (default 16)"},
+    )
+    rel_heads: bool = field(
+        default=False,
+        metadata={"help": "--pos relative: a table per head instead of one shared by all heads (default: shared)"},
+    )
     qk_norm: bool = field(
         default=False,
         metadata={"help": "RMS-normalise each head's queries and keys (QK-norm; the speedrun-cpu preset's)"},
@@ -97,6 +112,15 @@ class GPTConfig(Config):
             self.embed_scale = self.pos == "sinusoidal"
         if self.dim % self.heads:
             raise ValueError(f"dim={self.dim} is not divisible by heads={self.heads}; pick heads dividing dim")
+        if self.rel_distance < 1:
+            raise ValueError(f"--rel-distance must be at least 1, got {self.rel_distance}")
+        if self.pos_combine not in ("add", "concat"):
+            raise ValueError(f"--pos-combine must be add or concat, got {self.pos_combine!r}")
+        if self.pos_combine == "concat" and self.pos not in ("learned", "sinusoidal"):
+            raise ValueError(
+                f"--pos-combine concat joins an absolute position code to the tokens; --pos {self.pos} has none "
+                "(use learned or sinusoidal)"
+            )
         if self.logit_softcap < 0:
             raise ValueError(f"--logit-softcap must be 0 (off) or positive, got {self.logit_softcap}")
         if self.window is not None and self.window < 1:
@@ -173,9 +197,18 @@ class GPT(HookedModule):
         # (one parameter-free module shared by all layers)
         absolute = {"learned": LearnedPosition, "sinusoidal": SinusoidalPosition}.get(c.pos)
         self.pos_emb = absolute(c.dim, c.context) if absolute else None
+        # concat: x = W [E(token); P(pos)], W (dim, 2·dim) (set to [I I] below: it starts as the sum)
+        self.pos_mix = nn.Linear(2 * c.dim, c.dim, bias=False) if c.pos_combine == "concat" else None
         self.drop = nn.Dropout(c.dropout)
         rotary = RotaryEmbedding(c.dim // c.heads) if c.pos == "rope" else None
-        alibi = ALiBi(c.heads) if c.pos == "alibi" else None
+        # a score bias: ALiBi's fixed slopes, or Shaw's learned tables (one set for every layer, as T5 shares
+        # its relative bias, with the value term)
+        bias = None
+        if c.pos == "alibi":
+            bias = ALiBi(c.heads)
+        elif c.pos == "relative":
+            bias = RelativePosition(c.dim // c.heads, c.rel_distance, heads=c.heads if c.rel_heads else None)
+        self.rel_pos = bias if c.pos == "relative" else None
         self.blocks = nn.ModuleList(
             TransformerBlock(
                 c.dim,
@@ -187,7 +220,7 @@ class GPT(HookedModule):
                 bias=c.bias,
                 norm_eps=c.norm_eps,
                 rotary=rotary,
-                position_bias=alibi,
+                position_bias=bias,
                 mlp=c.mlp,
                 window=c.window,
                 qk_norm=c.qk_norm,
@@ -198,6 +231,9 @@ class GPT(HookedModule):
         self.hook_embed, self.hook_final = HookPoint(), HookPoint()
         self.lm_head = nn.Linear(c.dim, c.vocab_size, bias=False)
         init_gpt2_weights(self, c.layers)
+        if self.pos_mix is not None:
+            with torch.no_grad():
+                self.pos_mix.weight.copy_(torch.cat([torch.eye(c.dim), torch.eye(c.dim)], dim=1))
         if c.zero_init:  # each block starts as the identity; the gradient reaches these first
             for name, p in self.named_parameters():
                 if name.endswith(("out_proj.weight", "mlp.proj.weight")) or (
@@ -253,7 +289,10 @@ class GPT(HookedModule):
         x = self.tok_emb(idx)  # (B, T, C)
         if self.config.embed_scale:
             x = x * math.sqrt(self.config.dim)  # E·√d_model (Vaswani et al. 3.4)
-        if self.pos_emb is not None:
+        if self.pos_mix is not None:  # concatenate the position code, project back to dim
+            pe = self.pos_emb(torch.zeros_like(x), offset=offset, positions=positions)  # (B, T, C)
+            x = self.pos_mix(torch.cat([x, pe], dim=-1))
+        elif self.pos_emb is not None:
             x = self.pos_emb(x, offset=offset, positions=positions)
         x = self.hook_embed(self.drop(x))
         if positions is None:

@@ -19,7 +19,7 @@ from torch import Tensor, nn
 from ..config import Config, SpecialTokens
 from ..hooks import HookedModule, HookPoint
 from ..blocks import Decoder, Encoder
-from ..position import LearnedPosition, SinusoidalPosition
+from ..position import LearnedPosition, RelativePosition, SinusoidalPosition
 
 __all__ = ["TransformerConfig", "Transformer"]
 
@@ -35,7 +35,8 @@ class TransformerConfig(SpecialTokens, Config):
     mlp_dim: int = 512
     dropout: float = 0.1
     norm_first: bool = False  # the paper's post-LN; True for pre-LN
-    pos: str = "sinusoidal"  # sinusoidal | learned
+    pos: str = "sinusoidal"  # sinusoidal | learned | relative (Shaw et al., in both self-attentions)
+    rel_distance: int = 16  # --pos relative: distances beyond this many tokens share one table row
     activation: str = "relu"
     share_embeddings: bool = True  # only when the vocabulary is joint (src_vocab == tgt_vocab)
     tie_output: bool = True
@@ -46,8 +47,10 @@ class TransformerConfig(SpecialTokens, Config):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        if self.pos not in ("sinusoidal", "learned"):
-            raise ValueError(f"pos must be sinusoidal or learned, got {self.pos!r}")
+        if self.pos not in ("sinusoidal", "learned", "relative"):
+            raise ValueError(f"pos must be sinusoidal, learned or relative, got {self.pos!r}")
+        if self.rel_distance < 1:
+            raise ValueError(f"--rel-distance must be at least 1, got {self.rel_distance}")
         if self.dim % self.heads:
             raise ValueError(f"dim={self.dim} is not divisible by heads={self.heads}")
         if self.share_embeddings and self.src_vocab != self.tgt_vocab:
@@ -71,9 +74,14 @@ class Transformer(HookedModule):
         self.config = c = config
         self.src_emb = nn.Embedding(c.src_vocab, c.dim, padding_idx=c.pad_id)
         self.tgt_emb = self.src_emb if c.share_embeddings else nn.Embedding(c.tgt_vocab, c.dim, padding_idx=c.pad_id)
-        pos_cls = SinusoidalPosition if c.pos == "sinusoidal" else LearnedPosition
-        self.src_pos = pos_cls(c.dim, c.context)
-        self.tgt_pos = pos_cls(c.dim, c.context)
+        pos_cls = {"sinusoidal": SinusoidalPosition, "learned": LearnedPosition}.get(c.pos)
+        self.src_pos = pos_cls(c.dim, c.context) if pos_cls else None
+        self.tgt_pos = pos_cls(c.dim, c.context) if pos_cls else None
+        # relative: Shaw's tables in the encoder's and the decoder's self-attention (one set for each
+        # stack, shared by its layers); cross-attention compares positions of two sentences, so none
+        relative = c.pos == "relative"
+        self.src_rel = RelativePosition(c.dim // c.heads, c.rel_distance) if relative else None
+        self.tgt_rel = RelativePosition(c.dim // c.heads, c.rel_distance) if relative else None
         self.drop = nn.Dropout(c.dropout)
         kw = dict(
             mlp_hidden=c.mlp_dim,
@@ -82,8 +90,8 @@ class Transformer(HookedModule):
             attn_dropout=c.dropout,
             norm_first=c.norm_first,
         )
-        self.encoder = Encoder(c.enc_layers, c.dim, c.heads, **kw)
-        self.decoder = Decoder(c.dec_layers, c.dim, c.heads, **kw)
+        self.encoder = Encoder(c.enc_layers, c.dim, c.heads, position_bias=self.src_rel, **kw)
+        self.decoder = Decoder(c.dec_layers, c.dim, c.heads, position_bias=self.tgt_rel, **kw)
         self.lm_head = nn.Linear(c.dim, c.tgt_vocab, bias=False)
         self.hook_src_embed, self.hook_tgt_embed = HookPoint(), HookPoint()
         self._init()
@@ -107,7 +115,8 @@ class Transformer(HookedModule):
                 f"sequence of {ids.shape[1] + offset} tokens is longer than the model's context of "
                 f"{self.config.context}"
             )
-        return self.drop(pos(emb(ids) * math.sqrt(self.config.dim), offset=offset))
+        x = emb(ids) * math.sqrt(self.config.dim)
+        return self.drop(pos(x, offset=offset) if pos is not None else x)
 
     # ---- training -------------------------------------------------------------------------
     def encode(self, src: Tensor, src_mask: Tensor | None = None) -> dict:

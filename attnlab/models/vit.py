@@ -18,10 +18,13 @@ from torch import Tensor, nn
 from ..config import Config
 from ..hooks import HookedModule, HookPoint
 from ..blocks import Encoder
-from ..position import PEG, LearnedPosition, SinCos2DPosition
+from ..position import PEG, FourierPosition, LearnedPosition, RelativePosition, SinCos2DPosition
 from ..tokens import PatchEmbed
 
 __all__ = ["ViTConfig", "ViT", "VIT_PRESETS"]
+
+
+VIT_POSITIONS = ("learned", "sincos", "fourier", "relative")
 
 
 @dataclass
@@ -35,7 +38,8 @@ class ViTConfig(Config):
     heads: int = 3
     mlp_ratio: float = 4.0
     pool: str = "cls"  # cls | mean
-    pos: str = "learned"  # learned | sincos
+    pos: str = "learned"  # learned | sincos | fourier | relative (2-D Shaw et al., no absolute table)
+    rel_distance: int = 8  # --pos relative: patch offsets beyond this many rows or columns share a table row
     dropout: float = 0.0
     norm_eps: float = 1e-6
     qkv_bias: bool = True
@@ -51,8 +55,10 @@ class ViTConfig(Config):
             raise ValueError(f"num_classes must be 0 (no head) or more, got {self.num_classes}")
         if self.pool not in ("cls", "mean"):
             raise ValueError(f"pool must be 'cls' or 'mean', got {self.pool!r}")
-        if self.pos not in ("learned", "sincos"):
-            raise ValueError(f"pos must be 'learned' or 'sincos', got {self.pos!r}")
+        if self.pos not in VIT_POSITIONS:
+            raise ValueError(f"pos must be one of {VIT_POSITIONS}, got {self.pos!r}")
+        if self.rel_distance < 1:
+            raise ValueError(f"--rel-distance must be at least 1, got {self.rel_distance}")
         if self.image_size % self.patch_size:
             raise ValueError(
                 f"image size {self.image_size} is not divisible by patch size {self.patch_size}; "
@@ -92,15 +98,16 @@ class ViT(HookedModule):
     def __init__(self, config: ViTConfig) -> None:
         super().__init__()
         self.config = c = config
-        n = c.grid[0] * c.grid[1]
         self.n_prefix = 1 if c.pool == "cls" else 0
         self.cls_token = nn.Parameter(torch.zeros(1, 1, c.dim)) if c.pool == "cls" else None
         # learned, or fixed 2-D sin-cos (the class token gets a zero position vector); made before
         # patch_embed so that the parameter order (and the optimizer state of older runs) is kept
-        self.pos = (
-            LearnedPosition(c.dim, self.n_prefix + n)
-            if c.pos == "learned"
-            else SinCos2DPosition(c.dim, c.grid, self.n_prefix)
+        self.pos = self._absolute_positions(c.grid)
+        # relative: 2-D Shaw tables inside attention, one set shared by every block (as T5 shares them)
+        self.rel_pos = (
+            RelativePosition(c.dim // c.heads, c.rel_distance, grid=c.grid, n_prefix=self.n_prefix)
+            if c.pos == "relative"
+            else None
         )
         self.patch_embed = PatchEmbed(c.patch_size, c.in_chans, c.dim)
         self.drop = nn.Dropout(c.dropout)
@@ -114,6 +121,7 @@ class ViT(HookedModule):
             norm_eps=c.norm_eps,
             bias=True,
             qkv_bias=c.qkv_bias,
+            position_bias=self.rel_pos,
         )
         self.peg = PEG(c.dim) if c.peg else None
         self.hook_embed, self.hook_pooled = HookPoint(), HookPoint()
@@ -131,6 +139,17 @@ class ViT(HookedModule):
         if isinstance(self.head, nn.Linear):
             nn.init.zeros_(self.head.weight)
 
+    def _absolute_positions(self, grid: tuple[int, int]) -> nn.Module | None:
+        """The table added to the tokens (None for relative positions, which act inside attention)."""
+        c, n = self.config, grid[0] * grid[1]
+        if c.pos == "learned":
+            return LearnedPosition(c.dim, self.n_prefix + n)
+        if c.pos == "sincos":
+            return SinCos2DPosition(c.dim, grid, self.n_prefix)
+        if c.pos == "fourier":
+            return FourierPosition(c.dim, grid, self.n_prefix)
+        return None
+
     @property
     def grid(self) -> tuple[int, int]:
         return self.config.grid
@@ -138,6 +157,11 @@ class ViT(HookedModule):
     @property
     def pos_embed(self) -> Tensor:
         """The position table as timm names and shapes it: (1, n_prefix + N, D)."""
+        if self.pos is None:
+            raise ValueError(
+                "this ViT has no position table: --pos relative puts positions inside attention "
+                "(see its attention maps instead)"
+            )
         return self.pos.weight[None]
 
     def no_weight_decay(self) -> set[str]:
@@ -160,7 +184,9 @@ class ViT(HookedModule):
         x = self.patch_embed(images)  # (B, N, D)
         if self.cls_token is not None:
             x = torch.cat([repeat(self.cls_token, "1 1 d -> b 1 d", b=x.shape[0]), x], dim=1)
-        x = self.hook_embed(self.drop(self.pos(x)))
+        if self.pos is not None:
+            x = self.pos(x)
+        x = self.hook_embed(self.drop(x))
         peg = (lambda t: self.peg(t, self.grid, self.n_prefix)) if self.peg is not None else None
         return self.encoder(x, after_first=peg)
 
@@ -179,8 +205,12 @@ class ViT(HookedModule):
         if image_size % c.patch_size:
             raise ValueError(f"image size {image_size} is not divisible by patch size {c.patch_size}")
         g_new = image_size // c.patch_size
-        device = self.pos.weight.device
-        if c.pos == "learned":
+        device = self.patch_embed.proj.weight.device
+        if c.pos == "relative":  # the tables hold offsets, which mean the same on any grid
+            self.rel_pos.grid = (g_new, g_new)
+        elif c.pos == "fourier":  # continuous coordinates: the same features on a finer grid
+            self.pos.grid = (g_new, g_new)
+        elif c.pos == "learned":
             table = self.pos.weight
             prefix, grid = table[: self.n_prefix], table[self.n_prefix :]
             img = rearrange(grid, "(h w) d -> 1 d h w", h=c.grid[0])
