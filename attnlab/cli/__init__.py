@@ -441,21 +441,38 @@ def main(argv: list[str] | None = None) -> int:
         print("\ninterrupted", file=sys.stderr)
         return 130
     except (AttnlabError, ValueError, OSError) as e:
+        _report(f"error: {one_line(e)}")  # (reported first, then cleaned up)
         abandon_new_runs()
-        print(f"error: {one_line(e)}", file=sys.stderr)
+        _let_peers_report()
         return 2
     except Exception as e:  # a bug, or a case nobody foresaw: still one line, the traceback on request
         abandon_new_runs()
         if os.environ.get("ATTNLAB_DEBUG"):
             raise
-        print(
+        _report(
             f"error: unexpected {type(e).__name__}: {one_line(e)} (set ATTNLAB_DEBUG=1 to see the traceback, "
-            "and please report it)",
-            file=sys.stderr,
+            "and please report it)"
         )
         return 1
     finally:
         release_runs()
+
+
+def _report(line: str) -> None:
+    """One line to stderr in one write: under torchrun every rank shares the stream, and print()'s
+    separate write of the newline let two ranks' lines run together."""
+    sys.stderr.write(line + "\n")
+    sys.stderr.flush()
+
+
+def _let_peers_report(seconds: float = 1.0) -> None:
+    """Under torchrun, a rank that exits makes the launcher stop the others at once. Errors found
+    together (a NaN loss is all-reduced, so every rank sees it at the same step) should reach the
+    user from every rank, so a failing rank waits a moment before it exits."""
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        import time
+
+        time.sleep(seconds)
 
 
 if __name__ == "__main__":
