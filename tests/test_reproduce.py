@@ -43,3 +43,19 @@ def test_a_failing_check_is_reported_not_raised(tmp_path, monkeypatch):
     r = run_claims(["masks"], ctx, log=lambda m: None)["masks"]
     assert not r.passed and "boom" in r.measured
     assert "FAIL" in write_report({"masks": r}, ctx).read_text()
+
+
+def test_an_untrained_model_fails_the_heads_criterion():
+    """The heads claim's baseline: before training, removing a head barely moves the loss (< 0.05
+    nats), so the claim's test cannot pass on a model that learned nothing."""
+    import torch
+
+    from attnlab.experiments.claims import head_statistics
+    from attnlab.models import GPT, GPTConfig
+
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(vocab_size=65, context=64, layers=2, heads=4, dim=64, pos="alibi")).eval()
+    ids = torch.randint(0, 65, (8, 65))
+    js, deltas, base = head_statistics(model, ids[:, :-1], ids[:, 1:])
+    assert js.shape == (4, 4) and len(deltas) == 8 and base > 3.5  # about log(65): a uniform guess
+    assert max(d for _, d in deltas) < 0.05
