@@ -5,6 +5,11 @@ import pytest
 import torch
 
 torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
+# A run's thread count follows the machine's load unless it is fixed (attnlab/training/threads.py);
+# the suite fixes it, in this process and in the commands it starts, so that what else runs on the
+# machine cannot change a sum's order between two runs that must agree to the last bit
+# (tests/test_threads.py drives the adaptive choice with made-up load figures instead).
+os.environ.setdefault("OMP_NUM_THREADS", str(torch.get_num_threads()))
 
 # The suite runs the same on every CPU: `--dtype auto` sees "no fast bf16" unless a test says
 # otherwise (tests/test_dtype.py runs both branches by setting this itself). Subprocesses inherit it.

@@ -135,44 +135,25 @@ class GPTConfig(Config):
         return super().from_dict(d, strict)
 
 
+# The modded-nanogpt speedrun's model changes, each a config option (ablated in benchmarks/speedrun.py):
+# rotary positions, QK-norm, ReLU², an untied head, logits soft-capped at 15, zero-initialised
+# output projections, no biases.
+SPEEDRUN_CHANGES = dict(
+    pos="rope", activation="relu2", qk_norm=True, tie_output=False, logit_softcap=15.0, zero_init=True, bias=False
+)
+
 GPT_PRESETS: dict[str, dict] = {
     # a few seconds per hundred steps on a laptop CPU; for tests and quick looks
     "nano": dict(layers=2, heads=2, dim=64, context=64),
     # nanoGPT's documented CPU run on Tiny Shakespeare
     "shakespeare-cpu": dict(layers=4, heads=4, dim=128, context=64),
-    # nanoGPT's CPU model with the modded-nanogpt speedrun's changes (each one a config option,
-    # ablated in benchmarks/speedrun.py): rotary positions, QK-norm, ReLU², untied head, logits
-    # soft-capped at 15, zero-initialised output projections, no biases; trained with Muon on a
-    # trapezoidal schedule (the recipe's training defaults, recipes/gpt.py)
-    "speedrun-cpu": dict(
-        layers=4,
-        heads=4,
-        dim=128,
-        context=64,
-        pos="rope",
-        activation="relu2",
-        qk_norm=True,
-        tie_output=False,
-        logit_softcap=15.0,
-        zero_init=True,
-        bias=False,
-    ),
+    # nanoGPT's CPU model with the speedrun's changes; trained with Muon on a trapezoidal schedule
+    # (the recipe's training defaults, recipes/gpt.py)
+    "speedrun-cpu": dict(layers=4, heads=4, dim=128, context=64, **SPEEDRUN_CHANGES),
     # nanoGPT's GPU Shakespeare model
     "shakespeare": dict(layers=6, heads=6, dim=384, context=256, dropout=0.2),
-    # its speedrun twin: the same shape with speedrun-cpu's changes (no dropout, as in the speedrun)
-    "speedrun": dict(
-        layers=6,
-        heads=6,
-        dim=384,
-        context=256,
-        pos="rope",
-        activation="relu2",
-        qk_norm=True,
-        tie_output=False,
-        logit_softcap=15.0,
-        zero_init=True,
-        bias=False,
-    ),
+    # its speedrun twin: the same shape with the speedrun's changes (no dropout, as in the speedrun)
+    "speedrun": dict(layers=6, heads=6, dim=384, context=256, **SPEEDRUN_CHANGES),
     # GPT-2 small (124M)
     "gpt2": dict(layers=12, heads=12, dim=768, context=1024, vocab_size=50257, activation="gelu_tanh"),
 }

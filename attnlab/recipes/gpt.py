@@ -210,30 +210,12 @@ class GPTRecipe(Recipe):
     # speedrun-cpu: Muon for the blocks' matrices, a short warmup, constant, then a linear cooldown
     # over the last 40 %; 500 steps reach 1.82 on Tiny Shakespeare in 40 % of nanoGPT's wall time
     # (benchmarks/speedrun.py).
+    SPEEDRUN_TRAIN = dict(optimizer="muon", muon_lr=0.02, lr=5e-3, min_lr=0.0, schedule="trapezoid", eval_interval=250)
     PRESET_TRAIN = {
         "shakespeare-cpu": dict(lr=5e-3, min_lr=5e-4, warmup_iters=50, max_iters=1000),
-        "speedrun-cpu": dict(
-            optimizer="muon",
-            muon_lr=0.02,
-            lr=5e-3,
-            min_lr=0.0,
-            warmup_iters=20,
-            schedule="trapezoid",
-            max_iters=500,
-            eval_interval=250,
-        ),
+        "speedrun-cpu": dict(SPEEDRUN_TRAIN, warmup_iters=20, max_iters=500),
         # the GPU twin, against nanoGPT's 5,000-step GPU Shakespeare run (not yet run on a GPU)
-        "speedrun": dict(
-            optimizer="muon",
-            muon_lr=0.02,
-            lr=5e-3,
-            min_lr=0.0,
-            warmup_iters=50,
-            schedule="trapezoid",
-            max_iters=2500,
-            batch_size=64,
-            eval_interval=250,
-        ),
+        "speedrun": dict(SPEEDRUN_TRAIN, warmup_iters=50, max_iters=2500, batch_size=64),
     }
 
     def add_train_arguments(self, p) -> None:
