@@ -300,3 +300,17 @@ def test_caption_attributions_are_complete_and_drawn_per_word(caption_run, tmp_p
     verb = model.attribute(png, method="gradient_x_input")  # the same from the loaded model
     assert [w for w, _ in verb] == list(raw["words"])
     np.testing.assert_allclose(np.stack([m.numpy() for _, m in verb]), raw["attribution"], atol=1e-5)
+
+
+def test_pointing_chance_is_the_share_of_cells_a_box_touches():
+    import torch
+
+    from attnlab.inspect.analysis import pointing_chance, pointing_hit
+
+    assert pointing_chance((4, 4), (0, 0, 4, 4), 8) == 0.25  # 2 × 2 of 16 cells (2 px each)
+    assert pointing_chance((4, 4), (1, 1, 3, 3), 8) == 0.25  # a box across cell borders touches 4 cells
+    assert pointing_chance((4, 4), (0, 0, 8, 8), 8) == 1.0
+    # it is pointing_hit's rate over every possible arg-max cell
+    box = (3, 1, 7, 2)
+    hits = [pointing_hit(torch.eye(16)[i].reshape(4, 4), box, 8) for i in range(16)]
+    assert pointing_chance((4, 4), box, 8) == sum(hits) / 16

@@ -187,6 +187,17 @@ def pointing_hit(attention: Tensor, box: tuple[int, int, int, int], image_size: 
     return col * cx < x1 and (col + 1) * cx > x0 and row * cy < y1 and (row + 1) * cy > y0
 
 
+def pointing_chance(grid: tuple[int, int], box: tuple[int, int, int, int], image_size: int) -> float:
+    """How often :func:`pointing_hit` would succeed with the arg-max cell drawn at random: the
+    share of the (h, w) grid's cells that overlap the box."""
+    h, w = grid
+    cy, cx = image_size / h, image_size / w  # cell size in pixels
+    x0, y0, x1, y1 = box
+    rows = sum(r * cy < y1 and (r + 1) * cy > y0 for r in range(h))
+    cols = sum(c * cx < x1 and (c + 1) * cx > x0 for c in range(w))
+    return rows * cols / (h * w)
+
+
 def confusion_matrix(y: Tensor, pred: Tensor, k: int) -> Tensor:
     """Counts (k, k): row = true class, column = predicted class."""
     cm = torch.zeros(k, k, dtype=torch.long)
