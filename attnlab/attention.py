@@ -473,9 +473,9 @@ class MultiHeadAttention(nn.Module):
             pb = self.position_bias(q, t_k)  # (H, Tq, Tk) or (B, H, Tq, Tk)
             bias = pb if bias is None else bias + pb
         # Shaw's value term needs the weights: Σ_j α_ij aⱽ_ij is added to the output
-        value_term = getattr(self.position_bias, "value_term", None)
-        if getattr(self.position_bias, "value_table", None) is None:
-            value_term = None
+        value_term = (
+            self.position_bias.value_term if getattr(self.position_bias, "value_table", None) is not None else None
+        )
         formed = need_weights or hooked or value_term is not None
         out = scaled_dot_product_attention(
             q,

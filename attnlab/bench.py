@@ -332,6 +332,16 @@ def encdec_rows(device, quick) -> list[dict]:
     ]
 
 
+def _train_gpt_argv(corpus: Path, steps: int, device: str) -> list[str]:
+    """``-m attnlab train gpt …`` for the rows that time whole trainings: shakespeare-cpu on
+    ``corpus`` for ``steps`` steps, one short evaluation at the end, no sample, eager, fp32."""
+    return [
+        *("-m", "attnlab", "train", "gpt", "--preset", "shakespeare-cpu", "--data", str(corpus)),
+        *("--max-iters", str(steps), "--eval-interval", str(steps), "--eval-iters", "1", "--no-progress"),
+        *("--sample-chars", "0", "--no-compile", "--dtype", "fp32", "--device", device),
+    ]
+
+
 def distributed_rows(device, quick) -> list[dict]:
     """GPT training throughput of 2 processes under torchrun (DDP, and FSDP2) against 1 process
     with the same global batch, from each run's own tokens/s (``metrics.jsonl``, after warm-up).
@@ -347,9 +357,6 @@ def distributed_rows(device, quick) -> list[dict]:
         print("distributed rows: skipped (they need 2 GPUs)", file=sys.stderr)
         return []
     steps, batch = (30, 16) if quick else (80, 32)
-    common = ["-m", "attnlab", "train", "gpt", "--preset", "shakespeare-cpu", "--max-iters", str(steps)]
-    common += ["--eval-interval", str(steps), "--eval-iters", "1", "--log-interval", "5", "--no-progress"]
-    common += ["--sample-chars", "0", "--no-compile", "--dtype", "fp32", "--device", device.type]
     env = {**os.environ, "OMP_NUM_THREADS": str(max(1, (os.cpu_count() or 2) // procs))}
     with tempfile.TemporaryDirectory(prefix="attnlab-bench-") as tmp:
         corpus = Path(tmp) / "corpus.txt"
@@ -363,7 +370,8 @@ def distributed_rows(device, quick) -> list[dict]:
         ):
             out = Path(tmp) / name
             extra = ["--fsdp"] if name == "fsdp" else []
-            argv = [*cmd, *common, "--data", str(corpus), "--out", str(out), "--batch-size", str(b), *extra]
+            argv = [*cmd, *_train_gpt_argv(corpus, steps, device.type), "--log-interval", "5"]
+            argv += ["--out", str(out), "--batch-size", str(b), *extra]
             r = subprocess.run(argv, capture_output=True, text=True, env=env if name != "one" else os.environ)
             if r.returncode != 0:
                 raise RuntimeError(f"bench {name} run failed: {r.stderr.strip().splitlines()[-1]}")
@@ -397,28 +405,14 @@ def sharing_rows(device, quick) -> list[dict]:
         corpus.write_text(embedded_corpus())
 
         def argv(threads):
-            out = tempfile.mkdtemp(dir=tmp)
-            cmd = [
-                sys.executable,
-                "-m",
-                "attnlab",
-                "train",
-                "gpt",
-                "--preset",
-                "shakespeare-cpu",
-                "--data",
-                str(corpus),
-            ]
-            cmd += ["--max-iters", str(steps), "--eval-interval", str(steps), "--eval-iters", "1", "--no-progress"]
-            cmd += ["--sample-chars", "0", "--no-compile", "--dtype", "fp32", "--device", "cpu", "--out", out]
+            cmd = [sys.executable, *_train_gpt_argv(corpus, steps, "cpu"), "--out", tempfile.mkdtemp(dir=tmp)]
             return cmd + (["--threads", str(threads)] if threads else [])
 
         def wall(threads, together: int) -> float:
             start = time.perf_counter()
-            procs = [subprocess.Popen(argv(threads), env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)]
-            procs += [
+            procs = [
                 subprocess.Popen(argv(threads), env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-                for _ in range(together - 1)
+                for _ in range(together)
             ]
             for p in procs:
                 _, err = p.communicate()

@@ -460,6 +460,12 @@ def _train_gpt(ctx: Context, pos: str, steps: int, context: int = 512, window: i
 
 
 @torch.no_grad()
+def _spread_ends(n_tokens: int, first: int, count: int) -> list[int]:
+    """``count`` target positions spread evenly over a split of ``n_tokens`` tokens, the first at
+    ``first`` (so that a window of up to ``first`` tokens fits before every one)."""
+    return [first + i * (n_tokens - 1 - first) // (count - 1) for i in range(count)]
+
+
 def _loss_at(model, data, length: int, ends: list[int]) -> float:
     """The loss on the same targets at every length: for each end e of ``ends``, the 64 tokens
     before e are predicted from a window of ``length`` tokens ending there (so a longer window
@@ -491,8 +497,7 @@ def length(ctx: Context) -> Result:
     lengths = [64, 128, 256, 512]
     losses, refused = {}, None
     data = _corpus(ctx)
-    n_val = len(data.val)
-    ends = [max(lengths) + i * (n_val - 1 - max(lengths)) // 7 for i in range(8)]  # 8 fixed targets spans
+    ends = _spread_ends(len(data.val), max(lengths), 8)  # 8 fixed target spans
     for pos in ("learned", "sinusoidal", "rope", "alibi", "relative"):
         # a learned table has exactly the trained length: it cannot be asked about position 64
         model, data = _train_gpt(ctx, pos, steps, context=64 if pos == "learned" else 512)
@@ -898,7 +903,7 @@ def heads(ctx: Context) -> Result:
 def multi_head(ctx: Context) -> Result:
     steps = ctx.steps(20, 400, 1500)
     data = _corpus(ctx)
-    ends = [64 + i * (len(data.val) - 65) // 15 for i in range(16)]  # 16 fixed spans of validation text
+    ends = _spread_ends(len(data.val), 64, 16)  # 16 fixed spans of validation text
     losses, params = {}, {}
     for heads in (1, 4):
         model, _ = _train_gpt(ctx, "rope", steps, context=64, heads=heads)

@@ -158,17 +158,10 @@ class GPTVerbs(Verbs):
 
     def draft_options(self, draft, draft_tokens: int) -> dict:
         """generate()'s keywords for a ``draft`` given as a loaded model or a run folder."""
-        import torch
-
-        from ..errors import OptionError
-
         if draft is None:
             return {}
-        if not isinstance(draft, torch.nn.Module):
-            draft, _, _, _ = load_lm(draft, str(self.device))
-        if getattr(draft, "config", None) is None or draft.config.vocab_size != self.config.vocab_size:
-            raise OptionError("the draft model must be a GPT with this model's tokenizer (same vocabulary)")
-        return {"draft": draft.to(self.device), "draft_tokens": draft_tokens}
+        draft = load_draft(draft, self.tokenizer, self.config.vocab_size, str(self.device))
+        return {"draft": draft, "draft_tokens": draft_tokens}
 
 
 @register
@@ -562,6 +555,24 @@ def default_prompt(tok) -> str:
     return "\n" if "\n" in getattr(tok, "stoi", {"\n": 0}) else tok.decode([0])
 
 
+def load_draft(draft, tokenizer, vocab_size: int, device: str):
+    """The draft GPT for speculative decoding with a model of ``tokenizer`` and ``vocab_size``: a
+    loaded model, which must share the vocabulary, or a run folder, which must hold the same
+    tokenizer (one line refuses either otherwise)."""
+    import torch
+
+    from ..errors import OptionError
+
+    if isinstance(draft, torch.nn.Module):
+        if getattr(draft, "config", None) is None or draft.config.vocab_size != vocab_size:
+            raise OptionError("the draft model must be a GPT with this model's tokenizer (same vocabulary)")
+        return draft.to(device)
+    small, small_tok, _, _ = load_lm(draft, device)
+    if small_tok.to_dict() != tokenizer.to_dict():
+        raise OptionError(f"--draft {draft} has another tokenizer than --ckpt; train the draft on the same one")
+    return small
+
+
 def load_lm(ckpt: str, device: str):
     """(model, tokenizer, config.json dict, device) of a GPT run or HuggingFace GPT-2 folder."""
     from ..training.devices import pick_device
@@ -593,9 +604,7 @@ def sample(args) -> int:
     model, tok, _, dev = load_lm(args.ckpt, args.device)
     draft = {}
     if args.draft:
-        small, small_tok, _, _ = load_lm(args.draft, str(dev))
-        if small_tok.to_dict() != tok.to_dict():
-            raise ValueError(f"--draft {args.draft} has another tokenizer than --ckpt; train the draft on the same one")
+        small = load_draft(args.draft, tok, model.config.vocab_size, str(dev))
         draft = {"draft": small, "draft_tokens": args.draft_tokens}
     if args.dtype == "bf16":
         model = model.to(torch.bfloat16)

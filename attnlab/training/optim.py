@@ -82,10 +82,6 @@ class MuonAdamW:
     def param_groups(self) -> list[dict]:
         return self.adamw.param_groups + self.muon.param_groups
 
-    @property
-    def state(self):
-        return {**self.adamw.state, **self.muon.state}
-
     def step(self) -> None:
         self.adamw.step()
         self.muon.step()
