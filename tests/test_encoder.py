@@ -80,7 +80,9 @@ def _batch():
     return ids, (ids != 0).long(), torch.tensor([[0, 0, 0, 1, 1, 1], [0, 0, 0, 0, 0, 0]])
 
 
-@pytest.mark.parametrize("kind", ["BertModel", "BertForMaskedLM", "BertForSequenceClassification"])
+@pytest.mark.parametrize(
+    "kind", ["BertModel", "BertForMaskedLM", "BertForSequenceClassification", "BertForTokenClassification"]
+)
 def test_huggingface_bert_both_ways(kind, tmp_path):
     hf = _hf_bert(kind, num_labels=3)
     hf.save_pretrained(tmp_path / "hf")
@@ -95,6 +97,9 @@ def test_huggingface_bert_both_ways(kind, tmp_path):
             assert torch.allclose(ours.mlm_logits(ids, mask, types)[real], out.logits[real], atol=1e-4)
         if kind == "BertForSequenceClassification":
             assert torch.allclose(ours.classify(ids, mask, types), out.logits, atol=1e-4)
+        if kind == "BertForTokenClassification":
+            assert ours.config.per_token and ours.tag(ids, mask, types).shape == (2, 6, 3)
+            assert torch.allclose(ours.tag(ids, mask, types)[real], out.logits[real], atol=1e-4)
     # and back: attnlab -> HuggingFace -> the same numbers
     attnlab.export_hf(ours, tmp_path / "back")
     again = getattr(transformers, kind).from_pretrained(tmp_path / "back").eval()
@@ -102,10 +107,9 @@ def test_huggingface_bert_both_ways(kind, tmp_path):
         out2 = again(input_ids=ids, attention_mask=mask, token_type_ids=types, output_hidden_states=True)
     assert torch.allclose(out2.hidden_states[-1][real], out.hidden_states[-1][real], atol=1e-4)
     if kind != "BertModel":
+        per_token = kind in ("BertForMaskedLM", "BertForTokenClassification")
         assert torch.allclose(
-            out2.logits[real] if kind == "BertForMaskedLM" else out2.logits,
-            out.logits[real] if kind == "BertForMaskedLM" else out.logits,
-            atol=1e-4,
+            out2.logits[real] if per_token else out2.logits, out.logits[real] if per_token else out.logits, atol=1e-4
         )
 
 
@@ -123,6 +127,22 @@ def test_our_encoder_to_huggingface_and_embeddings(tmp_path):
         hidden = ours(ids, mask)
         by_hand = torch.stack([hidden[i, mask[i].bool()].mean(0) for i in range(2)])
         assert torch.allclose(ours.embed(ids, mask), by_hand, atol=1e-6)
+
+
+def test_our_tagger_to_huggingface(tmp_path):
+    """A per-token classifier exports as BertForTokenClassification (no pooler) with its tag names."""
+    torch.manual_seed(2)
+    cfg = TextEncoderConfig(
+        vocab_size=60, context=16, layers=1, heads=2, dim=16, mlp_dim=32, dropout=0.0, mlm_head=False,
+        num_classes=3, labels=["DET", "NOUN", "VERB"], per_token=True,
+    )  # fmt: skip
+    ours = TextEncoder(cfg).eval()
+    attnlab.export_hf(ours, tmp_path / "hf")
+    hf = transformers.AutoModelForTokenClassification.from_pretrained(tmp_path / "hf").eval()
+    assert type(hf).__name__ == "BertForTokenClassification" and hf.config.id2label[2] == "VERB"
+    ids, mask, _ = _batch()
+    with torch.no_grad():
+        assert torch.allclose(hf(input_ids=ids, attention_mask=mask).logits, ours.tag(ids, mask), atol=1e-4)
 
 
 def test_vit_export_round_trip(tmp_path):

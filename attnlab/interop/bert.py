@@ -1,4 +1,5 @@
-"""BERT (``BertModel`` / ``BertForMaskedLM`` / ``BertForSequenceClassification``) <-> attnlab TextEncoder."""
+"""BERT (``BertModel`` / ``BertForMaskedLM`` / ``BertForSequenceClassification`` /
+``BertForTokenClassification``) <-> attnlab TextEncoder."""
 
 from __future__ import annotations
 
@@ -44,7 +45,8 @@ def bert_key_map(layers: int) -> list[tuple[str, str]]:
 
 
 def load_bert(cfg: dict, state: dict[str, Tensor]) -> nn.Module:
-    """HF BertModel / BertForMaskedLM / BertForSequenceClassification -> attnlab TextEncoder."""
+    """HF BertModel / BertForMaskedLM / BertForSequenceClassification / BertForTokenClassification
+    -> attnlab TextEncoder."""
     from ..models.encoder import TextEncoder, TextEncoderConfig
 
     if cfg.get("hidden_act", "gelu") != "gelu" or cfg.get("position_embedding_type", "absolute") != "absolute":
@@ -71,6 +73,8 @@ def load_bert(cfg: dict, state: dict[str, Tensor]) -> nn.Module:
         mlm_head=has_mlm,
         num_classes=num_classes,
         labels=labels,
+        # the same classifier.weight in both heads: only the architecture says what it classifies
+        per_token=bool(num_classes) and "BertForTokenClassification" in (cfg.get("architectures") or []),
     )
     model = TextEncoder(config)
 
@@ -106,7 +110,8 @@ def export_bert(model: nn.Module) -> tuple[dict[str, Tensor], dict]:
         raise CheckpointError("a text encoder with relative positions (--pos relative) does not map to BERT")
     sd = model.state_dict()
     if c.num_classes:
-        arch, prefix = "BertForSequenceClassification", "bert."
+        arch = "BertForTokenClassification" if c.per_token else "BertForSequenceClassification"
+        prefix = "bert."
     elif c.mlm_head:
         arch, prefix = "BertForMaskedLM", "bert."
     else:
@@ -114,8 +119,8 @@ def export_bert(model: nn.Module) -> tuple[dict[str, Tensor], dict]:
     out = {
         prefix + theirs: sd[ours]
         for ours, theirs in bert_key_map(c.layers)
-        if not (arch == "BertForMaskedLM" and ours.startswith("pooler."))
-    }  # HF's masked LM has no pooler
+        if not (arch in ("BertForMaskedLM", "BertForTokenClassification") and ours.startswith("pooler."))
+    }  # HF's masked LM and token classifier have no pooler
     for i in range(c.layers):
         h = f"{prefix}encoder.layer.{i}.attention.self."
         for name, w, b in zip(

@@ -5,7 +5,9 @@
     pooled = tanh(W_p x_L[CLS])                              the pooler, for sentence-level heads
 
 Heads: masked-LM (a dense + GELU + LayerNorm transform, then the token embedding Eᵀ tied, plus a
-bias) and sequence classification (a linear layer on the pooled [CLS]). Calling the model with
+bias), sequence classification (a linear layer on the pooled [CLS]) and token classification
+(``per_token``: the same linear layer on every token's last hidden state, as HuggingFace's
+``BertForTokenClassification``). Calling the model with
 ``input_ids`` and ``attention_mask`` returns the last hidden states (B, T, D), as HuggingFace's
 ``BertModel(...).last_hidden_state``.
 """
@@ -40,8 +42,12 @@ class TextEncoderConfig(Config):
     norm_eps: float = 1e-12
     pad_id: int = 0
     mlm_head: bool = True
-    num_classes: int = 0  # > 0: a sequence-classification head
+    num_classes: int = 0  # > 0: a classification head
     labels: list | None = None  # class names, in index order
+    per_token: bool = field(
+        default=False,
+        metadata={"help": "the classification head labels every token (tagging) instead of the whole text"},
+    )
     window: int | None = field(
         default=None,
         metadata={
@@ -68,6 +74,8 @@ class TextEncoderConfig(Config):
             raise ValueError(f"dim={self.dim} is not divisible by heads={self.heads}")
         if self.num_classes < 0:
             raise ValueError(f"num_classes must be 0 (no classifier) or more, got {self.num_classes}")
+        if self.per_token and not self.num_classes:
+            raise ValueError("per_token needs a classifier: num_classes > 0 (the number of tags)")
         if self.pos not in ("learned", "relative"):
             raise ValueError(f"--pos must be learned or relative for a text encoder, got {self.pos!r}")
         if self.rel_distance < 1:
@@ -177,7 +185,8 @@ class TextEncoder(HookedModule):
         never attended to. ``head="mlm"`` returns masked-LM logits instead ((B, T, V), or (N, V)
         at the N positions where ``select`` (B, T) is True: the vocabulary projection is the
         costly part, and pretraining needs it at the masked positions only); ``head="classify"``
-        returns class logits (B, num_classes)."""
+        returns class logits (B, num_classes); ``head="tag"`` (a ``per_token`` model) returns a
+        class per token (B, T, num_classes)."""
         if input_ids.dim() != 2:
             raise ValueError(f"TextEncoder expects token ids (B, T), got {tuple(input_ids.shape)}")
         if input_ids.shape[1] > self.config.context:
@@ -201,14 +210,15 @@ class TextEncoder(HookedModule):
             if self.mlm is None:
                 raise ValueError("this encoder has no masked-LM head (mlm_head=False)")
             return self.mlm(hidden[select] if select is not None else hidden)
-        if head == "classify":
-            if self.head is None:
+        if head in ("classify", "tag"):
+            per_token = head == "tag"
+            if self.head is None or self.config.per_token != per_token:
                 raise ValueError(
-                    "this encoder has no classification head (num_classes=0); fine-tune it with "
-                    "`attnlab train encoder --task classify`"
+                    f"this encoder has no {'token' if per_token else 'text'} classification head; fine-tune it "
+                    f"with `attnlab train encoder --task {head}`"
                 )
-            return self.head(self.drop(self.pooled(hidden)))
-        raise ValueError(f"head must be None, 'mlm' or 'classify', got {head!r}")
+            return self.head(self.drop(hidden if per_token else self.pooled(hidden)))
+        raise ValueError(f"head must be None, 'mlm', 'classify' or 'tag', got {head!r}")
 
     def pooled(self, hidden: Tensor) -> Tensor:
         """The pooler: tanh(W h_[CLS]) (B, D)."""
@@ -225,6 +235,12 @@ class TextEncoder(HookedModule):
     ) -> Tensor:
         """Class logits (B, num_classes) from the pooled [CLS]."""
         return self(input_ids, attention_mask, token_type_ids, head="classify")
+
+    def tag(
+        self, input_ids: Tensor, attention_mask: Tensor | None = None, token_type_ids: Tensor | None = None
+    ) -> Tensor:
+        """Tag logits (B, T, num_classes), one row per token (a ``per_token`` model)."""
+        return self(input_ids, attention_mask, token_type_ids, head="tag")
 
     def embed(self, input_ids: Tensor, attention_mask: Tensor | None = None) -> Tensor:
         """Sentence embeddings (B, D): mean of the last hidden states over the real tokens."""

@@ -1,6 +1,6 @@
-"""BERT-style text encoders: `attnlab train encoder --task mlm|classify`, `eval` (masked-LM loss
-and accuracy, or classification accuracy, macro-F1 and a confusion matrix), `predict` (a label
-and its probabilities) and `embed` (mean-pooled sentence vectors)."""
+"""BERT-style text encoders: `attnlab train encoder --task mlm|classify|tag`, `eval` (masked-LM
+loss and accuracy, or classification accuracy, macro-F1 and a confusion matrix), `predict` (a
+label and its probabilities, or a tag per word) and `embed` (mean-pooled sentence vectors)."""
 
 from __future__ import annotations
 
@@ -43,14 +43,20 @@ class TextEncoderVerbs(Verbs):
         return vectors[0] if single else vectors
 
     def predict(self, texts, top_k: int = 3):
-        """The ``top_k`` (label, probability) pairs of each text: a list per text, or one list for one."""
+        """The ``top_k`` (label, probability) pairs of each text: a list per text, or one list for
+        one. A tagger (``--task tag``) gives each text's (word, tag, probability) triples instead
+        (words split on spaces)."""
         from ..errors import OptionError
 
         if self.head is None:
             raise OptionError(
                 "this encoder has no classification head; fine-tune it with "
-                "attnlab.train('encoder', task='classify', ...)"
+                "attnlab.train('encoder', task='classify' or 'tag', ...)"
             )
+        if self.config.per_token:
+            single = isinstance(texts, str)
+            out = [self._tag_words(t.split()) for t in _texts(texts, "predict")]
+            return out[0] if single else out
         top_labels(torch.zeros(1, 1), [""], top_k)  # a bad top_k fails before any text is encoded
         single = isinstance(texts, str)
         ids, mask = encode_texts(self._tokenizer(), _texts(texts, "predict"), self.config.context)
@@ -58,6 +64,22 @@ class TextEncoderVerbs(Verbs):
             probs = self.classify(ids.to(self.device), mask.to(self.device)).float().softmax(-1).cpu()
         out = top_labels(probs, list(self.config.labels or range(self.config.num_classes)), top_k)
         return out[0] if single else out
+
+    def _tag_words(self, words: list[str]) -> list[tuple[str, str, float]]:
+        from ..data.tagged import encode_tagged
+
+        ids, _, firsts, cut = encode_tagged(self._tokenizer(), words, None, {}, self.config.context)
+        if cut:
+            print(
+                f"warning: the text is longer than the model's context of {self.config.context} tokens; "
+                f"its last {len(words) - len(firsts)} words are not tagged",
+                file=sys.stderr,
+            )
+        with torch.no_grad():
+            probs = self.tag(torch.tensor([ids], device=self.device)).float().softmax(-1)[0, firsts].cpu()
+        p, k = probs.max(-1)
+        labels = self.config.labels or [str(i) for i in range(self.config.num_classes)]
+        return [(w, labels[i], round(float(q), 4)) for w, i, q in zip(words, k.tolist(), p.tolist())]
 
 
 def _texts(texts, what: str) -> list[str]:
@@ -91,12 +113,14 @@ class TextEncoderRecipe(Recipe):
     description = (
         "Train a text encoder. --task mlm pretrains with BERT's masking (on the Python help pages that "
         "ship with Python, by default); --task classify fine-tunes on text<TAB>label lines (by default: "
-        "which section of the Python documentation a paragraph comes from), from scratch or from "
-        "--init (an attnlab run or a HuggingFace BERT folder)."
+        "which section of the Python documentation a paragraph comes from); --task tag labels every word, "
+        "from text<TAB>tags lines with one tag per space-separated word (by default: synthetic-pos, "
+        "part-of-speech tags of sentences where some words are nouns or verbs by context). Classify and "
+        "tag start from scratch or from --init (an attnlab run or a HuggingFace BERT folder)."
     )
     models = {"text-encoder": TextEncoder}
     presets = ENCODER_PRESETS
-    set_by_data = ("vocab_size", "num_classes", "labels", "pad_id", "mlm_head")
+    set_by_data = ("vocab_size", "num_classes", "labels", "pad_id", "mlm_head", "per_token")
     explore_kind = "text"
     default_seconds = 275
     inspections = {
@@ -117,20 +141,22 @@ class TextEncoderRecipe(Recipe):
     def add_train_arguments(self, p) -> None:
         p.add(
             "--task",
-            choices=["mlm", "classify"],
+            choices=["mlm", "classify", "tag"],
             default=None,
-            help="mlm: masked-language-model pretraining (default); classify: text classification",
+            help="mlm: masked-language-model pretraining (default); classify: text classification; tag: a "
+            "label per word (token classification)",
         )
         p.add(
             "--data",
             default=None,
             help="mlm: python-docs (embedded, default) | shakespeare | a text file or folder; classify: "
-            "python-docs-sections (embedded, default) | a text<TAB>label file",
+            "python-docs-sections (embedded, default) | a text<TAB>label file; tag: synthetic-pos "
+            "(embedded, default) | a text<TAB>tags file",
         )
         p.add(
             "--init",
             default=None,
-            help="classify: start from this pretrained encoder (an attnlab run or a HuggingFace BERT folder)",
+            help="classify, tag: start from this pretrained encoder (an attnlab run or a HuggingFace BERT folder)",
         )
         p.add(
             "--vocab-size",
@@ -144,13 +170,17 @@ class TextEncoderRecipe(Recipe):
             choices=sorted(ENCODER_PRESETS),
             help="model shape (default tiny: 2 layers, 2 heads, 128 wide)",
         )
-        p.add("--label-smoothing", type=below_one, default=None, help="classify: label smoothing (default 0)")
+        p.add("--label-smoothing", type=below_one, default=None, help="classify, tag: label smoothing (default 0)")
 
     def check_new(self, args, model_over) -> None:
-        if args.label_smoothing is not None and (args.task or "mlm") != "classify":
-            raise ValueError("--label-smoothing applies to --task classify (masked-LM pretraining does not smooth)")
-        if args.init and args.task != "classify":  # (a new run's task defaults to mlm)
-            raise ValueError("--init starts a classifier from a pretrained encoder; use it with --task classify")
+        if args.label_smoothing is not None and (args.task or "mlm") == "mlm":
+            raise ValueError(
+                "--label-smoothing applies to --task classify or tag (masked-LM pretraining does not smooth)"
+            )
+        if args.init and args.task not in ("classify", "tag"):  # (a new run's task defaults to mlm)
+            raise ValueError(
+                "--init starts a classifier from a pretrained encoder; use it with --task classify or --task tag"
+            )
         if args.init and args.vocab_size:
             raise ValueError("--vocab-size trains a new tokenizer, but --init brings its own; drop one of them")
         shape = {k for k in model_over if k != "dropout"}
@@ -164,22 +194,28 @@ class TextEncoderRecipe(Recipe):
 
     def prepare(self, args, saved, model_over, tcfg):
         from ..data.labelled import load_labelled, load_pretraining_texts, tokenize
+        from ..data.tagged import load_tagged, tokenize_tagged
         from ..tokens import WordPieceTokenizer, tokenizer_from_dict
-        from ..training.tasks import MaskedLMTask, TextClassificationTask
+        from ..training.tasks import MaskedLMTask, TextClassificationTask, TokenTaggingTask
 
         task_name = saved["task"] if saved else (args.task or "mlm")
         spec = saved.get("data_spec") if saved else args.data
         init_state = None
+        supervised = task_name in ("classify", "tag")
         if task_name == "classify":
             labelled = load_labelled(spec)
             name, texts, labels, classes = labelled.name, labelled.texts, labelled.labels, labelled.classes
+        elif task_name == "tag":
+            tagged = load_tagged(spec)
+            name, classes = tagged.name, tagged.classes
+            texts = {k: [" ".join(w) for w in v] for k, v in tagged.words.items()}  # for the tokenizer
         else:
             name, texts = load_pretraining_texts(spec, args.data_dir)
             labels, classes = None, None
         if saved:
             cfg = TextEncoderConfig.from_dict(saved["model"])
             tokenizer = tokenizer_from_dict(saved["tokenizer"])
-            classes = cfg.labels if task_name == "classify" else None
+            classes = cfg.labels if supervised else None
         elif args.init:
             pretrained, tokenizer, _, _ = load_text_encoder(args.init, "cpu")
             cfg = TextEncoderConfig(
@@ -189,35 +225,39 @@ class TextEncoderRecipe(Recipe):
                     "mlm_head": False,
                     "num_classes": len(classes),
                     "labels": classes,
+                    "per_token": task_name == "tag",
                 }
             )
             init_state = {k: v for k, v in pretrained.state_dict().items() if not k.startswith(("mlm.", "head."))}
         else:
             tokenizer = WordPieceTokenizer.train(texts["train"], vocab_size=args.vocab_size or 4096)
-            classify = task_name == "classify"
             cfg = TextEncoderConfig(
                 **{
                     **ENCODER_PRESETS[args.preset],
                     **model_over,
                     "vocab_size": tokenizer.vocab_size,
                     "pad_id": tokenizer.pad_id,
-                    "mlm_head": not classify,
-                    "num_classes": len(classes) if classify else 0,
+                    "mlm_head": not supervised,
+                    "num_classes": len(classes) if supervised else 0,
                     "labels": classes,
+                    "per_token": task_name == "tag",
                 }
             )
-        data = tokenize(name, tokenizer, texts, cfg.context, labels, classes)
+        if task_name == "tag":
+            data = tokenize_tagged(tagged, tokenizer, cfg.context, classes)
+        else:
+            data = tokenize(name, tokenizer, texts, cfg.context, labels, classes)
         if data.truncated:
             print(
                 f"warning: {data.truncated} texts are longer than the model's context of {cfg.context} tokens; "
                 "their first tokens are kept",
                 file=sys.stderr,
             )
-        task = (
-            TextClassificationTask(data, tcfg.batch_size, args.label_smoothing or 0.0)
-            if task_name == "classify"
-            else MaskedLMTask(data, tcfg.batch_size)
-        )
+        if supervised:
+            kind = TokenTaggingTask if task_name == "tag" else TextClassificationTask
+            task = kind(data, tcfg.batch_size, args.label_smoothing or 0.0)
+        else:
+            task = MaskedLMTask(data, tcfg.batch_size)
 
         def setup(model) -> None:
             if init_state is not None:
@@ -231,7 +271,7 @@ class TextEncoderRecipe(Recipe):
         summary = (
             f"text encoder {cfg.layers} layers, {cfg.heads} heads, {cfg.dim} wide, context {cfg.context} | "
             f"{task_name} on {name}: {counts} texts, WordPiece vocabulary {tokenizer.vocab_size}"
-            + (f", {len(classes)} classes" if classes else "")
+            + (f", {len(classes)} {'tags' if task_name == 'tag' else 'classes'}" if classes else "")
             + (f" | from {args.init}" if args.init else "")
         )
         meta = {"data_spec": spec, "task": task_name, **({"init": str(args.init)} if args.init else {})}
@@ -241,9 +281,11 @@ class TextEncoderRecipe(Recipe):
         if not hasattr(run.task, "predict"):  # pretraining
             return super().finish(args, run, trainer, result)
         pred, y = run.task.predict(trainer.model, "test", device=trainer.device)
+        what = "tagged words" if run.meta["task"] == "tag" else "texts"
         print(
             f"done: step {result['step']}, {result['seconds']:.0f}s, test accuracy of the last weights "
-            f"{(pred == y).float().mean():.4f} ({len(y)} texts); {trainer.checkpoints_line()}; run folder {trainer.out}",
+            f"{(pred == y).float().mean():.4f} ({len(y)} {what}); {trainer.checkpoints_line()}; run folder "
+            f"{trainer.out}",
             file=sys.stderr,
         )
 
@@ -276,8 +318,12 @@ class TextEncoderRecipe(Recipe):
         if model.head is None:
             raise CheckpointError(
                 f"{args.ckpt} is a pretrained encoder without a classifier; fine-tune it with "
-                "`attnlab train encoder --task classify --init RUN`"
+                "`attnlab train encoder --task classify --init RUN` (or --task tag)"
             )
+        if model.config.per_token:  # a tagger: word/TAG per word, a line per text
+            for words in model.predict(texts):
+                print(" ".join(f"{w}/{tag}" for w, tag, _ in words))
+            return 0
         for text, top in zip(texts, model.predict(texts, top_k=args.top_k)):
             shown = ", ".join(f"{label} {p:.3f}" for label, p in top)
             print(f"{top[0][0]}\t{shown}\t{text[:60]}")
@@ -285,6 +331,13 @@ class TextEncoderRecipe(Recipe):
 
     def evaluate(self, args) -> tuple[dict, str]:
         res = evaluate_encoder(args)
+        if "ambiguous_accuracy" in res:
+            return res, (
+                f"{res['data']} [{res['split']}], {res['words']} tagged words: accuracy {res['accuracy']:.4f}, "
+                f"macro-F1 {res['macro_f1']:.4f}; on the {res['ambiguous_words']} words seen with several tags "
+                f"in training {res['ambiguous_accuracy']:.4f} (each word's most frequent tag: "
+                f"{res['unigram_ambiguous_accuracy']:.4f}); confusion matrix {res['confusion_png']}"
+            )
         if "accuracy" in res:
             return res, (
                 f"{res['data']} [{res['split']}], {res['texts']} texts: accuracy {res['accuracy']:.4f}, "
@@ -410,36 +463,68 @@ def embed_command(args) -> int:
     return 0
 
 
-def evaluate_encoder(args) -> dict:
-    from ..data.labelled import load_labelled, load_pretraining_texts, tokenize
+def _scores(args, c, name: str, split: str, pred, y, counted: str = "texts") -> dict:
+    """Accuracy, macro-F1 and a confusion-matrix PNG of predicted against true class ids
+    (``counted``: what the count of items is called)."""
     from ..inspect.analysis import confusion_matrix
     from ..inspect.plots import confusion_matrix_png
+
+    cm = confusion_matrix(y, pred, c.num_classes)
+    tp = cm.diag().float()
+    f1 = 2 * tp / (cm.sum(0) + cm.sum(1)).float().clamp_min(1)
+    present = (cm.sum(1) + cm.sum(0)) > 0  # classes with no true and no predicted item do not count
+    acc = (pred == y).float().mean().item()
+    out = Path(args.out) if getattr(args, "out", None) else Path(args.ckpt) / "confusion.png"
+    confusion_matrix_png(cm.numpy(), list(c.labels), out, title=f"{name} {split}: accuracy {acc:.4f}")
+    return {
+        "data": name,
+        "split": split,
+        counted: len(y),
+        "accuracy": acc,
+        "macro_f1": f1[present].mean().item(),
+        "confusion_png": str(out),
+    }
+
+
+def evaluate_encoder(args) -> dict:
+    from ..data.labelled import load_labelled, load_pretraining_texts, tokenize
+    from ..data.tagged import load_tagged, tokenize_tagged, unigram_baseline
     from ..losses import cross_entropy
-    from ..training.tasks import TextClassificationTask, bert_mask
+    from ..training.tasks import TextClassificationTask, TokenTaggingTask, bert_mask
 
     model, tok, meta, dev = load_text_encoder(args.ckpt, args.device)
     spec = args.data or meta.get("data_spec")
     c = model.config
+    if c.per_token:
+        split = args.split or "test"
+        data = load_tagged(spec)
+        task = TokenTaggingTask(tokenize_tagged(data, tok, c.context, c.labels), args.batch_size)
+        pred, y = task.predict(model, split, dev, args.batch_size)
+        res = _scores(args, c, data.name, split, pred, y, counted="words")
+        # the words seen with several tags in training: where context must decide (the tagged
+        # words in order are the scored tokens in order, so the two line up)
+        base = unigram_baseline(data, split)
+        words = [w.lower() for sentence in data.words[split] for w in sentence]
+        if len(words) != len(y):  # texts cut at the context lose their last words' tags
+            raise DataError(
+                f"{len(words) - len(y)} words of {data.name} [{split}] fall beyond the model's context of "
+                f"{c.context} tokens; give shorter texts"
+            )
+        ambiguous = torch.tensor([w in base["ambiguous"] for w in words], dtype=torch.bool)
+        hit = pred == y
+        return {
+            **res,
+            "ambiguous_words": int(ambiguous.sum()),
+            "ambiguous_accuracy": hit[ambiguous].float().mean().item() if ambiguous.any() else float("nan"),
+            "unigram_accuracy": base["accuracy"],
+            "unigram_ambiguous_accuracy": base["ambiguous_accuracy"],
+        }
     if c.num_classes > 0:
         split = args.split or "test"
         data = load_labelled(spec)
         ds = tokenize(data.name, tok, data.texts, c.context, data.labels, c.labels)
         pred, y = TextClassificationTask(ds, args.batch_size).predict(model, split, dev, args.batch_size)
-        cm = confusion_matrix(y, pred, c.num_classes)
-        tp = cm.diag().float()
-        f1 = 2 * tp / (cm.sum(0) + cm.sum(1)).float().clamp_min(1)
-        present = (cm.sum(1) + cm.sum(0)) > 0  # classes with no true and no predicted text do not count
-        acc = (pred == y).float().mean().item()
-        out = Path(args.out) if getattr(args, "out", None) else Path(args.ckpt) / "confusion.png"
-        confusion_matrix_png(cm.numpy(), list(c.labels), out, title=f"{data.name} {split}: accuracy {acc:.4f}")
-        return {
-            "data": data.name,
-            "split": split,
-            "texts": len(y),
-            "accuracy": acc,
-            "macro_f1": f1[present].mean().item(),
-            "confusion_png": str(out),
-        }
+        return _scores(args, c, data.name, split, pred, y)
     split = args.split or "val"
     name, texts = load_pretraining_texts(spec, args.data_dir)
     if split not in texts:

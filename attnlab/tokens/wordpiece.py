@@ -85,6 +85,12 @@ class WordPieceTokenizer(HFTokenizer):
         e = self._tok.encode(text, pair)
         return e.ids, e.type_ids
 
+    def encode_words(self, words: list[str]) -> tuple[list[int], list[int | None]]:
+        """Ids of ``[CLS] words [SEP]`` for text already split into words, and the index of the
+        word each token comes from (None for [CLS] and [SEP]): a word may give several pieces."""
+        e = self._tok.encode(list(words), is_pretokenized=True)
+        return e.ids, e.word_ids
+
     def tokens(self, text: str) -> list[str]:
         return self._tok.encode(text).tokens
 

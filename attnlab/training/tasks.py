@@ -329,6 +329,8 @@ class MaskedLMTask:
 class TextClassificationTask(ClassificationMetrics):
     """Sequence classification from the pooled [CLS]."""
 
+    head = "classify"  # the model's head this task trains
+
     def __init__(self, data, batch_size: int, label_smoothing: float = 0.0):
         self.data, self.label_smoothing = data, label_smoothing
         self.items_per_batch = batch_size
@@ -338,11 +340,11 @@ class TextClassificationTask(ClassificationMetrics):
 
     def loss(self, model: nn.Module, batch) -> Tensor:
         ids, mask, labels = batch
-        return cross_entropy(model(ids, mask, head="classify"), labels, label_smoothing=self.label_smoothing)
+        return cross_entropy(model(ids, mask, head=self.head), labels, label_smoothing=self.label_smoothing)
 
     def eval_loss(self, model: nn.Module, batch) -> Tensor:
         ids, mask, labels = batch
-        return cross_entropy(model(ids, mask, head="classify"), labels)
+        return cross_entropy(model(ids, mask, head=self.head), labels)
 
     @torch.no_grad()
     def predict(self, model: nn.Module, split: str, device="cpu", batch_size: int = 64) -> tuple[Tensor, Tensor]:
@@ -354,3 +356,24 @@ class TextClassificationTask(ClassificationMetrics):
 
     def meta(self) -> dict:
         return {"data": self.data.name, "tokenizer": self.data.tokenizer.to_dict()}
+
+
+class TokenTaggingTask(TextClassificationTask):
+    """Token classification: a tag for the first piece of every word (labels -100 elsewhere),
+    the loss a mean over tagged tokens."""
+
+    head = "tag"
+
+    def batch_weight(self, batch) -> int:
+        return int((batch[2] != -100).sum())
+
+    @torch.no_grad()
+    def predict(self, model: nn.Module, split: str, device="cpu", batch_size: int = 64) -> tuple[Tensor, Tensor]:
+        """(predicted tag, true tag) of every tagged token of ``split``, in order: (N,), (N,)."""
+        model.eval()
+        preds, trues = [], []
+        for ids, mask, labels in self.data.batches(split, batch_size):
+            scored = labels != -100
+            preds.append(model.tag(ids.to(device), mask.to(device)).argmax(-1).cpu()[scored])
+            trues.append(labels[scored])
+        return torch.cat(preds), torch.cat(trues)
