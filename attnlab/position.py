@@ -11,6 +11,8 @@ The modules fall into four groups by where they plug into a transformer:
   :class:`RotaryEmbedding` (RoPE).
 * conditional  -- ``forward(x, grid)`` adds a depthwise convolution of the token grid:
   :class:`PEG` (conditional positional encoding, CPVT).
+* graph        -- ``forward(x, eigvecs)`` adds a projection of the graph Laplacian's
+  eigenvectors to node tokens: :class:`LaplacianPosition` (Dwivedi & Bresson 2021).
 """
 
 from __future__ import annotations
@@ -34,6 +36,8 @@ __all__ = [
     "ALiBi",
     "alibi_slopes",
     "PEG",
+    "laplacian_eigenvectors",
+    "LaplacianPosition",
 ]
 
 
@@ -336,3 +340,61 @@ class PEG(nn.Module):
         img = rearrange(tokens, "b (h w) d -> b d h w", h=h, w=w)
         tokens = tokens + rearrange(self.conv(img), "b d h w -> b (h w) d")
         return torch.cat([prefix, tokens], dim=1)
+
+
+def laplacian_eigenvectors(adjacency: Tensor, k: int, node_mask: Tensor | None = None) -> Tensor:
+    """Laplacian positional encodings (Dwivedi & Bresson 2021): the eigenvectors of the
+    symmetric normalised Laplacian
+
+        L = I − D^{−1/2} A D^{−1/2}
+
+    sorted by eigenvalue, the first (eigenvalue 0: constant over a connected graph up to the
+    degree weights, so it carries no position) dropped and the next ``k`` kept, as "positions"
+    of the nodes: the graph analogue of the sinusoids, which are the eigenvectors of a path's (a
+    sequence's) Laplacian. adjacency (B, N, N) (or (N, N)), symmetric, nonzero = an edge;
+    ``node_mask`` (B, N) True = a real node, False = padding. Returns (B, N, k) (or (N, k)); a
+    graph of n ≤ k nodes gets zero columns past its n − 1 eigenvectors, padding nodes get zeros.
+    Each column's sign is arbitrary (−u is as much an eigenvector as u):
+    :class:`LaplacianPosition` flips signs at random in training so that no model relies on one."""
+    single = adjacency.dim() == 2
+    a = (adjacency if not single else adjacency[None]).float()
+    a = (a != 0).float()
+    n = a.shape[-1]
+    real = torch.ones(a.shape[:2], dtype=torch.bool, device=a.device) if node_mask is None else node_mask.bool()
+    if single and node_mask is not None:
+        real = real.reshape(1, n)
+    a = a * real[:, :, None] * real[:, None, :]
+    deg = a.sum(-1)
+    inv_sqrt = torch.where(deg > 0, deg.clamp_min(1e-12).rsqrt(), torch.zeros_like(deg))
+    lap = torch.eye(n, device=a.device) - inv_sqrt[:, :, None] * a * inv_sqrt[:, None, :]
+    # padding nodes: eigenvalue 3 (> 2, the normalised Laplacian's largest possible), so their
+    # indicator vectors sort after every real one and are zero on the real nodes
+    lap = lap + torch.diag_embed((~real).float() * 2)
+    _, vecs = torch.linalg.eigh(lap.double())
+    out = vecs[..., 1 : k + 1].float() * real[..., None]
+    if out.shape[-1] < k:  # fewer than k + 1 nodes in the whole batch
+        out = torch.cat([out, out.new_zeros(*out.shape[:-1], k - out.shape[-1])], dim=-1)
+    return out[0] if single else out
+
+
+class LaplacianPosition(nn.Module):
+    """x + W (s ⊙ U_k): node tokens (B, N, D) plus a learned projection W of their ``k``
+    Laplacian eigenvectors U_k (B, N, k) (:func:`laplacian_eigenvectors`). In training each
+    graph's eigenvectors get random signs s ∈ {−1, +1}^k (``sign_flip``), so the model learns to
+    read them whatever sign the eigensolver returns."""
+
+    def __init__(self, dim: int, k: int, sign_flip: bool = True) -> None:
+        super().__init__()
+        self.k, self.sign_flip = k, sign_flip
+        self.proj = nn.Linear(k, dim)
+
+    def forward(self, x: Tensor, eigvecs: Tensor) -> Tensor:
+        if eigvecs.shape[-1] != self.k or eigvecs.shape[:-1] != x.shape[:-1]:
+            raise ValueError(
+                f"LaplacianPosition: eigenvectors {tuple(eigvecs.shape)} do not fit nodes {tuple(x.shape)} "
+                f"with k={self.k}"
+            )
+        if self.training and self.sign_flip:
+            signs = torch.randint(0, 2, (eigvecs.shape[0], 1, self.k), device=eigvecs.device) * 2 - 1
+            eigvecs = eigvecs * signs
+        return x + self.proj(eigvecs.to(x.dtype))

@@ -3,6 +3,7 @@
 from .caption import CaptionConfig, Captioner
 from .cnn import CNN, CNNConfig
 from .gpt import GPT, GPT_PRESETS, GPTConfig
+from .graph import GraphTransformer, GraphTransformerConfig
 from .rnn import RNNConfig, RNNSeq2Seq
 from .seq2seq import Transformer, TransformerConfig
 from .vit import VIT_PRESETS, ViT, ViTConfig
@@ -22,4 +23,6 @@ __all__ = [
     "TransformerConfig",
     "RNNSeq2Seq",
     "RNNConfig",
+    "GraphTransformer",
+    "GraphTransformerConfig",
 ]

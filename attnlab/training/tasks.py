@@ -326,6 +326,38 @@ class MaskedLMTask:
         return {"data": self.data.name, "tokenizer": self.data.tokenizer.to_dict()}
 
 
+class GraphClassificationTask(ClassificationMetrics):
+    """Graph classification on graphs drawn by ``make(count, generator) -> (adjacency (B, N, N),
+    node_mask (B, N), labels (B,))``: fresh graphs for every training batch, a fixed set of
+    ``eval_graphs`` for validation and for test (drawn from their own seeds)."""
+
+    static_shapes = True
+
+    def __init__(self, make, batch_size: int, eval_graphs: int = 512):
+        self.make, self.items_per_batch = make, batch_size
+        self.fixed = {
+            split: make(eval_graphs, torch.Generator().manual_seed(seed)) for split, seed in (("val", 1), ("test", 2))
+        }
+
+    def batch(self, split: str, batch_size: int, generator: torch.Generator):
+        return self.make(batch_size, generator) if split == "train" else self.fixed[split]
+
+    def loss(self, model: nn.Module, batch) -> Tensor:
+        adjacency, node_mask, labels = batch
+        return cross_entropy(model(adjacency, node_mask), labels)
+
+    @torch.no_grad()
+    def predict(self, model: nn.Module, split: str, device="cpu", **forward) -> tuple[Tensor, Tensor]:
+        """(predicted, true) classes of the fixed ``split`` graphs; ``forward`` goes to the model
+        (``eigvecs=`` to try other eigenvector signs)."""
+        model.eval()
+        adjacency, node_mask, labels = self.fixed[split]
+        return model(adjacency.to(device), node_mask.to(device), **forward).argmax(-1).cpu(), labels
+
+    def meta(self) -> dict:
+        return {"data": getattr(self.make, "__name__", "graphs")}
+
+
 class TextClassificationTask(ClassificationMetrics):
     """Sequence classification from the pooled [CLS]."""
 
