@@ -337,14 +337,28 @@ class MultiHeadAttention(nn.Module):
         position_bias: nn.Module | None = None,
         window: int | None = None,
         qk_norm: bool = False,
+        scale: float | None = None,
+        tie: str = "none",
     ) -> None:
         """``bias`` applies to every projection; ``qkv_bias`` (default: ``bias``) to the
         query/key/value projections alone (timm's ViT option); ``window``: restricted attention,
         each query sees only the keys within ``window`` positions (:func:`local_mask`);
         ``qk_norm``: RMSNorm (with a learned gain) on each head's queries and keys before any
         rotary embedding, so that a score q·k/√d_k is bounded by the gains, not by how large the
-        projections grew (Dehghani et al. 2023; the modded-nanogpt speedrun)."""
+        projections grew (Dehghani et al. 2023; the modded-nanogpt speedrun). ``scale``: what
+        the scores q·k are multiplied by (default 1/√d_k; 1.0 gives unscaled dot products).
+        ``tie`` (self-attention): "qk" uses the queries as keys (W_K = W_Q: symmetric scores),
+        "kv" the keys as values (W_V = W_K): one projection fewer, to show why there are three."""
         super().__init__()
+        if tie not in ("none", "qk", "kv"):
+            raise ValueError(f"tie must be none, qk or kv, got {tie!r}")
+        if tie != "none" and (cross or d_context is not None):
+            raise ValueError("tie shares projections of one input: self-attention only, not cross-attention")
+        if tie == "qk" and n_kv_heads not in (None, n_heads):
+            raise ValueError("tie='qk' needs as many key heads as query heads (no grouped-query attention)")
+        if tie == "kv" and d_v not in (None, d_k):
+            raise ValueError("tie='kv' needs values as wide as keys (d_v = d_k)")
+        self.scale, self.tie = scale, tie
         if window is not None and window < 1:
             raise ValueError(f"window must be at least 1 (each query sees the keys within it), got {window}")
         self.window = window
@@ -369,12 +383,14 @@ class MultiHeadAttention(nn.Module):
         self.k_norm = nn.RMSNorm(self.d_k) if qk_norm else None
         q_dim, k_dim, v_dim = n_heads * self.d_k, n_kv_heads * self.d_k, n_kv_heads * self.d_v
         self._split = (q_dim, k_dim, v_dim)
+        # the projections actually made: a tied one is not
+        made = {"none": self._split, "qk": (q_dim, v_dim), "kv": (q_dim, k_dim)}[tie]
         in_bias = bias if qkv_bias is None else qkv_bias
         if self.cross:
             self.q_proj = nn.Linear(d_model, q_dim, bias=in_bias)
             self.kv_proj = nn.Linear(self.d_context, k_dim + v_dim, bias=in_bias)
         else:
-            self.qkv = nn.Linear(d_model, q_dim + k_dim + v_dim, bias=in_bias)  # [W_Q; W_K; W_V]
+            self.qkv = nn.Linear(d_model, sum(made), bias=in_bias)  # [W_Q; W_K; W_V] (less a tied one)
         self.out_proj = nn.Linear(n_heads * self.d_v, d_out or d_model, bias=bias)  # W_O
         self.hook_q, self.hook_k, self.hook_v = HookPoint(), HookPoint(), HookPoint()
         self.hook_scores, self.hook_pattern = HookPoint(), HookPoint()
@@ -396,7 +412,15 @@ class MultiHeadAttention(nn.Module):
         else:
             if context is not None:
                 raise ValueError("self-attention got a context; build the module with cross=True")
-            q, k, v = self.qkv(x).split(self._split, dim=-1)
+            projected = self.qkv(x)
+            if self.tie == "qk":
+                q, v = projected.split((self._split[0], self._split[2]), dim=-1)
+                k = q
+            elif self.tie == "kv":
+                q, k = projected.split(self._split[:2], dim=-1)
+                v = k
+            else:
+                q, k, v = projected.split(self._split, dim=-1)
         q = rearrange(q, "b t (h d) -> b h t d", h=self.n_heads)  # (B, H, Tq, d_k)
         k = rearrange(k, "b t (h d) -> b h t d", h=self.n_kv_heads)  # (B, Hkv, Tk, d_k)
         v = rearrange(v, "b t (h d) -> b h t d", h=self.n_kv_heads)  # (B, Hkv, Tk, d_v)
@@ -462,6 +486,7 @@ class MultiHeadAttention(nn.Module):
                 causal=self.causal,
                 key_mask=key_mask,
                 dropout=self.dropout if self.training else 0.0,
+                scale=self.scale,
             )
             out = self.hook_z(out)  # (B, H, Tq, d_v)
             return self.out_proj(rearrange(out, "b h t d -> b t (h d)"))
@@ -486,6 +511,7 @@ class MultiHeadAttention(nn.Module):
             bias=bias,
             dropout=self.dropout if self.training else 0.0,
             return_weights=formed,
+            scale=self.scale,
             score_hook=self.hook_scores if hooked else None,
             pattern_hook=self.hook_pattern if hooked else None,
         )

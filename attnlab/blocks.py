@@ -78,10 +78,13 @@ class TransformerBlock(nn.Module):
         mlp: bool = True,
         window: int | None = None,
         qk_norm: bool = False,
+        attn_scale: float | None = None,
+        tie: str = "none",
     ) -> None:
         """``mlp=False``: attention only (the blocks of the induction-head studies); ``window``:
         restricted attention over the keys within that many positions; ``qk_norm``: RMS-normalise
-        each head's queries and keys (:class:`MultiHeadAttention`)."""
+        each head's queries and keys; ``attn_scale``: the score scale (default 1/√d_k); ``tie``:
+        share the query and key (qk) or key and value (kv) projection (:class:`MultiHeadAttention`)."""
         super().__init__()
         self.norm_first = norm_first
         self.ln1 = nn.LayerNorm(dim, eps=norm_eps, bias=bias)
@@ -97,6 +100,8 @@ class TransformerBlock(nn.Module):
             position_bias=position_bias,
             window=window,
             qk_norm=qk_norm,
+            scale=attn_scale,
+            tie=tie,
         )
         self.ln2 = nn.LayerNorm(dim, eps=norm_eps, bias=bias) if mlp else None
         self.mlp = MLP(dim, mlp_hidden or 4 * dim, activation, dropout, bias) if mlp else None

@@ -190,3 +190,68 @@ def test_bad_shapes_raise_value_error_naming_shapes():
         mha(torch.randn(2, 3, 12))
     with pytest.raises(ValueError, match="key_mask"):
         mha(torch.randn(2, 3, 16), key_mask=torch.ones(2, 4, dtype=torch.bool))
+
+
+def _by_hand(q, k, v, scale, causal):
+    s = (q @ k.transpose(-1, -2)) * scale
+    if causal:
+        t = s.shape[-1]
+        s = s.masked_fill(torch.ones(t, t, dtype=torch.bool).triu(1), float("-inf"))
+    return s.softmax(-1) @ v
+
+
+@pytest.mark.parametrize("window", [None, 2])
+def test_score_scale_option_by_hand(window):
+    """scale=1.0 gives softmax(QKᵀ)V, unscaled, on the fused, reference and windowed paths."""
+    torch.manual_seed(0)
+    mha = MultiHeadAttention(32, 1, causal=True, scale=1.0, window=window).eval()
+    x = torch.randn(2, 6, 32)
+    with torch.no_grad():
+        q, k, v = mha.qkv(x).split(32, -1)
+        z = _by_hand(q, k, v, 1.0, True) if window is None else None
+        fused, (ref, _) = mha(x), mha(x, need_weights=True)
+    assert torch.allclose(fused, ref, atol=1e-5)
+    if z is not None:
+        assert torch.allclose(fused, mha.out_proj(z), atol=1e-5)
+        default = MultiHeadAttention(32, 1, causal=True).eval()
+        default.load_state_dict(mha.state_dict())
+        with torch.no_grad():
+            assert torch.allclose(default(x), mha.out_proj(_by_hand(q, k, v, 32**-0.5, True)), atol=1e-5)
+            assert not torch.allclose(default(x), fused, atol=1e-3)
+
+
+def test_tied_projections():
+    """tie='qk': keys are the queries, so the scores are symmetric; tie='kv': values are the keys;
+    either makes a third fewer input-projection weights. Cross-attention refuses a tie."""
+    torch.manual_seed(0)
+    x = torch.randn(2, 5, 16)
+    full = MultiHeadAttention(16, 2)
+    for tie in ("qk", "kv"):
+        mha = MultiHeadAttention(16, 2, tie=tie).eval()
+        assert mha.qkv.weight.shape == (32, 16) and full.qkv.weight.shape == (48, 16)
+        _, cache = _run_hooked(mha, x)
+        q, k, v, scores = cache["hook_q"], cache["hook_k"], cache["hook_v"], cache["hook_scores"]
+        if tie == "qk":
+            assert torch.equal(q, k) and torch.allclose(scores, scores.transpose(-1, -2), atol=1e-6)
+        else:
+            assert torch.equal(k, v) and not torch.equal(q, k)
+    with pytest.raises(ValueError, match="self-attention only"):
+        MultiHeadAttention(16, 2, cross=True, tie="qk")
+    with pytest.raises(ValueError, match="tie must be"):
+        MultiHeadAttention(16, 2, tie="qv")
+
+
+def _run_hooked(mha, x):
+    """Every hook point's value (HookPoint.add: the mechanism models' caches use)."""
+    seen = {}
+    detach = [
+        getattr(mha, name).add(lambda v, hook, name=name: seen.__setitem__(name, v))
+        for name in ("hook_q", "hook_k", "hook_v", "hook_scores")
+    ]
+    try:
+        with torch.no_grad():
+            out = mha(x)
+    finally:
+        for d in detach:
+            d()
+    return out, seen

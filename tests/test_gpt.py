@@ -238,3 +238,20 @@ def test_fine_tuning_from_a_run_beats_training_from_scratch(tmp_path, capsys):
         assert main(["train", "gpt", "--init", str(pre), *extra, "--out", str(tmp_path / "bad"), *common]) == 2
         err = capsys.readouterr().err
         assert words in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_attention_variants_in_the_gpt_refuse_gpt2_export_and_bad_values(tmp_path):
+    """--attn-tie and --attn-scale reach every block; GPT-2 export refuses them; bad values are refused."""
+    import attnlab
+    from attnlab.errors import CheckpointError
+    from attnlab.models import GPT, GPTConfig
+
+    tied = GPT(GPTConfig(vocab_size=20, context=8, layers=2, heads=2, dim=16, attn_tie="kv", attn_scale=1.0))
+    assert all(b.attn.tie == "kv" and b.attn.scale == 1.0 for b in tied.blocks)
+    assert tied(torch.randint(20, (1, 8))).shape == (1, 8, 20)
+    with pytest.raises(CheckpointError, match="attn_tie='kv'"):
+        attnlab.export_hf(tied, tmp_path / "hf")
+    with pytest.raises(ValueError, match="--attn-tie must be"):
+        GPTConfig(attn_tie="vq")
+    with pytest.raises(ValueError, match="--attn-scale must be positive"):
+        GPTConfig(attn_scale=0.0)

@@ -104,6 +104,8 @@ def export_gpt2(model: nn.Module) -> tuple[dict[str, Tensor], dict]:
         qk_norm=(c.qk_norm, False),
         logit_softcap=(c.logit_softcap, 0.0),
         pos_combine=(c.pos_combine, "add"),
+        attn_tie=(c.attn_tie, "none"),
+        attn_scale=(c.attn_scale, None),
     )
     differ = {k: have for k, (have, need) in gpt2_only.items() if have != need}
     if c.activation not in ACT_TO_HF:

@@ -93,6 +93,20 @@ class GPTConfig(Config):
             "untied output head at zero, so that every block starts as the identity (the speedrun's init)"
         },
     )
+    attn_scale: float | None = field(
+        default=None,
+        metadata={
+            "help": "multiply the attention scores q·k by this instead of 1/√d_k (1.0: unscaled dot products, "
+            "the baseline of the √d_k claim)"
+        },
+    )
+    attn_tie: str = field(
+        default="none",
+        metadata={
+            "help": "one projection fewer in attention: qk uses the queries as keys (W_K = W_Q), kv the keys as "
+            "values (W_V = W_K); none keeps three (default)"
+        },
+    )
 
     SIZES = ("vocab_size", "context", "layers", "heads", "dim")
     ALIASES = {
@@ -125,6 +139,10 @@ class GPTConfig(Config):
             raise ValueError(f"--logit-softcap must be 0 (off) or positive, got {self.logit_softcap}")
         if self.window is not None and self.window < 1:
             raise ValueError(f"--window must be at least 1 (the tokens each one attends back to), got {self.window}")
+        if self.attn_tie not in ("none", "qk", "kv"):
+            raise ValueError(f"--attn-tie must be none, qk or kv, got {self.attn_tie!r}")
+        if self.attn_scale is not None and not self.attn_scale > 0:
+            raise ValueError(f"--attn-scale must be positive, got {self.attn_scale}")
 
     @classmethod
     def from_dict(cls, d: dict, strict: bool = True):
@@ -205,6 +223,8 @@ class GPT(HookedModule):
                 mlp=c.mlp,
                 window=c.window,
                 qk_norm=c.qk_norm,
+                attn_scale=c.attn_scale,
+                tie=c.attn_tie,
             )
             for _ in range(c.layers)
         )
