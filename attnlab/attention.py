@@ -68,6 +68,23 @@ def local_mask(t_q: int, t_k: int | None = None, window: int = 1, device=None) -
     return (i - j).abs() <= window
 
 
+def grid_local_mask(grid: tuple[int, int], window: int, n_prefix: int = 0, device=None) -> Tensor:
+    """Restricted attention on a 2-D token grid (image patches, row-major): a boolean
+    (n_prefix + h·w, n_prefix + h·w) mask, True where patch j is within ``window`` rows and
+    ``window`` columns of patch i (a (2r + 1)² neighbourhood); the ``n_prefix`` leading tokens (a
+    class token) attend to every token and every token to them, so the image still has a summary."""
+    if window < 1:
+        raise ValueError(f"window must be at least 1 (each patch sees the patches within it), got {window}")
+    h, w = grid
+    rows = torch.arange(h * w, device=device) // w
+    cols = torch.arange(h * w, device=device) % w
+    near = ((rows[:, None] - rows[None, :]).abs() <= window) & ((cols[:, None] - cols[None, :]).abs() <= window)
+    n = n_prefix + h * w
+    mask = torch.ones(n, n, dtype=torch.bool, device=device)
+    mask[n_prefix:, n_prefix:] = near
+    return mask
+
+
 def attention_scores(q: Tensor, k: Tensor, scale: float | None = None) -> Tensor:
     """``Q Kᵀ / √d_k``: (..., Tq, d_k) x (..., Tk, d_k) -> (..., Tq, Tk)."""
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale

@@ -61,3 +61,27 @@ def test_attention_with_a_window_takes_the_block_path_and_agrees_with_the_refere
     i, j = torch.arange(40)[:, None], torch.arange(40)[None, :]
     outside = (i - j).abs() > 3 if not causal else ((i - j) > 3) | (j > i)
     assert weights[..., outside].abs().max() == 0
+
+
+def test_vit_window_sees_its_patch_neighbourhood_and_the_class_token(tmp_path):
+    """ViT --window r: a patch attends to the patches within r rows and r columns (a (2r+1)²
+    neighbourhood, cut at the border), the class token to all and all to it; HF export refuses it;
+    window 0 is refused."""
+    import attnlab
+    from attnlab.errors import CheckpointError
+    from attnlab.models import ViT, ViTConfig
+
+    torch.manual_seed(0)
+    vit = ViT(ViTConfig(image_size=16, patch_size=4, in_chans=1, num_classes=3, dim=16, layers=1, heads=2, window=1))
+    _, cache = vit.eval().run_with_cache(torch.randn(2, 1, 16, 16), names="encoder.blocks.0.attn.hook_pattern")
+    seen = cache["encoder.blocks.0.attn.hook_pattern"][0, 0] > 0  # (17, 17): class token + a 4x4 grid
+    assert seen[0].all() and seen[:, 0].all()
+    for i in range(16):
+        for j in range(16):
+            near = abs(i // 4 - j // 4) <= 1 and abs(i % 4 - j % 4) <= 1
+            assert bool(seen[1 + i, 1 + j]) == near, (i, j)
+    assert seen[1 + 5].sum() == 1 + 9 and seen[1 + 0].sum() == 1 + 4  # an inner patch, a corner
+    with pytest.raises(CheckpointError, match="window=1"):
+        attnlab.export_hf(vit, tmp_path / "hf")
+    with pytest.raises(ValueError, match="--window must be at least 1"):
+        ViTConfig(window=0)

@@ -87,11 +87,11 @@ VIT_BLOCK = (
 
 def export_vit(model: nn.Module) -> tuple[dict[str, Tensor], dict]:
     c = model.config
-    if c.pool != "cls" or c.pos != "learned" or c.peg or c.num_classes < 1:
+    if c.pool != "cls" or c.pos != "learned" or c.peg or c.num_classes < 1 or c.window is not None:
         raise CheckpointError(
-            "only ViTs with a class token, learned positions, no PEG and a classifier map to "
+            "only ViTs with a class token, learned positions, no PEG, full attention and a classifier map to "
             f"ViTForImageClassification; this one has pool={c.pool}, pos={c.pos}, peg={c.peg}, "
-            f"num_classes={c.num_classes}"
+            f"window={c.window}, num_classes={c.num_classes}"
         )
     sd = model.state_dict()
     out = {

@@ -8,13 +8,14 @@ logits = head(x[:, 0])  or  head(mean(x))    class token or global average pooli
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
 from einops import rearrange, repeat
 from torch import Tensor, nn
 
+from ..attention import grid_local_mask
 from ..config import Config
 from ..hooks import HookedModule, HookPoint
 from ..blocks import Encoder
@@ -45,6 +46,13 @@ class ViTConfig(Config):
     qkv_bias: bool = True
     peg: bool = False  # conditional position encoding (CPVT): a depthwise conv after the first block
     labels: list | None = None  # class names, in index order
+    window: int | None = field(
+        default=None,
+        metadata={
+            "help": "restricted attention: each patch attends to the patches within WINDOW rows and columns of it "
+            "(the class token to all, and all to it; default: every patch)"
+        },
+    )
 
     SIZES = ("image_size", "patch_size", "in_chans", "dim", "layers", "heads")
     ALIASES = {"depth": "layers"}
@@ -66,6 +74,8 @@ class ViTConfig(Config):
             )
         if self.dim % self.heads:
             raise ValueError(f"dim={self.dim} is not divisible by heads={self.heads}")
+        if self.window is not None and self.window < 1:
+            raise ValueError(f"--window must be at least 1 (the rows and columns each patch sees), got {self.window}")
 
     @property
     def grid(self) -> tuple[int, int]:
@@ -188,7 +198,10 @@ class ViT(HookedModule):
             x = self.pos(x)
         x = self.hook_embed(self.drop(x))
         peg = (lambda t: self.peg(t, self.grid, self.n_prefix)) if self.peg is not None else None
-        return self.encoder(x, after_first=peg)
+        mask = None
+        if c.window is not None:  # a (2r + 1)² neighbourhood of patches (the class token sees and is seen by all)
+            mask = grid_local_mask(self.grid, c.window, self.n_prefix, device=x.device)
+        return self.encoder(x, mask=mask, after_first=peg)
 
     def forward_features(self, images: Tensor) -> Tensor:
         x = self.tokens(images)
