@@ -240,3 +240,30 @@ def test_resnet_blocks_add_their_shortcut_and_train_from_the_command_line(tmp_pa
     out = tmp_path / "res"
     argv = ["train", "cnn", "--arch", "resnet", "--max-iters", "3", "--eval-interval", "3", "--eval-iters", "1"]
     assert main([*argv, "--no-progress", "--device", "cpu", "--dtype", "fp32", "--out", str(out)]) == 0
+
+
+def test_fine_tuning_from_a_huggingface_vit_folder(tmp_path, capsys):
+    """train vit --init HF_DIR: a ViTForImageClassification folder (3 labels) starts a digits
+    classifier (10): its body carries over (exactly, with --freeze), the head is new."""
+    from safetensors.torch import load_file
+
+    import attnlab
+    from attnlab.cli import main
+
+    transformers = pytest.importorskip("transformers")
+    pytest.importorskip("sklearn")
+    cfg = transformers.ViTConfig(
+        image_size=8, patch_size=2, num_channels=1, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+        intermediate_size=32, num_labels=3,
+    )  # fmt: skip
+    torch.manual_seed(0)
+    transformers.ViTForImageClassification(cfg).save_pretrained(tmp_path / "hf")
+    pretrained = attnlab.load(tmp_path / "hf").state_dict()
+    out = tmp_path / "tuned"
+    common = ["--eval-iters", "1", "--no-progress", "--device", "cpu", "--dtype", "fp32", "--no-compile"]
+    argv = ["train", "vit", "--init", str(tmp_path / "hf"), "--freeze", "--max-iters", "3", "--eval-interval", "3"]
+    assert main([*argv, "--out", str(out), *common]) == 0
+    after = load_file(str(out / "last" / "model.safetensors"))
+    body = [k for k in pretrained if not k.startswith("head.")]
+    assert body and all(torch.equal(pretrained[k], after[k]) for k in body)
+    assert after["head.weight"].shape == (10, 16) and pretrained["head.weight"].shape == (3, 16)
