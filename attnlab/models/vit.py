@@ -25,7 +25,7 @@ from ..tokens import PatchEmbed
 __all__ = ["ViTConfig", "ViT", "VIT_PRESETS"]
 
 
-VIT_POSITIONS = ("learned", "sincos", "fourier", "relative")
+VIT_POSITIONS = ("learned", "sincos", "fourier", "relative", "none")
 
 
 @dataclass
@@ -39,7 +39,8 @@ class ViTConfig(Config):
     heads: int = 3
     mlp_ratio: float = 4.0
     pool: str = "cls"  # cls | mean
-    pos: str = "learned"  # learned | sincos | fourier | relative (2-D Shaw et al., no absolute table)
+    # learned | sincos | fourier | relative (2-D Shaw et al., no absolute table) | none (a bag of patches)
+    pos: str = "learned"
     rel_distance: int = 8  # --pos relative: patch offsets beyond this many rows or columns share a table row
     dropout: float = 0.0
     norm_eps: float = 1e-6
@@ -150,7 +151,8 @@ class ViT(HookedModule):
             nn.init.zeros_(self.head.weight)
 
     def _absolute_positions(self, grid: tuple[int, int]) -> nn.Module | None:
-        """The table added to the tokens (None for relative positions, which act inside attention)."""
+        """The table added to the tokens (None for relative positions, which act inside attention,
+        and for none)."""
         c, n = self.config, grid[0] * grid[1]
         if c.pos == "learned":
             return LearnedPosition(c.dim, self.n_prefix + n)
@@ -169,8 +171,8 @@ class ViT(HookedModule):
         """The position table as timm names and shapes it: (1, n_prefix + N, D)."""
         if self.pos is None:
             raise ValueError(
-                "this ViT has no position table: --pos relative puts positions inside attention "
-                "(see its attention maps instead)"
+                f"this ViT has no position table (--pos {self.config.pos}; relative positions act inside "
+                "attention: see its attention maps instead)"
             )
         return self.pos.weight[None]
 
@@ -230,6 +232,6 @@ class ViT(HookedModule):
             img = F.interpolate(img, size=(g_new, g_new), mode="bicubic", align_corners=False)
             self.pos = LearnedPosition(c.dim, self.n_prefix + g_new * g_new).to(device)
             self.pos.weight.copy_(torch.cat([prefix, rearrange(img, "1 d h w -> (h w) d")]))
-        else:
+        elif c.pos == "sincos":
             self.pos = SinCos2DPosition(c.dim, (g_new, g_new), self.n_prefix).to(device)
         self.config = ViTConfig(**{**c.to_dict(), "image_size": image_size})
