@@ -432,13 +432,22 @@ def _corpus(ctx: Context):
     return ctx.cache["corpus"]
 
 
+def _fit(ctx: Context, model, task, name: str, steps: int, **options) -> None:
+    """Train ``model`` on ``task`` for ``steps`` steps into ``ctx.work / name``: on the CPU in fp32,
+    no progress bar, one evaluation at the end; ``options``: the TrainConfig fields that differ."""
+    from ..training import TrainConfig, Trainer
+
+    settings = {**dict(eval_iters=2, progress=False, device="cpu", dtype="fp32"), **options}
+    Trainer(model, task, TrainConfig(max_iters=steps, eval_interval=steps, **settings), ctx.work / name).fit()
+
+
 def _train_gpt(
     ctx: Context, pos: str, steps: int, context: int = 512, window: int = 64, heads: int = 4, seed: int = 0, **model
 ):
     """A 2-layer GPT (64 wide unless ``model`` says otherwise) trained on the corpus for ``steps``
     steps of 16 windows of ``window`` tokens; ``model``: more GPTConfig options."""
     from ..models import GPT, GPTConfig
-    from ..training import LanguageModelTask, TrainConfig, Trainer
+    from ..training import LanguageModelTask
 
     data = _corpus(ctx)
     torch.manual_seed(seed)
@@ -446,21 +455,19 @@ def _train_gpt(
     gpt = GPT(
         GPTConfig(vocab_size=data.tokenizer.vocab_size, context=context, heads=heads, pos=pos, dropout=0.0, **shape)
     )
-    cfg = TrainConfig(
-        max_iters=steps,
+    name = "_".join([f"gpt_{pos}_{heads}h", *(f"{k}-{v}" for k, v in sorted(model.items())), f"s{seed}"])
+    _fit(
+        ctx,
+        gpt,
+        LanguageModelTask(data, window, 16),
+        name,
+        steps,
         batch_size=16,
         lr=3e-3,
         min_lr=3e-4,
         warmup_iters=min(50, steps // 5),
-        eval_interval=steps,
-        eval_iters=2,
-        progress=False,
-        device="cpu",
-        dtype="fp32",
         seed=1337 + seed,  # the batches (1337: the trainer's default)
     )
-    name = "_".join([f"gpt_{pos}_{heads}h", *(f"{k}-{v}" for k, v in sorted(model.items())), f"s{seed}"])
-    Trainer(gpt, LanguageModelTask(data, window, 16), cfg, ctx.work / name).fit()
     return gpt.eval(), data
 
 
@@ -594,26 +601,23 @@ def _train_image_classifier(
 ) -> float:
     """Train ``model`` on ``splits`` (AdamW, warmup + cosine, light augmentation) and return its
     test accuracy."""
-    from ..training import TrainConfig, Trainer
     from ..training.tasks import ImageClassificationTask
 
     torch.manual_seed(0)
-    cfg = TrainConfig(
-        max_iters=steps,
+    task = ImageClassificationTask(splits, batch, pad=pad, rotate=10.0, scale=0.1, **task)
+    _fit(
+        ctx,
+        model,
+        task,
+        name,
+        steps,
         batch_size=batch,
         lr=lr,
         min_lr=lr / 100,
         warmup_iters=min(100, steps // 5),
         weight_decay=0.05,
         beta2=0.999,
-        eval_interval=steps,
-        eval_iters=2,
-        progress=False,
-        device="cpu",
-        dtype="fp32",
     )
-    task = ImageClassificationTask(splits, batch, pad=pad, rotate=10.0, scale=0.1, **task)
-    Trainer(model, task, cfg, ctx.work / name).fit()
     pred, y = task.predict(model, "test")
     return (pred == y).float().mean().item()
 
@@ -903,7 +907,6 @@ def alignment(ctx: Context) -> Result:
     from ..inspect import capture_attention
     from ..inspect.plots import alignment_png
     from ..models import Transformer, TransformerConfig
-    from ..training import TrainConfig, Trainer
     from ..training.tasks import Seq2SeqTask
 
     import random
@@ -917,20 +920,18 @@ def alignment(ctx: Context) -> Result:
             src_vocab=v, tgt_vocab=v, dim=64, heads=4, enc_layers=2, dec_layers=2, mlp_dim=128, dropout=0.0, context=40
         )
     )
-    cfg = TrainConfig(
-        max_iters=steps,
+    _fit(
+        ctx,
+        model,
+        Seq2SeqTask(data, 64),
+        "align",
+        steps,
         batch_size=64,
         lr=3e-3,
         min_lr=3e-5,
         warmup_iters=min(100, steps // 5),
         weight_decay=0.0,
-        eval_interval=steps,
-        eval_iters=2,
-        progress=False,
-        device="cpu",
-        dtype="fp32",
     )
-    Trainer(model, Seq2SeqTask(data, 64), cfg, ctx.work / "align").fit()
     model.eval()
     rng = random.Random(1)
     pairs = [synthetic_pair("reverse", rng, 10, 10) for _ in range(50)]
@@ -1215,15 +1216,18 @@ def add_concat(ctx: Context) -> Result:
 def induction(ctx: Context) -> Result:
     from ..inspect.detectors import head_scores, repeated_random_tokens
     from ..models import GPT, GPTConfig
-    from ..training import TrainConfig, Trainer
     from ..training.tasks import RepeatedSequenceTask
 
     vocab, length, half = 64, 40, 20
     torch.manual_seed(0)
     model = GPT(GPTConfig(vocab_size=vocab, context=length, layers=2, heads=4, dim=64, pos="rope", mlp=False))
     steps = ctx.steps(20, 1000, 2500)  # (the circuit forms at about step 500-700 here)
-    cfg = TrainConfig(
-        max_iters=steps,
+    _fit(
+        ctx,
+        model,
+        RepeatedSequenceTask(vocab, length, 64),
+        "induction",
+        steps,
         batch_size=64,
         lr=1e-3,
         min_lr=1e-3,  # constant: the copying circuit forms in a sudden phase change that decay would slow
@@ -1231,14 +1235,8 @@ def induction(ctx: Context) -> Result:
         weight_decay=0.0,
         beta2=0.999,
         grad_clip=0.0,
-        eval_interval=steps,
-        eval_iters=2,
-        progress=False,
-        device="cpu",
-        dtype="fp32",
         compile=False,
     )
-    Trainer(model, RepeatedSequenceTask(vocab, length, 64), cfg, ctx.work / "induction").fit()
     model.eval()
     x = repeated_random_tokens(32, half, vocab, torch.Generator().manual_seed(1234))  # the first half, then again
     with torch.no_grad():
@@ -1283,7 +1281,6 @@ def induction(ctx: Context) -> Result:
 def graphs(ctx: Context) -> Result:
     from ..data.graphs import cycle_graphs
     from ..models.graph import GraphTransformer, GraphTransformerConfig
-    from ..training import TrainConfig, Trainer
     from ..training.tasks import GraphClassificationTask
 
     steps = ctx.steps(20, 300, 1000)
@@ -1292,21 +1289,20 @@ def graphs(ctx: Context) -> Result:
     for pos, attend in (("none", "all"), ("none", "edges"), ("laplacian", "all"), ("laplacian", "edges")):
         torch.manual_seed(0)
         model = GraphTransformer(GraphTransformerConfig(dim=32, layers=2, heads=4, pos=pos, attend=attend))
-        cfg = TrainConfig(
-            max_iters=steps,
+        _fit(
+            ctx,
+            model,
+            task,
+            f"graphs_{pos}_{attend}",
+            steps,
             batch_size=32,
             lr=3e-3,
             min_lr=3e-4,
             warmup_iters=min(20, steps // 2),
             weight_decay=0.0,
-            eval_interval=steps,
             eval_iters=1,
-            progress=False,
-            device="cpu",
-            dtype="fp32",
             compile=False,
         )
-        Trainer(model, task, cfg, ctx.work / f"graphs_{pos}_{attend}").fit()
         pred, y = task.predict(model, "test")
         acc[pos, attend] = (pred == y).float().mean().item()
         where = "every node (complete graph)" if attend == "all" else "neighbours only (message passing)"
