@@ -8,7 +8,7 @@ import torch
 
 import attnlab
 from attnlab.cli import main
-from attnlab.data.tagged import IGNORE, encode_tagged, read_tagged, synthetic_pos, unigram_baseline
+from attnlab.data.tagged import IGNORE, TaggedTexts, encode_tagged, read_tagged, synthetic_pos, unigram_baseline
 from attnlab.errors import DataError
 from attnlab.tokens import WordPieceTokenizer
 
@@ -30,18 +30,20 @@ def test_only_the_first_piece_of_each_word_carries_its_tag(tmp_path):
     assert cut and len(ids) == 4 and ids[-1] == tok.sep_id and labels == [IGNORE, 0, 1, IGNORE]
 
 
-def test_unigram_baseline_by_hand(tmp_path):
-    f = tmp_path / "t.tsv"
-    # train (after the fixed shuffle) decides; build a file where every split is known by content
-    f.write_text("fish swim\tN V\n" * 8 + "we fish\tP V\n" * 2)
-    data = read_tagged(f)
-    base = unigram_baseline(data, "train")
-    train = [t for s in data.tags["train"] for t in s]
-    # "fish" is N 8 times... in train, V in the "we fish" lines; its most frequent tag is N
-    assert base["ambiguous"] == {"fish"}
-    fish_tags = [t for w, t in zip(sum(data.words["train"], []), train) if w == "fish"]
-    assert base["ambiguous_accuracy"] == pytest.approx(fish_tags.count("N") / len(fish_tags))
-    assert base["ambiguous_words"] == len(fish_tags)
+def test_unigram_baseline_by_hand():
+    """Each word gets its most frequent training tag, an unseen word the most frequent tag overall."""
+    train_words = [["fish", "swim"]] * 3 + [["we", "fish"]]
+    train_tags = [["N", "V"]] * 3 + [["P", "V"]]
+    test_words = [["we", "fish"], ["fish", "swim"], ["cats", "swim"]]
+    test_tags = [["P", "V"], ["N", "V"], ["N", "V"]]
+    data = TaggedTexts("t", {"train": train_words, "test": test_words}, {"train": train_tags, "test": test_tags},
+                       ["N", "P", "V"])  # fmt: skip
+    base = unigram_baseline(data, "test")
+    # fish -> N (3 of 4), swim -> V, we -> P, cats (unseen) -> V (4 of the 8 training tags)
+    # test: we/P ok, fish/V wrong, fish/N ok, swim/V ok, cats/N wrong, swim/V ok
+    assert base["accuracy"] == pytest.approx(4 / 6)
+    assert base["ambiguous"] == {"fish"} and base["ambiguous_words"] == 2
+    assert base["ambiguous_accuracy"] == pytest.approx(1 / 2)
 
 
 def test_the_embedded_task_needs_context():
