@@ -1100,31 +1100,32 @@ def multi_head(ctx: Context) -> Result:
     )
 
 
-def _gpt_losses(ctx: Context, variants: dict[str, dict], steps: int, seeds=(0,), **shape) -> dict:
-    """{variant: [validation loss per seed]}: one 2-layer GPT with rotary positions per variant and
-    seed (``variants``: name -> GPTConfig options), each scored on the same 16 windows of 64 tokens."""
+def _gpt_losses(ctx: Context, variants: dict[str, dict], steps: int, seeds=(0,), **shape) -> tuple[dict, dict]:
+    """({variant: [validation loss per seed]}, {variant: parameter count}): one 2-layer GPT with
+    rotary positions per variant and seed (``variants``: name -> GPTConfig options), each scored
+    on the same 16 windows of 64 tokens."""
     data = _corpus(ctx)
     ends = _spread_ends(len(data.val), 64, 16)
-    losses = {}
+    losses, params = {}, {}
     for name, options in variants.items():
         losses[name] = []
         for seed in seeds:
             model, _ = _train_gpt(ctx, options.pop("pos", "rope"), steps, context=64, seed=seed, **shape, **options)
             with torch.no_grad():
                 losses[name].append(_loss_at(model, data, 64, ends))
-            losses.setdefault("params", {})[name] = sum(p.numel() for p in model.parameters())
-    return losses
+            params[name] = sum(p.numel() for p in model.parameters())
+    return losses, params
 
 
 def _loss_bars(losses: dict, path: Path, title: str) -> None:
-    names = [n for n in losses if n != "params"]
+    names = list(losses)
     fig, ax = plt.subplots(figsize=(1.3 * len(names) + 1.5, 3), dpi=100, layout="constrained")
     means = [float(np.mean(losses[n])) for n in names]
     ax.bar(names, means)
     for i, n in enumerate(names):  # every seed, when there are several
         ax.plot([i] * len(losses[n]), losses[n], "k.", ms=4)
     ax.set_ylabel("validation loss")
-    ax.set_ylim(min(min(v) for n, v in losses.items() if n != "params") - 0.15, max(means) + 0.1)
+    ax.set_ylim(min(min(v) for v in losses.values()) - 0.15, max(means) + 0.1)
     ax.set_title(title, fontsize=9)
     save_figure(fig, path)
 
@@ -1138,12 +1139,11 @@ def _loss_bars(losses: dict, path: Path, title: str) -> None:
 )
 def three_projections(ctx: Context) -> Result:
     steps = ctx.steps(20, 400, 1500)
-    losses = _gpt_losses(
+    losses, params = _gpt_losses(
         ctx, {"W_Q, W_K, W_V": {}, "W_K = W_Q": {"attn_tie": "qk"}, "W_V = W_K": {"attn_tie": "kv"}}, steps
     )
     full, qk, kv = (losses[n][0] for n in ("W_Q, W_K, W_V", "W_K = W_Q", "W_V = W_K"))
     _loss_bars(losses, ctx.out / "three_projections.png", "own or tied projections")
-    params = losses["params"]
     return Result(
         f"validation loss after {steps} steps: three projections {full:.3f}, W_K = W_Q {qk:.3f}, W_V = W_K {kv:.3f}",
         qk > full + 0.02 and kv > full + 0.02,
@@ -1165,7 +1165,7 @@ def scaling_convergence(ctx: Context) -> Result:
     steps = ctx.steps(5, 300, 1000)
     seeds = (0, 1) if ctx.size != "full" else (0, 1, 2)
     # one head of 128: d_k = 128, where unscaled scores are √128 ≈ 11× the scaled ones
-    losses = _gpt_losses(ctx, {"QKᵀ/√d_k": {}, "QKᵀ": {"attn_scale": 1.0}}, steps, seeds, heads=1, dim=128)
+    losses, _ = _gpt_losses(ctx, {"QKᵀ/√d_k": {}, "QKᵀ": {"attn_scale": 1.0}}, steps, seeds, heads=1, dim=128)
     scaled, raw = np.array(losses["QKᵀ/√d_k"]), np.array(losses["QKᵀ"])
     _loss_bars(losses, ctx.out / "scaling_convergence.png", f"d_k = 128, {steps} steps, {len(seeds)} seeds")
     gap = raw - scaled
@@ -1190,10 +1190,11 @@ def scaling_convergence(ctx: Context) -> Result:
 )
 def add_concat(ctx: Context) -> Result:
     steps = ctx.steps(20, 400, 1500)
-    losses = _gpt_losses(ctx, {"add": {"pos": "learned"}, "concat": {"pos": "learned", "pos_combine": "concat"}}, steps)
+    losses, params = _gpt_losses(
+        ctx, {"add": {"pos": "learned"}, "concat": {"pos": "learned", "pos_combine": "concat"}}, steps
+    )
     add, concat = losses["add"][0], losses["concat"][0]
     _loss_bars(losses, ctx.out / "add_concat.png", "learned positions: added or concatenated")
-    params = losses["params"]
     return Result(
         f"validation loss after {steps} steps: added {add:.3f}, concatenated and projected back {concat:.3f}",
         abs(add - concat) <= 0.03,
