@@ -175,27 +175,30 @@ class MinibatchCKA:
         return self.xy / (self.xx[:, None].sqrt() * self.yy[None, :].sqrt())
 
 
+def _box_cells(grid: tuple[int, int], box: tuple[int, int, int, int], image_size: int) -> tuple[list, list]:
+    """Which rows and which columns of an (h, w) grid over an image of ``image_size`` pixels
+    overlap the box (x0, y0, x1, y1 in pixels, end exclusive): (h booleans, w booleans)."""
+    h, w = grid
+    cy, cx = image_size / h, image_size / w  # cell size in pixels
+    x0, y0, x1, y1 = box
+    return [r * cy < y1 and (r + 1) * cy > y0 for r in range(h)], [c * cx < x1 and (c + 1) * cx > x0 for c in range(w)]
+
+
 def pointing_hit(attention: Tensor, box: tuple[int, int, int, int], image_size: int) -> bool:
     """The pointing game (Zhang et al. 2016) on a grid: does the arg-max cell of ``attention``
     (h, w) overlap the object's box (x0, y0, x1, y1 in pixels, end exclusive)? At grid
     resolution a cell that covers part of the object counts as pointing at it."""
     h, w = attention.shape
-    i = int(attention.reshape(-1).argmax())
-    row, col = divmod(i, w)
-    cy, cx = image_size / h, image_size / w  # cell size in pixels
-    x0, y0, x1, y1 = box
-    return col * cx < x1 and (col + 1) * cx > x0 and row * cy < y1 and (row + 1) * cy > y0
+    row, col = divmod(int(attention.reshape(-1).argmax()), w)
+    rows, cols = _box_cells((h, w), box, image_size)
+    return rows[row] and cols[col]
 
 
 def pointing_chance(grid: tuple[int, int], box: tuple[int, int, int, int], image_size: int) -> float:
     """How often :func:`pointing_hit` would succeed with the arg-max cell drawn at random: the
     share of the (h, w) grid's cells that overlap the box."""
-    h, w = grid
-    cy, cx = image_size / h, image_size / w  # cell size in pixels
-    x0, y0, x1, y1 = box
-    rows = sum(r * cy < y1 and (r + 1) * cy > y0 for r in range(h))
-    cols = sum(c * cx < x1 and (c + 1) * cx > x0 for c in range(w))
-    return rows * cols / (h * w)
+    rows, cols = _box_cells(grid, box, image_size)
+    return sum(rows) * sum(cols) / (len(rows) * len(cols))
 
 
 def confusion_matrix(y: Tensor, pred: Tensor, k: int) -> Tensor:
