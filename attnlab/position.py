@@ -357,8 +357,7 @@ def laplacian_eigenvectors(adjacency: Tensor, k: int, node_mask: Tensor | None =
     Each column's sign is arbitrary (−u is as much an eigenvector as u):
     :class:`LaplacianPosition` flips signs at random in training so that no model relies on one."""
     single = adjacency.dim() == 2
-    a = (adjacency if not single else adjacency[None]).float()
-    a = (a != 0).float()
+    a = ((adjacency[None] if single else adjacency) != 0).float()
     n = a.shape[-1]
     real = torch.ones(a.shape[:2], dtype=torch.bool, device=a.device) if node_mask is None else node_mask.bool()
     if single and node_mask is not None:

@@ -26,6 +26,7 @@ from ..blocks import Encoder
 from ..config import Config
 from ..hooks import HookedModule, HookPoint
 from ..position import LaplacianPosition, laplacian_eigenvectors
+from .encoder import mean_pool
 
 __all__ = ["GraphTransformerConfig", "GraphTransformer"]
 
@@ -114,6 +115,4 @@ class GraphTransformer(HookedModule):
         if c.attend == "edges":  # neighbours and the node itself
             mask = (adjacency != 0) | torch.eye(n, dtype=torch.bool, device=adjacency.device)
         x = self.encoder(x, key_mask=real, mask=mask)
-        w = real[..., None].to(x.dtype)
-        pooled = self.hook_pooled((x * w).sum(1) / w.sum(1).clamp_min(1))
-        return self.head(pooled)
+        return self.head(self.hook_pooled(mean_pool(x, real)))
