@@ -160,26 +160,41 @@ def python_docs_sections(seed: int = 0) -> LabelledTexts:
     return LabelledTexts(EMBEDDED_TASK, texts, labels, list(SECTIONS))
 
 
-def read_labelled(path: Path, seed: int = 0) -> LabelledTexts:
-    """``text<TAB>label`` lines, split 80/10/10 at random (fixed seed)."""
+def read_two_columns(path: Path, second: str, hint: str = "") -> list[tuple[int, str, str]]:
+    """(line number, text, second column) of each non-empty ``text<TAB>second`` line of ``path``;
+    a missing file, or a line without exactly one tab, is refused in one line (``hint``: what
+    the message adds about the second column)."""
     if not path.is_file():
-        raise DataError(f"{path} does not exist; give a text<TAB>label file")
-    pairs = []
+        raise DataError(f"{path} does not exist; give a text<TAB>{second} file")
+    rows = []
     for n, line in enumerate(read_lines(path), 1):
         if not line.strip():
             continue
         if line.count("\t") != 1:
-            what = "no label" if "\t" not in line else f"{line.count(chr(9)) + 1} columns"
-            raise DataError(f"{path}:{n} has {what}: each line is text<TAB>label")
-        text, label = line.split("\t")
+            what = f"no {second}" if "\t" not in line else f"{line.count(chr(9)) + 1} columns"
+            raise DataError(f"{path}:{n} has {what}: each line is text<TAB>{second}{hint}")
+        text, right = line.split("\t")
+        rows.append((n, text, right))
+    return rows
+
+
+def split_test_val_train(items: list) -> dict[str, list]:
+    """The first tenth (at least one item) for test, the next for validation, the rest for training."""
+    n_val = n_test = max(1, len(items) // 10)
+    return {"test": items[:n_test], "val": items[n_test : n_test + n_val], "train": items[n_test + n_val :]}
+
+
+def read_labelled(path: Path, seed: int = 0) -> LabelledTexts:
+    """``text<TAB>label`` lines, split 80/10/10 at random (fixed seed)."""
+    pairs = []
+    for n, text, label in read_two_columns(path, "label"):
         if not text.strip() or not label.strip():
             raise DataError(f"{path}:{n} has an empty {'text' if not text.strip() else 'label'}")
         pairs.append((text.strip(), label.strip()))
     if len(pairs) < 3:
         raise DataError(f"{path} has {len(pairs)} labelled lines; give at least 3 (train, validation, test)")
     random.Random(seed).shuffle(pairs)
-    n_val = n_test = max(1, len(pairs) // 10)
-    parts = {"test": pairs[:n_test], "val": pairs[n_test : n_test + n_val], "train": pairs[n_test + n_val :]}
+    parts = split_test_val_train(pairs)
     classes = sorted({lab for _, lab in parts["train"]})
     return LabelledTexts(
         path.name,

@@ -20,7 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import DataError
-from .parallel import pad_batch, read_lines
+from .labelled import read_two_columns, split_test_val_train
+from .parallel import pad_batch
 
 EMBEDDED_TAGGING = "synthetic-pos"
 IGNORE = -100  # a token without a tag of its own (a word's later pieces, [CLS], [SEP], padding)
@@ -89,8 +90,7 @@ def synthetic_pos(sentences: int = 4000, seed: int = 0) -> TaggedTexts:
 
 
 def _split(name: str, rows: list[list[tuple[str, str]]]) -> TaggedTexts:
-    n_val = n_test = max(1, len(rows) // 10)
-    parts = {"test": rows[:n_test], "val": rows[n_test : n_test + n_val], "train": rows[n_test + n_val :]}
+    parts = split_test_val_train(rows)
     classes = sorted({t for r in parts["train"] for _, t in r})
     return TaggedTexts(
         name,
@@ -103,16 +103,9 @@ def _split(name: str, rows: list[list[tuple[str, str]]]) -> TaggedTexts:
 def read_tagged(path: Path, seed: int = 0) -> TaggedTexts:
     """``text<TAB>tags`` lines, one tag per word (both split on spaces), split 80/10/10 at random
     (fixed seed)."""
-    if not path.is_file():
-        raise DataError(f"{path} does not exist; give a text<TAB>tags file")
     rows = []
-    for n, line in enumerate(read_lines(path), 1):
-        if not line.strip():
-            continue
-        if line.count("\t") != 1:
-            what = "no tags" if "\t" not in line else f"{line.count(chr(9)) + 1} columns"
-            raise DataError(f"{path}:{n} has {what}: each line is text<TAB>tags, one tag per word")
-        text, tags = (part.split() for part in line.split("\t"))
+    for n, line_text, line_tags in read_two_columns(path, "tags", ", one tag per word"):
+        text, tags = line_text.split(), line_tags.split()
         if len(text) != len(tags) or not text:
             raise DataError(
                 f"{path}:{n} has {len(text)} words but {len(tags)} tags: the tags are not aligned with the "
