@@ -625,18 +625,33 @@ def _train_image_classifier(
 DIGITS_RECIPE = dict(batch=64, lr=2e-3, pad=0, label_smoothing=0.1)  # `attnlab train vit`'s on the digits
 
 
-def _digits_vit(ctx: Context, pos: str = "learned"):
-    """A ViT (the digits preset without its convolutional PEG) trained on the embedded digits with
-    ``pos`` positions, once per context: (model, test accuracy)."""
-    if f"vit_{pos}" not in ctx.cache:
+def _digits(ctx: Context):
+    """The embedded digits (once per context) and the steps every digits model trains for."""
+    if "digits" not in ctx.cache:
         from ..data.images import digits
-        from ..models import VIT_PRESETS, ViT, ViTConfig
 
-        splits = digits()
+        ctx.cache["digits"] = digits()
+    return ctx.cache["digits"], ctx.steps(10, 800, 2000)
+
+
+def _digits_vit_config(splits, pos: str = "learned"):
+    """The digits preset's ViT without its convolutional PEG (a ViT with no convolution at all)."""
+    from ..models import VIT_PRESETS, ViTConfig
+
+    labels = dict(num_classes=10, in_chans=1, labels=splits.labels)
+    return ViTConfig(**{**VIT_PRESETS["digits"], "peg": False, "pos": pos, **labels})
+
+
+def _digits_vit(ctx: Context, pos: str = "learned"):
+    """A ViT trained on the embedded digits with ``pos`` positions, once per context: (model,
+    test accuracy)."""
+    if f"vit_{pos}" not in ctx.cache:
+        from ..models import ViT
+
+        splits, steps = _digits(ctx)
         torch.manual_seed(0)
-        labels = dict(num_classes=10, in_chans=1, labels=splits.labels)
-        vit = ViT(ViTConfig(**{**VIT_PRESETS["digits"], "peg": False, "pos": pos, **labels}))
-        acc = _train_image_classifier(ctx, vit, splits, ctx.steps(10, 800, 2000), f"vit_{pos}", **DIGITS_RECIPE)
+        vit = ViT(_digits_vit_config(splits, pos))
+        acc = _train_image_classifier(ctx, vit, splits, steps, f"vit_{pos}", **DIGITS_RECIPE)
         ctx.cache[f"vit_{pos}"] = (vit.eval(), acc)
     return ctx.cache[f"vit_{pos}"]
 
@@ -644,13 +659,12 @@ def _digits_vit(ctx: Context, pos: str = "learned"):
 def _image_models(ctx: Context):
     """A ViT and a CNN trained alike on the embedded digits (once), and the test images."""
     if "cnn" not in ctx.cache:
-        from ..data.images import digits, normalize
+        from ..data.images import normalize
         from ..models import CNN, CNNConfig
 
-        splits = digits()
+        splits, steps = _digits(ctx)
         torch.manual_seed(0)
         cnn = CNN(CNNConfig(num_classes=10, in_chans=1, labels=splits.labels, image_size=8, widths=(32, 64)))
-        steps = ctx.steps(10, 800, 2000)
         ctx.cache["cnn_acc"] = _train_image_classifier(ctx, cnn, splits, steps, "cnn", **DIGITS_RECIPE)
         ctx.cache["cnn"] = cnn.eval()
         ctx.cache["digits_x"] = normalize(splits.test[0], splits.mean, splits.std)
@@ -735,14 +749,13 @@ def vit_figures(ctx: Context) -> Result:
     "larger dataset closes it.",
 )
 def data_hunger(ctx: Context) -> Result:
-    from ..data.images import ImageSplits, digits
-    from ..models import CNN, VIT_PRESETS, CNNConfig, ViT, ViTConfig
+    from ..data.images import ImageSplits
+    from ..models import CNN, CNNConfig, ViT
 
-    splits = digits()
+    splits, steps = _digits(ctx)
     fractions = {"tiny": (0.1, 1.0), "quick": (0.1, 1.0), "full": (0.05, 0.1, 0.3, 1.0)}[ctx.size]
-    steps, tune_steps = ctx.steps(10, 800, 2000), ctx.steps(5, 300, 600)  # (steps: as _digits_vit's)
-    labels = dict(num_classes=10, in_chans=1, labels=splits.labels)
-    vit_config = ViTConfig(**{**VIT_PRESETS["digits"], "peg": False, **labels})
+    tune_steps = ctx.steps(5, 300, 600)
+    vit_config = _digits_vit_config(splits)
     pretrain = _mnist_as_digits(ctx)
     pretrained = None
     if pretrain is not None:
@@ -762,7 +775,11 @@ def data_hunger(ctx: Context) -> Result:
             vit = ViT(vit_config)
             acc["vit", frac] = _train_image_classifier(ctx, vit, part, steps, f"hunger_vit_{n}", **DIGITS_RECIPE)
         torch.manual_seed(0)
-        resnet = CNN(CNNConfig(**labels, image_size=8, widths=(16, 32, 64), arch="resnet"))
+        resnet = CNN(
+            CNNConfig(
+                num_classes=10, in_chans=1, labels=splits.labels, image_size=8, widths=(16, 32, 64), arch="resnet"
+            )
+        )
         acc["resnet", frac] = _train_image_classifier(ctx, resnet, part, steps, f"hunger_resnet_{n}", **DIGITS_RECIPE)
         row = [n, acc["vit", frac], acc["resnet", frac], acc["resnet", frac] - acc["vit", frac]]
         if pretrained is not None:
