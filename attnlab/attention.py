@@ -315,6 +315,34 @@ class KVCache:
         self.k = self.k.index_select(0, index)
         self.v = self.v.index_select(0, index)
 
+    def rows(self, n: int) -> KVCache:
+        """The first ``n`` batch rows as a cache that writes into this one's memory (a view)."""
+        return KVCache(self.k[:n], self.v[:n], self.length)
+
+    def place(self, row: int, source: KVCache, end: int) -> None:
+        """Copy the tokens of ``source`` (a one-row cache) into batch row ``row``, ending at column
+        ``end``: columns end − source.length … end − 1 (continuous batching admits a prompt)."""
+        n = source.length
+        self.k[row, :, end - n : end] = source.k[0, :, :n].to(self.k.dtype)
+        self.v[row, :, end - n : end] = source.v[0, :, :n].to(self.v.dtype)
+
+    def copy_row(self, src: int, dst: int) -> None:
+        self.k[dst] = self.k[src]
+        self.v[dst] = self.v[src]
+
+    def shift(self, by: int) -> None:
+        """Move every row's columns by ``by`` (negative: to the left, dropping the first −by;
+        positive: to the right, leaving the first ``by`` unset). ``length`` moves with them."""
+        if by < 0:
+            self.k[:, :, : self.length + by] = self.k[:, :, -by : self.length].clone()
+            self.v[:, :, : self.length + by] = self.v[:, :, -by : self.length].clone()
+        elif by > 0:
+            if self.length + by > self.max_len:
+                raise ValueError(f"KV cache is full: cannot shift {self.length} tokens by {by} in {self.max_len}")
+            self.k[:, :, by : self.length + by] = self.k[:, :, : self.length].clone()
+            self.v[:, :, by : self.length + by] = self.v[:, :, : self.length].clone()
+        self.length += by
+
 
 class MultiHeadAttention(nn.Module):
     """H heads of scaled dot-product attention, concatenated and projected by W_O.

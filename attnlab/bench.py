@@ -253,6 +253,88 @@ def generation_rows(device, quick) -> list[dict]:
     return rows
 
 
+def serving_workload(n: int, vocab: int, context: int, seed: int = 0) -> tuple[list[list[int]], list[int]]:
+    """``n`` requests as a server meets them: prompts of 8 … 64 tokens, each wanting 16 … 128 new
+    tokens (uniform, seeded), all fitting the context."""
+    import random
+
+    rng = random.Random(seed)
+    prompts = [[rng.randrange(vocab) for _ in range(rng.randint(8, 64))] for _ in range(n)]
+    return prompts, [min(rng.randint(16, 128), context - len(p)) for p in prompts]
+
+
+def time_serving(model, prompts, budgets, slots: int) -> dict[str, dict]:
+    """The same requests (all arriving at once), served three ways, greedy: one at a time
+    (:func:`~attnlab.generate.generate`), in fixed batches of ``slots`` (each batch runs until its
+    longest request is done, as a batched ``generate`` call does) and by the
+    :class:`~attnlab.batching.ContinuousBatcher` with ``slots`` rows. For each: wall seconds, the
+    requested tokens per second and the mean time until a request is done."""
+    from .batching import ContinuousBatcher, Request
+    from .generate import generate
+
+    def serve_one_by_one(done):
+        for i, (p, m) in enumerate(zip(prompts, budgets)):
+            generate(model, [p], m, temperature=0)
+            done[i] = time.perf_counter()
+
+    def serve_fixed_batches(done):
+        for lo in range(0, len(prompts), slots):
+            group = range(lo, min(lo + slots, len(prompts)))
+            generate(model, [prompts[i] for i in group], max(budgets[i] for i in group), temperature=0)
+            for i in group:
+                done[i] = time.perf_counter()
+
+    def serve_continuously(done):
+        batcher = ContinuousBatcher(model, slots)
+        requests = [batcher.submit(Request(p, m, temperature=0)) for p, m in zip(prompts, budgets)]
+        while batcher.busy:
+            batcher.step()
+            now = time.perf_counter()
+            for i, r in enumerate(requests):
+                if r.done and not done[i]:
+                    done[i] = now
+
+    generate(model, [prompts[0]], 4, temperature=0)  # warm-up
+    out = {}
+    ways = {"one by one": serve_one_by_one, "fixed batches": serve_fixed_batches, "continuous": serve_continuously}
+    for name, serve in ways.items():
+        done = [0.0] * len(prompts)
+        start = time.perf_counter()
+        serve(done)
+        wall = time.perf_counter() - start
+        out[name] = {
+            "s": wall,
+            "tokens/s": sum(budgets) / wall,
+            "mean latency s": statistics.mean(d - start for d in done),
+        }
+    return out
+
+
+def serving_rows(device, quick) -> list[dict]:
+    """A server's load: many greedy requests of different lengths at a GPT shape, continuous
+    batching (8 rows) against one request at a time and against fixed batches of 8."""
+    from .models import GPT, GPTConfig
+
+    cfg = (
+        GPTConfig(layers=4, heads=4, dim=256, context=256, activation="gelu_tanh")
+        if quick
+        else GPTConfig(layers=12, heads=12, dim=768, activation="gelu_tanh")
+    )
+    torch.manual_seed(0)
+    model = GPT(cfg).to(device).eval()
+    n, slots = (16, 8) if quick else (32, 8)
+    prompts, budgets = serving_workload(n, cfg.vocab_size, cfg.context)
+    t = time_serving(model, prompts, budgets, slots)
+    name = f"GPT serve {n} requests {cfg.layers}/{cfg.heads}/{cfg.dim} greedy, continuous batching ({slots} rows)"
+    ours = t["continuous"]["tokens/s"]
+    latency = t["continuous"]["mean latency s"]
+    return [
+        _row(name, "tokens/s", ours, t["one by one"]["tokens/s"], "one request at a time"),
+        _row(name, "tokens/s", ours, t["fixed batches"]["tokens/s"], f"fixed batches of {slots}"),
+        _row(name, "s until done, mean", latency, t["fixed batches"]["mean latency s"], f"fixed batches of {slots}"),
+    ]
+
+
 def vit_rows(device, quick) -> list[dict]:
     import transformers
 
@@ -438,7 +520,7 @@ def run(
     device: str = "auto",
     only: list[str] | None = None,
 ) -> list[dict]:
-    """``only``: some of the row groups attention, gpt, generate, vit, encdec, distributed, sharing
+    """``only``: some of the row groups attention, gpt, generate, serving, vit, encdec, distributed, sharing
     (default all)."""
     from .training.devices import cpu_has_fast_bf16, pick_device
 
@@ -456,6 +538,7 @@ def run(
         "attention": lambda: attention_rows(dev, [256, 1024] if quick else [256, 1024, 4096], 3 if quick else 5),
         "gpt": lambda: gpt_rows(dev, dtypes, peaks, quick, compile_ and not quick),
         "generate": lambda: generation_rows(dev, quick),
+        "serving": lambda: serving_rows(dev, quick),
         "vit": lambda: vit_rows(dev, quick),
         "encdec": lambda: encdec_rows(dev, quick),
         "distributed": lambda: distributed_rows(dev, quick),

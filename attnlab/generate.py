@@ -11,7 +11,7 @@ from collections.abc import Callable, Sequence
 import torch
 from torch import Tensor, nn
 
-__all__ = ["sample_next", "next_token_probs", "generate", "generate_text", "speculative_generate"]
+__all__ = ["sample_next", "next_token_probs", "generate", "generate_text", "speculative_generate", "cut_at_stop"]
 
 
 def sample_next(
@@ -308,14 +308,14 @@ def generate_text(
         for i, t in enumerate(nxt.tolist()):
             new[i].append(t)
         if stream is not None:
-            text = _held_back(_cut(tokenizer.decode(new[0]), stop), stop)
+            text = _held_back(cut_at_stop(tokenizer.decode(new[0]), stop), stop)
             if not text.endswith("\ufffd") and len(text) > len(shown[0]):  # (wait for a whole character)
                 stream(text[len(shown[0]) :])
                 shown[0] = text
         return bool(stop) and all(any(s in tokenizer.decode(n) for s in stop) for n in new)
 
     generate(model, encoded, max_new_tokens, on_step=on_step, **kw)
-    texts = [_cut(tokenizer.decode(n), stop) for n in new]
+    texts = [cut_at_stop(tokenizer.decode(n), stop) for n in new]
     if stream is not None and len(texts[0]) > len(shown[0]):
         stream(texts[0][len(shown[0]) :])
     return texts
@@ -330,6 +330,7 @@ def _held_back(text: str, stop: Sequence[str]) -> str:
     return text
 
 
-def _cut(text: str, stop: Sequence[str]) -> str:
+def cut_at_stop(text: str, stop: Sequence[str]) -> str:
+    """``text`` up to the first of the ``stop`` strings in it (all of it when none is)."""
     cut = min((text.find(s) for s in stop if s and s in text), default=-1)
     return text if cut < 0 else text[:cut]

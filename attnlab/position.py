@@ -53,12 +53,13 @@ def sinusoidal_encoding(n_positions: int, dim: int, base: float = 10000.0) -> Te
     return pe.float()
 
 
-def _check_tokens(x: Tensor, dim: int, max_len: int, offset: int) -> None:
+def _check_tokens(x: Tensor, dim: int, max_len: int, offset: int, positions: Tensor | None = None) -> None:
     if x.dim() != 3 or x.shape[-1] != dim:
         raise ValueError(f"expected tokens (B, T, {dim}), got {tuple(x.shape)}")
-    if offset + x.shape[1] > max_len:
+    end = offset + x.shape[1] if positions is None else int(positions.max()) + 1
+    if end > max_len:
         raise ValueError(
-            f"sequence of {offset + x.shape[1]} positions is longer than the {max_len} this "
+            f"sequence of {end} positions is longer than the {max_len} this "
             f"encoding was built for; shorten the input or build it with a larger max_len"
         )
 
@@ -74,7 +75,7 @@ class SinusoidalPosition(nn.Module):
     def forward(self, x: Tensor, offset: int = 0, positions: Tensor | None = None) -> Tensor:
         """x (B, T, D) -> x + PE at positions offset … offset+T-1, or at ``positions`` (T,) or (B, T)
         (left-padded batches)."""
-        _check_tokens(x, self.dim, self.max_len, offset)
+        _check_tokens(x, self.dim, self.max_len, offset, positions)
         if positions is not None:
             return x + self.pe[positions].to(x.dtype)
         return x + self.pe[offset : offset + x.shape[1]].to(x.dtype)
@@ -102,7 +103,7 @@ class LearnedPosition(nn.Module):
 
     def forward(self, x: Tensor, offset: int = 0, positions: Tensor | None = None) -> Tensor:
         """x (B, T, D) -> x + P at positions offset … offset+T-1, or at ``positions`` (T,) or (B, T)."""
-        _check_tokens(x, self.dim, self.max_len, offset)
+        _check_tokens(x, self.dim, self.max_len, offset, positions)
         if positions is not None:
             return x + self.weight[positions].to(x.dtype)
         return x + self.weight[offset : offset + x.shape[1]].to(x.dtype)

@@ -171,12 +171,20 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=EPILOG,
         description="The explorer page of `attnlab explore`, served on this machine: type a text "
         "(GPT, text encoder), upload an image (ViT) or a sentence (seq2seq) and the views are "
-        "recomputed. Bound to 127.0.0.1; requests from other origins are refused.",
+        "recomputed. A GPT run also generates text (the page's second box, or POST /generate with "
+        'JSON {"prompt": ..., "max_new_tokens": ..., "temperature": ...}), batching the requests that '
+        "arrive together. Bound to 127.0.0.1; requests from other origins are refused.",
     )
     sv.add_argument("--ckpt", required=True, help="run folder (or HuggingFace folder)")
     sv.add_argument("--port", type=_port, default=8000, help="TCP port (default 8000)")
     sv.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
     sv.add_argument("--device", type=flag_type(device_name), default="cpu", help="auto | cpu | cuda (default cpu)")
+    sv.add_argument(
+        "--batch-size",
+        type=flag_type(positive_int),
+        default=8,
+        help="GPT: /generate requests decoded together; one that finishes gives its row to the next (default 8)",
+    )
     sv.set_defaults(func=_serve)
 
     from ..experiments.claims import CLAIMS
@@ -212,7 +220,7 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument(
         "--only",
         nargs="+",
-        choices=["attention", "gpt", "generate", "vit", "encdec", "distributed", "sharing"],
+        choices=["attention", "gpt", "generate", "serving", "vit", "encdec", "distributed", "sharing"],
         default=None,
         help="run only these row groups (default: all)",
     )
@@ -370,7 +378,8 @@ def _serve(args) -> int:
         )
 
     try:
-        serve(load(args.ckpt, device=args.device), recipe.explore_kind, args.host, args.port, ready)
+        model = load(args.ckpt, device=args.device)
+        serve(model, recipe.explore_kind, args.host, args.port, ready, slots=args.batch_size)
     except KeyboardInterrupt:
         print("stopped", file=sys.stderr)
     return 0

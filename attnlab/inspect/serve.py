@@ -1,4 +1,6 @@
-"""`attnlab serve`: the explorer page served locally, with an input box that recomputes it.
+"""`attnlab serve`: the explorer page served locally, with an input box that recomputes it, and,
+for a GPT run, text generation at ``POST /generate`` (continuous batching: requests that arrive
+together are decoded in one batch, each leaving as soon as it is done).
 
 Bound to 127.0.0.1 by default. Requests must name this machine as their Host (against DNS
 rebinding) and, when they carry an Origin, come from this server's own pages; others get 403.
@@ -9,9 +11,11 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+import queue
 import sys
 import tempfile
 import threading
+from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
@@ -19,7 +23,7 @@ FORM = """<!doctype html><html lang="en"><head><meta charset="utf-8"><title>attn
 <style>body{{font:14px system-ui,sans-serif;margin:24px}}textarea{{width:40em;height:5em}}</style></head>
 <body><h1>attnlab explorer: {name}</h1><p>{what}</p>
 <form id="f">{fields}<p><button type="submit">explore</button> <span id="msg"></span></p></form>
-<script>
+{generate}<script>
 "use strict";
 const kind = {kind};
 document.getElementById("f").addEventListener("submit", async (e) => {{
@@ -41,6 +45,27 @@ document.getElementById("f").addEventListener("submit", async (e) => {{
 }});
 </script></body></html>"""
 
+GENERATE_FORM = """<h2>generate</h2><p>Continue a text ({slots} requests at a time; also
+<code>POST /generate</code> with JSON <code>{{"prompt": ..., "max_new_tokens": ..., "temperature": ...}}</code>).</p>
+<form id="g"><textarea id="gp" placeholder="a prompt"></textarea><p>new tokens <input id="gn" type="number"
+value="100" min="1"> temperature <input id="gt" value="0.8" size="4"> <button type="submit">generate</button>
+<span id="gm"></span></p></form><pre id="go"></pre>
+<script>
+"use strict";
+document.getElementById("g").addEventListener("submit", async (e) => {{
+  e.preventDefault();
+  const prompt = document.getElementById("gp").value;
+  const body = {{prompt, max_new_tokens: Number(document.getElementById("gn").value),
+                temperature: Number(document.getElementById("gt").value)}};
+  document.getElementById("gm").textContent = "generating…";
+  const r = await fetch("/generate", {{method: "POST", headers: {{"Content-Type": "application/json"}}, body: JSON.stringify(body)}});
+  if (!r.ok) {{ document.getElementById("gm").textContent = await r.text(); return; }}
+  const out = await r.json();
+  document.getElementById("gm").textContent = out.tokens + " tokens (" + out.finish_reason + ")";
+  document.getElementById("go").textContent = prompt + out.text;
+}});
+</script>"""
+
 FIELDS = {
     "text": (
         "Type a text: the page shows its attention.",
@@ -60,6 +85,17 @@ FIELDS = {
 
 MAX_BODY = 20_000_000  # bytes: an uploaded image, base64-encoded, with room to spare
 INPUTS = {"text": ("text",), "image": ("image",), "cross": ("src", "tgt")}  # the JSON fields each kind reads
+# /generate's JSON fields: the types each accepts and its default (None: required or unset)
+GENERATE_INPUTS = {
+    "prompt": ((str,), None),
+    "max_new_tokens": ((int,), 100),
+    "temperature": ((int, float), 0.8),
+    "top_k": ((int,), 200),
+    "top_p": ((int, float), None),
+    "stop": ((str, list), ()),
+    "seed": ((int,), None),
+}
+GENERATE_TIMEOUT_S = 600  # a request waits this long for its text, then gets 503
 
 
 class RequestError(Exception):
@@ -70,11 +106,140 @@ class RequestError(Exception):
         self.status = status
 
 
-def make_handler(model, kind: str, port_ref: list):
+@dataclass
+class GenerationJob:
+    request: object  # attnlab.batching.Request
+    stop: list
+    finished: threading.Event = field(default_factory=threading.Event)
+    error: str | None = None
+
+
+class GenerationWorker:
+    """One thread decodes every /generate request through a :class:`~attnlab.batching.ContinuousBatcher`;
+    the request threads hand it their prompts and wait. Each step holds ``lock`` (the explorer's:
+    its hook points are the model's state), so explorations run between steps."""
+
+    def __init__(self, model, lock: threading.Lock, slots: int = 8):
+        from ..batching import ContinuousBatcher
+
+        self.model, self.lock, self.slots = model, lock, slots
+        self.batcher = ContinuousBatcher(model, slots)
+        self.inbox: queue.Queue[GenerationJob] = queue.Queue()
+        threading.Thread(target=self._loop, daemon=True, name="attnlab-generate").start()
+
+    def generate(self, body: dict) -> dict:
+        """The checked JSON ``body`` of a /generate request -> its answer: the continuation's
+        ``text``, its ``tokens`` and ``finish_reason`` ("length", "eos" or "stop")."""
+        from ..batching import request_text
+
+        job = self._job(body)
+        self.inbox.put(job)
+        if not job.finished.wait(GENERATE_TIMEOUT_S):
+            raise RequestError(503, f"no answer within {GENERATE_TIMEOUT_S} s; the server is busy, try again later")
+        if job.error is not None:
+            raise RequestError(500, job.error)
+        r = job.request
+        return {
+            "text": request_text(self.model.tokenizer, r, job.stop),
+            "tokens": len(r.tokens),
+            "finish_reason": r.finish_reason,
+        }
+
+    def _job(self, body: dict) -> GenerationJob:
+        from ..batching import text_request
+        from ..errors import one_line
+        from ..recipes.gpt import default_prompt
+
+        values = {}
+        for name, (types, default) in GENERATE_INPUTS.items():
+            v = body.get(name, default)
+            if name in body and v is not None and (isinstance(v, bool) or not isinstance(v, types)):
+                want = " or ".join(
+                    {"str": "a string", "int": "an integer", "float": "a number", "list": "a list"}[t.__name__]
+                    for t in types
+                )
+                raise RequestError(400, f"field {name!r} must be {want}, not {type(v).__name__}")
+            values[name] = v
+        stop = [values["stop"]] if isinstance(values["stop"], str) else list(values["stop"])
+        if not all(isinstance(x, str) and x for x in stop):
+            raise RequestError(400, "field 'stop' must be a non-empty string or a list of them")
+        n, temperature, top_p = values["max_new_tokens"], values["temperature"], values["top_p"]
+        if n < 1:
+            raise RequestError(400, f"max_new_tokens is {n}; ask for at least 1 token")
+        if temperature < 0:
+            raise RequestError(400, f"temperature is {temperature}; give 0 (greedy) or more")
+        if top_p is not None and not 0 < top_p <= 1:
+            raise RequestError(400, f"top_p is {top_p}; give a probability in (0, 1]")
+        if values["top_k"] < 0:
+            raise RequestError(400, f"top_k is {values['top_k']}; give 0 (off) or more")
+        tok = self.model.tokenizer
+        try:
+            request = text_request(
+                tok,
+                values["prompt"] or default_prompt(tok),
+                n,
+                stop=stop,
+                seed=values["seed"],
+                device=next(self.model.parameters()).device,
+                temperature=temperature,
+                top_k=values["top_k"] or None,
+                top_p=top_p,
+            )
+        except Exception as e:  # noqa: BLE001 - characters the tokenizer does not know: the user's to fix
+            raise RequestError(400, one_line(e)) from None
+        room = self.model.config.context - len(request.prompt)
+        if room < n:
+            fix = f"ask for at most {room} new tokens" if room > 0 else "shorten the prompt"
+            raise RequestError(
+                400,
+                f"the prompt ({len(request.prompt)} tokens) and max_new_tokens {n} exceed the model's context of "
+                f"{self.model.config.context}; {fix}",
+            )
+        return GenerationJob(request, stop)
+
+    def _loop(self) -> None:
+        from ..batching import ContinuousBatcher
+        from ..errors import one_line
+
+        running: list[GenerationJob] = []
+        while True:
+            arrived = [] if self.batcher.busy else [self.inbox.get()]  # idle: sleep until a request comes
+            while True:
+                try:
+                    arrived.append(self.inbox.get_nowait())
+                except queue.Empty:
+                    break
+            for job in arrived:
+                try:
+                    self.batcher.submit(job.request)  # (checked by _job already)
+                except ValueError as e:
+                    job.error = one_line(e)
+                    job.finished.set()
+                    continue
+                running.append(job)
+            try:
+                with self.lock:
+                    self.batcher.step()
+            except Exception as e:  # noqa: BLE001 - a failure inside the model: answer everyone, start afresh
+                for job in running:
+                    job.error = f"generation failed: {type(e).__name__}: {one_line(e)}"
+                    job.finished.set()
+                running = []
+                self.batcher = ContinuousBatcher(self.model, self.slots)
+                continue
+            for job in running:
+                if job.request.done:
+                    job.finished.set()
+            running = [job for job in running if not job.request.done]
+
+
+def make_handler(model, kind: str, port_ref: list, worker: GenerationWorker | None = None):
     """``model``: loaded by :func:`attnlab.load` (its ``explore`` recomputes the views). One
-    computation at a time: hook points are the model's state, and the CPU is shared anyway."""
+    computation at a time: hook points are the model's state, and the CPU is shared anyway.
+    ``worker``: answers /generate (GPT runs), sharing the same lock."""
     name = Path(model.checkpoint).name
-    lock = threading.Lock()
+    lock = worker.lock if worker is not None else threading.Lock()
+    generate_form = "" if worker is None else GENERATE_FORM.format(slots=worker.slots)
 
     class Handler(BaseHTTPRequestHandler):
         def log_message(self, fmt, *args):  # quiet: one line per request on stderr is noise here
@@ -105,10 +270,11 @@ def make_handler(model, kind: str, port_ref: list):
             if self.path not in ("/", "/index.html"):
                 return self._send(404, "not found")
             what, fields = FIELDS[kind]
-            self._send(200, FORM.format(name=name, what=what, fields=fields, kind=json.dumps(kind)))
+            page = FORM.format(name=name, what=what, fields=fields, kind=json.dumps(kind), generate=generate_form)
+            self._send(200, page)
 
-        def _inputs(self) -> dict:
-            """The checked JSON body, read only when its declared length is sound."""
+        def _inputs(self, fields) -> dict:
+            """The JSON body, read only when its declared length is sound, holding only ``fields``."""
             length = self.headers.get("Content-Length")
             if length is None:
                 raise RequestError(411, "the request has no Content-Length; send the JSON body with its length")
@@ -122,14 +288,11 @@ def make_handler(model, kind: str, port_ref: list):
                 raise RequestError(400, f"the body is not JSON ({e.msg if hasattr(e, 'msg') else e})") from None
             if not isinstance(body, dict):
                 raise RequestError(
-                    400, f"the body must be a JSON object with {', '.join(INPUTS[kind])}, not a {type(body).__name__}"
+                    400, f"the body must be a JSON object with {', '.join(fields)}, not a {type(body).__name__}"
                 )
-            unknown = sorted(set(body) - set(INPUTS[kind]))
+            unknown = sorted(set(body) - set(fields))
             if unknown:
-                raise RequestError(400, f"unknown field {unknown[0]!r}; this model reads {', '.join(INPUTS[kind])}")
-            for field, value in body.items():
-                if not isinstance(value, str):
-                    raise RequestError(400, f"field {field!r} must be a string, not {type(value).__name__}")
+                raise RequestError(400, f"unknown field {unknown[0]!r}; this request reads {', '.join(fields)}")
             return body
 
         def do_POST(self):  # noqa: N802
@@ -138,11 +301,16 @@ def make_handler(model, kind: str, port_ref: list):
             if not self._allowed():
                 self.close_connection = True  # its body is not read
                 return self._send(403, "forbidden: requests must come from this machine's own pages")
+            if self.path == "/generate":
+                return self._generate()
             if self.path != "/explore":
                 self.close_connection = True
                 return self._send(404, "not found")
             try:
-                body = self._inputs()
+                body = self._inputs(INPUTS[kind])
+                for field_name, value in body.items():
+                    if not isinstance(value, str):
+                        raise RequestError(400, f"field {field_name!r} must be a string, not {type(value).__name__}")
                 inputs = {k: body.get(k) for k in ("text", "src", "tgt")}
                 with tempfile.TemporaryDirectory() as tmp:
                     if body.get("image"):
@@ -160,6 +328,17 @@ def make_handler(model, kind: str, port_ref: list):
             except Exception as e:  # noqa: BLE001 - a bad input is the user's to fix: say what, keep serving
                 return self._send(400, f"error: {one_line(e)}", "text/plain; charset=utf-8")
             self._send(200, html)
+
+        def _generate(self) -> None:
+            if worker is None:
+                self.close_connection = True
+                return self._send(404, f"not found: /generate needs a GPT run, and {name} is not one")
+            try:
+                answer = worker.generate(self._inputs(GENERATE_INPUTS))
+            except RequestError as e:
+                self.close_connection = True  # (the body may be unread)
+                return self._send(e.status, f"error: {e}", "text/plain; charset=utf-8")
+            self._send(200, json.dumps(answer), "application/json")
 
     return Handler
 
@@ -182,11 +361,15 @@ class ExplorerServer(ThreadingHTTPServer):
         )
 
 
-def serve(model, kind: str, host: str = "127.0.0.1", port: int = 8000, ready=None) -> None:
-    """Serve until interrupted. ``ready(server)`` is called once listening (tests use port 0)."""
+def serve(model, kind: str, host: str = "127.0.0.1", port: int = 8000, ready=None, slots: int = 8) -> None:
+    """Serve until interrupted. ``ready(server)`` is called once listening (tests use port 0).
+    A model that generates text (a GPT) also answers /generate, ``slots`` requests at a time."""
     port_ref = [port]
+    worker = None
+    if callable(getattr(model, "generate", None)) and getattr(model, "tokenizer", None) is not None:
+        worker = GenerationWorker(model, threading.Lock(), slots)
     try:
-        server = ExplorerServer((host, port), make_handler(model, kind, port_ref))
+        server = ExplorerServer((host, port), make_handler(model, kind, port_ref, worker))
     except OSError as e:
         if e.errno in (98, 48, 10048):  # address in use (Linux, macOS, Windows)
             raise OSError(f"port {port} on {host} is taken; choose another with --port") from None

@@ -282,9 +282,12 @@ class GPT(HookedModule):
             )
         b, t = idx.shape
         offset = caches[0].length if caches else 0
-        if offset + t > self.config.context and self.pos_emb is not None:
+        # the furthest position: a cache's column count, unless positions are given (a batch whose
+        # rows start at different columns, as in continuous batching, counts each row's own tokens)
+        end = offset + t if positions is None else int(positions.max()) + 1
+        if end > self.config.context and self.pos_emb is not None:
             raise ValueError(
-                f"sequence of {offset + t} tokens is longer than the model's context of "
+                f"sequence of {end} tokens is longer than the model's context of "
                 f"{self.config.context}; crop the input to the last {self.config.context} tokens"
             )
         x = self.tok_emb(idx)  # (B, T, C)

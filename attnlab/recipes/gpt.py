@@ -102,7 +102,7 @@ class GPTVerbs(Verbs):
 
     def generate(
         self,
-        prompt: str = "",
+        prompt: str | list[str] = "",
         max_new_tokens: int = 200,
         *,
         temperature: float = 0.8,
@@ -113,18 +113,27 @@ class GPTVerbs(Verbs):
         use_cache: bool = True,
         draft=None,
         draft_tokens: int = 4,
-    ) -> str:
+        batch_size: int = 8,
+    ) -> str | list[str]:
         """The continuation of ``prompt`` (text; empty: start a new line), as ``attnlab sample``
         writes it. ``temperature=0`` is greedy; ``seed`` makes sampling repeatable. ``draft``: a
         smaller GPT with the same tokenizer (a loaded model or its run folder) that proposes
         ``draft_tokens`` tokens for this one to check at once (speculative decoding: the same
-        distribution, fewer reads of this model's weights)."""
+        distribution, fewer reads of this model's weights).
+
+        A list of prompts gives a list of continuations, generated ``batch_size`` at a time by
+        continuous batching (:class:`attnlab.batching.ContinuousBatcher`: a prompt takes the row of
+        one that finished); prompt i draws with seed ``seed + i``, so its text does not depend on
+        the others. Each prompt and its ``max_new_tokens`` must then fit the model's context."""
         import torch
 
         from ..errors import OptionError
         from ..generate import generate_text
 
-        if not isinstance(prompt, str):
+        many = isinstance(prompt, (list, tuple))
+        if many and not all(isinstance(p, str) for p in prompt):
+            raise OptionError("prompt must be text or a list of texts")
+        if not many and not isinstance(prompt, str):
             raise OptionError(f"prompt must be text, got {type(prompt).__name__}")
         if not isinstance(max_new_tokens, int) or max_new_tokens < 1:
             raise OptionError(f"max_new_tokens={max_new_tokens!r}: must be an integer of at least 1")
@@ -136,6 +145,13 @@ class GPTVerbs(Verbs):
             raise OptionError("stop='' would stop before the first token; give non-empty strings")
         if self.tokenizer is None:
             lm_tokenizer({}, self.checkpoint)  # says what is missing
+        if many:
+            if draft is not None or not use_cache:
+                raise OptionError("a list of prompts is batched with the KV cache: drop draft= and use_cache=False")
+            sampling = dict(temperature=temperature, top_k=top_k or None, top_p=top_p)
+            return generate_texts(
+                self, self.tokenizer, prompt, max_new_tokens, slots=batch_size, stop=stop, seed=seed, **sampling
+            )
         text = prompt or default_prompt(self.tokenizer)
         self.tokenizer.encode(text)  # unknown characters fail here, with a clear message
         gen = None
@@ -339,7 +355,19 @@ class GPTRecipe(Recipe):
         s.add(
             "--top-p", type=probability, default=None, help="nucleus sampling: smallest set with this total probability"
         )
-        s.add("--num-samples", type=positive_int, default=1, help="how many samples (default 1)")
+        s.add("--num-samples", type=positive_int, default=1, help="how many samples (default 1; per prompt)")
+        s.add(
+            "--prompts-file",
+            default=None,
+            help="continue every line of this UTF-8 file (one prompt per line, blank lines skipped), "
+            "--batch-size at a time by continuous batching; printed in the file's order",
+        )
+        s.add(
+            "--batch-size",
+            type=positive_int,
+            default=8,
+            help="--prompts-file: prompts generated together; a finished one's row goes to the next (default 8)",
+        )
         s.add("--stop", kind="append", default=[], help="stop a sample at this string (repeatable)")
         s.add("--seed", type=nonneg_int, default=1337, help="random seed (default 1337)")
         s.add("--no-cache", kind="flag", help="recompute the whole prefix each step instead of using the KV cache")
@@ -555,6 +583,48 @@ def default_prompt(tok) -> str:
     return "\n" if "\n" in getattr(tok, "stoi", {"\n": 0}) else tok.decode([0])
 
 
+def generate_texts(
+    model, tokenizer, prompts, max_new_tokens: int, *, slots: int, stop=(), seed=None, on_done=None, **sampling
+) -> list[str]:
+    """Continue every prompt (texts; an empty one starts a new line) by continuous batching,
+    ``slots`` at a time; prompt i draws with seed ``seed + i``. ``on_done(i, text)`` is called as
+    each finishes. Returns the continuations in the prompts' order; a prompt that does not fit the
+    context with ``max_new_tokens`` is refused in one line, before anything runs."""
+    from ..batching import ContinuousBatcher, request_text, text_request
+    from ..errors import OptionError
+
+    device = next(model.parameters()).device
+    batcher = ContinuousBatcher(model, slots)
+    requests = []
+    for i, p in enumerate(prompts):
+        r = text_request(
+            tokenizer,
+            p or default_prompt(tokenizer),
+            max_new_tokens,
+            stop=stop,
+            seed=None if seed is None else seed + i,
+            device=device,
+            **sampling,
+        )
+        room = model.config.context - len(r.prompt)
+        if room < max_new_tokens:
+            raise OptionError(
+                f"prompt {i + 1} ({len(r.prompt)} tokens) and max_new_tokens {max_new_tokens} exceed the model's "
+                f"context of {model.config.context}; batched generation keeps each prompt and its continuation "
+                "within the context: " + (f"ask for at most {room} new tokens" if room > 0 else "shorten the prompt")
+            )
+        requests.append(batcher.submit(r))
+    reported = [False] * len(requests)
+    while batcher.busy:
+        batcher.step()
+        for i, r in enumerate(requests):
+            if r.done and not reported[i]:
+                reported[i] = True
+                if on_done is not None:
+                    on_done(i, request_text(tokenizer, r, stop))
+    return [request_text(tokenizer, r, stop) for r in requests]
+
+
 def load_draft(draft, tokenizer, vocab_size: int, device: str):
     """The draft GPT for speculative decoding with a model of ``tokenizer`` and ``vocab_size``: a
     loaded model, which must share the vocabulary, or a run folder, which must hold the same
@@ -601,6 +671,8 @@ def sample(args) -> int:
 
     from ..generate import generate_text
 
+    if args.prompts_file:
+        return sample_many(args)
     model, tok, _, dev = load_lm(args.ckpt, args.device)
     draft = {}
     if args.draft:
@@ -640,4 +712,54 @@ def sample(args) -> int:
         generate_text(model, tok, prompt, args.max_new_tokens, stream=stream, **kw)
         out.write("\n" if i == args.num_samples - 1 else "\n---------------\n")
         out.flush()
+    return 0
+
+
+def sample_many(args) -> int:
+    """``attnlab sample --prompts-file``: every line's continuation by continuous batching, each
+    printed (prompt, then continuation) as soon as it and those before it are done."""
+    import torch
+
+    from ..errors import OptionError
+
+    for flag, given in (("--prompt", args.prompt), ("--draft", args.draft), ("--no-cache", args.no_cache)):
+        if given:
+            raise OptionError(f"--prompts-file reads the prompts from the file; drop {flag}")
+    try:
+        lines = Path(args.prompts_file).read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as e:
+        raise OptionError(f"--prompts-file {args.prompts_file}: cannot read it as UTF-8 text ({e})") from None
+    prompts = [line for line in lines if line.strip() for _ in range(args.num_samples)]
+    if not prompts:
+        raise OptionError(f"--prompts-file {args.prompts_file} has no prompt (every line is blank)")
+    model, tok, _, dev = load_lm(args.ckpt, args.device)
+    if args.dtype == "bf16":
+        model = model.to(torch.bfloat16)
+    if args.quantize:
+        from ..quantize import quantize
+
+        model = quantize(model, args.quantize)
+    texts: dict[int, str] = {}
+    shown = [0]
+
+    def on_done(i: int, text: str) -> None:
+        texts[i] = text
+        while shown[0] in texts:  # print in the file's order
+            j = shown[0]
+            sys.stdout.write(("" if j == 0 else "---------------\n") + prompts[j] + texts[j] + "\n")
+            sys.stdout.flush()
+            shown[0] += 1
+
+    sampling = dict(temperature=args.temperature, top_k=args.top_k or None, top_p=args.top_p)
+    generate_texts(
+        model,
+        tok,
+        prompts,
+        args.max_new_tokens,
+        slots=args.batch_size,
+        stop=args.stop,
+        seed=args.seed,
+        on_done=on_done,
+        **sampling,
+    )
     return 0
