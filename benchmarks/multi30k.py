@@ -50,6 +50,7 @@ def main() -> None:
     ap.add_argument("--batch-size", type=int, default=None, help="default: 64 (transformer), 128 (rnn)")
     ap.add_argument("--warmup", type=int, default=400, help="warmup iterations (default 400)")
     ap.add_argument("--beam", type=int, default=5)
+    ap.add_argument("--alpha", type=float, default=1.0, help="beam length penalty exponent (default 1.0)")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
     out = Path(args.out or tempfile.mkdtemp(prefix=f"attnlab-m30k-{args.arch}-"))
@@ -100,6 +101,8 @@ def main() -> None:
             "--json",
             "--beam",
             str(args.beam),
+            "--alpha",
+            str(args.alpha),
             "--batch-size",
             "64",
         ],
