@@ -89,21 +89,27 @@ class ContinuousBatcher:
 
     def submit(self, request: Request) -> Request:
         """Queue ``request``; checked now, so a bad one fails here and not inside a batch."""
+        self.check(request)
+        self.waiting.append(request)
+        return request
+
+    def check(self, request: Request) -> None:
+        """Raise ValueError, in one line that says what to change, for a request this batcher cannot run."""
         n, new = len(request.prompt), request.max_new_tokens
         if n == 0:
             raise ValueError("every prompt needs at least one token")
         if new < 1:
             raise ValueError(f"max_new_tokens must be at least 1, got {new}")
         if n + new > self.context:
+            room = self.context - n
+            fix = f"ask for at most {room} new tokens" if room > 0 else "shorten the prompt"
             raise ValueError(
-                f"the prompt ({n} tokens) and max_new_tokens ({new}) exceed the model's context of "
-                f"{self.context} tokens; shorten the prompt or ask for fewer tokens"
+                f"the prompt ({n} tokens) and max_new_tokens {new} exceed the model's context of {self.context} "
+                f"tokens (a batched request keeps both within it, with no sliding window); {fix}"
             )
         vocab = self.model.config.vocab_size
         if min(request.prompt) < 0 or max(request.prompt) >= vocab:
             raise ValueError(f"prompt token ids must lie in 0 … {vocab - 1}")
-        self.waiting.append(request)
-        return request
 
     @property
     def busy(self) -> bool:

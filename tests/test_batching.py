@@ -242,6 +242,8 @@ def test_serve_generates_for_requests_arriving_together(lm_run):
             ({"prompt": "to", "max_new_tokens": "many"}, "'max_new_tokens' must be an integer"),
             ({"prompt": "to", "max_new_tokens": 47}, "ask for at most 46 new tokens"),
             ({"prompt": "to", "temperature": -1}, "temperature is -1"),
+            ('{"prompt": "to", "temperature": NaN}', "'temperature' must be an integer or a finite number"),
+            ({"prompt": "to", "max_new_tokens": None}, "ask for at most 46 new tokens"),  # null: the default, 100
             ({"prompt": "to", "colour": "red"}, "unknown field 'colour'"),
             ({"prompt": "Ω"}, "error:"),
             ('["to"]', "must be a JSON object"),

@@ -11,6 +11,7 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+import math
 import queue
 import sys
 import tempfile
@@ -152,13 +153,15 @@ class GenerationWorker:
 
         values = {}
         for name, (types, default) in GENERATE_INPUTS.items():
-            v = body.get(name, default)
-            if name in body and v is not None and (isinstance(v, bool) or not isinstance(v, types)):
+            v = body.get(name)
+            if v is None:  # (absent, or JSON null)
+                v = default
+            elif isinstance(v, bool) or not isinstance(v, types) or (isinstance(v, float) and not math.isfinite(v)):
                 want = " or ".join(
-                    {"str": "a string", "int": "an integer", "float": "a number", "list": "a list"}[t.__name__]
+                    {"str": "a string", "int": "an integer", "float": "a finite number", "list": "a list"}[t.__name__]
                     for t in types
                 )
-                raise RequestError(400, f"field {name!r} must be {want}, not {type(v).__name__}")
+                raise RequestError(400, f"field {name!r} must be {want}, not {json.dumps(v)[:40]}")
             values[name] = v
         stop = [values["stop"]] if isinstance(values["stop"], str) else list(values["stop"])
         if not all(isinstance(x, str) and x for x in stop):
@@ -187,14 +190,10 @@ class GenerationWorker:
             )
         except Exception as e:  # noqa: BLE001 - characters the tokenizer does not know: the user's to fix
             raise RequestError(400, one_line(e)) from None
-        room = self.model.config.context - len(request.prompt)
-        if room < n:
-            fix = f"ask for at most {room} new tokens" if room > 0 else "shorten the prompt"
-            raise RequestError(
-                400,
-                f"the prompt ({len(request.prompt)} tokens) and max_new_tokens {n} exceed the model's context of "
-                f"{self.model.config.context}; {fix}",
-            )
+        try:
+            self.batcher.check(request)
+        except ValueError as e:
+            raise RequestError(400, str(e)) from None
         return GenerationJob(request, stop)
 
     def _loop(self) -> None:

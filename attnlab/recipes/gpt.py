@@ -606,14 +606,11 @@ def generate_texts(
             device=device,
             **sampling,
         )
-        room = model.config.context - len(r.prompt)
-        if room < max_new_tokens:
-            raise OptionError(
-                f"prompt {i + 1} ({len(r.prompt)} tokens) and max_new_tokens {max_new_tokens} exceed the model's "
-                f"context of {model.config.context}; batched generation keeps each prompt and its continuation "
-                "within the context: " + (f"ask for at most {room} new tokens" if room > 0 else "shorten the prompt")
-            )
-        requests.append(batcher.submit(r))
+        try:
+            batcher.submit(r)
+        except ValueError as e:
+            raise OptionError(f"prompt {i + 1}: {e}") from None
+        requests.append(r)
     reported = [False] * len(requests)
     while batcher.busy:
         batcher.step()
