@@ -48,7 +48,11 @@ def _setup(tmp_path, interrupt_at=None, **cfg):
     return trainer
 
 
-@pytest.mark.parametrize("opt", [{}, {"optimizer": "muon", "schedule": "trapezoid"}], ids=["adamw", "muon"])
+@pytest.mark.parametrize(
+    "opt",
+    [{}, {"optimizer": "muon", "schedule": "trapezoid"}, {"ema": 0.8}],
+    ids=["adamw", "muon", "ema"],
+)
 def test_interrupt_and_resume_give_the_same_curve(tmp_path, opt):
     (tmp_path / "corpus.txt").write_text(TEXT)
     full = _setup(tmp_path, **opt)
@@ -70,6 +74,8 @@ def test_interrupt_and_resume_give_the_same_curve(tmp_path, opt):
     got = [r["loss"] for r in resumed.history]
     assert len(got) == len(ref) == 12
     assert got == pytest.approx(ref, abs=1e-6)
+    evals = [r["val_loss"] for r in resumed.history if "val_loss" in r]  # (under --ema: the average's)
+    assert evals == pytest.approx([r["val_loss"] for r in full.history if "val_loss" in r], abs=1e-6)
     for k, v in resumed.model.state_dict().items():
         assert torch.allclose(v, ref_params[k], atol=1e-6), k
     lines = (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()
@@ -160,3 +166,38 @@ def test_fused_adamw_takes_the_same_steps_as_the_reference_loop():
     for (name, a), b in zip(model.named_parameters(), ref.parameters()):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6, msg=name)
     assert all(not torch.equal(p, start[n]) for n, p in model.named_parameters())  # every tensor moved
+
+
+def test_ema_is_the_moving_average_of_the_training_weights(tmp_path):
+    """--ema d: after the first step the average is the weights; then avg = d·avg + (1−d)·w. It is
+    what evaluation sees and model.safetensors holds; trainer.safetensors keeps the training weights."""
+    from safetensors.torch import load_file
+
+    (tmp_path / "corpus.txt").write_text(TEXT)
+    d = 0.8
+    t = _setup(tmp_path, ema=d, dropout=0.0)
+    avg = None
+    for _ in range(5):
+        t.train_step()
+        w = {k: v.detach().clone() for k, v in t.model.named_parameters()}
+        avg = w if avg is None else {k: d * avg[k] + (1 - d) * w[k] for k in w}
+    for k, v in t.ema.module.named_parameters():
+        assert torch.allclose(v, avg[k], atol=1e-6), k
+        assert not torch.allclose(v, dict(t.model.named_parameters())[k])  # (the average is not the last weights)
+    plain = _setup(tmp_path, dropout=0.0)
+    plain.model.load_state_dict(t.ema.module.state_dict())
+    assert t.evaluate() == plain.evaluate()  # evaluation scores the average
+    last = t.save("last")
+    saved, state = load_file(str(last / "model.safetensors")), load_file(str(last / "trainer.safetensors"))
+    assert torch.equal(saved["blocks.0.attn.qkv.weight"], t.ema.module.blocks[0].attn.qkv.weight)
+    assert torch.equal(state["weights.blocks.0.attn.qkv.weight"], t.model.blocks[0].attn.qkv.weight)
+    assert int(state["ema.n_averaged"]) == 5
+
+
+def test_bad_ema_values_are_refused():
+    with pytest.raises(ValueError, match="--ema must be a decay in"):
+        TrainConfig(ema=1.0)
+    with pytest.raises(ValueError, match="--ema must be a decay in"):
+        TrainConfig(ema=-0.5)
+    with pytest.raises(ValueError, match="--fsdp"):
+        TrainConfig(ema=0.99, fsdp=True)

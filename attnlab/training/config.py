@@ -41,6 +41,14 @@ class TrainConfig(Config):
     beta1: float = 0.9
     beta2: float = 0.99
     grad_clip: float = 1.0  # 0 disables clipping
+    ema: float = field(
+        default=0.0,
+        metadata={
+            "help": "keep an exponential moving average of the weights, avg = d*avg + (1-d)*w after every step "
+            "(Polyak averaging; timm's ModelEma): evaluation, best/ and model.safetensors use the average; "
+            "0.999 averages over about the last 1,000 steps (default 0: off)"
+        },
+    )
     eval_interval: int = 250
     eval_iters: int = 20
     log_interval: int = 10
@@ -101,6 +109,10 @@ class TrainConfig(Config):
                 "--optimizer muon needs each matrix whole on one process, which --fsdp shards; use DDP (drop --fsdp) "
                 "or --optimizer adamw"
             )
+        if not 0 <= self.ema < 1:
+            raise ValueError(f"--ema must be a decay in [0, 1) (0 = off; 0.999 is usual), got {self.ema}")
+        if self.ema and self.fsdp:
+            raise ValueError("--ema keeps a whole copy of the weights on each process, which --fsdp shards; drop one")
         if self.threads is not None and self.threads < 1:
             raise ValueError(f"--threads must be at least 1, got {self.threads}")
         for name in ("warmup_iters", "weight_decay", "grad_clip"):

@@ -109,6 +109,12 @@ class Trainer:
         set_activation_checkpointing(model, cfg.checkpoint_activations)
         self.model = model.to(self.device)
         self.optimizer = make_optimizer(model, cfg, self.device.type)
+        # --ema: the weights' moving average (a second copy of the model), updated after every step
+        self.ema = None
+        if cfg.ema:
+            from torch.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn
+
+            self.ema = AveragedModel(model, multi_avg_fn=get_ema_multi_avg_fn(cfg.ema), use_buffers=True)
         # every rank draws the same global batch and keeps its slice (see distributed.shard)
         self.data_gen = torch.Generator().manual_seed(cfg.seed + 1)
         self.step = 0
@@ -300,6 +306,8 @@ class Trainer:
                 raise Diverged(self.step + 1, "the gradient norm", norm.item(), self.out, lr)
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
+        if self.ema is not None:
+            self.ema.update_parameters(self.model)
         self.last_loss = total  # (set first: an interrupt that lands after the count logs this step)
         self.step += 1
         return total
@@ -308,7 +316,7 @@ class Trainer:
     def evaluate(self, splits=("train", "val")) -> dict[str, float]:
         """Mean loss over ``eval_iters`` batches per split, drawn from a fixed-seed generator
         so evaluation never disturbs the training data stream."""
-        model = self._wrapped(compiled=False)
+        model = self.ema.module if self.ema is not None else self._wrapped(compiled=False)
         model.eval()
         # the loss to report and select on: without training-only terms such as label smoothing
         eval_loss = getattr(self.task, "eval_loss", self.task.loss)
@@ -337,6 +345,9 @@ class Trainer:
         if torch.cuda.is_available():
             for i, s in enumerate(torch.cuda.get_rng_state_all()):
                 tensors[f"rng.cuda.{i}"] = s
+        if self.ema is not None:  # model.safetensors holds the average; the weights that train go here
+            tensors.update({f"{RAW_PREFIX}{k}": v.clone() for k, v in self.model.state_dict().items()})
+            tensors["ema.n_averaged"] = self.ema.n_averaged
         state = {
             "step": self.step,
             "best_val": self.best_val,
@@ -358,7 +369,8 @@ class Trainer:
         if not self.dist.main:
             return path
         state, tensors = self._state()
-        write_checkpoint(path, self.model, self._checkpoint_meta(), *((state, tensors) if name != "best" else ()))
+        weights = self.ema.module if self.ema is not None else self.model
+        write_checkpoint(path, weights, self._checkpoint_meta(), *((state, tensors) if name != "best" else ()))
         return path
 
     def _save_sharded(self, name: str) -> Path:
@@ -396,6 +408,12 @@ class Trainer:
         ckpt = find_checkpoint(self.out, prefer="last")
         state, tensors = load_trainer_state(ckpt)
         load_weights(self.model, ckpt)
+        if self.ema is not None:  # (a run that had no average starts one from these weights)
+            self.ema.module.load_state_dict(self.model.state_dict())
+            self.ema.n_averaged.copy_(tensors.get("ema.n_averaged", torch.tensor(0)))
+        raw = {k[len(RAW_PREFIX) :]: v for k, v in tensors.items() if k.startswith(RAW_PREFIX)}
+        if raw:  # trained with --ema: model.safetensors held the average, these are the weights that train
+            self.model.load_state_dict(raw)
         if state.get("optimizer") is not None:
             restore_optimizer(self.optimizer, state["optimizer"], tensors, unwrap_model(self.model))
         elif (ckpt / SHARDED).is_dir():
@@ -560,6 +578,8 @@ class Trainer:
             if self.tensorboard is not None:
                 self.tensorboard.writer.flush()  # (a run that diverged keeps its events too)
         bar.close()
+        if self.ema is not None:  # the run's model is its average, as its checkpoints are
+            self.model.load_state_dict(self.ema.module.state_dict())
         if sharded:
             # what follows the run on rank 0 alone (a test accuracy, a sample) needs the whole model:
             # a sharded one would wait forever for the other ranks' shards
@@ -593,6 +613,9 @@ class Trainer:
         from ..inspect.plots import loss_curve
 
         return loss_curve(self.history, self.out / "loss.png")
+
+
+RAW_PREFIX = "weights."  # trainer.safetensors keys of the training weights under --ema
 
 
 def time_call(fn, *args) -> float:
