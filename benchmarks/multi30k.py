@@ -51,6 +51,7 @@ def main() -> None:
     ap.add_argument("--warmup", type=int, default=400, help="warmup iterations (default 400)")
     ap.add_argument("--beam", type=int, default=5)
     ap.add_argument("--alpha", type=float, default=1.0, help="beam length penalty exponent (default 1.0)")
+    ap.add_argument("--ema", type=float, default=0.0, help="train with --ema D (weights' moving average; default off)")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
     out = Path(args.out or tempfile.mkdtemp(prefix=f"attnlab-m30k-{args.arch}-"))
@@ -86,6 +87,7 @@ def main() -> None:
         str(out),
         "--no-progress",
         *MODELS[args.arch],
+        *(["--ema", str(args.ema)] if args.ema else []),
     ]
     t0 = time.perf_counter()
     subprocess.run(cmd, check=True)
