@@ -125,7 +125,7 @@ class GenerationWorker:
 
         self.model, self.lock, self.slots = model, lock, slots
         self.batcher = ContinuousBatcher(model, slots)
-        self.inbox: queue.Queue[GenerationJob] = queue.Queue()
+        self.inbox: queue.Queue[GenerationJob | None] = queue.Queue()  # None: stop
         threading.Thread(target=self._loop, daemon=True, name="attnlab-generate").start()
 
     def generate(self, body: dict) -> dict:
@@ -196,6 +196,10 @@ class GenerationWorker:
             raise RequestError(400, str(e)) from None
         return GenerationJob(request, stop)
 
+    def close(self) -> None:
+        """Stop the thread after the step it is in; requests still waiting are answered with an error."""
+        self.inbox.put(None)
+
     def _loop(self) -> None:
         from ..batching import ContinuousBatcher
         from ..errors import one_line
@@ -208,6 +212,11 @@ class GenerationWorker:
                     arrived.append(self.inbox.get_nowait())
                 except queue.Empty:
                     break
+            if None in arrived:  # close(): answer whoever still waits
+                for job in running + [j for j in arrived if j is not None]:
+                    job.error = "the server is stopping; send the request again once it runs"
+                    job.finished.set()
+                return
             for job in arrived:
                 try:
                     self.batcher.submit(job.request)  # (checked by _job already)
@@ -380,3 +389,5 @@ def serve(model, kind: str, host: str = "127.0.0.1", port: int = 8000, ready=Non
         server.serve_forever()
     finally:
         server.server_close()
+        if worker is not None:
+            worker.close()
