@@ -62,12 +62,13 @@ class ContinuousBatcher:
     ``submit`` queues a request; each ``step`` admits queued requests into free rows (running their
     prompts), then feeds every active row its last token in one forward and samples the next.
     ``run(requests)`` does both until all are done. ``width``: columns of the shared KV cache
-    (default twice the context; wider means fewer shifts, more memory). A request must fit the
-    model's context: prompt + max_new_tokens ≤ context (no sliding window here)."""
+    (default 1.25 × the context: a shift, which copies the cache once, then comes at most every
+    context / 4 steps; wider means fewer shifts and more memory). A request must fit the model's
+    context: prompt + max_new_tokens ≤ context (no sliding window here)."""
 
     def __init__(self, model: nn.Module, slots: int = 8, *, width: int | None = None):
         context = model.config.context
-        width = width or 2 * context
+        width = width or context + max(context // 4, 2)
         if slots < 1:
             raise ValueError(f"slots must be at least 1, got {slots}")
         if width < context:
