@@ -30,7 +30,7 @@ from .generate import cut_at_stop, sample_next
 __all__ = ["Request", "ContinuousBatcher", "generate_batched", "text_request", "request_text"]
 
 
-@dataclass
+@dataclass(eq=False)  # a request is itself, not its fields (two may ask the same)
 class Request:
     """One prompt to continue, with its own sampling settings.
 
@@ -117,12 +117,17 @@ class ContinuousBatcher:
         return bool(self.active or self.waiting)
 
     @torch.no_grad()
-    def step(self) -> None:
-        """Admit what fits, then one decoding step for every active row."""
+    def step(self) -> list[Request]:
+        """Admit what fits, then one decoding step for every active row. Returns the requests that
+        finished during it (a request may finish on its prompt's own token)."""
+        finished = []
         while self.waiting and len(self.active) < self.slots:
-            self._admit(self.waiting.popleft())
+            request = self.waiting.popleft()
+            self._admit(request)
+            if request.done:
+                finished.append(request)
         if not self.active:
-            return
+            return finished
         if self.column == self.width:
             self._compact()
         n, c = len(self.active), self.column
@@ -140,7 +145,9 @@ class ContinuousBatcher:
             self.last[row] = self._emit(request, self._sample(request, logits[row : row + 1]))
         for row in reversed(range(n)):  # the last row moves into a finished one's place
             if self.active[row].done:
+                finished.append(self.active[row])
                 self._release(row)
+        return finished
 
     def run(self, requests: Sequence[Request] = ()) -> list[Request]:
         """Submit ``requests`` and step until every queued request is done; returns ``requests``."""

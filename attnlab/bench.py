@@ -286,13 +286,10 @@ def time_serving(model, prompts, budgets, slots: int) -> dict[str, dict]:
 
     def serve_continuously(done):
         batcher = ContinuousBatcher(model, slots)
-        requests = [batcher.submit(Request(p, m, temperature=0)) for p, m in zip(prompts, budgets)]
+        index = {batcher.submit(Request(p, m, temperature=0)): i for i, (p, m) in enumerate(zip(prompts, budgets))}
         while batcher.busy:
-            batcher.step()
-            now = time.perf_counter()
-            for i, r in enumerate(requests):
-                if r.done and not done[i]:
-                    done[i] = now
+            for r in batcher.step():
+                done[index[r]] = time.perf_counter()
 
     generate(model, [prompts[0]], 4, temperature=0)  # warm-up
     out = {}

@@ -68,19 +68,19 @@ def test_sampled_tokens_do_not_depend_on_the_batch():
 
 def test_rows_are_reused_and_steps_follow_the_longest_chains():
     """8 requests of 10 tokens through 2 rows: 4 rounds of 9 decoding steps (the first token of each
-    comes from its prompt's own forward), never more rows than slots."""
+    comes from its prompt's own forward), never more rows than slots; each step returns the
+    requests it finished, each once (one of a single token finishes on its prompt)."""
     model = gpt()
     batcher = ContinuousBatcher(model, slots=2)
-    seen = []
-    real_step = batcher.step
-
-    def step():
-        real_step()
-        seen.append(len(batcher.active))
-
-    batcher.step = step
-    batcher.run([Request([1, 2], 10, temperature=0) for _ in range(8)])
-    assert max(seen) == 2 and batcher.steps == 4 * 9
+    requests = [batcher.submit(Request([1, 2], 10, temperature=0)) for _ in range(8)]
+    single = batcher.submit(Request([3], 1, temperature=0))
+    rows, finished = [], []
+    while batcher.busy:
+        finished += batcher.step()
+        rows.append(len(batcher.active))
+    assert max(rows) == 2 and batcher.steps == 4 * 9
+    assert len(finished) == 9 and set(finished) == {*requests, single}
+    assert single.tokens and single.finish_reason == "length"
 
 
 def test_eos_and_stop_end_a_request_early_and_free_its_row():

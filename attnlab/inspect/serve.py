@@ -227,7 +227,7 @@ class GenerationWorker:
                 running.append(job)
             try:
                 with self.lock:
-                    self.batcher.step()
+                    finished = self.batcher.step()
             except Exception as e:  # noqa: BLE001 - a failure inside the model: answer everyone, start afresh
                 for job in running:
                     job.error = f"generation failed: {type(e).__name__}: {one_line(e)}"
@@ -236,9 +236,9 @@ class GenerationWorker:
                 self.batcher = ContinuousBatcher(self.model, self.slots)
                 continue
             for job in running:
-                if job.request.done:
+                if job.request in finished:
                     job.finished.set()
-            running = [job for job in running if not job.request.done]
+            running = [job for job in running if job.request not in finished]
 
 
 def make_handler(model, kind: str, port_ref: list, worker: GenerationWorker | None = None):

@@ -611,14 +611,11 @@ def generate_texts(
         except ValueError as e:
             raise OptionError(f"prompt {i + 1}: {e}") from None
         requests.append(r)
-    reported = [False] * len(requests)
+    index = {r: i for i, r in enumerate(requests)}
     while batcher.busy:
-        batcher.step()
-        for i, r in enumerate(requests):
-            if r.done and not reported[i]:
-                reported[i] = True
-                if on_done is not None:
-                    on_done(i, request_text(tokenizer, r, stop))
+        for r in batcher.step():
+            if on_done is not None:
+                on_done(index[r], request_text(tokenizer, r, stop))
     return [request_text(tokenizer, r, stop) for r in requests]
 
 
@@ -675,14 +672,9 @@ def sample(args) -> int:
     if args.draft:
         small = load_draft(args.draft, tok, model.config.vocab_size, str(dev))
         draft = {"draft": small, "draft_tokens": args.draft_tokens}
-    if args.dtype == "bf16":
-        model = model.to(torch.bfloat16)
-        if draft:
-            draft["draft"] = draft["draft"].to(torch.bfloat16)
-    if args.quantize:
-        from ..quantize import quantize
-
-        model = quantize(model, args.quantize)
+    model = as_sampled(model, args)
+    if args.dtype == "bf16" and draft:
+        draft["draft"] = draft["draft"].to(torch.bfloat16)
     prompt = args.prompt or default_prompt(tok)
     tok.encode(prompt)  # unknown characters fail here, with a clear message
     if any(s == "" for s in args.stop):
@@ -712,11 +704,22 @@ def sample(args) -> int:
     return 0
 
 
+def as_sampled(model, args):
+    """The model in the form ``--dtype`` and ``--quantize`` ask ``sample`` for."""
+    import torch
+
+    if args.dtype == "bf16":
+        model = model.to(torch.bfloat16)
+    if args.quantize:
+        from ..quantize import quantize
+
+        model = quantize(model, args.quantize)
+    return model
+
+
 def sample_many(args) -> int:
     """``attnlab sample --prompts-file``: every line's continuation by continuous batching, each
     printed (prompt, then continuation) as soon as it and those before it are done."""
-    import torch
-
     from ..errors import OptionError
 
     for flag, given in (("--prompt", args.prompt), ("--draft", args.draft), ("--no-cache", args.no_cache)):
@@ -729,13 +732,8 @@ def sample_many(args) -> int:
     prompts = [line for line in lines if line.strip() for _ in range(args.num_samples)]
     if not prompts:
         raise OptionError(f"--prompts-file {args.prompts_file} has no prompt (every line is blank)")
-    model, tok, _, dev = load_lm(args.ckpt, args.device)
-    if args.dtype == "bf16":
-        model = model.to(torch.bfloat16)
-    if args.quantize:
-        from ..quantize import quantize
-
-        model = quantize(model, args.quantize)
+    model, tok, _, _ = load_lm(args.ckpt, args.device)
+    model = as_sampled(model, args)
     texts: dict[int, str] = {}
     shown = [0]
 
