@@ -101,6 +101,12 @@ class ContinuousBatcher:
             raise ValueError("every prompt needs at least one token")
         if new < 1:
             raise ValueError(f"max_new_tokens must be at least 1, got {new}")
+        if not request.temperature >= 0:  # (NaN too)
+            raise ValueError(f"temperature is {request.temperature}; give 0 (greedy) or more")
+        if request.top_p is not None and not 0 < request.top_p <= 1:
+            raise ValueError(f"top_p is {request.top_p}; give a probability in (0, 1]")
+        if request.top_k is not None and request.top_k < 0:
+            raise ValueError(f"top_k is {request.top_k}; give 0 (off) or more")
         if n + new > self.context:
             room = self.context - n
             fix = f"ask for at most {room} new tokens" if room > 0 else "shorten the prompt"

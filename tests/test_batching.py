@@ -120,6 +120,9 @@ def test_requests_can_join_while_others_run():
         (Request([1], 0), "at least 1"),
         (Request([1] * 20, 5), "exceed the model's context of 24"),
         (Request([1, 13], 5), "0 … 12"),
+        (Request([1], 5, temperature=-0.5), "temperature is -0.5"),
+        (Request([1], 5, top_p=1.5), "top_p is 1.5"),
+        (Request([1], 5, top_k=-2), "top_k is -2"),
     ],
 )
 def test_bad_requests_are_refused_when_submitted(request_, message):
@@ -242,6 +245,8 @@ def test_serve_generates_for_requests_arriving_together(lm_run):
             ({"prompt": "to", "max_new_tokens": "many"}, "'max_new_tokens' must be an integer"),
             ({"prompt": "to", "max_new_tokens": 47}, "ask for at most 46 new tokens"),
             ({"prompt": "to", "temperature": -1}, "temperature is -1"),
+            ({"prompt": "to", "top_p": 0}, "top_p is 0"),
+            ({"prompt": "to", "max_new_tokens": 0}, "max_new_tokens must be at least 1"),
             ('{"prompt": "to", "temperature": NaN}', "'temperature' must be an integer or a finite number"),
             ({"prompt": "to", "max_new_tokens": None}, "ask for at most 46 new tokens"),  # null: the default, 100
             ({"prompt": "to", "colour": "red"}, "unknown field 'colour'"),

@@ -166,32 +166,23 @@ class GenerationWorker:
         stop = [values["stop"]] if isinstance(values["stop"], str) else list(values["stop"])
         if not all(isinstance(x, str) and x for x in stop):
             raise RequestError(400, "field 'stop' must be a non-empty string or a list of them")
-        n, temperature, top_p = values["max_new_tokens"], values["temperature"], values["top_p"]
-        if n < 1:
-            raise RequestError(400, f"max_new_tokens is {n}; ask for at least 1 token")
-        if temperature < 0:
-            raise RequestError(400, f"temperature is {temperature}; give 0 (greedy) or more")
-        if top_p is not None and not 0 < top_p <= 1:
-            raise RequestError(400, f"top_p is {top_p}; give a probability in (0, 1]")
-        if values["top_k"] < 0:
-            raise RequestError(400, f"top_k is {values['top_k']}; give 0 (off) or more")
         tok = self.model.tokenizer
         try:
             request = text_request(
                 tok,
                 values["prompt"] or default_prompt(tok),
-                n,
+                values["max_new_tokens"],
                 stop=stop,
                 seed=values["seed"],
                 device=next(self.model.parameters()).device,
-                temperature=temperature,
+                temperature=values["temperature"],
                 top_k=values["top_k"] or None,
-                top_p=top_p,
+                top_p=values["top_p"],
             )
         except Exception as e:  # noqa: BLE001 - characters the tokenizer does not know: the user's to fix
             raise RequestError(400, one_line(e)) from None
         try:
-            self.batcher.check(request)
+            self.batcher.check(request)  # (the counts and sampling settings too)
         except ValueError as e:
             raise RequestError(400, str(e)) from None
         return GenerationJob(request, stop)
