@@ -4,16 +4,19 @@ from pathlib import Path
 import pytest
 import torch
 
-torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
 # A run's thread count follows the machine's load unless it is fixed (attnlab/training/threads.py);
 # the suite fixes it, in this process and in the commands it starts, so that what else runs on the
 # machine cannot change a sum's order between two runs that must agree to the last bit
 # (tests/test_threads.py drives the adaptive choice with made-up load figures instead).
-os.environ.setdefault("OMP_NUM_THREADS", str(torch.get_num_threads()))
+# OMP_NUM_THREADS=1 (or 2) in the environment runs the whole suite at that count.
+torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS") or max(1, min(2, os.cpu_count() or 1))))
+os.environ["OMP_NUM_THREADS"] = str(torch.get_num_threads())
 
 # The suite runs the same on every CPU: `--dtype auto` sees "no fast bf16" unless a test says
 # otherwise (tests/test_dtype.py runs both branches by setting this itself). Subprocesses inherit it.
-os.environ["ATTNLAB_FAST_BF16"] = "0"
+# ATTNLAB_FAST_BF16=1 in the environment runs the whole suite as a CPU with fast bf16 would, so
+# that both sides of the detection can be checked on one machine (tests never depend on which).
+os.environ.setdefault("ATTNLAB_FAST_BF16", "0")
 
 
 @pytest.fixture(autouse=True)

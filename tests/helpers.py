@@ -4,6 +4,14 @@ import torch
 
 from attnlab.attention import MultiHeadAttention
 
+# What a test that judges a training result (an accuracy, a loss, a ranking of two runs) pins:
+# left automatic, the device, the dtype (bf16 where the CPU has fast bf16), the thread count (the
+# cores other processes leave free) and --compile auto (from the timed first steps) differ from
+# machine to machine, and so does every number such a run reaches. Pinned, the run is the same
+# computation everywhere, up to the rounding of the CPU's kernels, which the thresholds must absorb.
+PINNED_TRAINING = dict(device="cpu", dtype="fp32", threads=1, compile=False)
+PINNED_FLAGS = ["--device", "cpu", "--dtype", "fp32", "--threads", "1", "--no-compile"]
+
 
 def copy_attention(ours: MultiHeadAttention, theirs: torch.nn.MultiheadAttention) -> None:
     """Copy attnlab attention weights into torch.nn.MultiheadAttention (packed in_proj = [W_Q; W_K; W_V])."""

@@ -1,8 +1,9 @@
 from attnlab.experiments.bottleneck import plot, run
+from helpers import PINNED_TRAINING
 
 
 def test_small_bottleneck_experiment(tmp_path):
-    res = run(lengths=(3, 8), steps=250, batch_size=32, out=tmp_path, small=True)
+    res = run(lengths=(3, 8), steps=250, batch_size=32, out=tmp_path, small=True, **PINNED_TRAINING)
     assert set(res) == {"RNN (no attention)", "RNN + attention", "Transformer"}
     for r in res.values():
         assert set(r["accuracy"]) == {3, 8}

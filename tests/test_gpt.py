@@ -3,6 +3,7 @@ import torch
 
 from attnlab.generate import generate, sample_next
 from attnlab.models import GPT, GPTConfig
+from helpers import PINNED_FLAGS, PINNED_TRAINING
 
 
 def tiny(**kw):
@@ -165,9 +166,7 @@ def test_sinusoidal_positions_train_within_reach_of_learned_ones(tmp_path):
             eval_interval=200,
             eval_iters=4,
             progress=False,
-            device="cpu",
-            dtype="fp32",
-            compile=False,
+            **PINNED_TRAINING,
         )
         best[name] = Trainer(GPT(config), LanguageModelTask(data, 64, 16), cfg, tmp_path / name).fit()["best_val"]
     assert best["sin"] - best["learned"] < 0.35, best
@@ -186,7 +185,7 @@ def test_fine_tuning_from_a_run_beats_training_from_scratch(tmp_path, capsys):
     first, second = tmp_path / "c1.txt", tmp_path / "c2.txt"
     first.write_text("the cat sat on the mat. the dog ran to the log. " * 300)
     second.write_text("a cat ran on the mat. a dog sat to the log. " * 300)
-    common = ["--no-progress", "--sample-chars", "0", "--device", "cpu", "--dtype", "fp32", "--no-compile"]
+    common = ["--no-progress", "--sample-chars", "0", *PINNED_FLAGS]
     pre = tmp_path / "pre"
     assert (
         main(

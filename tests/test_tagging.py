@@ -11,8 +11,9 @@ from attnlab.cli import main
 from attnlab.data.tagged import IGNORE, TaggedTexts, encode_tagged, read_tagged, synthetic_pos, unigram_baseline
 from attnlab.errors import DataError
 from attnlab.tokens import WordPieceTokenizer
+from helpers import PINNED_FLAGS
 
-FAST = ["--eval-iters", "1", "--batch-size", "8", "--no-progress", "--device", "cpu"]
+FAST = ["--eval-iters", "1", "--batch-size", "8", "--no-progress", *PINNED_FLAGS]
 SMALL = ["--layers", "1", "--heads", "2", "--dim", "32", "--mlp-dim", "64", "--context", "32"]
 
 

@@ -103,10 +103,17 @@ def test_embedding_components_and_position_similarity():
     assert torch.allclose(sim.diagonal(), torch.ones(16), atol=1e-6)
 
 
-def test_position_interpolation_keeps_accuracy(tmp_path):
+def test_position_interpolation_there_and_back_keeps_the_predictions(tmp_path):
+    """Resizing the learned position grid 4x4 -> 8x8 -> 4x4 (bicubic both ways) leaves a trained
+    model nearly intact: the same predicted class for nearly every test image and probabilities
+    within a few percent, where shuffling the same grid's positions changes both far more (the
+    control that shows the comparison can fail). Judged against the model's own predictions, not an
+    accuracy bar: the accuracy a run reaches moves with the CPU's kernels (0.79-0.83 measured),
+    what interpolation keeps does not; the run is pinned (helpers.PINNED_TRAINING) all the same."""
     from attnlab.data.images import digits
     from attnlab.training import TrainConfig, Trainer
     from attnlab.training.tasks import ImageClassificationTask
+    from helpers import PINNED_TRAINING
 
     splits = digits()
     torch.manual_seed(0)
@@ -116,21 +123,35 @@ def test_position_interpolation_keeps_accuracy(tmp_path):
         )
     )
     task = ImageClassificationTask(splits, 64, pad=1)
-    Trainer(
-        m,
-        task,
-        TrainConfig(
-            max_iters=600, batch_size=64, lr=3e-3, warmup_iters=20, eval_interval=600, eval_iters=1, progress=False
-        ),
-        tmp_path,
-    ).fit()
-    pred, y = task.predict(m, "test")
-    acc = (pred == y).float().mean().item()
-    assert acc > 0.8  # well above chance (0.1)
+    cfg = TrainConfig(
+        max_iters=600, batch_size=64, lr=3e-3, warmup_iters=20, eval_interval=600, eval_iters=1, progress=False
+    )
+    Trainer(m, task, TrainConfig(**{**cfg.to_dict(), **PINNED_TRAINING}), tmp_path).fit()
+    x, y = splits.test
+    x = task.normalize(x)
+    m.eval()
+
+    def probabilities():
+        with torch.no_grad():
+            return m(x).softmax(-1)
+
+    before = probabilities()
+    assert (before.argmax(-1) == y).float().mean() > 0.5  # a trained model (chance: 0.1)
+    table = m.pos.weight.detach().clone()
     m.resize_pos_embed(16)  # 8x8 grid of patches
-    m.resize_pos_embed(8)  # and back: bicubic there and back keeps the model nearly intact
-    pred2, _ = task.predict(m, "test")
-    assert (pred2 == y).float().mean().item() > acc - 0.05
+    assert m.pos.weight.shape[0] == m.n_prefix + 64
+    m.resize_pos_embed(8)  # and back
+    moved = (m.pos.weight - table).abs().max()
+    assert 0 < moved < 0.1 * table.abs().max()  # bicubic there and back is close to, not exactly, the identity
+    after = probabilities()
+    assert (after.argmax(-1) == before.argmax(-1)).float().mean() > 0.97  # measured 0.99-1.00
+    assert (after - before).abs().max() < 0.15  # measured 0.02-0.03
+    with torch.no_grad():  # the control: the same positions, shuffled among the patches
+        grid = m.pos.weight[m.n_prefix :]
+        grid.copy_(grid[torch.randperm(len(grid), generator=torch.Generator().manual_seed(0))])
+    shuffled = probabilities()
+    assert (shuffled.argmax(-1) == before.argmax(-1)).float().mean() < 0.9  # measured 0.77
+    assert (shuffled - before).abs().max() > 0.5  # measured 0.83-0.87
 
 
 def test_hf_vit_interop(tmp_path):

@@ -58,7 +58,11 @@ def run(
     out: Path | None = None,
     small: bool = False,
     progress: bool = False,
+    **train_options,
 ) -> dict:
+    """Train the three models of ``make_models`` on reversal up to ``max(lengths)`` and return each
+    one's sequence accuracy per length (``{name: {"accuracy": {length: acc}, ...}}``);
+    ``train_options``: TrainConfig fields to set as well (``device="cpu", dtype="fp32"``)."""
     min_len, max_len = min(lengths), max(lengths)
     data = load_parallel("reverse", min_len=min_len, max_len=max_len)
     results = {}
@@ -74,6 +78,7 @@ def run(
             eval_interval=steps,
             eval_iters=2,
             progress=progress,
+            **train_options,
         )
         folder = (out or Path("runs/bottleneck")) / name.replace(" ", "_").replace("(", "").replace(")", "")
         t0 = time.perf_counter()
