@@ -259,8 +259,8 @@ def test_accumulation_weighs_micro_batches_by_their_tokens(tmp_path):
         def __init__(self, micro):
             self.micro = micro
 
-        def batch(self, split, batch_size, generator):
-            return collate(self.micro.pop(0) if split == "train" else small, 16)
+        def batch(self, split, batch_size, generator):  # (the trainer draws one batch ahead: then any)
+            return collate(self.micro.pop(0) if split == "train" and self.micro else small, 16)
 
     def gradient(micro, accum):
         torch.manual_seed(0)
@@ -282,7 +282,7 @@ def test_accumulation_weighs_micro_batches_by_their_tokens(tmp_path):
         trainer = Trainer(model, Seq2SeqTask(Data(list(micro)), 1), cfg, tmp_path / f"r{accum}")
         grads = []
         trainer.optimizer.step = lambda: grads.append(torch.cat([p.grad.flatten() for p in model.parameters()]))
-        loss = trainer.train_step()
+        loss = float(trainer.train_step())
         return loss, grads[0]
 
     loss_acc, g_acc = gradient([small, large], 2)

@@ -103,7 +103,7 @@ def test_grad_accumulation_matches_big_batch(tmp_path):
     x4a, _ = b.task.batch("train", 4, g2)
     x4b, _ = b.task.batch("train", 4, g2)
     assert torch.equal(x8, torch.cat([x4a, x4b]))
-    la, lb = a.train_step(), b.train_step()  # one optimizer step each, through the trainer
+    la, lb = float(a.train_step()), float(b.train_step())  # one optimizer step each, through the trainer
     assert la == pytest.approx(lb, rel=1e-5)
     for (name, pa), pb in zip(a.model.named_parameters(), b.model.parameters()):
         assert torch.allclose(pa, pb, atol=1e-6), name

@@ -36,11 +36,13 @@ from ..checkpoint import (
     write_checkpoint_files,
 )
 from ..errors import AttnlabError, CheckpointError
+from ..syncs import to_host
 from . import distributed as D
-from .compiling import PROBE_STEPS, CompileChoice, pays_off
+from .compiling import PROBE_STEPS, CompileChoice, can_compile, pays_off
 from .config import TrainConfig
-from .devices import CPU_BF16_MIN_SPEEDUP, autocast, pick_device, pick_dtype
+from .devices import CPU_BF16_MIN_SPEEDUP, autocast, pick_device, pick_dtype, use_tf32
 from .optim import make_optimizer, warmup_cosine, warmup_stable_decay
+from .stream import BatchStream
 from .threads import CpuShare
 from .state import optimizer_tensors, read_metrics, restore_optimizer, rewrite_metrics
 
@@ -82,6 +84,21 @@ class Diverged(AttnlabError):
         self.step = step
 
 
+class TaskLoss(nn.Module):
+    """``task.loss(model, batch)`` as one module, which is what the trainer compiles: the model's
+    forward and the loss (the fp32 cast of the logits, log-softmax, the gather of the targets)
+    become one graph, so the compiler fuses the loss into a kernel each way instead of running
+    it eagerly over the full (B, T, V) logits. Calls go through ``model``'s own ``__call__``
+    (DDP's gradient hooks, hook points)."""
+
+    def __init__(self, model: nn.Module, task) -> None:
+        super().__init__()
+        self.model, self.task = model, task
+
+    def forward(self, *batch: Tensor) -> Tensor:
+        return self.task.loss(self.model, list(batch))
+
+
 class TrainingInterrupted(Exception):
     """Ctrl-C during training; a checkpoint was saved first (``saved=False``: an FSDP run, whose
     ranks cannot be trusted to meet in a collective save once a signal has scattered them)."""
@@ -105,6 +122,8 @@ class Trainer:
         fixed = cfg.threads or (torch.get_num_threads() if self.dist.enabled else None)
         self.cpu_share = CpuShare(fixed)
         self.dtype, self.dtype_reason = pick_dtype(cfg.dtype, self.device, model)
+        if self.device.type == "cuda" and self.dtype == torch.float32:
+            use_tf32()  # fp32 matmuls on tensor cores (TF32): what fp32 training on a GPU is expected to run
         torch.manual_seed(cfg.seed + self.dist.rank)  # dropout differs per rank; data does not
         set_activation_checkpointing(model, cfg.checkpoint_activations)
         self.model = model.to(self.device)
@@ -117,6 +136,20 @@ class Trainer:
             self.ema = AveragedModel(model, multi_avg_fn=get_ema_multi_avg_fn(cfg.ema), use_buffers=True)
         # every rank draws the same global batch and keeps its slice (see distributed.shard)
         self.data_gen = torch.Generator().manual_seed(cfg.seed + 1)
+        self.stream = BatchStream(
+            lambda: self.task.batch("train", cfg.batch_size * self.dist.world, self.data_gen),
+            self.data_gen,
+            self.device,
+            prepare=lambda batch: D.shard(batch, self.dist),
+            weigh=getattr(task, "batch_weight", None),
+        )
+        # where the data stream and the random numbers stood when the step about to run began:
+        # what a checkpoint saves, even when Ctrl-C lands inside a step (after its batches were drawn)
+        self.data_state = self.data_gen.get_state()
+        self.rng_state = torch.get_rng_state()
+        # the steps not yet read back from the device (losses, gradient norms): checked and logged
+        # together, in one transfer, at each logged step (flush_pending)
+        self.pending: list[dict] = []
         self.step = 0
         self.best_val = math.inf
         # best/ is chosen on the task's own measure where it has one (classifiers: validation
@@ -130,10 +163,20 @@ class Trainer:
         self.tensorboard = None  # the TensorBoard log under --tensorboard (opened by fit on the main rank)
         self.tensorboard_probe: list[Tensor] = []
         self._parallel = None  # the model wrapped for DDP/FSDP (itself when not distributed), built in fit()
-        self._compiled = None  # torch.compile of it, when compiling is on
+        self._compiled = None  # torch.compile of TaskLoss(model, task), when compiling is on
+        self.compile_from_start = bool(cfg.compile)
         self.compile_reason = {True: "on: asked for (--compile)", False: "off: --no-compile"}.get(
             cfg.compile, "off: the run ends before its first steps could be timed"
         )
+        if cfg.compile is None and self.device.type == "cuda":  # on a GPU compiling pays back within minutes
+            blocked = can_compile(self.device)
+            if not getattr(task, "static_shapes", False):
+                self.compile_reason = "off: this task's batches change shape from step to step"
+            elif blocked:
+                self.compile_reason = f"off: {blocked}"
+            else:
+                self.compile_from_start = True
+                self.compile_reason = "on: the default on CUDA (the model and its loss, one graph)"
         if self.dtype is None:  # --dtype auto on a CPU where only a measurement can tell
             self.dtype, self.dtype_reason = self.choose_by_timing()
 
@@ -178,10 +221,10 @@ class Trainer:
         checkpoints are sharded, and collectives need every rank."""
         return self.cfg.fsdp and self.dist.enabled
 
-    def _wrapped(self, compiled: bool = True) -> nn.Module:
-        """The model to train (DDP/FSDP-wrapped, compiled when compiling is on); with
-        ``compiled=False`` the same model uncompiled, for evaluation (other shapes and eval mode
-        would each cost a recompilation)."""
+    def _wrapped(self) -> nn.Module:
+        """The model to train, DDP/FSDP-wrapped (itself when not distributed), never compiled:
+        evaluation runs it eagerly (other shapes and eval mode would each cost a recompilation);
+        training steps go through :meth:`loss_of`."""
         if self._parallel is None:
             carried = None
             if self.sharded and self.optimizer.state:  # a resumed run: its moments move into the sharded optimizer
@@ -192,9 +235,17 @@ class Trainer:
                 if carried is not None:
                     D.set_full_optimizer_state(m, self.optimizer, carried)
             self._parallel = m
-            if self.cfg.compile:
-                self._compiled = torch.compile(m)
-        return self._compiled if compiled and self._compiled is not None else self._parallel
+            if self.compile_from_start:
+                self._compiled = torch.compile(TaskLoss(m, self.task))
+        return self._parallel
+
+    def loss_of(self, batch: list[Tensor]) -> Tensor:
+        """The training loss of one micro-batch: through the compiled model-and-loss graph when
+        compiling is on, else eagerly (the same computation)."""
+        model = self._wrapped()
+        if self._compiled is not None:
+            return self._compiled(*batch)
+        return self.task.loss(model, batch)
 
     def decide_compile(self, step_seconds: float) -> bool:
         """``--compile auto``: compile now if the rest of the run pays it back (``compiling.pays_off``;
@@ -210,13 +261,13 @@ class Trainer:
                 choice = CompileChoice(bool(t.item()), "as rank 0 decided")
         self.compile_reason = choice.reason
         if choice.on:
-            self._compiled = torch.compile(self._wrapped(compiled=False))
+            self._compiled = torch.compile(TaskLoss(self._wrapped(), self.task))
         return choice.on
 
     def _train_step_or_eager(self) -> float:
         """The first compiled step under ``--compile auto``: if compiling fails, say why and run the
         step again eagerly (same batch, same random numbers) instead of stopping the run."""
-        rng, data = torch.get_rng_state(), self.data_gen.get_state()
+        rng, data = torch.get_rng_state(), self.stream.next_state()
         try:
             return self.train_step()
         except (AttnlabError, KeyboardInterrupt):
@@ -228,7 +279,7 @@ class Trainer:
             self._compiled = None
             self.optimizer.zero_grad(set_to_none=True)
             torch.set_rng_state(rng)
-            self.data_gen.set_state(data)
+            self.stream.rewind(data)
             return self.train_step()
 
     # -- schedule --------------------------------------------------------------------------
@@ -248,87 +299,106 @@ class Trainer:
         return autocast(self.device, self.dtype)
 
     # -- one step --------------------------------------------------------------------------
-    def train_step(self) -> float:
+    def train_step(self) -> Tensor:
+        """One optimizer step; returns its training loss as a 0-dim tensor on the device. Nothing
+        here waits for the device: the loss and the gradient norm are read back, checked and
+        logged later, many steps in one transfer (:meth:`flush_pending`)."""
         cfg, model, world = self.cfg, self._wrapped(), self.dist.world
         model.train()
+        self.data_state, self.rng_state = self.stream.next_state(), torch.get_rng_state()
         lr = self.lr_at(self.step)
         for g in self.optimizer.param_groups:
             g["lr"] = lr * g.get("lr_factor", 1.0)  # (Muon's groups run at --muon-lr, on the same schedule)
-        total = 0.0
-        # a loss that is a mean over tokens (``batch_weight``: the micro-batch's token count) is
-        # summed as mean x tokens and divided by all the tokens at the end, so that accumulation
-        # equals the big batch without holding every micro-batch at once; other losses weigh the
-        # micro-batches equally
-        weigh = getattr(self.task, "batch_weight", None)
+        total = torch.zeros((), device=self.device)
+        # a loss that is a mean over tokens (``batch_weight``: the micro-batch's token count, counted
+        # on the host) is summed as mean x tokens and divided by all the tokens at the end, so that
+        # accumulation equals the big batch without holding every micro-batch at once; other losses
+        # weigh the micro-batches equally
+        weighed = getattr(self.task, "batch_weight", None) is not None
         tokens, parts = 0.0, {}
         for micro in range(cfg.grad_accum):
-            batch = self.task.batch("train", cfg.batch_size * world, self.data_gen)
-            batch = [t.to(self.device, non_blocking=True) for t in D.shard(batch, self.dist)]
-            scale = float(weigh(batch)) if weigh is not None else 1.0 / cfg.grad_accum
+            drawn = self.stream.take()
+            scale = drawn.weight if weighed else 1.0 / cfg.grad_accum
             tokens += scale
             with D.no_sync(model, micro == cfg.grad_accum - 1), self.autocast():
-                loss = self.task.loss(model, batch) * scale
+                loss = self.loss_of(drawn.tensors) * scale
                 loss.backward()
-            total += loss.item()
+            self.stream.prefetch()  # the next batch, built while the device runs this one
+            total = total + loss.detach().float()
             for name, value in (getattr(self.task, "parts", None) or {}).items():  # the loss's terms, to log
                 parts[name] = parts.get(name, 0.0) + value * scale
-        if weigh is not None and tokens > 0:
+        if weighed and tokens > 0:
             for p in model.parameters():  # (the wrapper's: under FSDP the gradients live on its flat parameters)
                 if p.grad is not None:
                     p.grad.div_(tokens)
             total, parts = total / tokens, {k: v / tokens for k, v in parts.items()}
         self.last_parts = parts
         if world > 1:  # report the global mean loss
-            t = torch.tensor([total], device=self.device)
-            torch.distributed.all_reduce(t)
-            total = t.item() / world
-        if not math.isfinite(total):
-            self.optimizer.zero_grad(set_to_none=True)
-            raise Diverged(self.step + 1, "the training loss", total, self.out, lr)
-        if self.first_loss is None:
-            self.first_loss = total
-        elif total > DIVERGED_FACTOR * max(self.first_loss, 1.0):
-            self.optimizer.zero_grad(set_to_none=True)
-            raise Diverged(
-                self.step + 1,
-                "the training loss",
-                total,
-                self.out,
-                lr,
-                f", more than {DIVERGED_FACTOR:g}x the run's first loss ({self.first_loss:.4g})",
-            )
+            torch.distributed.all_reduce(total)
+            total = total / world
+        norm = None
         if cfg.grad_clip > 0:
             norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.grad_clip)
             if hasattr(norm, "full_tensor"):  # FSDP2: a DTensor, the norm over every rank's shards
                 norm = norm.full_tensor()
-            if not math.isfinite(norm.item()):  # a finite loss can still have an infinite gradient
-                self.optimizer.zero_grad(set_to_none=True)
-                raise Diverged(self.step + 1, "the gradient norm", norm.item(), self.out, lr)
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
         if self.ema is not None:
             self.ema.update_parameters(self.model)
-        self.last_loss = total  # (set first: an interrupt that lands after the count logs this step)
         self.step += 1
+        self.pending.append({"step": self.step, "loss": total, "norm": norm, "lr": lr, "parts": parts})
+        self.data_state, self.rng_state = self.stream.next_state(), torch.get_rng_state()
         return total
+
+    def flush_pending(self) -> list[dict]:
+        """Read the pending steps' losses and gradient norms back (one transfer), stop at the first
+        that diverged (``Diverged``: the caller saves nothing after it), and return their records."""
+        pending, self.pending = self.pending, []
+        if not pending:
+            return []
+        norms = [p["norm"] for p in pending if p["norm"] is not None]
+        values = to_host(*[p["loss"] for p in pending], *norms)
+        losses, norms = values[: len(pending)], iter(values[len(pending) :])
+        records = []
+        for p, loss in zip(pending, losses):
+            norm = next(norms) if p["norm"] is not None else None
+            if not math.isfinite(loss):
+                raise Diverged(p["step"], "the training loss", loss, self.out, p["lr"])
+            if norm is not None and not math.isfinite(norm):  # a finite loss can still have an infinite gradient
+                raise Diverged(p["step"], "the gradient norm", norm, self.out, p["lr"])
+            if self.first_loss is None:
+                self.first_loss = loss
+            elif loss > DIVERGED_FACTOR * max(self.first_loss, 1.0):
+                raise Diverged(
+                    p["step"],
+                    "the training loss",
+                    loss,
+                    self.out,
+                    p["lr"],
+                    f", more than {DIVERGED_FACTOR:g}x the run's first loss ({self.first_loss:.4g})",
+                )
+            self.last_loss = loss
+            records.append({"step": p["step"], "loss": loss, **p["parts"], "lr": p["lr"]})
+        return records
 
     @torch.no_grad()
     def evaluate(self, splits=("train", "val")) -> dict[str, float]:
         """Mean loss over ``eval_iters`` batches per split, drawn from a fixed-seed generator
         so evaluation never disturbs the training data stream."""
-        model = self.ema.module if self.ema is not None else self._wrapped(compiled=False)
+        model = self.ema.module if self.ema is not None else self._wrapped()
         model.eval()
         # the loss to report and select on: without training-only terms such as label smoothing
         eval_loss = getattr(self.task, "eval_loss", self.task.loss)
-        out = {}
+        sums = []
         for split in splits:
             g = torch.Generator().manual_seed(self.cfg.seed + 2)
-            losses = []
+            total = torch.zeros((), device=self.device)
             for _ in range(self.cfg.eval_iters):  # every rank evaluates the same batches
                 batch = [t.to(self.device) for t in self.task.batch(split, self.cfg.batch_size, g)]
                 with self.autocast():
-                    losses.append(eval_loss(model, batch).item())
-            out[split] = sum(losses) / len(losses)
+                    total = total + eval_loss(model, batch).float()
+            sums.append(total)
+        out = {split: value / self.cfg.eval_iters for split, value in zip(splits, to_host(*sums))}
         extra = getattr(self.task, "eval_metrics", None)  # e.g. validation accuracy
         if extra is not None:
             with self.autocast():
@@ -340,8 +410,8 @@ class Trainer:
         """The trainer state beside the weights: step, best scores, RNG streams and (unless
         ``optimizer=False``: FSDP writes it sharded) the optimizer's moments by parameter name."""
         opt_meta, tensors = optimizer_tensors(self.optimizer, unwrap_model(self.model)) if optimizer else (None, {})
-        tensors["rng.torch"] = torch.get_rng_state()
-        tensors["rng.data"] = self.data_gen.get_state()
+        tensors["rng.torch"] = self.rng_state
+        tensors["rng.data"] = self.data_state
         if torch.cuda.is_available():
             for i, s in enumerate(torch.cuda.get_rng_state_all()):
                 tensors[f"rng.cuda.{i}"] = s
@@ -376,7 +446,7 @@ class Trainer:
     def _save_sharded(self, name: str) -> Path:
         path = self.out / name
         tmp = path.with_name(path.name + ".tmp")
-        model = self._wrapped(compiled=False)
+        model = self._wrapped()
         if self.dist.main:
             shutil.rmtree(tmp, ignore_errors=True)
             tmp.mkdir(parents=True)
@@ -422,7 +492,8 @@ class Trainer:
             print("note: this checkpoint has no optimizer state; AdamW moments restart", flush=True)
         self.step, self.best_val = state["step"], state["best_val"]
         torch.set_rng_state(tensors["rng.torch"])
-        self.data_gen.set_state(tensors["rng.data"])
+        self.stream.rewind(tensors["rng.data"])
+        self.data_state, self.rng_state = tensors["rng.data"], tensors["rng.torch"]
         if torch.cuda.is_available():
             cuda = [tensors[k] for k in sorted(tensors) if k.startswith("rng.cuda.")]
             if len(cuda) == torch.cuda.device_count():
@@ -496,11 +567,22 @@ class Trainer:
         try:
             with term:
                 while self.step < cfg.max_iters:
-                    loss = self._train_step_or_eager() if first_compiled else self.train_step()
+                    self._train_step_or_eager() if first_compiled else self.train_step()
                     first_compiled = False
                     threads = self.cpu_share.poll()
                     if threads is not None and main:
                         bar.write(f"threads: {self.cpu_share.describe()}")
+                    logged = self.step % cfg.log_interval == 0 or self.step == cfg.max_iters
+                    evaluating = self.step % cfg.eval_interval == 0 or self.step == cfg.max_iters
+                    if not (logged or evaluating or self.step in (warm, decide_at)):
+                        items += self.task.items_per_batch * cfg.grad_accum
+                        bar.update(1)
+                        continue
+                    # read the steps since the last look back from the device: the one host sync,
+                    # which also makes the timings below wall-clock times of finished work
+                    *earlier, rec = self.flush_pending()
+                    for r in earlier:
+                        self.log(r) if main else self.history.append(r)
                     if self.step == decide_at:
                         if self.decide_compile((time.perf_counter() - t0) / PROBE_STEPS):
                             first_compiled, warm = True, self.step + 1  # throughput restarts after compiling
@@ -510,12 +592,11 @@ class Trainer:
                         t0, items = time.perf_counter(), 0
                     else:
                         items += self.task.items_per_batch * cfg.grad_accum
-                    rec = {"step": self.step, "loss": loss, **self.last_parts, "lr": self.lr_at(self.step - 1)}
-                    if self.step % cfg.log_interval == 0 or self.step == cfg.max_iters:
+                    if logged:
                         dt = time.perf_counter() - t0
                         rec["items_per_s"] = items / dt if dt > 0 else 0.0
-                        bar.set_postfix(loss=f"{loss:.4f}", tok_s=f"{rec['items_per_s']:.0f}")
-                    if self.step % cfg.eval_interval == 0 or self.step == cfg.max_iters:
+                        bar.set_postfix(loss=f"{rec['loss']:.4f}", tok_s=f"{rec['items_per_s']:.0f}")
+                    if evaluating:
                         ev = self.evaluate()
                         for split in ("train", "val"):
                             if not math.isfinite(ev[split]):
@@ -563,10 +644,10 @@ class Trainer:
             bar.close()
             why = term.reason or "interrupted"
             path = self.out / "last"
-            if main and self.step > 0 and (not self.history or self.history[-1]["step"] < self.step):
-                # the interrupt came between a step and its log line: log it, so that the checkpoint
-                # about to be saved and metrics.jsonl agree (a resumed run has one line per step)
-                self.log({"step": self.step, "loss": self.last_loss, "lr": self.lr_at(self.step - 1)})
+            # the steps not yet logged are logged (and checked: a diverged one saves nothing), so that
+            # the checkpoint about to be saved and metrics.jsonl agree (a resumed run has one line per step)
+            for r in self.flush_pending():
+                self.log(r) if main else self.history.append(r)
             if not sharded:  # (a sharded save would need every rank at the same point)
                 path = self.save("last")
             if main:
@@ -583,7 +664,7 @@ class Trainer:
         if sharded:
             # what follows the run on rank 0 alone (a test accuracy, a sample) needs the whole model:
             # a sharded one would wait forever for the other ranks' shards
-            full = D.full_state_dict(self._wrapped(compiled=False))
+            full = D.full_state_dict(self._wrapped())
             if main:
                 self.model = _fresh_copy(self.model, full).to(self.device)
         if main:
