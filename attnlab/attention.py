@@ -21,7 +21,6 @@ from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
-from einops import rearrange
 from torch import Tensor, nn
 
 from .hooks import HookPoint
@@ -32,6 +31,7 @@ __all__ = [
     "scaled_dot_product_attention",
     "MultiHeadAttention",
     "KVCache",
+    "StaticKVCache",
     "AdditiveAttention",
     "attend",
     "attention_weights",
@@ -344,6 +344,26 @@ class KVCache:
         self.length += by
 
 
+@dataclass
+class StaticKVCache:
+    """A KV cache of fixed shape, for a compiled decode step: keys and values (B, H_kv, max_len, d)
+    written in place at ``columns`` (a (T,) device tensor that the decoder advances between steps,
+    shared by every layer), attention always over all ``max_len`` columns with a key mask of the
+    written ones. No Python number changes from one token to the next, so one compiled graph
+    (and, on CUDA, one CUDA graph) serves every step. Its buffers are usually a
+    :class:`KVCache`'s, which the prompt filled (``attnlab.fast_decode``)."""
+
+    k: Tensor
+    v: Tensor
+    columns: Tensor
+
+    def write(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+        """Store the new keys/values (B, H_kv, T, d) at ``columns``; return the whole buffers."""
+        self.k.index_copy_(2, self.columns, k.to(self.k.dtype))
+        self.v.index_copy_(2, self.columns, v.to(self.v.dtype))
+        return self.k, self.v
+
+
 class MultiHeadAttention(nn.Module):
     """H heads of scaled dot-product attention, concatenated and projected by W_O.
 
@@ -466,9 +486,11 @@ class MultiHeadAttention(nn.Module):
                 v = k
             else:
                 q, k, v = projected.split(self._split, dim=-1)
-        q = rearrange(q, "b t (h d) -> b h t d", h=self.n_heads)  # (B, H, Tq, d_k)
-        k = rearrange(k, "b t (h d) -> b h t d", h=self.n_kv_heads)  # (B, Hkv, Tk, d_k)
-        v = rearrange(v, "b t (h d) -> b h t d", h=self.n_kv_heads)  # (B, Hkv, Tk, d_v)
+        # "b t (h d) -> b h t d", written with view/transpose: einops' Python-side parsing costs
+        # more than the kernels when decoding one token at a time
+        q = _split_heads(q, self.n_heads)  # (B, H, Tq, d_k)
+        k = _split_heads(k, self.n_kv_heads)  # (B, Hkv, Tk, d_k)
+        v = _split_heads(v, self.n_kv_heads)  # (B, Hkv, Tk, d_v)
         return q, k, v
 
     def forward(
@@ -490,13 +512,16 @@ class MultiHeadAttention(nn.Module):
         ``positions``: (Tq,) or (B, Tq) absolute positions of the queries for rotary
         embeddings (default: cache length + 0..Tq-1).
         ``cache``: a :class:`KVCache`; new keys/values are appended and attention runs
-        over everything cached.
+        over everything cached. A :class:`StaticKVCache` instead: they are written at its
+        columns, attention runs over all of its columns, ``key_mask`` (B, max_len) says which
+        hold tokens and ``positions`` must be given (one new query per row: causal by the mask).
         """
         q, k, v = self._project(x, context)
         if self.q_norm is not None:  # (in fp32: under bf16 autocast RMSNorm would mix dtypes)
             q, k = self.q_norm(q.float()).to(q.dtype), self.k_norm(k.float()).to(k.dtype)
         t_q = q.shape[2]
-        offset = cache.length if cache is not None else 0
+        static = isinstance(cache, StaticKVCache)
+        offset = cache.length if cache is not None and not static else 0
         if self.rotary is not None:
             if positions is None:
                 positions = torch.arange(offset, offset + t_q, device=x.device)
@@ -504,7 +529,9 @@ class MultiHeadAttention(nn.Module):
             if not self.cross:
                 k = self.rotary(k, positions)
         q, k, v = self.hook_q(q), self.hook_k(k), self.hook_v(v)
-        if cache is not None:
+        if static:
+            k, v = cache.write(k, v)
+        elif cache is not None:
             k, v = cache.append(k, v)
         t_k = k.shape[2]
         if self.n_kv_heads != self.n_heads:  # grouped-query: each K/V head serves n_heads/n_kv_heads queries
@@ -534,7 +561,7 @@ class MultiHeadAttention(nn.Module):
                 scale=self.scale,
             )
             out = self.hook_z(out)  # (B, H, Tq, d_v)
-            return self.out_proj(rearrange(out, "b h t d -> b t (h d)"))
+            return self.out_proj(_merge_heads(out))
         if self.window is not None:  # the band, joined with any mask the caller gave
             band = local_mask(t_q, t_k, self.window, device=x.device)
             mask = band if mask is None else mask & band
@@ -566,7 +593,7 @@ class MultiHeadAttention(nn.Module):
             if value_term is not None:
                 out = out + value_term(weights).to(out.dtype)
         out = self.hook_z(out)  # (B, H, Tq, d_v)
-        out = self.out_proj(rearrange(out, "b h t d -> b t (h d)"))  # concat heads, W_O
+        out = self.out_proj(_merge_heads(out))  # concat heads "b h t d -> b t (h d)", W_O
         return (out, weights) if need_weights else out
 
     def _full_mask(self, mask, key_mask, batch, t_q, t_k):
@@ -581,6 +608,18 @@ class MultiHeadAttention(nn.Module):
             km = key_mask[:, None, None, :]  # (B, 1, 1, Tk)
             mask = km if mask is None else mask & km
         return mask
+
+
+def _split_heads(x: Tensor, heads: int) -> Tensor:
+    """(B, T, H·d) -> (B, H, T, d)."""
+    b, t, _ = x.shape
+    return x.view(b, t, heads, -1).transpose(1, 2)
+
+
+def _merge_heads(x: Tensor) -> Tensor:
+    """(B, H, T, d) -> (B, T, H·d)."""
+    b, h, t, d = x.shape
+    return x.transpose(1, 2).reshape(b, t, h * d)
 
 
 class _RecurrentAttention(nn.Module):

@@ -83,6 +83,7 @@ def generate(
     on_step: Callable[[Tensor], bool] | None = None,
     draft: nn.Module | None = None,
     draft_tokens: int = 4,
+    compile: bool = False,
 ) -> list[list[int]]:
     """Continue each prompt by up to ``max_new_tokens`` tokens; returns prompt + continuation.
 
@@ -91,7 +92,9 @@ def generate(
     True stops early. A row stops at ``eos_id``. When the context fills up, the window
     slides: the cache is refilled from the last half-context of tokens. With a ``draft`` model
     the tokens come from :func:`speculative_generate` (one prompt), same distribution, fewer
-    passes over the model's weights.
+    passes over the model's weights. ``compile=True``: a fixed-shape decode step compiled once
+    (:mod:`attnlab.fast_decode`; CUDA graphs on a GPU), the same tokens; models it does not
+    support (ALiBi, relative positions, --window) decode as without it, with a warning.
     """
     if isinstance(prompts, Tensor):
         prompts = prompts.tolist()
@@ -112,6 +115,26 @@ def generate(
     model.eval()
     device = next(model.parameters()).device
     ids, mask = _left_pad(prompts, 0, device)
+    if compile and use_cache and max_new_tokens > 0:
+        from .fast_decode import fast_decoder, why_not_fast
+
+        why = why_not_fast(model)
+        if why is None:
+            return _generate_fast(
+                fast_decoder(model, ids.shape[0]),
+                ids,
+                mask,
+                max_new_tokens,
+                eos_id,
+                on_step,
+                temperature,
+                top_k,
+                top_p,
+                generator,
+            )
+        import warnings
+
+        warnings.warn(f"compile=True: not compiled, {why}; decoding eagerly", stacklevel=2)
     padded = not bool(mask.all())
     block = model.config.context
     done = torch.zeros(ids.shape[0], dtype=torch.bool, device=device)
@@ -143,6 +166,19 @@ def generate(
     for row, m in zip(ids.tolist(), mask.tolist()):
         seq = [t for t, keep in zip(row, m) if keep]
         out.append(seq)
+    return out
+
+
+def _generate_fast(decoder, ids, mask, max_new_tokens, eos_id, on_step, temperature, top_k, top_p, generator):
+    """generate() through a :class:`attnlab.fast_decode.FastDecoder`: the same tokens, in the same form."""
+
+    def pick(logits: Tensor) -> Tensor:
+        return sample_next(logits, temperature=temperature, top_k=top_k, top_p=top_p, generator=generator)
+
+    new, _ = decoder.generate(ids, mask, max_new_tokens, pick, eos_id=eos_id, on_step=on_step)
+    out = []
+    for row, m, tail in zip(ids.tolist(), mask.tolist(), new.tolist()):
+        out.append([t for t, keep in zip(row, m) if keep] + tail)
     return out
 
 

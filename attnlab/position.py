@@ -72,10 +72,11 @@ class SinusoidalPosition(nn.Module):
         self.dim, self.max_len = dim, max_len
         self.register_buffer("pe", sinusoidal_encoding(max_len, dim, base), persistent=False)
 
-    def forward(self, x: Tensor, offset: int = 0, positions: Tensor | None = None) -> Tensor:
+    def forward(self, x: Tensor, offset: int = 0, positions: Tensor | None = None, check: bool = True) -> Tensor:
         """x (B, T, D) -> x + PE at positions offset … offset+T-1, or at ``positions`` (T,) or (B, T)
         (left-padded batches)."""
-        _check_tokens(x, self.dim, self.max_len, offset, positions)
+        if check:  # (a fixed-shape decode step checked its positions once: reading them back here is a sync)
+            _check_tokens(x, self.dim, self.max_len, offset, positions)
         if positions is not None:
             return x + self.pe[positions].to(x.dtype)
         return x + self.pe[offset : offset + x.shape[1]].to(x.dtype)
@@ -101,9 +102,10 @@ class LearnedPosition(nn.Module):
         self.dim, self.max_len = dim, max_len
         self.weight = nn.Parameter(torch.randn(max_len, dim) * init_std)
 
-    def forward(self, x: Tensor, offset: int = 0, positions: Tensor | None = None) -> Tensor:
+    def forward(self, x: Tensor, offset: int = 0, positions: Tensor | None = None, check: bool = True) -> Tensor:
         """x (B, T, D) -> x + P at positions offset … offset+T-1, or at ``positions`` (T,) or (B, T)."""
-        _check_tokens(x, self.dim, self.max_len, offset, positions)
+        if check:  # (a fixed-shape decode step checked its positions once: reading them back here is a sync)
+            _check_tokens(x, self.dim, self.max_len, offset, positions)
         if positions is not None:
             return x + self.weight[positions].to(x.dtype)
         return x + self.weight[offset : offset + x.shape[1]].to(x.dtype)

@@ -69,4 +69,9 @@ def _device_to_cpu(func, args, kwargs) -> bool:
         return isinstance(src, Tensor) and src.device.type != "cpu" and dst.device.type == "cpu"
     src = args[0]
     target = kwargs.get("device")
-    return isinstance(src, Tensor) and src.device.type != "cpu" and target is not None and torch.device(target).type == "cpu"
+    return (
+        isinstance(src, Tensor)
+        and src.device.type != "cpu"
+        and target is not None
+        and torch.device(target).type == "cpu"
+    )

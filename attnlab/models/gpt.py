@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor, nn
 
-from ..attention import KVCache
+from ..attention import KVCache, StaticKVCache
 from ..config import Config
 from ..hooks import HookedModule, HookPoint
 from ..losses import cross_entropy
@@ -266,25 +266,33 @@ class GPT(HookedModule):
         self,
         idx: Tensor,
         *,
-        caches: list[KVCache] | None = None,
+        caches: list[KVCache] | list[StaticKVCache] | None = None,
         positions: Tensor | None = None,
         key_mask: Tensor | None = None,
+        last_only: bool = False,
     ) -> Tensor:
-        """idx (B, T) int64 -> logits (B, T, vocab).
+        """idx (B, T) int64 -> logits (B, T, vocab); with ``last_only`` (B, 1, vocab), the last
+        position's only (a prompt's prefill: the others would be computed and thrown away).
 
         ``caches`` (from :meth:`new_caches`) make this an incremental step: idx holds only
         the new tokens. ``positions`` (B, T) and ``key_mask`` (B, T_total, True = real
         token) support left-padded batches of prompts of different lengths.
+        :class:`StaticKVCache` s make it a fixed-shape decode step (``attnlab.fast_decode``):
+        ``positions`` and ``key_mask`` (B, max_len) are then required and are not checked here
+        (that would read them back from the device at every token): the decoder checks once.
         """
         if idx.dim() != 2 or idx.dtype not in (torch.int64, torch.int32):
             raise ValueError(
                 f"GPT expects token ids of shape (B, T) and integer dtype, got {tuple(idx.shape)} {idx.dtype}"
             )
         b, t = idx.shape
-        offset = caches[0].length if caches else 0
+        static = bool(caches) and isinstance(caches[0], StaticKVCache)
+        if static and (positions is None or key_mask is None):
+            raise ValueError("a static KV cache needs positions= and key_mask= (see attnlab.fast_decode)")
+        offset = caches[0].length if caches and not static else 0
         # the furthest position: a cache's column count, unless positions are given (a batch whose
         # rows start at different columns, as in continuous batching, counts each row's own tokens)
-        end = offset + t if positions is None else int(positions.max()) + 1
+        end = 0 if static else offset + t if positions is None else int(positions.max()) + 1
         if end > self.config.context and self.pos_emb is not None:
             raise ValueError(
                 f"sequence of {end} tokens is longer than the model's context of "
@@ -294,16 +302,18 @@ class GPT(HookedModule):
         if self.config.embed_scale:
             x = x * math.sqrt(self.config.dim)  # E·√d_model (Vaswani et al. 3.4)
         if self.pos_mix is not None:  # concatenate the position code, project back to dim
-            pe = self.pos_emb(torch.zeros_like(x), offset=offset, positions=positions)  # (B, T, C)
+            pe = self.pos_emb(torch.zeros_like(x), offset=offset, positions=positions, check=not static)  # (B, T, C)
             x = self.pos_mix(torch.cat([x, pe], dim=-1))
         elif self.pos_emb is not None:
-            x = self.pos_emb(x, offset=offset, positions=positions)
+            x = self.pos_emb(x, offset=offset, positions=positions, check=not static)
         x = self.hook_embed(self.drop(x))
         if positions is None:
             positions = torch.arange(offset, offset + t, device=idx.device)  # (T,)
         rope_positions = positions if self.config.pos == "rope" else None
         for i, block in enumerate(self.blocks):
             x = block(x, key_mask=key_mask, positions=rope_positions, cache=caches[i] if caches else None)
+        if last_only:
+            x = x[:, -1:]
         logits = self.lm_head(self.hook_final(self.ln_f(x)))  # (B, T, vocab)
         if self.config.logit_softcap:
             cap = self.config.logit_softcap

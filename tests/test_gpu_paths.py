@@ -1,0 +1,182 @@
+"""The GPU paths, held to their shape on a CPU (issue 35): the loss compiles with the model into
+one graph, a training run reads the device back once per logged step, and the fixed-shape
+decode step compiles once and gives eager decoding's tokens. No timing: counts and equalities."""
+
+import functools
+
+import pytest
+import torch
+from torch._dynamo.utils import counters
+
+from attnlab.data.text import prepare
+from attnlab.fast_decode import FastDecoder, why_not_fast
+from attnlab.generate import generate
+from attnlab.models import GPT, GPTConfig
+from attnlab.models.gpt import SPEEDRUN_CHANGES
+from attnlab.syncs import HostSyncCounter, to_host
+from attnlab.training import TrainConfig, Trainer
+from attnlab.training.tasks import LanguageModelTask
+from attnlab.training.trainer import TaskLoss
+
+from test_train import TEXT
+
+SHAPES = {
+    "learned": dict(),
+    "speedrun": dict(SPEEDRUN_CHANGES),  # rope, QK-norm, relu², soft-capped logits, no biases
+    "sinusoidal": dict(pos="sinusoidal"),
+}
+
+
+def _gpt(context=16, vocab=40, **kw):
+    torch.manual_seed(0)
+    return GPT(GPTConfig(vocab_size=vocab, context=context, layers=2, heads=2, dim=32, **kw)).eval()
+
+
+@pytest.fixture
+def data(tmp_path):
+    (tmp_path / "c.txt").write_text(TEXT)
+    return prepare(str(tmp_path / "c.txt"), tmp_path / "data")
+
+
+@pytest.mark.parametrize("shape", sorted(SHAPES))
+def test_the_loss_traces_with_the_model_into_one_graph(data, shape):
+    model = GPT(GPTConfig(vocab_size=data.tokenizer.vocab_size, context=16, layers=2, heads=2, dim=32, **SHAPES[shape]))
+    task = LanguageModelTask(data, 16, 4)
+    x, y = task.batch("train", 4, torch.Generator().manual_seed(0))
+    explained = torch._dynamo.explain(TaskLoss(model, task))(x, y)
+    assert explained.graph_count == 1 and explained.graph_break_count == 0, explained.break_reasons
+    ops = [n.target for g in explained.graphs for n in g.graph.nodes if n.op == "call_function"]
+    assert torch.nn.functional.cross_entropy in ops  # the loss is inside the graph, not after it
+
+
+def test_a_compiled_run_trains_through_one_graph_and_matches_eager(data, tmp_path, monkeypatch):
+    """--compile through the trainer: fullgraph=True (any graph break would raise), the compiler
+    replaced by aot_eager (forward and backward traced, no C++ build), the same losses as eager."""
+
+    def run(name, compile):
+        torch.manual_seed(0)
+        model = GPT(GPTConfig(vocab_size=data.tokenizer.vocab_size, context=16, layers=2, heads=2, dim=32))
+        cfg = TrainConfig(
+            max_iters=6, batch_size=4, eval_interval=6, eval_iters=1, log_interval=2, progress=False,
+            device="cpu", dtype="fp32", threads=1, compile=compile, lr=3e-3, warmup_iters=1,
+        )  # fmt: skip
+        trainer = Trainer(model, LanguageModelTask(data, 16, 4), cfg, tmp_path / name)
+        trainer.fit()
+        return trainer, [r["loss"] for r in trainer.history]
+
+    real = torch.compile
+    monkeypatch.setattr(torch, "compile", functools.partial(real, backend="aot_eager", fullgraph=True))
+    torch._dynamo.reset()
+    compiled, losses = run("compiled", True)
+    assert isinstance(compiled._compiled._orig_mod, TaskLoss)
+    monkeypatch.setattr(torch, "compile", real)
+    _, eager = run("eager", False)
+    assert losses == pytest.approx(eager, abs=1e-5)
+
+
+@pytest.mark.parametrize("grad_accum", [1, 2])
+def test_training_reads_the_device_back_once_per_logged_step(data, tmp_path, grad_accum):
+    """No .item(), float(t), int(t) or bool(t) anywhere in the loop: the losses and gradient
+    norms of the steps between two logged steps come back in one transfer (to_host)."""
+    model = GPT(GPTConfig(vocab_size=data.tokenizer.vocab_size, context=16, layers=2, heads=2, dim=32))
+    cfg = TrainConfig(
+        max_iters=20, batch_size=4, grad_accum=grad_accum, eval_interval=20, eval_iters=3, log_interval=5,
+        progress=False, device="cpu", dtype="fp32", threads=1, compile=False,
+    )  # fmt: skip
+    trainer = Trainer(model, LanguageModelTask(data, 16, 4), cfg, tmp_path / "run")
+    with HostSyncCounter() as syncs:
+        trainer.fit()
+    assert syncs.implicit == 0
+    # the first step (throughput starts after it), steps 5, 10, 15, 20, and one for the evaluation
+    assert syncs.explicit == 1 + 4 + 1
+    logged = [r["step"] for r in trainer.history]
+    assert logged == list(range(1, 21))  # still one record per step, in order
+    assert all(isinstance(r["loss"], float) for r in trainer.history)
+
+
+def test_the_counter_sees_what_it_must():
+    t = torch.ones(3)
+    with HostSyncCounter() as syncs:
+        t.sum().item()
+        float(t[0])
+        bool(t.all())
+        to_host(t.sum(), t.mean())
+    assert (syncs.implicit, syncs.explicit) == (3, 1)
+
+
+def test_a_diverged_step_is_found_at_the_next_look_and_nothing_is_saved(data, tmp_path):
+    from attnlab.training.trainer import Diverged
+
+    model = GPT(GPTConfig(vocab_size=data.tokenizer.vocab_size, context=16, layers=2, heads=2, dim=32))
+    cfg = TrainConfig(
+        max_iters=30, batch_size=4, eval_interval=10, eval_iters=1, log_interval=10, progress=False,
+        lr=1e9, warmup_iters=0, grad_clip=0.0, device="cpu", dtype="fp32", threads=1, compile=False,
+    )  # fmt: skip
+    trainer = Trainer(model, LanguageModelTask(data, 16, 4), cfg, tmp_path / "run")
+    with pytest.raises(Diverged, match=r"diverged at step [2-9]\b") as e:
+        trainer.fit()
+    assert e.value.step < 10 and not (tmp_path / "run" / "last").exists()
+
+
+@pytest.mark.parametrize("shape", sorted(SHAPES))
+def test_fast_decoding_gives_the_eager_tokens(shape):
+    """Padded prompts of different lengths, the window sliding twice (context 16, 40 tokens), an
+    end-of-text id and sampling with a seeded generator: token for token what generate() gives."""
+    model = _gpt(**SHAPES[shape])
+    prompts = [[1, 2, 3, 4, 5], [7, 8, 9]]
+    for kw in (dict(temperature=0), dict(temperature=0, eos_id=5), dict(temperature=1.0, top_k=10)):
+        ref = generate(model, prompts, 40, generator=torch.Generator().manual_seed(3), **kw)
+        ids = torch.tensor([[1, 2, 3, 4, 5], [0, 0, 7, 8, 9]])
+        mask = torch.tensor([[True] * 5, [False, False, True, True, True]])
+        dec = FastDecoder(model, 2, compile=False)
+        g = torch.Generator().manual_seed(3)
+        if kw["temperature"] == 0:
+            pick = lambda logits: logits.argmax(-1)  # noqa: E731
+        else:
+            from attnlab.generate import sample_next
+
+            pick = lambda logits: sample_next(logits, temperature=1.0, top_k=10, generator=g)  # noqa: E731
+        new, n = dec.generate(ids, mask, 40, pick, eos_id=kw.get("eos_id"))
+        got = [p + row for p, row in zip(prompts, new.tolist())]
+        assert got == ref, kw
+        assert n == len(ref[0]) - len(prompts[0])
+
+
+def test_compiled_decoding_compiles_once_and_gives_the_eager_tokens():
+    """64 tokens through the compiled step (inductor, as generate(compile=True) runs it): one
+    graph, no graph break, no recompilation, the greedy tokens of eager decoding; a second call
+    reuses the compiled step."""
+    model = _gpt(context=128, vocab=50)
+    torch._dynamo.reset()
+    counters.clear()
+    eager = generate(model, [[1, 2, 3]], 64, temperature=0)
+    first = generate(model, [[1, 2, 3]], 64, temperature=0, compile=True)
+    second = generate(model, [[4, 5]], 64, temperature=0, compile=True)
+    assert first == eager and second == generate(model, [[4, 5]], 64, temperature=0)
+    assert counters["stats"]["unique_graphs"] == 1
+    assert not counters["graph_break"] and not counters["recompiles"]
+
+
+def test_fast_decoding_reads_nothing_back_per_token():
+    """The same loop uncompiled (a dispatch mode cannot watch a compiled graph): greedy, no end
+    id, no callback: one read before the loop (is any prompt padded?), none per token; with an
+    end id, one every 8 tokens."""
+    model = _gpt(context=128, vocab=50)
+    ids, mask = torch.tensor([[1, 2, 3]]), torch.ones(1, 3, dtype=torch.bool)
+    dec = FastDecoder(model, 1, compile=False)
+    with HostSyncCounter() as syncs:
+        dec.generate(ids, mask, 64, lambda logits: logits.argmax(-1))
+    assert syncs.total == 1
+    with HostSyncCounter() as syncs:
+        dec.generate(ids, mask, 64, lambda logits: logits.argmax(-1), eos_id=49)
+    assert syncs.total <= 1 + 64 // 8 + 1
+
+
+def test_models_the_fixed_shape_step_cannot_take_decode_eagerly_with_a_warning():
+    model = _gpt(pos="alibi")
+    assert "alibi" in why_not_fast(model)
+    with pytest.warns(UserWarning, match="not compiled, --pos alibi"):
+        got = generate(model, [[1, 2]], 5, temperature=0, compile=True)
+    assert got == generate(model, [[1, 2]], 5, temperature=0)
+    with pytest.raises(ValueError, match="does not support --window"):
+        FastDecoder(_gpt(window=4), 1)
