@@ -180,3 +180,11 @@ def test_models_the_fixed_shape_step_cannot_take_decode_eagerly_with_a_warning()
     assert got == generate(model, [[1, 2]], 5, temperature=0)
     with pytest.raises(ValueError, match="does not support --window"):
         FastDecoder(_gpt(window=4), 1)
+
+
+def test_fsdp_in_one_process_says_it_does_nothing(data, tmp_path, capsys):
+    model = GPT(GPTConfig(vocab_size=data.tokenizer.vocab_size, context=16, layers=1, heads=2, dim=32))
+    cfg = TrainConfig(max_iters=1, batch_size=2, progress=False, fsdp=True, device="cpu", compile=False)
+    Trainer(model, LanguageModelTask(data, 16, 2), cfg, tmp_path / "run")
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "one process" in err and "torchrun --nproc-per-node" in err

@@ -165,3 +165,64 @@ def test_speedrun_preset_maps_to_no_gpt2_checkpoint():
     with pytest.raises(CheckpointError, match="qk_norm=True") as e:
         export_gpt2(model)
     assert "activation='relu2'" in str(e.value) and "pos='rope'" in str(e.value)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_newton_schulz_is_the_published_iteration_in_either_dtype(dtype):
+    """attnlab's Newton-Schulz against the published one computed in the same dtype, on a wide
+    and a tall matrix: equal to that dtype's rounding; the fp32 result is the bf16 one, sharpened."""
+    from attnlab.training.optim import newton_schulz
+
+    for shape in ((16, 48), (48, 16)):
+        g = torch.randn(*shape, generator=torch.Generator().manual_seed(1))
+        ref = published_newton_schulz_in(g, dtype)
+        got = newton_schulz(g, dtype)
+        assert got.dtype == dtype
+        tol = 1e-5 if dtype == torch.float32 else 0.06  # (bf16: the two orders of the same ops round apart, 3-4 %)
+        assert float((got.float() - ref.float()).norm() / ref.float().norm()) < tol
+    g = torch.randn(16, 48, generator=torch.Generator().manual_seed(2))
+    fp32, bf16 = newton_schulz(g, torch.float32), newton_schulz(g, torch.bfloat16).float()
+    assert float((fp32 - bf16).norm() / fp32.norm()) < 0.05
+
+
+def published_newton_schulz_in(g, dtype, steps=5):
+    """The published iteration (published_newton_schulz above) with its bf16 cast made ``dtype``."""
+    a, b, c = (3.4445, -4.7750, 2.0315)
+    x = g.to(dtype)
+    tall = g.size(-2) > g.size(-1)
+    if tall:
+        x = x.mT
+    x = x / (x.norm(dim=(-2, -1), keepdim=True) + 1e-7)
+    for _ in range(steps):
+        m = x @ x.mT
+        x = a * x + (b * m + c * m @ m) @ x
+    return x.mT if tall else x
+
+
+def test_muon_in_bf16_steps_exactly_as_torch_muon_and_loads_its_state():
+    from attnlab.training.optim import Muon
+
+    torch.manual_seed(0)
+    w1 = torch.nn.Parameter(torch.randn(24, 8))
+    w2 = torch.nn.Parameter(w1.detach().clone())
+    ours = Muon([w1], lr=0.02, weight_decay=0.01, momentum=0.9, ns_dtype=torch.bfloat16)
+    theirs = torch.optim.Muon([w2], lr=0.02, weight_decay=0.01, momentum=0.9)
+    for step in range(3):
+        g = torch.randn(24, 8, generator=torch.Generator().manual_seed(step))
+        w1.grad, w2.grad = g.clone(), g.clone()
+        ours.step()
+        theirs.step()
+        assert torch.equal(w1, w2), step
+    fresh = Muon([torch.nn.Parameter(w2.detach().clone())], ns_dtype=torch.float32)
+    fresh.load_state_dict(theirs.state_dict())  # a checkpoint of torch's Muon loads
+    assert fresh.param_groups[0]["momentum"] == 0.9
+    assert torch.equal(next(iter(fresh.state.values()))["momentum_buffer"], theirs.state[w2]["momentum_buffer"])
+
+
+@pytest.mark.parametrize("fast, expected", [("0", torch.float32), ("1", torch.bfloat16)])
+def test_muon_orthogonalises_in_the_dtype_the_cpu_computes_fast(monkeypatch, fast, expected):
+    from attnlab.training.optim import newton_schulz_dtype
+
+    monkeypatch.setenv("ATTNLAB_FAST_BF16", fast)
+    opt = make_optimizer(tiny_gpt(), TrainConfig(optimizer="muon"), "cpu")
+    assert opt.muon.ns_dtype == expected and newton_schulz_dtype("cpu")[0] == expected

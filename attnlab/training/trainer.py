@@ -117,6 +117,13 @@ class Trainer:
         self.out = Path(out_dir)
         self.meta = meta or {}
         self.dist, dist_device = D.setup(cfg.device)
+        if cfg.fsdp and not self.dist.enabled:
+            print(
+                "note: --fsdp shards the model over the processes of a torchrun launch; this is one process, "
+                "so it trains unsharded (with N: torchrun --nproc-per-node N -m attnlab train ... --fsdp)",
+                file=sys.stderr,
+                flush=True,
+            )
         self.device = dist_device or pick_device(cfg.device)
         # (each torchrun process keeps the thread count torchrun gave it)
         fixed = cfg.threads or (torch.get_num_threads() if self.dist.enabled else None)
