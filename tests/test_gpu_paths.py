@@ -188,3 +188,18 @@ def test_fsdp_in_one_process_says_it_does_nothing(data, tmp_path, capsys):
     Trainer(model, LanguageModelTask(data, 16, 2), cfg, tmp_path / "run")
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "one process" in err and "torchrun --nproc-per-node" in err
+
+
+def test_sample_compile_from_the_command_line(tmp_path, capsys):
+    from attnlab.cli import main
+    from helpers import train_tiny_gpt
+
+    run = train_tiny_gpt(main, tmp_path)
+    capsys.readouterr()
+    argv = ["sample", "--ckpt", str(run), "--prompt", "abc", "--max-new-tokens", "20", "--temperature", "0"]
+    assert main(argv) == 0
+    eager = capsys.readouterr().out
+    assert main([*argv, "--compile"]) == 0
+    assert capsys.readouterr().out == eager
+    assert main([*argv, "--compile", "--no-cache"]) == 2
+    assert "--compile decodes with the KV cache" in capsys.readouterr().err
