@@ -1,0 +1,227 @@
+"""The GPU rows of issue 35, each against a baseline measured in the same process:
+
+* train: one GPT-2-small training step (12/12/768, T 1024, vocab 50304, bf16 autocast, fused
+  AdamW, torch.compile) three ways: attnlab with the loss outside the compiled model (what the
+  trainer did before), attnlab with the loss compiled with the model (``TaskLoss``, what it does
+  now), and a nanoGPT-shaped reference written below (its ``model.py``: loss inside forward);
+* generate: greedy, GPT-2 small, bf16, 256 new tokens, batch 1 and 8: eager ``generate`` against
+  ``generate(compile=True)`` (the fixed-shape step, CUDA graphs) and HuggingFace ``generate``;
+* serve: continuous batching of 32 requests on 8 rows against one request at a time.
+
+    python benchmarks/gpu_speed.py                  # on a CUDA machine (about 4 minutes on an H100)
+    python benchmarks/gpu_speed.py --smoke          # the same code paths at toy sizes on a CPU (a check, not a measurement)
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from common import matmul_peak, print_table, sync, time_it
+from attnlab.generate import generate
+from attnlab.models import GPT, GPTConfig
+from attnlab.training.tasks import LanguageModelTask  # noqa: F401  (the task TaskLoss runs in the trainer)
+from attnlab.training.trainer import TaskLoss
+
+
+class NanoBlock(nn.Module):
+    """nanoGPT's Block: pre-LN causal self-attention (SDPA, is_causal) and a GELU MLP."""
+
+    def __init__(self, dim: int, heads: int) -> None:
+        super().__init__()
+        self.heads = heads
+        self.ln_1, self.ln_2 = nn.LayerNorm(dim), nn.LayerNorm(dim)
+        self.c_attn, self.c_proj = nn.Linear(dim, 3 * dim), nn.Linear(dim, dim)
+        self.fc, self.proj = nn.Linear(dim, 4 * dim), nn.Linear(4 * dim, dim)
+
+    def forward(self, x):
+        b, t, c = x.shape
+        q, k, v = self.c_attn(self.ln_1(x)).split(c, dim=2)
+        q, k, v = (z.view(b, t, self.heads, c // self.heads).transpose(1, 2) for z in (q, k, v))
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2).contiguous().view(b, t, c)
+        x = x + self.c_proj(y)
+        return x + self.proj(F.gelu(self.fc(self.ln_2(x))))
+
+
+class NanoGPT(nn.Module):
+    """nanoGPT's GPT, trimmed to what a training step runs: the loss is computed in forward."""
+
+    def __init__(self, vocab: int, context: int, layers: int, heads: int, dim: int) -> None:
+        super().__init__()
+        self.wte, self.wpe = nn.Embedding(vocab, dim), nn.Embedding(context, dim)
+        self.blocks = nn.ModuleList(NanoBlock(dim, heads) for _ in range(layers))
+        self.ln_f = nn.LayerNorm(dim)
+        self.lm_head = nn.Linear(dim, vocab, bias=False)
+        self.lm_head.weight = self.wte.weight
+
+    def forward(self, idx, targets):
+        x = self.wte(idx) + self.wpe(torch.arange(idx.shape[1], device=idx.device))
+        for block in self.blocks:
+            x = block(x)
+        logits = self.lm_head(self.ln_f(x))
+        return F.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1), ignore_index=-1)
+
+
+class _LMTask:
+    """The language-model loss as the trainer's task computes it (attnlab.losses.cross_entropy)."""
+
+    def loss(self, model, batch):
+        from attnlab.losses import cross_entropy
+
+        x, y = batch
+        return cross_entropy(model(x), y)
+
+
+def train_rows(device, shape, batch, steps) -> list[dict]:
+    vocab, context, layers, heads, dim = shape
+    x = torch.randint(vocab, (batch, context), device=device)
+    y = torch.randint(vocab, (batch, context), device=device)
+    dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
+    peak = matmul_peak(dtype, device=device)
+    flops_per_token = 6 * (12 * layers * dim * dim + vocab * dim) + 12 * layers * dim * context
+
+    def step_of(model, loss):
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
+
+        def step():
+            with torch.autocast(device.type, dtype=dtype, enabled=dtype == torch.bfloat16):
+                value = loss()
+            value.backward()
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+
+        return step
+
+    rows = []
+    torch.manual_seed(0)
+    ours = GPT(GPTConfig(vocab_size=vocab, context=context, layers=layers, heads=heads, dim=dim)).to(device)
+    compiled_model = torch.compile(ours)
+    compiled_loss = torch.compile(TaskLoss(ours, _LMTask()))
+    ref = NanoGPT(vocab, context, layers, heads, dim).to(device)
+    compiled_ref = torch.compile(ref)
+    from attnlab.losses import cross_entropy
+
+    candidates = {
+        "attnlab, loss outside the compiled model (before)": step_of(ours, lambda: cross_entropy(compiled_model(x), y)),
+        "attnlab, loss compiled with the model (TaskLoss)": step_of(ours, lambda: compiled_loss(x, y)),
+        "nanoGPT-shaped reference, loss in forward": step_of(ref, lambda: compiled_ref(x, y)),
+    }
+    seconds = {}
+    for name, step in candidates.items():
+        t0 = time.perf_counter()
+        step()  # compiles
+        sync(device)
+        compile_s = time.perf_counter() - t0
+        seconds[name] = (time_it(step, warmup=2, repeat=steps, device=device), compile_s)
+    ref_s = seconds["nanoGPT-shaped reference, loss in forward"][0]
+    for name, (s, compile_s) in seconds.items():
+        tok_s = batch * context / s
+        rows.append(
+            {
+                "train step": name,
+                "ms": f"{s * 1e3:.1f}",
+                "tokens/s": f"{tok_s:,.0f}",
+                "MFU": f"{100 * tok_s * flops_per_token / peak:.1f} %",
+                "vs reference": f"{ref_s / s:.3f}x",
+                "compile s": f"{compile_s:.0f}",
+            }
+        )
+    return rows
+
+
+def generate_rows(device, shape, new_tokens) -> list[dict]:
+    vocab, context, layers, heads, dim = shape
+    torch.manual_seed(0)
+    dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
+    model = GPT(GPTConfig(vocab_size=vocab, context=context, layers=layers, heads=heads, dim=dim, activation="gelu_tanh"))
+    model = model.to(device=device, dtype=dtype).eval()
+    rows = []
+    for batch in (1, 8):
+        prompts = [[int(t) for t in torch.randint(vocab, (8,), generator=torch.Generator().manual_seed(i))] for i in range(batch)]
+
+        def run(compile):
+            return generate(model, prompts, new_tokens, temperature=0, compile=compile)
+
+        eager = run(False)
+        t0 = time.perf_counter()
+        fast = run(True)  # compiles (and records the CUDA graph)
+        sync(device)
+        compile_s = time.perf_counter() - t0
+        t_eager = time_it(lambda: run(False), warmup=1, repeat=3, device=device)
+        t_fast = time_it(lambda: run(True), warmup=1, repeat=3, device=device)
+        same = sum(a == b for a, b in zip(eager, fast))
+        row = {
+            "generate (greedy)": f"batch {batch}, {new_tokens} tokens",
+            "eager tok/s": f"{batch * new_tokens / t_eager:,.0f}",
+            "compile=True tok/s": f"{batch * new_tokens / t_fast:,.0f}",
+            "speed-up": f"{t_eager / t_fast:.2f}x",
+            "same tokens": f"{same}/{batch}",
+            "compile s": f"{compile_s:.0f}",
+            "HF tok/s": "-",
+        }
+        try:
+            row["HF tok/s"] = f"{batch * new_tokens / hf_generate_seconds(model, prompts, new_tokens, device):,.0f}"
+        except ImportError:
+            pass
+        rows.append(row)
+    return rows
+
+
+def hf_generate_seconds(model, prompts, new_tokens, device) -> float:
+    """HuggingFace GPT-2 with attnlab's weights (interop), greedy generate, static shapes as HF runs them."""
+    import transformers
+
+    from attnlab.interop.gpt2 import export_gpt2
+
+    state, config = export_gpt2(model)
+    config = {k: v for k, v in config.items() if k not in ("architectures", "model_type", "torch_dtype")}
+    hf = transformers.GPT2LMHeadModel(transformers.GPT2Config(**config))
+    hf.load_state_dict({k: v.float() for k, v in state.items()}, strict=False)
+    hf = hf.to(device=device, dtype=next(model.parameters()).dtype).eval()
+    ids = torch.tensor(prompts, device=device)
+
+    def run():
+        with torch.no_grad():
+            hf.generate(ids, max_new_tokens=new_tokens, min_new_tokens=new_tokens, do_sample=False, pad_token_id=0)
+
+    return time_it(run, warmup=1, repeat=3, device=device)
+
+
+def serve_rows(device, quick) -> list[dict]:
+    from attnlab.bench import serving_rows
+
+    return serving_rows(device, quick)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--smoke", action="store_true", help="toy sizes (a CPU check of the code paths)")
+    ap.add_argument("--only", nargs="*", default=["train", "generate", "serve"])
+    args = ap.parse_args()
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if device.type == "cuda":
+        torch.backends.cuda.matmul.allow_tf32 = True
+        print(torch.cuda.get_device_name(), "torch", torch.__version__, flush=True)
+    gpt2 = (50304, 1024, 12, 12, 768)
+    toy = (128, 64, 2, 2, 32)
+    shape = toy if args.smoke else gpt2
+    if "train" in args.only:
+        print_table(train_rows(device, shape, 2 if args.smoke else 16, 3 if args.smoke else 10), [
+            "train step", "ms", "tokens/s", "MFU", "vs reference", "compile s"])  # fmt: skip
+    if "generate" in args.only:
+        gen_shape = (shape[0] if args.smoke else 50257, *shape[1:])
+        print_table(generate_rows(device, gen_shape, 16 if args.smoke else 256), [
+            "generate (greedy)", "eager tok/s", "compile=True tok/s", "speed-up", "same tokens", "compile s",
+            "HF tok/s"])  # fmt: skip
+    if "serve" in args.only:
+        rows = serve_rows(device, args.smoke)
+        print_table(rows, list(rows[0]))
+    print("peak memory", f"{torch.cuda.max_memory_allocated() / 2**30:.1f} GiB" if device.type == "cuda" else "-")
+
+
+if __name__ == "__main__":
+    main()
