@@ -14,6 +14,10 @@ left-padded batch in :func:`attnlab.generate.generate`. So every position scheme
 sinusoidal, RoPE, ALiBi, relative) and ``--window`` see what they would see alone. A new prompt is
 run alone (prefill) and its keys and values are copied into its row so that they end at ``c``; when
 ``c`` reaches the cache's width the columns no active row uses are dropped (all rows shift left).
+
+A decoding step reads the device back once: the rows' new tokens, in one transfer (the host needs
+them to stop a request at its end id, its length or a stop string). Each row's first column and last
+token also live on the device, so nothing is copied there per step either.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ import torch
 from torch import Tensor, nn
 
 from .generate import cut_at_stop, sample_next
+from .syncs import to_host_list
 
 __all__ = ["Request", "ContinuousBatcher", "generate_batched", "text_request", "request_text"]
 
@@ -82,7 +87,9 @@ class ContinuousBatcher:
             cache.v.zero_()
         self.active: list[Request] = []  # row i of the cache belongs to active[i]
         self.starts: list[int] = []  # the column of each active row's first token
-        self.last: list[int] = []  # each active row's newest token, not yet fed
+        # the same on the device, with each row's newest token (not yet fed): what a step reads
+        self.starts_on_device = torch.zeros(slots, dtype=torch.long, device=self.device)
+        self.last_on_device = torch.zeros(slots, dtype=torch.long, device=self.device)
         self.waiting: deque[Request] = deque()
         self.column = 0  # the timeline's next free column (every cache's length)
         self.steps = 0  # batched decoding forwards run so far
@@ -137,18 +144,21 @@ class ContinuousBatcher:
         if self.column == self.width:
             self._compact()
         n, c = len(self.active), self.column
-        starts = torch.tensor(self.starts, device=self.device)
+        starts = self.starts_on_device[:n]
         key_mask = torch.arange(c + 1, device=self.device)[None, :] >= starts[:, None]  # (n, c+1)
         positions = (c - starts)[:, None]  # (n, 1): each row counts its own tokens
-        ids = torch.tensor(self.last, device=self.device)[:, None]  # (n, 1)
+        ids = self.last_on_device[:n, None]  # (n, 1)
         views = [cache.rows(n) for cache in self.caches]
-        logits = self.model(ids, caches=views, positions=positions, key_mask=key_mask)[:, -1]  # (n, V)
+        # (positions stay within the context: check() saw to it for every request)
+        logits = self.model(ids, caches=views, positions=positions, key_mask=key_mask, check_positions=False)
+        tokens = self._sample_rows(logits[:, -1])  # (n,)
+        self.last_on_device[:n] = tokens
         self.column = c + 1
         for cache in self.caches:
             cache.length = self.column
         self.steps += 1
-        for row, request in enumerate(self.active):
-            self.last[row] = self._emit(request, self._sample(request, logits[row : row + 1]))
+        for request, token in zip(self.active, to_host_list(tokens)):  # the step's one transfer to the host
+            self._emit(request, token)
         for row in reversed(range(n)):  # the last row moves into a finished one's place
             if self.active[row].done:
                 finished.append(self.active[row])
@@ -168,8 +178,8 @@ class ContinuousBatcher:
         prompt = list(request.prompt)
         n = len(prompt)
         own = self.model.new_caches(1, n)
-        logits = self.model(torch.tensor([prompt], device=self.device), caches=own)[:, -1]  # (1, V)
-        token = self._emit(request, self._sample(request, logits))
+        logits = self.model(torch.tensor([prompt], device=self.device), caches=own, last_only=True)[:, -1]  # (1, V)
+        token = self._emit(request, int(self._sample(request, logits)[0]))
         if request.done:
             return
         if not self.active:
@@ -179,23 +189,26 @@ class ContinuousBatcher:
             for cache in self.caches:
                 cache.shift(by)
             self.starts = [s + by for s in self.starts]
+            self.starts_on_device += by
             self.column = n
         row = len(self.active)
         for cache, mine in zip(self.caches, own):
             cache.place(row, mine, self.column)
         self.active.append(request)
         self.starts.append(self.column - n)
-        self.last.append(token)
+        self.starts_on_device[row] = self.column - n
+        self.last_on_device[row] = token
 
     def _release(self, row: int) -> None:
         end = len(self.active) - 1
         if row != end:
             for cache in self.caches:
                 cache.copy_row(end, row)
-            self.active[row], self.starts[row], self.last[row] = self.active[end], self.starts[end], self.last[end]
+            self.active[row], self.starts[row] = self.active[end], self.starts[end]
+            self.starts_on_device[row] = self.starts_on_device[end]
+            self.last_on_device[row] = self.last_on_device[end]
         self.active.pop()
         self.starts.pop()
-        self.last.pop()
         if not self.active:
             self._set_column(0)
 
@@ -206,6 +219,7 @@ class ContinuousBatcher:
         for cache in self.caches:
             cache.shift(-by)
         self.starts = [s - by for s in self.starts]
+        self.starts_on_device -= by
         self.column -= by
         self.shifts += 1
 
@@ -215,18 +229,26 @@ class ContinuousBatcher:
             cache.length = column
 
     @staticmethod
-    def _sample(request: Request, logits: Tensor) -> int:
-        """The next token from one row's logits (1, V), with the request's own settings and generator
-        (one draw per token, as :func:`attnlab.generate.generate` makes for a one-prompt batch)."""
-        return int(
-            sample_next(
-                logits,
-                temperature=request.temperature,
-                top_k=request.top_k,
-                top_p=request.top_p,
-                generator=request.generator,
-            )[0]
+    def _sample(request: Request, logits: Tensor) -> Tensor:
+        """The next token (1,) from one row's logits (1, V), with the request's own settings and
+        generator (one draw per token, as :func:`attnlab.generate.generate` makes for a one-prompt
+        batch); on the device."""
+        return sample_next(
+            logits,
+            temperature=request.temperature,
+            top_k=request.top_k,
+            top_p=request.top_p,
+            generator=request.generator,
         )
+
+    def _sample_rows(self, logits: Tensor) -> Tensor:
+        """Every active row's next token (n,), on the device: the greedy rows in one argmax, each
+        sampling row with its own settings and generator."""
+        tokens = logits.argmax(-1)
+        for row, request in enumerate(self.active):
+            if request.temperature != 0:
+                tokens[row] = self._sample(request, logits[row : row + 1])[0]
+        return tokens
 
     @staticmethod
     def _emit(request: Request, token: int) -> int:

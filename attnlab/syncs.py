@@ -13,7 +13,7 @@ import torch
 from torch import Tensor
 from torch.utils._python_dispatch import TorchDispatchMode
 
-__all__ = ["HostSyncCounter", "to_host"]
+__all__ = ["HostSyncCounter", "to_host", "to_host_list"]
 
 _aten = torch.ops.aten
 _SCALAR_READS = {_aten._local_scalar_dense.default, _aten.item.default}
@@ -30,10 +30,17 @@ def to_host(*tensors: Tensor) -> list[float]:
     return torch.stack([t.detach().float().reshape(()) for t in tensors]).cpu().tolist()
 
 
+def to_host_list(tensor: Tensor) -> list:
+    """``tensor.tolist()``, counted as one transfer (:class:`HostSyncCounter`'s ``explicit``)."""
+    for c in _counters:
+        c.explicit += 1
+    return tensor.tolist()
+
+
 class HostSyncCounter(TorchDispatchMode):
     """Counts host syncs inside the ``with`` block: ``implicit`` are scalar reads (``.item()``,
     ``float``/``int``/``bool`` of a tensor) and copies from a non-CPU device to the CPU, as the
-    dispatcher sees them; ``explicit`` are :func:`to_host` calls (one transfer each, also on a
+    dispatcher sees them; ``explicit`` are :func:`to_host` and :func:`to_host_list` calls (one transfer each, also on a
     CPU, where the copy itself is free and would not show). ``total`` is both."""
 
     def __init__(self) -> None:

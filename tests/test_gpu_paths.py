@@ -203,3 +203,28 @@ def test_sample_compile_from_the_command_line(tmp_path, capsys):
     assert capsys.readouterr().out == eager
     assert main([*argv, "--compile", "--no-cache"]) == 2
     assert "--compile decodes with the KV cache" in capsys.readouterr().err
+
+
+def test_continuous_batching_reads_the_device_back_once_per_step():
+    """8 requests on 4 rows, greedy and sampled rows mixed, one with an end id: each decoding step
+    reads its rows' tokens back in one transfer; admissions add one read per request (its first
+    token); the tokens are those of generating each prompt alone."""
+    from attnlab.batching import ContinuousBatcher, Request
+
+    model = _gpt(context=32, vocab=40)
+
+    def requests():
+        return [
+            Request([1 + i, 2, 3][: 1 + i % 3], 6 + i, temperature=0 if i % 2 else 1.0, top_k=10,
+                    eos_id=7 if i == 3 else None, generator=torch.Generator().manual_seed(i))
+            for i in range(8)
+        ]  # fmt: skip
+
+    batcher = ContinuousBatcher(model, 4)
+    with HostSyncCounter() as syncs:
+        done = batcher.run(requests())
+    assert syncs.explicit == batcher.steps and syncs.implicit <= len(done), (syncs.implicit, syncs.explicit)
+    for r, alone in zip(done, requests()):
+        ref = generate(model, [alone.prompt], alone.max_new_tokens, temperature=alone.temperature, top_k=10,
+                       eos_id=alone.eos_id, generator=alone.generator)[0]  # fmt: skip
+        assert list(r.prompt) + r.tokens == ref[: len(r.prompt) + len(r.tokens)]

@@ -270,6 +270,7 @@ class GPT(HookedModule):
         positions: Tensor | None = None,
         key_mask: Tensor | None = None,
         last_only: bool = False,
+        check_positions: bool = True,
     ) -> Tensor:
         """idx (B, T) int64 -> logits (B, T, vocab); with ``last_only`` (B, 1, vocab), the last
         position's only (a prompt's prefill: the others would be computed and thrown away).
@@ -280,6 +281,8 @@ class GPT(HookedModule):
         :class:`StaticKVCache` s make it a fixed-shape decode step (``attnlab.fast_decode``):
         ``positions`` and ``key_mask`` (B, max_len) are then required and are not checked here
         (that would read them back from the device at every token): the decoder checks once.
+        ``check_positions=False`` skips that check for given ``positions`` too (a caller that
+        knows they fit: the continuous batcher).
         """
         if idx.dim() != 2 or idx.dtype not in (torch.int64, torch.int32):
             raise ValueError(
@@ -287,12 +290,13 @@ class GPT(HookedModule):
             )
         b, t = idx.shape
         static = bool(caches) and isinstance(caches[0], StaticKVCache)
+        unchecked = static or (positions is not None and not check_positions)
         if static and (positions is None or key_mask is None):
             raise ValueError("a static KV cache needs positions= and key_mask= (see attnlab.fast_decode)")
         offset = caches[0].length if caches and not static else 0
         # the furthest position: a cache's column count, unless positions are given (a batch whose
         # rows start at different columns, as in continuous batching, counts each row's own tokens)
-        end = 0 if static else offset + t if positions is None else int(positions.max()) + 1
+        end = 0 if unchecked else offset + t if positions is None else int(positions.max()) + 1
         if end > self.config.context and self.pos_emb is not None:
             raise ValueError(
                 f"sequence of {end} tokens is longer than the model's context of "
@@ -302,10 +306,10 @@ class GPT(HookedModule):
         if self.config.embed_scale:
             x = x * math.sqrt(self.config.dim)  # E·√d_model (Vaswani et al. 3.4)
         if self.pos_mix is not None:  # concatenate the position code, project back to dim
-            pe = self.pos_emb(torch.zeros_like(x), offset=offset, positions=positions, check=not static)  # (B, T, C)
+            pe = self.pos_emb(torch.zeros_like(x), offset=offset, positions=positions, check=not unchecked)  # (B, T, C)
             x = self.pos_mix(torch.cat([x, pe], dim=-1))
         elif self.pos_emb is not None:
-            x = self.pos_emb(x, offset=offset, positions=positions, check=not static)
+            x = self.pos_emb(x, offset=offset, positions=positions, check=not unchecked)
         x = self.hook_embed(self.drop(x))
         if positions is None:
             positions = torch.arange(offset, offset + t, device=idx.device)  # (T,)
