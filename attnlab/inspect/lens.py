@@ -61,7 +61,7 @@ def lens_points(model) -> list[str]:
 def lens_logits(model, cache) -> Tensor:
     """The logit lens from a cache that holds :func:`lens_points`: (L + 1, B, T, vocab)."""
     stream = torch.stack([cache[n] for n in lens_points(model)])  # (L + 1, B, T, D)
-    return model.lm_head(model.ln_f(stream))
+    return model.unembed(model.ln_f(stream))  # (the output head as the model applies it: soft cap included)
 
 
 @torch.no_grad()
@@ -114,7 +114,8 @@ def direct_logit_attribution(model, idx: Tensor, token: int, position: int = -1)
     """Each part's direct contribution to the logit of ``token`` at ``position``, per batch row.
 
     Returns {"embed": (B,), "L{ℓ}.H{h}": (B,) per head, "L{ℓ}.attn_bias": (B,), "L{ℓ}.mlp": (B,),
-    "ln_final_bias": (B,)}; their sum is the model's logit (see the module's docstring)."""
+    "ln_final_bias": (B,)}; their sum is the model's logit (see the module's docstring), soft cap
+    included (``logit_softcap``: each term scaled by the cap's secant slope at the uncapped logit)."""
     require_gpt(model, "direct logit attribution")
     check_token(model, token)
     L = len(model.blocks)
@@ -141,4 +142,11 @@ def direct_logit_attribution(model, idx: Tensor, token: int, position: int = -1)
             out[f"L{i}.mlp"] = term(cache[f"blocks.{i}.hook_mlp_out"][:, position])
     bias = ln.bias @ model.lm_head.weight[token] if ln.bias is not None else torch.zeros((), device=final.device)
     out["ln_final_bias"] = bias.expand(final.shape[0])
+    cap = getattr(model.config, "logit_softcap", 0.0)
+    if cap:
+        # the cap acts on the sum z, not on each part: every term is scaled by cap·tanh(z/cap)/z (the
+        # cap's secant slope at z), so that the terms still add up to the logit the model outputs
+        z = sum(out.values())
+        slope = torch.where(z == 0, torch.ones_like(z), cap * torch.tanh(z / cap) / z)
+        out = {k: v * slope for k, v in out.items()}
     return out

@@ -116,12 +116,14 @@ def export_gpt2(model: nn.Module) -> tuple[dict[str, Tensor], dict]:
             f"GPT-2 activation map to GPT-2; this one has {', '.join(f'{k}={v!r}' for k, v in differ.items())}"
         )
     sd = model.state_dict()
+    # a padded vocabulary (vocab_multiple) exports its vocab_size real rows: the rest are never a token
+    sd["tok_emb.weight"] = sd["tok_emb.weight"][: c.vocab_size]
     out = {}
     for hf, ours, transpose in gpt2_key_map(c.layers):
         t = sd[ours]
         out["transformer." + hf] = (t.t() if transpose else t).detach().cpu().contiguous()
     if not c.tie_output:
-        out["lm_head.weight"] = sd["lm_head.weight"].detach().cpu().contiguous()
+        out["lm_head.weight"] = sd["lm_head.weight"][: c.vocab_size].detach().cpu().contiguous()
     config = {
         "architectures": ["GPT2LMHeadModel"],
         "model_type": "gpt2",

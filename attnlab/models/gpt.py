@@ -100,6 +100,14 @@ class GPTConfig(Config):
             "the baseline of the √d_k claim)"
         },
     )
+    vocab_multiple: int = field(
+        default=1,
+        metadata={
+            "help": "round the embedding and output head up to a multiple of this many rows (64: the matmul "
+            "shapes tensor cores run fastest, as nanoGPT pads GPT-2's 50,257 to 50,304); the extra rows are "
+            "never output and exports drop them (default 1: no padding; BPE runs use 64)"
+        },
+    )
     attn_tie: str = field(
         default="none",
         metadata={
@@ -143,6 +151,13 @@ class GPTConfig(Config):
             raise ValueError(f"--attn-tie must be none, qk or kv, got {self.attn_tie!r}")
         if self.attn_scale is not None and not self.attn_scale > 0:
             raise ValueError(f"--attn-scale must be positive, got {self.attn_scale}")
+        if self.vocab_multiple < 1:
+            raise ValueError(f"--vocab-multiple must be at least 1, got {self.vocab_multiple}")
+
+    @property
+    def vocab_rows(self) -> int:
+        """Rows of the embedding and output head: vocab_size rounded up to vocab_multiple."""
+        return -(-self.vocab_size // self.vocab_multiple) * self.vocab_multiple
 
     @classmethod
     def from_dict(cls, d: dict, strict: bool = True):
@@ -191,7 +206,7 @@ class GPT(HookedModule):
     def __init__(self, config: GPTConfig) -> None:
         super().__init__()
         self.config = c = config
-        self.tok_emb = nn.Embedding(c.vocab_size, c.dim)
+        self.tok_emb = nn.Embedding(c.vocab_rows, c.dim)
         # absolute positions are added to the tokens; rotary and ALiBi act inside attention
         # (one parameter-free module shared by all layers)
         absolute = {"learned": LearnedPosition, "sinusoidal": SinusoidalPosition}.get(c.pos)
@@ -230,7 +245,7 @@ class GPT(HookedModule):
         )
         self.ln_f = nn.LayerNorm(c.dim, eps=c.norm_eps, bias=c.bias)
         self.hook_embed, self.hook_final = HookPoint(), HookPoint()
-        self.lm_head = nn.Linear(c.dim, c.vocab_size, bias=False)
+        self.lm_head = nn.Linear(c.dim, c.vocab_rows, bias=False)
         init_gpt2_weights(self, c.layers)
         if self.pos_mix is not None:
             with torch.no_grad():
@@ -318,7 +333,14 @@ class GPT(HookedModule):
             x = block(x, key_mask=key_mask, positions=rope_positions, cache=caches[i] if caches else None)
         if last_only:
             x = x[:, -1:]
-        logits = self.lm_head(self.hook_final(self.ln_f(x)))  # (B, T, vocab)
+        return self.unembed(self.hook_final(self.ln_f(x)))
+
+    def unembed(self, x: Tensor) -> Tensor:
+        """The output head after the final norm: (..., D) -> logits (..., vocab_size), soft-capped
+        where the config says so. The logit lens reads every layer through it."""
+        logits = self.lm_head(x)  # (..., vocab_rows)
+        if self.config.vocab_rows != self.config.vocab_size:  # padding rows are never a token
+            logits = logits[..., : self.config.vocab_size]
         if self.config.logit_softcap:
             cap = self.config.logit_softcap
             logits = cap * torch.tanh(logits / cap)  # smooth clip to (-cap, cap)

@@ -310,7 +310,10 @@ class GPTRecipe(Recipe):
                 vocab_size=args.vocab_size,
                 data_dir=args.data_dir,
             )
-            cfg = GPTConfig(**{**GPT_PRESETS[args.preset], **model_over, "vocab_size": data.tokenizer.vocab_size})
+            vocab = {"vocab_size": data.tokenizer.vocab_size}
+            if (args.tokenizer or "char") != "char":  # BPE: the head padded to a multiple of 64 rows (nanoGPT's 50,304)
+                vocab["vocab_multiple"] = 64
+            cfg = GPTConfig(**{**GPT_PRESETS[args.preset], **vocab, **model_over})
         task = LanguageModelTask(data, cfg.context, tcfg.batch_size)
         summary = (
             f"GPT {cfg.layers} layers, {cfg.heads} heads, {cfg.dim} wide, context {cfg.context} | data "
