@@ -29,6 +29,7 @@ from typing import Union
 
 import torch
 from torch import Tensor, nn
+from torch.nn.modules import module as torch_module
 
 __all__ = ["HookPoint", "HookedModule", "ActivationCache", "HookFn", "NameFilter", "zero_heads"]
 
@@ -71,11 +72,23 @@ class HookPoint(nn.Module):
         return x
 
     def __call__(self, x: Tensor) -> Tensor:
-        # nn.Module.__call__ costs microseconds; with nothing attached a hook point is free
-        return self.forward(x) if self.fns else x
+        # With nothing attached a hook point is free (nn.Module.__call__ costs microseconds). With
+        # attnlab hook functions or PyTorch's own hooks (register_forward_hook and the like, which
+        # captum's layer methods use) it is a real module call, so that every kind of hook fires.
+        torch_hooks = self._forward_hooks or self._forward_pre_hooks or self._backward_hooks or self._backward_pre_hooks
+        if self.fns or torch_hooks or _global_hooks():
+            return super().__call__(x)
+        return x
 
     def extra_repr(self) -> str:
         return f"{self.name!r}" if self.name else ""
+
+
+def _global_hooks() -> bool:
+    """Whether hooks registered for every module (``torch.nn.modules.module.register_module_forward_hook``
+    and its kin) are set: a hook point then calls through ``nn.Module.__call__`` too."""
+    m = torch_module
+    return bool(m._global_forward_hooks or m._global_forward_pre_hooks or m._global_backward_hooks)
 
 
 class ActivationCache(dict):

@@ -326,3 +326,36 @@ def test_capture_features_reads_the_representation_layers():
     with capture_features(cnn) as feats, torch.no_grad():
         cnn(torch.randn(3, 1, 8, 8))
     assert [f.shape[1] for f in feats.values()] == [4, 8, 8]
+
+
+def test_pytorch_forward_hooks_fire_on_hook_points_and_captum_layer_methods_work():
+    """A hook point is a real module call once PyTorch hooks are registered on it (before: they never
+    fired, and captum's LayerIntegratedGradients on hook_embed failed with "Forward hook did not
+    obtain any outputs"); with nothing attached it still costs nothing."""
+    captum = pytest.importorskip("captum.attr")
+    from attnlab.models import GPT, GPTConfig
+
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(vocab_size=20, context=8, layers=2, heads=2, dim=16)).eval()
+    idx = torch.randint(20, (2, 6))
+    seen = []
+    handle = model.hook_embed.register_forward_hook(lambda mod, args, out: seen.append(out.shape) or out * 0)
+    zeroed = model(idx)
+    handle.remove()
+    assert seen == [(2, 6, 16)]
+    with model.hooks([("hook_embed", lambda x, hook: x * 0)]):  # the same replacement through attnlab's hooks
+        torch.testing.assert_close(zeroed, model(idx))
+    grads = []
+    handle = model.blocks[1].hook_resid_pre.register_full_backward_hook(lambda mod, gin, gout: grads.append(gout[0]))
+    model(idx)[:, -1, 3].sum().backward()
+    handle.remove()
+    assert len(grads) == 1 and grads[0].shape == (2, 6, 16)
+
+    def logit(ids):
+        return model(ids)[:, -1, 3]
+
+    for layer in (model.hook_embed, model.blocks[1].hook_resid_pre):
+        lig = captum.LayerIntegratedGradients(logit, layer)
+        attr, delta = lig.attribute(idx, baselines=torch.zeros_like(idx), n_steps=16, return_convergence_delta=True)
+        assert attr.shape == (2, 6, 16) and delta.abs().max() < 0.05
+    assert not model.hook_embed._forward_hooks  # (captum removed its hooks)

@@ -1,6 +1,8 @@
 """Logit lens, direct logit attribution, ablation, activation patching and head detectors, each
 against a hand computation on a small random GPT (fp32)."""
 
+import importlib.util
+
 import pytest
 import torch
 
@@ -513,6 +515,13 @@ def test_gpt_inspections_draw_what_the_python_api_computes(tmp_path, capsys):
     assert main(argv) == 0
     want = text_attributions(model, idx, model.one_token("e", "answer"), method="gradient_x_input")["tokens"][0]
     np.testing.assert_allclose(np.load(out.with_suffix(".npz"))["scores"], want.numpy(), atol=1e-6)
+    if importlib.util.find_spec("captum") is not None:  # --steps and --baseline reach integrated gradients
+        argv = [base[0], "attribution", *base[1:], "--text", text, "--answer", "e", "--steps", "8", "--baseline", " "]
+        assert main(argv) == 0
+        space = model.one_token(" ", "baseline")
+        want = text_attributions(model, idx, model.one_token("e", "answer"), steps=8, baseline=space)["tokens"][0]
+        np.testing.assert_allclose(np.load(out.with_suffix(".npz"))["scores"], want.numpy(), atol=1e-5)
+        assert model.attribute(text, "e", steps=8, baseline=" ")[0][1] == pytest.approx(float(want[0]), abs=1e-5)
 
     model.inspect("logit-attribution", out, text=text, answer="e")  # the Python surface of the same
     raw = np.load(out.with_suffix(".npz"))
@@ -570,3 +579,51 @@ def test_vit_inspections_lens_and_attribution(tmp_path, capsys):
     capsys.readouterr()
     assert main(["inspect", "attribution", *base, "--target", "cat"]) == 2
     assert "'cat' is not a class of this model" in capsys.readouterr().err
+
+
+def test_gradient_weighted_rollout_builds_on_the_models_device_and_dtype():
+    """The identity it starts from was a CPU float32 tensor (a CUDA model failed): built like the
+    patterns now; a float64 ViT (which failed the same way) gives the float32 map to rounding."""
+    from attnlab.inspect.attribution import gradient_rollout
+    from attnlab.models import ViT, ViTConfig
+
+    torch.manual_seed(0)
+    vit = ViT(ViTConfig(image_size=8, patch_size=2, in_chans=1, num_classes=3, dim=16, layers=2, heads=2)).eval()
+    images = torch.rand(2, 1, 8, 8)
+    single = gradient_rollout(vit, images, target=1)
+    double = gradient_rollout(vit.double(), images.double(), target=1)
+    assert double.dtype == torch.float64 and torch.allclose(double.float(), single, atol=1e-5)
+
+
+def test_integrated_gradients_from_another_baseline_in_batches(gpt):
+    """baseline= a token (text) or the blurred image: the attributions sum to f(x) − f(baseline),
+    differ from the zero baseline's, and internal_batch_size gives the same numbers in pieces."""
+    pytest.importorskip("captum")
+    from attnlab.inspect.attribution import blurred, image_attributions, text_attributions
+    from attnlab.models import ViT, ViTConfig
+
+    idx = torch.randint(23, (2, 7), generator=torch.Generator().manual_seed(6))
+    res = text_attributions(gpt, idx, target=4, steps=64, baseline=5)
+    pieces = text_attributions(gpt, idx, target=4, steps=64, baseline=5, internal_batch_size=16)
+    with torch.no_grad():
+        gap = gpt(idx)[:, -1, 4] - gpt(torch.full_like(idx, 5))[:, -1, 4]
+    assert torch.allclose(res["tokens"].sum(-1), gap, rtol=0.01, atol=1e-3), (res["tokens"].sum(-1), gap)
+    assert torch.allclose(pieces["tokens"], res["tokens"], atol=1e-5)
+    assert not torch.allclose(res["tokens"], text_attributions(gpt, idx, target=4, steps=64)["tokens"], atol=1e-2)
+
+    torch.manual_seed(0)
+    vit = ViT(ViTConfig(image_size=8, patch_size=2, in_chans=1, num_classes=3, dim=16, layers=1, heads=2)).eval()
+    with torch.no_grad():
+        vit.head.weight.normal_()
+    images = torch.randn(2, 1, 8, 8)
+    px = image_attributions(vit, images, target=1, steps=64, baseline="blur")
+    with torch.no_grad():
+        gap = vit(images)[:, 1] - vit(blurred(images))[:, 1]
+    assert torch.allclose(px["pixels"].sum((1, 2)), gap, rtol=0.01, atol=1e-3)
+    flat = torch.full((1, 3, 16, 16), 0.7)
+    assert torch.allclose(blurred(flat), flat, atol=1e-6)  # a blur keeps a flat image (and its colour)
+    assert blurred(images).std() < images.std()  # and removes detail
+    with pytest.raises(Exception, match="steps=0"):
+        text_attributions(gpt, idx, target=4, steps=0)
+    with pytest.raises(Exception, match="image baseline 'noise'"):
+        image_attributions(vit, images, target=1, baseline="noise")

@@ -199,14 +199,29 @@ IMAGE_HELP = "the image file to look at (attention, rollout, caption, attributio
 
 
 def add_method_option(group) -> None:
-    """``--method`` of the attribution inspections."""
+    """``--method``, ``--steps`` and ``--baseline`` of the attribution inspections (one set for
+    every family: ``inspect`` shares its options)."""
     from ..inspect.attribution import METHODS
+    from ..options import positive_int
 
     group.add(
         "--method",
         choices=METHODS,
         default="integrated_gradients",
         help="attribution: integrated_gradients (captum: pip install 'attnlab[interpret]') or gradient_x_input",
+    )
+    group.add(
+        "--steps",
+        type=positive_int,
+        default=32,
+        help="attribution: points on the integrated-gradients path (more: a smaller completeness gap) (default 32)",
+    )
+    group.add(
+        "--baseline",
+        default=None,
+        help="attribution: the integrated-gradients baseline: zeros (default: zero embeddings, the mean image); "
+        "images also blur (the image blurred: colours kept, detail removed); text also one token's text, e.g. ' ' "
+        "(that token at every position)",
     )
 
 

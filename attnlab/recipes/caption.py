@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ..errors import DataError
+from ..errors import DataError, OptionError
 from ..models.caption import Captioner, CaptionConfig
 from ..options import Command, OptionSpecs, at_least, beam_width, below_one, device_name, nonneg_float, number
 from . import register
@@ -262,7 +262,9 @@ class CaptionRecipe(Recipe):
             print(f"note: {note}", file=sys.stderr)
         out = Path(args.out)
         if args.what == "attribution":
-            words, pixels = word_attributions(model, vocab, meta, img[None], args.method)
+            if args.baseline not in (None, "zeros"):
+                raise OptionError("a captioner's attributions start from the mean image: drop --baseline")
+            words, pixels = word_attributions(model, vocab, meta, img[None], args.method, args.steps)
             maps = pixels.abs()
             maps = maps / maps.flatten(1).amax(1).clamp_min(1e-12)[:, None, None]  # each word on its own scale
             title = f"{' '.join(words)}  ({args.method.replace('_', ' ')}, |attribution| per word)"

@@ -39,12 +39,17 @@ class ImageClassifierVerbs(Verbs):
         """The class index of ``label`` (a label name, or an index as text), or a one-line error."""
         return class_index(self.labels, label, what)
 
-    def attribute(self, image, target=None, *, method: str = "integrated_gradients", steps: int = 32) -> dict:
+    def attribute(
+        self, image, target=None, *, method: str = "integrated_gradients", steps: int = 32, baseline: str = "zeros"
+    ) -> dict:
         """Which pixels of ``image`` (a file, or a (C, H, W) tensor in [0, 1]) raise the logit of
         class ``target`` (a label; default: the predicted class), :mod:`attnlab.inspect.attribution`:
         {"target": label, "pixels": (H, W) summed over channels, "delta": completeness gap or None,
-        "rollout": the class-specific gradient-weighted rollout (gh, gw) of a class-token ViT, else None}."""
-        return image_attribution(self, self.labels, self.mean, self.std, image, target, method=method, steps=steps)
+        "rollout": the class-specific gradient-weighted rollout (gh, gw) of a class-token ViT, else None}.
+        ``baseline``: "zeros" (the dataset's mean image) or "blur" (the image blurred)."""
+        return image_attribution(
+            self, self.labels, self.mean, self.std, image, target, method=method, steps=steps, baseline=baseline
+        )
 
     def patch(self, clean, corrupt, answer, wrong=None, *, over: str = "resid_pre"):
         """Activation patching between two images (files or (C, H, W) tensors in [0, 1]): how much
@@ -312,7 +317,17 @@ class ImageClassifierRecipe(Recipe):
 
             img, _ = one_image(args, model, meta)
             labels = class_labels(model.config)
-            res = image_attribution(model, labels, meta["mean"], meta["std"], img, args.target, method=args.method)
+            res = image_attribution(
+                model,
+                labels,
+                meta["mean"],
+                meta["std"],
+                img,
+                args.target,
+                method=args.method,
+                steps=args.steps,
+                baseline=args.baseline or "zeros",
+            )
             maps = {args.method.replace("_", " "): res["pixels"].abs()}
             if res["rollout"] is not None:
                 maps["gradient-weighted rollout"] = res["rollout"]
@@ -334,7 +349,9 @@ def class_index(labels: list[str], label, what: str) -> int:
     return labels.index(str(label))
 
 
-def image_attribution(model, labels, mean, std, image, target=None, *, method: str, steps: int = 32) -> dict:
+def image_attribution(
+    model, labels, mean, std, image, target=None, *, method: str, steps: int = 32, baseline: str = "zeros"
+) -> dict:
     """What :meth:`ImageClassifierVerbs.attribute` returns, for any image classifier ``model``."""
     from ..data.images import images_argument, normalize
     from ..inspect.attribution import gradient_rollout, image_attributions
@@ -347,7 +364,7 @@ def image_attribution(model, labels, mean, std, image, target=None, *, method: s
             index = int(model(x)[0].argmax())
     else:
         index = class_index(labels, target, "target")
-    res = image_attributions(model, x, index, method=method, steps=steps)
+    res = image_attributions(model, x, index, method=method, steps=steps, baseline=baseline)
     rollout = None
     if getattr(model, "model_type", None) == "vit" and c.pool == "cls":
         rollout = gradient_rollout(model, x, index)[0].cpu()

@@ -75,14 +75,33 @@ class GPTVerbs(Verbs):
         tokens = [self.tokenizer.decode([i]) for i in x[0].tolist()] if over == "resid_pre" else None
         return {"restored": restored, "tokens": tokens, "over": over}
 
-    def attribute(self, text: str, answer: str, *, method: str = "integrated_gradients", steps: int = 32):
+    def attribute(
+        self,
+        text: str,
+        answer: str,
+        *,
+        method: str = "integrated_gradients",
+        steps: int = 32,
+        baseline: str | None = None,
+        internal_batch_size: int | None = None,
+    ):
         """How much each token of ``text`` contributes to the logit of the next token ``answer``
         (:mod:`attnlab.inspect.attribution`): [(token, score), ...], scores summing to the logit's
-        rise over zero embeddings (integrated gradients)."""
+        rise over the baseline (integrated gradients): zero embeddings, or ``baseline`` (one token's
+        text, e.g. " ") at every position. ``internal_batch_size``: path points run at once."""
         from ..inspect.attribution import text_attributions
 
         idx = self.token_ids(text, "text")
-        res = text_attributions(self, idx, self.one_token(answer, "answer"), method=method, steps=steps)
+        base = None if baseline in (None, "zeros") else self.one_token(baseline, "baseline")
+        res = text_attributions(
+            self,
+            idx,
+            self.one_token(answer, "answer"),
+            method=method,
+            steps=steps,
+            baseline=base,
+            internal_batch_size=internal_batch_size,
+        )
         return [(self.tokenizer.decode([i]), float(s)) for i, s in zip(idx[0].tolist(), res["tokens"][0])]
 
     def logit_lens(self, text: str, top_k: int = 1) -> dict:
@@ -549,7 +568,8 @@ class GPTRecipe(Recipe):
         if args.what == "attribution":
             from ..inspect.attribution import text_attributions
 
-            res = text_attributions(model, idx, answer, method=args.method)
+            base = None if args.baseline in (None, "zeros") else model.one_token(args.baseline, "--baseline")
+            res = text_attributions(model, idx, answer, method=args.method, steps=args.steps, baseline=base)
             scores = res["tokens"][0].numpy()
             gap = "" if res["delta"] is None else f", completeness gap {float(res['delta'][0]):+.3f}"
             title = f"{args.method.replace('_', ' ')}: the logit of {named!r} after the text{gap}"
