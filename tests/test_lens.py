@@ -627,3 +627,36 @@ def test_integrated_gradients_from_another_baseline_in_batches(gpt):
         text_attributions(gpt, idx, target=4, steps=0)
     with pytest.raises(Exception, match="image baseline 'noise'"):
         image_attributions(vit, images, target=1, baseline="noise")
+
+
+def test_patching_reports_its_span_and_warns_when_it_is_small(gpt, tmp_path, capsys):
+    """The restored fractions divide by clean − corrupt: the span is reported, and below SMALL_SPAN
+    a warning says the fractions magnify noise (before: "+4.29" for a span of 0.041, unexplained)."""
+    import warnings
+
+    import attnlab
+    from attnlab.cli import main
+    from attnlab.inspect.patching import SMALL_SPAN, logit_difference, patch_activations, patching_span
+
+    clean, corrupt = torch.randint(23, (1, 6), generator=torch.Generator().manual_seed(1)), None
+    corrupt = clean.clone()
+    corrupt[0, 2] = (corrupt[0, 2] + 1) % 23
+    metric = logit_difference(3, 4)
+    span = patching_span(gpt, (clean,), (corrupt,), metric)
+    with torch.no_grad():
+        want = (metric(gpt(clean)) - metric(gpt(corrupt))).item()
+    assert span["span"] == pytest.approx(want, abs=1e-5) and span["clean"] - span["corrupt"] == pytest.approx(want)
+    tiny = lambda logits: metric(logits) * (0.5 * SMALL_SPAN / abs(want))  # noqa: E731  (the same, scaled down)
+    with pytest.warns(UserWarning, match="fractions magnify noise"):
+        small = patch_activations(gpt, (clean,), (corrupt,), tiny)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # an ordinary span: no warning
+        big = patch_activations(gpt, (clean,), (corrupt,), lambda logits: metric(logits) * (2 * SMALL_SPAN / abs(want)))
+    torch.testing.assert_close(small, big)  # (the fractions themselves do not depend on the scale)
+    run = attnlab.load(RUNS / "gpt")
+    assert set(run.patch("The cat sat", "The cat sit", "a", "e")) >= {"clean", "corrupt", "span"}
+    argv = ["patch", "--ckpt", str(RUNS / "gpt"), "--clean", "The cat sat", "--corrupt", "The cat sit", "--answer", "a"]
+    capsys.readouterr()
+    assert main([*argv, "--wrong", "e", "--out", str(tmp_path / "p.png")]) == 0
+    shown = capsys.readouterr().out
+    assert "metric clean" in shown and "clean − corrupt = " in shown and "each fraction is" in shown

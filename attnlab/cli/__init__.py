@@ -308,7 +308,9 @@ def _patch(args) -> int:
 
     from ..api import load
     from ..errors import CheckpointError
-    from ..inspect.patching import patching_figure
+    import warnings
+
+    from ..inspect.patching import patching_figure, span_note
     from ..outputs import output_file
 
     out = output_file(args.out, ".png")
@@ -317,13 +319,16 @@ def _patch(args) -> int:
         raise CheckpointError(
             f"{args.ckpt} holds {a(model.family_recipe().name)} model; attnlab patch reads GPTs and ViTs"
         )
-    res = model.patch(args.clean, args.corrupt, args.answer, args.wrong, over=args.over)
+    with warnings.catch_warnings():  # (a small span is said below, in the report's own words)
+        warnings.simplefilter("ignore")
+        res = model.patch(args.clean, args.corrupt, args.answer, args.wrong, over=args.over)
     r, tokens = res["restored"], res["tokens"]
     patching_figure(r, out, over=args.over, labels=tokens, title=f"patching: answer {args.answer!r}")
     np.savez(out.with_suffix(".npz"), restored=r.numpy(), **({"tokens": np.array(tokens)} if tokens else {}))
     where = [divmod(i, r.shape[1]) for i in r.flatten().abs().topk(min(3, r.numel())).indices.tolist()]
     name = (lambda j: f"position {j} {tokens[j]!r}") if tokens else (lambda j: f"head {j}")
     print("; ".join(f"layer {i} {name(j)}: {r[i, j]:+.3f}" for i, j in where))
+    print(f"metric clean {res['clean']:+.4f}, corrupt {res['corrupt']:+.4f}; {span_note(res['span'])}")
     print(f"wrote {out} and {out.with_suffix('.npz')}", file=sys.stderr)
     return 0
 

@@ -10,11 +10,14 @@ behaviour that one activation restores:
 
     restored = (metric(patched) − metric(corrupt)) / (metric(clean) − metric(corrupt))
 
-1 at a place that carries everything the answer needs, 0 where patching changes nothing.
+1 at a place that carries everything the answer needs, 0 where patching changes nothing. The
+fraction is only as meaningful as its denominator: when clean and corrupted runs barely differ
+(a span below ``SMALL_SPAN``), a fraction of +4 is noise magnified, and the report says so.
 """
 
 from __future__ import annotations
 
+import warnings
 from contextlib import contextmanager
 from typing import Callable
 
@@ -24,6 +27,29 @@ from torch import Tensor
 from ..errors import OptionError
 
 Metric = Callable[[Tensor], Tensor]  # logits -> one number per batch row (B,)
+
+# A clean − corrupt span of the metric (a logit difference or a log-probability: nats) below which
+# the restored fractions mostly measure noise: patching then warns.
+SMALL_SPAN = 0.1
+
+
+def patching_span(model, clean: tuple, corrupt: tuple, metric: Metric) -> dict[str, float]:
+    """The metric on the clean and the corrupted input (batch means) and their difference, the
+    denominator of every restored fraction: {"clean", "corrupt", "span"}."""
+    with torch.no_grad():
+        m_clean, m_corrupt = metric(model(*clean)).mean(), metric(model(*corrupt)).mean()
+    return {"clean": float(m_clean), "corrupt": float(m_corrupt), "span": float(m_clean - m_corrupt)}
+
+
+def span_note(span: float) -> str:
+    """What the report says about the denominator: its value, and a warning when it is small."""
+    note = f"clean − corrupt = {span:+.4f}: each fraction is (patched − corrupt) / {span:+.4f}"
+    if abs(span) < SMALL_SPAN:
+        note += (
+            f"; warning: that span is below {SMALL_SPAN} (the two inputs barely differ on this metric), "
+            "so the fractions magnify noise: corrupt the input more"
+        )
+    return note
 
 
 def logit_difference(answer: int, wrong: int | None = None, position: int = -1) -> Metric:
@@ -213,6 +239,8 @@ def patch_activations(model, clean: tuple, corrupt: tuple, metric: Metric, over:
         raise OptionError(
             "the clean and corrupted inputs give the same metric: corrupt the input so the answer changes"
         )
+    if span.abs() < SMALL_SPAN:
+        warnings.warn(span_note(float(span)), stacklevel=2)
     size = cache[names[0]].shape[1]  # positions (B, T, D) or heads (B, H, T, d)
     out = torch.zeros(len(blocks), size)
     for i, name in enumerate(names):

@@ -58,7 +58,7 @@ class GPTVerbs(Verbs):
         preference for ``answer`` (over ``wrong``, or its log-probability) each layer x position
         (``over="resid_pre"``) or layer x head (``over="head"``) restores in the corrupted run.
         Returns {"restored": (L, T or H) tensor, "tokens": the clean tokens (positions only), "over"}."""
-        from ..inspect.patching import logit_difference, patch_activations
+        from ..inspect.patching import logit_difference, patch_activations, patching_span
 
         x, y = self.token_ids(clean, "clean"), self.token_ids(corrupt, "corrupt")
         if x.shape != y.shape:
@@ -73,7 +73,7 @@ class GPTVerbs(Verbs):
         )
         restored = patch_activations(self, (x,), (y,), metric, over=over)
         tokens = [self.tokenizer.decode([i]) for i in x[0].tolist()] if over == "resid_pre" else None
-        return {"restored": restored, "tokens": tokens, "over": over}
+        return {"restored": restored, "tokens": tokens, "over": over, **patching_span(self, (x,), (y,), metric)}
 
     def attribute(
         self,
