@@ -117,6 +117,9 @@ def test_bf16_training_run_lowers_the_loss_and_saves_fp32_weights(tmp_path):
         lr=3e-3,
         dtype="bf16",
         progress=False,
+        device="cpu",
+        threads=1,
+        compile=False,
     )
     trainer = Trainer(model, LanguageModelTask(data, 16, 8), cfg, tmp_path / "run")
     assert trainer.dtype == torch.bfloat16

@@ -8,7 +8,7 @@ from torch import nn
 from attnlab.attention import causal_mask
 from attnlab.decode import beam_search, greedy_decode
 from attnlab.models import RNNConfig, RNNSeq2Seq, Transformer, TransformerConfig
-from helpers import copy_attention, train_tiny_gpt
+from helpers import PINNED_FLAGS, copy_attention, train_tiny_gpt
 
 
 def tiny_transformer(**kw):
@@ -227,6 +227,7 @@ def test_tiny_models_learn_copy(arch, tmp_path, capsys):
                 "--out",
                 str(out),
                 *model,
+                *PINNED_FLAGS,
             ]
         )
         == 0
@@ -234,7 +235,8 @@ def test_tiny_models_learn_copy(arch, tmp_path, capsys):
     capsys.readouterr()
     assert main(["eval", "--ckpt", str(out), "--json", "--max-sentences", "200"]) == 0
     res = json.loads(capsys.readouterr().out)
-    assert res["exact_match"] == 1.0, res
+    # it copies (chance: about 0): 1.0 on most machines, 0.995 (one slip in 200) on some kernels
+    assert res["exact_match"] >= 0.97, res
     # (BLEU itself is 0 here: each copied string is one word, so there are no 2- to 4-grams)
     assert res["sentences_per_s"] == pytest.approx(200 / res["decode_s"]), res
 

@@ -31,6 +31,10 @@ def _setup(tmp_path, interrupt_at=None, **cfg):
                 log_interval=1,
                 progress=False,
                 seed=3,
+                # pinned as helpers.PINNED_TRAINING, but --compile stays auto: test_compile drives it
+                device="cpu",
+                dtype="fp32",
+                threads=1,
             ),
             **cfg,
         }
