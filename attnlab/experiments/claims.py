@@ -8,6 +8,7 @@ scales the training runs: "tiny" (the tests), "quick" (≤ 10 minutes for all on
 
 from __future__ import annotations
 
+import contextlib
 import math
 import time
 from collections.abc import Callable
@@ -1229,10 +1230,13 @@ def add_concat(ctx: Context) -> Result:
     "Induction heads form in two layers (beyond the lectures: Olsson et al. 2022)",
     "A two-layer attention-only transformer trained on sequences that repeat a random segment learns to copy: "
     "a previous-token head in layer 0 and an induction head in layer 1 (attend to the token after the previous "
-    "occurrence of the current one), and the loss on the repeated half falls far below the first half's.",
+    "occurrence of the current one), and the loss on the repeated half falls far below the first half's. The "
+    "detected heads are the circuit: ablating them costs more loss on the repeated half than ablating any other "
+    "pair of heads in the same layers.",
 )
 def induction(ctx: Context) -> Result:
     from ..inspect.detectors import head_scores, repeated_random_tokens
+    from ..inspect.patching import ablated
     from ..models import GPT, GPTConfig
     from ..training.tasks import RepeatedSequenceTask
 
@@ -1257,11 +1261,21 @@ def induction(ctx: Context) -> Result:
     )
     model.eval()
     x = repeated_random_tokens(32, half, vocab, torch.Generator().manual_seed(1234))  # the first half, then again
-    with torch.no_grad():
-        per_token = F.cross_entropy(model(x[:, :-1]).transpose(1, 2), x[:, 1:], reduction="none").mean(0)
+
+    def loss_per_token(heads=()) -> torch.Tensor:
+        with torch.no_grad(), ablated(model, list(heads)) if heads else contextlib.nullcontext():
+            return F.cross_entropy(model(x[:, :-1]).transpose(1, 2), x[:, 1:], reduction="none").mean(0)
+
+    per_token = loss_per_token()
     first, repeat = per_token[: half - 1].mean().item(), per_token[half - 1 :].mean().item()
     scores = head_scores(model, x)
     ind, prev = scores["induction"], scores["previous_token"]
+    # the detectors' circuit against every other pair of heads in the same layers (zero-ablated)
+    circuit = ((0, int(prev[0].argmax())), (1, int(ind[1].argmax())))
+    heads = model.config.heads
+    pairs = [((0, h0), (1, h1)) for h0 in range(heads) for h1 in range(heads)]
+    cost = {pair: loss_per_token(pair)[half - 1 :].mean().item() - repeat for pair in pairs}
+    others = max(v for pair, v in cost.items() if pair[0] != circuit[0] and pair[1] != circuit[1])
     fig, axes = plt.subplots(1, 3, figsize=(12, 3.2), dpi=100, layout="constrained")
     for ax, (name, s) in zip(axes[:2], (("previous-token score", prev), ("induction score", ind))):
         head_scores_panel(fig, ax, s.numpy(), name)
@@ -1272,15 +1286,20 @@ def induction(ctx: Context) -> Result:
     axes[2].set_title("loss per position: the second copy is predicted", fontsize=9)
     save_figure(fig, ctx.out / "induction.png")
     best_l1, best_l0 = ind[1].max().item(), ind[0].max().item()
-    ok = repeat < 0.5 * first and best_l1 > 0.3 and best_l1 > best_l0 and prev[0].max().item() > 0.3
+    causal = cost[circuit] > others
+    ok = repeat < 0.5 * first and best_l1 > 0.3 and best_l1 > best_l0 and prev[0].max().item() > 0.3 and causal
     return Result(
         f"loss on the repeated half {repeat:.3f} vs {first:.3f} on the first (ln {vocab} = {math.log(vocab):.3f}); "
         f"best induction score in layer 1 {best_l1:.3f} (head {int(ind[1].argmax())}), in layer 0 {best_l0:.3f}; "
-        f"best previous-token score in layer 0 {prev[0].max().item():.3f}",
+        f"best previous-token score in layer 0 {prev[0].max().item():.3f}; ablating those two heads "
+        f"(L0.H{circuit[0][1]}, L1.H{circuit[1][1]}) raises the repeated-half loss by {cost[circuit]:+.3f}, "
+        f"any pair of other heads in those layers by at most {others:+.3f}",
         ok,
         "repeated-half loss below half the first half's, an induction score above 0.3 in layer 1 (higher than "
-        "layer 0's), and a previous-token head (score above 0.3) in layer 0 (scores: TransformerLens's definitions; "
-        "a perfect head scores 0.5 here, since only the second half can attend to an earlier copy)",
+        "layer 0's), a previous-token head (score above 0.3) in layer 0 (scores: TransformerLens's definitions; "
+        "a perfect head scores 0.5 here, since only the second half can attend to an earlier copy), and zero-"
+        "ablating those two heads costs more repeated-half loss than zero-ablating any pair of other heads in the "
+        "same two layers",
         "induction.png",
         note=f"2 layers x 4 heads, 64 wide, attention only, rotary positions; {steps} steps of 64 sequences of "
         f"{length} tokens whose repeat distance changes per batch (so no fixed positional offset can do the copying)",
