@@ -42,7 +42,11 @@ def next_token_probs(
         raise ValueError(f"temperature must be > 0 for a distribution, got {temperature}")
     if top_p is not None and not 0 < top_p <= 1:
         raise ValueError(f"top_p must be in (0, 1], got {top_p}")
-    logits = logits.float() / temperature
+    # shifted so the largest logit is 0, and the temperature kept at least float32's smallest normal
+    # number: a temperature as small as 1e-300 (0 in float32) then gives the greedy choice, where
+    # z / T would give 0/0 = NaN and poison the draw (and, in a batch, every other row's)
+    logits = logits.float()
+    logits = (logits - logits.amax(-1, keepdim=True)) / max(temperature, torch.finfo(torch.float32).tiny)
     if top_k is not None and top_k > 0:
         kth = torch.topk(logits, min(top_k, logits.shape[-1]), dim=-1).values[..., -1:]
         logits = logits.masked_fill(logits < kth, float("-inf"))
@@ -51,6 +55,7 @@ def next_token_probs(
         sorted_logits, order = logits.sort(dim=-1, descending=True)
         cum = sorted_logits.softmax(-1).cumsum(-1)
         drop_sorted = cum - sorted_logits.softmax(-1) >= top_p  # mass before this token already >= p
+        drop_sorted[..., 0] = False  # the most likely token always stays (a top_p of 1e-300 is 0 in float32)
         drop = drop_sorted.scatter(-1, order, drop_sorted)
         logits = logits.masked_fill(drop, float("-inf"))
     return logits.softmax(-1)

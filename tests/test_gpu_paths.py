@@ -268,3 +268,26 @@ def test_the_lens_and_direct_logit_attribution_are_exact_under_a_logit_softcap()
     for token in (0, 17):
         parts = direct_logit_attribution(model, idx, token)
         torch.testing.assert_close(sum(parts.values()), logits[:, -1, token], rtol=1e-4, atol=1e-4)
+
+
+def test_a_vanishing_temperature_or_top_p_is_greedy_and_poisons_no_batch():
+    """temperature 1e-300 (0 in float32) and top_p 1e-300 made every row of a batch fail with
+    "probability tensor contains inf, nan"; now they draw the greedy token, and the other requests
+    of the batch get what they get alone."""
+    from attnlab.batching import ContinuousBatcher, Request
+    from attnlab.generate import next_token_probs
+
+    logits = torch.randn(4, 30)
+    for kw in (dict(temperature=1e-300), dict(temperature=5e-324), dict(temperature=1.0, top_p=1e-300)):
+        p = next_token_probs(logits, **kw)
+        assert torch.equal(p.argmax(-1), logits.argmax(-1)) and torch.allclose(p.max(-1).values, torch.ones(4))
+    model = _gpt(context=32, vocab=40)
+    greedy = generate(model, [[1, 2, 3]], 10, temperature=0)
+    assert generate(model, [[1, 2, 3]], 10, temperature=1e-300, generator=torch.Generator().manual_seed(0)) == greedy
+    good = [Request([4, 5], 8, temperature=1.0, generator=torch.Generator().manual_seed(i)) for i in range(3)]
+    bad = [Request([1, 2, 3], 10, temperature=1e-300), Request([1, 2, 3], 10, temperature=0.8, top_p=1e-300)]
+    ContinuousBatcher(model, 4).run([*good, *bad])
+    assert all(list(r.prompt) + r.tokens == greedy[0] for r in bad)
+    for i, r in enumerate(good):
+        alone = generate(model, [[4, 5]], 8, temperature=1.0, generator=torch.Generator().manual_seed(i))[0]
+        assert list(r.prompt) + r.tokens == alone
