@@ -137,11 +137,16 @@ def generate_rows(device, shape, new_tokens) -> list[dict]:
     vocab, context, layers, heads, dim = shape
     torch.manual_seed(0)
     dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
-    model = GPT(GPTConfig(vocab_size=vocab, context=context, layers=layers, heads=heads, dim=dim, activation="gelu_tanh"))
+    model = GPT(
+        GPTConfig(vocab_size=vocab, context=context, layers=layers, heads=heads, dim=dim, activation="gelu_tanh")
+    )
     model = model.to(device=device, dtype=dtype).eval()
     rows = []
     for batch in (1, 8):
-        prompts = [[int(t) for t in torch.randint(vocab, (8,), generator=torch.Generator().manual_seed(i))] for i in range(batch)]
+        prompts = [
+            [int(t) for t in torch.randint(vocab, (8,), generator=torch.Generator().manual_seed(i))]
+            for i in range(batch)
+        ]
 
         def run(compile):
             return generate(model, prompts, new_tokens, temperature=0, compile=compile)

@@ -291,3 +291,37 @@ def test_a_vanishing_temperature_or_top_p_is_greedy_and_poisons_no_batch():
     for i, r in enumerate(good):
         alone = generate(model, [[4, 5]], 8, temperature=1.0, generator=torch.Generator().manual_seed(i))[0]
         assert list(r.prompt) + r.tokens == alone
+
+
+def test_on_cuda_auto_compiles_from_the_first_step_without_timing(data, tmp_path, monkeypatch):
+    """--compile auto on CUDA: on from the start (the model and its loss), no timing decision, not
+    for tasks whose shapes change; a compiler that fails falls back to eager for the same step. The
+    choice is checked for a CUDA device (no GPU needed), the start-to-finish run on the CPU."""
+    from attnlab.training import trainer as T
+    from attnlab.training.compiling import on_from_start
+
+    cuda = torch.device("cuda")
+    assert on_from_start(cuda, True).on and not on_from_start(cuda, False).on
+    assert on_from_start(torch.device("cpu"), True) is None  # a CPU: the timing rule
+    model = GPT(GPTConfig(vocab_size=data.tokenizer.vocab_size, context=16, layers=1, heads=2, dim=32))
+    cfg = TrainConfig(max_iters=8, batch_size=2, eval_interval=8, eval_iters=1, progress=False, device="cpu",
+                      dtype="fp32", threads=1)  # fmt: skip
+    trainer = Trainer(model, LanguageModelTask(data, 16, 2), cfg, tmp_path / "run")
+    assert cfg.compile is None and not trainer.compile_from_start
+    trainer.compile_from_start = True  # as on CUDA
+    monkeypatch.setattr(T, "pays_off", lambda *a: pytest.fail("timed although compiled from the start"))
+    compiled = []
+    monkeypatch.setattr(torch, "compile", lambda m: compiled.append(m) or _Broken(m))
+    trainer.fit()
+    assert len(compiled) == 1 and isinstance(compiled[0], TaskLoss)
+    assert trainer._compiled is None and trainer.compile_reason.startswith("off: compiling failed")
+    assert [r["step"] for r in trainer.history] == list(range(1, 9))
+
+
+class _Broken(torch.nn.Module):
+    def __init__(self, inner):
+        super().__init__()
+        self.inner = inner
+
+    def forward(self, *a):
+        raise RuntimeError("no kernel for this GPU")

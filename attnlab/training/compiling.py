@@ -81,3 +81,17 @@ def pays_off(
         f"{saved:.0f} s at {speedup}× against about {cost:.0f} s to compile "
         f"({'more' if on else 'less'} than {MARGIN:g}× that)",
     )
+
+
+def on_from_start(device: torch.device, static_shapes: bool) -> CompileChoice | None:
+    """``--compile auto`` before the first step: on CUDA, compiling pays back within minutes, so it
+    is on from the start (the model and its loss, one graph) for a task whose batches keep their
+    shape; None elsewhere: the timing rule (:func:`pays_off`) decides after a few steps."""
+    if device.type != "cuda":
+        return None
+    if not static_shapes:
+        return CompileChoice(False, "off: this task's batches change shape from step to step")
+    blocked = can_compile(device)
+    if blocked:
+        return CompileChoice(False, f"off: {blocked}")
+    return CompileChoice(True, "on: the default on CUDA (the model and its loss, one graph)")

@@ -38,7 +38,7 @@ from ..checkpoint import (
 from ..errors import AttnlabError, CheckpointError
 from ..syncs import to_host
 from . import distributed as D
-from .compiling import PROBE_STEPS, CompileChoice, can_compile, pays_off
+from .compiling import PROBE_STEPS, CompileChoice, on_from_start, pays_off
 from .config import TrainConfig
 from .devices import CPU_BF16_MIN_SPEEDUP, autocast, pick_device, pick_dtype, use_tf32
 from .optim import make_optimizer, warmup_cosine, warmup_stable_decay
@@ -175,15 +175,9 @@ class Trainer:
         self.compile_reason = {True: "on: asked for (--compile)", False: "off: --no-compile"}.get(
             cfg.compile, "off: the run ends before its first steps could be timed"
         )
-        if cfg.compile is None and self.device.type == "cuda":  # on a GPU compiling pays back within minutes
-            blocked = can_compile(self.device)
-            if not getattr(task, "static_shapes", False):
-                self.compile_reason = "off: this task's batches change shape from step to step"
-            elif blocked:
-                self.compile_reason = f"off: {blocked}"
-            else:
-                self.compile_from_start = True
-                self.compile_reason = "on: the default on CUDA (the model and its loss, one graph)"
+        start = on_from_start(self.device, getattr(task, "static_shapes", False)) if cfg.compile is None else None
+        if start is not None:  # (a GPU: decided now, not by timing)
+            self.compile_from_start, self.compile_reason = start.on, start.reason
         if self.dtype is None:  # --dtype auto on a CPU where only a measurement can tell
             self.dtype, self.dtype_reason = self.choose_by_timing()
 
@@ -567,8 +561,10 @@ class Trainer:
         )
         t0, items = time.perf_counter(), 0
         warm = self.step + 1  # throughput is measured from the end of the first step (compilation, caches)
-        decide_at = warm + PROBE_STEPS if cfg.compile is None else None  # --compile auto: time a few eager steps
-        first_compiled = False
+        # --compile auto: time a few eager steps (on CUDA it is on from the start: nothing to decide)
+        decide_at = warm + PROBE_STEPS if cfg.compile is None and not self.compile_from_start else None
+        # a compiled first step falls back to eager if compiling fails (asked for with --compile: it raises)
+        first_compiled = self.compile_from_start and cfg.compile is None
         metric = getattr(self.task, "target_metric", None)
         term = _sigterm_as_interrupt()
         try:
