@@ -325,3 +325,41 @@ class _Broken(torch.nn.Module):
 
     def forward(self, *a):
         raise RuntimeError("no kernel for this GPU")
+
+
+def test_a_chunked_loss_equals_the_whole_one_and_never_holds_all_the_logits(data):
+    """--loss-chunk: the same loss and gradients as the full cross-entropy (soft cap and a padded
+    vocabulary included), while no tensor the backward pass keeps is as large as the (N, V) logits,
+    which the unchunked loss keeps (the control)."""
+    vocab, n = 200, 4 * 16
+    model = GPT(
+        GPTConfig(vocab_size=vocab, context=16, layers=1, heads=2, dim=32, vocab_multiple=64, logit_softcap=5.0)
+    )
+    x, y = torch.randint(vocab, (4, 16)), torch.randint(vocab, (4, 16))
+
+    def run(**kw):
+        sizes = []
+
+        def keep(t):
+            sizes.append(t.numel())
+            return t
+
+        model.zero_grad()
+        with torch.autograd.graph.saved_tensors_hooks(keep, lambda t: t):
+            loss = model(x, targets=y, **kw)
+        loss.backward()
+        return loss, {k: p.grad.clone() for k, p in model.named_parameters()}, max(sizes)
+
+    full, want, biggest_full = run()
+    torch.testing.assert_close(full, torch.nn.functional.cross_entropy(model(x).flatten(0, 1), y.flatten()))
+    chunked, got, biggest = run(loss_chunk=16)
+    torch.testing.assert_close(chunked, full)
+    for k in want:
+        torch.testing.assert_close(got[k], want[k], rtol=1e-4, atol=1e-6, msg=k)
+    assert biggest_full >= n * vocab > biggest  # the whole logits are kept unchunked, never chunked
+    task = LanguageModelTask(data, 16, 4, loss_chunk=8)
+    xb, yb = task.batch("train", 4, torch.Generator().manual_seed(0))
+    lm = GPT(GPTConfig(vocab_size=data.tokenizer.vocab_size, context=16, layers=1, heads=2, dim=32))
+    torch.testing.assert_close(task.loss(lm, [xb, yb]), LanguageModelTask(data, 16, 4).loss(lm, [xb, yb]))
+    explained = torch._dynamo.explain(TaskLoss(lm, task))(xb, yb)  # (checkpointed blocks: still one graph)
+    assert explained.graph_count == 1 and explained.graph_break_count == 0

@@ -16,7 +16,7 @@ from torch import Tensor, nn
 from ..attention import KVCache, StaticKVCache
 from ..config import Config
 from ..hooks import HookedModule, HookPoint
-from ..losses import cross_entropy
+from ..losses import chunked_cross_entropy, cross_entropy
 from ..blocks import TransformerBlock, init_gpt2_weights
 from ..position import ALiBi, LearnedPosition, RelativePosition, RotaryEmbedding, SinusoidalPosition
 
@@ -286,6 +286,8 @@ class GPT(HookedModule):
         key_mask: Tensor | None = None,
         last_only: bool = False,
         check_positions: bool = True,
+        targets: Tensor | None = None,
+        loss_chunk: int = 0,
     ) -> Tensor:
         """idx (B, T) int64 -> logits (B, T, vocab); with ``last_only`` (B, 1, vocab), the last
         position's only (a prompt's prefill: the others would be computed and thrown away).
@@ -298,6 +300,10 @@ class GPT(HookedModule):
         (that would read them back from the device at every token): the decoder checks once.
         ``check_positions=False`` skips that check for given ``positions`` too (a caller that
         knows they fit: the continuous batcher).
+
+        ``targets`` (B, T): return the mean next-token cross-entropy (0-dim, fp32) instead of the
+        logits, computed ``loss_chunk`` tokens at a time when it is set
+        (:func:`attnlab.losses.chunked_cross_entropy`: the full fp32 logits never exist at once).
         """
         if idx.dim() != 2 or idx.dtype not in (torch.int64, torch.int32):
             raise ValueError(
@@ -333,7 +339,12 @@ class GPT(HookedModule):
             x = block(x, key_mask=key_mask, positions=rope_positions, cache=caches[i] if caches else None)
         if last_only:
             x = x[:, -1:]
-        return self.unembed(self.hook_final(self.ln_f(x)))
+        final = self.hook_final(self.ln_f(x))
+        if targets is None:
+            return self.unembed(final)
+        if loss_chunk:
+            return chunked_cross_entropy(final, self.unembed, targets, loss_chunk)
+        return cross_entropy(self.unembed(final), targets)
 
     def unembed(self, x: Tensor) -> Tensor:
         """The output head after the final norm: (..., D) -> logits (..., vocab_size), soft-capped

@@ -277,6 +277,14 @@ class GPTRecipe(Recipe):
             default=300,
             help="print a sample of this many tokens at the end (0: none)",
         )
+        p.add(
+            "--loss-chunk",
+            type=nonneg_int,
+            default=0,
+            help="compute the loss this many tokens at a time, each block's logits recomputed in the backward "
+            "pass, so the (tokens x vocabulary) fp32 logits are never held at once: memory for large "
+            "vocabularies, at the cost of a second pass through the output head (default 0: all at once)",
+        )
 
     def train_defaults_for(self, args) -> dict:
         return {**self.train_defaults, **self.PRESET_TRAIN.get(args.preset, {})}
@@ -333,7 +341,7 @@ class GPTRecipe(Recipe):
             if (args.tokenizer or "char") != "char":  # BPE: the head padded to a multiple of 64 rows (nanoGPT's 50,304)
                 vocab["vocab_multiple"] = 64
             cfg = GPTConfig(**{**GPT_PRESETS[args.preset], **vocab, **model_over})
-        task = LanguageModelTask(data, cfg.context, tcfg.batch_size)
+        task = LanguageModelTask(data, cfg.context, tcfg.batch_size, loss_chunk=args.loss_chunk)
         summary = (
             f"GPT {cfg.layers} layers, {cfg.heads} heads, {cfg.dim} wide, context {cfg.context} | data "
             f"{data.name}: {len(data.train):,} train / {len(data.val):,} val tokens, vocab "

@@ -18,8 +18,10 @@ class LanguageModelTask:
 
     static_shapes = True  # every training batch is (B, T): --compile auto may compile
 
-    def __init__(self, data: TokenData, block_size: int, batch_size: int):
-        self.data, self.block_size = data, block_size
+    def __init__(self, data: TokenData, block_size: int, batch_size: int, loss_chunk: int = 0):
+        """``loss_chunk``: compute the loss this many tokens at a time inside the model (its
+        ``targets=`` forward: the full fp32 logits are never held at once); 0: all at once."""
+        self.data, self.block_size, self.loss_chunk = data, block_size, loss_chunk
         self.items_per_batch = block_size * batch_size
         for split in ("train", "val"):
             if len(getattr(data, split)) < block_size + 2:
@@ -35,6 +37,8 @@ class LanguageModelTask:
 
     def loss(self, model: nn.Module, batch) -> Tensor:
         x, y = batch
+        if self.loss_chunk:  # (through the model's own call: DDP's hooks and the compiled graph see it)
+            return model(x, targets=y, loss_chunk=self.loss_chunk)
         return cross_entropy(model(x), y)  # logits (B, T, V) against the next tokens (B, T)
 
     def meta(self) -> dict:
