@@ -363,3 +363,36 @@ def test_a_chunked_loss_equals_the_whole_one_and_never_holds_all_the_logits(data
     torch.testing.assert_close(task.loss(lm, [xb, yb]), LanguageModelTask(data, 16, 4).loss(lm, [xb, yb]))
     explained = torch._dynamo.explain(TaskLoss(lm, task))(xb, yb)  # (checkpointed blocks: still one graph)
     assert explained.graph_count == 1 and explained.graph_break_count == 0
+
+
+def test_an_interrupt_during_the_read_back_loses_no_line(data, tmp_path, monkeypatch):
+    """Ctrl-C (or SIGTERM) can land while the pending steps are read back: they stay pending until
+    logged, so the interrupt's own save logs them, and a resume goes on with one line per step."""
+    from attnlab.training import trainer as T
+    from attnlab.training.state import read_metrics
+    from attnlab.training.trainer import TrainingInterrupted
+
+    def make(max_iters):
+        model = GPT(GPTConfig(vocab_size=data.tokenizer.vocab_size, context=16, layers=1, heads=2, dim=32))
+        cfg = TrainConfig(max_iters=max_iters, batch_size=2, eval_interval=50, eval_iters=1, log_interval=5,
+                          progress=False, device="cpu", dtype="fp32", threads=1, compile=False)  # fmt: skip
+        return Trainer(model, LanguageModelTask(data, 16, 2), cfg, tmp_path / "run")
+
+    real, calls = T.to_host, []
+
+    def interrupted_once(*tensors):
+        calls.append(len(tensors))
+        if len(calls) == 2:  # the read-back at step 5 (the first is the warm-up step's)
+            raise KeyboardInterrupt
+        return real(*tensors)
+
+    monkeypatch.setattr(T, "to_host", interrupted_once)
+    with pytest.raises(TrainingInterrupted):
+        make(12).fit()
+    assert [r["step"] for r in read_metrics(tmp_path / "run" / "metrics.jsonl")] == [1, 2, 3, 4, 5]
+    monkeypatch.setattr(T, "to_host", real)
+    resumed = make(12)
+    resumed.resume()
+    assert resumed.step == 5
+    resumed.fit()
+    assert [r["step"] for r in read_metrics(tmp_path / "run" / "metrics.jsonl")] == list(range(1, 13))

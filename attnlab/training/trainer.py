@@ -150,10 +150,11 @@ class Trainer:
             prepare=lambda batch: D.shard(batch, self.dist),
             weigh=getattr(task, "batch_weight", None),
         )
-        # where the data stream and the random numbers stood when the step about to run began:
-        # what a checkpoint saves, even when Ctrl-C lands inside a step (after its batches were drawn)
+        # where the data stream and the random numbers stood when the running step began: what a
+        # checkpoint saves when Ctrl-C lands inside a step (after its batches were drawn ahead)
         self.data_state = self.data_gen.get_state()
         self.rng_state = torch.get_rng_state()
+        self.in_step = False
         # the steps not yet read back from the device (losses, gradient norms): checked and logged
         # together, in one transfer, at each logged step (flush_pending)
         self.pending: list[dict] = []
@@ -306,7 +307,7 @@ class Trainer:
         logged later, many steps in one transfer (:meth:`flush_pending`)."""
         cfg, model, world = self.cfg, self._wrapped(), self.dist.world
         model.train()
-        self.data_state, self.rng_state = self.stream.next_state(), torch.get_rng_state()
+        self.data_state, self.rng_state, self.in_step = self.stream.next_state(), torch.get_rng_state(), True
         lr = self.lr_at(self.step)
         for g in self.optimizer.param_groups:
             g["lr"] = lr * g.get("lr_factor", 1.0)  # (Muon's groups run at --muon-lr, on the same schedule)
@@ -348,13 +349,16 @@ class Trainer:
             self.ema.update_parameters(self.model)
         self.step += 1
         self.pending.append({"step": self.step, "loss": total, "norm": norm, "lr": lr, "parts": parts})
-        self.data_state, self.rng_state = self.stream.next_state(), torch.get_rng_state()
+        self.in_step = False
         return total
 
     def flush_pending(self) -> list[dict]:
-        """Read the pending steps' losses and gradient norms back (one transfer), stop at the first
-        that diverged (``Diverged``: the caller saves nothing after it), and return their records."""
-        pending, self.pending = self.pending, []
+        """Read the losses and gradient norms of the steps not yet logged back (one transfer), stop
+        at the first that diverged (``Diverged``: the caller saves nothing after it), and return
+        their records for the caller to log. A step leaves the pending list once its record is in
+        the history, not before: an interrupt anywhere in between loses no line."""
+        logged = self.history[-1]["step"] if self.history else 0
+        self.pending = pending = [p for p in self.pending if p["step"] > logged]
         if not pending:
             return []
         norms = [p["norm"] for p in pending if p["norm"] is not None]
@@ -411,8 +415,10 @@ class Trainer:
         """The trainer state beside the weights: step, best scores, RNG streams and (unless
         ``optimizer=False``: FSDP writes it sharded) the optimizer's moments by parameter name."""
         opt_meta, tensors = optimizer_tensors(self.optimizer, unwrap_model(self.model)) if optimizer else (None, {})
-        tensors["rng.torch"] = self.rng_state
-        tensors["rng.data"] = self.data_state
+        # between steps: the streams as they stand (an evaluation may have drawn random numbers since);
+        # inside one (Ctrl-C): as they stood when it began, so that --resume runs that step again
+        tensors["rng.torch"] = self.rng_state if self.in_step else torch.get_rng_state()
+        tensors["rng.data"] = self.data_state if self.in_step else self.stream.next_state()
         if torch.cuda.is_available():
             for i, s in enumerate(torch.cuda.get_rng_state_all()):
                 tensors[f"rng.cuda.{i}"] = s
@@ -494,7 +500,6 @@ class Trainer:
         self.step, self.best_val = state["step"], state["best_val"]
         torch.set_rng_state(tensors["rng.torch"])
         self.stream.rewind(tensors["rng.data"])
-        self.data_state, self.rng_state = tensors["rng.data"], tensors["rng.torch"]
         if torch.cuda.is_available():
             cuda = [tensors[k] for k in sorted(tensors) if k.startswith("rng.cuda.")]
             if len(cuda) == torch.cuda.device_count():
