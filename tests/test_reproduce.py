@@ -4,6 +4,7 @@ import pytest
 
 from attnlab.cli import main
 from attnlab.experiments.claims import CLAIMS, Context, run_claims, write_report
+from attnlab.models import GPT, GPTConfig
 
 COMPUTED = ["worked-example", "masks", "scaling", "permutation", "sinusoidal", "table1"]
 
@@ -59,3 +60,27 @@ def test_an_untrained_model_fails_the_heads_criterion():
     js, deltas, base = head_statistics(model, ids[:, :-1], ids[:, 1:])
     assert js.shape == (4, 4) and len(deltas) == 8 and base > 3.5  # about log(65): a uniform guess
     assert max(d for _, d in deltas) < 0.05
+
+
+def test_every_seed_trains_the_variants_own_positions_and_the_report_names_the_corpus(tmp_path, monkeypatch):
+    """The multi-seed helper popped "pos" from the variant on its first seed, so every later seed
+    trained RoPE; and a report without a data folder never said it ran on the embedded corpus."""
+    from attnlab.experiments import claims
+
+    trained = []
+
+    def fake_train(ctx, pos, steps, **kw):
+        trained.append((pos, kw["seed"]))
+        model = GPT(
+            GPTConfig(vocab_size=claims._corpus(ctx).tokenizer.vocab_size, context=64, layers=1, heads=1, dim=8)
+        )
+        return model.eval(), None
+
+    monkeypatch.setattr(claims, "_train_gpt", fake_train)
+    ctx = claims.Context(out=tmp_path, work=tmp_path, size="tiny")
+    variants = {"learned": {"pos": "learned"}, "rope": {}}
+    claims._gpt_losses(ctx, variants, steps=1, seeds=(0, 1, 2))
+    assert trained == [("learned", 0), ("learned", 1), ("learned", 2), ("rope", 0), ("rope", 1), ("rope", 2)]
+    assert variants["learned"] == {"pos": "learned"}  # (not emptied either)
+    report = claims.write_report({}, ctx).read_text()
+    assert "Text corpus of the text claims: the embedded corpus" in report

@@ -430,6 +430,14 @@ def _corpus(ctx: Context):
             else prepare(None, ctx.work / "corpus_embedded")
         )
         ctx.cache["corpus"] = data
+        # the report names the text its claims ran on: some (length, add-concat) turn on it
+        ctx.cache["corpus_note"] = (
+            "Tiny Shakespeare (from the data directory)"
+            if found
+            else "the embedded corpus (Python's own help text): Tiny Shakespeare was "
+            + ("not used at the tiny size" if ctx.size == "tiny" else "not found in the data directory")
+            + "; the text claims can turn on the corpus (set ATTNLAB_DATA or --data-dir for Tiny Shakespeare)"
+        )
     return ctx.cache["corpus"]
 
 
@@ -1127,8 +1135,9 @@ def _gpt_losses(ctx: Context, variants: dict[str, dict], steps: int, seeds=(0,),
     losses, params = {}, {}
     for name, options in variants.items():
         losses[name] = []
-        for seed in seeds:
-            model, _ = _train_gpt(ctx, options.pop("pos", "rope"), steps, context=64, seed=seed, **shape, **options)
+        pos, rest = options.get("pos", "rope"), {k: v for k, v in options.items() if k != "pos"}
+        for seed in seeds:  # (every seed trains the variant's own positions)
+            model, _ = _train_gpt(ctx, pos, steps, context=64, seed=seed, **shape, **rest)
             with torch.no_grad():
                 losses[name].append(_loss_at(model, data, 64, ends))
             params[name] = sum(p.numel() for p in model.parameters())
@@ -1397,6 +1406,7 @@ def write_report(results: dict[str, Result], ctx: Context) -> Path:
         f"Size `{ctx.size}`; {sum(r.passed for r in results.values())} of {len(results)} claims PASS. "
         "Each item: the lecture's statement, what was run, the measured numbers and the criterion.",
         "",
+        *([f"Text corpus of the text claims: {ctx.cache['corpus_note']}.", ""] if "corpus_note" in ctx.cache else []),
         "| claim | result | seconds |",
         "|---|---|---|",
     ]

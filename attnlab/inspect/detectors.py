@@ -10,8 +10,9 @@ For a pattern A (T, T) of one head and a detection mask M (T, T) of 0/1:
 * induction: M[i, j] = 1 for j ≤ i with token_{j−1} = token_i (attend to what followed the
   earlier occurrence of the current token).
 
-Scores are averaged over the batch. On a random sequence repeated twice, induction heads score
-close to 1 and other heads near 0.
+Scores are averaged over the batch. On a random sequence written twice, a perfect induction head
+scores 0.5 (only the second copy has an earlier occurrence to attend to; the first copy's rows
+score 0) and other heads near 0.
 """
 
 from __future__ import annotations
