@@ -461,6 +461,47 @@ class MultiHeadAttention(nn.Module):
         self.hook_scores, self.hook_pattern = HookPoint(), HookPoint()
         self.hook_z = HookPoint()
 
+    def head_weights(self) -> dict[str, Tensor]:
+        """The projections per head in TransformerLens's layout (row vectors: q = x W_Q + b_Q):
+        W_Q (H, d_model, d_k), W_K (H_kv, d_context, d_k), W_V (H_kv, d_context, d_v),
+        W_O (H, d_v, d_out); b_Q (H, d_k), b_K (H_kv, d_k), b_V (H_kv, d_v), b_O (d_out,) (zeros
+        where there is no bias). Views of the parameters: a tied projection appears twice."""
+        q_dim, k_dim, v_dim = self._split
+        if self.cross:
+            w_q, b_q = self.q_proj.weight, self.q_proj.bias
+            w_k, w_v = self.kv_proj.weight.split((k_dim, v_dim))
+            b_k, b_v = self.kv_proj.bias.split((k_dim, v_dim)) if self.kv_proj.bias is not None else (None, None)
+        else:
+            made = {"none": (q_dim, k_dim, v_dim), "qk": (q_dim, v_dim), "kv": (q_dim, k_dim)}[self.tie]
+            weights = self.qkv.weight.split(made)
+            biases = self.qkv.bias.split(made) if self.qkv.bias is not None else (None,) * len(made)
+            if self.tie == "qk":
+                (w_q, w_v), (b_q, b_v) = weights, biases
+                w_k, b_k = w_q, b_q
+            elif self.tie == "kv":
+                (w_q, w_k), (b_q, b_k) = weights, biases
+                w_v, b_v = w_k, b_k
+            else:
+                (w_q, w_k, w_v), (b_q, b_k, b_v) = weights, biases
+
+        def per_head(w: Tensor, heads: int) -> Tensor:  # Linear (heads·d, d_in) -> (heads, d_in, d)
+            return w.view(heads, -1, w.shape[-1]).transpose(1, 2)
+
+        def bias(b: Tensor | None, heads: int, width: int) -> Tensor:
+            return b.view(heads, width) if b is not None else self.out_proj.weight.new_zeros(heads, width)
+
+        w_o = self.out_proj.weight  # (d_out, H·d_v)
+        return {
+            "W_Q": per_head(w_q, self.n_heads),
+            "W_K": per_head(w_k, self.n_kv_heads),
+            "W_V": per_head(w_v, self.n_kv_heads),
+            "W_O": w_o.view(w_o.shape[0], self.n_heads, self.d_v).permute(1, 2, 0),
+            "b_Q": bias(b_q, self.n_heads, self.d_k),
+            "b_K": bias(b_k, self.n_kv_heads, self.d_k),
+            "b_V": bias(b_v, self.n_kv_heads, self.d_v),
+            "b_O": self.out_proj.bias if self.out_proj.bias is not None else w_o.new_zeros(w_o.shape[0]),
+        }
+
     def new_cache(self, batch: int, max_len: int, *, device=None, dtype=None) -> KVCache:
         return KVCache.empty(batch, self.n_kv_heads, max_len, self.d_k, self.d_v, device=device, dtype=dtype)
 

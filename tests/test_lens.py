@@ -255,10 +255,9 @@ def test_integrated_gradients_are_complete_and_equal_captums(gpt):
     assert torch.allclose(px["pixels"].sum((1, 2)), gap, rtol=0.01, atol=1e-3)
 
 
-def test_the_same_as_transformer_lens(tmp_path, monkeypatch):
-    """A random HuggingFace GPT-2 booted by TransformerLens (4.x, TransformerBridge, offline from a
-    local folder) and loaded by attnlab: the same activations, logits, residual-stream
-    decomposition and activation-patching result."""
+def _transformer_lens_and_attnlab(tmp_path, monkeypatch, layers=2, heads=4, dim=32):
+    """A random HuggingFace GPT-2 (vocabulary of 50 words t0 … t49) booted by TransformerLens (4.x,
+    TransformerBridge, offline from a local folder) and loaded by attnlab: (theirs, ours)."""
     pytest.importorskip("transformer_lens")
     from tokenizers import Tokenizer, models, pre_tokenizers
     from transformers import GPT2Config, GPT2LMHeadModel, PreTrainedTokenizerFast
@@ -267,20 +266,28 @@ def test_the_same_as_transformer_lens(tmp_path, monkeypatch):
 
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     import transformer_lens.model_bridge.sources.transformers  # noqa: F401 (attaches boot_transformers)
-    from transformer_lens import patching
     from transformer_lens.model_bridge import TransformerBridge
 
     torch.manual_seed(0)
     folder = tmp_path / "gpt2"
-    config = GPT2Config(vocab_size=50, n_positions=32, n_embd=32, n_layer=2, n_head=4, bos_token_id=0, eos_token_id=0)
+    config = GPT2Config(
+        vocab_size=50, n_positions=32, n_embd=dim, n_layer=layers, n_head=heads, bos_token_id=0, eos_token_id=0
+    )
     GPT2LMHeadModel(config).eval().save_pretrained(folder)
     words = Tokenizer(models.WordLevel({f"t{i}": i for i in range(50)}, unk_token="t0"))
     words.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
     PreTrainedTokenizerFast(tokenizer_object=words, unk_token="t0", bos_token="t0", eos_token="t0").save_pretrained(
         folder
     )
-    tl_model = TransformerBridge.boot_transformers(str(folder), device="cpu")  # eager attention: hookable
-    ours = attnlab.load(folder)
+    return TransformerBridge.boot_transformers(str(folder), device="cpu"), attnlab.load(folder)  # eager attention
+
+
+def test_the_same_as_transformer_lens(tmp_path, monkeypatch):
+    """A random GPT-2 in TransformerLens and in attnlab: the same activations, logits,
+    residual-stream decomposition and activation-patching result."""
+    tl_model, ours = _transformer_lens_and_attnlab(tmp_path, monkeypatch)
+    from transformer_lens import patching
+
     ids = torch.randint(50, (2, 10), generator=torch.Generator().manual_seed(1))
     tl_logits, tl = tl_model.run_with_cache(ids)
     logits, cache = ours.run_with_cache(ids)
@@ -660,3 +667,71 @@ def test_patching_reports_its_span_and_warns_when_it_is_small(gpt, tmp_path, cap
     assert main([*argv, "--wrong", "e", "--out", str(tmp_path / "p.png")]) == 0
     shown = capsys.readouterr().out
     assert "metric clean" in shown and "clean − corrupt = " in shown and "each fraction is" in shown
+
+
+def test_weights_circuits_and_residual_helpers_match_transformer_lens(tmp_path, monkeypatch):
+    """TransformerLens's analysis kit on the same random GPT-2 (3 layers x 3 heads, shapes the other
+    tests do not use): W_Q … W_U, composition scores (Q, K, V), accumulated_resid,
+    decompose_resid, stack_head_results and apply_ln_to_stack, stop_at_layer / start_at_layer and
+    to_str_tokens agree; the factored circuits' norms and singular values equal the dense ones."""
+    from attnlab.inspect.circuits import composition_scores, ov_circuit, qk_circuit
+    from attnlab.inspect.residual import (
+        accumulated_resid,
+        apply_ln_to_stack,
+        decompose_resid,
+        logit_diff,
+        stack_head_results,
+    )
+
+    tl_model, ours = _transformer_lens_and_attnlab(tmp_path, monkeypatch, layers=3, heads=3, dim=24)
+    for name in ("W_Q", "W_K", "W_V", "W_O", "b_Q", "b_K", "b_V", "b_O", "W_E", "W_pos", "W_U"):
+        torch.testing.assert_close(getattr(ours, name), getattr(tl_model, name), atol=1e-6, rtol=1e-5, msg=name)
+    for kind in "qkv":
+        theirs = tl_model.all_composition_scores(kind.upper()).scores
+        torch.testing.assert_close(composition_scores(ours, kind), theirs, atol=1e-5, rtol=1e-4, msg=kind)
+    ov, qk = ov_circuit(ours), qk_circuit(ours)
+    torch.testing.assert_close(ov.norm(), torch.linalg.matrix_norm(ov.AB))
+    torch.testing.assert_close(qk.svdvals(), torch.linalg.svdvals(qk.AB)[..., : qk.A.shape[-1]], atol=1e-5, rtol=1e-4)
+
+    ids = torch.randint(50, (2, 9), generator=torch.Generator().manual_seed(3))
+    _, tl = tl_model.run_with_cache(ids)
+    logits, cache = ours.run_with_cache(ids)
+    mine, labels = accumulated_resid(ours, cache, incl_mid=True, return_labels=True)
+    theirs, their_labels = tl.accumulated_resid(incl_mid=True, return_labels=True)
+    assert labels == their_labels
+    torch.testing.assert_close(mine, theirs, atol=1e-4, rtol=1e-4)
+    torch.testing.assert_close(
+        accumulated_resid(ours, cache, apply_ln=True), tl.accumulated_resid(apply_ln=True), atol=1e-4, rtol=1e-4
+    )
+    torch.testing.assert_close(
+        accumulated_resid(ours, cache, 1, apply_ln=True, pos_slice=-1),
+        tl.accumulated_resid(1, apply_ln=True, pos_slice=-1),
+        atol=1e-4,
+        rtol=1e-4,
+    )
+    parts, labels = decompose_resid(ours, cache, return_labels=True)
+    theirs, their_labels = tl.decompose_resid(return_labels=True)
+    assert labels[1:] == their_labels[2:] and their_labels[:2] == ["embed", "pos_embed"]
+    torch.testing.assert_close(parts[0], theirs[0] + theirs[1], atol=1e-5, rtol=1e-5)  # (tokens and positions: one)
+    torch.testing.assert_close(parts[1:], theirs[2:], atol=1e-4, rtol=1e-4)
+    torch.testing.assert_close(parts.sum(0), cache["blocks.2.hook_resid_post"], atol=1e-4, rtol=1e-4)
+    heads, labels = stack_head_results(ours, cache, return_labels=True, incl_remainder=True)
+    theirs, their_labels = tl.stack_head_results(return_labels=True, incl_remainder=True)
+    assert labels == their_labels and labels[:2] == ["L0H0", "L0H1"]
+    torch.testing.assert_close(heads, theirs, atol=1e-4, rtol=1e-4)
+    stack = decompose_resid(ours, cache, 2, mlp_input=True, apply_ln=True)  # through block 2's second norm
+    theirs = tl.decompose_resid(2, mlp_input=True, apply_ln=True)
+    torch.testing.assert_close(stack[0], theirs[0] + theirs[1], atol=1e-4, rtol=1e-4)
+    torch.testing.assert_close(stack[1:], theirs[2:], atol=1e-4, rtol=1e-4)
+    # the final stream through the final norm (frozen scale) and the unembedding is the logits
+    normed = apply_ln_to_stack(ours, cache, parts).sum(0) * ours.ln_f.weight + ours.ln_f.bias
+    torch.testing.assert_close(normed @ ours.W_U, logits, atol=1e-4, rtol=1e-4)
+
+    for layer in (0, 2, -1):
+        resid = ours(ids, stop_at_layer=layer)
+        torch.testing.assert_close(resid, tl_model(ids, stop_at_layer=layer), atol=1e-4, rtol=1e-4)
+        torch.testing.assert_close(ours(resid, start_at_layer=layer), logits, atol=1e-5, rtol=1e-5)
+    assert ours.to_str_tokens("t3 t7 t1") == tl_model.to_str_tokens("t3 t7 t1", prepend_bos=False)
+    answers = torch.tensor([[3, 4], [5, 6]])
+    want = (logits[0, -1, 3] - logits[0, -1, 4] + logits[1, -1, 5] - logits[1, -1, 6]) / 2
+    torch.testing.assert_close(logit_diff(logits, answers), want)

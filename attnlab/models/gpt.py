@@ -288,6 +288,8 @@ class GPT(HookedModule):
         check_positions: bool = True,
         targets: Tensor | None = None,
         loss_chunk: int = 0,
+        start_at_layer: int | None = None,
+        stop_at_layer: int | None = None,
     ) -> Tensor:
         """idx (B, T) int64 -> logits (B, T, vocab); with ``last_only`` (B, 1, vocab), the last
         position's only (a prompt's prefill: the others would be computed and thrown away).
@@ -304,7 +306,13 @@ class GPT(HookedModule):
         ``targets`` (B, T): return the mean next-token cross-entropy (0-dim, fp32) instead of the
         logits, computed ``loss_chunk`` tokens at a time when it is set
         (:func:`attnlab.losses.chunked_cross_entropy`: the full fp32 logits never exist at once).
+
+        TransformerLens's ``stop_at_layer=L`` returns the residual stream (B, T, D) entering block L
+        instead (0: the embeddings only; negative counts from the end); ``start_at_layer=L`` takes
+        that stream as its input in place of token ids and runs the blocks from L on.
         """
+        if start_at_layer is not None:
+            return self._run_blocks(idx, start_at_layer, stop_at_layer, key_mask, positions, last_only, targets)
         if idx.dim() != 2 or idx.dtype not in (torch.int64, torch.int32):
             raise ValueError(
                 f"GPT expects token ids of shape (B, T) and integer dtype, got {tuple(idx.shape)} {idx.dtype}"
@@ -334,9 +342,15 @@ class GPT(HookedModule):
         x = self.hook_embed(self.drop(x))
         if positions is None:
             positions = torch.arange(offset, offset + t, device=idx.device)  # (T,)
+        if stop_at_layer is not None:
+            return self._run_blocks(x, 0, stop_at_layer, key_mask, positions, last_only, targets)
         rope_positions = positions if self.config.pos == "rope" else None
         for i, block in enumerate(self.blocks):
             x = block(x, key_mask=key_mask, positions=rope_positions, cache=caches[i] if caches else None)
+        return self._head(x, last_only, targets, loss_chunk)
+
+    def _head(self, x: Tensor, last_only: bool, targets: Tensor | None, loss_chunk: int = 0) -> Tensor:
+        """The final norm and the output head (or the loss against ``targets``) on the stream x (B, T, D)."""
         if last_only:
             x = x[:, -1:]
         final = self.hook_final(self.ln_f(x))
@@ -345,6 +359,24 @@ class GPT(HookedModule):
         if loss_chunk:
             return chunked_cross_entropy(final, self.unembed, targets, loss_chunk)
         return cross_entropy(self.unembed(final), targets)
+
+    def _run_blocks(self, x, start, stop, key_mask, positions, last_only, targets) -> Tensor:
+        """Blocks ``start`` … ``stop`` − 1 on the residual stream x (B, T, D) (no cache): the stream
+        entering block ``stop``, or the logits (the loss) when ``stop`` is None."""
+        n = len(self.blocks)
+        if x.dim() != 3 or x.shape[-1] != self.config.dim or not x.is_floating_point():
+            raise ValueError(
+                f"start_at_layer takes the residual stream (B, T, {self.config.dim}), got {tuple(x.shape)} {x.dtype}"
+            )
+        first, last = (n + i if i < 0 else i for i in (start, n if stop is None else stop))  # (negative: from the end)
+        if not 0 <= first <= last <= n:
+            raise ValueError(f"start_at_layer {start} / stop_at_layer {stop}: this GPT has layers 0 … {n - 1}")
+        if positions is None:
+            positions = torch.arange(x.shape[1], device=x.device)
+        rope_positions = positions if self.config.pos == "rope" else None
+        for block in self.blocks[first:last]:
+            x = block(x, key_mask=key_mask, positions=rope_positions)
+        return x if stop is not None else self._head(x, last_only, targets)
 
     def unembed(self, x: Tensor) -> Tensor:
         """The output head after the final norm: (..., D) -> logits (..., vocab_size), soft-capped
@@ -356,6 +388,64 @@ class GPT(HookedModule):
             cap = self.config.logit_softcap
             logits = cap * torch.tanh(logits / cap)  # smooth clip to (-cap, cap)
         return logits
+
+    # -- the weights under TransformerLens's names (row vectors: x @ W), stacked over the layers ---------
+    def _heads(self, key: str) -> Tensor:
+        return torch.stack([block.attn.head_weights()[key] for block in self.blocks])
+
+    @property
+    def W_Q(self) -> Tensor:
+        """(L, H, D, d_k): q = x W_Q + b_Q per head (before QK-norm and rotary embeddings)."""
+        return self._heads("W_Q")
+
+    @property
+    def W_K(self) -> Tensor:
+        """(L, H, D, d_k)."""
+        return self._heads("W_K")
+
+    @property
+    def W_V(self) -> Tensor:
+        """(L, H, D, d_v)."""
+        return self._heads("W_V")
+
+    @property
+    def W_O(self) -> Tensor:
+        """(L, H, d_v, D): a head writes z W_O into the residual stream."""
+        return self._heads("W_O")
+
+    @property
+    def b_Q(self) -> Tensor:
+        return self._heads("b_Q")
+
+    @property
+    def b_K(self) -> Tensor:
+        return self._heads("b_K")
+
+    @property
+    def b_V(self) -> Tensor:
+        return self._heads("b_V")
+
+    @property
+    def b_O(self) -> Tensor:
+        """(L, D)."""
+        return self._heads("b_O")
+
+    @property
+    def W_E(self) -> Tensor:
+        """(vocab, D): the token embeddings (a padded vocabulary's real rows)."""
+        return self.tok_emb.weight[: self.config.vocab_size]
+
+    @property
+    def W_pos(self) -> Tensor:
+        """(context, D): the learned or sinusoidal position table (other schemes have none)."""
+        if self.pos_emb is None:
+            raise ValueError(f"--pos {self.config.pos} adds no position vectors to the stream: there is no W_pos")
+        return self.pos_emb.weight if hasattr(self.pos_emb, "weight") else self.pos_emb.pe[: self.config.context]
+
+    @property
+    def W_U(self) -> Tensor:
+        """(D, vocab): the unembedding, before any soft cap."""
+        return self.lm_head.weight[: self.config.vocab_size].T
 
     def loss(self, idx: Tensor, targets: Tensor, ignore_index: int = -100) -> Tensor:
         """Mean next-token cross-entropy; targets (B, T) are idx shifted by one."""

@@ -44,6 +44,16 @@ class GPTVerbs(Verbs):
             raise OptionError(f"{what} is {len(ids)} tokens, more than the model's context of {self.config.context}")
         return torch.tensor([ids], device=self.device)
 
+    def to_str_tokens(self, text) -> list[str]:
+        """TransformerLens's ``to_str_tokens``: ``text`` (or token ids: a list, or a (T,) / (1, T)
+        tensor) as the string of each of its tokens."""
+        if self.tokenizer is None:
+            lm_tokenizer({}, self.checkpoint)  # says what is missing
+        ids = self.token_ids(text, "text")[0].tolist() if isinstance(text, str) else text
+        if hasattr(ids, "tolist"):
+            ids = ids.reshape(-1).tolist()
+        return [self.tokenizer.decode([int(i)]) for i in ids]
+
     def one_token(self, text: str, what: str) -> int:
         """The id of ``text``, which must be a single token (an answer), else a one-line error."""
         from ..errors import OptionError
