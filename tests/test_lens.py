@@ -255,7 +255,7 @@ def test_integrated_gradients_are_complete_and_equal_captums(gpt):
     assert torch.allclose(px["pixels"].sum((1, 2)), gap, rtol=0.01, atol=1e-3)
 
 
-def _transformer_lens_and_attnlab(tmp_path, monkeypatch, layers=2, heads=4, dim=32):
+def _transformer_lens_and_attnlab(tmp_path, monkeypatch, layers=2, heads=4, dim=32, init=0.02):
     """A random HuggingFace GPT-2 (vocabulary of 50 words t0 … t49) booted by TransformerLens (4.x,
     TransformerBridge, offline from a local folder) and loaded by attnlab: (theirs, ours)."""
     pytest.importorskip("transformer_lens")
@@ -271,7 +271,14 @@ def _transformer_lens_and_attnlab(tmp_path, monkeypatch, layers=2, heads=4, dim=
     torch.manual_seed(0)
     folder = tmp_path / "gpt2"
     config = GPT2Config(
-        vocab_size=50, n_positions=32, n_embd=dim, n_layer=layers, n_head=heads, bos_token_id=0, eos_token_id=0
+        vocab_size=50,
+        n_positions=32,
+        n_embd=dim,
+        n_layer=layers,
+        n_head=heads,
+        bos_token_id=0,
+        eos_token_id=0,
+        initializer_range=init,
     )
     GPT2LMHeadModel(config).eval().save_pretrained(folder)
     words = Tokenizer(models.WordLevel({f"t{i}": i for i in range(50)}, unk_token="t0"))
@@ -735,3 +742,56 @@ def test_weights_circuits_and_residual_helpers_match_transformer_lens(tmp_path, 
     answers = torch.tensor([[3, 4], [5, 6]])
     want = (logits[0, -1, 3] - logits[0, -1, 4] + logits[1, -1, 5] - logits[1, -1, 6]) / 2
     torch.testing.assert_close(logit_diff(logits, answers), want)
+
+
+def test_every_patching_target_matches_transformer_lens(tmp_path, monkeypatch):
+    """attn_out, mlp_out (layer x position), head outputs by position (layer x head x position), and
+    queries, keys, values and patterns (layer x head): attnlab's restored fractions equal
+    TransformerLens's get_act_patch_* on the same GPT-2 weights; resid_mid and resid_post against
+    resid_pre, by hand."""
+    from transformer_lens import patching
+
+    from attnlab.cli import build_parser
+    from attnlab.inspect.patching import PATCH_TARGETS
+
+    # (weights of std 0.3, not GPT-2's 0.02: a clean − corrupt span of nats, not thousandths)
+    tl_model, ours = _transformer_lens_and_attnlab(tmp_path, monkeypatch, layers=2, heads=3, dim=24, init=0.3)
+    clean = torch.randint(50, (1, 7), generator=torch.Generator().manual_seed(4))
+    corrupt = clean.clone()
+    corrupt[0, 3] = (clean[0, 3] + 1) % 50
+    with torch.no_grad():
+        last = ours(clean)[0, -1]
+    metric = logit_difference(int(last.argmax()), int(last.argmin()))
+    clean_logits, clean_cache = tl_model.run_with_cache(clean)
+    m_clean, m_corrupt = metric(clean_logits).mean(), metric(tl_model(corrupt)).mean()
+
+    def their_metric(logits):
+        return (metric(logits).mean() - m_corrupt) / (m_clean - m_corrupt)
+
+    theirs = {
+        "attn_out": patching.get_act_patch_attn_out,
+        "mlp_out": patching.get_act_patch_mlp_out,
+        "q": patching.get_act_patch_attn_head_q_all_pos,
+        "k": patching.get_act_patch_attn_head_k_all_pos,
+        "v": patching.get_act_patch_attn_head_v_all_pos,
+        "pattern": patching.get_act_patch_attn_head_pattern_all_pos,
+    }
+    for over, fn in theirs.items():
+        want = fn(tl_model, corrupt, clean_cache, their_metric)
+        got = patch_activations(ours, (clean,), (corrupt,), metric, over=over)
+        torch.testing.assert_close(got, want, atol=2e-4, rtol=1e-3, msg=over)
+    by_position = patching.get_act_patch_attn_head_out_by_pos(tl_model, corrupt, clean_cache, their_metric)
+    got = patch_activations(ours, (clean,), (corrupt,), metric, over="head_position")  # (L, H, T); theirs (L, T, H)
+    torch.testing.assert_close(got, by_position.transpose(1, 2), atol=2e-4, rtol=1e-3)
+    # resid_mid by hand (TransformerLens 4.3's bridge hooks resid_mid beside the path, not on it: its
+    # patch does not reach the MLP): the MLP works position by position, so patching the middle of
+    # block l at one position is patching the stream after it there, i.e. the input of block l + 1
+    pre = patch_activations(ours, (clean,), (corrupt,), metric, over="resid_pre")
+    mid = patch_activations(ours, (clean,), (corrupt,), metric, over="resid_mid")
+    post = patch_activations(ours, (clean,), (corrupt,), metric, over="resid_post")
+    torch.testing.assert_close(mid[0], pre[1])
+    torch.testing.assert_close(post[0], pre[1])
+    assert abs(post[-1, -1] - 1) < 1e-4 and abs(mid[-1, -1] - 1) < 1e-4  # the last stream carries everything
+    patch = build_parser()._subparsers._group_actions[0].choices["patch"]
+    over = next(a for a in patch._actions if a.dest == "over")
+    assert list(over.choices) == [k for k in PATCH_TARGETS if k != "head_position"]

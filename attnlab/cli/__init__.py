@@ -108,9 +108,12 @@ def build_parser() -> argparse.ArgumentParser:
     patches.add("--wrong", default=None, help="the corrupted input's answer; without it the metric is log p(answer)")
     patches.add(
         "--over",
-        choices=["resid_pre", "head"],
+        # (attnlab.inspect.patching.PATCH_TARGETS less head_position, whose result is 3-D: written out
+        # here so that the parser imports no torch; tests/test_lens.py keeps the two equal)
+        choices=["resid_pre", "resid_mid", "resid_post", "attn_out", "mlp_out", "head", "q", "k", "v", "pattern"],
         default="resid_pre",
-        help="resid_pre: layer x position of the residual stream (default); head: layer x head",
+        help="resid_pre (default), resid_mid, resid_post, attn_out, mlp_out: layer x position; head (each head's "
+        "output), q, k, v, pattern: layer x head",
     )
     patches.add("--out", required=True, help="the heat map (PNG; its numbers in a .npz beside it)")
     patches.add("--device", type=device_name, default="cpu", help="auto | cpu | cuda (default cpu)")

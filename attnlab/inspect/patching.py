@@ -217,19 +217,42 @@ def ablated(
         yield model
 
 
+# What activation patching can patch: the hook point in every block, and what one patch covers —
+# a position of a stream (B, T, D), a head at every position (B, H, T, …), or a head at one position.
+PATCH_TARGETS = {
+    "resid_pre": ("hook_resid_pre", "position"),
+    "resid_mid": ("hook_resid_mid", "position"),
+    "resid_post": ("hook_resid_post", "position"),
+    "attn_out": ("hook_attn_out", "position"),
+    "mlp_out": ("hook_mlp_out", "position"),
+    "head": ("attn.hook_z", "head"),
+    "head_position": ("attn.hook_z", "head_position"),
+    "q": ("attn.hook_q", "head"),
+    "k": ("attn.hook_k", "head"),
+    "v": ("attn.hook_v", "head"),
+    "pattern": ("attn.hook_pattern", "head"),
+}
+
+
 @torch.no_grad()
 def patch_activations(model, clean: tuple, corrupt: tuple, metric: Metric, over: str = "resid_pre") -> Tensor:
     """How much of the clean behaviour each activation restores (see the module docstring).
 
     ``clean`` / ``corrupt``: the positional arguments of a forward pass each (same shapes).
-    ``over="resid_pre"``: each block's residual stream at each position -> (L, T);
-    ``over="head"``: each head's output (``attn.hook_z``), all positions -> (L, H).
-    Values are averaged over the batch."""
-    if over not in ("resid_pre", "head"):
-        raise OptionError(f"patching over {over!r}: resid_pre (layer x position) or head (layer x head)")
+    ``over`` (:data:`PATCH_TARGETS`): ``"resid_pre"`` (and ``resid_mid``, ``resid_post``,
+    ``attn_out``, ``mlp_out``): that value of each block at each position -> (L, T); ``"head"``:
+    each head's output (``attn.hook_z``) at every position -> (L, H); ``"head_position"``: each
+    head at each position -> (L, H, T); ``"q"``, ``"k"``, ``"v"``, ``"pattern"``: a head's
+    queries, keys, values or attention pattern at every position -> (L, H). Values are averaged
+    over the batch (TransformerLens's ``get_act_patch_*``; its by-position head results are
+    (L, T, H))."""
+    if over not in PATCH_TARGETS:
+        raise OptionError(f"patching over {over!r}: choose one of {', '.join(PATCH_TARGETS)}")
     blocks, prefix = _blocks(model), block_prefix(model)
-    point = "hook_resid_pre" if over == "resid_pre" else "attn.hook_z"
+    point, unit = PATCH_TARGETS[over]
     names = [f"{prefix}.{i}.{point}" for i in range(len(blocks))]
+    if over == "mlp_out" and any(b.mlp is None for b in blocks):
+        raise OptionError("this model's blocks have no MLP: patch over attn_out or a residual stream instead")
     if any(torch.is_tensor(a) and torch.is_tensor(b) and a.shape != b.shape for a, b in zip(clean, corrupt)):
         raise OptionError("the clean and corrupted inputs must have the same shape (the same number of tokens)")
     clean_logits, cache = model.run_with_cache(*clean, names=names)
@@ -241,19 +264,25 @@ def patch_activations(model, clean: tuple, corrupt: tuple, metric: Metric, over:
         )
     if span.abs() < SMALL_SPAN:
         warnings.warn(span_note(float(span)), stacklevel=2)
-    size = cache[names[0]].shape[1]  # positions (B, T, D) or heads (B, H, T, d)
-    out = torch.zeros(len(blocks), size)
+    shape = cache[names[0]].shape  # streams (B, T, D); heads (B, H, T, …)
+    if unit == "position":
+        cells = [(j,) for j in range(shape[1])]
+    elif unit == "head":
+        cells = [(h,) for h in range(shape[1])]
+    else:
+        cells = [(h, j) for h in range(shape[1]) for j in range(shape[2])]
+    out = torch.zeros(len(blocks), len(cells))
     for i, name in enumerate(names):
-        for j in range(size):
+        for c, cell in enumerate(cells):
 
-            def put(x: Tensor, hook, j=j, name=name) -> Tensor:
+            def put(x: Tensor, hook, cell=cell, name=name) -> Tensor:
                 x = x.clone()
-                x[:, j] = cache[name][:, j]  # resid (B, T, D): position j; z (B, H, T, d): head j
+                x[(slice(None), *cell)] = cache[name][(slice(None), *cell)]
                 return x
 
             with model.hooks([(name, put)]):
-                out[i, j] = ((metric(model(*corrupt)).mean() - m_corrupt) / span).item()
-    return out
+                out[i, c] = ((metric(model(*corrupt)).mean() - m_corrupt) / span).item()
+    return out.view(len(blocks), shape[1], shape[2]) if unit == "head_position" else out
 
 
 def patching_figure(restored: Tensor, path, *, over: str = "resid_pre", labels: list[str] | None = None, title=""):

@@ -66,9 +66,11 @@ class GPTVerbs(Verbs):
     def patch(self, clean: str, corrupt: str, answer: str, wrong: str | None = None, *, over: str = "resid_pre"):
         """Activation patching (:mod:`attnlab.inspect.patching`): how much of the clean text's
         preference for ``answer`` (over ``wrong``, or its log-probability) each layer x position
-        (``over="resid_pre"``) or layer x head (``over="head"``) restores in the corrupted run.
-        Returns {"restored": (L, T or H) tensor, "tokens": the clean tokens (positions only), "over"}."""
-        from ..inspect.patching import logit_difference, patch_activations, patching_span
+        (``over="resid_pre"``, or any target of :data:`attnlab.inspect.patching.PATCH_TARGETS`:
+        ``"head"``, ``"attn_out"``, ``"q"`` …) restores in the corrupted run. Returns
+        {"restored": (L, T or H) tensor, "tokens": the clean tokens (positions only), "over",
+        "clean", "corrupt", "span"}."""
+        from ..inspect.patching import PATCH_TARGETS, logit_difference, patch_activations, patching_span
 
         x, y = self.token_ids(clean, "clean"), self.token_ids(corrupt, "corrupt")
         if x.shape != y.shape:
@@ -82,7 +84,8 @@ class GPTVerbs(Verbs):
             self.one_token(answer, "answer"), None if wrong is None else self.one_token(wrong, "wrong")
         )
         restored = patch_activations(self, (x,), (y,), metric, over=over)
-        tokens = [self.tokenizer.decode([i]) for i in x[0].tolist()] if over == "resid_pre" else None
+        by_position = PATCH_TARGETS.get(over, ("", ""))[1] == "position"
+        tokens = [self.tokenizer.decode([i]) for i in x[0].tolist()] if by_position else None
         return {"restored": restored, "tokens": tokens, "over": over, **patching_span(self, (x,), (y,), metric)}
 
     def attribute(
