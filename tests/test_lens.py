@@ -494,16 +494,21 @@ def test_head_detectors_match_transformer_lens(gpt):
         "induction": hd.get_induction_head_detection_pattern(tokens[None]),
     }
     _, cache = gpt.run_with_cache(tokens[None], names="blocks.*.attn.hook_pattern")
-    ours = head_scores(gpt, tokens[None])
     for kind, mask in theirs.items():
         assert torch.equal(detection_mask(tokens, kind), mask), kind
-        for layer in range(3):
-            for head in range(4):
-                pattern = cache[f"blocks.{layer}.attn.hook_pattern"][0, head]
-                ref = hd.compute_head_attention_similarity_score(
-                    pattern, mask, exclude_bos=False, exclude_current_token=False, error_measure="mul"
-                )
-                assert abs(ours[kind][layer, head].item() - ref) < 1e-5, (kind, layer, head)
+    # a pattern of one's own: attend two tokens back
+    theirs["two_back"] = torch.diag(torch.ones(8), -2)
+    for bos, current, measure in [(False, False, "mul"), (True, False, "mul"), (True, True, "mul"), (True, True, "abs"),
+                                  (False, False, "abs")]:  # fmt: skip
+        options = dict(exclude_bos=bos, exclude_current_token=current, error_measure=measure)
+        ours = head_scores(gpt, tokens[None], custom={"two_back": theirs["two_back"]}, **options)
+        for kind, mask in theirs.items():
+            for layer in range(3):
+                for head in range(4):
+                    pattern = cache[f"blocks.{layer}.attn.hook_pattern"][0, head]
+                    ref = hd.compute_head_attention_similarity_score(pattern, mask, **options)
+                    tol = 1e-5 if measure == "mul" else 6e-4  # (TransformerLens rounds "abs" to 3 decimals)
+                    assert abs(ours[kind][layer, head].item() - ref) < tol, (kind, layer, head, options)
 
 
 def test_gpt_inspections_draw_what_the_python_api_computes(tmp_path, capsys):
