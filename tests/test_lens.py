@@ -800,3 +800,41 @@ def test_every_patching_target_matches_transformer_lens(tmp_path, monkeypatch):
     patch = build_parser()._subparsers._group_actions[0].choices["patch"]
     over = next(a for a in patch._actions if a.dest == "over")
     assert list(over.choices) == [k for k in PATCH_TARGETS if k != "head_position"]
+
+
+def test_attribution_patching_estimates_activation_patching(tmp_path, monkeypatch):
+    """One forward and one backward pass estimate every cell of activation patching. It is the
+    metric's derivative along clean − corrupt (checked by a finite difference, for a stream at the
+    embeddings too); for heads and sublayer outputs of a GPT-2 at small initialisation it matches
+    the patched values (correlation ≥ 0.99, measured 0.999-1.000), while at the embeddings, where
+    swapping a token is far from linear, it does not (as Nanda 2023 warns)."""
+    from attnlab.inspect.patching import attribution_patching
+
+    _, ours = _transformer_lens_and_attnlab(tmp_path, monkeypatch, layers=2, heads=3, dim=24, init=0.05)
+    clean = torch.randint(50, (2, 7), generator=torch.Generator().manual_seed(4))
+    corrupt = clean.clone()
+    corrupt[:, 3] = (clean[:, 3] + 1) % 50
+    with torch.no_grad():
+        last = ours(clean)[0, -1]
+        metric = logit_difference(int(last.argmax()), int(last.argmin()))
+        span = metric(ours(clean)).mean() - metric(ours(corrupt)).mean()
+    for over in ("attn_out", "mlp_out", "head", "head_position", "v"):
+        exact = patch_activations(ours, (clean,), (corrupt,), metric, over=over)
+        estimate = attribution_patching(ours, (clean,), (corrupt,), metric, over=over)
+        assert estimate.shape == exact.shape, over
+        assert torch.corrcoef(torch.stack([estimate.flatten(), exact.flatten()]))[0, 1] > 0.99, over
+    # the derivative itself: move layer 1's input at position 3 a little towards its clean value
+    estimate = attribution_patching(ours, (clean,), (corrupt,), metric, over="resid_pre")
+    _, clean_cache = ours.run_with_cache(clean, names="blocks.1.hook_resid_pre")
+    step = 1e-3
+
+    def nudge(x, hook):
+        x = x.clone()
+        x[:, 3] += step * (clean_cache["blocks.1.hook_resid_pre"][:, 3] - x[:, 3])
+        return x
+
+    with torch.no_grad(), ours.hooks([("blocks.1.hook_resid_pre", nudge)]):
+        moved = metric(ours(corrupt)).mean()
+    with torch.no_grad():
+        slope = (moved - metric(ours(corrupt)).mean()) / step / span
+    assert abs(slope - estimate[1, 3]) < 0.02 * abs(estimate[1, 3]) + 1e-3, (slope, estimate[1, 3])
