@@ -141,3 +141,20 @@ def test_bad_prompt_and_checkpoints(run, tmp_path, capsys):
     assert "holds a vit model, but this command needs a gpt model" in _err(capsys, ["sample", "--ckpt", str(other)])
     (other / "config.json").write_text(json.dumps({**cfg, "model_type": "lstm9"}))
     assert "unknown model_type 'lstm9'" in _err(capsys, ["sample", "--ckpt", str(other)])
+
+
+def test_a_misspelled_option_gets_the_nearest_one_and_a_resume_below_the_run_is_refused(tmp_path, capsys):
+    """`--lrr 0.1` names `--lr`; `--resume --max-iters 1` on a run at step 2 said nothing and exited 0."""
+    from attnlab.cli import main
+    from helpers import train_tiny_gpt
+
+    assert main(["train", "gpt", "--lrr", "0.1", "--out", str(tmp_path / "never")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "unrecognized arguments: --lrr 0.1; did you mean --lr?" in err
+    assert main(["sample", "--ckpt", "x", "--temprature", "0"]) == 2
+    assert "did you mean --temperature?" in capsys.readouterr().err
+    run = train_tiny_gpt(main, tmp_path)  # 2 steps
+    capsys.readouterr()
+    assert main(["train", "gpt", "--out", str(run), "--resume", "--max-iters", "1", "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert "is at step 2 already; give --max-iters above 2" in err and err.count("\n") == 1, err

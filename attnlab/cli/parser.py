@@ -12,10 +12,35 @@ EPILOG = "Every command has --help. Data directory: --data-dir or the ATTNLAB_DA
 
 
 class Parser(argparse.ArgumentParser):
-    """argparse that reports a bad option in one line (what is wrong, where to look) and exits 2."""
+    """argparse that reports a bad option in one line (what is wrong, where to look, and for a
+    misspelled option the nearest real ones) and exits 2."""
 
     def error(self, message: str) -> typing.NoReturn:
+        if message.startswith("unrecognized arguments:"):
+            message += did_you_mean(message.split(":", 1)[1].split(), self.option_strings())
         self.exit(2, f"error: {message} (see {self.prog} --help)\n")
+
+    def option_strings(self) -> set[str]:
+        """Every --flag of this parser and of its subcommands, all levels down."""
+        found = set()
+        for action in self._actions:
+            found.update(action.option_strings)
+            if isinstance(action, argparse._SubParsersAction):
+                for sub in action.choices.values():
+                    found |= sub.option_strings() if isinstance(sub, Parser) else set()
+        return found
+
+
+def did_you_mean(words: list[str], options: set[str]) -> str:
+    """"; did you mean --lr?" for the words that look like a misspelled option, else ""."""
+    import difflib
+
+    guesses = []
+    for word in words:
+        flag = word.split("=", 1)[0]
+        if flag.startswith("--"):
+            guesses += difflib.get_close_matches(flag, sorted(options), n=1, cutoff=0.75)
+    return f"; did you mean {' / '.join(dict.fromkeys(guesses))}?" if guesses else ""
 
 
 def flag_type(check):

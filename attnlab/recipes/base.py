@@ -451,6 +451,12 @@ def train(recipe: Recipe, args) -> TrainResult:
     if saved:
         saved_cfg = recipe.models[saved["model_type"]].config_class.from_dict(saved["model"])
         refuse_model_changes(out, saved_cfg, model_over, recipe.run_options(args, saved))
+        asked_iters = given(args, args.train_fields).get("max_iters")
+        if asked_iters is not None and asked_iters < saved.get("step", 0):  # (it would exit 0 having done nothing)
+            raise OptionError(
+                f"--max-iters {asked_iters}: the run in {out} is at step {saved['step']} already; give --max-iters "
+                f"above {saved['step']} to train it further (sample or eval use it as it is)"
+            )
         tcfg = train_config(args, saved)
     if (
         recipe.default_seconds
