@@ -838,3 +838,49 @@ def test_attribution_patching_estimates_activation_patching(tmp_path, monkeypatc
     with torch.no_grad():
         slope = (moved - metric(ours(corrupt)).mean()) / step / span
     assert abs(slope - estimate[1, 3]) < 0.02 * abs(estimate[1, 3]) + 1e-3, (slope, estimate[1, 3])
+
+
+def test_path_patching_by_hand(gpt):
+    """Senders in the last layer reach the logits only directly: their path-patching fractions are
+    their activation-patching ones. A path from a layer-0 head into one layer-2 head's queries,
+    recomputed here step by step with hooks, gives the same number; senders at or after the
+    receiver's layer score 0."""
+    from attnlab.inspect.patching import path_patching
+
+    clean = torch.randint(23, (2, 8), generator=torch.Generator().manual_seed(2))
+    corrupt = clean.clone()
+    corrupt[:, 4] = (clean[:, 4] + 1) % 23
+    with torch.no_grad():
+        last = gpt(clean)[0, -1]
+    metric = logit_difference(int(last.argmax()), int(last.argmin()))
+    direct = path_patching(gpt, (clean,), (corrupt,), metric)
+    heads = patch_activations(gpt, (clean,), (corrupt,), metric, over="head")
+    torch.testing.assert_close(direct[2], heads[2], atol=1e-5, rtol=1e-4)
+    assert not torch.allclose(direct[0], heads[0], atol=1e-3)  # earlier heads also act through later ones
+
+    receivers = [(2, 1, "q")]
+    paths = path_patching(gpt, (clean,), (corrupt,), metric, receivers)
+    assert torch.all(paths[2] == 0)
+    z = [f"blocks.{i}.attn.hook_z" for i in range(3)]
+    with torch.no_grad():
+        _, c = gpt.run_with_cache(clean, names=z)
+        corrupt_logits, k = gpt.run_with_cache(corrupt, names=z)
+
+        def frozen(x, hook):  # every head's output from the corrupted run, but head 0.3's from the clean one
+            x = k[hook.name].clone()
+            if hook.name == "blocks.0.attn.hook_z":
+                x[:, 3] = c[hook.name][:, 3]
+            return x
+
+        with gpt.hooks([(z, frozen)]):
+            _, got = gpt.run_with_cache(corrupt, names="blocks.2.attn.hook_q")
+
+        def deliver(x, hook):
+            x = x.clone()
+            x[:, 1] = got["blocks.2.attn.hook_q"][:, 1]
+            return x
+
+        with gpt.hooks([("blocks.2.attn.hook_q", deliver)]):
+            moved = metric(gpt(corrupt)).mean()
+        span = metric(gpt(clean)).mean() - metric(corrupt_logits).mean()
+    assert abs(paths[0, 3] - (moved - metric(corrupt_logits).mean()) / span) < 1e-5

@@ -32,7 +32,7 @@ class Parser(argparse.ArgumentParser):
 
 
 def did_you_mean(words: list[str], options: set[str]) -> str:
-    """"; did you mean --lr?" for the words that look like a misspelled option, else ""."""
+    """ "; did you mean --lr?" for the words that look like a misspelled option, else ""."""
     import difflib
 
     guesses = []

@@ -319,6 +319,66 @@ def attribution_patching(model, clean: tuple, corrupt: tuple, metric: Metric, ov
     return (torch.stack(rows) / span).detach().cpu()
 
 
+@torch.no_grad()
+def path_patching(
+    model, clean: tuple, corrupt: tuple, metric: Metric, receivers: list[tuple[int, int, str]] | None = None
+) -> Tensor:
+    """Path patching (Wang et al. 2022): how much of the clean behaviour each head restores through
+    the paths from it to the ``receivers`` alone -> (L, H) fractions of clean − corrupt, as
+    :func:`patch_activations` reports them.
+
+    For each sender head: (1) run the corrupted input with the sender's output (``attn.hook_z``)
+    taken from the clean run and every other head's frozen at its corrupted value (the MLPs
+    recompute: they are part of every path), and record what the receivers read; (2) run the
+    corrupted input again with only the receivers' inputs replaced by those records, and score it.
+    ``receivers``: None for the logits (the direct paths, through the MLPs after the sender), or
+    (layer, head, "q" | "k" | "v") inputs of later heads; senders at or after a receiver's layer
+    score 0."""
+    blocks, prefix = _blocks(model), block_prefix(model)
+    n_layers = len(blocks)
+    z_names = [f"{prefix}.{i}.attn.hook_z" for i in range(n_layers)]
+    for layer, head, part in receivers or []:
+        if part not in ("q", "k", "v") or not 0 <= layer < n_layers or not 0 <= head < blocks[layer].attn.n_heads:
+            raise OptionError(f"receiver {(layer, head, part)!r}: (layer, head, 'q' | 'k' | 'v') of this model")
+    receiver_names = sorted({f"{prefix}.{layer}.attn.hook_{part}" for layer, _, part in receivers or []})
+    clean_logits, clean_cache = model.run_with_cache(*clean, names=z_names)
+    corrupt_logits, corrupt_cache = model.run_with_cache(*corrupt, names=z_names)
+    m_corrupt = metric(corrupt_logits).mean()
+    span = metric(clean_logits).mean() - m_corrupt
+    if span.abs() < 1e-6:
+        raise OptionError(
+            "the clean and corrupted inputs give the same metric: corrupt the input so the answer changes"
+        )
+    heads = blocks[0].attn.n_heads
+    out = torch.zeros(n_layers, heads)
+    last_receiver = max((layer for layer, _, _ in receivers or []), default=n_layers)
+    for sender_layer in range(min(n_layers, last_receiver)):
+        for sender in range(heads):
+
+            def freeze(x: Tensor, hook, sender_layer=sender_layer, sender=sender) -> Tensor:
+                x = corrupt_cache[hook.name].clone()  # every head as in the corrupted run ...
+                if hook.name == z_names[sender_layer]:
+                    x[:, sender] = clean_cache[hook.name][:, sender]  # ... but the sender, as in the clean one
+                return x
+
+            with model.hooks([(z_names, freeze)]):
+                if receivers is None:  # the direct paths: score this run itself
+                    out[sender_layer, sender] = ((metric(model(*corrupt)).mean() - m_corrupt) / span).item()
+                    continue
+                _, received = model.run_with_cache(*corrupt, names=receiver_names)
+
+            def deliver(x: Tensor, hook) -> Tensor:
+                x = x.clone()
+                for layer, head, part in receivers:
+                    if hook.name == f"{prefix}.{layer}.attn.hook_{part}" and layer > sender_layer:
+                        x[:, head] = received[hook.name][:, head]
+                return x
+
+            with model.hooks([(receiver_names, deliver)]):
+                out[sender_layer, sender] = ((metric(model(*corrupt)).mean() - m_corrupt) / span).item()
+    return out
+
+
 def patching_figure(restored: Tensor, path, *, over: str = "resid_pre", labels: list[str] | None = None, title=""):
     """The patching heat map: layers down, positions (with their tokens) or heads across."""
     from .plots import plt, save_figure
