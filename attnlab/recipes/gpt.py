@@ -28,7 +28,7 @@ class GPTVerbs(Verbs):
     """A GPT loaded by :func:`attnlab.load`: ``tokenizer``, ``generate``, ``patch``, ``logit_lens``,
     ``attribute``."""
 
-    def token_ids(self, text: str, what: str):
+    def token_ids(self, text: str, what: str = "text"):
         """``text`` as a batch of one (1, T) of token ids, refused in one line (naming it ``what``)
         when empty, not encodable or longer than the context."""
         import torch
