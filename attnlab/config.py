@@ -90,6 +90,14 @@ class Config(metaclass=_ConfigType):
             v = getattr(self, name)
             if v is not None and not 1 <= v <= MAX_SIZE:
                 raise ValueError(f"{self.label(name)} must be an integer from 1 to {MAX_SIZE}, got {v}")
+        for f in fields(self):  # rates and ratios with the same meaning in every family
+            v = getattr(self, f.name)
+            if (f.name == "dropout" or f.name.endswith("_dropout")) and isinstance(v, float) and not 0 <= v < 1:
+                raise ValueError(
+                    f"--{f.name.replace('_', '-')} must be in [0, 1), got {v}: 1 would zero every activation it touches"
+                )
+            if f.name == "mlp_ratio" and isinstance(v, float) and not v > 0:
+                raise ValueError(f"--mlp-ratio must be positive, got {v}: the MLP would have no hidden units")
 
     @classmethod
     def label(cls, name: str) -> str:

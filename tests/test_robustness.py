@@ -442,3 +442,23 @@ def test_an_interrupt_between_a_step_and_its_log_line_loses_no_line(tmp_path, mo
     assert [r["step"] for r in read_metrics(tmp_path / "r" / "metrics.jsonl")] == [1, 2, 3]
     attnlab.train("gpt", out=tmp_path / "r", resume=True, **opts)
     assert [r["step"] for r in read_metrics(tmp_path / "r" / "metrics.jsonl")] == [1, 2, 3, 4, 5, 6]
+
+
+@pytest.mark.parametrize(
+    "argv, words",
+    [
+        (["train", "gpt", "--dropout", "1.0"], "--dropout must be in [0, 1), got 1.0"),
+        (["train", "vit", "--mlp-ratio", "0"], "--mlp-ratio must be positive"),
+        (["train", "gpt", "--rel-heads"], "--rel-heads shapes the relative-position tables: it needs --pos relative"),
+        (["train", "gpt", "--out", ""], "--out '' names no folder"),
+    ],
+)
+def test_options_that_would_train_nonsense_are_refused(tmp_path, capsys, monkeypatch, argv, words):
+    """Accepted silently before (issue 38): a dropout of 1 zeroes every activation, an MLP ratio of 0
+    leaves no hidden unit, --rel-heads without relative positions did nothing, --out '' wrote the run
+    into the current folder."""
+    monkeypatch.chdir(tmp_path)
+    assert main(argv if "--out" in argv else [*argv, "--out", str(tmp_path / "never")]) == 2
+    err = capsys.readouterr().err
+    assert words in err and err.count("\n") == 1, err
+    assert list(tmp_path.iterdir()) == []

@@ -151,6 +151,10 @@ class GPTConfig(Config):
             raise ValueError(f"--attn-tie must be none, qk or kv, got {self.attn_tie!r}")
         if self.attn_scale is not None and not self.attn_scale > 0:
             raise ValueError(f"--attn-scale must be positive, got {self.attn_scale}")
+        if self.rel_heads and self.pos != "relative":
+            raise ValueError(
+                f"--rel-heads shapes the relative-position tables: it needs --pos relative (got --pos {self.pos})"
+            )
         if self.vocab_multiple < 1:
             raise ValueError(f"--vocab-multiple must be at least 1, got {self.vocab_multiple}")
 

@@ -435,6 +435,8 @@ def train(recipe: Recipe, args) -> TrainResult:
     from ..training import Trainer
     from ..training import distributed as D
 
+    if not str(args.out).strip():  # (Path("") is the current folder: the run would land among other files)
+        raise OptionError("--out '' names no folder; give the run folder to write (e.g. runs/gpt)")
     out = Path(args.out)
     model_over = given(args, args.model_fields)
     restarts = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
