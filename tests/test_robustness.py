@@ -1,5 +1,6 @@
 """What a hostile user tried (issue 27), each a case that slipped through before its fix."""
 
+import re
 from pathlib import Path
 
 import pytest
@@ -462,3 +463,25 @@ def test_options_that_would_train_nonsense_are_refused(tmp_path, capsys, monkeyp
     err = capsys.readouterr().err
     assert words in err and err.count("\n") == 1, err
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    "kw, words",
+    [
+        (dict(max_new_tokens=True), "max_new_tokens=True: must be an integer"),
+        (dict(use_cache="no"), "use_cache='no': must be True or False"),
+        (dict(compile="yes"), "compile='yes': must be True or False"),
+        (dict(top_k=-1), "top_k=-1: must be None or an integer"),
+        (dict(seed="3"), "seed='3': must be None or an integer"),
+        (dict(top_p=0), "top_p=0: must be None or a probability"),
+    ],
+)
+def test_generate_refuses_arguments_of_the_wrong_type(kw, words):
+    """Coerced before (issue 38): max_new_tokens=True generated one token, use_cache="no" used the
+    cache, top_k=-1 meant no top-k, seed="3" raised torch's own RuntimeError."""
+    import attnlab
+    from attnlab.errors import OptionError
+
+    model = attnlab.load(Path(__file__).parent / "fixtures" / "runs_v0_1" / "gpt")
+    with pytest.raises(OptionError, match=re.escape(words)):
+        model.generate("The", **{"max_new_tokens": 5, **kw})

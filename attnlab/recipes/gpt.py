@@ -170,10 +170,24 @@ class GPTVerbs(Verbs):
             raise OptionError("prompt must be text or a list of texts")
         if not many and not isinstance(prompt, str):
             raise OptionError(f"prompt must be text, got {type(prompt).__name__}")
-        if not isinstance(max_new_tokens, int) or max_new_tokens < 1:
-            raise OptionError(f"max_new_tokens={max_new_tokens!r}: must be an integer of at least 1")
+
+        def whole(value) -> bool:  # (True is an int to Python, not a count to anyone)
+            return isinstance(value, int) and not isinstance(value, bool)
+
+        for name, value, least in (("max_new_tokens", max_new_tokens, 1), ("batch_size", batch_size, 1),
+                                   ("draft_tokens", draft_tokens, 1)):  # fmt: skip
+            if not whole(value) or value < least:
+                raise OptionError(f"{name}={value!r}: must be an integer of at least {least}")
+        for name, value in (("top_k", top_k), ("seed", seed)):
+            if value is not None and (not whole(value) or value < 0):
+                raise OptionError(f"{name}={value!r}: must be None or an integer of at least 0")
+        for name, value in (("use_cache", use_cache), ("compile", compile)):
+            if not isinstance(value, bool):
+                raise OptionError(f"{name}={value!r}: must be True or False")
         if not (isinstance(temperature, (int, float)) and math.isfinite(temperature) and temperature >= 0):
             raise OptionError(f"temperature={temperature!r}: must be 0 (greedy) or more")
+        if top_p is not None and not (isinstance(top_p, (int, float)) and 0 < top_p <= 1):
+            raise OptionError(f"top_p={top_p!r}: must be None or a probability in (0, 1]")
         if isinstance(stop, str):
             stop = [stop]
         if any(s == "" for s in stop):
