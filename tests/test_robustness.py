@@ -485,3 +485,27 @@ def test_generate_refuses_arguments_of_the_wrong_type(kw, words):
     model = attnlab.load(Path(__file__).parent / "fixtures" / "runs_v0_1" / "gpt")
     with pytest.raises(OptionError, match=re.escape(words)):
         model.generate("The", **{"max_new_tokens": 5, **kw})
+
+
+def test_a_tokenizer_larger_than_the_models_vocabulary_is_refused_at_load(tmp_path, capsys):
+    """A config.json whose tokenizer does not fit the weights was accepted (issue 38): now load, sample
+    and eval refuse it in one line."""
+    import json
+    import shutil
+
+    import attnlab
+    from attnlab.errors import CheckpointError
+
+    run = tmp_path / "gpt"
+    shutil.copytree(Path(__file__).parent / "fixtures" / "runs_v0_1" / "gpt", run)
+    for name in ("best", "last"):  # a character tokenizer with 400 characters more than the model has rows
+        path = run / name / "config.json"
+        cfg = json.loads(path.read_text())
+        cfg["tokenizer"]["chars"] = list(cfg["tokenizer"]["chars"]) + [chr(0x4E00 + i) for i in range(400)]
+        path.write_text(json.dumps(cfg))
+    with pytest.raises(CheckpointError, match="more than the model's vocabulary"):
+        attnlab.load(run)
+    for argv in (["sample", "--ckpt", str(run), "--max-new-tokens", "3"], ["eval", "--ckpt", str(run)]):
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        assert "more than the model's vocabulary" in err and err.count("\n") == 1, err

@@ -131,6 +131,7 @@ class GPTVerbs(Verbs):
             self.tokenizer = lm_tokenizer(meta, self.checkpoint)
         except CheckpointError:
             self.tokenizer = None
+        tokenizer_that_fits(self.tokenizer, self.config.vocab_size, self.checkpoint)
 
     def generate(
         self,
@@ -712,7 +713,20 @@ def load_lm(ckpt: str, device: str):
 
     dev = pick_device(device)
     model, meta = load_model(ckpt, expect="gpt", device=str(dev), with_meta=True)
-    return model, lm_tokenizer(meta, ckpt), meta, dev
+    return model, tokenizer_that_fits(lm_tokenizer(meta, ckpt), model.config.vocab_size, ckpt), meta, dev
+
+
+def tokenizer_that_fits(tokenizer, vocab_size: int, ckpt):
+    """``tokenizer``, refused when it has more tokens than the model's vocabulary (an edited or mixed
+    run folder: its ids past the vocabulary would index outside the embedding)."""
+    from ..errors import CheckpointError
+
+    if tokenizer is not None and tokenizer.vocab_size > vocab_size:
+        raise CheckpointError(
+            f"{ckpt}: its tokenizer has {tokenizer.vocab_size} tokens, more than the model's vocabulary of "
+            f"{vocab_size}; the folder mixes two runs (train again, or restore its config.json)"
+        )
+    return tokenizer
 
 
 def lm_tokenizer(meta: dict, ckpt):
