@@ -509,3 +509,21 @@ def test_a_tokenizer_larger_than_the_models_vocabulary_is_refused_at_load(tmp_pa
         assert main(argv) == 2
         err = capsys.readouterr().err
         assert "more than the model's vocabulary" in err and err.count("\n") == 1, err
+
+
+def test_eval_out_must_be_a_png_and_predict_refuses_nan_images(tmp_path, capsys):
+    """`eval --out c.txt` wrote a PNG named c.txt; `predict` of a NaN tensor returned a class (issue 38)."""
+    import torch
+
+    import attnlab
+    from attnlab.errors import DataError
+
+    vit = Path(__file__).parent / "fixtures" / "runs_v0_1" / "vit"
+    assert main(["eval", "--ckpt", str(vit), "--out", str(tmp_path / "c.txt")]) == 2
+    err = capsys.readouterr().err
+    assert "should end in .png" in err and err.count("\n") == 1, err
+    assert not (tmp_path / "c.txt").exists()
+    model = attnlab.load(vit)
+    c = model.config
+    with pytest.raises(DataError, match="NaN or infinite"):
+        model.predict(torch.full((c.in_chans, c.image_size, c.image_size), float("nan")))

@@ -311,6 +311,8 @@ def images_argument(images, channels: int, size: int) -> tuple[Tensor, bool]:
                 f"images must be ({channels}, {size}, {size}) or (N, {channels}, {size}, {size}) "
                 f"in [0, 1], got {tuple(images.shape)}"
             )
+        if not torch.isfinite(x).all():  # (a NaN image would get a confident-looking class)
+            raise DataError("images hold NaN or infinite values; give pixel values in [0, 1]")
         return x.float(), single
     single = isinstance(images, (str, Path))
     paths = [images] if single else list(images)

@@ -253,7 +253,9 @@ class ImageClassifierRecipe(Recipe):
         from ..data.images import load_images, normalize
         from ..inspect.analysis import confusion_matrix
         from ..inspect.plots import confusion_matrix_png
+        from ..outputs import output_file
 
+        out = output_file(args.out, ".png") if args.out else None  # (refused before any work)
         model, meta, dev = load_classifier(args.ckpt, args.device)
         spec = args.data or meta.get("data_spec") or meta.get("data")
         splits = load_images(spec, args.data_dir)
@@ -281,7 +283,7 @@ class ImageClassifierRecipe(Recipe):
             )
         acc = (pred == y).float().mean().item()
         cm = confusion_matrix(y, pred, len(splits.labels))
-        out = Path(args.out) if args.out else Path(args.ckpt) / "confusion.png"
+        out = out or Path(args.ckpt) / "confusion.png"
         confusion_matrix_png(cm.numpy(), splits.labels, out, title=f"{splits.name} {split}: accuracy {acc:.4f}")
         res = {
             "data": splits.name,

@@ -468,13 +468,14 @@ def _scores(args, c, name: str, split: str, pred, y, counted: str = "texts") -> 
     (``counted``: what the count of items is called)."""
     from ..inspect.analysis import confusion_matrix
     from ..inspect.plots import confusion_matrix_png
+    from ..outputs import output_file
 
     cm = confusion_matrix(y, pred, c.num_classes)
     tp = cm.diag().float()
     f1 = 2 * tp / (cm.sum(0) + cm.sum(1)).float().clamp_min(1)
     present = (cm.sum(1) + cm.sum(0)) > 0  # classes with no true and no predicted item do not count
     acc = (pred == y).float().mean().item()
-    out = Path(args.out) if getattr(args, "out", None) else Path(args.ckpt) / "confusion.png"
+    out = output_file(args.out, ".png") if getattr(args, "out", None) else Path(args.ckpt) / "confusion.png"
     confusion_matrix_png(cm.numpy(), list(c.labels), out, title=f"{name} {split}: accuracy {acc:.4f}")
     return {
         "data": name,
@@ -492,6 +493,10 @@ def evaluate_encoder(args) -> dict:
     from ..losses import cross_entropy
     from ..training.tasks import TextClassificationTask, TokenTaggingTask, bert_mask
 
+    from ..outputs import output_file
+
+    if getattr(args, "out", None):
+        output_file(args.out, ".png")  # (refused before any work: the confusion matrix is a PNG)
     model, tok, meta, dev = load_text_encoder(args.ckpt, args.device)
     spec = args.data or meta.get("data_spec")
     c = model.config
