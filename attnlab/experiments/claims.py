@@ -1068,12 +1068,16 @@ def heads(ctx: Context) -> Result:
     save_figure(fig, ctx.out / "heads.png")
     h = js.shape[0]
 
+    spread0 = max(d[1] for d in deltas0) - min(d[1] for d in deltas0)  # the untrained model's
+
     def judged(js, deltas) -> tuple[bool, float, float, float]:
         off, vals = js[~np.eye(h, dtype=bool)], [d[1] for d in deltas]
         ok = (
             off.mean() > 1.1 * js0[~np.eye(h, dtype=bool)].mean()
             and max(vals) > 0.05
-            and max(vals) > 2 * max(min(vals), 1e-4)
+            # different amounts: the effects spread over more than 0.05 nats and more than twice the
+            # untrained model's spread (a bar of their own, not a ratio to a near-zero smallest effect)
+            and max(vals) - min(vals) > max(0.05, 2 * spread0)
         )
         return ok, off.mean(), min(vals), max(vals)
 
@@ -1081,12 +1085,14 @@ def heads(ctx: Context) -> Result:
     base_ok, js0_mean, low0, high0 = judged(js0, deltas0)
     return Result(
         f"trained: mean JS divergence between two heads of layer 0 {js_mean:.3f} nats, loss increase without one "
-        f"head from {low:.4f} to {high:.4f} (base loss {base:.3f}); untrained baseline: mean JS {js0_mean:.3f}, "
-        f"ablation effects {low0:.4f} to {high0:.4f} ({'passes, so the test is void' if base_ok else 'fails'})",
+        f"head from {low:.4f} to {high:.4f} (spread {high - low:.4f}; base loss {base:.3f}); untrained baseline: "
+        f"mean JS {js0_mean:.3f}, ablation effects {low0:.4f} to {high0:.4f} (spread {spread0:.4f}; "
+        f"{'passes, so the test is void' if base_ok else 'fails'})",
         ok and not base_ok,
         "heads differ more than the untrained model's (mean JS at least 10 % above its value, which ALiBi's "
         "per-head slopes make large from the start); some head matters (removing it costs > 0.05 nats) and the "
-        "largest ablation effect is more than twice the smallest; the same test on the untrained model must fail",
+        "ablation effects spread over more than 0.05 nats and more than twice the untrained model's spread; "
+        "the same test on the untrained model must fail",
         "heads.png",
         note="the ALiBi GPT of the `length` claim, 8 windows of 64 validation tokens; baseline: the same "
         "architecture and seed before training",
