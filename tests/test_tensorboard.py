@@ -28,7 +28,7 @@ def _train(run, corpus, *extra) -> None:
     assert main(argv) == 0
 
 
-def test_tensorboard_holds_what_metrics_jsonl_holds(tmp_path):
+def test_tensorboard_holds_what_metrics_jsonl_holds(tmp_path, capsys):
     from PIL import Image
 
     import attnlab
@@ -37,6 +37,8 @@ def test_tensorboard_holds_what_metrics_jsonl_holds(tmp_path):
     corpus.write_text("the cat sat on the mat. " * 100)
     run = tmp_path / "run"
     _train(run, corpus, "--max-iters", "8")
+    logs = run / "tensorboard"  # the run says where its logs are and how to open them
+    assert f"tensorboard: logging to {logs}; watch with: tensorboard --logdir {logs}" in capsys.readouterr().err
     records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     ea = _events(run)
     keys = {k for r in records for k, v in r.items() if k != "step" and isinstance(v, (int, float))}

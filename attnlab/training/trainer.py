@@ -521,9 +521,11 @@ class Trainer:
 
     def open_tensorboard(self) -> None:
         """``--tensorboard``: the TensorBoard log (rank 0's)."""
-        from .tensorboard import TensorBoardLog
+        from .tensorboard import FOLDER, TensorBoardLog
 
         self.tensorboard = TensorBoardLog(self.out, resume_step=self.step)
+        logs = self.out / FOLDER
+        print(f"tensorboard: logging to {logs}; watch with: tensorboard --logdir {logs}", file=sys.stderr, flush=True)
 
     def close_tensorboard(self) -> None:
         if self.tensorboard is None:
