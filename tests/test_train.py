@@ -205,3 +205,19 @@ def test_bad_ema_values_are_refused():
         TrainConfig(ema=-0.5)
     with pytest.raises(ValueError, match="--fsdp"):
         TrainConfig(ema=0.99, fsdp=True)
+
+
+def test_progress_into_a_pipe_is_plain_lines_not_redraws(tmp_path, capsys, monkeypatch):
+    """With stderr not a terminal, no carriage-return bar: a plain line with the ETA every
+    PLAIN_PROGRESS_S seconds (made 0 here, so every logged step writes one)."""
+    from attnlab.training import trainer as T
+
+    (tmp_path / "corpus.txt").write_text(TEXT)
+    monkeypatch.setattr(T, "PLAIN_PROGRESS_S", 0.0)
+    t = _setup(tmp_path, max_iters=6, progress=True, log_interval=3, eval_interval=6)
+    capsys.readouterr()
+    t.fit()
+    err = capsys.readouterr().err
+    assert "\r" not in err
+    lines = [line for line in err.splitlines() if line.startswith("step ") and "min left" in line]
+    assert [line.split(":")[0] for line in lines] == ["step 3/6", "step 6/6"], err

@@ -563,10 +563,18 @@ class Trainer:
                 t.to(self.device) for t in self.task.batch("val", 1, torch.Generator().manual_seed(0))
             ]
         sharded = self.sharded
+        # a progress bar on a terminal; into a pipe or a log file, a plain line now and then instead of
+        # hundreds of carriage-return redraws
+        plain = cfg.progress and main and not sys.stderr.isatty()
         bar = tqdm(
-            total=cfg.max_iters, initial=self.step, disable=not (cfg.progress and main), unit="it", dynamic_ncols=True
+            total=cfg.max_iters,
+            initial=self.step,
+            disable=not (cfg.progress and main) or plain,
+            unit="it",
+            dynamic_ncols=True,
         )
         t0, items = time.perf_counter(), 0
+        started, last_line, first_step = time.perf_counter(), time.perf_counter(), self.step
         warm = self.step + 1  # throughput is measured from the end of the first step (compilation, caches)
         # --compile auto: time a few eager steps (on CUDA it is on from the start: nothing to decide)
         decide_at = warm + PROBE_STEPS if cfg.compile is None and not self.compile_from_start else None
@@ -606,6 +614,16 @@ class Trainer:
                         dt = time.perf_counter() - t0
                         rec["items_per_s"] = items / dt if dt > 0 else 0.0
                         bar.set_postfix(loss=f"{rec['loss']:.4f}", tok_s=f"{rec['items_per_s']:.0f}")
+                        now = time.perf_counter()
+                        if plain and now - last_line >= PLAIN_PROGRESS_S:
+                            last_line = now
+                            left = (cfg.max_iters - self.step) * (now - started) / max(1, self.step - first_step)
+                            print(
+                                f"step {self.step}/{cfg.max_iters}: loss {rec['loss']:.4f}, "
+                                f"{rec['items_per_s']:.0f} items/s, about {left / 60:.1f} min left",
+                                file=sys.stderr,
+                                flush=True,
+                            )
                     if evaluating:
                         ev = self.evaluate()
                         for split in ("train", "val"):
@@ -705,6 +723,9 @@ class Trainer:
 
         return loss_curve(self.history, self.out / "loss.png")
 
+
+# Seconds between two progress lines when the output is not a terminal (a log file, a pipe, CI).
+PLAIN_PROGRESS_S = 30.0
 
 RAW_PREFIX = "weights."  # trainer.safetensors keys of the training weights under --ema
 
