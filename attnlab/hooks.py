@@ -47,6 +47,7 @@ class HookPoint(nn.Module):
         self.name: str = ""  # set by HookedModule.hook_points()
         self.step_dim = step_dim
         self.fns: list[HookFn] = []
+        self.torch_hooked = False  # a PyTorch hook was registered on this point
 
     @property
     def active(self) -> bool:
@@ -73,22 +74,33 @@ class HookPoint(nn.Module):
 
     def __call__(self, x: Tensor) -> Tensor:
         # With nothing attached a hook point is free (nn.Module.__call__ costs microseconds). With
-        # attnlab hook functions or PyTorch's own hooks (register_forward_hook and the like, which
-        # captum's layer methods use) it is a real module call, so that every kind of hook fires.
-        torch_hooks = self._forward_hooks or self._forward_pre_hooks or self._backward_hooks or self._backward_pre_hooks
-        if self.fns or torch_hooks or _global_hooks():
+        # attnlab hook functions, PyTorch hooks registered on it (register_forward_hook and the like,
+        # which captum's layer methods use) or forward hooks on every module, it is a real module
+        # call, so that every kind of hook fires.
+        if self.fns or self.torch_hooked or torch_module._global_forward_hooks:
             return super().__call__(x)
         return x
 
+    # PyTorch's hook registrations mark the point (for good: a removed hook leaves it a module call,
+    # which is as correct and only slower)
+    def register_forward_hook(self, *args, **kwargs):
+        self.torch_hooked = True
+        return super().register_forward_hook(*args, **kwargs)
+
+    def register_forward_pre_hook(self, *args, **kwargs):
+        self.torch_hooked = True
+        return super().register_forward_pre_hook(*args, **kwargs)
+
+    def register_full_backward_hook(self, *args, **kwargs):
+        self.torch_hooked = True
+        return super().register_full_backward_hook(*args, **kwargs)
+
+    def register_full_backward_pre_hook(self, *args, **kwargs):
+        self.torch_hooked = True
+        return super().register_full_backward_pre_hook(*args, **kwargs)
+
     def extra_repr(self) -> str:
         return f"{self.name!r}" if self.name else ""
-
-
-def _global_hooks() -> bool:
-    """Whether hooks registered for every module (``torch.nn.modules.module.register_module_forward_hook``
-    and its kin) are set: a hook point then calls through ``nn.Module.__call__`` too."""
-    m = torch_module
-    return bool(m._global_forward_hooks or m._global_forward_pre_hooks or m._global_backward_hooks)
 
 
 class ActivationCache(dict):
