@@ -1,5 +1,5 @@
 # Two commands set everything up on a fresh machine:
-#   make demo   - create .venv, install attnlab, train a small GPT on the embedded corpus and sample
+#   make demo   - create .venv, install attnlab (no extra), train a small GPT on the embedded corpus and sample
 #   make test   - create .venv with the test extras; lint, run the whole test suite (the notebooks too),
 #                 build the docs strictly and check the wheel installs and runs outside the source tree
 PYTHON ?= python3
@@ -19,11 +19,19 @@ $(VENV)/.installed-%: pyproject.toml
 	$(PIP) install -q -e ".[$*]" $(TORCH)  # (pinned again: an extra must not pull another torch)
 	touch $@
 
+# .installed-core: attnlab alone (what the demo needs: no extra)
+$(VENV)/.installed-core: pyproject.toml
+	test -d $(VENV) || $(PYTHON) -m venv $(VENV)
+	$(PIP) install -q --upgrade pip
+	$(PIP) install -q $(TORCH)
+	$(PIP) install -q -e . $(TORCH)
+	touch $@
+
 venv: $(VENV)/.installed-all
 
-demo: $(VENV)/.installed-all
+demo: $(VENV)/.installed-core
 	@if [ -d runs/demo/last ]; then echo "runs/demo already trained: sampling from it (rm -rf runs/demo to train again)"; \
-	else $(VENV)/bin/attnlab train gpt --out runs/demo; fi
+	else $(VENV)/bin/attnlab train gpt --out runs/demo --sample-chars 0; fi
 	$(VENV)/bin/attnlab sample --ckpt runs/demo --prompt "The " --max-new-tokens 300
 
 # the explorer's browser tests need Chromium: installed from Debian when missing and run as root
