@@ -164,9 +164,7 @@ class Trainer:
         # accuracy over the whole split), else on the validation loss
         self.select_metric: str | None = getattr(task, "select_metric", None)
         self.best_score = -math.inf
-        self.last_parts: dict[str, float] = {}
         self.first_loss: float | None = None  # the run's first training loss: the divergence yardstick
-        self.last_loss = math.nan  # the latest step's training loss
         self.history: list[dict] = []
         self.tensorboard = None  # the TensorBoard log under --tensorboard (opened by fit on the main rank)
         self.tensorboard_probe: list[Tensor] = []
@@ -334,7 +332,6 @@ class Trainer:
                 if p.grad is not None:
                     p.grad.div_(tokens)
             total, parts = total / tokens, {k: v / tokens for k, v in parts.items()}
-        self.last_parts = parts
         if world > 1:  # report the global mean loss
             torch.distributed.all_reduce(total)
             total = total / world
@@ -382,7 +379,6 @@ class Trainer:
                     p["lr"],
                     f", more than {DIVERGED_FACTOR:g}x the run's first loss ({self.first_loss:.4g})",
                 )
-            self.last_loss = loss
             records.append({"step": p["step"], "loss": loss, **p["parts"], "lr": p["lr"]})
         return records
 
@@ -513,7 +509,10 @@ class Trainer:
 
     # -- the loop --------------------------------------------------------------------------
     def log(self, record: dict) -> None:
+        """Keep a step's record: in the history on every rank, in metrics.jsonl (and TensorBoard) on rank 0."""
         self.history.append(record)
+        if not self.dist.main:
+            return
         with open(self.out / "metrics.jsonl", "a") as f:
             f.write(json.dumps(record) + "\n")
         if self.tensorboard is not None:
@@ -600,7 +599,7 @@ class Trainer:
                     # which also makes the timings below wall-clock times of finished work
                     *earlier, rec = self.flush_pending()
                     for r in earlier:
-                        self.log(r) if main else self.history.append(r)
+                        self.log(r)
                     if self.step == decide_at:
                         if self.decide_compile((time.perf_counter() - t0) / PROBE_STEPS):
                             first_compiled, warm = True, self.step + 1  # throughput restarts after compiling
@@ -636,9 +635,7 @@ class Trainer:
                                 f"step {self.step}: train loss {rec['train_loss']:.4f}, "
                                 f"val loss {rec['val_loss']:.4f}{extra}"
                             )
-                            self.log(rec)  # before the saves: a kill during them keeps the line
-                        else:
-                            self.history.append(rec)
+                        self.log(rec)  # before the saves: a kill during them keeps the line
                         if cfg.tensorboard and (main or sharded):  # (a sharded forward needs every rank)
                             from .tensorboard import probe_patterns
 
@@ -663,10 +660,8 @@ class Trainer:
                                     f"target {cfg.target}; stopping early"
                                 )
                             break
-                    elif main:
-                        self.log(rec)
                     else:
-                        self.history.append(rec)
+                        self.log(rec)
                     bar.update(1)
         except KeyboardInterrupt:
             bar.close()
@@ -675,7 +670,7 @@ class Trainer:
             # the steps not yet logged are logged (and checked: a diverged one saves nothing), so that
             # the checkpoint about to be saved and metrics.jsonl agree (a resumed run has one line per step)
             for r in self.flush_pending():
-                self.log(r) if main else self.history.append(r)
+                self.log(r)
             if not sharded:  # (a sharded save would need every rank at the same point)
                 path = self.save("last")
             if main:
