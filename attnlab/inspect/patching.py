@@ -234,6 +234,29 @@ PATCH_TARGETS = {
 }
 
 
+def by_position(over: str) -> bool:
+    """Whether target ``over`` is patched position by position (its result is (L, T): label it with the tokens)."""
+    return PATCH_TARGETS.get(over, ("", ""))[1] == "position"
+
+
+def _target_names(model, over: str) -> tuple[list[str], str]:
+    """The hook point of target ``over`` in every block, and what one patch covers (:data:`PATCH_TARGETS`)."""
+    if over not in PATCH_TARGETS:
+        raise OptionError(f"patching over {over!r}: choose one of {', '.join(PATCH_TARGETS)}")
+    point, unit = PATCH_TARGETS[over]
+    return [f"{block_prefix(model)}.{i}.{point}" for i in range(len(_blocks(model)))], unit
+
+
+def _span(m_clean: Tensor, m_corrupt: Tensor) -> Tensor:
+    """clean − corrupt, the denominator of every restored fraction; refused when there is none."""
+    span = m_clean - m_corrupt
+    if span.abs() < 1e-6:
+        raise OptionError(
+            "the clean and corrupted inputs give the same metric: corrupt the input so the answer changes"
+        )
+    return span
+
+
 @torch.no_grad()
 def patch_activations(model, clean: tuple, corrupt: tuple, metric: Metric, over: str = "resid_pre") -> Tensor:
     """How much of the clean behaviour each activation restores (see the module docstring).
@@ -246,22 +269,15 @@ def patch_activations(model, clean: tuple, corrupt: tuple, metric: Metric, over:
     queries, keys, values or attention pattern at every position -> (L, H). Values are averaged
     over the batch (TransformerLens's ``get_act_patch_*``; its by-position head results are
     (L, T, H))."""
-    if over not in PATCH_TARGETS:
-        raise OptionError(f"patching over {over!r}: choose one of {', '.join(PATCH_TARGETS)}")
-    blocks, prefix = _blocks(model), block_prefix(model)
-    point, unit = PATCH_TARGETS[over]
-    names = [f"{prefix}.{i}.{point}" for i in range(len(blocks))]
+    names, unit = _target_names(model, over)
+    blocks = _blocks(model)
     if over == "mlp_out" and any(b.mlp is None for b in blocks):
         raise OptionError("this model's blocks have no MLP: patch over attn_out or a residual stream instead")
     if any(torch.is_tensor(a) and torch.is_tensor(b) and a.shape != b.shape for a, b in zip(clean, corrupt)):
         raise OptionError("the clean and corrupted inputs must have the same shape (the same number of tokens)")
     clean_logits, cache = model.run_with_cache(*clean, names=names)
-    m_clean, m_corrupt = metric(clean_logits).mean(), metric(model(*corrupt)).mean()
-    span = m_clean - m_corrupt
-    if span.abs() < 1e-6:
-        raise OptionError(
-            "the clean and corrupted inputs give the same metric: corrupt the input so the answer changes"
-        )
+    m_corrupt = metric(model(*corrupt)).mean()
+    span = _span(metric(clean_logits).mean(), m_corrupt)
     if span.abs() < SMALL_SPAN:
         warnings.warn(span_note(float(span)), stacklevel=2)
     shape = cache[names[0]].shape  # streams (B, T, D); heads (B, H, T, …)
@@ -292,21 +308,13 @@ def attribution_patching(model, clean: tuple, corrupt: tuple, metric: Metric, ov
     cell of :func:`patch_activations` is estimated at once, as a fraction of clean − corrupt. Exact
     where the metric is linear in a; a screen for the cells to patch in earnest elsewhere. Same
     ``over`` targets and result shapes as :func:`patch_activations`."""
-    if over not in PATCH_TARGETS:
-        raise OptionError(f"patching over {over!r}: choose one of {', '.join(PATCH_TARGETS)}")
-    blocks, prefix = _blocks(model), block_prefix(model)
-    point, unit = PATCH_TARGETS[over]
-    names = [f"{prefix}.{i}.{point}" for i in range(len(blocks))]
+    names, unit = _target_names(model, over)
     with torch.no_grad():
         clean_logits, clean_cache = model.run_with_cache(*clean, names=names)
     with model.caching(names, detach=False) as cache:
         corrupt_logits = model(*corrupt)
     m_corrupt = metric(corrupt_logits).mean()
-    span = metric(clean_logits).mean() - m_corrupt.detach()
-    if span.abs() < 1e-6:
-        raise OptionError(
-            "the clean and corrupted inputs give the same metric: corrupt the input so the answer changes"
-        )
+    span = _span(metric(clean_logits).mean(), m_corrupt.detach())
     acts = [cache[n] for n in names]
     grads = torch.autograd.grad(m_corrupt, acts, allow_unused=True)  # (of the batch mean: each row's 1/B in)
     rows = []
@@ -344,11 +352,7 @@ def path_patching(
     clean_logits, clean_cache = model.run_with_cache(*clean, names=z_names)
     corrupt_logits, corrupt_cache = model.run_with_cache(*corrupt, names=z_names)
     m_corrupt = metric(corrupt_logits).mean()
-    span = metric(clean_logits).mean() - m_corrupt
-    if span.abs() < 1e-6:
-        raise OptionError(
-            "the clean and corrupted inputs give the same metric: corrupt the input so the answer changes"
-        )
+    span = _span(metric(clean_logits).mean(), m_corrupt)
     heads = blocks[0].attn.n_heads
     out = torch.zeros(n_layers, heads)
     last_receiver = max((layer for layer, _, _ in receivers or []), default=n_layers)

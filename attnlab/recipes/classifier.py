@@ -57,7 +57,7 @@ class ImageClassifierVerbs(Verbs):
         log-probability) each layer x token (``over="resid_pre"``; token 0 is the class token) or
         layer x head restores in the corrupted image's run. Returns {"restored", "tokens", "over"}."""
         from ..data.images import images_argument, normalize
-        from ..inspect.patching import PATCH_TARGETS, logit_difference, patch_activations, patching_span
+        from ..inspect.patching import by_position, logit_difference, patch_activations, patching_span
 
         if not hasattr(self, "encoder"):
             raise OptionError(f"{type(self).__name__} has no attention blocks to patch; patching reads ViTs")
@@ -72,8 +72,7 @@ class ImageClassifierVerbs(Verbs):
         restored = patch_activations(self, (images[0],), (images[1],), metric, over=over)
         tokens = ["cls"] * self.n_prefix + [f"p{i}" for i in range(restored.shape[1] - self.n_prefix)]
         span = patching_span(self, (images[0],), (images[1],), metric)
-        by_position = PATCH_TARGETS.get(over, ("", ""))[1] == "position"
-        return {"restored": restored, "tokens": tokens if by_position else None, "over": over, **span}
+        return {"restored": restored, "tokens": tokens if by_position(over) else None, "over": over, **span}
 
 
 class ImageClassifierRecipe(Recipe):

@@ -70,7 +70,7 @@ class GPTVerbs(Verbs):
         ``"head"``, ``"attn_out"``, ``"q"`` …) restores in the corrupted run. Returns
         {"restored": (L, T or H) tensor, "tokens": the clean tokens (positions only), "over",
         "clean", "corrupt", "span"}."""
-        from ..inspect.patching import PATCH_TARGETS, logit_difference, patch_activations, patching_span
+        from ..inspect.patching import by_position, logit_difference, patch_activations, patching_span
 
         x, y = self.token_ids(clean, "clean"), self.token_ids(corrupt, "corrupt")
         if x.shape != y.shape:
@@ -84,8 +84,7 @@ class GPTVerbs(Verbs):
             self.one_token(answer, "answer"), None if wrong is None else self.one_token(wrong, "wrong")
         )
         restored = patch_activations(self, (x,), (y,), metric, over=over)
-        by_position = PATCH_TARGETS.get(over, ("", ""))[1] == "position"
-        tokens = [self.tokenizer.decode([i]) for i in x[0].tolist()] if by_position else None
+        tokens = [self.tokenizer.decode([i]) for i in x[0].tolist()] if by_position(over) else None
         return {"restored": restored, "tokens": tokens, "over": over, **patching_span(self, (x,), (y,), metric)}
 
     def attribute(
