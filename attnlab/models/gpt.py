@@ -315,8 +315,16 @@ class GPT(HookedModule):
         instead (0: the embeddings only; negative counts from the end); ``start_at_layer=L`` takes
         that stream as its input in place of token ids and runs the blocks from L on.
         """
-        if start_at_layer is not None:
-            return self._run_blocks(idx, start_at_layer, stop_at_layer, key_mask, positions, last_only, targets)
+        head = dict(last_only=last_only, targets=targets, loss_chunk=loss_chunk)
+        if start_at_layer is not None:  # idx is the residual stream entering that block
+            if idx.dim() != 3 or idx.shape[-1] != self.config.dim or not idx.is_floating_point():
+                raise ValueError(
+                    f"start_at_layer takes the residual stream (B, T, {self.config.dim}), got "
+                    f"{tuple(idx.shape)} {idx.dtype}"
+                )
+            if positions is None:
+                positions = torch.arange(idx.shape[1], device=idx.device)
+            return self._blocks_from(idx, start_at_layer, stop_at_layer, None, key_mask, positions, **head)
         if idx.dim() != 2 or idx.dtype not in (torch.int64, torch.int32):
             raise ValueError(
                 f"GPT expects token ids of shape (B, T) and integer dtype, got {tuple(idx.shape)} {idx.dtype}"
@@ -346,15 +354,22 @@ class GPT(HookedModule):
         x = self.hook_embed(self.drop(x))
         if positions is None:
             positions = torch.arange(offset, offset + t, device=idx.device)  # (T,)
-        if stop_at_layer is not None:
-            return self._run_blocks(x, 0, stop_at_layer, key_mask, positions, last_only, targets)
-        rope_positions = positions if self.config.pos == "rope" else None
-        for i, block in enumerate(self.blocks):
-            x = block(x, key_mask=key_mask, positions=rope_positions, cache=caches[i] if caches else None)
-        return self._head(x, last_only, targets, loss_chunk)
+        return self._blocks_from(x, 0, stop_at_layer, caches, key_mask, positions, **head)
 
-    def _head(self, x: Tensor, last_only: bool, targets: Tensor | None, loss_chunk: int = 0) -> Tensor:
-        """The final norm and the output head (or the loss against ``targets``) on the stream x (B, T, D)."""
+    def _blocks_from(self, x, start, stop, caches, key_mask, positions, *, last_only, targets, loss_chunk) -> Tensor:
+        """Blocks ``start`` … ``stop`` − 1 on the residual stream x (B, T, D): the stream entering
+        block ``stop``, or with ``stop`` None the final norm and the output head (or the loss
+        against ``targets``)."""
+        n = len(self.blocks)
+        last = n if stop is None else stop
+        first, last = start + n if start < 0 else start, last + n if last < 0 else last  # (negative: from the end)
+        if not 0 <= first <= last <= n:
+            raise ValueError(f"start_at_layer {start} / stop_at_layer {stop}: this GPT has layers 0 … {n - 1}")
+        rope_positions = positions if self.config.pos == "rope" else None
+        for i in range(first, last):
+            x = self.blocks[i](x, key_mask=key_mask, positions=rope_positions, cache=caches[i] if caches else None)
+        if stop is not None:
+            return x
         if last_only:
             x = x[:, -1:]
         final = self.hook_final(self.ln_f(x))
@@ -363,24 +378,6 @@ class GPT(HookedModule):
         if loss_chunk:
             return chunked_cross_entropy(final, self.unembed, targets, loss_chunk)
         return cross_entropy(self.unembed(final), targets)
-
-    def _run_blocks(self, x, start, stop, key_mask, positions, last_only, targets) -> Tensor:
-        """Blocks ``start`` … ``stop`` − 1 on the residual stream x (B, T, D) (no cache): the stream
-        entering block ``stop``, or the logits (the loss) when ``stop`` is None."""
-        n = len(self.blocks)
-        if x.dim() != 3 or x.shape[-1] != self.config.dim or not x.is_floating_point():
-            raise ValueError(
-                f"start_at_layer takes the residual stream (B, T, {self.config.dim}), got {tuple(x.shape)} {x.dtype}"
-            )
-        first, last = (n + i if i < 0 else i for i in (start, n if stop is None else stop))  # (negative: from the end)
-        if not 0 <= first <= last <= n:
-            raise ValueError(f"start_at_layer {start} / stop_at_layer {stop}: this GPT has layers 0 … {n - 1}")
-        if positions is None:
-            positions = torch.arange(x.shape[1], device=x.device)
-        rope_positions = positions if self.config.pos == "rope" else None
-        for block in self.blocks[first:last]:
-            x = block(x, key_mask=key_mask, positions=rope_positions)
-        return x if stop is not None else self._head(x, last_only, targets)
 
     def unembed(self, x: Tensor) -> Tensor:
         """The output head after the final norm: (..., D) -> logits (..., vocab_size), soft-capped
