@@ -81,9 +81,11 @@ class FastDecoder:
         logits = self.model(ids, caches=self.static, positions=positions, key_mask=key_mask)
         return logits[:, -1].float()
 
-    def _prefill(self, ids: Tensor, mask: Tensor, padded: bool) -> tuple[Tensor, Tensor]:
-        """Fill the cache from the window ``ids`` (B, W) (eagerly: W varies); return the last
-        position's logits (B, V) and each row's next position (B,)."""
+    def _prefill(self, ids: Tensor, mask: Tensor, padded: bool, key_mask: Tensor) -> tuple[Tensor, Tensor]:
+        """Fill the cache and ``key_mask``'s first columns from the window ``ids`` (B, W) (eagerly:
+        W varies); return the last position's logits (B, V) and each row's next position (B,)."""
+        key_mask.zero_()
+        key_mask[:, : ids.shape[1]] = mask
         for c in self.caches:
             c.length = 0
         if padded:
@@ -103,11 +105,11 @@ class FastDecoder:
         *,
         eos_id: int | None = None,
         on_step: Callable[[Tensor], bool] | None = None,
-    ) -> tuple[Tensor, int]:
+    ) -> Tensor:
         """Continue the left-padded prompts ``ids`` (B, P) (``mask`` True at real tokens) by up
         to ``max_new_tokens``; ``pick(logits (B, V)) -> ids (B,)`` samples. Returns the new ids
-        (B, n) and n. When the context fills up, the window slides to the last half-context, as
-        :func:`attnlab.generate.generate` does. Reads nothing back from the device unless
+        (B, n), n ≤ max_new_tokens. When the context fills up, the window slides to the last
+        half-context, as :func:`attnlab.generate.generate` does. Reads nothing back from the device unless
         ``on_step`` does (it sees each step's ids) or ``eos_id`` is set (every 8 tokens)."""
         if ids.shape[0] != self.batch:
             raise ValueError(f"this decoder was built for {self.batch} rows, got {ids.shape[0]}")
@@ -122,10 +124,9 @@ class FastDecoder:
         key_mask = torch.zeros(self.batch, block, dtype=torch.bool, device=device)
         done = torch.zeros(self.batch, dtype=torch.bool, device=device)
         finished_at = torch.full((), max_new_tokens, dtype=torch.long, device=device)  # all rows at eos
-        keep = min(prompt_len, block)
-        logits, position = self._prefill(ids[:, -keep:], mask[:, -keep:], padded)
-        key_mask[:, :keep] = mask[:, -keep:]
-        fed, n = keep, 0  # fed: the cache columns in use
+        fed = min(prompt_len, block)  # the cache columns in use
+        logits, position = self._prefill(ids[:, -fed:], mask[:, -fed:], padded, key_mask)
+        n = 0
         for i in range(max_new_tokens):
             nxt = pick(logits)
             if eos_id is not None:
@@ -141,13 +142,8 @@ class FastDecoder:
             if n == max_new_tokens:
                 break
             if fed >= block:  # the context is full: refill from the last half-context, eagerly
-                end = prompt_len + n
-                keep = block // 2
-                window, window_mask = text[:, end - keep : end], real[:, end - keep : end]
-                logits, position = self._prefill(window, window_mask, padded)
-                key_mask.zero_()
-                key_mask[:, :keep] = window_mask
-                fed = keep
+                end, fed = prompt_len + n, block // 2
+                logits, position = self._prefill(text[:, end - fed : end], real[:, end - fed : end], padded, key_mask)
                 continue
             self.columns.fill_(fed)
             key_mask[:, fed] = True
@@ -156,7 +152,7 @@ class FastDecoder:
             fed += 1
         if eos_id is not None:
             n = min(n, int(finished_at))
-        return text[:, prompt_len : prompt_len + n], n
+        return text[:, prompt_len : prompt_len + n]
 
 
 _decoders: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()

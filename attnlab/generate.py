@@ -125,18 +125,14 @@ def generate(
 
         why = why_not_fast(model)
         if why is None:
-            return _generate_fast(
-                fast_decoder(model, ids.shape[0]),
-                ids,
-                mask,
-                max_new_tokens,
-                eos_id,
-                on_step,
-                temperature,
-                top_k,
-                top_p,
-                generator,
+
+            def pick(logits: Tensor) -> Tensor:
+                return sample_next(logits, temperature=temperature, top_k=top_k, top_p=top_p, generator=generator)
+
+            new = fast_decoder(model, ids.shape[0]).generate(
+                ids, mask, max_new_tokens, pick, eos_id=eos_id, on_step=on_step
             )
+            return [list(p) + tail for p, tail in zip(prompts, new.tolist())]
         import warnings
 
         warnings.warn(f"compile=True: not compiled, {why}; decoding eagerly", stacklevel=2)
@@ -171,19 +167,6 @@ def generate(
     for row, m in zip(ids.tolist(), mask.tolist()):
         seq = [t for t, keep in zip(row, m) if keep]
         out.append(seq)
-    return out
-
-
-def _generate_fast(decoder, ids, mask, max_new_tokens, eos_id, on_step, temperature, top_k, top_p, generator):
-    """generate() through a :class:`attnlab.fast_decode.FastDecoder`: the same tokens, in the same form."""
-
-    def pick(logits: Tensor) -> Tensor:
-        return sample_next(logits, temperature=temperature, top_k=top_k, top_p=top_p, generator=generator)
-
-    new, _ = decoder.generate(ids, mask, max_new_tokens, pick, eos_id=eos_id, on_step=on_step)
-    out = []
-    for row, m, tail in zip(ids.tolist(), mask.tolist(), new.tolist()):
-        out.append([t for t, keep in zip(row, m) if keep] + tail)
     return out
 
 
