@@ -14,7 +14,30 @@ from __future__ import annotations
 
 __version__ = "0.2.0"
 
-__all__ = ["__version__", "train", "load", "evaluate", "explore", "families", "train_options", "export_hf"]
+__all__ = [
+    "__version__",
+    "train",
+    "load",
+    "evaluate",
+    "explore",
+    "families",
+    "train_options",
+    "export_hf",
+    "Callback",
+    "EarlyStopping",
+    "WandbCallback",
+]
+
+# attnlab.Callback and friends, imported when first used: importing attnlab stays free of torch
+_LAZY = {name: "attnlab.training.callbacks" for name in ("Callback", "EarlyStopping", "WandbCallback")}
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'attnlab' has no attribute {name!r}")
 
 
 def train(family: str, **kw):

@@ -43,17 +43,31 @@ def _recipe(family: str) -> Recipe:
 
 # ---- training ---------------------------------------------------------------------------------------
 def train_options(family: str) -> dict[str, Any]:
-    """Every option ``train(family, ...)`` takes -> its default (None: the preset's or the trainer's)."""
-    return {n: s.default for n, s in _recipe(family).train_specs().specs.items() if n not in ("out", "resume")}
+    """Every option ``train(family, ...)`` takes -> the value a run given no options uses (the
+    default preset's and the family's training defaults; None where the data decides, or where
+    unset means automatic, such as ``threads``)."""
+    recipe = _recipe(family)
+    values = recipe.default_values()
+    return {n: values.get(n) for n in recipe.train_specs().specs if n not in ("out", "resume")}
 
 
 def train(
-    family: str, *, data: str | None = None, out: str | Path | None = None, resume: bool = False, **options
+    family: str,
+    *,
+    data: str | None = None,
+    out: str | Path | None = None,
+    resume: bool = False,
+    config: str | Path | None = None,
+    callbacks: list | None = None,
+    **options,
 ) -> "Run":
     """Train a model of ``family`` (see :func:`families`) and return the :class:`Run`.
 
     ``data``: a file, folder or dataset name (None: the family's embedded default); ``out``: the
     run folder (default ``runs/<family>``); ``resume``: continue the run in ``out`` exactly.
+    ``config``: a YAML or JSON file of options, or a run folder to re-run (its ``options.json``);
+    ``data`` and ``options`` given here override it. ``callbacks``: :class:`attnlab.Callback`
+    instances, told of the run's events (steps, evaluations, checkpoints, its end).
     ``options``: any option of ``attnlab train <family>`` by its flag's name (``preset``,
     ``layers``, ``lr``, ``max_iters``, ``device``, ``dtype``, ...; :func:`train_options` lists them).
     """
@@ -61,11 +75,33 @@ def train(
 
     recipe = _recipe(family)
     specs = recipe.train_specs()
+    if config is not None:
+        from .runoptions import NOT_REPLAYED, read_options
+
+        defaults = recipe.default_values()
+        from_file = read_options(config, family, tuple(recipe.models), tuple(specs.specs))
+        names = {f.lstrip("-").replace("-", "_") for s in specs for f in s.flags} | set(NOT_REPLAYED)
+        unknown = sorted(k for k in from_file if k not in names)
+        if unknown:
+            raise OptionError(
+                f"--config {config}: train {family} has no option {unknown[0]!r}; "
+                f"attnlab.train_options({family!r}) lists them"
+            )
+        if data is None:
+            data = from_file.get("data")
+        # a value the run would take anyway is left out: it stays what the family decides (a
+        # default --target that this data has no metric for, a caption --heads its --arch lacks)
+        from_file = {
+            k: v
+            for k, v in from_file.items()
+            if k not in ("data", *NOT_REPLAYED) and not (k in defaults and defaults[k] == v)
+        }
+        options = {**from_file, **options}
     alias_of = {f.lstrip("-").replace("-", "_"): s.dest for s in specs for f in s.flags}
     values: dict[str, Any] = {n: s.default for n, s in specs.specs.items()}
     for name, value in options.items():
         key = alias_of.get(name, name)
-        if key in ("out", "resume", "data"):
+        if key in ("out", "resume", "data", "config", "callbacks"):
             raise OptionError(f"give {key} as train({family!r}, {key}=...), not among the options")
         if key in specs and name in alias_of:
             values[key] = specs.check(key, value)
@@ -78,7 +114,19 @@ def train(
     from .training import TrainConfig
 
     values.update(out=str(out) if out is not None else recipe.default_out, resume=bool(resume))
-    opts = Options(**values, model_fields=recipe.model_fields(), train_fields=list(option_fields(TrainConfig)))
+    if callbacks is not None:
+        from .training.callbacks import CallbackList
+
+        try:
+            CallbackList(list(callbacks))
+        except TypeError as e:
+            raise OptionError(str(e)) from None
+    opts = Options(
+        **values,
+        callbacks=list(callbacks or []),
+        model_fields=recipe.model_fields(),
+        train_fields=list(option_fields(TrainConfig)),
+    )
     try:
         result = train_recipe(recipe, opts)
     except ValueError as e:  # a config's own check (a model too large, --lr <= 0): the API's error type

@@ -31,6 +31,7 @@ _ACTIVATIONS = {
     "relu": F.relu,
     "relu2": lambda x: F.relu(x).square(),  # ReLU² (So et al., Primer; the modded-nanogpt speedrun)
 }
+ACTIVATIONS = tuple(_ACTIVATIONS)  # the names a config's ``activation`` may take
 
 
 class MLP(nn.Module):

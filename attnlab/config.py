@@ -56,10 +56,14 @@ class _ConfigType(type):
 class Config(metaclass=_ConfigType):
     """Mixin for @dataclass configs. ``from_dict`` refuses unknown fields (a checkpoint of another
     model, or a typo) unless ``strict=False``. Subclasses list their size fields in ``SIZES``
-    (each must be an integer in 1..MAX_SIZE) and call ``super().__post_init__()``."""
+    (each must be an integer in 1..MAX_SIZE), the values a text field may take in ``CHOICES``, the
+    help of a field whose meaning is their own in ``HELP`` (the others' is :data:`FIELD_HELP`'s),
+    and call ``super().__post_init__()``."""
 
     SIZES: typing.ClassVar[tuple[str, ...]] = ()
     ALIASES: typing.ClassVar[dict[str, str]] = {}  # old name -> field
+    CHOICES: typing.ClassVar[dict[str, tuple[str, ...]]] = {}  # field -> the values it may take
+    HELP: typing.ClassVar[dict[str, str]] = {}  # field -> its help, where FIELD_HELP's does not fit
 
     def __init_subclass__(cls, **kwargs) -> None:
         super().__init_subclass__(**kwargs)
@@ -86,6 +90,10 @@ class Config(metaclass=_ConfigType):
             if not _type_ok(value, hints[f.name]):
                 want = str(hints[f.name]).replace("typing.", "").replace("<class '", "").replace("'>", "")
                 raise ValueError(f"{type(self).__name__}.{self.label(f.name)} must be {want}, got {value!r}")
+        for name, allowed in self.CHOICES.items():
+            if getattr(self, name) not in allowed:
+                flag = "--" + name.replace("_", "-")
+                raise ValueError(f"{flag} must be one of {', '.join(allowed)}, got {getattr(self, name)!r}")
         for name in self.SIZES:
             v = getattr(self, name)
             if v is not None and not 1 <= v <= MAX_SIZE:
@@ -118,6 +126,65 @@ class Config(metaclass=_ConfigType):
         if unknown and strict:
             raise ValueError(f"unknown {cls.__name__} fields {sorted(unknown)}")
         return cls(**{k: v for k, v in d.items() if k in known})
+
+
+# What each hyper-parameter of the shared vocabulary means: the --help of the option of that name
+# in every family (a config's HELP, or a field's metadata "help", says it where its meaning differs).
+FIELD_HELP = {
+    # model
+    "context": "the most tokens the model reads at once (nanoGPT's block_size)",
+    "layers": "transformer blocks in the stack",
+    "enc_layers": "encoder blocks",
+    "dec_layers": "decoder blocks",
+    "heads": "attention heads per layer (dim must divide by it)",
+    "dim": "model width: the size of each token's vector in the residual stream",
+    "mlp_dim": "hidden width of each block's MLP",
+    "mlp_ratio": "hidden width of each block's MLP, as a multiple of dim",
+    "emb_dim": "word embedding width",
+    "dropout": "dropout probability while training (0: none)",
+    "bias": "biases in the linear layers and LayerNorms",
+    "qkv_bias": "biases in the query, key and value projections",
+    "pos": "positional encoding",
+    "activation": "the MLP's nonlinearity (gelu_tanh: GPT-2's gelu_new; relu2: ReLU squared, the speedrun's)",
+    "norm_eps": "LayerNorm epsilon",
+    "norm_first": "pre-LN blocks (LayerNorm before each sublayer) instead of the original post-LN",
+    "tie_output": "the output layer shares the token embedding matrix",
+    "share_embeddings": "one embedding matrix for source and target (only with a joint vocabulary)",
+    "rel_distance": "--pos relative: distances beyond this many tokens share one table row",
+    "type_vocab_size": "segment (token type) embeddings: BERT's sentence A and B",
+    "image_size": "image side in pixels (square images)",
+    "patch_size": "side of the square patches an image is cut into, in pixels",
+    "pool": "what the classifier head reads: the class token (cls) or the mean of the patches (mean)",
+    "peg": "conditional position encoding (CPVT's PEG): a depthwise convolution after the first block",
+    # trainer
+    "max_iters": "optimizer steps to train for",
+    "batch_size": "examples (sequences, images, sentence pairs) per micro-batch",
+    "grad_accum": "micro-batches whose gradients are summed into one optimizer step",
+    "lr": "peak learning rate (AdamW's; Muon has its own, --muon-lr)",
+    "min_lr": "learning rate at the end of the decay (unset: lr / 10)",
+    "warmup_iters": "steps of linear warm-up from 0 to lr",
+    "lr_decay_iters": "the step where the decay reaches min_lr (unset: --max-iters)",
+    "weight_decay": "AdamW's decoupled weight decay, on matrices only",
+    "beta1": "AdamW's β1 (momentum of the gradient's mean)",
+    "beta2": "AdamW's β2 (momentum of the gradient's square)",
+    "grad_clip": "clip the gradients' global norm at this (0: no clipping)",
+    "eval_interval": "steps between evaluations (each writes last/ and, when better, best/)",
+    "eval_iters": "validation batches per evaluation",
+    "log_interval": "steps between progress updates",
+    "device": "where to train: auto (a GPU when there is one), cpu, cuda or cuda:N",
+    "dtype": "auto (bf16 on GPUs and on CPUs with fast bf16, else fp32), fp32 or bf16 (mixed precision)",
+    "seed": "random seed: the same seed, options and machine give the same run",
+    "progress": "a progress bar with ETA (plain lines when the output is not a terminal)",
+    "checkpoint_activations": "recompute each block's activations in the backward pass: less memory, about a third slower",
+    "target": "stop early once the validation measure reaches this (accuracy or exact match)",
+}
+
+
+def field_help(cls, name: str) -> str:
+    """The help of config field ``name`` of ``cls``: its metadata's, its class's ``HELP``, else the
+    shared vocabulary's (:data:`FIELD_HELP`); '' when none says."""
+    meta = {f.name: f.metadata for f in fields(cls)}[name]
+    return meta.get("help") or getattr(cls, "HELP", {}).get(name) or FIELD_HELP.get(name, "")
 
 
 def option_fields(cls) -> dict[str, type]:

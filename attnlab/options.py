@@ -11,7 +11,6 @@ declarations into ``argparse`` flags. Nothing here knows ``argparse``: a value c
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import types
 from dataclasses import dataclass
@@ -146,17 +145,18 @@ class OptionSpecs:
         view.specs = self.specs
         return view
 
-    def add_fields(self, cls, skip=(), defaults: dict | None = None) -> list[str]:
+    def add_fields(self, cls, skip=(), shown: dict | None = None) -> list[str]:
         """One option per option-sized field of config dataclass ``cls`` (default None: 'not given'),
-        with the field's old names (``cls.ALIASES``) as aliases; returns the field names. A field
-        already declared (one two configs share) gets the other config's old names too."""
-        from .config import option_fields
+        with the field's old names (``cls.ALIASES``) as aliases, its ``CHOICES`` and its help
+        (:func:`attnlab.config.field_help`) ending with ``shown[name]``, the default a run given no
+        options uses, as text; returns the field names. A field already declared (one two configs
+        share) gets the other config's old names too."""
+        from .config import field_help, option_fields
 
         aliases: dict[str, list[str]] = {}
         for old, new in getattr(cls, "ALIASES", {}).items():
             aliases.setdefault(new, []).append(old)
         names = []
-        fields = {f.name: f for f in dataclasses.fields(cls)}
         for name, typ in option_fields(cls).items():
             if name in skip:
                 continue
@@ -166,19 +166,21 @@ class OptionSpecs:
                 known = self.specs[name]
                 known.flags += tuple(f for f in flags if f not in known.flags)
                 continue
-            f = fields[name]
-            default = (defaults or {}).get(name, f.default if f.default is not dataclasses.MISSING else None)
-            also = f"; also {', '.join(flags[1:])}" if flags[1:] else ""
-            helptext = f.metadata.get("help", f"{cls.__name__}.{name} (default: {default})") + also
+            default = (shown or {}).get(name)
+            helptext = field_help(cls, name) + (f" (default: {default})" if default else "")
+            if flags[1:]:
+                helptext += f"; also {', '.join(flags[1:])}"
             if typ is bool:
                 self.add(*flags, dest=name, kind="bool", help=helptext)
             else:
+                choices = getattr(cls, "CHOICES", {}).get(name)
                 self.add(
                     *flags,
                     dest=name,
                     type={int: integer, float: finite, str: None}[typ],
+                    choices=choices,
                     help=helptext,
-                    metavar=typ.__name__.upper(),
+                    metavar=None if choices else typ.__name__.upper(),
                 )
         return names
 

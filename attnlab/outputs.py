@@ -34,3 +34,15 @@ def _can_create_in(folder: Path) -> bool:
             return True
     except OSError:
         return False
+
+
+def atomic_write_text(path: str | Path, text: str) -> Path:
+    """Write ``text`` to ``path`` whole or not at all: a temporary file beside it, renamed over it
+    (a kill mid-write leaves the old file, never half of the new one)."""
+    import os
+
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)
+    return path

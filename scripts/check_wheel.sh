@@ -18,6 +18,8 @@ pip_install "$TORCH"
 pip_install "$wheel" "$TORCH"   # (pinned again: the wheel must not pull another torch)
 cd "$work"   # outside the source tree: only the installed wheel can be imported
 venv/bin/attnlab --help >/dev/null
+venv/bin/attnlab train gpt --help | grep -q -- "--max-iters"   # (from the packaged cli/commands.json)
+test -f "$(venv/bin/python -c 'import attnlab, pathlib; print(pathlib.Path(attnlab.__file__).with_name("py.typed"))')"
 venv/bin/python -m attnlab --version
 venv/bin/python -c "import attnlab, pathlib; assert 'site-packages' in attnlab.__file__, attnlab.__file__"
 venv/bin/attnlab train gpt --out run --max-iters 20 --eval-interval 10 --eval-iters 2 --no-progress --sample-chars 0 \

@@ -231,6 +231,17 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--markdown", default=None, help="write the table as Markdown to this file")
     b.add_argument("--device", type=flag_type(device_name), default="auto", help="auto | cpu | cuda")
     b.set_defaults(func=_bench)
+
+    co = sub.add_parser(
+        "completion",
+        help="print a shell completion script (bash, zsh or fish)",
+        epilog=EPILOG,
+        description="Commands, options and option values completed with Tab. bash: "
+        "'eval \"$(attnlab completion bash)\"' in ~/.bashrc; zsh: the same with zsh in ~/.zshrc; fish: "
+        "'attnlab completion fish > ~/.config/fish/completions/attnlab.fish'.",
+    )
+    co.add_argument("shell", choices=["bash", "zsh", "fish"], help="the shell to complete in")
+    co.set_defaults(func=_completion)
     return p
 
 
@@ -250,12 +261,31 @@ def _eval_options(families, ckpt_help: str, json_help: str) -> OptionSpecs:
 
 def _train(recipe, args) -> int:
     """``attnlab train NAME``: the options the user gave, passed to :func:`attnlab.api.train`."""
-    from ..api import train, train_options
+    from ..api import train
 
-    given = {k: getattr(args, k) for k in train_options(recipe.name) if getattr(args, k, None) is not None}
-    given.pop("data", None)
-    train(recipe.name, data=getattr(args, "data", None), out=args.out, resume=args.resume, **given)
+    specs = recipe.train_specs()
+    typed = _typed_flags(getattr(args, "argv", []), specs)
+    # what the user gave: the flags typed, and any value that is not the flag's default (an
+    # abbreviated flag); the rest is left to --config, then to the family
+    given = {
+        k: getattr(args, k)
+        for k, spec in specs.specs.items()
+        if k in typed or getattr(args, k, None) not in (None, spec.default)
+    }
+    for passed_apart in ("data", "out", "resume", "config"):
+        given.pop(passed_apart, None)
+    train(recipe.name, data=args.data, out=args.out, resume=args.resume, config=args.config, **given)
     return 0
+
+
+def _typed_flags(argv: list[str], specs) -> set[str]:
+    """The options among ``specs`` whose flag (or --no- flag) appears in ``argv``."""
+    words = {w.split("=", 1)[0] for w in argv if w.startswith("--")}
+    return {
+        spec.dest
+        for spec in specs
+        if any(f in words or f"--no-{f[2:]}" in words for f in spec.flags if f.startswith("--"))
+    }
 
 
 def _family(ckpt: str):
@@ -432,13 +462,49 @@ def _bench(args) -> int:
     return 0
 
 
+def _completion(args) -> int:
+    from .completion import script
+    from .manifest import load
+
+    print(script(args.shell, load()))
+    return 0
+
+
+def answers_from_manifest(argv: list[str]) -> bool:
+    """Whether ``argv`` asks only for help, the version or a completion script: what the plain
+    data of :mod:`attnlab.cli.manifest` answers without importing torch."""
+    return not argv or argv[0] == "completion" or any(a in ("-h", "--help", "--version") for a in argv)
+
+
+def _answer_from_manifest(argv: list[str]) -> int:
+    """Help, version or a completion script, from the command line's plain data (no torch)."""
+    from .manifest import load, rebuild
+
+    parser = rebuild(load())
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as e:  # --help, --version, or a bad option (already reported in one line)
+        return e.code if isinstance(e.code, int) else 0
+    try:
+        if args.command == "completion":
+            return _completion(args)
+        parser.print_help()
+    except BrokenPipeError:  # (| head: the reader left; nothing more to say)
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     for stream in (sys.stdout, sys.stderr):  # text from the shell that is not valid Unicode prints escaped
         if hasattr(stream, "reconfigure"):
             stream.reconfigure(errors="backslashreplace")
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if answers_from_manifest(argv):
+        return _answer_from_manifest(argv)
     parser = build_parser()
     try:
         args = parser.parse_args(argv)
+        args.argv = argv
         if not getattr(args, "func", None):
             if args.command:  # e.g. `attnlab train` without a model: show that command's help
                 parser.parse_args([args.command, "--help"])

@@ -79,13 +79,27 @@ class CaptionConfig(SpecialTokens, Config):
         "mlp_dim",
         "context",
     )
+    CHOICES = {"arch": ARCHS, "encoder": ENCODERS}
+    HELP = {
+        "arch": "the decoder: rnn (an LSTM that sees the image once, no attention), rnn-attention (Show, Attend "
+        "and Tell's soft attention) or transformer",
+        "encoder": "the image encoder: a small CNN or a ViT, each giving a grid of feature vectors",
+        "enc_layers": "--encoder vit: encoder blocks",
+        "dim": "the decoder's width (the LSTM's state, or the Transformer's model width)",
+        "emb_dim": "RNN decoders: word embedding width",
+        "attention_dim": "rnn-attention: width of the additive attention's hidden layer",
+        "layers": "--arch transformer: decoder blocks",
+        "heads": "--arch transformer or --encoder vit: attention heads per layer",
+        "mlp_dim": "--arch transformer or --encoder vit: hidden width of each block's MLP",
+        "context": "the longest caption in tokens, <bos> included",
+        "alpha_c": "rnn-attention: λ of the doubly stochastic attention regulariser (each pixel attended about "
+        "once over the caption)",
+        "init_from_image": "rnn-attention: start the LSTM from the mean image feature, as in the paper, instead "
+        "of a learned start (then the image reaches the words only through attention)",
+    }
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        if self.arch not in ARCHS:
-            raise ValueError(f"arch must be one of {ARCHS}, got {self.arch!r}")
-        if self.encoder not in ENCODERS:
-            raise ValueError(f"encoder must be one of {ENCODERS}, got {self.encoder!r}")
         self.widths = tuple(self.widths)
         if self.encoder == "vit" and self.image_size % self.patch_size:
             raise ValueError(f"image_size {self.image_size} is not divisible by patch_size {self.patch_size}")

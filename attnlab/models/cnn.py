@@ -29,6 +29,7 @@ class CNNConfig(Config):
     )
 
     SIZES = ("in_chans", "image_size")
+    CHOICES = {"arch": ("plain", "resnet")}
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -37,8 +38,6 @@ class CNNConfig(Config):
         if not self.widths or not all(isinstance(w, int) and 1 <= w <= 4096 for w in self.widths):
             raise ValueError(f"widths must be a list of channel counts from 1 to 4096, got {self.widths!r}")
         self.widths = tuple(self.widths)  # JSON gives a list back
-        if self.arch not in ("plain", "resnet"):
-            raise ValueError(f"unknown CNN arch {self.arch!r}; choose plain or resnet")
 
     @property
     def grid(self) -> tuple[int, int]:

@@ -67,6 +67,8 @@ class TextEncoderConfig(Config):
 
     SIZES = ("vocab_size", "context", "layers", "heads", "dim", "mlp_dim", "type_vocab_size")
     ALIASES = {"num_labels": "num_classes"}
+    CHOICES = {"pos": ("learned", "relative")}
+    HELP = {"context": "the longest input in tokens, [CLS] and [SEP] included"}
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -76,8 +78,6 @@ class TextEncoderConfig(Config):
             raise ValueError(f"num_classes must be 0 (no classifier) or more, got {self.num_classes}")
         if self.per_token and not self.num_classes:
             raise ValueError("per_token needs a classifier: num_classes > 0 (the number of tags)")
-        if self.pos not in ("learned", "relative"):
-            raise ValueError(f"--pos must be learned or relative for a text encoder, got {self.pos!r}")
         if self.rel_distance < 1:
             raise ValueError(f"--rel-distance must be at least 1, got {self.rel_distance}")
         if self.window is not None and self.window < 1:

@@ -17,7 +17,7 @@ from ..attention import KVCache, StaticKVCache
 from ..config import Config
 from ..hooks import HookedModule, HookPoint
 from ..losses import chunked_cross_entropy, cross_entropy
-from ..blocks import TransformerBlock, init_gpt2_weights
+from ..blocks import ACTIVATIONS, TransformerBlock, init_gpt2_weights
 from ..position import ALiBi, LearnedPosition, RelativePosition, RotaryEmbedding, SinusoidalPosition
 
 __all__ = ["GPTConfig", "GPT", "GPT_PRESETS"]
@@ -41,9 +41,7 @@ class GPTConfig(Config):
     tie_output: bool = True
     mlp: bool = field(
         default=True,
-        metadata={
-            "help": "an MLP in every block (--no-mlp: attention only, as in the induction-head studies; default: on)"
-        },
+        metadata={"help": "an MLP in every block (--no-mlp: attention only, as in the induction-head studies)"},
     )
     embed_scale: bool | None = field(
         default=None,
@@ -69,11 +67,11 @@ class GPTConfig(Config):
     )
     rel_distance: int = field(
         default=16,
-        metadata={"help": "--pos relative: distances beyond this many tokens share one table row (default 16)"},
+        metadata={"help": "--pos relative: distances beyond this many tokens share one table row"},
     )
     rel_heads: bool = field(
         default=False,
-        metadata={"help": "--pos relative: a table per head instead of one shared by all heads (default: shared)"},
+        metadata={"help": "--pos relative: a table per head instead of one shared by all heads"},
     )
     qk_norm: bool = field(
         default=False,
@@ -83,7 +81,7 @@ class GPTConfig(Config):
         default=0.0,
         metadata={
             "help": "soft-cap the output logits at ±CAP: CAP·tanh(logits/CAP), as Gemma 2 and the modded-nanogpt "
-            "speedrun do (default 0: no cap)"
+            "speedrun do (0: no cap)"
         },
     )
     zero_init: bool = field(
@@ -105,18 +103,24 @@ class GPTConfig(Config):
         metadata={
             "help": "round the embedding and output head up to a multiple of this many rows (64: the matmul "
             "shapes tensor cores run fastest, as nanoGPT pads GPT-2's 50,257 to 50,304); the extra rows are "
-            "never output and exports drop them (default 1: no padding; BPE runs use 64)"
+            "never output and exports drop them (1: no padding; BPE runs use 64)"
         },
     )
     attn_tie: str = field(
         default="none",
         metadata={
             "help": "one projection fewer in attention: qk uses the queries as keys (W_K = W_Q), kv the keys as "
-            "values (W_V = W_K); none keeps three (default)"
+            "values (W_V = W_K); none keeps three"
         },
     )
 
     SIZES = ("vocab_size", "context", "layers", "heads", "dim")
+    CHOICES = {
+        "pos": POSITIONS,
+        "activation": ACTIVATIONS,
+        "pos_combine": ("add", "concat"),
+        "attn_tie": ("none", "qk", "kv"),
+    }
     ALIASES = {
         "block_size": "context",
         "n_layer": "layers",
@@ -128,16 +132,12 @@ class GPTConfig(Config):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        if self.pos not in POSITIONS:
-            raise ValueError(f"unknown position encoding {self.pos!r}; choose one of {POSITIONS}")
         if self.embed_scale is None:
             self.embed_scale = self.pos == "sinusoidal"
         if self.dim % self.heads:
             raise ValueError(f"dim={self.dim} is not divisible by heads={self.heads}; pick heads dividing dim")
         if self.rel_distance < 1:
             raise ValueError(f"--rel-distance must be at least 1, got {self.rel_distance}")
-        if self.pos_combine not in ("add", "concat"):
-            raise ValueError(f"--pos-combine must be add or concat, got {self.pos_combine!r}")
         if self.pos_combine == "concat" and self.pos not in ("learned", "sinusoidal"):
             raise ValueError(
                 f"--pos-combine concat joins an absolute position code to the tokens; --pos {self.pos} has none "
@@ -147,8 +147,6 @@ class GPTConfig(Config):
             raise ValueError(f"--logit-softcap must be 0 (off) or positive, got {self.logit_softcap}")
         if self.window is not None and self.window < 1:
             raise ValueError(f"--window must be at least 1 (the tokens each one attends back to), got {self.window}")
-        if self.attn_tie not in ("none", "qk", "kv"):
-            raise ValueError(f"--attn-tie must be none, qk or kv, got {self.attn_tie!r}")
         if self.attn_scale is not None and not self.attn_scale > 0:
             raise ValueError(f"--attn-scale must be positive, got {self.attn_scale}")
         if self.rel_heads and self.pos != "relative":

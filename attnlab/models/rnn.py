@@ -41,13 +41,20 @@ class RNNConfig(SpecialTokens, Config):
 
     SIZES = ("src_vocab", "tgt_vocab", "emb_dim", "dim", "layers", "context")
     ALIASES = {"hidden": "dim", "max_len": "context"}
+    CHOICES = {"cell": ("gru", "lstm"), "attention": ("none", "additive", "dot")}
+    HELP = {
+        "dim": "the recurrent state's width",
+        "layers": "stacked recurrent layers, encoder and decoder each",
+        "cell": "the recurrent cell",
+        "bidirectional": "the encoder reads the source both ways (Bahdanau et al.'s)",
+        "attention": "the decoder's attention over the encoder states: none (one context vector), additive "
+        "(Bahdanau) or dot (Luong)",
+        "context": "the longest source or target sentence, in tokens",
+        "readout": "Bahdanau's deep output: a maxout layer this wide before the vocabulary (0: none)",
+    }
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        if self.cell not in ("gru", "lstm"):
-            raise ValueError(f"cell must be gru or lstm, got {self.cell!r}")
-        if self.attention not in ("none", "additive", "dot"):
-            raise ValueError(f"attention must be none, additive or dot, got {self.attention!r}")
         if self.readout < 0:
             raise ValueError(f"readout must be >= 0 (0 = no maxout layer), got {self.readout}")
 

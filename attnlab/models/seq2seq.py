@@ -18,7 +18,7 @@ from torch import Tensor, nn
 
 from ..config import Config, SpecialTokens
 from ..hooks import HookedModule, HookPoint
-from ..blocks import Decoder, Encoder
+from ..blocks import ACTIVATIONS, Decoder, Encoder
 from ..position import LearnedPosition, RelativePosition, SinusoidalPosition
 
 __all__ = ["TransformerConfig", "Transformer"]
@@ -44,11 +44,11 @@ class TransformerConfig(SpecialTokens, Config):
 
     SIZES = ("src_vocab", "tgt_vocab", "dim", "heads", "enc_layers", "dec_layers", "mlp_dim", "context")
     ALIASES = {"ff_dim": "mlp_dim", "max_len": "context"}
+    CHOICES = {"pos": ("sinusoidal", "learned", "relative"), "activation": ACTIVATIONS}
+    HELP = {"context": "the longest source or target sentence, in tokens"}
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        if self.pos not in ("sinusoidal", "learned", "relative"):
-            raise ValueError(f"pos must be sinusoidal, learned or relative, got {self.pos!r}")
         if self.rel_distance < 1:
             raise ValueError(f"--rel-distance must be at least 1, got {self.rel_distance}")
         if self.dim % self.heads:

@@ -56,16 +56,18 @@ class ViTConfig(Config):
     )
 
     SIZES = ("image_size", "patch_size", "in_chans", "dim", "layers", "heads")
+    CHOICES = {"pool": ("cls", "mean"), "pos": VIT_POSITIONS}
+    HELP = {
+        "pos": "positional encoding: learned, sincos (2-D sine-cosine), fourier (learned Fourier features), "
+        "relative (2-D Shaw et al., no absolute table) or none (a bag of patches)",
+        "rel_distance": "--pos relative: patch offsets beyond this many rows or columns share a table row",
+    }
     ALIASES = {"depth": "layers"}
 
     def __post_init__(self) -> None:
         super().__post_init__()
         if self.num_classes < 0:
             raise ValueError(f"num_classes must be 0 (no head) or more, got {self.num_classes}")
-        if self.pool not in ("cls", "mean"):
-            raise ValueError(f"pool must be 'cls' or 'mean', got {self.pool!r}")
-        if self.pos not in VIT_POSITIONS:
-            raise ValueError(f"pos must be one of {VIT_POSITIONS}, got {self.pos!r}")
         if self.rel_distance < 1:
             raise ValueError(f"--rel-distance must be at least 1, got {self.rel_distance}")
         if self.image_size % self.patch_size:

@@ -9,6 +9,7 @@ registry of recipes (:mod:`attnlab.recipes`), so a new family is one recipe file
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 from dataclasses import dataclass
@@ -17,6 +18,7 @@ from typing import Any, Callable
 
 from ..errors import CheckpointError, OptionError, a
 from ..options import Command, Options, OptionSpecs
+from ..runoptions import write_options
 
 
 @dataclass
@@ -41,6 +43,7 @@ class Recipe:
     models: dict[str, type] = {}  # model_type (as saved in config.json) -> model class
     presets: dict[str, dict] = {}
     set_by_data: tuple[str, ...] = ()  # config fields that follow from the data, not options
+    follows_data: tuple[str, ...] = ()  # options whose value, when not given, the data decides
     train_defaults: dict = {}  # TrainConfig values that differ from its defaults for this family
     inspections: dict[str, str] = {}  # `attnlab inspect WHAT` -> help
     explore_kind: str | None = None  # what `attnlab explore` / `serve` show: text | image | cross
@@ -64,7 +67,8 @@ class Recipe:
 
     def train_specs(self) -> OptionSpecs:
         """Every option of ``attnlab train NAME`` / :func:`attnlab.train`: the family's own, then
-        its model's fields (those the data does not set) and the trainer's."""
+        its model's fields (those the data does not set) and the trainer's, each --help saying the
+        value a run given no options uses (:meth:`default_values`)."""
         from ..training import TrainConfig
 
         specs = OptionSpecs()
@@ -76,11 +80,70 @@ class Recipe:
             help=f"run folder for checkpoints, metrics and plots (default: {self.default_out})",
         )
         specs.add("--resume", kind="flag", help="continue the run in --out from its last checkpoint")
+        specs.add(
+            "--config",
+            default=None,
+            help="a YAML or JSON file of options (preset: nano, lr: 0.01, ...), or a run folder to re-run "
+            "(its options.json); the flags given beside it override it",
+        )
+        shown = self.shown_defaults()
         model = specs.group("model" + (" (overrides the preset)" if self.presets else ""))
         for cls in self.config_classes():
-            model.add_fields(cls, skip=self.set_by_data)
-        specs.group("training").add_fields(TrainConfig, defaults=self.train_defaults)
+            model.add_fields(cls, skip=self.set_by_data, shown=shown)
+        specs.group("training").add_fields(TrainConfig, shown=shown)
         return specs
+
+    def preset_fields(self, args) -> dict:
+        """The model fields a new run starts from, before the options given and the data: the
+        preset's (``args.preset``), for the first of :meth:`config_classes`."""
+        return dict(self.presets.get(getattr(args, "preset", None) or "", {}))
+
+    def default_args(self) -> Options:
+        """The family's own train options at their defaults (model and trainer fields not given)."""
+        own = OptionSpecs()
+        self.add_train_arguments(own)
+        return Options(**{n: s.default for n, s in own.specs.items()})
+
+    def default_values(self) -> dict[str, Any]:
+        """Every option of ``train`` -> the value a run given no options uses: the family's option
+        defaults, the model config's under the default preset, the trainer's under the family's
+        training defaults. None where the data decides (``follows_data``) or 'unset' means
+        automatic (``--threads``, ``--compile``)."""
+        import dataclasses
+
+        from ..config import option_fields
+        from ..training import TrainConfig
+
+        args = self.default_args()
+        values: dict[str, Any] = dict(vars(args))
+        for i, cls in enumerate(self.config_classes()):
+            start = {f.name: f.default for f in dataclasses.fields(cls) if f.default is not dataclasses.MISSING}
+            start.update(self.preset_fields(args) if i == 0 else {})
+            for name in option_fields(cls):
+                if name not in self.set_by_data and name not in values:
+                    values[name] = None if name in self.follows_data else start.get(name)
+        train = {f.name: f.default for f in dataclasses.fields(TrainConfig)}
+        values.update({**train, **self.train_defaults_for(args)})
+        return values
+
+    def shown_defaults(self) -> dict[str, str]:
+        """:meth:`default_values` as --help shows them (on/off, 'from the data'), a field that
+        another of this family's models starts elsewhere followed by that model's value."""
+        import dataclasses
+
+        values = self.default_values()
+        shown = {n: _shown(v) for n, v in values.items() if v is not None}
+        shown.update({n: "from the data" for n in self.follows_data})
+        classes = self.config_classes()
+        first = {f.name for f in dataclasses.fields(classes[0])} if classes else set()
+        for mtype, model in self.models.items():
+            if model.config_class is classes[0]:
+                continue
+            for f in dataclasses.fields(model.config_class):
+                if f.name in first and f.name in shown and f.default is not dataclasses.MISSING:
+                    if f.default != values.get(f.name) and f.name not in self.follows_data:
+                        shown[f.name] += f"; {mtype}: {_shown(f.default)}"
+        return shown
 
     def model_fields(self) -> list[str]:
         from ..config import option_fields
@@ -361,6 +424,13 @@ def with_verbs(model_cls: type, verbs: type) -> type:
     return _WITH_VERBS[key]
 
 
+def _shown(value) -> str:
+    """A default as --help writes it."""
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
 # ---- options shared by every family ---------------------------------------------------------------
 def given(args, names) -> dict:
     """The options among ``names`` that the user gave (None = not given)."""
@@ -413,6 +483,31 @@ def run_header(trainer) -> str:
         share = trainer.cpu_share
         head += f" | {share.threads} thread{'s' * (share.threads > 1)} ({share.reason})"
     return head
+
+
+def replay_options(recipe: Recipe, args, run: TrainingRun, tcfg, model_over: dict, saved: dict | None) -> dict:
+    """The options that re-run this run (``--config RUN``): the family's, the model's as built
+    (only those given when its shape came from --init) and the trainer's as resolved. A resumed
+    run keeps what its options.json says of the family and the model; its training options are
+    the ones it now runs with."""
+    from ..runoptions import OPTIONS_FILE
+
+    earlier = Path(args.out) / OPTIONS_FILE
+    if saved and earlier.is_file():
+        try:
+            options = dict(json.loads(earlier.read_text()).get("options", {}))
+        except (ValueError, AttributeError):  # (a damaged file is rewritten from what the run knows)
+            options = {}
+    else:
+        options = {n: getattr(args, n, None) for n in vars(recipe.default_args())}
+        if getattr(args, "init", None):
+            options.update(model_over)
+        else:
+            options.update({n: getattr(run.config, n) for n in args.model_fields if hasattr(run.config, n)})
+        data = args.data if args.data is not None else (saved or {}).get("data_spec")
+        options["data"] = data
+    options.update({n: getattr(tcfg, n) for n in args.train_fields})
+    return options
 
 
 # ---- the one path: train a new run or resume one -------------------------------------------------
@@ -484,7 +579,9 @@ def train(recipe: Recipe, args) -> TrainResult:
     model = recipe.models[run.model_type](run.config)
     if run.setup is not None:
         run.setup(model)
-    trainer = Trainer(model, run.task, tcfg, out, meta=run.meta)
+    trainer = Trainer(model, run.task, tcfg, out, meta=run.meta, callbacks=getattr(args, "callbacks", None))
+    if trainer.dist.main:
+        write_options(out, recipe.name, replay_options(recipe, args, run, tcfg, model_over, saved))
     try:
         if args.resume:
             trainer.resume()

@@ -76,6 +76,7 @@ class CaptionRecipe(Recipe):
     )
     models = {"captioner": Captioner}
     set_by_data = ("vocab_size", "in_chans", "pad_id", "bos_id", "eos_id")
+    follows_data = ("context",)  # the longest caption, <bos> and <eos> included
     train_defaults = dict(
         batch_size=32,
         lr=2e-3,

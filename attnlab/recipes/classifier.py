@@ -85,6 +85,7 @@ class ImageClassifierRecipe(Recipe):
     tiny = dict(max_iters=2, eval_interval=2, eval_iters=1, batch_size=4, progress=False, device="cpu")
 
     set_by_data = ("num_classes", "in_chans", "labels")
+    follows_data = ("image_size",)
     train_defaults = dict(
         batch_size=128,
         lr=1e-3,

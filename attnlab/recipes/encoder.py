@@ -233,7 +233,7 @@ class TextEncoderRecipe(Recipe):
             tokenizer = WordPieceTokenizer.train(texts["train"], vocab_size=args.vocab_size or 4096)
             cfg = TextEncoderConfig(
                 **{
-                    **ENCODER_PRESETS[args.preset],
+                    **self.preset_fields(args),
                     **model_over,
                     "vocab_size": tokenizer.vocab_size,
                     "pad_id": tokenizer.pad_id,

@@ -367,7 +367,7 @@ class GPTRecipe(Recipe):
             vocab = {"vocab_size": data.tokenizer.vocab_size}
             if (args.tokenizer or "char") != "char":  # BPE: the head padded to a multiple of 64 rows (nanoGPT's 50,304)
                 vocab["vocab_multiple"] = 64
-            cfg = GPTConfig(**{**GPT_PRESETS[args.preset], **vocab, **model_over})
+            cfg = GPTConfig(**{**self.preset_fields(args), **vocab, **model_over})
         task = LanguageModelTask(data, cfg.context, tcfg.batch_size, loss_chunk=args.loss_chunk)
         summary = (
             f"GPT {cfg.layers} layers, {cfg.heads} heads, {cfg.dim} wide, context {cfg.context} | data "
@@ -497,7 +497,6 @@ class GPTRecipe(Recipe):
         import numpy as np
         import torch
 
-        from ..data.text import load_corpus, split_ids
         from ..losses import cross_entropy
 
         if args.split == "test":
@@ -512,21 +511,7 @@ class GPTRecipe(Recipe):
         block = args.block_size or context
         if block > context:
             raise ValueError(f"--block-size {block} is larger than the model's context of {context}; use at most that")
-        run = Path(args.ckpt)
-        cache = run / "data" / "meta.json"
-        if (
-            args.data is None
-            and cache.is_file()
-            and meta.get("tokenizer") == json.loads(cache.read_text())["tokenizer"]
-        ):
-            m = json.loads(cache.read_text())
-            ids = np.memmap(run / "data" / f"{split}.bin", dtype=np.dtype(m["dtype"]), mode="r")
-            name = m["name"]
-        else:
-            spec = args.data if args.data is not None else meta.get("data_spec")
-            name, text = load_corpus(spec, args.data_dir)
-            train_ids, val_ids = split_ids(tok.encode(text))
-            ids = np.asarray(val_ids if split == "val" else train_ids)
+        name, ids = corpus_ids(args.ckpt, meta, tok, split, args.data, args.data_dir)
         ids = np.asarray(ids[: args.max_tokens + 1], dtype=np.int64)
         n_windows = (len(ids) - 1) // block
         if n_windows < 1:
@@ -703,6 +688,26 @@ def load_draft(draft, tokenizer, vocab_size: int, device: str):
     if small_tok.to_dict() != tokenizer.to_dict():
         raise OptionError(f"--draft {draft} has another tokenizer than --ckpt; train the draft on the same one")
     return small
+
+
+def corpus_ids(ckpt, meta: dict, tok, split: str, data: str | None = None, data_dir: str | None = None):
+    """(the corpus's name, its ``split`` as a 1-D array of token ids) for the language model in
+    ``ckpt``: the run's own prepared data (memory-mapped) when ``data`` is None and its tokenizer
+    matches, else ``data`` (or the run's data spec) read and encoded with ``tok``."""
+    import numpy as np
+
+    from ..data.text import load_corpus, split_ids
+
+    run = Path(ckpt)
+    if run.name in ("best", "last"):  # (a checkpoint folder: its run's data)
+        run = run.parent
+    cache = run / "data" / "meta.json"
+    if data is None and cache.is_file() and meta.get("tokenizer") == json.loads(cache.read_text())["tokenizer"]:
+        m = json.loads(cache.read_text())
+        return m["name"], np.memmap(run / "data" / f"{split}.bin", dtype=np.dtype(m["dtype"]), mode="r")
+    name, text = load_corpus(data if data is not None else meta.get("data_spec"), data_dir)
+    train_ids, val_ids = split_ids(tok.encode(text))
+    return name, np.asarray(val_ids if split == "val" else train_ids)
 
 
 def load_lm(ckpt: str, device: str):

@@ -159,6 +159,13 @@ class Seq2SeqRecipe(Recipe):
         synthetic = (args.data or DEFAULT_DATA) in SYNTHETIC
         return {**self.train_defaults, **(self.SYNTHETIC_TRAIN if synthetic else {})}
 
+    def preset_fields(self, args) -> dict:
+        """A Transformer on a synthetic task starts from the smaller shape sized to it."""
+        from ..data.parallel import SYNTHETIC
+
+        synthetic = (args.data or DEFAULT_DATA) in SYNTHETIC
+        return dict(self.SYNTHETIC_TRANSFORMER) if synthetic and (args.arch or "transformer") == "transformer" else {}
+
     def check_new(self, args, model_over) -> None:
         arch = args.arch or "transformer"
         own = Transformer.config_class if arch == "transformer" else RNNSeq2Seq.config_class
@@ -201,8 +208,7 @@ class Seq2SeqRecipe(Recipe):
             if arch == "transformer":
                 mtype = "transformer"
                 fields.setdefault("share_embeddings", data.src_vocab is data.tgt_vocab)
-                if data.synthetic:
-                    fields = {**self.SYNTHETIC_TRANSFORMER, **fields}
+                fields = {**self.preset_fields(args), **fields}
             else:
                 mtype = "rnn"
                 fields.setdefault("attention", ARCH_ATTENTION[arch])

@@ -65,6 +65,11 @@ class ViTRecipe(ImageClassifierRecipe):
             help="model shape (default: picked from the data: digits, mnist or cifar)",
         )
 
+    def preset_fields(self, args, shape=None) -> dict:
+        """--preset's fields, or those of the preset that suits images of ``shape`` (C, H, W);
+        without a shape, the default data's (digits)."""
+        return dict(VIT_PRESETS[args.preset or (preset_for(shape) if shape else "digits")])
+
     def check_new(self, args, model_over) -> None:
         super().check_new(args, model_over)
         if args.preset and args.init:
@@ -74,10 +79,9 @@ class ViTRecipe(ImageClassifierRecipe):
 
     def new_config(self, args, splits, model_over):
         c, h, _ = splits.shape
-        preset = args.preset or preset_for(splits.shape)
         return "vit", ViTConfig(
             **{
-                **VIT_PRESETS[preset],
+                **self.preset_fields(args, splits.shape),
                 "image_size": h,
                 **model_over,
                 "in_chans": c,

@@ -11,6 +11,8 @@ from .devices import check_device_name
 
 @dataclass
 class TrainConfig(Config):
+    CHOICES = {"schedule": ("cosine", "trapezoid"), "optimizer": ("adamw", "muon"), "dtype": ("auto", "fp32", "bf16")}
+
     max_iters: int = 2000
     batch_size: int = 12
     grad_accum: int = 1  # micro-batches per optimizer step
@@ -26,7 +28,7 @@ class TrainConfig(Config):
         },
     )
     cooldown: float = field(
-        default=0.4, metadata={"help": "--schedule trapezoid: the fraction of the run spent decaying (default 0.4)"}
+        default=0.4, metadata={"help": "--schedule trapezoid: the fraction of the run spent decaying"}
     )
     optimizer: str = field(
         default="adamw",
@@ -35,8 +37,8 @@ class TrainConfig(Config):
             "matrices at --muon-lr, AdamW for embeddings, heads, norms and biases"
         },
     )
-    muon_lr: float = field(default=0.02, metadata={"help": "--optimizer muon: Muon's learning rate (default 0.02)"})
-    muon_momentum: float = field(default=0.95, metadata={"help": "--optimizer muon: Muon's momentum (default 0.95)"})
+    muon_lr: float = field(default=0.02, metadata={"help": "--optimizer muon: Muon's learning rate"})
+    muon_momentum: float = field(default=0.95, metadata={"help": "--optimizer muon: Muon's momentum"})
     weight_decay: float = 0.1
     beta1: float = 0.9
     beta2: float = 0.99
@@ -46,7 +48,7 @@ class TrainConfig(Config):
         metadata={
             "help": "keep an exponential moving average of the weights, avg = d*avg + (1-d)*w after every step "
             "(Polyak averaging; timm's ModelEma): evaluation, best/ and model.safetensors use the average; "
-            "0.999 averages over about the last 1,000 steps (default 0: off)"
+            "0.999 averages over about the last 1,000 steps (0: off)"
         },
     )
     eval_interval: int = 250
@@ -94,12 +96,8 @@ class TrainConfig(Config):
         for name in ("max_iters", "batch_size", "grad_accum", "eval_interval", "eval_iters", "log_interval"):
             if getattr(self, name) < 1:
                 raise ValueError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(self, name)}")
-        if self.schedule not in ("cosine", "trapezoid"):
-            raise ValueError(f"--schedule must be cosine or trapezoid, got {self.schedule!r}")
         if not 0 < self.cooldown <= 1:
             raise ValueError(f"--cooldown must be a fraction of the run in (0, 1], got {self.cooldown}")
-        if self.optimizer not in ("adamw", "muon"):
-            raise ValueError(f"--optimizer must be adamw or muon, got {self.optimizer!r}")
         if not (self.muon_lr > 0 and math.isfinite(self.muon_lr)):
             raise ValueError(f"--muon-lr must be a positive number, got {self.muon_lr}")
         if not 0 <= self.muon_momentum < 1:
@@ -132,5 +130,3 @@ class TrainConfig(Config):
                 f"--target must be in [0, 1], got {self.target}: it is a fraction (validation accuracy or exact match)"
             )
         check_device_name(self.device)
-        if self.dtype not in ("auto", "fp32", "bf16"):
-            raise ValueError(f"--dtype must be auto, fp32 or bf16, got {self.dtype!r}")

@@ -14,11 +14,14 @@ A resumed run purges the events logged after the checkpoint it resumes from, as 
 from __future__ import annotations
 
 import math
+import sys
 from pathlib import Path
 
 import torch
 
+from ..checkpoint import unwrap_model
 from ..errors import OptionError
+from .callbacks import Callback
 
 FOLDER = "tensorboard"
 
@@ -59,6 +62,46 @@ class TensorBoardLog:
 
     def close(self) -> None:
         self.writer.close()
+
+
+class TensorBoardCallback(Callback):
+    """``--tensorboard`` as a callback: the log opened at the start (rank 0's), each record's
+    numbers, the probe example's attention at each evaluation, the hparams at the end."""
+
+    def __init__(self) -> None:
+        self.log: TensorBoardLog | None = None
+        self.probe: list[torch.Tensor] = []
+
+    def on_train_start(self, trainer) -> None:
+        if trainer.dist.main:
+            self.log = TensorBoardLog(trainer.out, resume_step=trainer.step)
+            logs = trainer.out / FOLDER
+            print(
+                f"tensorboard: logging to {logs}; watch with: tensorboard --logdir {logs}", file=sys.stderr, flush=True
+            )
+        # the fixed validation example whose attention TensorBoard shows
+        batch = trainer.task.batch("val", 1, torch.Generator().manual_seed(0))
+        self.probe = [t.to(trainer.device) for t in batch]
+
+    def on_step(self, trainer, record: dict) -> None:
+        if self.log is not None:
+            self.log.record(record)
+
+    def on_evaluation(self, trainer, record: dict) -> None:
+        if self.log is not None or trainer.sharded:  # (a sharded forward needs every rank)
+            patterns = probe_patterns(unwrap_model(trainer.model), trainer.task, self.probe)
+            if self.log is not None:
+                self.log.attention(record["step"], patterns)
+
+    def on_train_end(self, trainer, reason: str) -> None:
+        if self.log is None:
+            return
+        if not reason.startswith("failed"):  # (a run that failed keeps the events it logged, no hparams)
+            evals = [r for r in trainer.history if "val_loss" in r]
+            final = {k: v for k, v in evals[-1].items() if k.startswith("val_")} if evals else {}
+            self.log.hparams({**trainer.cfg.to_dict(), "model": type(unwrap_model(trainer.model)).__name__}, final)
+        self.log.close()
+        self.log = None
 
 
 def heads_image(pattern: torch.Tensor, gap: int = 2) -> torch.Tensor:

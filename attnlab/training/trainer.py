@@ -35,9 +35,10 @@ from ..checkpoint import (
     write_checkpoint,
     write_checkpoint_files,
 )
-from ..errors import AttnlabError, CheckpointError
+from ..errors import AttnlabError, CheckpointError, one_line
 from ..syncs import to_host
 from . import distributed as D
+from .callbacks import Callback, CallbackList, TargetReached
 from .compiling import PROBE_STEPS, CompileChoice, on_from_start, pays_off
 from .config import TrainConfig
 from .devices import CPU_BF16_MIN_SPEEDUP, autocast, pick_device, pick_dtype, use_tf32
@@ -110,7 +111,15 @@ class TrainingInterrupted(Exception):
 
 
 class Trainer:
-    def __init__(self, model: nn.Module, task: Task, cfg: TrainConfig, out_dir: str | Path, meta: dict | None = None):
+    def __init__(
+        self,
+        model: nn.Module,
+        task: Task,
+        cfg: TrainConfig,
+        out_dir: str | Path,
+        meta: dict | None = None,
+        callbacks: list[Callback] | None = None,
+    ):
         if cfg.lr_decay_iters is None:  # saved explicitly, so that --resume --max-iters N keeps the schedule
             cfg = replace(cfg, lr_decay_iters=cfg.max_iters)
         self.cfg, self.task = cfg, task
@@ -166,8 +175,17 @@ class Trainer:
         self.best_score = -math.inf
         self.first_loss: float | None = None  # the run's first training loss: the divergence yardstick
         self.history: list[dict] = []
-        self.tensorboard = None  # the TensorBoard log under --tensorboard (opened by fit on the main rank)
-        self.tensorboard_probe: list[Tensor] = []
+        # the events' listeners: the user's, then the trainer's own (--target, --tensorboard)
+        builtin: list[Callback] = []
+        metric = getattr(task, "target_metric", None)
+        if cfg.target is not None and metric is not None:
+            builtin.append(TargetReached(metric, cfg.target))
+        if cfg.tensorboard:
+            from .tensorboard import TensorBoardCallback
+
+            builtin.append(TensorBoardCallback())
+        self.callbacks = CallbackList([*(callbacks or []), *builtin])
+        self.stop_reason: str | None = None  # set by stop(): the run ends after this evaluation
         self._parallel = None  # the model wrapped for DDP/FSDP (itself when not distributed), built in fit()
         self._compiled = None  # torch.compile of TaskLoss(model, task), when compiling is on
         self.compile_from_start = bool(cfg.compile)
@@ -439,11 +457,11 @@ class Trainer:
         path = self.out / name
         if self.sharded:
             return self._save_sharded(name)
-        if not self.dist.main:
-            return path
-        state, tensors = self._state()
-        weights = self.ema.module if self.ema is not None else self.model
-        write_checkpoint(path, weights, self._checkpoint_meta(), *((state, tensors) if name != "best" else ()))
+        if self.dist.main:
+            state, tensors = self._state()
+            weights = self.ema.module if self.ema is not None else self.model
+            write_checkpoint(path, weights, self._checkpoint_meta(), *((state, tensors) if name != "best" else ()))
+        self.callbacks.on_checkpoint(self, path)
         return path
 
     def _save_sharded(self, name: str) -> Path:
@@ -509,31 +527,18 @@ class Trainer:
 
     # -- the loop --------------------------------------------------------------------------
     def log(self, record: dict) -> None:
-        """Keep a step's record: in the history on every rank, in metrics.jsonl (and TensorBoard) on rank 0."""
+        """Keep a step's record: in the history on every rank, in metrics.jsonl on rank 0; then
+        the callbacks' ``on_step``."""
         self.history.append(record)
-        if not self.dist.main:
-            return
-        with open(self.out / "metrics.jsonl", "a") as f:
-            f.write(json.dumps(record) + "\n")
-        if self.tensorboard is not None:
-            self.tensorboard.record(record)
+        if self.dist.main:
+            with open(self.out / "metrics.jsonl", "a") as f:
+                f.write(json.dumps(record) + "\n")
+        self.callbacks.on_step(self, record)
 
-    def open_tensorboard(self) -> None:
-        """``--tensorboard``: the TensorBoard log (rank 0's)."""
-        from .tensorboard import FOLDER, TensorBoardLog
-
-        self.tensorboard = TensorBoardLog(self.out, resume_step=self.step)
-        logs = self.out / FOLDER
-        print(f"tensorboard: logging to {logs}; watch with: tensorboard --logdir {logs}", file=sys.stderr, flush=True)
-
-    def close_tensorboard(self) -> None:
-        if self.tensorboard is None:
-            return
-        evals = [r for r in self.history if "val_loss" in r]
-        final = {k: v for k, v in evals[-1].items() if k.startswith("val_")} if evals else {}
-        self.tensorboard.hparams({**self.cfg.to_dict(), "model": type(unwrap_model(self.model)).__name__}, final)
-        self.tensorboard.close()
-        self.tensorboard = None
+    def stop(self, reason: str) -> None:
+        """End the run after the current evaluation's checkpoints (for callbacks; call it on every
+        rank under torchrun, e.g. from the evaluation record, which every rank shares)."""
+        self.stop_reason = reason
 
     def check_space(self) -> None:
         """A clear error before training when the run folder cannot hold two checkpoints."""
@@ -555,12 +560,7 @@ class Trainer:
                 (self.out / "metrics.jsonl").write_text("")
             else:  # drop lines logged after the checkpoint we resumed from
                 rewrite_metrics(self.out / "metrics.jsonl", self.history)
-            if cfg.tensorboard:
-                self.open_tensorboard()
-        if cfg.tensorboard:  # the fixed validation example whose attention TensorBoard shows
-            self.tensorboard_probe = [
-                t.to(self.device) for t in self.task.batch("val", 1, torch.Generator().manual_seed(0))
-            ]
+        self.callbacks.on_train_start(self)
         sharded = self.sharded
         # a progress bar on a terminal; into a pipe or a log file, a plain line now and then instead of
         # hundreds of carriage-return redraws
@@ -579,8 +579,8 @@ class Trainer:
         decide_at = warm + PROBE_STEPS if cfg.compile is None and not self.compile_from_start else None
         # a compiled first step falls back to eager if compiling fails (asked for with --compile: it raises)
         first_compiled = self.compile_from_start and cfg.compile is None
-        metric = getattr(self.task, "target_metric", None)
         term = _sigterm_as_interrupt()
+        ended = "finished"
         try:
             with term:
                 while self.step < cfg.max_iters:
@@ -636,12 +636,7 @@ class Trainer:
                                 f"val loss {rec['val_loss']:.4f}{extra}"
                             )
                         self.log(rec)  # before the saves: a kill during them keeps the line
-                        if cfg.tensorboard and (main or sharded):  # (a sharded forward needs every rank)
-                            from .tensorboard import probe_patterns
-
-                            patterns = probe_patterns(unwrap_model(self.model), self.task, self.tensorboard_probe)
-                            if self.tensorboard is not None:
-                                self.tensorboard.attention(self.step, patterns)
+                        self.callbacks.on_evaluation(self, rec)
                         if self.select_metric in rec:
                             improved = rec[self.select_metric] > self.best_score
                         else:
@@ -653,12 +648,10 @@ class Trainer:
                         if improved:
                             self.save("best")
                         D.barrier(self.dist)
-                        if cfg.target is not None and metric is not None and rec.get(metric, -math.inf) >= cfg.target:
+                        if self.stop_reason is not None:
                             if main:
-                                bar.write(
-                                    f"step {self.step}: {metric.replace('_', ' ')} {rec[metric]:.4f} reached the "
-                                    f"target {cfg.target}; stopping early"
-                                )
+                                bar.write(f"step {self.step}: {self.stop_reason}")
+                            ended = f"stopped: {self.stop_reason}"
                             break
                     else:
                         self.log(rec)
@@ -675,12 +668,15 @@ class Trainer:
                 path = self.save("last")
             if main:
                 self.plot()
-                self.close_tensorboard()
+            ended = "interrupted"
             raise TrainingInterrupted(self.step, path, why, saved=not sharded) from None
+        except BaseException as e:
+            ended = f"failed: {one_line(e)}"
+            raise
         finally:
             self.cpu_share.restore()
-            if self.tensorboard is not None:
-                self.tensorboard.writer.flush()  # (a run that diverged keeps its events too)
+            if ended != "finished" and not ended.startswith("stopped"):
+                self.callbacks.on_train_end(self, ended)  # (a run that diverged keeps its events too)
         bar.close()
         if self.ema is not None:  # the run's model is its average, as its checkpoints are
             self.model.load_state_dict(self.ema.module.state_dict())
@@ -692,7 +688,7 @@ class Trainer:
                 self.model = _fresh_copy(self.model, full).to(self.device)
         if main:
             self.plot()
-            self.close_tensorboard()
+        self.callbacks.on_train_end(self, ended)
         return {"step": self.step, "best_val": self.best_val, "seconds": time.perf_counter() - t0}
 
     def checkpoints_line(self) -> str:

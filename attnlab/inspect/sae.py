@@ -1,0 +1,426 @@
+"""Sparse autoencoders on a model's activations: the dictionary-learning view of features
+(Bricken et al. 2023, "Towards Monosemanticity"; Gao et al. 2024 for top-k), trained as SAELens
+trains them, on activations streamed from a corpus through one hook point.
+
+An SAE writes an activation x (d_in) as a sparse, non-negative combination of d_sae learned
+directions (the rows of W_dec) plus a bias::
+
+    f(x)  = act((x − b_dec) W_enc + b_enc)          (d_sae,)   act: ReLU, or top-k then ReLU
+    x̂(f)  = f W_dec + b_dec                          (d_in,)
+    loss  = ‖x − x̂‖²  +  λ Σ_i f_i ‖W_dec,i‖          (ReLU: the L1 penalty, weighted by each
+                                                       direction's norm, SAELens's "standard")
+    loss  = ‖x − x̂‖²  +  α · aux                      (top-k: the sparsity is the k itself; aux
+                                                       lets dead latents reconstruct the residual)
+
+With ``unit_norm_decoder`` (the default, Anthropic's) the rows of W_dec are renormalised after
+every step and the gradient's component along each row is removed first, so the L1 term is the
+plain sum of activations. Latents that have not fired for ``dead_after`` tokens are dead; a ReLU
+SAE resamples them ``resamples`` times during training (their encoder and decoder directions
+reset toward inputs the SAE reconstructs worst), a top-k SAE trains them through the auxiliary
+loss (Gao et al.'s AuxK). :func:`evaluate` reports L0, explained variance, the dead fraction and
+the next-token loss with the SAE spliced into the model, against the clean model and against
+zero-ablating the hook point.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterator
+
+import torch
+from torch import Tensor, nn
+
+from ..config import Config
+from ..errors import CheckpointError, OptionError
+
+__all__ = ["SAEConfig", "SparseAutoencoder", "train", "evaluate", "load_sae", "token_batches", "activations"]
+
+SAE_WEIGHTS, SAE_CONFIG, SAE_METRICS = "sae.safetensors", "sae.json", "metrics.json"
+
+
+@dataclass
+class SAEConfig(Config):
+    d_in: int = 128
+    d_sae: int = 1024
+    kind: str = "relu"
+    k: int = 32  # top-k: latents kept per token
+    l1_coefficient: float = 1.0  # ReLU: λ of the L1 penalty
+    aux_coefficient: float = 1.0  # top-k: α of the AuxK loss (SAELens's aux_loss_coefficient)
+    unit_norm_decoder: bool = True
+    apply_b_dec_to_input: bool = True
+    hook: str = ""  # the hook point it reads (blocks.1.hook_resid_post)
+
+    SIZES = ("d_in", "d_sae", "k")
+    CHOICES = {"kind": ("relu", "topk")}
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.kind == "topk" and self.k > self.d_sae:
+            raise ValueError(f"--k {self.k} is more than the SAE's {self.d_sae} latents")
+        for name in ("l1_coefficient", "aux_coefficient"):
+            if not getattr(self, name) >= 0:
+                raise ValueError(f"--{name.replace('_', '-')} must be 0 or more, got {getattr(self, name)}")
+
+
+class SparseAutoencoder(nn.Module):
+    """The SAE's parameters and its forward pass; shapes: x (..., d_in), latents (..., d_sae)."""
+
+    def __init__(self, config: SAEConfig) -> None:
+        super().__init__()
+        self.config = c = config
+        w_dec = torch.empty(c.d_sae, c.d_in)
+        nn.init.kaiming_uniform_(w_dec)
+        if c.unit_norm_decoder:
+            w_dec /= w_dec.norm(dim=-1, keepdim=True)
+        self.W_dec = nn.Parameter(w_dec)  # (d_sae, d_in): one direction per latent
+        self.W_enc = nn.Parameter(w_dec.T.clone())  # (d_in, d_sae): the decoder's transpose to start
+        self.b_enc = nn.Parameter(torch.zeros(c.d_sae))
+        self.b_dec = nn.Parameter(torch.zeros(c.d_in))
+
+    def decoder_norms(self) -> Tensor:
+        """(d_sae,) the length of each latent's direction (1 with a unit-norm decoder)."""
+        return self.W_dec.norm(dim=-1)
+
+    def pre_activations(self, x: Tensor) -> Tensor:
+        """(..., d_sae): (x − b_dec) W_enc + b_enc, before the activation (top-k: scaled by each
+        direction's norm, SAELens's rescale_acts_by_decoder_norm)."""
+        if self.config.apply_b_dec_to_input:
+            x = x - self.b_dec
+        pre = x @ self.W_enc + self.b_enc
+        return pre * self.decoder_norms() if self.config.kind == "topk" else pre
+
+    def activate(self, pre: Tensor) -> Tensor:
+        """(..., d_sae) latents: ReLU, or the k largest pre-activations (then ReLU), the rest 0."""
+        if self.config.kind == "relu":
+            return torch.relu(pre)
+        top = pre.topk(self.config.k, dim=-1, sorted=False)
+        return torch.zeros_like(pre).scatter(-1, top.indices, top.values.relu())
+
+    def encode(self, x: Tensor) -> Tensor:
+        return self.activate(self.pre_activations(x))
+
+    def decode(self, latents: Tensor) -> Tensor:
+        """(..., d_in): f W_dec + b_dec (top-k: f divided back by the norms it was scaled by)."""
+        if self.config.kind == "topk":
+            latents = latents / self.decoder_norms()
+        return latents @ self.W_dec + self.b_dec
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.decode(self.encode(x))
+
+    def losses(self, x: Tensor, dead: Tensor | None = None) -> dict[str, Tensor]:
+        """SAELens's training loss terms on a batch x (N, d_in): ``mse_loss`` (the squared error
+        summed over d_in, averaged over tokens), ``l1_loss`` (ReLU) or ``auxiliary_reconstruction_loss``
+        (top-k, given ``dead``: (d_sae,) bool), their sum ``loss``, and the ``latents``."""
+        pre = self.pre_activations(x)
+        latents = self.activate(pre)
+        out = self.decode(latents)
+        mse = (out - x).pow(2).sum(-1).mean()
+        terms = {"mse_loss": mse}
+        if self.config.kind == "relu":
+            terms["l1_loss"] = self.config.l1_coefficient * (latents * self.decoder_norms()).norm(p=1, dim=-1).mean()
+        else:
+            terms["auxiliary_reconstruction_loss"] = self.aux_loss(x, out, pre, dead)
+        loss = sum(terms.values())
+        return {**terms, "loss": loss, "latents": latents}
+
+    def aux_loss(self, x: Tensor, out: Tensor, pre: Tensor, dead: Tensor | None) -> Tensor:
+        """AuxK (Gao et al. 2024, appendix A.2): the k_aux = d_in / 2 largest pre-activations of
+        dead latents reconstruct the residual x − x̂ (no bias), scaled down while few are dead."""
+        n_dead = int(dead.sum()) if dead is not None else 0
+        if n_dead == 0:
+            return out.new_zeros(())
+        k_aux = x.shape[-1] // 2
+        scale = min(n_dead / k_aux, 1.0)
+        top = torch.where(dead, pre, -torch.inf).topk(min(k_aux, n_dead), dim=-1, sorted=False)
+        acts = torch.zeros_like(pre).scatter(-1, top.indices, top.values)
+        residual = (x - out).detach()
+        recon = (acts / self.decoder_norms()) @ self.W_dec
+        return self.config.aux_coefficient * scale * (recon - residual).pow(2).sum(-1).mean()
+
+    @torch.no_grad()
+    def project_decoder_gradient(self) -> None:
+        """Remove each decoder row's gradient component along the row (it only changes the norm,
+        which renormalising undoes), as Anthropic's training does."""
+        if self.W_dec.grad is not None:
+            w = self.W_dec / self.decoder_norms()[:, None]
+            self.W_dec.grad -= (self.W_dec.grad * w).sum(-1, keepdim=True) * w
+
+    @torch.no_grad()
+    def normalize_decoder(self) -> None:
+        self.W_dec /= self.decoder_norms()[:, None]
+
+    # ---- saving ---------------------------------------------------------------------------------
+    def save(self, folder: str | Path, metrics: dict | None = None, meta: dict | None = None) -> Path:
+        """``folder/sae.safetensors`` + ``sae.json`` (config and where it came from) + ``metrics.json``."""
+        from safetensors.torch import save_file
+
+        from ..outputs import atomic_write_text
+
+        folder = Path(folder)
+        folder.mkdir(parents=True, exist_ok=True)
+        tmp = folder / f".{SAE_WEIGHTS}.tmp"
+        save_file({k: v.detach().cpu().contiguous() for k, v in self.state_dict().items()}, tmp)
+        tmp.replace(folder / SAE_WEIGHTS)
+        atomic_write_text(folder / SAE_CONFIG, json.dumps({"config": self.config.to_dict(), **(meta or {})}, indent=1))
+        if metrics is not None:
+            atomic_write_text(folder / SAE_METRICS, json.dumps(metrics, indent=1))
+        return folder
+
+
+def load_sae(folder: str | Path, device: str = "cpu") -> tuple[SparseAutoencoder, dict]:
+    """(the SAE, the rest of its sae.json: the model run it reads, ...) from a folder ``save`` wrote."""
+    from safetensors.torch import load_file
+
+    folder = Path(folder)
+    if not (folder / SAE_CONFIG).is_file():
+        raise CheckpointError(f"{folder} holds no {SAE_CONFIG}; give a folder written by attnlab sae train")
+    try:
+        saved = json.loads((folder / SAE_CONFIG).read_text())
+        sae = SparseAutoencoder(SAEConfig.from_dict(saved["config"]))
+        sae.load_state_dict(load_file(folder / SAE_WEIGHTS))
+    except (ValueError, KeyError, OSError, RuntimeError) as e:
+        raise CheckpointError(f"{folder} does not hold a readable SAE ({str(e).splitlines()[0][:120]})") from None
+    saved.pop("config")
+    return sae.to(device).eval(), saved
+
+
+# ---- activations from a corpus ---------------------------------------------------------------------
+def token_batches(ids, context: int, batch_size: int, generator: torch.Generator) -> Iterator[Tensor]:
+    """Endless (batch_size, context) windows of the token ids ``ids`` (a 1-D array), at random offsets."""
+    ids = torch.as_tensor(ids, dtype=torch.long)
+    if len(ids) <= context:
+        raise OptionError(f"the corpus has {len(ids)} tokens, fewer than one window of {context}")
+    while True:
+        starts = torch.randint(0, len(ids) - context, (batch_size,), generator=generator)
+        yield torch.stack([ids[s : s + context] for s in starts.tolist()])
+
+
+def hook_layer(hook: str) -> int | None:
+    """The block a GPT hook point sits in (``blocks.3.hook_resid_post`` -> 3), else None."""
+    parts = hook.split(".")
+    return int(parts[1]) if len(parts) > 2 and parts[0] == "blocks" and parts[1].isdigit() else None
+
+
+@torch.no_grad()
+def activations(model, hook: str, batches: Iterator[Tensor], device) -> Iterator[Tensor]:
+    """Endless (tokens, d_in) activations at ``hook``: each batch of token windows run through
+    ``model`` up to the block that holds the hook point (GPT), its activations flattened."""
+    layer = hook_layer(hook)
+    stop = {"stop_at_layer": layer + 1} if layer is not None and layer + 1 < model.config.layers else {}
+    for batch in batches:
+        with model.caching(hook) as cache:
+            model(batch.to(device), **stop)
+        yield cache[hook].flatten(0, -2).float()
+
+
+def check_hook(model, hook: str) -> None:
+    points = model.hook_points()
+    if hook not in points:
+        resid = [n for n in points if "resid" in n][:4]
+        raise OptionError(
+            f"{hook!r} is not a hook point of this model; e.g. {', '.join(resid)} (attnlab hooks lists them)"
+        )
+
+
+# ---- training -----------------------------------------------------------------------------------------
+@dataclass
+class SAETraining:
+    """How an SAE is trained: ``steps`` batches of ``batch_tokens`` activations with Adam at ``lr``
+    (constant after ``warmup`` steps, decayed linearly to 0 over the last 20 %)."""
+
+    steps: int = 2000
+    batch_tokens: int = 1024
+    lr: float = 4e-4
+    warmup: int = 50
+    dead_after: int = 20_000  # tokens without firing that make a latent dead
+    resamples: int = 3  # ReLU: dead latents resampled at 1/4, 2/4, 3/4 of the steps (0: never)
+    seed: int = 0
+    log: Any = field(default=None, repr=False)  # a callable taking one progress line
+
+
+def train(
+    model,
+    hook: str,
+    ids,
+    *,
+    config: SAEConfig | None = None,
+    training: SAETraining | None = None,
+    init: SparseAutoencoder | None = None,
+    device: str | torch.device = "cpu",
+) -> tuple[SparseAutoencoder, list[dict]]:
+    """Train an SAE on ``model``'s activations at ``hook`` over the token ids ``ids`` (a 1-D
+    array: the corpus); returns (the SAE, one record per logged step). ``config.d_in`` is set
+    from the activations; ``init``: start from these weights (a parity check, a warm start)."""
+    check_hook(model, hook)
+    training = training or SAETraining()
+    gen = torch.Generator().manual_seed(training.seed)
+    context = model.config.context
+    per_batch = max(1, math.ceil(training.batch_tokens / context))
+    stream = activations(model, hook, token_batches(ids, context, per_batch, gen), device)
+    buffer = next(stream)
+    d_in = buffer.shape[-1]
+    config = config or SAEConfig()
+    if init is not None:
+        sae = init
+    else:
+        torch.manual_seed(training.seed)
+        sae = SparseAutoencoder(SAEConfig.from_dict({**config.to_dict(), "d_in": d_in, "hook": hook}))
+        with torch.no_grad():  # b_dec starts at the activations' mean: the SAE codes the deviations
+            sae.b_dec.copy_(buffer.mean(0).cpu())
+    if sae.config.d_in != d_in:
+        raise OptionError(f"the SAE reads {sae.config.d_in}-wide activations; {hook} is {d_in} wide")
+    sae.to(device).train()
+
+    def batches() -> Iterator[Tensor]:
+        pool = buffer
+        while True:
+            while len(pool) < training.batch_tokens:
+                pool = torch.cat([pool, next(stream)])
+            yield pool[: training.batch_tokens]
+            pool = pool[training.batch_tokens :]
+
+    return sae, fit(sae, batches(), training)
+
+
+def fit(sae: SparseAutoencoder, batches: Iterator[Tensor], training: SAETraining) -> list[dict]:
+    """The training loop on any stream of (tokens, d_in) batches: Adam, dead-latent tracking,
+    resampling (ReLU) or AuxK (top-k), the unit-norm decoder."""
+    c = sae.config
+    optimizer = torch.optim.Adam(sae.parameters(), lr=training.lr, betas=(0.9, 0.999))
+    since_fired = torch.zeros(c.d_sae, device=sae.W_dec.device)  # tokens since each latent last fired
+    resample_at = {training.steps * i // (training.resamples + 1) for i in range(1, training.resamples + 1)}
+    history: list[dict] = []
+    for step in range(1, training.steps + 1):
+        lr = training.lr * min(
+            1.0, step / max(1, training.warmup), (training.steps - step + 1) / (0.2 * training.steps)
+        )
+        for group in optimizer.param_groups:
+            group["lr"] = lr
+        x = next(batches)
+        dead = since_fired >= training.dead_after
+        terms = sae.losses(x, dead if c.kind == "topk" else None)
+        optimizer.zero_grad(set_to_none=True)
+        terms["loss"].backward()
+        if c.unit_norm_decoder:
+            sae.project_decoder_gradient()
+        optimizer.step()
+        if c.unit_norm_decoder:
+            sae.normalize_decoder()
+        with torch.no_grad():
+            fired = (terms["latents"] > 0).any(0)
+            since_fired = torch.where(fired, torch.zeros_like(since_fired), since_fired + len(x))
+        if c.kind == "relu" and step in resample_at:
+            n = resample(sae, optimizer, x, since_fired >= training.dead_after)
+            since_fired[since_fired >= training.dead_after] = 0
+            if n and training.log:
+                training.log(f"step {step}: resampled {n} dead latents")
+        if step % 50 == 0 or step == training.steps:
+            rec = {k: float(v) for k, v in terms.items() if k != "latents"}
+            rec.update(step=step, lr=lr, l0=float((terms["latents"] > 0).sum(-1).float().mean()))
+            rec["dead_fraction"] = float((since_fired >= training.dead_after).float().mean())
+            history.append(rec)
+            if training.log:
+                training.log(
+                    f"step {step}/{training.steps}: loss {rec['loss']:.4f} (mse {rec['mse_loss']:.4f}), "
+                    f"L0 {rec['l0']:.1f}, dead {rec['dead_fraction']:.1%}"
+                )
+    sae.eval()
+    return history
+
+
+@torch.no_grad()
+def resample(sae: SparseAutoencoder, optimizer, x: Tensor, dead: Tensor) -> int:
+    """Anthropic's resampling: each dead latent's decoder direction is set to an input the SAE
+    reconstructs badly (drawn with probability ∝ its squared error), normalised; its encoder
+    direction to that input scaled to 0.2 × the alive latents' mean encoder norm; its encoder
+    bias to 0; and Adam's moments for those weights to 0. Returns how many were resampled."""
+    idx = dead.nonzero().flatten()
+    if len(idx) == 0:
+        return 0
+    err = (sae(x) - x).pow(2).sum(-1)
+    if not err.sum() > 0:
+        return 0
+    pick = torch.multinomial(err / err.sum(), len(idx), replacement=True)
+    directions = x[pick] - sae.b_dec
+    directions = directions / directions.norm(dim=-1, keepdim=True).clamp_min(1e-8)
+    alive = ~dead
+    enc_norm = sae.W_enc[:, alive].norm(dim=0).mean() if alive.any() else torch.tensor(1.0)
+    sae.W_dec[idx] = directions
+    sae.W_enc[:, idx] = directions.T * 0.2 * enc_norm
+    sae.b_enc[idx] = 0
+    for p, rows in ((sae.W_dec, (idx,)), (sae.W_enc, (slice(None), idx)), (sae.b_enc, (idx,))):
+        state = optimizer.state.get(p, {})
+        for key in ("exp_avg", "exp_avg_sq"):
+            if key in state:
+                state[key][rows] = 0
+    return len(idx)
+
+
+# ---- evaluation ---------------------------------------------------------------------------------------
+@torch.no_grad()
+def evaluate(model, sae: SparseAutoencoder, ids, *, batches: int = 8, batch_size: int = 8, seed: int = 1) -> dict:
+    """The SAE on ``batches`` fresh windows of ``ids``: ``l0`` (latents active per token),
+    ``explained_variance`` (1 − Σ‖x − x̂‖² / Σ‖x − x̄‖²), ``dead_fraction`` (latents that never
+    fired), and the next-token loss ``ce_clean`` / ``ce_with_sae`` (x̂ in place of x) /
+    ``ce_zero_ablated`` (0 in place of x), with ``ce_loss_recovered`` = (zero − sae) / (zero − clean)."""
+    from ..losses import cross_entropy
+
+    hook = sae.config.hook
+    check_hook(model, hook)
+    device = sae.W_dec.device
+    gen = torch.Generator().manual_seed(seed)
+    windows = token_batches(ids, model.config.context, batch_size, gen)
+    sums = dict(err=0.0, var=0.0, l0=0.0, tokens=0, clean=0.0, spliced=0.0, zero=0.0)
+    fired = torch.zeros(sae.config.d_sae, dtype=torch.bool, device=device)
+    for _ in range(batches):
+        ids_b = next(windows).to(device)
+        x_ids, y = ids_b[:, :-1], ids_b[:, 1:]
+        with model.caching(hook) as cache:
+            clean = cross_entropy(model(x_ids), y).item()
+        x = cache[hook].float()
+        latents = sae.encode(x)
+        x_hat = sae.decode(latents)
+        flat, flat_hat = x.flatten(0, -2), x_hat.flatten(0, -2)
+        sums["err"] += (flat - flat_hat).pow(2).sum().item()
+        sums["var"] += (flat - flat.mean(0)).pow(2).sum().item()
+        sums["l0"] += (latents > 0).sum().item()
+        sums["tokens"] += flat.shape[0]
+        fired |= (latents > 0).flatten(0, -2).any(0)
+        with model.hooks([(hook, lambda v, h: x_hat.to(v.dtype))]):
+            spliced = cross_entropy(model(x_ids), y).item()
+        with model.hooks([(hook, lambda v, h: torch.zeros_like(v))]):
+            zero = cross_entropy(model(x_ids), y).item()
+        sums["clean"] += clean
+        sums["spliced"] += spliced
+        sums["zero"] += zero
+    clean, spliced, zero = (sums[k] / batches for k in ("clean", "spliced", "zero"))
+    return {
+        "hook": hook,
+        "tokens": sums["tokens"],
+        "l0": sums["l0"] / sums["tokens"],
+        "explained_variance": 1 - sums["err"] / max(sums["var"], 1e-12),
+        "dead_fraction": 1 - fired.float().mean().item(),
+        "ce_clean": clean,
+        "ce_with_sae": spliced,
+        "ce_zero_ablated": zero,
+        "ce_loss_recovered": (zero - spliced) / (zero - clean) if zero != clean else float("nan"),
+    }
+
+
+def describe(metrics: dict) -> str:
+    """One line of :func:`evaluate`'s numbers."""
+    return (
+        f"{metrics['hook']}: L0 {metrics['l0']:.1f}, explained variance {metrics['explained_variance']:.3f}, "
+        f"dead {metrics['dead_fraction']:.1%}; next-token loss clean {metrics['ce_clean']:.4f}, with the SAE "
+        f"{metrics['ce_with_sae']:.4f}, zero-ablated {metrics['ce_zero_ablated']:.4f} "
+        f"({metrics['ce_loss_recovered']:.1%} of the loss recovered)"
+    )
+
+
+def print_line(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
