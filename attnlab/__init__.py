@@ -33,10 +33,12 @@ _LAZY = {name: "attnlab.training.callbacks" for name in ("Callback", "EarlyStopp
 
 
 def __getattr__(name: str):
-    if name in _LAZY:
-        import importlib
+    import importlib
 
+    if name in _LAZY:
         return getattr(importlib.import_module(_LAZY[name]), name)
+    if name == "sae":  # attnlab.sae: sparse autoencoders
+        return importlib.import_module("attnlab.sae")
     raise AttributeError(f"module 'attnlab' has no attribute {name!r}")
 
 

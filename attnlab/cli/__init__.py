@@ -15,7 +15,7 @@ import sys
 
 from .. import __version__
 from ..errors import AttnlabError, a, one_line
-from ..options import OptionSpecs, device_name, nonneg_int, number, positive_int
+from ..options import OptionSpecs, device_name, nonneg_float, nonneg_int, number, positive_float, positive_int
 from .parser import EPILOG, Parser, add_options, flag_type, option_parser
 
 
@@ -231,6 +231,55 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--markdown", default=None, help="write the table as Markdown to this file")
     b.add_argument("--device", type=flag_type(device_name), default="auto", help="auto | cpu | cuda")
     b.set_defaults(func=_bench)
+
+    sae = sub.add_parser(
+        "sae",
+        help="sparse autoencoders: train one on a hook point, evaluate it, draw its features",
+        epilog=EPILOG,
+        description="A sparse autoencoder (ReLU with an L1 penalty, or top-k) trained on a GPT's activations "
+        "at one hook point, streamed from its run's text; evaluated by L0, explained variance, dead latents "
+        "and the next-token loss with the SAE spliced in (against the clean model and zero-ablation); its "
+        "features as an offline HTML page (top activating contexts, logit effects).",
+    )
+    sae_sub = sae.add_subparsers(dest="sae_command", metavar="WHAT", parser_class=Parser)
+    st = OptionSpecs()
+    st.add("--ckpt", required=True, help="run folder of a GPT")
+    st.add("--hook", required=True, help="the hook point to read, e.g. blocks.1.hook_resid_post")
+    st.add("--out", required=True, help="folder for sae.safetensors, sae.json and metrics.json")
+    st.add("--kind", choices=["relu", "topk"], default="relu", help="relu: an L1 penalty; topk: k latents per token")
+    st.add("--latents", type=positive_int, default=None, help="dictionary size (default: --expansion x the width)")
+    st.add("--expansion", type=positive_int, default=8, help="latents per activation dimension (default 8)")
+    st.add("--k", type=positive_int, default=32, help="topk: latents active per token (default 32)")
+    st.add("--l1", dest="l1_coefficient", type=nonneg_float, default=2.0, help="relu: the L1 coefficient (default 2)")
+    st.add("--steps", type=positive_int, default=2000, help="training steps (default 2000)")
+    st.add("--batch-tokens", type=positive_int, default=1024, help="activations per step (default 1024)")
+    st.add("--lr", type=positive_float, default=4e-4, help="Adam's learning rate (default 4e-4)")
+    st.add("--resamples", type=nonneg_int, default=3, help="relu: times dead latents are resampled (default 3)")
+    st.add("--seed", type=nonneg_int, default=0, help="random seed (default 0)")
+    st.add("--data", default=None, help="train on this text instead of the run's own")
+    st.add("--device", type=device_name, default="auto", help="auto | cpu | cuda")
+    c = option_parser(
+        sae_sub, "train", st, help="train an SAE on one hook point", description="Train a sparse autoencoder."
+    )
+    c.set_defaults(func=_sae_train)
+    se = OptionSpecs()
+    se.add("--sae", required=True, help="folder written by attnlab sae train")
+    se.add("--ckpt", default=None, help="the GPT (default: the run the SAE was trained on)")
+    se.add("--data", default=None, help="evaluate on this text instead of the run's validation text")
+    se.add("--json", kind="flag", help="print the metrics as one JSON object")
+    se.add("--device", type=device_name, default="auto", help="auto | cpu | cuda")
+    c = option_parser(sae_sub, "eval", se, help="L0, explained variance, dead latents, loss recovered")
+    c.set_defaults(func=_sae_eval)
+    sf = OptionSpecs()
+    sf.add("--sae", required=True, help="folder written by attnlab sae train")
+    sf.add("--out", required=True, help="HTML file to write")
+    sf.add("--ckpt", default=None, help="the GPT (default: the run the SAE was trained on)")
+    sf.add("--latents", default=None, help="which latents, comma-separated (default: the --count most frequent)")
+    sf.add("--count", type=positive_int, default=24, help="latents shown without --latents (default 24)")
+    sf.add("--data", default=None, help="read contexts from this text instead of the run's validation text")
+    sf.add("--device", type=device_name, default="auto", help="auto | cpu | cuda")
+    c = option_parser(sae_sub, "features", sf, help="an offline HTML page of the SAE's features")
+    c.set_defaults(func=_sae_features)
 
     co = sub.add_parser(
         "completion",
@@ -459,6 +508,76 @@ def _bench(args) -> int:
         device=args.device,
         only=args.only,
     )
+    return 0
+
+
+def _sae_model(args, saved: dict):
+    from ..api import load
+    from ..errors import CheckpointError
+
+    ckpt = args.ckpt or saved.get("model")
+    if not ckpt:
+        raise CheckpointError(f"{args.sae} does not say which model it reads; give --ckpt")
+    return load(ckpt, device=args.device)
+
+
+def _sae_train(args) -> int:
+    from .. import sae
+    from ..api import load
+
+    run = sae.train(
+        load(args.ckpt, device=args.device),
+        args.hook,
+        data=args.data,
+        kind=args.kind,
+        latents=args.latents,
+        expansion=args.expansion,
+        k=args.k,
+        l1_coefficient=args.l1_coefficient,
+        steps=args.steps,
+        batch_tokens=args.batch_tokens,
+        lr=args.lr,
+        resamples=args.resamples,
+        seed=args.seed,
+        out=args.out,
+    )
+    from ..inspect.sae import describe
+
+    print(describe(run.metrics))
+    print(f"wrote {args.out}", file=sys.stderr)
+    return 0
+
+
+def _sae_eval(args) -> int:
+    import json
+
+    from .. import sae
+    from ..inspect.sae import describe, load_sae
+
+    model_sae, saved = load_sae(args.sae)
+    metrics = sae.evaluate(_sae_model(args, saved), model_sae, data=args.data)
+    print(json.dumps(metrics) if args.json else describe(metrics))
+    return 0
+
+
+def _sae_features(args) -> int:
+    from .. import sae
+    from ..errors import OptionError
+    from ..inspect.sae import load_sae
+    from ..outputs import output_file
+
+    out = output_file(args.out, ".html", also=(".htm",))
+    model_sae, saved = load_sae(args.sae)
+    latents = None
+    if args.latents:
+        try:
+            latents = [int(x) for x in args.latents.split(",") if x.strip()]
+        except ValueError:
+            raise OptionError(f"--latents {args.latents!r}: give latent numbers, comma-separated (0,5,9)") from None
+    path = sae.write_features(
+        _sae_model(args, saved), model_sae, out, latents=latents, count=args.count, data=args.data
+    )
+    print(f"wrote {path}")
     return 0
 
 

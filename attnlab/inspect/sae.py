@@ -48,10 +48,13 @@ class SAEConfig(Config):
     d_sae: int = 1024
     kind: str = "relu"
     k: int = 32  # top-k: latents kept per token
-    l1_coefficient: float = 1.0  # ReLU: λ of the L1 penalty
+    l1_coefficient: float = 2.0  # ReLU: λ of the L1 penalty (on inputs scaled to norm √d_in)
     aux_coefficient: float = 1.0  # top-k: α of the AuxK loss (SAELens's aux_loss_coefficient)
     unit_norm_decoder: bool = True
     apply_b_dec_to_input: bool = True
+    # inputs are multiplied by this (and outputs divided) so that their mean norm is √d_in, as
+    # SAELens's "expected_average_only_in": the L1 coefficient then means the same at every width
+    input_scale: float = 1.0
     hook: str = ""  # the hook point it reads (blocks.1.hook_resid_post)
 
     SIZES = ("d_in", "d_sae", "k")
@@ -88,6 +91,7 @@ class SparseAutoencoder(nn.Module):
     def pre_activations(self, x: Tensor) -> Tensor:
         """(..., d_sae): (x − b_dec) W_enc + b_enc, before the activation (top-k: scaled by each
         direction's norm, SAELens's rescale_acts_by_decoder_norm)."""
+        x = x * self.config.input_scale
         if self.config.apply_b_dec_to_input:
             x = x - self.b_dec
         pre = x @ self.W_enc + self.b_enc
@@ -107,7 +111,7 @@ class SparseAutoencoder(nn.Module):
         """(..., d_in): f W_dec + b_dec (top-k: f divided back by the norms it was scaled by)."""
         if self.config.kind == "topk":
             latents = latents / self.decoder_norms()
-        return latents @ self.W_dec + self.b_dec
+        return (latents @ self.W_dec + self.b_dec) / self.config.input_scale
 
     def forward(self, x: Tensor) -> Tensor:
         return self.decode(self.encode(x))
@@ -115,10 +119,12 @@ class SparseAutoencoder(nn.Module):
     def losses(self, x: Tensor, dead: Tensor | None = None) -> dict[str, Tensor]:
         """SAELens's training loss terms on a batch x (N, d_in): ``mse_loss`` (the squared error
         summed over d_in, averaged over tokens), ``l1_loss`` (ReLU) or ``auxiliary_reconstruction_loss``
-        (top-k, given ``dead``: (d_sae,) bool), their sum ``loss``, and the ``latents``."""
+        (top-k, given ``dead``: (d_sae,) bool), their sum ``loss``, and the ``latents``; in the
+        scaled space the SAE works in (``input_scale``), as SAELens's are."""
         pre = self.pre_activations(x)
         latents = self.activate(pre)
-        out = self.decode(latents)
+        scale = self.config.input_scale
+        x, out = x * scale, self.decode(latents) * scale
         mse = (out - x).pow(2).sum(-1).mean()
         terms = {"mse_loss": mse}
         if self.config.kind == "relu":
@@ -192,7 +198,9 @@ def load_sae(folder: str | Path, device: str = "cpu") -> tuple[SparseAutoencoder
 # ---- activations from a corpus ---------------------------------------------------------------------
 def token_batches(ids, context: int, batch_size: int, generator: torch.Generator) -> Iterator[Tensor]:
     """Endless (batch_size, context) windows of the token ids ``ids`` (a 1-D array), at random offsets."""
-    ids = torch.as_tensor(ids, dtype=torch.long)
+    import numpy as np
+
+    ids = torch.from_numpy(np.array(ids, dtype=np.int64))  # (a copy: a memory map is read-only)
     if len(ids) <= context:
         raise OptionError(f"the corpus has {len(ids)} tokens, fewer than one window of {context}")
     while True:
@@ -218,12 +226,20 @@ def activations(model, hook: str, batches: Iterator[Tensor], device) -> Iterator
         yield cache[hook].flatten(0, -2).float()
 
 
+@torch.no_grad()
+def hook_width(model, hook: str) -> int:
+    """The width of the activations at ``hook`` (their last dimension), from one short forward pass."""
+    with model.caching(hook) as cache:
+        model(torch.zeros(1, 2, dtype=torch.long, device=model.device))
+    return cache[hook].shape[-1]
+
+
 def check_hook(model, hook: str) -> None:
     points = model.hook_points()
     if hook not in points:
         resid = [n for n in points if "resid" in n][:4]
         raise OptionError(
-            f"{hook!r} is not a hook point of this model; e.g. {', '.join(resid)} (attnlab hooks lists them)"
+            f"{hook!r} is not a hook point of this model; e.g. {', '.join(resid)} (model.hook_points() lists them)"
         )
 
 
@@ -231,12 +247,14 @@ def check_hook(model, hook: str) -> None:
 @dataclass
 class SAETraining:
     """How an SAE is trained: ``steps`` batches of ``batch_tokens`` activations with Adam at ``lr``
-    (constant after ``warmup`` steps, decayed linearly to 0 over the last 20 %)."""
+    (linear warm-up over ``warmup`` steps, constant, then down to 0 over the last ``decay``
+    fraction of the steps)."""
 
     steps: int = 2000
     batch_tokens: int = 1024
     lr: float = 4e-4
     warmup: int = 50
+    decay: float = 0.2
     dead_after: int = 20_000  # tokens without firing that make a latent dead
     resamples: int = 3  # ReLU: dead latents resampled at 1/4, 2/4, 3/4 of the steps (0: never)
     seed: int = 0
@@ -269,9 +287,12 @@ def train(
         sae = init
     else:
         torch.manual_seed(training.seed)
-        sae = SparseAutoencoder(SAEConfig.from_dict({**config.to_dict(), "d_in": d_in, "hook": hook}))
+        scale = math.sqrt(d_in) / buffer.norm(dim=-1).mean().clamp_min(1e-12).item()
+        sae = SparseAutoencoder(
+            SAEConfig.from_dict({**config.to_dict(), "d_in": d_in, "hook": hook, "input_scale": scale})
+        )
         with torch.no_grad():  # b_dec starts at the activations' mean: the SAE codes the deviations
-            sae.b_dec.copy_(buffer.mean(0).cpu())
+            sae.b_dec.copy_(buffer.mean(0).cpu() * scale)
     if sae.config.d_in != d_in:
         raise OptionError(f"the SAE reads {sae.config.d_in}-wide activations; {hook} is {d_in} wide")
     sae.to(device).train()
@@ -296,9 +317,9 @@ def fit(sae: SparseAutoencoder, batches: Iterator[Tensor], training: SAETraining
     resample_at = {training.steps * i // (training.resamples + 1) for i in range(1, training.resamples + 1)}
     history: list[dict] = []
     for step in range(1, training.steps + 1):
-        lr = training.lr * min(
-            1.0, step / max(1, training.warmup), (training.steps - step + 1) / (0.2 * training.steps)
-        )
+        lr = training.lr * min(1.0, step / max(1, training.warmup))
+        if training.decay > 0:
+            lr *= min(1.0, (training.steps - step + 1) / (training.decay * training.steps))
         for group in optimizer.param_groups:
             group["lr"] = lr
         x = next(batches)
@@ -320,7 +341,7 @@ def fit(sae: SparseAutoencoder, batches: Iterator[Tensor], training: SAETraining
             if n and training.log:
                 training.log(f"step {step}: resampled {n} dead latents")
         if step % 50 == 0 or step == training.steps:
-            rec = {k: float(v) for k, v in terms.items() if k != "latents"}
+            rec = {k: float(v.detach()) for k, v in terms.items() if k != "latents"}
             rec.update(step=step, lr=lr, l0=float((terms["latents"] > 0).sum(-1).float().mean()))
             rec["dead_fraction"] = float((since_fired >= training.dead_after).float().mean())
             history.append(rec)
@@ -346,7 +367,7 @@ def resample(sae: SparseAutoencoder, optimizer, x: Tensor, dead: Tensor) -> int:
     if not err.sum() > 0:
         return 0
     pick = torch.multinomial(err / err.sum(), len(idx), replacement=True)
-    directions = x[pick] - sae.b_dec
+    directions = x[pick] * sae.config.input_scale - sae.b_dec
     directions = directions / directions.norm(dim=-1, keepdim=True).clamp_min(1e-8)
     alive = ~dead
     enc_norm = sae.W_enc[:, alive].norm(dim=0).mean() if alive.any() else torch.tensor(1.0)
@@ -410,6 +431,123 @@ def evaluate(model, sae: SparseAutoencoder, ids, *, batches: int = 8, batch_size
         "ce_zero_ablated": zero,
         "ce_loss_recovered": (zero - spliced) / (zero - clean) if zero != clean else float("nan"),
     }
+
+
+# ---- features ------------------------------------------------------------------------------------------
+@torch.no_grad()
+def features(
+    model,
+    sae: SparseAutoencoder,
+    ids,
+    decode_token,
+    *,
+    latents: list[int] | None = None,
+    count: int = 24,
+    windows: int = 64,
+    batch_size: int = 8,
+    top: int = 6,
+    before: int = 10,
+    after: int = 3,
+    seed: int = 2,
+) -> list[dict]:
+    """What each latent responds to and writes, for feature pages: over ``windows`` windows of
+    ``ids``, its firing ``frequency``, its ``top`` activating contexts (the tokens around each
+    hit, ``decode_token(id)`` each, with the latent's activation on every one), and its direct
+    effect on the logits, W_dec[i] · W_U (the unembedding, the final LayerNorm left out):
+    the tokens it ``promotes`` and ``suppresses`` most. ``latents``: which (default: the
+    ``count`` that fire most often)."""
+    hook = sae.config.hook
+    check_hook(model, hook)
+    device = sae.W_dec.device
+    gen = torch.Generator().manual_seed(seed)
+    stream = token_batches(ids, model.config.context, batch_size, gen)
+    seen, acts = [], []
+    for _ in range(max(1, windows // batch_size)):
+        batch = next(stream)
+        with model.caching(hook) as cache:
+            model(batch.to(device))
+        seen.append(batch)
+        acts.append(sae.encode(cache[hook].float()).cpu())
+    tokens, acts = torch.cat(seen), torch.cat(acts)  # (W, T), (W, T, d_sae)
+    frequency = (acts > 0).flatten(0, 1).float().mean(0)
+    if latents is None:
+        latents = [i for i in frequency.argsort(descending=True).tolist() if frequency[i] > 0][:count]
+    bad = [i for i in latents if not 0 <= i < sae.config.d_sae]
+    if bad:
+        raise OptionError(
+            f"latent {bad[0]} does not exist; this SAE has {sae.config.d_sae} (0 to {sae.config.d_sae - 1})"
+        )
+    effects = (sae.W_dec / sae.decoder_norms()[:, None]) @ model.W_U.to(sae.W_dec.dtype)  # (d_sae, vocab)
+    effects = effects[:, : getattr(model.config, "vocab_size", effects.shape[1])].cpu()
+    pages = []
+    for i in latents:
+        a = acts[..., i]
+        flat = a.flatten()
+        hits = [h for h in flat.topk(min(top, flat.numel())).indices.tolist() if flat[h] > 0]
+        contexts = []
+        for h in hits:
+            w, t = divmod(h, a.shape[1])
+            lo, hi = max(0, t - before), min(a.shape[1], t + after + 1)
+            contexts.append(
+                {
+                    "tokens": [decode_token(int(x)) for x in tokens[w, lo:hi]],
+                    "activations": [round(float(v), 4) for v in a[w, lo:hi]],
+                    "at": t - lo,
+                }
+            )
+        e = effects[i]
+        pages.append(
+            {
+                "latent": i,
+                "frequency": float(frequency[i]),
+                "max_activation": float(flat.max()),
+                "contexts": contexts,
+                "promotes": [(decode_token(j), round(float(e[j]), 4)) for j in e.topk(6).indices.tolist()],
+                "suppresses": [(decode_token(j), round(float(e[j]), 4)) for j in (-e).topk(6).indices.tolist()],
+            }
+        )
+    return pages
+
+
+def features_page(pages: list[dict], title: str) -> str:
+    """One self-contained HTML page (no network) of :func:`features`: a card per latent, each
+    context's tokens shaded by the latent's activation, the hit outlined."""
+    from html import escape
+
+    def tok(text: str) -> str:
+        return escape(text).replace(" ", "&nbsp;").replace("\n", "↵")
+
+    cards = []
+    for p in pages:
+        rows = []
+        for c in p["contexts"]:
+            peak = max(c["activations"]) or 1.0
+            spans = "".join(
+                f'<span class="t{" hit" if j == c["at"] else ""}" title="{v:.3f}" '
+                f'style="background:rgba(255,120,0,{max(0.0, v) / peak:.2f})">{tok(t)}</span>'
+                for j, (t, v) in enumerate(zip(c["tokens"], c["activations"]))
+            )
+            rows.append(f'<div class="ctx">{spans} <small>{c["activations"][c["at"]]:.3f}</small></div>')
+        logits = lambda pairs: ", ".join(f"<code>{tok(t)}</code>&nbsp;{v:+.2f}" for t, v in pairs)  # noqa: E731
+        cards.append(
+            f'<section id="latent-{p["latent"]}"><h2>latent {p["latent"]}</h2>'
+            f"<p>fires on {p['frequency']:.2%} of tokens; largest activation {p['max_activation']:.3f}</p>"
+            f"<p>promotes {logits(p['promotes'])}<br>suppresses {logits(p['suppresses'])}</p>"
+            + "".join(rows)
+            + "</section>"
+        )
+    style = (
+        "body{font-family:system-ui,sans-serif;margin:2em;max-width:70em}section{border:1px solid #ccc;"
+        "border-radius:6px;padding:.5em 1em;margin:1em 0}.ctx{font-family:monospace;margin:.2em 0}"
+        ".t{padding:0 1px}.hit{outline:1px solid #c00}code{background:#eee}"
+    )
+    return (
+        f'<!doctype html><html><head><meta charset="utf-8"><title>{escape(title)}</title>'
+        f"<style>{style}</style></head><body><h1>{escape(title)}</h1>"
+        "<p>Each card: a latent's top activating contexts (shade: its activation on each token; outlined: "
+        "the token where it peaks) and the tokens its decoder direction raises and lowers through the "
+        "unembedding.</p>" + "".join(cards) + "</body></html>"
+    )
 
 
 def describe(metrics: dict) -> str:

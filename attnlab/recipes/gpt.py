@@ -131,6 +131,14 @@ class GPTVerbs(Verbs):
         except CheckpointError:
             self.tokenizer = None
         tokenizer_that_fits(self.tokenizer, self.config.vocab_size, self.checkpoint)
+        self.meta = meta
+
+    def corpus_ids(self, split: str = "train", data: str | None = None, data_dir: str | None = None):
+        """(the corpus's name, the token ids of its ``split`` as a 1-D array): the run's own data,
+        or ``data`` encoded with this model's tokenizer (what ``evaluate`` and SAEs read)."""
+        if self.tokenizer is None:
+            lm_tokenizer({}, self.checkpoint)  # says what is missing
+        return corpus_ids(self.checkpoint, self.meta, self.tokenizer, split, data, data_dir)
 
     def generate(
         self,

@@ -1,0 +1,127 @@
+"""Sparse autoencoders from Python (the command line's ``attnlab sae``); the method and its
+equations are in :mod:`attnlab.inspect.sae`::
+
+    import attnlab
+    model = attnlab.load("runs/shakespeare")
+    run = attnlab.sae.train(model, hook="blocks.1.hook_resid_post", kind="topk", k=16, out="runs/sae")
+    run.metrics            # L0, explained variance, dead latents, next-token loss spliced / clean / zero
+    pages = attnlab.sae.features(model, run.sae)          # top contexts and logit effects per latent
+    attnlab.sae.write_features(model, run.sae, "features.html")
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .errors import OptionError
+from .inspect.sae import SAEConfig, SAETraining, SparseAutoencoder, load_sae
+from .inspect import sae as method
+
+__all__ = ["train", "evaluate", "features", "write_features", "load", "SAERun", "SparseAutoencoder", "SAEConfig"]
+
+
+@dataclass
+class SAERun:
+    """A trained SAE with its metrics (:func:`evaluate`), its training records, and its folder."""
+
+    sae: SparseAutoencoder
+    metrics: dict
+    history: list[dict] = field(repr=False)
+    out: Path | None = None
+
+
+def _model(model_or_path):
+    from .api import load as load_model
+
+    model = load_model(model_or_path) if isinstance(model_or_path, (str, Path)) else model_or_path
+    if not hasattr(model, "corpus_ids"):
+        raise OptionError(
+            f"sparse autoencoders read a GPT loaded with attnlab.load; got {type(model).__name__} "
+            "(other families: not yet)"
+        )
+    return model
+
+
+def train(
+    model_or_path: Any,
+    hook: str,
+    *,
+    data: str | None = None,
+    kind: str = "relu",
+    latents: int | None = None,
+    expansion: int = 8,
+    k: int = 32,
+    l1_coefficient: float = 2.0,
+    steps: int = 2000,
+    batch_tokens: int = 1024,
+    lr: float = 4e-4,
+    resamples: int = 3,
+    seed: int = 0,
+    out: str | Path | None = None,
+    progress: bool = True,
+) -> SAERun:
+    """Train a ``kind`` SAE ("relu": L1 penalty at ``l1_coefficient``; "topk": ``k`` latents per
+    token) of ``latents`` (default ``expansion`` × the activation width) on the activations at
+    ``hook`` of the GPT ``model_or_path``, over its run's training text (or ``data``); evaluate
+    it on the validation text; save it to ``out`` (sae.safetensors, sae.json, metrics.json) when
+    given."""
+    model = _model(model_or_path)
+    for name, value, low in (("steps", steps, 1), ("batch_tokens", batch_tokens, 1), ("expansion", expansion, 1)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < low:
+            raise OptionError(f"{name}={value!r}: must be an integer of at least {low}")
+    if not lr > 0:
+        raise OptionError(f"lr={lr!r}: must be positive")
+    method.check_hook(model, hook)
+    _, ids = model.corpus_ids("train", data)
+    width = method.hook_width(model, hook)
+    try:
+        config = SAEConfig(
+            d_in=width, d_sae=latents or expansion * width, kind=kind, k=k, l1_coefficient=l1_coefficient, hook=hook
+        )
+    except ValueError as e:
+        raise OptionError(str(e)) from None
+    training = SAETraining(
+        steps=steps,
+        batch_tokens=batch_tokens,
+        lr=lr,
+        resamples=resamples,
+        seed=seed,
+        log=method.print_line if progress else None,
+    )
+    sae, history = method.train(model, hook, ids, config=config, training=training, device=model.device)
+    metrics = evaluate(model, sae, data=data)
+    if out is not None:
+        sae.save(out, metrics, {"model": str(model.checkpoint), "data": data, "history": history})
+    return SAERun(sae, metrics, history, Path(out) if out is not None else None)
+
+
+def evaluate(model_or_path: Any, sae: SparseAutoencoder, *, data: str | None = None, batches: int = 8) -> dict:
+    """:func:`attnlab.inspect.sae.evaluate` on the model's validation text (or ``data``)."""
+    model = _model(model_or_path)
+    _, ids = model.corpus_ids("val", data)
+    return method.evaluate(model, sae.to(model.device), ids, batches=batches)
+
+
+def features(
+    model_or_path: Any, sae: SparseAutoencoder, *, latents: list[int] | None = None, count: int = 24, data=None
+) -> list[dict]:
+    """:func:`attnlab.inspect.sae.features` on the model's validation text (or ``data``)."""
+    model = _model(model_or_path)
+    _, ids = model.corpus_ids("val", data)
+    tok = model.tokenizer
+    return method.features(model, sae.to(model.device), ids, lambda i: tok.decode([i]), latents=latents, count=count)
+
+
+def write_features(model_or_path: Any, sae: SparseAutoencoder, path: str | Path, **kw) -> Path:
+    """The feature pages of :func:`features` as one offline HTML file."""
+    from .outputs import atomic_write_text
+
+    pages = features(model_or_path, sae, **kw)
+    return atomic_write_text(path, method.features_page(pages, f"SAE features at {sae.config.hook}"))
+
+
+def load(folder: str | Path, device: str = "cpu") -> SparseAutoencoder:
+    """An SAE saved by :func:`train` (or ``attnlab sae train``)."""
+    return load_sae(folder, device)[0]
