@@ -45,6 +45,7 @@ chromium:
 test: $(VENV)/.installed-test chromium
 	$(VENV)/bin/ruff check attnlab tests benchmarks notebooks
 	$(VENV)/bin/ruff format --check attnlab tests benchmarks notebooks
+	$(VENV)/bin/mypy
 	$(PY) -m pytest
 	$(MAKE) docs wheel-check
 

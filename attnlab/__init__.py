@@ -8,12 +8,23 @@ The Python API (:mod:`attnlab.api`) does everything the command line does::
     model.generate("The ", max_new_tokens=100)
     logits, cache = model.run_with_cache(ids)            # every named hook point
     attnlab.explore(model, text="The attention")        # inline in Jupyter
+
+``import attnlab`` imports no torch: each name below is the function itself (its signature and
+docstring, for ``help()`` and type checkers), imported from its module when first used.
 """
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 __version__ = "0.2.0"
 
+# public name -> the module that defines it
+_LAZY = {
+    **{name: "attnlab.api" for name in ("train", "load", "evaluate", "explore", "families", "train_options", "Run")},
+    "export_hf": "attnlab.interop",
+    **{name: "attnlab.training.callbacks" for name in ("Callback", "EarlyStopping", "WandbCallback")},
+}
 __all__ = [
     "__version__",
     "train",
@@ -22,71 +33,33 @@ __all__ = [
     "explore",
     "families",
     "train_options",
+    "Run",
     "export_hf",
     "Callback",
     "EarlyStopping",
     "WandbCallback",
+    "sae",
 ]
 
-# attnlab.Callback and friends, imported when first used: importing attnlab stays free of torch
-_LAZY = {name: "attnlab.training.callbacks" for name in ("Callback", "EarlyStopping", "WandbCallback")}
+if TYPE_CHECKING:  # what type checkers and IDEs see (at run time, __getattr__ below imports them)
+    from . import sae
+    from .api import Run, evaluate, explore, families, load, train, train_options
+    from .interop import export_hf
+    from .training.callbacks import Callback, EarlyStopping, WandbCallback
 
 
-def __getattr__(name: str):
+def __getattr__(name: str) -> object:
     import importlib
 
     if name in _LAZY:
-        return getattr(importlib.import_module(_LAZY[name]), name)
-    if name == "sae":  # attnlab.sae: sparse autoencoders
-        return importlib.import_module("attnlab.sae")
-    raise AttributeError(f"module 'attnlab' has no attribute {name!r}")
+        value = getattr(importlib.import_module(_LAZY[name]), name)
+    elif name == "sae":  # attnlab.sae: sparse autoencoders
+        value = importlib.import_module("attnlab.sae")
+    else:
+        raise AttributeError(f"module 'attnlab' has no attribute {name!r}")
+    globals()[name] = value  # (looked up once)
+    return value
 
 
-def train(family: str, **kw):
-    """Train a model of ``family`` and return its :class:`attnlab.api.Run` (see :func:`attnlab.api.train`)."""
-    from .api import train as _train
-
-    return _train(family, **kw)
-
-
-def load(path, **kw):
-    """A ready model with its tokenizer and verbs, from an attnlab run or a HuggingFace folder
-    (see :func:`attnlab.api.load`)."""
-    from .api import load as _load
-
-    return _load(path, **kw)
-
-
-def evaluate(model_or_path, **kw) -> dict:
-    """The metrics of ``attnlab eval`` (see :func:`attnlab.api.evaluate`)."""
-    from .api import evaluate as _evaluate
-
-    return _evaluate(model_or_path, **kw)
-
-
-def explore(model_or_path, **kw):
-    """The explorer's data, shown inline in Jupyter (see :func:`attnlab.api.explore`)."""
-    from .api import explore as _explore
-
-    return _explore(model_or_path, **kw)
-
-
-def families() -> list[str]:
-    """The model families ``train`` takes."""
-    from .api import families as _families
-
-    return _families()
-
-
-def train_options(family: str) -> dict:
-    """Every option of ``train(family, ...)`` with its default."""
-    from .api import train_options as _train_options
-
-    return _train_options(family)
-
-
-def export_hf(model, directory) -> None:
-    """Write ``model`` as a HuggingFace checkpoint directory (config.json + model.safetensors)."""
-    from .interop import export_hf as _export
-
-    _export(model, directory)
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

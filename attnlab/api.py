@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .config import option_fields
 from .errors import AttnlabError, OptionError
@@ -25,6 +25,9 @@ from .inspect.explorer import Exploration
 from .recipes import Recipe, checkpoint_recipe, recipes
 from .options import Options
 from .recipes.base import Verbs
+
+if TYPE_CHECKING:
+    from .training.callbacks import Callback
 
 __all__ = ["train", "Run", "load", "evaluate", "explore", "Exploration", "families", "train_options"]
 
@@ -47,8 +50,12 @@ def train_options(family: str) -> dict[str, Any]:
     default preset's and the family's training defaults; None where the data decides, or where
     unset means automatic, such as ``threads``)."""
     recipe = _recipe(family)
-    values = recipe.default_values()
-    return {n: values.get(n) for n in recipe.train_specs().specs if n not in ("out", "resume")}
+    values = {**recipe.default_values(), **PYTHON_DEFAULTS}
+    return {n: values.get(n) for n in recipe.train_specs().specs if n not in ("out", "resume", "config")}
+
+
+# where a Python call differs from the command line: a notebook asked for a model, not a sample
+PYTHON_DEFAULTS = {"sample_chars": 0}
 
 
 def train(
@@ -58,9 +65,9 @@ def train(
     out: str | Path | None = None,
     resume: bool = False,
     config: str | Path | None = None,
-    callbacks: list | None = None,
-    **options,
-) -> "Run":
+    callbacks: list[Callback] | None = None,
+    **options: Any,
+) -> Run:
     """Train a model of ``family`` (see :func:`families`) and return the :class:`Run`.
 
     ``data``: a file, folder or dataset name (None: the family's embedded default); ``out``: the
@@ -75,6 +82,7 @@ def train(
 
     recipe = _recipe(family)
     specs = recipe.train_specs()
+    options = {**{k: v for k, v in PYTHON_DEFAULTS.items() if k in specs and config is None}, **options}
     if config is not None:
         from .runoptions import NOT_REPLAYED, read_options
 
@@ -96,7 +104,7 @@ def train(
             for k, v in from_file.items()
             if k not in ("data", *NOT_REPLAYED) and not (k in defaults and defaults[k] == v)
         }
-        options = {**from_file, **options}
+        options = {**{k: v for k, v in PYTHON_DEFAULTS.items() if k in specs}, **from_file, **options}
     alias_of = {f.lstrip("-").replace("-", "_"): s.dest for s in specs for f in s.flags}
     values: dict[str, Any] = {n: s.default for n, s in specs.specs.items()}
     for name, value in options.items():
@@ -111,6 +119,10 @@ def train(
             raise OptionError(f"train {family} has no option {name!r}; attnlab.train_options({family!r}) lists them")
     if data is not None:
         values["data"] = specs.check("data", str(data)) if "data" in specs else str(data)
+    if values.get("init"):  # --init gpt2: a HuggingFace hub name
+        from .hub import resolve
+
+        values["init"] = str(resolve(values["init"]))
     from .training import TrainConfig
 
     values.update(out=str(out) if out is not None else recipe.default_out, resume=bool(resume))
@@ -160,25 +172,27 @@ class Run:
         """The folder ``load`` / ``evaluate`` read: the best checkpoint, else the last."""
         return self.out / "best" if (self.out / "best").is_dir() else self.out / "last"
 
-    def load(self, device: str | None = None):
+    def load(self, device: str | None = None) -> Verbs:
         """The run's best model, from disk, with its tokenizer and verbs (see :func:`load`)."""
         return load(self.out, device=device)
 
 
 # ---- using a trained model ---------------------------------------------------------------------------
-def load(path: str | Path, *, device: str | None = None):
+def load(path: str | Path, *, device: str | None = None) -> Verbs:
     """A ready model (eval mode) from an attnlab run or checkpoint folder or a HuggingFace folder,
     knowing its tokenizer or image statistics, with its family's verbs: ``generate`` (GPT),
     ``translate`` (seq2seq), ``caption`` (captioner), ``predict`` (classifiers), ``embed``
     (text encoders), and ``evaluate`` / ``explore`` for all. It is the family's model class (a
     ``GPT`` is a ``GPT``) with hook points, ``run_with_cache`` and ``hooks``."""
+    from .hub import resolve
     from .training.devices import pick_device
 
+    path = resolve(path)  # (a HuggingFace hub name: its folder in the hub cache)
     recipe = checkpoint_recipe(path)
     return recipe.load(path, str(pick_device(device or "cpu")))
 
 
-def _loaded(model_or_path):
+def _loaded(model_or_path: Verbs | str | Path) -> Verbs:
     if isinstance(model_or_path, (str, Path)):
         return load(model_or_path)
     if not isinstance(model_or_path, Verbs):
@@ -189,12 +203,14 @@ def _loaded(model_or_path):
     return model_or_path
 
 
-def evaluate(model_or_path, *, data: str | None = None, split: str | None = None, **options) -> dict:
+def evaluate(
+    model_or_path: Verbs | str | Path, *, data: str | None = None, split: str | None = None, **options: Any
+) -> dict[str, Any]:
     """The metrics of ``attnlab eval`` for a loaded model or a run folder (see ``Verbs.evaluate``)."""
     return _loaded(model_or_path).evaluate(data, split=split, **options)
 
 
-def explore(model_or_path, **inputs) -> Exploration:
+def explore(model_or_path: Verbs | str | Path, **inputs: Any) -> Exploration:
     """The explorer's data for a loaded model or a run folder (see ``Verbs.explore``): ``text=``,
     ``image=``, ``src=`` / ``tgt=``. Shown inline in Jupyter; ``.save("page.html")`` writes the page."""
     return _loaded(model_or_path).explore(**inputs)

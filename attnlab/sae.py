@@ -32,7 +32,7 @@ class SAERun:
     out: Path | None = None
 
 
-def _model(model_or_path):
+def _model(model_or_path: Any) -> Any:
     from .api import load as load_model
 
     model = load_model(model_or_path) if isinstance(model_or_path, (str, Path)) else model_or_path
@@ -105,7 +105,12 @@ def evaluate(model_or_path: Any, sae: SparseAutoencoder, *, data: str | None = N
 
 
 def features(
-    model_or_path: Any, sae: SparseAutoencoder, *, latents: list[int] | None = None, count: int = 24, data=None
+    model_or_path: Any,
+    sae: SparseAutoencoder,
+    *,
+    latents: list[int] | None = None,
+    count: int = 24,
+    data: str | None = None,
 ) -> list[dict]:
     """:func:`attnlab.inspect.sae.features` on the model's validation text (or ``data``)."""
     model = _model(model_or_path)
@@ -114,7 +119,7 @@ def features(
     return method.features(model, sae.to(model.device), ids, lambda i: tok.decode([i]), latents=latents, count=count)
 
 
-def write_features(model_or_path: Any, sae: SparseAutoencoder, path: str | Path, **kw) -> Path:
+def write_features(model_or_path: Any, sae: SparseAutoencoder, path: str | Path, **kw: Any) -> Path:
     """The feature pages of :func:`features` as one offline HTML file."""
     from .outputs import atomic_write_text
 

@@ -18,6 +18,10 @@ os.environ["OMP_NUM_THREADS"] = str(torch.get_num_threads())
 # that both sides of the detection can be checked on one machine (tests never depend on which).
 os.environ.setdefault("ATTNLAB_FAST_BF16", "0")
 
+# Tests never download: a model named by its HuggingFace hub id is read from the cache a test
+# builds (tests/test_hub.py), and a missing one is an error at once, not a network timeout.
+os.environ["HF_HUB_OFFLINE"] = "1"
+
 
 @pytest.fixture(autouse=True)
 def _seed():

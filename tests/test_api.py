@@ -31,6 +31,14 @@ def test_every_family_trains_loads_evaluates_and_explores_from_python(family, tm
     again = attnlab.evaluate(run.out, **quick)
     timing = ("decode_s", "sentences_per_s", "seconds")
     assert {k: v for k, v in metrics.items() if k not in timing} == {k: v for k, v in again.items() if k not in timing}
+    # --max-batches: the first batch only, counted in the family's own unit
+    one = model.evaluate(max_batches=1, batch_size=2, **quick)
+    counted = {"vit": ("images", 2), "cnn": ("images", 2), "seq2seq": ("sentences", 2), "caption": ("images", 2)}
+    if family == "gpt":
+        counted["gpt"] = ("tokens", 2 * model.config.context)
+    if family in counted:
+        key, n = counted[family]
+        assert one[key] == n and metrics[key] > n, (one, metrics)
     assert model.hook_points()  # the hook points are there on a loaded model
     if recipe.explore_kind is not None:
         inputs = {"text": {"text": "ab ab"}, "cross": {"src": "abc"}}.get(recipe.explore_kind)
@@ -77,6 +85,19 @@ def test_image_text_and_translation_verbs(tmp_path, monkeypatch):
     top = vit.predict(img, top_k=2)
     assert len(top) == 2 and top[0][1] >= top[1][1] and top[0][0] in vit.labels
     assert vit.predict(torch.stack([img, img]))[1] == vit.predict(img)
+    # the same image as NumPy (H, W uint8, and H, W, 1 floats), as a PIL image, and as a PNG file
+    from PIL import Image
+
+    pixels = (img[0].numpy() * 255).round().astype(np.uint8)
+    quantized = vit.predict(torch.from_numpy(pixels.astype(np.float32) / 255.0)[None])
+    Image.fromarray(pixels).save(tmp_path / "img.png")
+    for same in (pixels, pixels[..., None] / 255.0, Image.fromarray(pixels), str(tmp_path / "img.png")):
+        assert vit.predict(same) == quantized, type(same)
+    assert len(vit.predict(np.stack([pixels, pixels])[..., None])) == 2  # (N, H, W, C): one list per image
+    with pytest.raises(AttnlabError, match="values in"):
+        vit.predict(pixels * 2.0)
+    with pytest.raises(AttnlabError, match="cannot read an image from dict"):
+        vit.predict([{}])
     assert vit.inspect("positions", tmp_path / "pos.png").is_file()  # `attnlab inspect`, from Python
     assert (tmp_path / "pos.npz").is_file()
     with pytest.raises(AttnlabError, match="offer"):

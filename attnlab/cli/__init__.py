@@ -323,6 +323,10 @@ def _train(recipe, args) -> int:
     }
     for passed_apart in ("data", "out", "resume", "config"):
         given.pop(passed_apart, None)
+    if args.config is None:  # the command line's own defaults where Python's differ (--sample-chars 300)
+        from ..api import PYTHON_DEFAULTS
+
+        given.update({k: getattr(args, k) for k in PYTHON_DEFAULTS if k in specs and k not in given})
     train(recipe.name, data=args.data, out=args.out, resume=args.resume, config=args.config, **given)
     return 0
 
@@ -635,6 +639,7 @@ def main(argv: list[str] | None = None) -> int:
     from ..training.trainer import TrainingInterrupted
 
     try:
+        _resolve_model_names(args)
         return args.func(args) or 0
     except TrainingInterrupted as e:
         print(f"\n{e}", file=sys.stderr)
@@ -658,6 +663,16 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     finally:
         release_runs()
+
+
+def _resolve_model_names(args) -> None:
+    """--ckpt, --init and --draft may name a HuggingFace hub model (gpt2): its cached folder."""
+    from ..hub import resolve
+
+    for option in ("ckpt", "init", "draft"):
+        value = getattr(args, option, None)
+        if isinstance(value, str) and value:
+            setattr(args, option, str(resolve(value)))
 
 
 def _report(line: str) -> None:

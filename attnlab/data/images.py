@@ -234,16 +234,24 @@ def load_image(path: str | Path, channels: int, size: int | None = None) -> tupl
     if any(issubclass(w.category, Image.DecompressionBombWarning) for w in caught):
         w, h = img.size
         note = f"{path.name} is very large ({w}x{h} = {w * h:,} pixels)"
+    return fit_image(img, channels, size, path.name, note)
+
+
+def fit_image(img, channels: int, size: int | None, name: str, note: str | None = None) -> tuple[Tensor, str | None]:
+    """A PIL image as (C, H, W) in [0, 1] with ``channels`` channels, resized to ``size``; returns
+    (tensor, a note of the conversions made, or None)."""
+    from PIL import Image
+
     mode = "L" if channels == 1 else "RGB"
     if img.mode != mode:
         if mode == "RGB" and img.mode in ("L", "LA", "1", "I", "I;16"):
             note = (
                 note + "; " if note else ""
-            ) + f"{path.name} is grayscale; converted to RGB for this {channels}-channel model"
+            ) + f"{name} is grayscale; converted to RGB for this {channels}-channel model"
         elif mode == "L" and img.mode not in ("L", "1", "I", "I;16"):
             note = (
                 note + "; " if note else ""
-            ) + f"{path.name} is {img.mode}; converted to grayscale for this 1-channel model"
+            ) + f"{name} is {img.mode}; converted to grayscale for this 1-channel model"
         img = img.convert(mode)
     if size is not None and img.size != (size, size):
         note = (note + "; " if note else "") + f"resized {img.size[0]}x{img.size[1]} to {size}x{size}"
@@ -314,8 +322,41 @@ def images_argument(images, channels: int, size: int) -> tuple[Tensor, bool]:
         if not torch.isfinite(x).all():  # (a NaN image would get a confident-looking class)
             raise DataError("images hold NaN or infinite values; give pixel values in [0, 1]")
         return x.float(), single
-    single = isinstance(images, (str, Path))
-    paths = [images] if single else list(images)
-    if not paths:
-        raise DataError("no images given: pass a file path, a list of them, or a tensor")
-    return torch.stack([load_image(p, channels, size)[0] for p in paths]), single
+    if isinstance(images, np.ndarray) and images.ndim == 4:  # (N, H, W, C): a batch of NumPy images
+        images = list(images)
+    single = isinstance(images, (str, Path, np.ndarray)) or _is_pil(images)
+    items = [images] if single else list(images)
+    if not items:
+        raise DataError("no images given: pass a file path, a PIL image, a NumPy array, a list of them, or a tensor")
+    return torch.stack([one_image_tensor(item, channels, size) for item in items]), single
+
+
+def _is_pil(obj) -> bool:
+    return type(obj).__module__.startswith("PIL.") and hasattr(obj, "convert")
+
+
+def one_image_tensor(item, channels: int, size: int) -> Tensor:
+    """One image as (C, H, W) in [0, 1]: a file path, a PIL image, or a NumPy array laid out as
+    images are in NumPy, PIL and OpenCV, (H, W) or (H, W, C) with C in 1, 3, 4 (uint8 in 0..255,
+    or floats in [0, 1]); converted and resized as an image file is."""
+    from PIL import Image
+
+    if isinstance(item, (str, Path)):
+        return load_image(item, channels, size)[0]
+    if _is_pil(item):
+        return fit_image(item, channels, size, "the image")[0]
+    if isinstance(item, np.ndarray):
+        arr = item[..., 0] if item.ndim == 3 and item.shape[-1] == 1 else item
+        if arr.ndim not in (2, 3) or (arr.ndim == 3 and arr.shape[-1] not in (3, 4)):
+            raise DataError(
+                f"a NumPy image must be (H, W) or (H, W, C) with C 1, 3 or 4 (NumPy's layout), got {item.shape}"
+            )
+        if arr.dtype != np.uint8:
+            arr = arr.astype(np.float64)
+            if not np.isfinite(arr).all() or arr.min() < 0 or arr.max() > 1:
+                raise DataError("a NumPy image of floats must hold values in [0, 1] (or give uint8 in 0..255)")
+            arr = np.round(arr * 255).astype(np.uint8)
+        return fit_image(Image.fromarray(arr), channels, size, "the image")[0]
+    raise DataError(
+        f"cannot read an image from {type(item).__name__}: give a file path, a PIL image, a NumPy array or a tensor"
+    )

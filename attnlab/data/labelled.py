@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import DataError
+from . import hf
 from .parallel import pad_batch, read_lines
 
 EMBEDDED_TASK = "python-docs-sections"
@@ -191,13 +192,18 @@ def read_labelled(path: Path, seed: int = 0) -> LabelledTexts:
         if not text.strip() or not label.strip():
             raise DataError(f"{path}:{n} has an empty {'text' if not text.strip() else 'label'}")
         pairs.append((text.strip(), label.strip()))
+    return split_labelled(path.name, pairs, seed)
+
+
+def split_labelled(name: str, pairs: list[tuple[str, str]], seed: int = 0) -> LabelledTexts:
+    """(text, label) pairs split 80/10/10 at random (fixed seed), the classes those of train."""
     if len(pairs) < 3:
-        raise DataError(f"{path} has {len(pairs)} labelled lines; give at least 3 (train, validation, test)")
+        raise DataError(f"{name} has {len(pairs)} labelled texts; give at least 3 (train, validation, test)")
     random.Random(seed).shuffle(pairs)
     parts = split_test_val_train(pairs)
     classes = sorted({lab for _, lab in parts["train"]})
     return LabelledTexts(
-        path.name,
+        name,
         {k: [t for t, _ in v] for k, v in parts.items()},
         {k: [lab for _, lab in v] for k, v in parts.items()},
         classes,
@@ -207,6 +213,8 @@ def read_labelled(path: Path, seed: int = 0) -> LabelledTexts:
 def load_labelled(spec: str | None) -> LabelledTexts:
     if spec in (None, "", EMBEDDED_TASK):
         return python_docs_sections()
+    if hf.is_hf(spec):
+        return split_labelled(*hf.labelled(spec))
     return read_labelled(Path(spec).expanduser())
 
 

@@ -14,7 +14,7 @@ import torch
 
 from ..errors import DataError
 from ..tokens import BPETokenizer, CharTokenizer, tokenizer_from_dict
-from . import sources
+from . import hf, sources
 
 EMBEDDED = "python-docs"
 
@@ -56,6 +56,8 @@ def load_corpus(spec: str | None, data_dir: str | None = None) -> tuple[str, str
     if spec in sources.NAMED:
         paths = sources.resolve(spec, data_dir)
         return spec, "".join(read_text_file(p) for p in paths)
+    if hf.is_hf(spec):
+        return hf.corpus(spec)
     path = Path(spec).expanduser()
     if path.is_dir():
         files = sorted(p for p in path.rglob("*") if p.is_file() and not p.name.startswith("."))

@@ -117,10 +117,13 @@ def load_hf(directory: str | Path) -> nn.Module:
     )
 
 
-def export_hf(model: nn.Module, directory: str | Path) -> None:
+def export_hf(model: nn.Module, directory: str | Path, tokenizer=None) -> None:
     """Write a HuggingFace directory (config.json + model.safetensors) that ``from_pretrained``
     loads: GPT -> GPT2LMHeadModel, ViT -> ViTForImageClassification, text encoder ->
-    BertForSequenceClassification / BertForMaskedLM / BertModel (by its heads)."""
+    BertForSequenceClassification / BertForMaskedLM / BertModel (by its heads). With a tokenizer
+    (``tokenizer``, or the one a model loaded by :func:`attnlab.load` knows) it also writes
+    tokenizer.json and tokenizer_config.json, which ``AutoTokenizer.from_pretrained`` reads to
+    the same ids, and which ``attnlab.load`` of the folder reads back."""
     kind = getattr(model, "model_type", None)
     exporter = next((c for c in converters() if c.model_type == kind), None)
     if exporter is None:
@@ -135,3 +138,37 @@ def export_hf(model: nn.Module, directory: str | Path) -> None:
         metadata={"format": "pt"},
     )
     (d / "config.json").write_text(json.dumps(config, indent=1))
+    tokenizer = tokenizer if tokenizer is not None else getattr(model, "tokenizer", None)
+    if tokenizer is not None:
+        write_hf_tokenizer(tokenizer, d, getattr(model.config, "context", None))
+
+
+# the special tokens HuggingFace's tokenizer classes look for, by the names attnlab's tokenizers use
+_SPECIAL_ROLES = {
+    "unk_token": ("[UNK]", "<unk>"),
+    "pad_token": ("[PAD]", "<pad>"),
+    "cls_token": ("[CLS]",),
+    "sep_token": ("[SEP]",),
+    "mask_token": ("[MASK]",),
+    "bos_token": ("<|endoftext|>", "<bos>"),
+    "eos_token": ("<|endoftext|>", "<eos>"),
+}
+
+
+def write_hf_tokenizer(tokenizer, directory: str | Path, max_length: int | None = None) -> None:
+    """``directory/tokenizer.json`` (the ``tokenizers`` pipeline) and ``tokenizer_config.json``
+    (PreTrainedTokenizerFast, its special tokens and the model's context) for any attnlab tokenizer."""
+    if not hasattr(tokenizer, "hf_tokenizer"):
+        raise CheckpointError(f"a {type(tokenizer).__name__} cannot be written as a HuggingFace tokenizer")
+    d = Path(directory)
+    tok = tokenizer.hf_tokenizer()
+    tok.save(str(d / "tokenizer.json"))
+    vocab = tok.get_vocab()
+    config: dict = {"tokenizer_class": "PreTrainedTokenizerFast", "clean_up_tokenization_spaces": False}
+    for role, names in _SPECIAL_ROLES.items():
+        name = next((n for n in names if n in vocab), None)
+        if name is not None:
+            config[role] = name
+    if max_length:
+        config["model_max_length"] = int(max_length)
+    (d / "tokenizer_config.json").write_text(json.dumps(config, indent=1))

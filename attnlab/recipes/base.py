@@ -175,6 +175,12 @@ class Recipe:
         )
         e.add("--batch-size", type=positive_int, default=16, help="examples per forward pass (default 16)")
         e.add(
+            "--max-batches",
+            type=positive_int,
+            default=None,
+            help="evaluate the first N batches of the split only: a quick look (default: the whole split)",
+        )
+        e.add(
             "--which",
             choices=["best", "last"],
             default=None,
@@ -422,6 +428,25 @@ def with_verbs(model_cls: type, verbs: type) -> type:
             model_cls.__name__, (verbs, model_cls), {"__module__": model_cls.__module__, "__doc__": model_cls.__doc__}
         )
     return _WITH_VERBS[key]
+
+
+def eval_starts(n: int, args, what: str):
+    """The start of each evaluation batch over ``n`` examples (``args.batch_size`` each, at most
+    ``args.max_batches`` of them), with a progress bar on a terminal."""
+    from tqdm.auto import tqdm
+
+    size = args.batch_size
+    batches = -(-n // size)
+    if getattr(args, "max_batches", None):
+        batches = min(batches, args.max_batches)
+    bar = tqdm(range(batches), desc=what, unit="batch", leave=False, disable=not sys.stderr.isatty())
+    return (i * size for i in bar)
+
+
+def eval_count(n: int, args) -> int:
+    """How many of ``n`` examples an evaluation reads: all, or ``args.max_batches`` batches' worth."""
+    limit = getattr(args, "max_batches", None)
+    return n if not limit else min(n, limit * args.batch_size)
 
 
 def _shown(value) -> str:

@@ -226,6 +226,7 @@ class CaptionRecipe(Recipe):
             data=args.data,
             device=args.device,
             batch_size=max(args.batch_size, 64),
+            max_images=args.max_batches * args.batch_size if args.max_batches else None,
         )
         b = res["bleu"]
         line = (
@@ -368,8 +369,9 @@ def evaluate_captioner(
     data: str | None = None,
     device: str = "auto",
     batch_size: int = 64,
+    max_images: int | None = None,
 ) -> dict:
-    """Generated (not teacher-forced) captions of a split, scored against every reference:
+    """Generated (not teacher-forced) captions of a split (its first ``max_images``), scored against every reference:
     corpus BLEU-1…4 (sacreBLEU, 0–100), the share of captions equal to a reference, the word
     perplexity under teacher forcing, and on scenes the pointing game and the scores by the
     number of objects."""
@@ -393,7 +395,7 @@ def evaluate_captioner(
     )
     if split not in ds.images:
         raise ValueError(f"{ds.name} has no {split} split; use train, val or test")
-    images, refs = ds.images[split], ds.captions[split]
+    images, refs = ds.images[split][:max_images], ds.captions[split][:max_images]
     ids = caption_ids(model, images, meta, dev, beam=beam, alpha=alpha, batch_size=batch_size)
     hyps = [vocab.decode(i) for i in ids]
     norm_refs = [[" ".join(vocab.tokenizer.tokens(r)) for r in rs] for rs in refs]  # as the model writes them
@@ -423,7 +425,7 @@ def evaluate_captioner(
         "perplexity": math.exp(total / count),
         "examples": list(zip(hyps[:5], refs[:5])),
     }
-    objects = ds.objects.get(split)
+    objects = (ds.objects.get(split) or [])[: len(images)]
     if objects:
         by_count = {}
         for k in sorted({len(o) for o in objects}):

@@ -12,7 +12,17 @@ import torch
 
 from ..errors import CheckpointError, DataError, OptionError, a
 from ..options import at_least, below_one, nonneg_int, number
-from .base import IMAGE_HELP, Recipe, TrainingRun, Verbs, add_method_option, inspection_written, top_labels
+from .base import (
+    IMAGE_HELP,
+    Recipe,
+    TrainingRun,
+    Verbs,
+    add_method_option,
+    eval_count,
+    eval_starts,
+    inspection_written,
+    top_labels,
+)
 
 
 class ImageClassifierVerbs(Verbs):
@@ -273,12 +283,13 @@ class ImageClassifierRecipe(Recipe):
                 f"{labels[:10]}; evaluate on data with the same classes, in the same order"
             )
         x, y = getattr(splits, split)
+        x, y = x[: eval_count(len(x), args)], y[: eval_count(len(y), args)]
         intervene = getattr(args, "intervene", None) or (lambda m: contextlib.nullcontext())  # (ablate)
         with torch.no_grad(), intervene(model):
             pred = torch.cat(
                 [
-                    model(normalize(x[i : i + 256], meta["mean"], meta["std"]).to(dev)).argmax(-1).cpu()
-                    for i in range(0, len(x), 256)
+                    model(normalize(x[i : i + args.batch_size], meta["mean"], meta["std"]).to(dev)).argmax(-1).cpu()
+                    for i in eval_starts(len(x), args, f"eval {split}")
                 ]
             )
         acc = (pred == y).float().mean().item()

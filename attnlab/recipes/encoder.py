@@ -538,7 +538,9 @@ def evaluate_encoder(args) -> dict:
     gen = torch.Generator().manual_seed(0)  # the same masks every time
     total = correct = count = 0
     with torch.no_grad():
-        for ids, mask in ds.batches(split, args.batch_size):
+        for n_batch, (ids, mask) in enumerate(ds.batches(split, args.batch_size)):
+            if args.max_batches and n_batch >= args.max_batches:
+                break
             special = (ids == tok.cls_id) | (ids == tok.sep_id) | (ids == tok.pad_id)
             inputs, targets = bert_mask(ids, special, tok.mask_id, tok.vocab_size, gen, never=tok.special_ids)
             logits = model.mlm_logits(inputs.to(dev), mask.to(dev)).cpu()

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from ..models.gpt import GPT, GPT_PRESETS
 from . import register
-from .base import TEXT_HELP, Recipe, TrainingRun, Verbs, add_method_option, inspection_written
+from .base import TEXT_HELP, Recipe, TrainingRun, Verbs, add_method_option, eval_starts, inspection_written
 from ..options import (
     QUANTIZE_CHOICES,
     Command,
@@ -131,14 +131,13 @@ class GPTVerbs(Verbs):
         except CheckpointError:
             self.tokenizer = None
         tokenizer_that_fits(self.tokenizer, self.config.vocab_size, self.checkpoint)
-        self.meta = meta
 
     def corpus_ids(self, split: str = "train", data: str | None = None, data_dir: str | None = None):
         """(the corpus's name, the token ids of its ``split`` as a 1-D array): the run's own data,
         or ``data`` encoded with this model's tokenizer (what ``evaluate`` and SAEs read)."""
         if self.tokenizer is None:
             lm_tokenizer({}, self.checkpoint)  # says what is missing
-        return corpus_ids(self.checkpoint, self.meta, self.tokenizer, split, data, data_dir)
+        return corpus_ids(self.checkpoint, self.run_meta, self.tokenizer, split, data, data_dir)
 
     def generate(
         self,
@@ -529,7 +528,7 @@ class GPTRecipe(Recipe):
         total, count = 0.0, 0
         intervene = getattr(args, "intervene", None) or (lambda m: contextlib.nullcontext())  # (ablate)
         with torch.no_grad(), intervene(model):
-            for i in range(0, n_windows, args.batch_size):
+            for i in eval_starts(n_windows, args, f"eval {split}"):
                 xb, yb = x[i : i + args.batch_size].to(dev), y[i : i + args.batch_size].to(dev)
                 total += cross_entropy(model(xb), yb, reduction="sum").item()
                 count += yb.numel()

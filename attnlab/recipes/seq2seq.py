@@ -27,7 +27,7 @@ from ..options import (
 )
 from . import register
 from ..decode import check_beam
-from .base import TEXT_HELP, Recipe, TrainingRun, Verbs, inspection_written
+from .base import TEXT_HELP, Recipe, TrainingRun, Verbs, eval_count, eval_starts, inspection_written
 
 
 class Seq2SeqVerbs(Verbs):
@@ -260,10 +260,10 @@ class Seq2SeqRecipe(Recipe):
         if split not in data.pairs:
             raise ValueError(f"{data.name} has no {split} split; use one of {', '.join(sorted(data.pairs))}")
         pairs, texts = data.pairs[split], data.texts[split]
-        n = min(len(pairs), args.max_sentences)
+        n = eval_count(min(len(pairs), args.max_sentences), args)
         total, count = 0.0, 0
         with torch.no_grad():
-            for i in range(0, n, args.batch_size):
+            for i in eval_starts(n, args, f"eval {split}"):
                 src, mask, tin, tout = (
                     t.to(dev) for t in collate(pairs[i : min(n, i + args.batch_size)], data.max_len)
                 )

@@ -59,6 +59,20 @@ class CharTokenizer:
     def to_dict(self) -> dict:
         return {"type": "char", "chars": self.chars, "unk": self.unk}
 
+    def hf_tokenizer(self):
+        """The same mapping as a HuggingFace ``tokenizers.Tokenizer`` (what ``export_hf`` writes
+        as tokenizer.json): every character its own token, the same ids, decoded without spaces."""
+        from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
+
+        vocab = {c: i for i, c in enumerate(self.itos)}
+        unk = self.unk if self.unk is not None else None
+        tok = Tokenizer(models.WordLevel(vocab, unk_token=unk))
+        tok.pre_tokenizer = pre_tokenizers.Split(Regex(r"[\s\S]"), behavior="isolated")  # one piece per character
+        tok.decoder = decoders.Fuse()
+        if unk is not None:
+            tok.add_special_tokens([unk])
+        return tok
+
     @classmethod
     def from_dict(cls, d: dict) -> "CharTokenizer":
         return cls(d["chars"], d.get("unk"))

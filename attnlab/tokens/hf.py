@@ -42,6 +42,10 @@ class HFTokenizer:
         """The plain HuggingFace ``tokenizer.json``."""
         self._tok.save(str(path))
 
+    def hf_tokenizer(self) -> Tokenizer:
+        """The HuggingFace ``tokenizers.Tokenizer`` itself (what ``export_hf`` writes)."""
+        return self._tok
+
     def to_dict(self) -> dict:
         return {"type": self.kind, "tokenizer": json.loads(self._tok.to_str())}
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # (annotations only: the trainer imports this module)
     from .trainer import Trainer
@@ -129,13 +129,13 @@ class WandbCallback(Callback):
     step (evaluations included), the run's configuration, and how it ended. ``WANDB_MODE=offline``
     writes to ``./wandb`` without an account (``wandb sync`` uploads it later). Rank 0 logs."""
 
-    def __init__(self, project: str = "attnlab", name: str | None = None, **init_kwargs) -> None:
+    def __init__(self, project: str = "attnlab", name: str | None = None, **init_kwargs: Any) -> None:
         try:
             import wandb
         except ImportError:
             raise ImportError("WandbCallback needs the wandb package: pip install 'attnlab[wandb]'") from None
         self.wandb, self.project, self.name, self.init_kwargs = wandb, project, name, init_kwargs
-        self.run = None
+        self.run: Any = None  # the wandb run, on rank 0 while training
 
     def on_train_start(self, trainer: Trainer) -> None:
         if not trainer.dist.main:
@@ -160,5 +160,5 @@ class WandbCallback(Callback):
             self.run = None
 
 
-def _finite_number(v) -> bool:
+def _finite_number(v: object) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)

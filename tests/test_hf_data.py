@@ -1,0 +1,78 @@
+"""--data hf:NAME[:CONFIG][:SPLIT][:COLUMN]: HuggingFace datasets (saved folders and local files
+here; tests never download) as GPT corpora and as labelled texts."""
+
+import json
+
+import pytest
+
+import attnlab
+from attnlab.cli import main
+from attnlab.data.hf import HFSpec
+from attnlab.recipes import recipes
+from helpers import PINNED_TRAINING
+
+datasets = pytest.importorskip("datasets")
+
+LINES = [f"line {i}: the cat sat on the mat and looked at the dog." for i in range(200)]
+
+
+@pytest.fixture
+def saved(tmp_path):
+    ds = datasets.DatasetDict(
+        {
+            "train": datasets.Dataset.from_dict({"content": LINES[:180], "n": list(range(180))}),
+            "test": datasets.Dataset.from_dict({"content": LINES[180:], "n": list(range(20))}),
+        }
+    )
+    ds.save_to_disk(str(tmp_path / "ds"))
+    ds["train"].to_parquet(str(tmp_path / "c.parquet"))
+    return tmp_path
+
+
+def gpt_options():
+    opts = dict(next(r for r in recipes() if r.name == "gpt").tiny)
+    return {**opts, **PINNED_TRAINING}
+
+
+@pytest.mark.parametrize("spec", ["hf:{d}/ds", "hf:{d}/ds::train:content", "hf:{d}/c.parquet:::content"])
+def test_a_gpt_trains_on_a_dataset(spec, saved, tmp_path):
+    spec = spec.format(d=saved)
+    run = attnlab.train("gpt", data=spec, out=tmp_path / "run", **gpt_options())
+    meta = json.loads((run.out / "data" / "meta.json").read_text())
+    assert meta["name"] == HFSpec.parse(spec).label
+    chars = set(json.loads((run.out / "last" / "config.json").read_text())["tokenizer"]["chars"])
+    assert chars == set("".join(LINES)) | {"\n"}  # its text and the blank lines between rows, nothing else
+
+
+def test_labelled_texts_from_a_dataset(tmp_path):
+    labels = datasets.ClassLabel(names=["cats", "dogs"])
+    texts = [
+        f"the cat number {i} purrs softly" if i % 2 == 0 else f"the dog number {i} barks loudly" for i in range(60)
+    ]
+    ds = datasets.Dataset.from_dict(
+        {"text": texts, "label": [i % 2 for i in range(60)]},
+        features=datasets.Features({"text": datasets.Value("string"), "label": labels}),
+    )
+    ds.save_to_disk(str(tmp_path / "ds"))
+    opts = dict(next(r for r in recipes() if r.name == "encoder").tiny)
+    opts.update(task="classify", **PINNED_TRAINING)
+    run = attnlab.train("encoder", data=f"hf:{tmp_path / 'ds'}", out=tmp_path / "run", **opts)
+    assert json.loads((run.out / "last" / "config.json").read_text())["model"]["labels"] == ["cats", "dogs"]
+
+
+@pytest.mark.parametrize(
+    "spec, message",
+    [
+        ("hf:{d}/ds::train:nope", "no column 'nope'; it has content, n"),
+        ("hf:{d}/ds::validation", "no split 'validation'; it has train, test"),
+        ("hf:{d}/missing.parquet", "does not exist"),
+        ("hf:a:b:c:d:e", "write hf:NAME[:CONFIG][:SPLIT][:COLUMN]"),
+        ("hf:not-cached-dataset-xyz", "HuggingFace datasets could not read it"),
+    ],
+)
+def test_bad_dataset_specs_get_one_line(spec, message, saved, tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    argv = ["train", "gpt", "--data", spec.format(d=saved), "--out", str(tmp_path / "run"), "--max-iters", "1"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert message in err and len(err.splitlines()) == 1, err
