@@ -58,6 +58,8 @@ def test_labelled_texts_from_a_dataset(tmp_path):
     opts.update(task="classify", **PINNED_TRAINING)
     run = attnlab.train("encoder", data=f"hf:{tmp_path / 'ds'}", out=tmp_path / "run", **opts)
     assert json.loads((run.out / "last" / "config.json").read_text())["model"]["labels"] == ["cats", "dogs"]
+    whole, first = attnlab.evaluate(run.out), attnlab.evaluate(run.out, max_batches=1, batch_size=2)
+    assert first["texts"] == 2 and whole["texts"] == 6  # 10 % of 60 texts: the test split
 
 
 @pytest.mark.parametrize(

@@ -342,3 +342,28 @@ def test_special_ids_come_from_the_config_not_from_literals(arch):
     fed.clear()
     beam_search(m, src, beam=2, max_len=3)
     assert fed[0] == [10, 10]
+
+
+def test_synthetic_tasks_score_bleu_over_characters(tmp_path, capsys, monkeypatch):
+    """A synthetic task's outputs have no spaces: word BLEU would be 0 for any mistake, so its
+    BLEU is over characters (sacreBLEU's tokenize="char"), and a near miss scores near 100."""
+    pytest.importorskip("sacrebleu")
+    import json
+
+    from attnlab.cli import main
+    from attnlab.recipes import seq2seq as cmd
+
+    out = tmp_path / "run"
+    argv = ["train", "seq2seq", "--data", "reverse", "--dim", "32", "--heads", "2", "--enc-layers", "1"]
+    argv += ["--dec-layers", "1", "--max-iters", "1", "--eval-interval", "1", "--eval-iters", "1", "--no-progress"]
+    assert main([*argv, "--out", str(out)]) == 0
+
+    def near_miss(model, sv, tv, texts, **kw):  # the right reversal, its last character dropped
+        return [t[::-1][:-1] for t in texts]
+
+    monkeypatch.setattr(cmd, "translate_texts", near_miss)
+    capsys.readouterr()
+    assert main(["eval", "--ckpt", str(out), "--json", "--max-sentences", "50"]) == 0
+    res = json.loads(capsys.readouterr().out)
+    assert "tok:char" in res["bleu_signature"] and res["exact_match"] == 0.0
+    assert 60 < res["bleu"] < 100

@@ -15,7 +15,7 @@ from ..errors import CheckpointError, DataError
 from ..models.encoder import ENCODER_PRESETS, TextEncoder, TextEncoderConfig
 from ..options import Command, OptionSpecs, at_least, below_one, device_name, input_lines
 from . import register
-from .base import TEXT_HELP, Recipe, TrainingRun, Verbs, inspection_written, top_labels
+from .base import TEXT_HELP, Recipe, TrainingRun, Verbs, eval_count, inspection_written, top_labels
 
 
 class TextEncoderVerbs(Verbs):
@@ -504,12 +504,13 @@ def evaluate_encoder(args) -> dict:
         split = args.split or "test"
         data = load_tagged(spec)
         task = TokenTaggingTask(tokenize_tagged(data, tok, c.context, c.labels), args.batch_size)
-        pred, y = task.predict(model, split, dev, args.batch_size)
+        pred, y = task.predict(model, split, dev, args.batch_size, args.max_batches)
         res = _scores(args, c, data.name, split, pred, y, counted="words")
         # the words seen with several tags in training: where context must decide (the tagged
         # words in order are the scored tokens in order, so the two line up)
         base = unigram_baseline(data, split)
-        words = [w.lower() for sentence in data.words[split] for w in sentence]
+        sentences = data.words[split][: eval_count(len(data.words[split]), args)]  # (--max-batches)
+        words = [w.lower() for sentence in sentences for w in sentence]
         if len(words) != len(y):  # texts cut at the context lose their last words' tags
             raise DataError(
                 f"{len(words) - len(y)} words of {data.name} [{split}] fall beyond the model's context of "
@@ -528,7 +529,9 @@ def evaluate_encoder(args) -> dict:
         split = args.split or "test"
         data = load_labelled(spec)
         ds = tokenize(data.name, tok, data.texts, c.context, data.labels, c.labels)
-        pred, y = TextClassificationTask(ds, args.batch_size).predict(model, split, dev, args.batch_size)
+        pred, y = TextClassificationTask(ds, args.batch_size).predict(
+            model, split, dev, args.batch_size, args.max_batches
+        )
         return _scores(args, c, data.name, split, pred, y)
     split = args.split or "val"
     name, texts = load_pretraining_texts(spec, args.data_dir)

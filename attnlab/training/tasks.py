@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
@@ -383,12 +385,16 @@ class TextClassificationTask(ClassificationMetrics):
         return cross_entropy(model(ids, mask, head=self.head), labels)
 
     @torch.no_grad()
-    def predict(self, model: nn.Module, split: str, device="cpu", batch_size: int = 64) -> tuple[Tensor, Tensor]:
+    def predict(
+        self, model: nn.Module, split: str, device="cpu", batch_size: int = 64, max_batches: int | None = None
+    ) -> tuple[Tensor, Tensor]:
+        """(predicted, true) class of each text of ``split`` (of its first ``max_batches`` batches)."""
         model.eval()
         preds = []
-        for ids, mask in self.data.batches(split, batch_size):
+        for ids, mask in itertools.islice(self.data.batches(split, batch_size), max_batches):
             preds.append(model.classify(ids.to(device), mask.to(device)).argmax(-1).cpu())
-        return torch.cat(preds), torch.tensor(self.data.label_ids[split])
+        pred = torch.cat(preds)
+        return pred, torch.tensor(self.data.label_ids[split][: len(pred)])
 
     def meta(self) -> dict:
         return {"data": self.data.name, "tokenizer": self.data.tokenizer.to_dict()}
@@ -404,11 +410,14 @@ class TokenTaggingTask(TextClassificationTask):
         return int((batch[2] != -100).sum())
 
     @torch.no_grad()
-    def predict(self, model: nn.Module, split: str, device="cpu", batch_size: int = 64) -> tuple[Tensor, Tensor]:
-        """(predicted tag, true tag) of every tagged token of ``split``, in order: (N,), (N,)."""
+    def predict(
+        self, model: nn.Module, split: str, device="cpu", batch_size: int = 64, max_batches: int | None = None
+    ) -> tuple[Tensor, Tensor]:
+        """(predicted tag, true tag) of every tagged token of ``split`` (of its first ``max_batches``
+        batches), in order: (N,), (N,)."""
         model.eval()
         preds, trues = [], []
-        for ids, mask, labels in self.data.batches(split, batch_size):
+        for ids, mask, labels in itertools.islice(self.data.batches(split, batch_size), max_batches):
             scored = labels != -100
             preds.append(model.tag(ids.to(device), mask.to(device)).argmax(-1).cpu()[scored])
             trues.append(labels[scored])
