@@ -78,3 +78,53 @@ def test_bad_dataset_specs_get_one_line(spec, message, saved, tmp_path, capsys, 
     assert main(argv) == 2
     err = capsys.readouterr().err.strip()
     assert message in err and len(err.splitlines()) == 1, err
+
+
+def test_an_image_classifier_trains_on_an_image_dataset(tmp_path):
+    from PIL import Image
+
+    pytest.importorskip("sklearn")
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    images, labels = [], []
+    for i in range(80):  # bright squares top-left vs bottom-right
+        arr = (rng.random((8, 8)) * 60).astype(np.uint8)
+        if i % 2:
+            arr[:4, :4] = 255
+        else:
+            arr[4:, 4:] = 255
+        images.append(Image.fromarray(arr))
+        labels.append(i % 2)
+    features = datasets.Features({"image": datasets.Image(), "label": datasets.ClassLabel(names=["tl", "br"])})
+    datasets.Dataset.from_dict({"image": images, "label": labels}, features=features).save_to_disk(str(tmp_path / "ds"))
+    opts = dict(next(r for r in recipes() if r.name == "vit").tiny)
+    opts.pop("data", None)
+    run = attnlab.train("vit", data=f"hf:{tmp_path / 'ds'}", out=tmp_path / "run", **{**opts, **PINNED_TRAINING})
+    saved = json.loads((run.out / "last" / "config.json").read_text())
+    assert saved["model"]["labels"] == ["tl", "br"] and saved["model"]["image_size"] == 8
+    assert saved["model"]["in_chans"] == 1
+    model = attnlab.load(run.out)
+    assert model.predict(images[1], top_k=1)[0][0] in ("br", "tl")
+
+
+def test_a_translation_dataset_trains_a_seq2seq_model(tmp_path):
+    pytest.importorskip("sacrebleu")
+    words = ["cat", "dog", "house", "tree", "car", "sun", "moon", "book"]
+    german = ["Katze", "Hund", "Haus", "Baum", "Auto", "Sonne", "Mond", "Buch"]
+    rows = [{"de": f"ein {g} ist hier", "en": f"a {e} is here"} for e, g in zip(words, german)] * 5
+    datasets.Dataset.from_dict({"translation": rows}).save_to_disk(str(tmp_path / "wmt"))
+    opts = dict(next(r for r in recipes() if r.name == "seq2seq").tiny)
+    opts.pop("data", None)
+    opts.update(tokenizer="char", separate_vocab=True, **PINNED_TRAINING)
+    run = attnlab.train("seq2seq", data=f"hf:{tmp_path / 'wmt'}", out=tmp_path / "run", **opts)
+    saved = json.loads((run.out / "last" / "config.json").read_text())
+    assert saved["data_spec"] == f"hf:{tmp_path / 'wmt'}"
+    vocab = saved["vocab"]
+    assert "K" in vocab["src"]["chars"] and "K" not in vocab["tgt"]["chars"]  # German on the source side
+    # one column per language works too, and the wrong languages are named
+    datasets.Dataset.from_dict({"fr": ["un chat"] * 20, "en": ["a cat"] * 20}).save_to_disk(str(tmp_path / "cols"))
+    with pytest.raises(Exception, match="no translation column and no de / en columns"):
+        attnlab.train("seq2seq", data=f"hf:{tmp_path / 'cols'}", out=tmp_path / "r2", **opts)
+    ok = attnlab.train("seq2seq", data=f"hf:{tmp_path / 'cols'}", src="fr", out=tmp_path / "r3", **opts)
+    assert ok.step == opts["max_iters"]

@@ -10,7 +10,9 @@ column ``text`` (or the dataset's only text column)::
     attnlab train gpt --data hf:corpus.parquet::train:content        # a local file, column "content"
     attnlab train encoder --task classify --data hf:imdb             # text + label columns
 
-GPT corpora and the text encoder's corpora (masked-LM, classification) read it.
+GPT corpora, parallel text for seq2seq (a ``translation`` column of {lang: sentence}, as WMT
+and Multi30k on the hub, or one column per language: ``--src``, ``--tgt``), the text encoder's corpora (masked-LM, classification) and image classification
+(an ``image`` column of PIL images and a ``label`` column: ``train vit --data hf:mnist``) read it.
 """
 
 from __future__ import annotations
@@ -129,4 +131,66 @@ def labelled(spec_text: str) -> tuple[str, list[tuple[str, str]]]:
         for text, label in zip(split[column], split["label"]):
             if isinstance(text, str) and text.strip() and label is not None and label != -1:
                 pairs.append((text.strip(), str(names[label] if names else label)))
+    return spec.label, pairs
+
+
+def labelled_images(spec_text: str, limit: int = 200_000):
+    """(name, [PIL image], [label name], classes) of an image classification dataset: the ``image``
+    column (or ``spec.column``) and ``label``; the classes in the ClassLabel's order (else sorted),
+    every split read."""
+    spec = HFSpec.parse(spec_text)
+    images, labels, classes = [], [], None
+    for split in load_splits(spec).values():
+        column = spec.column or ("image" if "image" in split.features else "img" if "img" in split.features else None)
+        if column is None or column not in split.features:
+            raise DataError(f"--data {spec.label}: which column holds the images? it has {', '.join(split.features)}")
+        if "label" not in split.features:
+            raise DataError(f"--data {spec.label}: no 'label' column; it has {', '.join(split.features)}")
+        names = getattr(split.features["label"], "names", None)
+        classes = classes or names
+        for row in split:
+            if len(images) >= limit:
+                raise DataError(
+                    f"--data {spec.label} holds more than {limit:,} images; attnlab keeps image data in memory"
+                )
+            if row["label"] is not None and row["label"] != -1:
+                images.append(row[column])
+                labels.append(str(names[row["label"]] if names else row["label"]))
+    if not images:
+        raise DataError(f"--data {spec.label} holds no labelled images")
+    present = set(labels)
+    ordered = [c for c in classes if c in present] if classes else sorted(present)
+    return spec.label, images, labels, ordered
+
+
+def parallel(spec_text: str, src: str, tgt: str) -> tuple[str, list[tuple[str, str]]]:
+    """(name, [(source, target)]) of a translation dataset, every split read: a ``translation``
+    column of {language: sentence} dicts (or ``spec.column``), or columns named ``src`` and ``tgt``."""
+    spec = HFSpec.parse(spec_text)
+    pairs = []
+    for split in load_splits(spec).values():
+        features = split.features
+        column = spec.column or ("translation" if "translation" in features else None)
+        if column is not None:
+            if column not in features:
+                raise DataError(f"--data {spec.label}: no column {column!r}; it has {', '.join(features)}")
+            for row in split[column]:
+                if not isinstance(row, dict) or src not in row or tgt not in row:
+                    langs = ", ".join(row) if isinstance(row, dict) else type(row).__name__
+                    raise DataError(
+                        f"--data {spec.label}: its {column} rows hold {langs}, not --src {src} and --tgt {tgt}"
+                    )
+                pairs.append((row[src], row[tgt]))
+        elif src in features and tgt in features:
+            pairs += list(zip(split[src], split[tgt]))
+        else:
+            raise DataError(
+                f"--data {spec.label}: no translation column and no {src} / {tgt} columns (it has "
+                f"{', '.join(features)}); give --src and --tgt, or name the column"
+            )
+    pairs = [
+        (a.strip(), b.strip())
+        for a, b in pairs
+        if isinstance(a, str) and isinstance(b, str) and a.strip() and b.strip()
+    ]
     return spec.label, pairs

@@ -291,6 +291,24 @@ def image_folder(root: str | Path, size: int | None = None) -> ImageSplits:
     )
 
 
+def hf_images(spec: str) -> ImageSplits:
+    """A HuggingFace image classification dataset (``hf:NAME...``), its images at the first one's
+    size and channels, split 70 / 10 / 20 after a fixed shuffle as image folders are."""
+    from . import hf
+
+    name, images, labels, classes = hf.labelled_images(spec)
+    first = images[0]
+    channels = 1 if getattr(first, "mode", "RGB") in ("L", "1", "I", "I;16") else 3
+    size = min(first.size)
+    index = {c: i for i, c in enumerate(classes)}
+    x = torch.stack([fit_image(img, channels, size, name)[0] for img in images])
+    y = torch.tensor([index[lab] for lab in labels])
+    tr, va, te = _split(x, y, (0.1, 0.2))
+    return ImageSplits(
+        name, tr, va, te, classes, note=f"{name}: {len(classes)} classes, {len(x)} images, {size}x{size}"
+    )
+
+
 def load_images(spec: str | None, data_dir: str | None = None) -> ImageSplits:
     if spec in (None, "", "digits"):
         return digits()
@@ -298,6 +316,10 @@ def load_images(spec: str | None, data_dir: str | None = None) -> ImageSplits:
         return mnist(data_dir)
     if spec == "cifar10":
         return cifar10(data_dir)
+    from . import hf
+
+    if hf.is_hf(spec):
+        return hf_images(spec)
     p = Path(spec).expanduser()
     if p.is_dir():
         return image_folder(p)

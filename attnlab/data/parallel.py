@@ -14,7 +14,7 @@ import torch
 from torch import Tensor
 
 from ..errors import DataError
-from . import sources
+from . import hf, sources
 
 PAD, BOS, EOS, UNK = "<pad>", "<bos>", "<eos>", "<unk>"
 SPECIALS = [PAD, BOS, EOS, UNK]
@@ -251,7 +251,9 @@ def load_parallel(
     seq_max_len: int = 128,
     vocab: dict | None = None,
 ) -> ParallelData:
-    """``spec``: a synthetic task name, 'multi30k', 'SRC_FILE:TGT_FILE' or a .tsv file."""
+    """``spec``: a synthetic task name, 'multi30k', 'SRC_FILE:TGT_FILE', a .tsv file, or a
+    HuggingFace dataset ``hf:NAME[:CONFIG][:SPLIT]`` (a ``translation`` column, or ``src_lang`` and
+    ``tgt_lang`` columns)."""
     if spec in SYNTHETIC:
         rng = random.Random(0)
         sample = [synthetic_pair(spec, rng, min_len, max_len) for _ in range(2000)]
@@ -292,6 +294,9 @@ def load_parallel(
     if spec == "multi30k":
         texts = multi30k(src_lang, tgt_lang, data_dir)
         name = f"multi30k {src_lang}-{tgt_lang}"
+    elif hf.is_hf(spec):  # (before SRC:TGT: the spec holds colons)
+        name, all_pairs = hf.parallel(spec, src_lang, tgt_lang)
+        texts = _split_pairs(all_pairs)
     elif spec.endswith(".tsv") or spec.endswith(".tsv.gz"):
         all_pairs = read_tsv(Path(spec))
         texts, name = _split_pairs(all_pairs), Path(spec).name
