@@ -460,6 +460,7 @@ class MultiHeadAttention(nn.Module):
         self.hook_q, self.hook_k, self.hook_v = HookPoint(), HookPoint(), HookPoint()
         self.hook_scores, self.hook_pattern = HookPoint(), HookPoint()
         self.hook_z = HookPoint()
+        self.hook_result = HookPoint()  # (B, H, Tq, d_out): each head's z_h W_O^h, formed only when watched
 
     def head_weights(self) -> dict[str, Tensor]:
         """The projections per head in TransformerLens's layout (row vectors: q = x W_Q + b_Q):
@@ -601,8 +602,7 @@ class MultiHeadAttention(nn.Module):
                 dropout=self.dropout if self.training else 0.0,
                 scale=self.scale,
             )
-            out = self.hook_z(out)  # (B, H, Tq, d_v)
-            return self.out_proj(_merge_heads(out))
+            return self._output(self.hook_z(out))  # z: (B, H, Tq, d_v)
         if self.window is not None:  # the band, joined with any mask the caller gave
             band = local_mask(t_q, t_k, self.window, device=x.device)
             mask = band if mask is None else mask & band
@@ -633,9 +633,19 @@ class MultiHeadAttention(nn.Module):
             out, weights = out
             if value_term is not None:
                 out = out + value_term(weights).to(out.dtype)
-        out = self.hook_z(out)  # (B, H, Tq, d_v)
-        out = self.out_proj(_merge_heads(out))  # concat heads "b h t d -> b t (h d)", W_O
+        out = self._output(self.hook_z(out))  # z: (B, H, Tq, d_v)
         return (out, weights) if need_weights else out
+
+    def _output(self, z: Tensor) -> Tensor:
+        """(B, H, Tq, d_v) -> (B, Tq, d_out): the heads concatenated, times W_O. When
+        ``hook_result`` is watched, each head's share z_h W_O^h (B, H, Tq, d_out) is formed and
+        passed through it first (TransformerLens's ``hook_result``), and their sum is the output."""
+        if not self.hook_result.watched:
+            return self.out_proj(_merge_heads(z))  # concat heads "b h t d -> b t (h d)", W_O
+        w_o = self.out_proj.weight.view(-1, self.n_heads, self.d_v)  # (d_out, H, d_v)
+        result = self.hook_result(torch.einsum("bhtd,ohd->bhto", z, w_o.to(z.dtype)))
+        out = result.sum(1)
+        return out + self.out_proj.bias.to(out.dtype) if self.out_proj.bias is not None else out
 
     def _full_mask(self, mask, key_mask, batch, t_q, t_k):
         if mask is not None and mask.dim() == 3:

@@ -23,7 +23,29 @@ from torch.utils.checkpoint import checkpoint
 from .attention import KVCache, MultiHeadAttention
 from .hooks import HookPoint
 
-__all__ = ["MLP", "TransformerBlock", "DecoderBlock", "Encoder", "Decoder", "init_gpt2_weights"]
+__all__ = ["LayerNorm", "MLP", "TransformerBlock", "DecoderBlock", "Encoder", "Decoder", "init_gpt2_weights"]
+
+
+class LayerNorm(nn.LayerNorm):
+    """``nn.LayerNorm`` with TransformerLens's two hook points: ``hook_scale`` (…, 1), the
+    divisor √(var(x) + ε), and ``hook_normalized`` (…, D), (x − mean(x)) / scale, before the
+    affine weight and bias. Freezing the scale (patching it with another run's) makes the norm
+    linear, as direct logit attribution assumes. Unwatched, it is ``F.layer_norm`` itself."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.hook_scale, self.hook_normalized = HookPoint(), HookPoint()
+
+    def forward(self, x: Tensor) -> Tensor:
+        if not (self.hook_scale.watched or self.hook_normalized.watched):
+            return super().forward(x)
+        centred = x - x.mean(-1, keepdim=True)
+        scale = self.hook_scale((centred.pow(2).mean(-1, keepdim=True) + self.eps).sqrt())  # (…, 1)
+        out = self.hook_normalized(centred / scale)
+        if self.weight is not None:
+            out = out * self.weight
+        return out + self.bias if self.bias is not None else out
+
 
 _ACTIVATIONS = {
     "gelu": lambda x: F.gelu(x),
@@ -88,7 +110,7 @@ class TransformerBlock(nn.Module):
         share the query and key (qk) or key and value (kv) projection (:class:`MultiHeadAttention`)."""
         super().__init__()
         self.norm_first = norm_first
-        self.ln1 = nn.LayerNorm(dim, eps=norm_eps, bias=bias)
+        self.ln1 = LayerNorm(dim, eps=norm_eps, bias=bias)
         self.attn = MultiHeadAttention(
             dim,
             n_heads,
@@ -104,7 +126,7 @@ class TransformerBlock(nn.Module):
             scale=attn_scale,
             tie=tie,
         )
-        self.ln2 = nn.LayerNorm(dim, eps=norm_eps, bias=bias) if mlp else None
+        self.ln2 = LayerNorm(dim, eps=norm_eps, bias=bias) if mlp else None
         self.mlp = MLP(dim, mlp_hidden or 4 * dim, activation, dropout, bias) if mlp else None
         self.resid_dropout = nn.Dropout(dropout)
         self.checkpoint_activations = False
@@ -161,15 +183,15 @@ class DecoderBlock(nn.Module):
         positions); cross-attention gets none."""
         super().__init__()
         self.norm_first = norm_first
-        self.ln1 = nn.LayerNorm(dim, eps=norm_eps, bias=bias)
+        self.ln1 = LayerNorm(dim, eps=norm_eps, bias=bias)
         self.self_attn = MultiHeadAttention(
             dim, n_heads, bias=bias, dropout=attn_dropout, causal=True, position_bias=position_bias
         )
-        self.ln2 = nn.LayerNorm(dim, eps=norm_eps, bias=bias)
+        self.ln2 = LayerNorm(dim, eps=norm_eps, bias=bias)
         self.cross_attn = MultiHeadAttention(
             dim, n_heads, cross=True, d_context=d_memory or dim, bias=bias, dropout=attn_dropout
         )
-        self.ln3 = nn.LayerNorm(dim, eps=norm_eps, bias=bias)
+        self.ln3 = LayerNorm(dim, eps=norm_eps, bias=bias)
         self.mlp = MLP(dim, mlp_hidden or 4 * dim, activation, dropout, bias)
         self.drop1, self.drop2 = nn.Dropout(dropout), nn.Dropout(dropout)
         self.checkpoint_activations = False
@@ -216,7 +238,7 @@ class Encoder(nn.Module):
         super().__init__()
         self.blocks = nn.ModuleList(TransformerBlock(dim, n_heads, **block_kw) for _ in range(n_layers))
         norm_first = block_kw.get("norm_first", True)
-        self.ln_f = nn.LayerNorm(dim, eps=block_kw.get("norm_eps", 1e-5)) if norm_first else nn.Identity()
+        self.ln_f = LayerNorm(dim, eps=block_kw.get("norm_eps", 1e-5)) if norm_first else nn.Identity()
         self.hook_final = HookPoint()
 
     def forward(
@@ -239,7 +261,7 @@ class Decoder(nn.Module):
         super().__init__()
         self.blocks = nn.ModuleList(DecoderBlock(dim, n_heads, **block_kw) for _ in range(n_layers))
         norm_first = block_kw.get("norm_first", True)
-        self.ln_f = nn.LayerNorm(dim, eps=block_kw.get("norm_eps", 1e-5)) if norm_first else nn.Identity()
+        self.ln_f = LayerNorm(dim, eps=block_kw.get("norm_eps", 1e-5)) if norm_first else nn.Identity()
         self.hook_final = HookPoint()
 
     def forward(self, x, memory, *, key_mask=None, memory_mask=None, caches: list[KVCache] | None = None):

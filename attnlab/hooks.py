@@ -54,6 +54,12 @@ class HookPoint(nn.Module):
         """True while a hook function is attached (attention then forms its weights explicitly)."""
         return bool(self.fns)
 
+    @property
+    def watched(self) -> bool:
+        """True while anything would see this point's value: an attnlab hook function or a PyTorch
+        hook (a value computed only for a hook point, such as each head's result, is computed then)."""
+        return bool(self.fns or self.torch_hooked or torch_module._global_forward_hooks)
+
     def add(self, fn: HookFn) -> Callable[[], None]:
         """Attach ``fn``; returns a function that detaches it."""
         self.fns.append(fn)
@@ -178,14 +184,21 @@ class HookedModule(nn.Module):
         return points
 
     @contextlib.contextmanager
-    def hooks(self, fwd: Iterable[tuple[NameFilter, HookFn]] = ()) -> Iterator["HookedModule"]:
+    def hooks(
+        self, fwd: Iterable[tuple[NameFilter, HookFn]] = (), bwd: Iterable[tuple[NameFilter, HookFn]] = ()
+    ) -> Iterator["HookedModule"]:
         """``with model.hooks([(names, fn), ...]): model(x)``: ``fn(value, hook)`` runs at every hook
         point matching ``names`` during the forward passes inside the block, and its return value
-        (if not None) replaces the value. The functions are removed on leaving the block."""
+        (if not None) replaces the value. ``bwd``: ``fn(gradient, hook)`` runs when the backward
+        pass reaches the value of a matching point, with the loss's gradient with respect to it
+        (the same shape), and its return value (if not None) replaces that gradient
+        (TransformerLens's ``dir="bwd"`` hooks). The functions are removed on leaving the block."""
         removers = []
         try:
             for names, fn in fwd:
                 removers += [p.add(fn) for p in self._resolve(names).values()]
+            for names, fn in bwd:
+                removers += [p.add(_on_gradient(fn)) for p in self._resolve(names).values()]
             yield self
         finally:
             for remove in removers:
@@ -212,6 +225,19 @@ class HookedModule(nn.Module):
         with self.hooks([(names, save)]):
             yield cache
 
+    @contextlib.contextmanager
+    def caching_gradients(self, names: NameFilter = None) -> Iterator[ActivationCache]:
+        """``with model.caching_gradients("blocks.*.hook_resid_post") as grads: loss.backward()``
+        after a forward inside the block: name -> the gradient of what was backpropagated with
+        respect to that point's value (TransformerLens's ``incl_bwd`` cache, without the suffix)."""
+        cache = ActivationCache()
+
+        def save(grad: Tensor, hook: HookPoint) -> None:
+            cache._record(hook.name, grad.detach(), hook.step_dim)
+
+        with self.hooks(bwd=[(names, save)]):
+            yield cache
+
     def run_with_cache(
         self, *args, names: NameFilter = None, detach: bool = True, device: str | torch.device | None = None, **kwargs
     ) -> tuple[object, ActivationCache]:
@@ -220,6 +246,16 @@ class HookedModule(nn.Module):
         with self.caching(names, detach=detach, device=device) as cache:
             out = self(*args, **kwargs)
         return out, cache
+
+
+def _on_gradient(fn: HookFn) -> HookFn:
+    """A forward hook function that has ``fn(gradient, hook)`` called on the value's gradient."""
+
+    def attach(x: Tensor, hook: HookPoint) -> None:
+        if x.requires_grad:
+            x.register_hook(lambda grad: fn(grad, hook))
+
+    return attach
 
 
 def zero_heads(*heads: int) -> HookFn:

@@ -157,3 +157,36 @@ with torch.no_grad():
 wrong = wrong if wrong != answer else (answer + 1) % vocab
 restored = patch_activations(model, (clean,), (corrupt,), logit_difference(answer, wrong), over="head")
 display(Image(filename=patching_figure(restored, work / "patching.png", over="head")))
+
+# %% [markdown]
+# ## 6. Path patching: which head feeds the induction head's keys
+#
+# Activation patching says *which* heads matter; path patching (Wang et al. 2022) says *through
+# which path*. Here each layer-0 head's clean output is delivered only to the induction head's
+# **keys**, everything else frozen at the corrupted run: the previous-token head that the
+# induction head K-composes with should restore the most (Olsson et al.'s circuit: layer 0
+# writes "the token before me was A" into each position, and the layer-1 head's keys read it).
+
+# %%
+from attnlab.inspect.patching import path_patching
+
+layer, head = induction_head
+through_keys = path_patching(
+    model, (clean,), (corrupt,), logit_difference(answer, wrong), receivers=[(layer, head, "k")]
+)
+through_queries = path_patching(
+    model, (clean,), (corrupt,), logit_difference(answer, wrong), receivers=[(layer, head, "q")]
+)
+fig, ax = plt.subplots(figsize=(6, 2.4))
+width = 0.4
+heads = torch.arange(through_keys.shape[1])
+ax.bar(heads - width / 2, through_keys[0], width, label=f"into L{layer}H{head}'s keys")
+ax.bar(heads + width / 2, through_queries[0], width, label=f"into L{layer}H{head}'s queries")
+ax.set(xlabel="layer-0 head", ylabel="restored", title="path patching from each layer-0 head")
+ax.legend()
+plt.show()
+previous_token = int(scores["previous_token"][0].argmax())
+print(
+    f"previous-token head by the detector: L0H{previous_token}; "
+    f"largest path into the keys: L0H{int(through_keys[0].abs().argmax())}"
+)

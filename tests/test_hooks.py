@@ -272,8 +272,10 @@ def test_every_family_caches_and_patches_through_its_hook_points(family):
         plain = model(*inputs)
         out, cache = model.run_with_cache(*inputs)
     assert torch.allclose(out, plain, atol=1e-5)  # caching changes nothing
-    # every hook point was reached (but an image encoder's pooled features, which a captioner does not use)
-    assert set(cache) == {n for n in model.hook_points() if not n.startswith("encoder.net.hook_pooled")}
+    # every hook point was reached (but an image encoder's pooled features, which a captioner does not
+    # use, and the masked-LM head's norm, which a text encoder's classifier does not)
+    unused = ("encoder.net.hook_pooled", "mlm.norm.")
+    assert set(cache) == {n for n in model.hook_points() if not n.startswith(unused)}
     patterns = [k for k in cache if k.endswith(".hook_pattern")]
     assert len(patterns) == n_attention
     for k in patterns:
@@ -359,3 +361,29 @@ def test_pytorch_forward_hooks_fire_on_hook_points_and_captum_layer_methods_work
         attr, delta = lig.attribute(idx, baselines=torch.zeros_like(idx), n_steps=16, return_convergence_delta=True)
         assert attr.shape == (2, 6, 16) and delta.abs().max() < 0.05
     assert not model.hook_embed._forward_hooks  # (captum removed its hooks)
+
+
+def test_backward_hooks_see_and_replace_gradients():
+    """bwd hooks get d loss / d value at a hook point (checked against autograd on the cached
+    value) and may replace it; caching_gradients collects them, as TransformerLens's incl_bwd."""
+    from attnlab.models import GPT, GPTConfig
+
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(vocab_size=20, layers=2, heads=2, dim=16, context=8))
+    ids = torch.randint(20, (2, 8))
+    kept = {}
+
+    def keep(x, hook):
+        x.retain_grad()
+        kept[hook.name] = x
+
+    with model.hooks([("blocks.1.hook_resid_mid", keep)]), model.caching_gradients("blocks.*.hook_resid_*") as grads:
+        model(ids).logsumexp(-1).sum().backward()
+    torch.testing.assert_close(grads["blocks.1.hook_resid_mid"], kept["blocks.1.hook_resid_mid"].grad)
+    assert set(grads) == {f"blocks.{i}.hook_resid_{w}" for i in (0, 1) for w in ("pre", "mid", "post")}
+    # a backward hook that zeroes the gradient through block 1's attention output cuts that path
+    model.zero_grad()
+    with model.hooks(bwd=[("blocks.1.hook_attn_out", lambda g, h: torch.zeros_like(g))]):
+        model(ids).logsumexp(-1).sum().backward()
+    assert model.blocks[1].attn.out_proj.weight.grad.abs().sum() == 0
+    assert model.blocks[1].mlp.fc.weight.grad.abs().sum() > 0

@@ -2,6 +2,7 @@
 against a hand computation on a small random GPT (fp32)."""
 
 import importlib.util
+from pathlib import Path
 
 import pytest
 import torch
@@ -884,3 +885,69 @@ def test_path_patching_by_hand(gpt):
             moved = metric(gpt(corrupt)).mean()
         span = metric(gpt(clean)).mean() - metric(corrupt_logits).mean()
     assert abs(paths[0, 3] - (moved - metric(corrupt_logits).mean()) / span) < 1e-5
+
+
+def test_layer_norm_scales_per_head_results_and_weight_processing_match_transformer_lens(tmp_path, monkeypatch):
+    """hook_scale / hook_normalized of every LayerNorm, attn.hook_result (each head's z W_O), and
+    TransformerLens's weight processing (fold_ln, center_writing_weights, center_unembed,
+    fold_value_biases) on the same random GPT-2, 2 layers x 3 heads: the same values and weights,
+    and a processed model whose log-probabilities are the original's."""
+    from attnlab.inspect.weights import process_weights
+
+    tl_model, ours = _transformer_lens_and_attnlab(tmp_path, monkeypatch, layers=2, heads=3, dim=24, init=0.2)
+    with torch.no_grad():  # norms that are not the identity, so that folding them matters
+        for name, p in ours.named_parameters():
+            if ".ln" in name or name.startswith("ln_f"):
+                p.add_(torch.randn_like(p) * 0.3)
+    tl_model, ours = _retied(tl_model, ours)
+    tl_model.set_use_attn_result(True)
+    ids = torch.randint(50, (2, 7), generator=torch.Generator().manual_seed(4))
+    tl_logits, tl = tl_model.run_with_cache(ids)
+    logits, cache = ours.run_with_cache(ids)
+    torch.testing.assert_close(logits, tl_logits, atol=1e-4, rtol=1e-4)
+    for i in range(2):
+        for norm in ("ln1", "ln2"):
+            for hook in ("hook_scale", "hook_normalized"):
+                key = f"blocks.{i}.{norm}.{hook}"
+                torch.testing.assert_close(cache[key], tl[key], atol=1e-5, rtol=1e-4, msg=key)
+        key = f"blocks.{i}.attn.hook_result"  # attnlab (B, H, T, D), TransformerLens (B, T, H, D)
+        torch.testing.assert_close(cache[key].transpose(1, 2), tl[key], atol=1e-5, rtol=1e-4, msg=key)
+        torch.testing.assert_close(
+            cache[key].sum(1) + ours.blocks[i].attn.out_proj.bias, cache[f"blocks.{i}.hook_attn_out"]
+        )
+    torch.testing.assert_close(cache["ln_f.hook_scale"], tl["ln_final.hook_scale"], atol=1e-5, rtol=1e-4)
+    # freezing the final norm's scale (patching it with the clean run's) is what makes DLA linear
+    frozen = cache["ln_f.hook_scale"]
+    with ours.hooks([("ln_f.hook_scale", lambda s, h: frozen)]):
+        torch.testing.assert_close(ours(ids), logits)
+
+    processed = process_weights(ours)
+    tl_model.enable_compatibility_mode(disable_warnings=True)
+    for name in ("W_Q", "W_K", "W_V", "W_O", "b_Q", "b_K", "b_V", "b_O", "W_E", "W_pos", "W_U", "b_U"):
+        torch.testing.assert_close(getattr(processed, name), getattr(tl_model, name), atol=1e-5, rtol=1e-4, msg=name)
+    new_logits = processed(ids)
+    torch.testing.assert_close(new_logits.log_softmax(-1), logits.log_softmax(-1), atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(new_logits, tl_model(ids), atol=1e-4, rtol=1e-4)
+    assert torch.allclose(processed.blocks[0].ln1.weight, torch.ones(24)) and not processed.config.tie_output
+    # each step alone keeps the function; the original is untouched
+    for step in ("fold_ln", "center_writing_weights", "center_unembed", "fold_value_biases"):
+        only = process_weights(
+            ours, **{s: s == step for s in ("fold_ln", "center_writing_weights", "center_unembed", "fold_value_biases")}
+        )
+        torch.testing.assert_close(only(ids).log_softmax(-1), logits.log_softmax(-1), atol=1e-5, rtol=1e-5, msg=step)
+    torch.testing.assert_close(ours(ids), logits)
+
+
+def _retied(tl_model, ours):
+    """The same changed weights in TransformerLens: the attnlab model exported and booted again."""
+    import attnlab
+    import transformer_lens.model_bridge.sources.transformers  # noqa: F401
+    from transformer_lens.model_bridge import TransformerBridge
+
+    folder = Path(ours.checkpoint).parent / "changed"
+    attnlab.export_hf(ours, folder)
+    for name in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"):
+        source = Path(ours.checkpoint) / name
+        if source.is_file():
+            (folder / name).write_bytes(source.read_bytes())
+    return TransformerBridge.boot_transformers(str(folder), device="cpu"), attnlab.load(folder)

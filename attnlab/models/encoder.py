@@ -20,7 +20,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ..blocks import Encoder
+from ..blocks import Encoder, LayerNorm
 from ..config import Config
 from ..hooks import HookedModule, HookPoint
 from ..position import LearnedPosition, RelativePosition
@@ -107,7 +107,7 @@ class MaskedLMHead(nn.Module):
     def __init__(self, c: TextEncoderConfig, embedding: nn.Embedding) -> None:
         super().__init__()
         self.dense = nn.Linear(c.dim, c.dim)
-        self.norm = nn.LayerNorm(c.dim, eps=c.norm_eps)
+        self.norm = LayerNorm(c.dim, eps=c.norm_eps)
         self.decoder = nn.Linear(c.dim, c.vocab_size, bias=False)
         self.decoder.weight = embedding.weight
         self.bias = nn.Parameter(torch.zeros(c.vocab_size))
@@ -136,7 +136,7 @@ class TextEncoder(HookedModule):
         # relative: Shaw's tables inside attention, one set shared by every layer (as T5 shares them)
         self.rel_pos = RelativePosition(c.dim // c.heads, c.rel_distance) if c.pos == "relative" else None
         self.seg_emb = nn.Embedding(c.type_vocab_size, c.dim)
-        self.emb_norm = nn.LayerNorm(c.dim, eps=c.norm_eps)
+        self.emb_norm = LayerNorm(c.dim, eps=c.norm_eps)
         self.drop = nn.Dropout(c.dropout)
         self.encoder = Encoder(
             c.layers,

@@ -17,7 +17,7 @@ from ..attention import KVCache, StaticKVCache
 from ..config import Config
 from ..hooks import HookedModule, HookPoint
 from ..losses import chunked_cross_entropy, cross_entropy
-from ..blocks import ACTIVATIONS, TransformerBlock, init_gpt2_weights
+from ..blocks import ACTIVATIONS, LayerNorm, TransformerBlock, init_gpt2_weights
 from ..position import ALiBi, LearnedPosition, RelativePosition, RotaryEmbedding, SinusoidalPosition
 
 __all__ = ["GPTConfig", "GPT", "GPT_PRESETS"]
@@ -245,7 +245,7 @@ class GPT(HookedModule):
             )
             for _ in range(c.layers)
         )
-        self.ln_f = nn.LayerNorm(c.dim, eps=c.norm_eps, bias=c.bias)
+        self.ln_f = LayerNorm(c.dim, eps=c.norm_eps, bias=c.bias)
         self.hook_embed, self.hook_final = HookPoint(), HookPoint()
         self.lm_head = nn.Linear(c.dim, c.vocab_rows, bias=False)
         init_gpt2_weights(self, c.layers)
@@ -445,6 +445,16 @@ class GPT(HookedModule):
     def W_U(self) -> Tensor:
         """(D, vocab): the unembedding, before any soft cap."""
         return self.lm_head.weight[: self.config.vocab_size].T
+
+    @property
+    def b_U(self) -> Tensor:
+        """(vocab,): the unembedding's bias (zero unless weight processing folded one in)."""
+        bias = self.lm_head.bias
+        return (
+            bias[: self.config.vocab_size]
+            if bias is not None
+            else self.lm_head.weight.new_zeros(self.config.vocab_size)
+        )
 
     def loss(self, idx: Tensor, targets: Tensor, ignore_index: int = -100) -> Tensor:
         """Mean next-token cross-entropy; targets (B, T) are idx shifted by one."""
