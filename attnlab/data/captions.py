@@ -235,16 +235,20 @@ class CaptionData:
         return self.images[split][idx], tgt_in, tgt_out
 
 
-def _split_items(items: list, fractions=(0.8, 0.1), seed: int = 0) -> dict[str, list]:
+def split_items(items: list, fractions=(0.8, 0.1), seed: int = 0, name: str = "the data") -> dict[str, list]:
+    """Train, validation and test items after a fixed shuffle, each split at least one item and
+    no item in two splits (a test image seen in training would score what was memorised)."""
+    if len(items) < 3:
+        raise DataError(
+            f"{name} has {len(items)} image(s); training, validation and test need one each, never shared: "
+            "give at least 3"
+        )
     order = list(range(len(items)))
     random.Random(seed).shuffle(order)
-    n_train = max(1, int(len(items) * fractions[0]))
-    n_val = max(1, int(len(items) * fractions[1])) if len(items) > 2 else 0
+    n_val = max(1, int(len(items) * fractions[1]))
+    n_test = max(1, len(items) - int(len(items) * fractions[0]) - n_val)
+    n_train = len(items) - n_val - n_test
     parts = {"train": order[:n_train], "val": order[n_train : n_train + n_val], "test": order[n_train + n_val :]}
-    if not parts["val"]:
-        parts["val"] = parts["train"][:1]
-    if not parts["test"]:
-        parts["test"] = parts["val"]
     return {k: [items[i] for i in v] for k, v in parts.items()}
 
 
@@ -275,7 +279,7 @@ def load_captions(
         items = find_captions(spec)
         if not items:
             raise DataError(f"{spec} holds no images")
-        splits = _split_items(items)
+        splits = split_items(items, name=str(spec))
         images, captions = {}, {}
         converted = set()
         for k, part in splits.items():

@@ -297,6 +297,8 @@ def hf_images(spec: str) -> ImageSplits:
     from . import hf
 
     name, images, labels, classes = hf.labelled_images(spec)
+    if len(classes) < 2:
+        raise DataError(f"{name} has {len(classes)} class; image classification needs at least 2")
     first = images[0]
     channels = 1 if getattr(first, "mode", "RGB") in ("L", "1", "I", "I;16") else 3
     size = min(first.size)

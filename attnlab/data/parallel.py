@@ -54,8 +54,9 @@ def read_tsv(path: Path) -> list[tuple[str, str]]:
     pairs = []
     for i, line in enumerate(read_lines(path), 1):
         parts = line.split("\t")
-        if len(parts) < 2:
-            raise DataError(f"{path} line {i} has no tab; a TSV needs 'source<TAB>target' on every line")
+        if len(parts) != 2:
+            found = "no tab" if len(parts) < 2 else f"{len(parts)} columns"
+            raise DataError(f"{path} line {i} has {found}; a TSV needs 'source<TAB>target' on every line")
         pairs.append((parts[0], parts[1]))
     return _drop_empty(pairs, path.name)
 
@@ -155,6 +156,17 @@ class Vocab:
             stoi = self.tokenizer.stoi
             return [stoi.get(c, self.unk_id) for c in text]
         return self.tokenizer.encode(text)
+
+    def unknown(self, text: str) -> list[str]:
+        """The pieces of ``text`` this vocabulary reads as <unk> (in order, once each): characters
+        of a character vocabulary it never saw; byte-level BPE has none."""
+        if self.tokenizer.kind == "char":
+            return list(dict.fromkeys(c for c in text if c not in self.tokenizer.stoi))
+        if hasattr(self.tokenizer, "id_to_token"):
+            ids = self.tokenizer.encode(text)
+            unk = getattr(self.tokenizer, "unk_id", None)
+            return [] if unk is None else ["<unk>"] * ids.count(unk)
+        return []
 
     def decode(self, ids) -> str:
         ids = [int(i) for i in ids if int(i) >= self.unk_id]  # drop pad, bos, eos

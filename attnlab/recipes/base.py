@@ -18,6 +18,7 @@ from typing import Any, Callable
 
 from ..errors import CheckpointError, OptionError, a
 from ..options import Command, Options, OptionSpecs
+from ..data.fingerprint import check_same_data, fingerprint
 from ..runoptions import write_options
 
 
@@ -573,6 +574,15 @@ def train(recipe: Recipe, args) -> TrainResult:
     if saved:
         saved_cfg = recipe.models[saved["model_type"]].config_class.from_dict(saved["model"])
         refuse_model_changes(out, saved_cfg, model_over, recipe.run_options(args, saved))
+        given_data = getattr(args, "data", None)
+        data_now = fingerprint(given_data if given_data is not None else saved.get("data_spec"))
+        if "data_fingerprint" in saved:  # (runs written before fingerprints are not checked)
+            if saved["data_fingerprint"] is None and given_data is not None:
+                raise CheckpointError(
+                    f"--resume {out}: it trained on the family's default data, not --data {given_data}; drop --data "
+                    "to resume it, or start a new run in another --out"
+                )
+            check_same_data(out, saved["data_fingerprint"], data_now)
         asked_iters = given(args, args.train_fields).get("max_iters")
         if asked_iters is not None and asked_iters < saved.get("step", 0):  # (it would exit 0 having done nothing)
             raise OptionError(
@@ -594,6 +604,10 @@ def train(recipe: Recipe, args) -> TrainResult:
             file=sys.stderr,
         )
     run = recipe.prepare(args, saved, model_over, tcfg)
+    # what it trains on, for a later --resume to compare (kept as first recorded)
+    run.meta["data_fingerprint"] = (
+        saved["data_fingerprint"] if saved and "data_fingerprint" in saved else fingerprint(getattr(args, "data", None))
+    )
     asked = given(args, args.train_fields).get("target")  # (a family's default target is for the data it suits)
     if asked is not None and getattr(run.task, "target_metric", None) is None:
         raise OptionError(

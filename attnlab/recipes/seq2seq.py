@@ -359,7 +359,15 @@ def translate_texts(model, sv, tv, texts, *, beam=5, alpha=1.0, max_len=None, de
     outs = []
     for i in range(0, len(texts), batch_size):
         ids = []
-        for t in texts[i : i + batch_size]:
+        for n, t in enumerate(texts[i : i + batch_size], i + 1):
+            unseen = sv.unknown(t)
+            if unseen:
+                shown = ", ".join(repr(c) for c in unseen[:5]) + (" …" if len(unseen) > 5 else "")
+                print(
+                    f"warning: sentence {n} holds what this model's vocabulary never saw ({shown}); it reads "
+                    "those as <unk>, so its translation of them is a guess",
+                    file=sys.stderr,
+                )
             e = sv.encode(t) or [sv.unk_id]
             if len(e) > limit:
                 print(
