@@ -54,6 +54,19 @@ probability = number(float, 0.0, False, 1.0, what="in (0, 1]")
 fraction = number(float, 0.0, True, 1.0, what="in [0, 1]")
 below_one = number(float, 0.0, True, 0.99, what="in [0, 1)")
 MAX_BEAM = 100  # beyond this a beam costs minutes per sentence and gains nothing measurable
+# tokens one generation call produces at most: about 20 minutes of decoding a small model on a CPU;
+# more in one call is a mistake more often than a plan (generate in pieces, each from the last)
+MAX_NEW_TOKENS = 1_000_000
+# the largest vocabulary a tokenizer is trained to: 20x GPT-2's; a larger one is a typo, and the
+# tokenizers library aborts the process (a Rust panic) rather than refuse it
+MAX_VOCAB = 1 << 20
+
+
+def vocab_size(low: int):
+    return number(int, low, True, MAX_VOCAB, what=f"from {low} to {MAX_VOCAB:,}")
+
+
+new_tokens = number(int, 1, True, MAX_NEW_TOKENS, what=f"from 1 to {MAX_NEW_TOKENS:,} (generate more in pieces)")
 beam_width = number(int, 1, True, MAX_BEAM, what=f"from 1 (greedy) to {MAX_BEAM}")
 
 

@@ -239,16 +239,19 @@ def test_serve_generates_for_requests_arriving_together(lm_run):
             got = json.loads(text)
             want = model.generate(body["prompt"], body["max_new_tokens"], temperature=0)
             assert got == {"text": want, "tokens": body["max_new_tokens"], "finish_reason": "length"}
+        status, text = post({"prompt": "to", "max_new_tokens": None, "temperature": 0})  # null: what the context leaves
+        assert status == 200 and json.loads(text)["tokens"] == 46, text
         status, text = post({"prompt": "to", "max_new_tokens": 30, "temperature": 0, "stop": "o"})
         assert status == 200 and json.loads(text)["finish_reason"] == "stop" and "o" not in json.loads(text)["text"]
         for body, message in [
             ({"prompt": "to", "max_new_tokens": "many"}, "'max_new_tokens' must be an integer"),
             ({"prompt": "to", "max_new_tokens": 47}, "ask for at most 46 new tokens"),
-            ({"prompt": "to", "temperature": -1}, "temperature is -1"),
-            ({"prompt": "to", "top_p": 0}, "top_p is 0"),
-            ({"prompt": "to", "max_new_tokens": 0}, "max_new_tokens must be at least 1"),
-            ('{"prompt": "to", "temperature": NaN}', "'temperature' must be an integer or a finite number"),
-            ({"prompt": "to", "max_new_tokens": None}, "ask for at most 46 new tokens"),  # null: the default, 100
+            ({"prompt": "to", "temperature": -1}, "'temperature' must be at least 0"),
+            ({"prompt": "to", "top_p": 0}, "'top_p' must be more than 0"),
+            ({"prompt": "to", "max_new_tokens": 0}, "'max_new_tokens' must be at least 1"),
+            ('{"prompt": "to", "max_new_tokens": ' + "9" * 5001 + "}", "the body holds a value Python refuses"),
+            ('{"prompt": "to", "temperature": NaN}', "'temperature' must be a finite number"),
+            ("[" * 100_000, "nested too deeply"),
             ({"prompt": "to", "colour": "red"}, "unknown field 'colour'"),
             ({"prompt": "Ω"}, "error:"),
             ('["to"]', "must be a JSON object"),

@@ -1,6 +1,13 @@
 """`attnlab serve`: the explorer page served locally, with an input box that recomputes it, and,
-for a GPT run, text generation at ``POST /generate`` (continuous batching: requests that arrive
-together are decoded in one batch, each leaving as soon as it is done).
+for a GPT run, text generation: ``POST /generate`` and OpenAI's ``POST /v1/completions`` (with
+``"stream": true``: server-sent events), so that existing clients work. Requests that arrive
+together are decoded in one batch (continuous batching), each leaving as soon as it is done; a
+request whose settings cannot run is refused alone, the others go on.
+
+An ASGI application (FastAPI, request bodies validated by pydantic) served by uvicorn: one
+loaded model shared by every endpoint (``POST /reload`` reads the checkpoint again), bodies
+bounded in size and in time (a client that stalls gets 408), JSON nesting bounded, open
+connections bounded (beyond: 503). ``pip install 'attnlab[serve]'``.
 
 Bound to 127.0.0.1 by default. Requests must name this machine as their Host (against DNS
 rebinding) and, when they carry an Origin, come from this server's own pages; others get 403.
@@ -8,17 +15,18 @@ rebinding) and, when they carry an Origin, come from this server's own pages; ot
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import binascii
 import json
-import math
 import queue
-import sys
 import tempfile
 import threading
+import time
+import uuid
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import Any
 
 FORM = """<!doctype html><html lang="en"><head><meta charset="utf-8"><title>attnlab serve: {name}</title>
 <style>body{{font:14px system-ui,sans-serif;margin:24px}}textarea{{width:40em;height:5em}}</style></head>
@@ -85,18 +93,10 @@ FIELDS = {
 
 
 MAX_BODY = 20_000_000  # bytes: an uploaded image, base64-encoded, with room to spare
-INPUTS = {"text": ("text",), "image": ("image",), "cross": ("src", "tgt")}  # the JSON fields each kind reads
-# /generate's JSON fields: the types each accepts and its default (None: required or unset)
-GENERATE_INPUTS = {
-    "prompt": ((str,), None),
-    "max_new_tokens": ((int,), 100),
-    "temperature": ((int, float), 0.8),
-    "top_k": ((int,), 200),
-    "top_p": ((int, float), None),
-    "stop": ((str, list), ()),
-    "seed": ((int,), None),
-}
+BODY_TIMEOUT_S = 15.0  # a client has this long to send its whole body (slow clients get 408)
 GENERATE_TIMEOUT_S = 600  # a request waits this long for its text, then gets 503
+MAX_CONNECTIONS = 512  # open connections beyond this are answered 503 at once (uvicorn's limit_concurrency)
+INPUTS = {"text": ("text",), "image": ("image",), "cross": ("src", "tgt")}  # the JSON fields each kind reads
 
 
 class RequestError(Exception):
@@ -116,9 +116,9 @@ class GenerationJob:
 
 
 class GenerationWorker:
-    """One thread decodes every /generate request through a :class:`~attnlab.batching.ContinuousBatcher`;
-    the request threads hand it their prompts and wait. Each step holds ``lock`` (the explorer's:
-    its hook points are the model's state), so explorations run between steps."""
+    """One thread decodes every generation request through a :class:`~attnlab.batching.ContinuousBatcher`;
+    the requests hand it their prompts and wait. Each step holds ``lock`` (the explorer's: its
+    hook points are the model's state), so explorations run between steps."""
 
     def __init__(self, model, lock: threading.Lock, slots: int = 8):
         from ..batching import ContinuousBatcher
@@ -128,13 +128,39 @@ class GenerationWorker:
         self.inbox: queue.Queue[GenerationJob | None] = queue.Queue()  # None: stop
         threading.Thread(target=self._loop, daemon=True, name="attnlab-generate").start()
 
-    def generate(self, body: dict) -> dict:
-        """The checked JSON ``body`` of a /generate request -> its answer: the continuation's
-        ``text``, its ``tokens`` and ``finish_reason`` ("length", "eos" or "stop")."""
+    def job(self, prompt: str | None, max_new_tokens: int | None, *, stop=(), seed=None, on_token=None, **sampling):
+        """A checked :class:`GenerationJob` (RequestError 400 for one that cannot run), queued.
+        ``max_new_tokens`` None: 100, or what the context leaves after the prompt."""
+        from ..batching import text_request
+        from ..errors import one_line
+        from ..recipes.gpt import default_prompt
+
+        stop = [stop] if isinstance(stop, str) else list(stop or ())
+        if not all(isinstance(x, str) and x for x in stop):
+            raise RequestError(400, "field 'stop' must be a non-empty string or a list of them")
+        tok = self.model.tokenizer
+        try:
+            text = prompt or default_prompt(tok)
+            if max_new_tokens is None:
+                max_new_tokens = max(1, min(100, self.model.config.context - len(tok.encode(text))))
+            request = text_request(
+                tok, text, max_new_tokens, stop=stop, seed=seed, device=next(self.model.parameters()).device, **sampling
+            )
+        except Exception as e:  # noqa: BLE001 - characters the tokenizer does not know: the user's to fix
+            raise RequestError(400, one_line(e)) from None
+        try:
+            self.batcher.check(request)  # (the counts and sampling settings too)
+        except ValueError as e:
+            raise RequestError(400, str(e)) from None
+        request.on_token = on_token
+        job = GenerationJob(request, stop)
+        self.inbox.put(job)
+        return job
+
+    def answer(self, job: GenerationJob) -> dict:
+        """Wait for ``job`` (in a worker thread) -> its ``text``, ``tokens``, ``finish_reason``."""
         from ..batching import request_text
 
-        job = self._job(body)
-        self.inbox.put(job)
         if not job.finished.wait(GENERATE_TIMEOUT_S):
             raise RequestError(503, f"no answer within {GENERATE_TIMEOUT_S} s; the server is busy, try again later")
         if job.error is not None:
@@ -146,46 +172,12 @@ class GenerationWorker:
             "finish_reason": r.finish_reason,
         }
 
-    def _job(self, body: dict) -> GenerationJob:
-        from ..batching import text_request
-        from ..errors import one_line
-        from ..recipes.gpt import default_prompt
+    def replace_model(self, model) -> None:
+        """Serve ``model`` from the next step on (``POST /reload``); requests in flight finish on the old one."""
+        from ..batching import ContinuousBatcher
 
-        values = {}
-        for name, (types, default) in GENERATE_INPUTS.items():
-            v = body.get(name)
-            if v is None:  # (absent, or JSON null)
-                v = default
-            elif isinstance(v, bool) or not isinstance(v, types) or (isinstance(v, float) and not math.isfinite(v)):
-                want = " or ".join(
-                    {"str": "a string", "int": "an integer", "float": "a finite number", "list": "a list"}[t.__name__]
-                    for t in types
-                )
-                raise RequestError(400, f"field {name!r} must be {want}, not {json.dumps(v)[:40]}")
-            values[name] = v
-        stop = [values["stop"]] if isinstance(values["stop"], str) else list(values["stop"])
-        if not all(isinstance(x, str) and x for x in stop):
-            raise RequestError(400, "field 'stop' must be a non-empty string or a list of them")
-        tok = self.model.tokenizer
-        try:
-            request = text_request(
-                tok,
-                values["prompt"] or default_prompt(tok),
-                values["max_new_tokens"],
-                stop=stop,
-                seed=values["seed"],
-                device=next(self.model.parameters()).device,
-                temperature=values["temperature"],
-                top_k=values["top_k"] or None,
-                top_p=values["top_p"],
-            )
-        except Exception as e:  # noqa: BLE001 - characters the tokenizer does not know: the user's to fix
-            raise RequestError(400, one_line(e)) from None
-        try:
-            self.batcher.check(request)  # (the counts and sampling settings too)
-        except ValueError as e:
-            raise RequestError(400, str(e)) from None
-        return GenerationJob(request, stop)
+        with self.lock:
+            self.model, self.batcher = model, ContinuousBatcher(model, self.slots)
 
     def close(self) -> None:
         """Stop the thread after the step it is in; requests still waiting are answered with an error."""
@@ -210,7 +202,7 @@ class GenerationWorker:
                 return
             for job in arrived:
                 try:
-                    self.batcher.submit(job.request)  # (checked by _job already)
+                    self.batcher.submit(job.request)  # (checked already)
                 except ValueError as e:
                     job.error = one_line(e)
                     job.finished.set()
@@ -232,153 +224,445 @@ class GenerationWorker:
             running = [job for job in running if job.request not in finished]
 
 
-def make_handler(model, kind: str, port_ref: list, worker: GenerationWorker | None = None):
-    """``model``: loaded by :func:`attnlab.load` (its ``explore`` recomputes the views). One
-    computation at a time: hook points are the model's state, and the CPU is shared anyway.
-    ``worker``: answers /generate (GPT runs), sharing the same lock."""
+# ---- request bodies, validated (pydantic: strict types, no unknown fields) ---------------------------
+def _models():
+    """The request models (pydantic is imported with the server, not with attnlab)."""
+    from typing import Annotated, Literal
+
+    from pydantic import BaseModel, ConfigDict, Field
+
+    from ..options import MAX_NEW_TOKENS
+
+    strict = ConfigDict(extra="forbid", strict=True)
+    Tokens = Annotated[int, Field(ge=1, le=MAX_NEW_TOKENS)]
+    Seed = Annotated[int, Field(ge=0, le=2**63 - 1)]
+    Temperature = Annotated[float, Field(ge=0, allow_inf_nan=False)]
+    TopP = Annotated[float, Field(gt=0, le=1, allow_inf_nan=False)]
+
+    class Explore(BaseModel):
+        model_config = strict
+        text: str | None = None
+        image: str | None = None  # base64 of an image file
+        src: str | None = None
+        tgt: str | None = None
+
+    class Generate(BaseModel):
+        model_config = strict
+        prompt: str | None = None
+        max_new_tokens: Tokens | None = None  # None: 100, or what the context leaves
+        temperature: Temperature = 0.8
+        top_k: Annotated[int, Field(ge=0)] = 200
+        top_p: TopP | None = None
+        stop: str | list[str] = []
+        seed: Seed | None = None
+
+    class Completion(BaseModel):  # OpenAI's /v1/completions (the fields attnlab can honour)
+        model_config = ConfigDict(extra="forbid", strict=True)
+        prompt: str | list[str] = ""
+        model: str | None = None
+        max_tokens: Tokens = 16
+        temperature: Temperature = 1.0
+        top_p: TopP = 1.0
+        n: Literal[1] = 1
+        stream: bool = False
+        stop: str | list[str] | None = None
+        seed: Seed | None = None
+        user: str | None = None
+        echo: Literal[False] = False
+        logprobs: None = None
+
+    return Explore, Generate, Completion
+
+
+def parse_body(raw: bytes, model_cls):
+    """``raw`` JSON as a validated ``model_cls``, or RequestError 400 in one line."""
+    from pydantic import ValidationError
+
+    try:
+        data = json.loads(raw or b"{}")
+    except RecursionError:
+        raise RequestError(400, "the body is JSON nested too deeply") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise RequestError(400, f"the body is not JSON ({getattr(e, 'msg', e)})") from None
+    except ValueError as e:  # (an integer of thousands of digits)
+        raise RequestError(400, f"the body holds a value Python refuses ({str(e).splitlines()[0][:80]})") from None
+    if not isinstance(data, dict):
+        fields = ", ".join(model_cls.model_fields)
+        raise RequestError(400, f"the body must be a JSON object with {fields}, not a {type(data).__name__}")
+    try:
+        return model_cls.model_validate(data)
+    except ValidationError as e:
+        first = e.errors()[0]
+        where = ".".join(str(x) for x in first["loc"]) or "body"
+        if first["type"] == "extra_forbidden":
+            raise RequestError(
+                400, f"unknown field {where!r}; this request reads {', '.join(model_cls.model_fields)}"
+            ) from None
+        got = json.dumps(first.get("input"))[:40] if first.get("input") is not None else "null"
+        raise RequestError(400, f"field {where!r} {_says(first)}, not {got}") from None
+
+
+def _says(error: dict) -> str:
+    """A pydantic error as the rest of attnlab words it ("must be a string")."""
+    ctx = error.get("ctx") or {}
+    kind = error["type"]
+    words = {
+        "string_type": "must be a string",
+        "int_type": "must be an integer",
+        "int_from_float": "must be an integer",
+        "float_type": "must be a number",
+        "finite_number": "must be a finite number",
+        "bool_type": "must be true or false",
+        "list_type": "must be a list",
+        "none_required": "must be null (attnlab does not return it)",
+    }
+    if kind in words:
+        return words[kind]
+    if kind in ("greater_than_equal", "greater_than", "less_than_equal", "less_than"):
+        bound = {
+            "greater_than_equal": "at least",
+            "greater_than": "more than",
+            "less_than_equal": "at most",
+            "less_than": "less than",
+        }[kind]
+        return f"must be {bound} {next(iter(ctx.values()))}"
+    if kind == "literal_error":
+        return f"must be {ctx.get('expected')} (the only value attnlab serves)"
+    return error["msg"].lower()
+
+
+# ---- the application ------------------------------------------------------------------------------------
+class Guard:
+    """ASGI middleware in front of every request: the Host / Origin check, and the body read
+    here, whole, within ``BODY_TIMEOUT_S`` and ``MAX_BODY`` (a declared or a streamed length
+    beyond it: 413; a client that stalls: 408), before any handler runs."""
+
+    def __init__(self, app, port_ref: list):
+        self.app, self.port_ref = app, port_ref
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
+        port = self.port_ref[0]
+        hosts = {f"127.0.0.1:{port}", f"localhost:{port}", f"[::1]:{port}"}
+        origin = headers.get("origin")
+        if headers.get("host") not in hosts or (origin is not None and origin not in {f"http://{h}" for h in hosts}):
+            return await _plain(send, 403, "forbidden: requests must come from this machine's own pages")
+        if scope["method"] != "POST":
+            return await self.app(scope, receive, send)
+        length = headers.get("content-length")
+        chunked = "chunked" in headers.get("transfer-encoding", "").lower()
+        if length is None and not chunked:
+            return await _plain(send, 411, "the request has no Content-Length; send the JSON body with its length")
+        if length is not None and not length.isdigit():
+            return await _plain(send, 400, f"Content-Length {length!r} is not a byte count")
+        if length is not None and int(length) > MAX_BODY:
+            return await _plain(send, 413, f"the request is {int(length):,} bytes; the limit is {MAX_BODY:,}")
+        body, deadline = b"", time.monotonic() + BODY_TIMEOUT_S
+        while True:
+            try:
+                message = await asyncio.wait_for(receive(), max(0.0, deadline - time.monotonic()))
+            except asyncio.TimeoutError:
+                return await _plain(send, 408, f"the body did not arrive within {BODY_TIMEOUT_S:.0f} s")
+            if message["type"] == "http.disconnect":
+                return
+            body += message.get("body", b"")
+            if len(body) > MAX_BODY:
+                return await _plain(send, 413, f"the request is over {MAX_BODY:,} bytes, the limit")
+            if not message.get("more_body", False):
+                break
+        delivered = False
+
+        async def replay():
+            nonlocal delivered
+            if not delivered:
+                delivered = True
+                return {"type": "http.request", "body": body, "more_body": False}
+            return await receive()
+
+        return await self.app(scope, replay, send)
+
+
+async def _plain(send, status: int, text: str) -> None:
+    data = f"error: {text}".encode()
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [
+                (b"content-type", b"text/plain; charset=utf-8"),
+                (b"content-length", str(len(data)).encode()),
+                (b"connection", b"close"),
+            ],
+        }
+    )
+    await send({"type": "http.response.body", "body": data})
+
+
+def create_app(model, kind: str, *, slots: int = 8, port_ref: list | None = None):
+    """The ASGI application of ``attnlab serve`` for ``model`` (loaded by :func:`attnlab.load`),
+    its explorer of ``kind`` (text, image, cross); a GPT also generates, ``slots`` requests at a
+    time. ``port_ref``: [the port], for the Host check (filled in once listening)."""
+    try:
+        from starlette.applications import Starlette
+        from starlette.concurrency import run_in_threadpool
+        from starlette.responses import HTMLResponse, JSONResponse, PlainTextResponse, StreamingResponse
+        from starlette.routing import Route
+    except ImportError:
+        from ..errors import OptionError
+
+        raise OptionError("attnlab serve runs on FastAPI and uvicorn: pip install 'attnlab[serve]'") from None
+
+    Explore, Generate, Completion = _models()
+    port_ref = port_ref if port_ref is not None else [8000]
+    lock = threading.Lock()  # one computation on the model at a time: its hook points are its state
+    state: dict[str, Any] = {"model": model}
+    generates = callable(getattr(model, "generate", None)) and getattr(model, "tokenizer", None) is not None
+    worker = GenerationWorker(model, lock, slots) if generates else None
     name = Path(model.checkpoint).name
-    lock = worker.lock if worker is not None else threading.Lock()
-    generate_form = "" if worker is None else GENERATE_FORM.format(slots=worker.slots)
 
-    class Handler(BaseHTTPRequestHandler):
-        def log_message(self, fmt, *args):  # quiet: one line per request on stderr is noise here
-            pass
+    def error(e: RequestError, openai: bool = False):
+        if openai:
+            kind_ = "invalid_request_error" if e.status < 500 else "server_error"
+            return JSONResponse({"error": {"message": str(e), "type": kind_, "code": e.status}}, status_code=e.status)
+        return PlainTextResponse(f"error: {e}", status_code=e.status)
 
-        def _allowed(self) -> bool:
-            port = port_ref[0]
-            hosts = {f"127.0.0.1:{port}", f"localhost:{port}", f"[::1]:{port}"}
-            if self.headers.get("Host") not in hosts:
-                return False
-            origin = self.headers.get("Origin")
-            return origin is None or origin in {f"http://{h}" for h in hosts}
+    async def refused(request, e: RequestError):
+        return error(e, request.url.path.startswith("/v1/"))
 
-        def _send(self, code: int, body: str, ctype: str = "text/html; charset=utf-8") -> None:
-            data = body.encode("utf-8")
-            self.send_response(code)
-            self.send_header("Content-Type", ctype)
-            self.send_header("Content-Length", str(len(data)))
-            self.send_header("Content-Security-Policy", "default-src 'self' 'unsafe-inline' data: blob:")
-            if self.close_connection:
-                self.send_header("Connection", "close")
-            self.end_headers()
-            self.wfile.write(data)
+    async def page(request):
+        what, fields = FIELDS[kind]
+        generate_form = "" if worker is None else GENERATE_FORM.format(slots=worker.slots)
+        html = FORM.format(name=name, what=what, fields=fields, kind=json.dumps(kind), generate=generate_form)
+        return HTMLResponse(html, headers={"Content-Security-Policy": "default-src 'self' 'unsafe-inline' data: blob:"})
 
-        def do_GET(self):  # noqa: N802 (http.server's naming)
-            if not self._allowed():
-                return self._send(403, "forbidden: requests must come from this machine's own pages")
-            if self.path not in ("/", "/index.html"):
-                return self._send(404, "not found")
-            what, fields = FIELDS[kind]
-            page = FORM.format(name=name, what=what, fields=fields, kind=json.dumps(kind), generate=generate_form)
-            self._send(200, page)
-
-        def _inputs(self, fields) -> dict:
-            """The JSON body, read only when its declared length is sound, holding only ``fields``."""
-            length = self.headers.get("Content-Length")
-            if length is None:
-                raise RequestError(411, "the request has no Content-Length; send the JSON body with its length")
-            if not length.isdigit():
-                raise RequestError(400, f"Content-Length {length!r} is not a byte count")
-            if int(length) > MAX_BODY:
-                raise RequestError(413, f"the request is {int(length):,} bytes; the limit is {MAX_BODY:,}")
-            try:
-                body = json.loads(self.rfile.read(int(length)) or b"{}")
-            except (json.JSONDecodeError, UnicodeDecodeError) as e:
-                raise RequestError(400, f"the body is not JSON ({e.msg if hasattr(e, 'msg') else e})") from None
-            if not isinstance(body, dict):
-                raise RequestError(
-                    400, f"the body must be a JSON object with {', '.join(fields)}, not a {type(body).__name__}"
-                )
-            unknown = sorted(set(body) - set(fields))
-            if unknown:
-                raise RequestError(400, f"unknown field {unknown[0]!r}; this request reads {', '.join(fields)}")
-            return body
-
-        def do_POST(self):  # noqa: N802
-            from ..errors import one_line
-
-            if not self._allowed():
-                self.close_connection = True  # its body is not read
-                return self._send(403, "forbidden: requests must come from this machine's own pages")
-            if self.path == "/generate":
-                return self._generate()
-            if self.path != "/explore":
-                self.close_connection = True
-                return self._send(404, "not found")
-            try:
-                body = self._inputs(INPUTS[kind])
-                for field_name, value in body.items():
-                    if not isinstance(value, str):
-                        raise RequestError(400, f"field {field_name!r} must be a string, not {type(value).__name__}")
-                inputs = {k: body.get(k) for k in ("text", "src", "tgt")}
-                with tempfile.TemporaryDirectory() as tmp:
-                    if body.get("image"):
-                        inputs["image"] = Path(tmp) / "upload"
-                        try:
-                            inputs["image"].write_bytes(base64.b64decode(body["image"], validate=True))
-                        except (ValueError, binascii.Error):
-                            raise RequestError(400, "field 'image' is not base64") from None
-                    with lock:
-                        html = model.explore(**inputs).html()
-            except RequestError as e:
-                if e.status != 400:
-                    self.close_connection = True  # the body was left unread
-                return self._send(e.status, f"error: {e}", "text/plain; charset=utf-8")
-            except Exception as e:  # noqa: BLE001 - a bad input is the user's to fix: say what, keep serving
-                return self._send(400, f"error: {one_line(e)}", "text/plain; charset=utf-8")
-            self._send(200, html)
-
-        def _generate(self) -> None:
-            if worker is None:
-                self.close_connection = True
-                return self._send(404, f"not found: /generate needs a GPT run, and {name} is not one")
-            try:
-                answer = worker.generate(self._inputs(GENERATE_INPUTS))
-            except RequestError as e:
-                self.close_connection = True  # (the body may be unread)
-                return self._send(e.status, f"error: {e}", "text/plain; charset=utf-8")
-            self._send(200, json.dumps(answer), "application/json")
-
-    return Handler
-
-
-class ExplorerServer(ThreadingHTTPServer):
-    """A thread per request, a listen queue deep enough for a burst of them, and a dropped
-    connection reported in one line instead of a traceback."""
-
-    request_queue_size = 256
-    daemon_threads = True
-
-    def handle_error(self, request, client_address) -> None:
+    async def explore(request):
         from ..errors import one_line
 
-        err = sys.exc_info()[1]
-        print(
-            f"serve: request from {client_address[0]} failed: {type(err).__name__}: {one_line(err)}",
-            file=sys.stderr,
-            flush=True,
+        body = parse_body(await request.body(), Explore)
+        allowed = set(INPUTS[kind])
+        given = {k for k, v in body.model_dump().items() if v is not None}
+        if given - allowed:
+            raise RequestError(
+                400, f"unknown field {sorted(given - allowed)[0]!r}; this request reads {', '.join(sorted(allowed))}"
+            )
+
+        def compute() -> str:
+            inputs = {k: getattr(body, k) for k in ("text", "src", "tgt")}
+            with tempfile.TemporaryDirectory() as tmp:
+                if body.image:
+                    inputs["image"] = Path(tmp) / "upload"
+                    try:
+                        inputs["image"].write_bytes(base64.b64decode(body.image, validate=True))
+                    except (ValueError, binascii.Error):
+                        raise RequestError(400, "field 'image' is not base64") from None
+                with lock:
+                    return state["model"].explore(**inputs).html()
+
+        try:
+            html = await run_in_threadpool(compute)
+        except RequestError:
+            raise
+        except Exception as e:  # noqa: BLE001 - a bad input is the user's to fix: say what, keep serving
+            raise RequestError(400, one_line(e)) from None
+        return HTMLResponse(html, headers={"Content-Security-Policy": "default-src 'self' 'unsafe-inline' data: blob:"})
+
+    def need_worker():
+        if worker is None:
+            raise RequestError(404, f"not found: generation needs a GPT run, and {name} is not one")
+        return worker
+
+    async def generate(request):
+        w = need_worker()
+        b = parse_body(await request.body(), Generate)
+        job = w.job(
+            b.prompt,
+            b.max_new_tokens,
+            stop=b.stop,
+            seed=b.seed,
+            temperature=b.temperature,
+            top_k=b.top_k or None,
+            top_p=b.top_p,
         )
+        return JSONResponse(await run_in_threadpool(w.answer, job))
+
+    async def models(request):
+        return JSONResponse({"object": "list", "data": [{"id": name, "object": "model", "owned_by": "attnlab"}]})
+
+    async def completions(request):
+        w = need_worker()
+        b = parse_body(await request.body(), Completion)
+        prompts = [b.prompt] if isinstance(b.prompt, str) else list(b.prompt)
+        if not prompts:
+            raise RequestError(400, "field 'prompt': give a string or a non-empty list of them")
+        if b.stream and len(prompts) != 1:
+            raise RequestError(400, "stream: one prompt at a time")
+        sampling = dict(temperature=b.temperature, top_p=None if b.top_p >= 1 else b.top_p, top_k=None, seed=b.seed)
+        ident, created = f"cmpl-{uuid.uuid4().hex[:24]}", int(time.time())
+        if b.stream:
+            return StreamingResponse(
+                _stream(w, prompts[0], b, sampling, ident, created), media_type="text/event-stream"
+            )
+        jobs = [w.job(p, b.max_tokens, stop=b.stop, **sampling) for p in prompts]  # (all checked before any waits)
+        answers = [await run_in_threadpool(w.answer, j) for j in jobs]
+        prompt_tokens = sum(len(j.request.prompt) for j in jobs)
+        completion_tokens = sum(a["tokens"] for a in answers)
+        return JSONResponse(
+            {
+                "id": ident,
+                "object": "text_completion",
+                "created": created,
+                "model": name,
+                "choices": [
+                    {
+                        "text": a["text"],
+                        "index": i,
+                        "logprobs": None,
+                        "finish_reason": _openai_reason(a["finish_reason"]),
+                    }
+                    for i, a in enumerate(answers)
+                ],
+                "usage": {
+                    "prompt_tokens": prompt_tokens,
+                    "completion_tokens": completion_tokens,
+                    "total_tokens": prompt_tokens + completion_tokens,
+                },
+            }
+        )
+
+    async def _stream(w, prompt, b, sampling, ident, created):
+        """Server-sent events: a chunk per piece of text as the tokens come, then the finish
+        reason, then ``data: [DONE]`` (OpenAI's streaming format)."""
+        loop = asyncio.get_running_loop()
+        tokens: asyncio.Queue = asyncio.Queue()
+        job = w.job(
+            prompt,
+            b.max_tokens,
+            stop=b.stop,
+            on_token=lambda t: loop.call_soon_threadsafe(tokens.put_nowait, t),
+            **sampling,
+        )
+        done = loop.run_in_executor(None, job.finished.wait, GENERATE_TIMEOUT_S)
+        tok, sent = w.model.tokenizer, ""
+
+        def chunk(text: str, reason: str | None) -> str:
+            choice = {"text": text, "index": 0, "logprobs": None, "finish_reason": reason}
+            return (
+                "data: "
+                + json.dumps(
+                    {"id": ident, "object": "text_completion", "created": created, "model": name, "choices": [choice]}
+                )
+                + "\n\n"
+            )
+
+        while True:
+            getter = asyncio.ensure_future(tokens.get())
+            finished, _ = await asyncio.wait({getter, done}, return_when=asyncio.FIRST_COMPLETED)
+            if getter not in finished:
+                getter.cancel()
+            if job.error is not None:
+                yield "data: " + json.dumps({"error": {"message": job.error, "type": "server_error"}}) + "\n\n"
+                break
+            from ..generate import cut_at_stop
+
+            text = cut_at_stop(tok.decode(job.request.tokens), job.stop)
+            if text.startswith(sent) and len(text) > len(sent) and not text.endswith("\ufffd"):
+                yield chunk(text[len(sent) :], None)
+                sent = text
+            if done in finished and tokens.empty():
+                yield chunk("", _openai_reason(job.request.finish_reason))
+                break
+        yield "data: [DONE]\n\n"
+
+    async def reload(request):
+        """Read the checkpoint again (after training went on) and serve it from now on."""
+        from ..api import load
+
+        def read():
+            fresh = load(model.checkpoint, device=str(state["model"].device))
+            with lock:
+                state["model"] = fresh
+            if worker is not None:
+                worker.replace_model(fresh)
+            return {"reloaded": str(model.checkpoint)}
+
+        return JSONResponse(await run_in_threadpool(read))
+
+    routes = [
+        Route("/", page, methods=["GET"]),
+        Route("/index.html", page, methods=["GET"]),
+        Route("/explore", explore, methods=["POST"]),
+        Route("/generate", generate, methods=["POST"]),
+        Route("/v1/models", models, methods=["GET"]),
+        Route("/v1/completions", completions, methods=["POST"]),
+        Route("/reload", reload, methods=["POST"]),
+    ]
+    app = Starlette(routes=routes, exception_handlers={RequestError: refused})
+    app.state.worker = worker
+    return Guard(app, port_ref)
+
+
+def _openai_reason(reason: str | None) -> str:
+    return {"length": "length", "eos": "stop", "stop": "stop"}.get(reason or "", "stop")
+
+
+@dataclass
+class RunningServer:
+    """What ``serve``'s ``ready`` callback gets: where it listens, and how to stop it."""
+
+    server_address: tuple
+    _server: Any
+
+    def shutdown(self) -> None:
+        self._server.should_exit = True
 
 
 def serve(model, kind: str, host: str = "127.0.0.1", port: int = 8000, ready=None, slots: int = 8) -> None:
-    """Serve until interrupted. ``ready(server)`` is called once listening (tests use port 0).
-    A model that generates text (a GPT) also answers /generate, ``slots`` requests at a time."""
-    port_ref = [port]
-    worker = None
-    if callable(getattr(model, "generate", None)) and getattr(model, "tokenizer", None) is not None:
-        worker = GenerationWorker(model, threading.Lock(), slots)
+    """Serve until interrupted (uvicorn). ``ready(server)`` is called once listening, with a
+    :class:`RunningServer` (tests use port 0). A GPT also generates, ``slots`` requests at a time."""
+    import socket
+
     try:
-        server = ExplorerServer((host, port), make_handler(model, kind, port_ref, worker))
+        import uvicorn
+    except ImportError:
+        from ..errors import OptionError
+
+        raise OptionError("attnlab serve runs on FastAPI and uvicorn: pip install 'attnlab[serve]'") from None
+    port_ref = [port]
+    app = create_app(model, kind, slots=slots, port_ref=port_ref)
+    try:
+        sock = socket.create_server((host, port), backlog=2048, reuse_port=False)
     except OSError as e:
         if e.errno in (98, 48, 10048):  # address in use (Linux, macOS, Windows)
             raise OSError(f"port {port} on {host} is taken; choose another with --port") from None
+        if isinstance(e, socket.gaierror) or e.errno in (99, -2, -3, -5, 49, 11001):
+            raise OSError(
+                f"cannot listen on --host {host} ({e.strerror or e}); give an address of this machine, such as 127.0.0.1"
+            ) from None
         raise
-    port_ref[0] = server.server_address[1]
+    port_ref[0] = sock.getsockname()[1]
+    config = uvicorn.Config(
+        app,
+        log_level="warning",
+        access_log=False,
+        limit_concurrency=MAX_CONNECTIONS,
+        timeout_keep_alive=5,
+        lifespan="off",
+    )
+    server = uvicorn.Server(config)
     if ready is not None:
-        ready(server)
+        original = server.startup
+
+        async def startup(sockets=None):
+            await original(sockets=sockets)
+            ready(RunningServer(sock.getsockname()[:2], server))
+
+        server.startup = startup
+    worker = app.app.state.worker
     try:
-        server.serve_forever()
+        server.run(sockets=[sock])
     finally:
-        server.server_close()
+        sock.close()
         if worker is not None:
             worker.close()

@@ -410,7 +410,9 @@ class Verbs:
             if v is not None and not isinstance(v, (str, Path)):
                 raise OptionError(f"explore {name}= must be a string (a file path for image), got {type(v).__name__}")
             values[name] = None if v is None else str(v)
-        options = Options(ckpt=self.checkpoint, device=str(self.device), generate=generate, **values)
+        # the views are computed on this model itself (a server's one loaded model), not a fresh
+        # copy read from its checkpoint, which may have changed since
+        options = Options(ckpt=self.checkpoint, device=str(self.device), generate=generate, loaded=self, **values)
         data = self.family_recipe().explore(options)
         return Exploration(data, f"attnlab explorer: {Path(self.checkpoint).name}")
 
@@ -536,6 +538,23 @@ def replay_options(recipe: Recipe, args, run: TrainingRun, tcfg, model_over: dic
     return options
 
 
+def fits_in_memory(model, task, tcfg) -> None:
+    """Refuse, before the first step, a batch whose activations cannot fit in memory (see
+    :mod:`attnlab.training.memory`); the model's buffers (BatchNorm statistics) are left as they were."""
+    import torch
+
+    from ..training.devices import pick_device
+    from ..training.memory import check_fits
+
+    buffers = {n: b.clone() for n, b in model.named_buffers()}
+    try:
+        check_fits(model, task, tcfg.batch_size, pick_device(tcfg.device), ema=bool(tcfg.ema))
+    finally:
+        with torch.no_grad():
+            for n, b in model.named_buffers():
+                b.copy_(buffers[n])
+
+
 # ---- the one path: train a new run or resume one -------------------------------------------------
 @dataclass
 class TrainResult:
@@ -618,6 +637,7 @@ def train(recipe: Recipe, args) -> TrainResult:
     model = recipe.models[run.model_type](run.config)
     if run.setup is not None:
         run.setup(model)
+    fits_in_memory(model, run.task, tcfg)
     trainer = Trainer(model, run.task, tcfg, out, meta=run.meta, callbacks=getattr(args, "callbacks", None))
     if trainer.dist.main:
         write_options(out, recipe.name, replay_options(recipe, args, run, tcfg, model_over, saved))

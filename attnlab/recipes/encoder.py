@@ -13,7 +13,7 @@ import torch
 
 from ..errors import CheckpointError, DataError
 from ..models.encoder import ENCODER_PRESETS, TextEncoder, TextEncoderConfig
-from ..options import Command, OptionSpecs, at_least, below_one, device_name, input_lines
+from ..options import Command, OptionSpecs, at_least, below_one, device_name, input_lines, vocab_size
 from . import register
 from .base import TEXT_HELP, Recipe, TrainingRun, Verbs, eval_count, inspection_written, top_labels
 
@@ -160,7 +160,7 @@ class TextEncoderRecipe(Recipe):
         )
         p.add(
             "--vocab-size",
-            type=at_least(16),
+            type=vocab_size(16),
             default=None,
             help="WordPiece vocabulary to train (default 4096; not with --init: its tokenizer is used)",
         )
@@ -373,7 +373,11 @@ class TextEncoderRecipe(Recipe):
 
         if not args.text:
             raise ValueError('explore a text encoder with --text "some text"')
-        model, tok, _, dev = load_text_encoder(args.ckpt, args.device)
+        loaded = getattr(args, "loaded", None)
+        if loaded is not None:
+            model, tok, dev = loaded, loaded._tokenizer(), loaded.device
+        else:
+            model, tok, _, dev = load_text_encoder(args.ckpt, args.device)
         ids, mask = encode_texts(tok, [args.text], model.config.context)
         neuron = ids.shape[1] <= NEURON_VIEW_MAX  # the neuron view (q, k, q·k) for short texts
         names = ["encoder.blocks.*.attn.hook_pattern", *(neuron_view_points("encoder.blocks") if neuron else [])]

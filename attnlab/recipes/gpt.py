@@ -12,11 +12,13 @@ from ..models.gpt import GPT, GPT_PRESETS
 from . import register
 from .base import TEXT_HELP, Recipe, TrainingRun, Verbs, add_method_option, eval_starts, inspection_written
 from ..options import (
+    MAX_NEW_TOKENS,
     QUANTIZE_CHOICES,
     Command,
     OptionSpecs,
-    at_least,
     device_name,
+    new_tokens,
+    vocab_size,
     nonneg_float,
     nonneg_int,
     positive_int,
@@ -185,6 +187,11 @@ class GPTVerbs(Verbs):
                                    ("draft_tokens", draft_tokens, 1)):  # fmt: skip
             if not whole(value) or value < least:
                 raise OptionError(f"{name}={value!r}: must be an integer of at least {least}")
+        if max_new_tokens > MAX_NEW_TOKENS:
+            raise OptionError(
+                f"max_new_tokens={max_new_tokens:,}: at most {MAX_NEW_TOKENS:,} tokens per call; generate in pieces, "
+                "each continuing the last"
+            )
         for name, value in (("top_k", top_k), ("seed", seed)):
             if value is not None and (not whole(value) or value < 0):
                 raise OptionError(f"{name}={value!r}: must be None or an integer of at least 0")
@@ -297,7 +304,7 @@ class GPTRecipe(Recipe):
             help="fine-tune: start from this GPT (an attnlab run or a HuggingFace GPT-2 folder), keeping its shape "
             "and tokenizer; --context may shorten it, --dropout change",
         )
-        p.add("--vocab-size", type=at_least(2), default=None, help="BPE vocabulary size (default 1024)")
+        p.add("--vocab-size", type=vocab_size(2), default=None, help="BPE vocabulary size (default 1024)")
         p.add(
             "--preset",
             default="shakespeare-cpu",
@@ -412,7 +419,7 @@ class GPTRecipe(Recipe):
         s = OptionSpecs()
         s.add("--ckpt", required=True, help="run folder (or checkpoint / HuggingFace folder)")
         s.add("--prompt", default="", help="text to continue (default: start from a newline)")
-        s.add("--max-new-tokens", type=positive_int, default=500, help="tokens to generate per sample (default 500)")
+        s.add("--max-new-tokens", type=new_tokens, default=500, help="tokens to generate per sample (default 500)")
         s.add("--temperature", type=nonneg_float, default=0.8, help="softmax temperature; 0 = greedy (default 0.8)")
         s.add(
             "--top-k",
@@ -633,7 +640,10 @@ class GPTRecipe(Recipe):
 
         if not args.text:
             raise ValueError('explore a GPT with --text "some text"')
-        model, tok, _, _ = load_lm(args.ckpt, args.device)
+        loaded = getattr(args, "loaded", None)
+        model, tok = (loaded, loaded.tokenizer) if loaded is not None else load_lm(args.ckpt, args.device)[:2]
+        if tok is None:
+            lm_tokenizer({}, args.ckpt)  # says what is missing
         tok.encode(args.text)  # unknown characters fail here, with a clear message
         return text_attention(model, tok, args.text, generate=getattr(args, "generate", 0) or 0)
 

@@ -16,7 +16,6 @@ from ..models.seq2seq import Transformer
 from ..options import (
     Command,
     OptionSpecs,
-    at_least,
     beam_width,
     below_one,
     device_name,
@@ -24,6 +23,7 @@ from ..options import (
     input_lines,
     nonneg_float,
     positive_int,
+    vocab_size,
 )
 from . import register
 from ..decode import check_beam
@@ -133,7 +133,7 @@ class Seq2SeqRecipe(Recipe):
             help="transformer (default), rnn (no attention: one context vector), rnn-attention (Bahdanau)",
         )
         p.add("--tokenizer", choices=["char", "bpe"], default=None, help="default: bpe for text, char for synthetic")
-        p.add("--vocab-size", type=at_least(8), default=None, help="BPE vocabulary size (default 8000)")
+        p.add("--vocab-size", type=vocab_size(8), default=None, help="BPE vocabulary size (default 8000)")
         p.add("--separate-vocab", kind="flag", help="separate source/target BPE (default: joint)")
         p.add("--min-length", type=positive_int, default=None, help="synthetic tasks: shortest input (default 5)")
         p.add("--max-length", type=positive_int, default=None, help="synthetic tasks: longest input (default 20)")
@@ -178,6 +178,15 @@ class Seq2SeqRecipe(Recipe):
         opts = {**DEFAULT_DATA_OPTS, **{k: v for k, v in self.data_options(args).items() if v is not None}}
         if opts["min_len"] > opts["max_len"]:
             raise ValueError(f"--min-length {opts['min_len']} is larger than --max-length {opts['max_len']}")
+        from ..data.parallel import SYNTHETIC
+
+        context = model_over.get("context", own.context)
+        if (args.data or DEFAULT_DATA) in SYNTHETIC and opts["max_len"] + 2 > context:  # (before building them)
+            raise ValueError(
+                f"--max-length {opts['max_len']:,}: synthetic sequences of up to {opts['max_len'] + 2:,} tokens "
+                f"(with <bos> and <eos>) do not fit the model's context of {context}; give --context "
+                f"{opts['max_len'] + 2} or a smaller --max-length"
+            )
 
     def run_options(self, args, saved):
         opts = saved.get("data_opts", {})
@@ -316,7 +325,11 @@ class Seq2SeqRecipe(Recipe):
 
         if not args.src:
             raise ValueError('explore a seq2seq model with --src "a source sentence" [--tgt "its translation"]')
-        model, sv, tv, _, _ = load_seq2seq(args.ckpt, args.device)
+        loaded = getattr(args, "loaded", None)
+        if loaded is not None:
+            model, sv, tv = loaded, loaded.src_vocab, loaded.tgt_vocab
+        else:
+            model, sv, tv, _, _ = load_seq2seq(args.ckpt, args.device)
         return cross_attention(model, sv, tv, args.src, args.tgt)
 
 

@@ -159,7 +159,11 @@ class ViTRecipe(ImageClassifierRecipe):
 
         if not args.image:
             raise ValueError("explore a ViT with --image FILE")
-        model, meta, _ = load_classifier(args.ckpt, args.device)
+        loaded = getattr(args, "loaded", None)
+        if loaded is not None:
+            model, meta = loaded, {"mean": loaded.mean, "std": loaded.std}
+        else:
+            model, meta, _ = load_classifier(args.ckpt, args.device)
         if model.model_type != "vit":
             raise ValueError(f"{args.ckpt} holds {a(model.model_type)} model, which has no attention to explore")
         img, note = load_image(args.image, model.config.in_chans, model.config.image_size)

@@ -1,0 +1,170 @@
+"""`attnlab serve` on its ASGI stack: OpenAI's /v1/completions (plain and streamed), load (100
+concurrent requests, 200 slow clients), hostile bodies, a poisoned request among good ones, and
+/reload."""
+
+import json
+import socket
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+import attnlab
+
+pytest.importorskip("starlette")
+pytest.importorskip("uvicorn")
+httpx = pytest.importorskip("httpx")
+
+RUN = Path(__file__).parent / "fixtures" / "runs_v0_1" / "gpt"
+
+
+@pytest.fixture(scope="module")
+def server():
+    from attnlab.inspect import serve as serving
+
+    model = attnlab.load(RUN)
+    started, box = threading.Event(), {}
+
+    def ready(s):
+        box["server"] = s
+        started.set()
+
+    thread = threading.Thread(
+        target=serving.serve, args=(model, "text", "127.0.0.1", 0, ready), kwargs={"slots": 4}, daemon=True
+    )
+    thread.start()
+    assert started.wait(20)
+    port = box["server"].server_address[1]
+    yield model, f"http://127.0.0.1:{port}", port
+    box["server"].shutdown()
+    thread.join(10)
+
+
+def test_openai_completions_plain_and_streamed(server):
+    model, url, _ = server
+    with httpx.Client(base_url=url, timeout=60) as c:
+        assert c.get("/v1/models").json()["data"][0]["id"] == "gpt"
+        r = c.post("/v1/completions", json={"model": "gpt", "prompt": "to", "max_tokens": 12, "temperature": 0})
+        assert r.status_code == 200, r.text
+        body = r.json()
+        want = model.generate("to", 12, temperature=0)
+        assert body["object"] == "text_completion" and body["choices"][0]["text"] == want
+        assert body["choices"][0]["finish_reason"] == "length"
+        assert (
+            body["usage"]["completion_tokens"] == 12
+            and body["usage"]["total_tokens"] == body["usage"]["prompt_tokens"] + 12
+        )
+        two = c.post("/v1/completions", json={"prompt": ["to", "be"], "max_tokens": 5, "temperature": 0}).json()
+        assert [ch["text"] for ch in two["choices"]] == [model.generate(p, 5, temperature=0) for p in ("to", "be")]
+        # streamed: server-sent events whose pieces make the same text, then [DONE]
+        events = []
+        with c.stream(
+            "POST", "/v1/completions", json={"prompt": "to", "max_tokens": 12, "temperature": 0, "stream": True}
+        ) as s:
+            assert s.headers["content-type"].startswith("text/event-stream")
+            for line in s.iter_lines():
+                if line.startswith("data: "):
+                    events.append(line[len("data: ") :])
+        assert events[-1] == "[DONE]"
+        chunks = [json.loads(e) for e in events[:-1]]
+        assert "".join(ch["choices"][0]["text"] for ch in chunks) == want and len(chunks) >= 3
+        assert chunks[-1]["choices"][0]["finish_reason"] == "length"
+        # errors in OpenAI's shape, one line each
+        for bad, says in [
+            ({"prompt": "to", "n": 2}, "'n' must be 1"),
+            ({"prompt": "to", "max_tokens": 0}, "'max_tokens' must be at least 1"),
+            ({"prompt": "to", "logprobs": 3}, "'logprobs' must be null"),
+            ({"prompt": "to", "frequency_penalty": 1}, "unknown field 'frequency_penalty'"),
+        ]:
+            r = c.post("/v1/completions", json=bad)
+            err = r.json()["error"]
+            assert r.status_code == 400 and says in err["message"] and err["type"] == "invalid_request_error", r.text
+
+
+def test_a_hundred_requests_at_once_and_a_poisoned_one(server):
+    model, url, _ = server
+    prompts = ["to be", "or not", "that is", "to the"]
+
+    def post(i):
+        body = {"prompt": prompts[i % 4], "max_new_tokens": 6, "temperature": 0}
+        if i == 50:  # a temperature float32 cannot hold (0 after the cast): its own answer, nobody else's
+            body = {"prompt": "to", "max_new_tokens": 6, "temperature": 1e-300}
+        r = httpx.post(url + "/generate", json=body, timeout=120)
+        return i, r.status_code, r.text
+
+    with ThreadPoolExecutor(100) as pool:
+        results = list(pool.map(post, range(100)))
+    wants = {p: model.generate(p, 6, temperature=0) for p in prompts}
+    for i, status, text in results:
+        assert status == 200, (i, text)
+        if i != 50:
+            assert json.loads(text)["text"] == wants[prompts[i % 4]]
+
+
+def test_slow_clients_are_cut_off_and_do_not_hold_the_server(server, monkeypatch):
+    from attnlab.inspect import serve as serving
+
+    model, url, port = server
+    monkeypatch.setattr(serving, "BODY_TIMEOUT_S", 1.5)
+    slow = []
+    for _ in range(200):  # headers and part of a body, then nothing
+        s = socket.create_connection(("127.0.0.1", port), timeout=30)
+        s.sendall(
+            f"POST /generate HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Type: application/json\r\n"
+            f'Content-Length: 100\r\n\r\n{{"prompt": '.encode()
+        )
+        slow.append(s)
+    t0 = time.monotonic()
+    r = httpx.post(url + "/generate", json={"prompt": "to", "max_new_tokens": 4, "temperature": 0}, timeout=30)
+    assert r.status_code == 200 and time.monotonic() - t0 < 10  # answered while 200 clients stall
+    answers = []
+    for s in slow:
+        data = b""
+        while chunk := s.recv(4096):
+            data += chunk
+        s.close()
+        answers.append(data.split(b" ", 2)[1])
+    assert answers == [b"408"] * 200
+
+
+@pytest.mark.parametrize(
+    "raw, status, says",
+    [
+        ("[" * 100_000, 400, "nested too deeply"),
+        ('{"prompt": "to", "max_new_tokens": ' + "9" * 5001 + "}", 400, "value Python refuses"),
+        ('{"prompt": 3}', 400, "'prompt' must be a string"),
+        ('{"prompt": "to", "seed": 99999999999999999999999}', 400, "'seed' must be at most"),
+        ('{"prompt": "to", "stop": [""]}', 400, "non-empty string"),
+        ("\xff\xfe", 400, "not JSON"),
+    ],
+)
+def test_hostile_bodies_get_one_line(server, raw, status, says):
+    _, url, _ = server
+    r = httpx.post(url + "/generate", content=raw.encode("latin-1"), timeout=30)
+    assert r.status_code == status and r.text.startswith("error:") and says in r.text, r.text
+    assert len(r.text.splitlines()) == 1
+
+
+def test_limits_host_check_and_reload(server):
+    _, url, port = server
+    with socket.create_connection(("127.0.0.1", port), timeout=30) as s:  # a length declared, no body sent
+        s.sendall(f"POST /explore HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Length: 30000000\r\n\r\n".encode())
+        assert s.recv(4096).split(b" ", 2)[1] == b"413"
+    r = httpx.get(url + "/", headers={"Host": "evil.example"}, timeout=30)
+    assert r.status_code == 403
+    r = httpx.post(url + "/explore", json={"text": "to be"}, headers={"Origin": "http://evil.example"}, timeout=30)
+    assert r.status_code == 403
+    assert httpx.post(url + "/explore", json={"text": "to be"}, timeout=60).status_code == 200
+    r = httpx.post(url + "/reload", content=b"{}", timeout=60)
+    assert r.status_code == 200 and r.json()["reloaded"].endswith("gpt")
+    assert httpx.post(url + "/generate", json={"prompt": "to", "max_new_tokens": 3}, timeout=60).status_code == 200
+
+
+def test_a_bad_host_is_named(capsys):
+    from attnlab.cli import main
+
+    assert main(["serve", "--ckpt", str(RUN), "--host", "999.1.1.1"]) == 2
+    err = capsys.readouterr().err
+    assert "cannot listen on --host 999.1.1.1" in err and len(err.strip().splitlines()) == 1
