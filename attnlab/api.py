@@ -139,12 +139,18 @@ def train(
         model_fields=recipe.model_fields(),
         train_fields=list(option_fields(TrainConfig)),
     )
+    from .checkpoint import abandon_new_runs
+
     try:
         result = train_recipe(recipe, opts)
     except ValueError as e:  # a config's own check (a model too large, --lr <= 0): the API's error type
+        abandon_new_runs()  # a refused run leaves no folder behind, as on the command line
         if isinstance(e, AttnlabError):
             raise
         raise OptionError(str(e)) from None
+    except BaseException:
+        abandon_new_runs()
+        raise
     result.model.eval()
     return Run(family, Path(opts.out), result.step, result.best_val, result.model)
 

@@ -56,7 +56,16 @@ def write_checkpoint(
     tmp = path.with_name(path.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
-    write_checkpoint_files(tmp, model, meta, trainer_state, trainer_tensors)
+    try:
+        write_checkpoint_files(tmp, model, meta, trainer_state, trainer_tensors)
+    except (OSError, SafetensorError) as e:
+        shutil.rmtree(tmp, ignore_errors=True)
+        full = getattr(e, "errno", None) == 28 or "written" in str(e) or "No space" in str(e)
+        why = "the disk is full" if full else f"{type(e).__name__}: {str(e).splitlines()[0][:100]}"
+        raise CheckpointError(
+            f"cannot write the checkpoint {path} ({why}); the previous checkpoint there is intact: free space "
+            "or choose another --out, then --resume"
+        ) from None
     commit_checkpoint(tmp, path)
 
 

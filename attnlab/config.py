@@ -104,6 +104,8 @@ class Config(metaclass=_ConfigType):
                 raise ValueError(
                     f"--{f.name.replace('_', '-')} must be in [0, 1), got {v}: 1 would zero every activation it touches"
                 )
+            if f.name == "norm_eps" and isinstance(v, float) and not v > 0:
+                raise ValueError(f"--norm-eps must be positive, got {v}: it keeps LayerNorm from dividing by zero")
             if f.name == "mlp_ratio" and isinstance(v, float) and not v > 0:
                 raise ValueError(f"--mlp-ratio must be positive, got {v}: the MLP would have no hidden units")
 

@@ -54,7 +54,7 @@ def test_a_classifier_with_one_label_is_refused(tmp_path, capsys):
     argv = ["train", "encoder", "--task", "classify", "--data", str(data), "--out", str(tmp_path / "r")]
     assert main([*argv, "--max-iters", "1"]) == 2
     err = capsys.readouterr().err
-    assert "needs at least 2 classes" in err and len(err.strip().splitlines()) == 1
+    assert "a classifier needs at least 2 classes" in err and len(err.strip().splitlines()) == 1
 
 
 def test_translating_characters_the_model_never_saw_says_so(tmp_path, capsys):
@@ -88,3 +88,43 @@ def test_caption_splits_never_share_an_image():
     for n in (3, 4, 7, 10, 25, 101):
         parts = split_items(list(range(n)))
         assert all(parts[k] for k in parts) and sorted(sum(parts.values(), [])) == list(range(n)), n
+
+
+def test_messages_that_name_the_problem(tmp_path, capsys, monkeypatch):
+    """Values that used to surface as a divergence, an overflow or a raw assertion, now named."""
+    for argv, says in [
+        (["train", "gpt", "--seed", str(2**70)], "--seed must be from 0 to 2**63 - 1"),
+        (["train", "gpt", "--norm-eps", "-1"], "--norm-eps must be positive"),
+        (["train", "encoder", "--context", "1"], "--context 1: an encoded text is [CLS] text [SEP]"),
+        (["train", "gpt", "--device", "cuda:7"], "--device cuda:7"),
+    ]:
+        assert main([*argv, "--out", str(tmp_path / "r"), "--max-iters", "1"]) == 2
+        err = capsys.readouterr().err.strip()
+        assert says in err and len(err.splitlines()) == 1, err
+
+
+def test_a_full_disk_while_saving_keeps_the_last_checkpoint(tmp_path, capsys, monkeypatch):
+    from attnlab import checkpoint
+
+    run = tmp_path / "run"
+    assert train(run, "--max-iters", "2") == 0
+
+    def full(*args, **kwargs):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(checkpoint, "write_checkpoint_files", full)
+    capsys.readouterr()
+    assert train(run, "--resume", "--max-iters", "4") == 2
+    err = capsys.readouterr().err
+    assert "(the disk is full)" in err and "the previous checkpoint there is intact" in err
+    saved = json.loads((run / "last" / "config.json").read_text())
+    assert saved["step"] == 2 and not (run / "last.tmp").exists()
+
+
+def test_a_corrupt_data_cache_is_rebuilt(tmp_path):
+    corpus = tmp_path / "c.txt"
+    corpus.write_text("to be or not to be " * 100)
+    run = tmp_path / "run"
+    assert train(run, "--data", str(corpus), "--max-iters", "2") == 0
+    (run / "data" / "meta.json").write_bytes(b"\xff\x00 not json")
+    assert train(run, "--resume", "--max-iters", "4") == 0

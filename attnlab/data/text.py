@@ -136,17 +136,19 @@ def prepare(
     ).hexdigest()[:16]
     cache.mkdir(parents=True, exist_ok=True)
     meta_path = cache / "meta.json"
-    if meta_path.exists():
-        meta = json.loads(meta_path.read_text())
-        if meta.get("key") == key:
-            tok = tokenizer_from_dict(meta["tokenizer"])
-            dt = np.dtype(meta["dtype"])
-            return TokenData(
-                np.memmap(cache / "train.bin", dtype=dt, mode="r"),
-                np.memmap(cache / "val.bin", dtype=dt, mode="r"),
-                tok,
-                name,
-            )
+    try:  # (a cache: unreadable, it is rebuilt)
+        meta = json.loads(meta_path.read_text(encoding="utf-8")) if meta_path.exists() else {}
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        meta = {}
+    if isinstance(meta, dict) and meta.get("key") == key:
+        tok = tokenizer_from_dict(meta["tokenizer"])
+        dt = np.dtype(meta["dtype"])
+        return TokenData(
+            np.memmap(cache / "train.bin", dtype=dt, mode="r"),
+            np.memmap(cache / "val.bin", dtype=dt, mode="r"),
+            tok,
+            name,
+        )
     tok = (
         tokenizer_from_dict(existing_tokenizer) if existing_tokenizer else build_tokenizer(tokenizer, text, vocab_size)
     )

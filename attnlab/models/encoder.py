@@ -74,6 +74,8 @@ class TextEncoderConfig(Config):
         super().__post_init__()
         if self.dim % self.heads:
             raise ValueError(f"dim={self.dim} is not divisible by heads={self.heads}")
+        if self.context < 3:
+            raise ValueError(f"--context {self.context}: an encoded text is [CLS] text [SEP], so at least 3 tokens")
         if self.num_classes < 0:
             raise ValueError(f"num_classes must be 0 (no classifier) or more, got {self.num_classes}")
         if self.per_token and not self.num_classes:

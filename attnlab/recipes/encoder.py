@@ -205,6 +205,11 @@ class TextEncoderRecipe(Recipe):
         if task_name == "classify":
             labelled = load_labelled(spec)
             name, texts, labels, classes = labelled.name, labelled.texts, labelled.labels, labelled.classes
+            if not saved and len(classes) < 2:  # (its accuracy would be 1.0 whatever it learned)
+                raise DataError(
+                    f"every training text of {name} has the label {classes[0]!r}: a classifier needs at least 2 "
+                    "classes (its accuracy would be 1.0 whatever it learned)"
+                )
         elif task_name == "tag":
             tagged = load_tagged(spec)
             name, classes = tagged.name, tagged.classes

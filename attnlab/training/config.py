@@ -96,6 +96,8 @@ class TrainConfig(Config):
         for name in ("max_iters", "batch_size", "grad_accum", "eval_interval", "eval_iters", "log_interval"):
             if getattr(self, name) < 1:
                 raise ValueError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(self, name)}")
+        if not 0 <= self.seed < 2**63:  # (torch's generators take a 64-bit seed)
+            raise ValueError(f"--seed must be from 0 to 2**63 - 1, got {self.seed}")
         if not 0 < self.cooldown <= 1:
             raise ValueError(f"--cooldown must be a fraction of the run in (0, 1], got {self.cooldown}")
         if not (self.muon_lr > 0 and math.isfinite(self.muon_lr)):

@@ -19,8 +19,13 @@ def pick_device(name: str = "auto") -> torch.device:
     check_device_name(name)
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if name == "cuda" and not torch.cuda.is_available():
-        raise ValueError("--device cuda was asked for, but no CUDA GPU is available; use --device cpu or auto")
+    if name.startswith("cuda") and not torch.cuda.is_available():
+        raise ValueError(f"--device {name} was asked for, but no CUDA GPU is available; use --device cpu or auto")
+    if name.startswith("cuda:") and int(name[5:]) >= torch.cuda.device_count():
+        n = torch.cuda.device_count()
+        raise ValueError(
+            f"--device {name}: this machine has {n} GPU{'s' * (n != 1)} (cuda:0 … cuda:{n - 1}); give one of those"
+        )
     return torch.device(name)
 
 
