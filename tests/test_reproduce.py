@@ -84,3 +84,16 @@ def test_every_seed_trains_the_variants_own_positions_and_the_report_names_the_c
     assert variants["learned"] == {"pos": "learned"}  # (not emptied either)
     report = claims.write_report({}, ctx).read_text()
     assert "Text corpus of the text claims: the embedded corpus" in report
+
+
+def test_the_cka_claim_runs_its_untrained_control_and_says_when_it_cannot_decide(tmp_path):
+    ctx = Context(out=tmp_path / "out", work=tmp_path / "work", size="tiny")
+    r = run_claims(["cka"], ctx, log=lambda m: None)["cka"]
+    assert r.control.startswith("untrained ViT") and r.status in ("PASS", "FAIL", "INCONCLUSIVE")
+    untrained = float(r.control.rsplit(" ", 1)[1])
+    cnn = float(r.measured.split("CNN ")[1].split(" ")[0].rstrip(","))
+    vit = float(r.measured.split("ViT ")[1].split(",")[0])
+    if vit > cnn and untrained > cnn:  # the control clears the bar too: not a PASS
+        assert r.status == "INCONCLUSIVE" and not r.passed
+    report = write_report({"cka": r}, ctx).read_text()
+    assert f"— {r.status}" in report and "**Control**: untrained ViT" in report

@@ -34,8 +34,17 @@ class Context:
         return {"tiny": tiny, "quick": quick, "full": full}[self.size]
 
 
+VERDICTS = ("PASS", "FAIL", "INCONCLUSIVE", "SKIPPED")
+
+
 @dataclass
 class Result:
+    """A claim's outcome. ``verdict``: PASS (the run clears the criterion and its control does
+    not), FAIL (the lecture's statement does not hold here), INCONCLUSIVE (the run clears the
+    criterion, but so does the control that makes the statement false: this setup cannot decide),
+    SKIPPED (its data is absent); None: PASS or FAIL from ``passed``. ``control``: what the must-fail
+    control run measured."""
+
     measured: str  # the numbers, in a sentence
     passed: bool
     criterion: str
@@ -43,6 +52,12 @@ class Result:
     table: str | None = None  # Markdown
     note: str = ""
     seconds: float = 0.0
+    control: str = ""
+    verdict: str | None = None
+
+    @property
+    def status(self) -> str:
+        return self.verdict or ("PASS" if self.passed else "FAIL")
 
 
 @dataclass
@@ -918,9 +933,13 @@ def cka(ctx: Context) -> Result:
     from ..inspect import plots as P
     from ..inspect.hooks import capture_features
 
+    from ..models import ViT
+
     vit, cnn, x = _image_models(ctx)
+    torch.manual_seed(0)
+    untrained = ViT(vit.config).eval()  # the control: the same ViT before any training
     feats = {}
-    for name, model in (("vit", vit), ("cnn", cnn)):
+    for name, model in (("vit", vit), ("cnn", cnn), ("untrained", untrained)):
         with capture_features(model) as f, torch.no_grad():
             model(x[:256])
         feats[name] = [f[k] for k in f]
@@ -939,13 +958,29 @@ def cka(ctx: Context) -> Result:
     # like with like: each model's first layer against its last (the CNN has fewer layers than the ViT,
     # so a mean over all pairs would compare a mean of many pairs with a single one)
     v, c = float(mats[("vit", "vit")][0, -1]), float(mats[("cnn", "cnn")][0, -1])
+    u = float(A.linear_cka(feats["untrained"][0], feats["untrained"][-1]))
+    passed = v > c
+    # the must-fail control: a ViT that learned nothing. If it clears the same bar, the bar measures
+    # the architecture (the residual stream carries the first layer's features to the last), not
+    # what training made of it, and the statement cannot be judged by it here
+    control_clears = u > c
     return Result(
         f"CKA between the first and the last layer: ViT {v:.2f}, CNN {c:.2f} (ViT {len(feats['vit'])} layers, "
         f"CNN {len(feats['cnn'])}; test accuracy ViT {ctx.cache['vit_acc']:.3f}, CNN {ctx.cache['cnn_acc']:.3f})",
-        v > c,
-        "the ViT's first and last layers more similar (higher linear CKA) than the CNN's",
+        passed and not control_clears,
+        "the ViT's first and last layers more similar (higher linear CKA) than the CNN's, while an untrained "
+        "ViT (the control) is not",
         "cka_vit.png",
-        note="Figures: cka_vit.png, cka_cnn.png, cka_vit_cnn.png (256 test digits).",
+        note="Figures: cka_vit.png, cka_cnn.png, cka_vit_cnn.png (256 test digits). "
+        + (
+            "INCONCLUSIVE: the untrained ViT clears the bar too, so this measure cannot tell a learned uniformity "
+            "from the residual stream's; deciding needs a measure relative to the untrained model (e.g. CKA of "
+            "each layer's change from initialisation)."
+            if passed and control_clears
+            else ""
+        ),
+        control=f"untrained ViT (same config, same seed): first-last CKA {u:.2f}",
+        verdict="INCONCLUSIVE" if passed and control_clears else None,
     )
 
 
@@ -1429,7 +1464,7 @@ def run_claims(names: list[str], ctx: Context, log=print) -> dict[str, Result]:
             )
         r.seconds = time.perf_counter() - t0
         results[name] = r
-        log(f"[{name}] {'PASS' if r.passed else 'FAIL'} ({r.seconds:.0f}s): {r.measured}")
+        log(f"[{name}] {r.status} ({r.seconds:.0f}s): {r.measured}")
     return results
 
 
@@ -1437,15 +1472,21 @@ def write_report(results: dict[str, Result], ctx: Context) -> Path:
     lines = [
         "# attnlab reproduce",
         "",
-        f"Size `{ctx.size}`; {sum(r.passed for r in results.values())} of {len(results)} claims PASS. "
-        "Each item: the lecture's statement, what was run, the measured numbers and the criterion.",
+        f"Size `{ctx.size}`; {sum(r.passed for r in results.values())} of {len(results)} claims PASS"
+        + "".join(
+            f", {sum(r.status == v for r in results.values())} {v}"
+            for v in VERDICTS[1:]
+            if any(r.status == v for r in results.values())
+        )
+        + ". Each item: the lecture's statement, what was run, the measured numbers, the criterion and, where "
+        "there is one, the control that must fail it (INCONCLUSIVE: it did not).",
         "",
         *([f"Text corpus of the text claims: {ctx.cache['corpus_note']}.", ""] if "corpus_note" in ctx.cache else []),
         "| claim | result | seconds |",
         "|---|---|---|",
     ]
     lines += [
-        f"| [{CLAIMS[n].title}](#{n}) | {'PASS' if r.passed else 'FAIL'} | {r.seconds:.0f} |"
+        f"| [{CLAIMS[n].title}](#{n}) | {r.status} | {r.seconds:.0f} |"
         for n, r in results.items()
     ]
     for n, r in results.items():
@@ -1453,7 +1494,7 @@ def write_report(results: dict[str, Result], ctx: Context) -> Path:
         lines += [
             "",
             f'<a id="{n}"></a>',
-            f"## {c.title} — {'PASS' if r.passed else 'FAIL'}",
+            f"## {c.title} — {r.status}",
             "",
             f"> {c.statement}",
             "",
@@ -1461,6 +1502,8 @@ def write_report(results: dict[str, Result], ctx: Context) -> Path:
             f"- **Measured**: {r.measured}",
             f"- **Criterion**: {r.criterion}",
         ]
+        if r.control:
+            lines.append(f"- **Control**: {r.control}")
         if r.note:
             lines.append(f"- **Note**: {r.note}")
         if r.table:
