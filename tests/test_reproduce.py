@@ -97,3 +97,18 @@ def test_the_cka_claim_runs_its_untrained_control_and_says_when_it_cannot_decide
         assert r.status == "INCONCLUSIVE" and not r.passed
     report = write_report({"cka": r}, ctx).read_text()
     assert f"— {r.status}" in report and "**Control**: untrained ViT" in report
+
+
+def test_comparative_claims_decide_on_intervals_over_seeds():
+    from attnlab.experiments.claims import better_verdict, paired_interval, same_verdict
+
+    mean, low, high = paired_interval([0.05, 0.07, 0.06])
+    # by hand: mean 0.06, sd 0.01, t(2) = 4.303, half-width 4.303 * 0.01 / √3 = 0.02484
+    assert mean == pytest.approx(0.06) and low == pytest.approx(0.06 - 0.02484, abs=1e-4) and high > 0
+    assert better_verdict([0.05, 0.07, 0.06], "d")[:2] == (True, None)  # the interval lies above 0
+    assert better_verdict([0.05, -0.04, 0.02], "d")[1] == "INCONCLUSIVE"  # seed noise as large as the gap
+    assert better_verdict([-0.05, -0.07, -0.06], "d")[1] == "FAIL"
+    assert better_verdict([0.3], "d")[1] == "INCONCLUSIVE"  # one seed decides nothing
+    assert same_verdict([0.001, -0.002, 0.0], 0.03, "d")[:2] == (True, None)
+    assert same_verdict([0.2, 0.21, 0.19], 0.03, "d")[1] == "FAIL"
+    assert same_verdict([0.0, 0.05, -0.04], 0.03, "d")[1] == "INCONCLUSIVE"

@@ -1170,28 +1170,23 @@ def heads(ctx: Context) -> Result:
 )
 def multi_head(ctx: Context) -> Result:
     steps = ctx.steps(20, 400, 1500)
-    data = _corpus(ctx)
-    ends = _spread_ends(len(data.val), 64, 16)  # 16 fixed spans of validation text
-    losses, params = {}, {}
-    for heads in (1, 4):
-        model, _ = _train_gpt(ctx, "rope", steps, context=64, heads=heads)
-        with torch.no_grad():
-            losses[heads] = _loss_at(model, data, 64, ends)
-        params[heads] = sum(p.numel() for p in model.parameters())
-    ok = params[1] == params[4] and losses[4] < losses[1] - 0.02
-    fig, ax = plt.subplots(figsize=(3.2, 3), dpi=100)
-    ax.bar(["1 head × 64", "4 heads × 16"], [losses[1], losses[4]])
-    ax.set_ylabel("validation loss")
-    ax.set_ylim(min(losses.values()) - 0.2, max(losses.values()) + 0.05)
-    save_figure(fig, ctx.out / "multi_head.png")
+    seeds = _seeds(ctx)
+    one, four = "1 head × 64", "4 heads × 16"
+    losses, params = _gpt_losses(ctx, {one: {"heads": 1}, four: {"heads": 4}}, steps, seeds)
+    _loss_bars(losses, ctx.out / "multi_head.png", f"{steps} steps, {len(seeds)} seed(s)")
+    diffs = np.array(losses[one]) - np.array(losses[four])
+    passed, verdict, interval = better_verdict(diffs, "1-head loss − 4-head loss")
+    same_size = params[one] == params[four]
     return Result(
-        f"validation loss after {steps} steps: 1 head {losses[1]:.3f}, 4 heads {losses[4]:.3f} "
-        f"({params[1]:,} and {params[4]:,} parameters)",
-        ok,
-        "the same parameter count, and the 4-head model's loss at least 0.02 below the 1-head model's",
+        f"validation loss after {steps} steps: 1 head {np.mean(losses[one]):.3f}, 4 heads {np.mean(losses[four]):.3f} "
+        f"(means over seeds {', '.join(map(str, seeds))}; {params[one]:,} and {params[four]:,} parameters); {interval}",
+        passed and same_size,
+        "the same parameter count, and the 95 % interval of the paired loss difference (1 head − 4 heads) above 0",
         "multi_head.png",
         note="2-layer 64-wide GPTs with rotary positions, trained alike on the same text; loss on 16 fixed "
-        "windows of 64 validation tokens",
+        "windows of 64 validation tokens; each seed sets both models' initial weights and batches"
+        + (" (--quick: two seeds)" if ctx.size == "quick" else ""),
+        verdict=verdict,
     )
 
 
@@ -1211,6 +1206,50 @@ def _gpt_losses(ctx: Context, variants: dict[str, dict], steps: int, seeds=(0,),
                 losses[name].append(_loss_at(model, data, 64, ends))
             params[name] = sum(p.numel() for p in model.parameters())
     return losses, params
+
+
+# two-sided 95 % Student t quantiles by degrees of freedom (scipy is not a dependency)
+T95 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262}
+
+
+def _seeds(ctx: Context) -> tuple[int, ...]:
+    """Seeds per side of a comparative claim: three at full size, two at --quick (and says so), one tiny."""
+    return {"tiny": (0,), "quick": (0, 1), "full": (0, 1, 2)}[ctx.size]
+
+
+def paired_interval(diffs) -> tuple[float, float, float]:
+    """(mean, low, high): the 95 % t-interval of the mean of paired differences (one per seed: each
+    seed sets both models' initial weights and batches); (mean, nan, nan) for a single seed."""
+    d = np.asarray(diffs, dtype=float)
+    if len(d) < 2:
+        return float(d.mean()), float("nan"), float("nan")
+    half = T95.get(len(d) - 1, 1.96) * d.std(ddof=1) / math.sqrt(len(d))
+    return float(d.mean()), float(d.mean() - half), float(d.mean() + half)
+
+
+def better_verdict(diffs, what: str) -> tuple[bool, str | None, str]:
+    """A "A is better than B" claim on paired differences ``diffs`` (B's loss − A's, per seed):
+    PASS when the interval lies above 0, FAIL when it lies below, INCONCLUSIVE when it straddles 0
+    or there is one seed. Returns (passed, verdict or None, the interval in words)."""
+    mean, low, high = paired_interval(diffs)
+    if math.isnan(low):
+        return False, "INCONCLUSIVE", f"{what}: {mean:+.3f} (one seed: no interval; full size runs three)"
+    words = f"{what}: {mean:+.3f}, 95 % interval [{low:+.3f}, {high:+.3f}] over {len(diffs)} seeds"
+    if low > 0:
+        return True, None, words
+    return False, ("FAIL" if high < 0 else "INCONCLUSIVE"), words
+
+
+def same_verdict(diffs, margin: float, what: str) -> tuple[bool, str | None, str]:
+    """A "works as well" claim: PASS when the interval of the paired differences lies inside
+    ±``margin``, FAIL when it lies wholly outside, else INCONCLUSIVE."""
+    mean, low, high = paired_interval(diffs)
+    if math.isnan(low):
+        return False, "INCONCLUSIVE", f"{what}: {mean:+.3f} (one seed: no interval; full size runs three)"
+    words = f"{what}: {mean:+.3f}, 95 % interval [{low:+.3f}, {high:+.3f}] over {len(diffs)} seeds (margin ±{margin})"
+    if -margin <= low and high <= margin:
+        return True, None, words
+    return False, ("FAIL" if low > margin or high < -margin else "INCONCLUSIVE"), words
 
 
 def _loss_bars(losses: dict, path: Path, title: str) -> None:
@@ -1235,19 +1274,30 @@ def _loss_bars(losses: dict, path: Path, title: str) -> None:
 )
 def three_projections(ctx: Context) -> Result:
     steps = ctx.steps(20, 400, 1500)
+    seeds = _seeds(ctx)
     losses, params = _gpt_losses(
-        ctx, {"W_Q, W_K, W_V": {}, "W_K = W_Q": {"attn_tie": "qk"}, "W_V = W_K": {"attn_tie": "kv"}}, steps
+        ctx, {"W_Q, W_K, W_V": {}, "W_K = W_Q": {"attn_tie": "qk"}, "W_V = W_K": {"attn_tie": "kv"}}, steps, seeds
     )
-    full, qk, kv = (losses[n][0] for n in ("W_Q, W_K, W_V", "W_K = W_Q", "W_V = W_K"))
+    full, qk, kv = (np.array(losses[n]) for n in ("W_Q, W_K, W_V", "W_K = W_Q", "W_V = W_K"))
     _loss_bars(losses, ctx.out / "three_projections.png", "own or tied projections")
+    tie_qk = better_verdict(qk - full, "W_K = W_Q loss − three projections'")
+    tie_kv = better_verdict(kv - full, "W_V = W_K loss − three projections'")
+    verdicts = {v for _, v, _ in (tie_qk, tie_kv)}
+    verdict = "FAIL" if "FAIL" in verdicts else "INCONCLUSIVE" if "INCONCLUSIVE" in verdicts else None
     return Result(
-        f"validation loss after {steps} steps: three projections {full:.3f}, W_K = W_Q {qk:.3f}, W_V = W_K {kv:.3f}",
-        qk > full + 0.02 and kv > full + 0.02,
-        "three projections at least 0.02 below each tied model",
+        f"validation loss after {steps} steps (means over {len(seeds)} seed(s)): three projections {full.mean():.3f}, "
+        f"W_K = W_Q {qk.mean():.3f}, W_V = W_K {kv.mean():.3f}; {tie_qk[2]}; {tie_kv[2]}",
+        tie_qk[0] and tie_kv[0],
+        "for each tie, the 95 % interval of the paired loss difference (tied − three projections) above 0",
         "three_projections.png",
-        _table(["attention", "parameters", "validation loss"], [[n, params[n], losses[n][0]] for n in params]),
+        _table(
+            ["attention", "parameters", "validation loss (mean)"],
+            [[n, params[n], float(np.mean(losses[n]))] for n in params],
+        ),
         note="2-layer 64-wide GPTs with 4 heads and rotary positions, trained alike; a tied model has one "
-        "64×64 projection per layer fewer. Loss on 16 fixed windows of 64 validation tokens",
+        "64×64 projection per layer fewer. Loss on 16 fixed windows of 64 validation tokens"
+        + (" (--quick: two seeds)" if ctx.size == "quick" else ""),
+        verdict=verdict,
     )
 
 
@@ -1265,15 +1315,16 @@ def scaling_convergence(ctx: Context) -> Result:
     scaled, raw = np.array(losses["QKᵀ/√d_k"]), np.array(losses["QKᵀ"])
     _loss_bars(losses, ctx.out / "scaling_convergence.png", f"d_k = 128, {steps} steps, {len(seeds)} seeds")
     gap = raw - scaled
+    passed, verdict, interval = better_verdict(gap, "unscaled loss − scaled loss")
     return Result(
         f"validation loss after {steps} steps (seeds {', '.join(map(str, seeds))}): scaled "
-        f"{', '.join(f'{v:.3f}' for v in scaled)}, unscaled {', '.join(f'{v:.3f}' for v in raw)} (mean gap "
-        f"{gap.mean():.3f})",
-        bool((gap > 0).all() and gap.mean() >= 0.03),
-        "the scaled model lower for every seed, by at least 0.03 on average",
+        f"{', '.join(f'{v:.3f}' for v in scaled)}, unscaled {', '.join(f'{v:.3f}' for v in raw)}; {interval}",
+        passed,
+        "the 95 % interval of the paired loss difference (unscaled − scaled) above 0",
         "scaling_convergence.png",
         note="2-layer GPTs 128 wide with one head (d_k = 128) and rotary positions; each seed sets both models' "
         "initial weights and batches alike. The computed `scaling` claim shows the mechanism (entropy, gradients)",
+        verdict=verdict,
     )
 
 
@@ -1286,19 +1337,27 @@ def scaling_convergence(ctx: Context) -> Result:
 )
 def add_concat(ctx: Context) -> Result:
     steps = ctx.steps(20, 400, 1500)
+    seeds = _seeds(ctx)
     losses, params = _gpt_losses(
-        ctx, {"add": {"pos": "learned"}, "concat": {"pos": "learned", "pos_combine": "concat"}}, steps
+        ctx, {"add": {"pos": "learned"}, "concat": {"pos": "learned", "pos_combine": "concat"}}, steps, seeds
     )
-    add, concat = losses["add"][0], losses["concat"][0]
+    add, concat = np.array(losses["add"]), np.array(losses["concat"])
     _loss_bars(losses, ctx.out / "add_concat.png", "learned positions: added or concatenated")
+    passed, verdict, interval = same_verdict(concat - add, 0.03, "concatenated loss − added loss")
     return Result(
-        f"validation loss after {steps} steps: added {add:.3f}, concatenated and projected back {concat:.3f}",
-        abs(add - concat) <= 0.03,
-        "the two within 0.03 of each other",
+        f"validation loss after {steps} steps (means over {len(seeds)} seed(s)): added {add.mean():.3f}, "
+        f"concatenated and projected back {concat.mean():.3f}; {interval}",
+        passed,
+        "the 95 % interval of the paired loss difference (concatenated − added) inside ±0.03",
         "add_concat.png",
-        _table(["positions", "parameters", "validation loss"], [[n, params[n], losses[n][0]] for n in params]),
+        _table(
+            ["positions", "parameters", "validation loss (mean)"],
+            [[n, params[n], float(np.mean(losses[n]))] for n in params],
+        ),
         note="2-layer 64-wide GPTs with learned positions; concat makes the input [E(token); P(pos)] (128 wide) and "
-        "projects it back to 64 with a learned matrix that starts as the sum [I I]",
+        "projects it back to 64 with a learned matrix that starts as the sum [I I]"
+        + (" (--quick: two seeds)" if ctx.size == "quick" else ""),
+        verdict=verdict,
     )
 
 
@@ -1485,10 +1544,7 @@ def write_report(results: dict[str, Result], ctx: Context) -> Path:
         "| claim | result | seconds |",
         "|---|---|---|",
     ]
-    lines += [
-        f"| [{CLAIMS[n].title}](#{n}) | {r.status} | {r.seconds:.0f} |"
-        for n, r in results.items()
-    ]
+    lines += [f"| [{CLAIMS[n].title}](#{n}) | {r.status} | {r.seconds:.0f} |" for n, r in results.items()]
     for n, r in results.items():
         c = CLAIMS[n]
         lines += [
