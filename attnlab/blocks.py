@@ -23,7 +23,59 @@ from torch.utils.checkpoint import checkpoint
 from .attention import KVCache, MultiHeadAttention
 from .hooks import HookPoint
 
-__all__ = ["LayerNorm", "MLP", "TransformerBlock", "DecoderBlock", "Encoder", "Decoder", "init_gpt2_weights"]
+__all__ = ["HeadWeights", "LayerNorm", "MLP", "TransformerBlock", "DecoderBlock", "Encoder", "Decoder", "init_gpt2_weights"]
+
+
+class HeadWeights:
+    """Every attention head's weights under TransformerLens's names (row vectors: q = x W_Q + b_Q),
+    stacked over the layers, for any model whose ``attention_blocks()`` lists its transformer
+    blocks (GPT, ViT, text encoder: the same names in every family)."""
+
+    def attention_blocks(self) -> list:
+        raise NotImplementedError
+
+    def _heads(self, key: str) -> Tensor:
+        return torch.stack([block.attn.head_weights()[key] for block in self.attention_blocks()])
+
+    @property
+    def W_Q(self) -> Tensor:
+        """(L, H, D, d_k): q = x W_Q + b_Q per head (before QK-norm and rotary embeddings)."""
+        return self._heads("W_Q")
+
+    @property
+    def W_K(self) -> Tensor:
+        """(L, H, D, d_k)."""
+        return self._heads("W_K")
+
+    @property
+    def W_V(self) -> Tensor:
+        """(L, H, D, d_v)."""
+        return self._heads("W_V")
+
+    @property
+    def W_O(self) -> Tensor:
+        """(L, H, d_v, D): a head writes z W_O into the residual stream."""
+        return self._heads("W_O")
+
+    @property
+    def b_Q(self) -> Tensor:
+        """(L, H, d_k)."""
+        return self._heads("b_Q")
+
+    @property
+    def b_K(self) -> Tensor:
+        """(L, H, d_k)."""
+        return self._heads("b_K")
+
+    @property
+    def b_V(self) -> Tensor:
+        """(L, H, d_v)."""
+        return self._heads("b_V")
+
+    @property
+    def b_O(self) -> Tensor:
+        """(L, D)."""
+        return self._heads("b_O")
 
 
 class LayerNorm(nn.LayerNorm):

@@ -951,3 +951,38 @@ def _retied(tl_model, ours):
         if source.is_file():
             (folder / name).write_bytes(source.read_bytes())
     return TransformerBridge.boot_transformers(str(folder), device="cpu"), attnlab.load(folder)
+
+
+@pytest.mark.parametrize("family", ["vit", "encoder"])
+def test_head_weights_under_transformer_lens_names_in_every_family(family):
+    """W_Q … b_O exist for the ViT and the text encoder too (TransformerLens has no such models):
+    checked by recomputing each head's q, k, v and output from them and the cached activations."""
+    from attnlab.models import ViT, ViTConfig
+    from attnlab.models.encoder import TextEncoder, TextEncoderConfig
+
+    torch.manual_seed(0)
+    if family == "vit":
+        model = ViT(ViTConfig(image_size=8, patch_size=2, in_chans=1, num_classes=3, dim=24, layers=2, heads=3)).eval()
+        inputs = (torch.rand(2, 1, 8, 8),)
+    else:
+        model = TextEncoder(TextEncoderConfig(vocab_size=30, context=16, layers=2, heads=3, dim=24, mlp_dim=48)).eval()
+        inputs = (torch.randint(30, (2, 9)),)
+    _, cache = model.run_with_cache(*inputs)
+    prefix = "encoder.blocks"
+    for i, block in enumerate(model.attention_blocks()):
+        x = (
+            cache[f"{prefix}.{i}.ln1.hook_normalized"] * block.ln1.weight + block.ln1.bias
+            if block.norm_first
+            else cache[f"{prefix}.{i}.hook_resid_pre"]
+        )
+        for name, weight, bias in (
+            ("q", model.W_Q, model.b_Q),
+            ("k", model.W_K, model.b_K),
+            ("v", model.W_V, model.b_V),
+        ):
+            mine = torch.einsum("btd,hde->bhte", x, weight[i]) + bias[i][None, :, None]
+            torch.testing.assert_close(
+                mine, cache[f"{prefix}.{i}.attn.hook_{name}"], atol=1e-5, rtol=1e-4, msg=f"{family} {name}"
+            )
+        out = torch.einsum("bhte,hed->btd", cache[f"{prefix}.{i}.attn.hook_z"], model.W_O[i]) + model.b_O[i]
+        torch.testing.assert_close(out, cache[f"{prefix}.{i}.hook_attn_out"], atol=1e-5, rtol=1e-4)

@@ -20,7 +20,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ..blocks import Encoder, LayerNorm
+from ..blocks import Encoder, HeadWeights, LayerNorm
 from ..config import Config
 from ..hooks import HookedModule, HookPoint
 from ..position import LearnedPosition, RelativePosition
@@ -118,7 +118,7 @@ class MaskedLMHead(nn.Module):
         return self.decoder(self.norm(F.gelu(self.dense(hidden)))) + self.bias
 
 
-class TextEncoder(HookedModule):
+class TextEncoder(HeadWeights, HookedModule):
     """forward(input_ids (B, T), attention_mask (B, T) 1 = token, token_type_ids) -> (B, T, D).
 
     Hook points: ``hook_embed`` (B, T, D) the normalised embeddings entering block 0,
@@ -173,6 +173,10 @@ class TextEncoder(HookedModule):
 
     def no_weight_decay(self) -> set[str]:
         return {"pos.weight"} if self.pos is not None else set()
+
+    def attention_blocks(self) -> list:
+        """The encoder's blocks: what ``W_Q`` … ``b_O`` stack (:class:`attnlab.blocks.HeadWeights`)."""
+        return list(self.encoder.blocks)
 
     def forward(
         self,

@@ -17,7 +17,7 @@ from ..attention import KVCache, StaticKVCache
 from ..config import Config
 from ..hooks import HookedModule, HookPoint
 from ..losses import chunked_cross_entropy, cross_entropy
-from ..blocks import ACTIVATIONS, LayerNorm, TransformerBlock, init_gpt2_weights
+from ..blocks import ACTIVATIONS, HeadWeights, LayerNorm, TransformerBlock, init_gpt2_weights
 from ..position import ALiBi, LearnedPosition, RelativePosition, RotaryEmbedding, SinusoidalPosition
 
 __all__ = ["GPTConfig", "GPT", "GPT_PRESETS"]
@@ -194,7 +194,7 @@ GPT_PRESETS: dict[str, dict] = {
 }
 
 
-class GPT(HookedModule):
+class GPT(HeadWeights, HookedModule):
     """Calling the model on token ids (B, T) returns next-token logits (B, T, vocab_size).
 
     Hook points: ``hook_embed`` (B, T, D) the residual stream entering block 0 (token +
@@ -388,46 +388,9 @@ class GPT(HookedModule):
             logits = cap * torch.tanh(logits / cap)  # smooth clip to (-cap, cap)
         return logits
 
-    # -- the weights under TransformerLens's names (row vectors: x @ W), stacked over the layers ---------
-    def _heads(self, key: str) -> Tensor:
-        return torch.stack([block.attn.head_weights()[key] for block in self.blocks])
-
-    @property
-    def W_Q(self) -> Tensor:
-        """(L, H, D, d_k): q = x W_Q + b_Q per head (before QK-norm and rotary embeddings)."""
-        return self._heads("W_Q")
-
-    @property
-    def W_K(self) -> Tensor:
-        """(L, H, D, d_k)."""
-        return self._heads("W_K")
-
-    @property
-    def W_V(self) -> Tensor:
-        """(L, H, D, d_v)."""
-        return self._heads("W_V")
-
-    @property
-    def W_O(self) -> Tensor:
-        """(L, H, d_v, D): a head writes z W_O into the residual stream."""
-        return self._heads("W_O")
-
-    @property
-    def b_Q(self) -> Tensor:
-        return self._heads("b_Q")
-
-    @property
-    def b_K(self) -> Tensor:
-        return self._heads("b_K")
-
-    @property
-    def b_V(self) -> Tensor:
-        return self._heads("b_V")
-
-    @property
-    def b_O(self) -> Tensor:
-        """(L, D)."""
-        return self._heads("b_O")
+    def attention_blocks(self) -> list:
+        """The blocks whose attention ``W_Q`` … ``b_O`` stack (:class:`attnlab.blocks.HeadWeights`)."""
+        return list(self.blocks)
 
     @property
     def W_E(self) -> Tensor:

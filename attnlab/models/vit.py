@@ -18,7 +18,7 @@ from torch import Tensor, nn
 from ..attention import grid_local_mask
 from ..config import Config
 from ..hooks import HookedModule, HookPoint
-from ..blocks import Encoder
+from ..blocks import Encoder, HeadWeights
 from ..position import PEG, FourierPosition, LearnedPosition, RelativePosition, SinCos2DPosition
 from ..tokens import PatchEmbed
 
@@ -97,7 +97,7 @@ VIT_PRESETS: dict[str, dict] = {
 }
 
 
-class ViT(HookedModule):
+class ViT(HeadWeights, HookedModule):
     """Calling the model on images (B, C, H, W) returns logits (B, num_classes).
 
     Hook points: ``hook_embed`` (B, n_prefix + N, D) the tokens entering block 0 (patches, class
@@ -213,6 +213,10 @@ class ViT(HookedModule):
 
     def forward(self, images: Tensor) -> Tensor:
         return self.head(self.forward_features(images))
+
+    def attention_blocks(self) -> list:
+        """The encoder's blocks: what ``W_Q`` … ``b_O`` stack (:class:`attnlab.blocks.HeadWeights`)."""
+        return list(self.encoder.blocks)
 
     @torch.no_grad()
     def resize_pos_embed(self, image_size: int) -> None:
