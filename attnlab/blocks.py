@@ -23,7 +23,16 @@ from torch.utils.checkpoint import checkpoint
 from .attention import KVCache, MultiHeadAttention
 from .hooks import HookPoint
 
-__all__ = ["HeadWeights", "LayerNorm", "MLP", "TransformerBlock", "DecoderBlock", "Encoder", "Decoder", "init_gpt2_weights"]
+__all__ = [
+    "HeadWeights",
+    "LayerNorm",
+    "MLP",
+    "TransformerBlock",
+    "DecoderBlock",
+    "Encoder",
+    "Decoder",
+    "init_gpt2_weights",
+]
 
 
 class HeadWeights:

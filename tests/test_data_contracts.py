@@ -128,3 +128,24 @@ def test_a_corrupt_data_cache_is_rebuilt(tmp_path):
     assert train(run, "--data", str(corpus), "--max-iters", "2") == 0
     (run / "data" / "meta.json").write_bytes(b"\xff\x00 not json")
     assert train(run, "--resume", "--max-iters", "4") == 0
+
+
+def test_a_dead_peer_process_is_named(monkeypatch, capsys):
+    """Under torchrun, the backend's error when another rank dies (gloo's "Connection closed by
+    peer", its "GLHF" handshake text) becomes one line saying what happened and what to do."""
+    from attnlab import cli
+
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("RANK", "1")
+    monkeypatch.setattr(cli, "_let_peers_report", lambda: None)
+
+    def dead_peer(args):
+        raise RuntimeError(
+            "[/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:534] Connection closed by peer [10.0.0.2]:5555"
+        )
+
+    monkeypatch.setattr(cli, "_bench", dead_peer)
+    assert main(["bench", "--quick"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: rank 1 of 2: another process of this torchrun launch stopped") and "--resume" in err
+    assert "gloo" not in err and len(err.splitlines()) == 1

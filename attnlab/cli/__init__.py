@@ -656,6 +656,10 @@ def main(argv: list[str] | None = None) -> int:
         abandon_new_runs()
         if os.environ.get("ATTNLAB_DEBUG"):
             raise
+        peer = lost_peer(e)
+        if peer:
+            _report(f"error: {peer}")
+            return 2
         _report(
             f"error: unexpected {type(e).__name__}: {one_line(e)} (set ATTNLAB_DEBUG=1 to see the traceback, "
             "and please report it)"
@@ -663,6 +667,24 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     finally:
         release_runs()
+
+
+# what gloo and NCCL say when another process of the launch died (killed, out of memory, a crash)
+PEER_SIGNS = ("Connection closed by peer", "Connection reset by peer", "GLHF", "Broken pipe", "NCCL", "timed out")
+
+
+def lost_peer(e: BaseException) -> str | None:
+    """For an error of a torchrun worker whose cause is another worker's death, the line to say
+    instead of the backend's own; None otherwise."""
+    world = int(os.environ.get("WORLD_SIZE", "1") or 1)
+    text = f"{type(e).__name__}: {e}"
+    if world <= 1 or not any(sign in text for sign in PEER_SIGNS):
+        return None
+    rank = os.environ.get("RANK", "?")
+    return (
+        f"rank {rank} of {world}: another process of this torchrun launch stopped (its own log says why: killed, "
+        "out of memory, an error); the last checkpoint is intact: run the same command with --resume"
+    )
 
 
 def _resolve_model_names(args) -> None:
