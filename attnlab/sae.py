@@ -36,12 +36,33 @@ def _model(model_or_path: Any) -> Any:
     from .api import load as load_model
 
     model = load_model(model_or_path) if isinstance(model_or_path, (str, Path)) else model_or_path
-    if not hasattr(model, "corpus_ids"):
+    if not (hasattr(model, "corpus_ids") or _is_image_classifier(model)):
         raise OptionError(
-            f"sparse autoencoders read a GPT loaded with attnlab.load; got {type(model).__name__} "
-            "(other families: not yet)"
+            f"sparse autoencoders read a GPT or a ViT loaded with attnlab.load; got {type(model).__name__}"
         )
     return model
+
+
+def _is_image_classifier(model: Any) -> bool:
+    return getattr(model, "model_type", None) == "vit" and hasattr(model, "mean")
+
+
+def _source(model: Any, split: str, data: str | None = None) -> Any:
+    """What the SAE reads: a GPT's token ids (its run's text, or ``data``), or a ViT's images and
+    labels (its run's images: train or test split), normalised as the model reads them."""
+    if not _is_image_classifier(model):
+        return model.corpus_ids(split, data)[1]
+    return _images(model, split, data)[0]
+
+
+def _images(model: Any, split: str, data: str | None = None):
+    """((normalised images, labels), raw images in [0, 1]) of an image classifier's run."""
+    from .data.images import load_images, normalize
+
+    spec = data if data is not None else (model.run_meta.get("data_spec") or model.run_meta.get("data"))
+    splits = load_images(spec)
+    x, y = getattr(splits, "train" if split == "train" else "test")
+    return (normalize(x, model.mean, model.std), y), x
 
 
 def train(
@@ -74,8 +95,8 @@ def train(
     if not lr > 0:
         raise OptionError(f"lr={lr!r}: must be positive")
     method.check_hook(model, hook)
-    _, ids = model.corpus_ids("train", data)
-    width = method.hook_width(model, hook)
+    source = _source(model, "train", data)
+    _, width = method.hook_shape(model, hook, source)
     try:
         config = SAEConfig(
             d_in=width, d_sae=latents or expansion * width, kind=kind, k=k, l1_coefficient=l1_coefficient, hook=hook
@@ -90,7 +111,7 @@ def train(
         seed=seed,
         log=method.print_line if progress else None,
     )
-    sae, history = method.train(model, hook, ids, config=config, training=training, device=model.device)
+    sae, history = method.train(model, hook, source, config=config, training=training, device=model.device)
     metrics = evaluate(model, sae, data=data)
     if out is not None:
         sae.save(out, metrics, {"model": str(model.checkpoint), "data": data, "history": history})
@@ -100,8 +121,7 @@ def train(
 def evaluate(model_or_path: Any, sae: SparseAutoencoder, *, data: str | None = None, batches: int = 8) -> dict:
     """:func:`attnlab.inspect.sae.evaluate` on the model's validation text (or ``data``)."""
     model = _model(model_or_path)
-    _, ids = model.corpus_ids("val", data)
-    return method.evaluate(model, sae.to(model.device), ids, batches=batches)
+    return method.evaluate(model, sae.to(model.device), _source(model, "val", data), batches=batches)
 
 
 def features(
@@ -112,8 +132,12 @@ def features(
     count: int = 24,
     data: str | None = None,
 ) -> list[dict]:
-    """:func:`attnlab.inspect.sae.features` on the model's validation text (or ``data``)."""
+    """:func:`attnlab.inspect.sae.features` on the model's validation text (or ``data``); for a ViT,
+    :func:`attnlab.inspect.sae.image_features` on its test images."""
     model = _model(model_or_path)
+    if _is_image_classifier(model):
+        (images, _), _ = _images(model, "test", data)
+        return method.image_features(model, sae.to(model.device), images, model.labels, latents=latents, count=count)
     _, ids = model.corpus_ids("val", data)
     tok = model.tokenizer
     return method.features(model, sae.to(model.device), ids, lambda i: tok.decode([i]), latents=latents, count=count)
@@ -123,8 +147,13 @@ def write_features(model_or_path: Any, sae: SparseAutoencoder, path: str | Path,
     """The feature pages of :func:`features` as one offline HTML file."""
     from .outputs import atomic_write_text
 
-    pages = features(model_or_path, sae, **kw)
-    return atomic_write_text(path, method.features_page(pages, f"SAE features at {sae.config.hook}"))
+    model = _model(model_or_path)
+    pages = features(model, sae, **kw)
+    title = f"SAE features at {sae.config.hook}"
+    if _is_image_classifier(model):
+        _, pictures = _images(model, "test", kw.get("data"))
+        return atomic_write_text(path, method.image_features_page(pages, pictures, model.config.patch_size, title))
+    return atomic_write_text(path, method.features_page(pages, title))
 
 
 def load(folder: str | Path, device: str = "cpu") -> SparseAutoencoder:

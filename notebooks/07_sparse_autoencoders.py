@@ -12,7 +12,7 @@
 # ---
 
 # %% [markdown]
-# # Sparse autoencoders: features in a character-level GPT
+# # Sparse autoencoders: features in a character-level GPT and a digits ViT
 #
 # A neuron of a trained model rarely means one thing; a *direction* of its residual stream often
 # does. A sparse autoencoder (SAE) learns an overcomplete dictionary of such directions: each
@@ -112,4 +112,34 @@ plt.hist(frequencies, bins=40, log=True)
 plt.xlabel("share of tokens it fires on")
 plt.ylabel("latents")
 plt.title("latent frequencies (live latents)")
+plt.show()
+
+# %% [markdown]
+# ## 5. The same on a ViT: features of digit patches
+#
+# A ViT trained on the 8×8 digits, and a top-k SAE on its residual stream after the first block:
+# each latent's page shows the digits where it fires most, the patch outlined, and the classes
+# its direction raises through the classifier head. Expect latents for strokes at a place (a
+# bar across the top of a 7, the loop of a 0 or a 6) rather than for whole digits this early.
+
+# %%
+vit_options = dict(max_iters=40, eval_interval=20, eval_iters=1) if QUICK else dict(max_iters=600, eval_interval=200)
+vit_run = attnlab.train("vit", out=work / "vit", progress=False, **vit_options)
+vit = attnlab.load(vit_run.out)
+vit_sae = attnlab.sae.train(vit, "encoder.blocks.0.hook_resid_post", kind="topk", k=8, steps=steps, progress=False)
+m = vit_sae.metrics
+print(
+    f"ViT, block 0: L0 {m['l0']:.1f} | explained variance {m['explained_variance']:.3f} | the classifier's loss "
+    f"clean {m['ce_clean']:.3f}, with the SAE {m['ce_with_sae']:.3f}, zeroed {m['ce_zero_ablated']:.3f}"
+)
+page = attnlab.sae.write_features(vit, vit_sae.sae, work / "vit_features.html", count=6)
+display(HTML(page.read_text()))
+
+# %%
+counts = [p["frequency"] for p in attnlab.sae.features(vit, vit_sae.sae, count=vit_sae.sae.config.d_sae)]
+plt.figure(figsize=(5, 3))
+plt.hist(counts, bins=30, log=True)
+plt.xlabel("share of tokens it fires on")
+plt.ylabel("latents")
+plt.title("ViT SAE: latent frequencies")
 plt.show()

@@ -3,6 +3,7 @@
 against hand-built SAEs."""
 
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -172,3 +173,27 @@ def test_bad_sae_requests_get_one_line(gpt_run, tmp_path, capsys, argv, message)
     assert main(["sae", "train", "--ckpt", str(gpt_run), "--out", str(tmp_path / "s"), *argv]) == 2
     err = capsys.readouterr().err.strip()
     assert message in err and len(err.splitlines()) == 1, err
+
+
+def test_an_sae_on_a_vit_with_image_feature_pages(tmp_path, capsys):
+    pytest.importorskip("sklearn")
+    opts = {**dict(next(r for r in attnlab.recipes.recipes() if r.name == "vit").tiny), **PINNED_TRAINING}
+    opts.update(max_iters=30, eval_interval=30)
+    run = attnlab.train("vit", out=tmp_path / "vit", **opts)
+    vit = attnlab.load(run.out)
+    hook = "encoder.blocks.0.hook_resid_post"
+    sae_run = attnlab.sae.train(vit, hook, kind="topk", k=4, steps=120, progress=False)
+    m = sae_run.metrics
+    assert m["l0"] <= 4 and m["explained_variance"] > 0.3 and m["tokens"] > 0
+    assert m["ce_clean"] < m["ce_zero_ablated"] and math.isfinite(m["ce_with_sae"])  # the classifier's loss, spliced
+    pages = attnlab.sae.features(vit, sae_run.sae, count=3)
+    assert len(pages) == 3 and pages[0]["contexts"] and {t for t, _ in pages[0]["promotes"]} <= set(vit.labels)
+    hit = pages[0]["contexts"][0]
+    assert hit["activation"] == pytest.approx(pages[0]["max_activation"], abs=1e-3)
+    page = attnlab.sae.write_features(vit, sae_run.sae, tmp_path / "f.html", count=3)
+    html = page.read_text()
+    assert html.count("<section") == 3 and "data:image/png;base64," in html and 'class="box"' in html
+    out = tmp_path / "sae"
+    argv = ["sae", "train", "--ckpt", str(run.out), "--hook", hook, "--out", str(out), "--steps", "30"]
+    assert main([*argv, "--kind", "topk", "--k", "4", "--device", "cpu"]) == 0
+    assert (out / "sae.safetensors").is_file() and "explained variance" in capsys.readouterr().out

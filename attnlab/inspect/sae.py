@@ -214,24 +214,40 @@ def hook_layer(hook: str) -> int | None:
     return int(parts[1]) if len(parts) > 2 and parts[0] == "blocks" and parts[1].isdigit() else None
 
 
+def example_batches(model, source, batch_size: int, generator: torch.Generator) -> Iterator[tuple[Tensor, Tensor]]:
+    """Endless (inputs, targets) batches of ``batch_size`` examples from ``source``: a 1-D array of
+    token ids (windows of the model's context: tokens and the next tokens) or (images (N, C, H, W),
+    labels (N,)) for an image classifier."""
+    if isinstance(source, tuple):
+        images, labels = source
+        while True:
+            idx = torch.randint(len(images), (batch_size,), generator=generator)
+            yield images[idx], labels[idx]
+    for window in token_batches(source, model.config.context, batch_size, generator):
+        yield window[:, :-1], window[:, 1:]
+
+
 @torch.no_grad()
-def activations(model, hook: str, batches: Iterator[Tensor], device) -> Iterator[Tensor]:
-    """Endless (tokens, d_in) activations at ``hook``: each batch of token windows run through
-    ``model`` up to the block that holds the hook point (GPT), its activations flattened."""
+def activations(model, hook: str, batches: Iterator[tuple[Tensor, Tensor]], device) -> Iterator[Tensor]:
+    """Endless (tokens, d_in) activations at ``hook``: each batch's inputs run through ``model`` (a
+    GPT only up to the block that holds the hook point), its activations flattened."""
     layer = hook_layer(hook)
-    stop = {"stop_at_layer": layer + 1} if layer is not None and layer + 1 < model.config.layers else {}
-    for batch in batches:
+    deep = getattr(model.config, "layers", 0)
+    stop = {"stop_at_layer": layer + 1} if layer is not None and layer + 1 < deep else {}
+    for inputs, _ in batches:
         with model.caching(hook) as cache:
-            model(batch.to(device), **stop)
+            model(inputs.to(device), **stop)
         yield cache[hook].flatten(0, -2).float()
 
 
 @torch.no_grad()
-def hook_width(model, hook: str) -> int:
-    """The width of the activations at ``hook`` (their last dimension), from one short forward pass."""
+def hook_shape(model, hook: str, source) -> tuple[int, int]:
+    """(tokens per example, width) of the activations at ``hook``, from one example of ``source``."""
+    inputs, _ = next(example_batches(model, source, 1, torch.Generator().manual_seed(0)))
     with model.caching(hook) as cache:
-        model(torch.zeros(1, 2, dtype=torch.long, device=model.device))
-    return cache[hook].shape[-1]
+        model(inputs.to(next(model.parameters()).device))
+    value = cache[hook]
+    return (value[0].numel() // value.shape[-1]), value.shape[-1]
 
 
 def check_hook(model, hook: str) -> None:
@@ -264,22 +280,22 @@ class SAETraining:
 def train(
     model,
     hook: str,
-    ids,
+    source,
     *,
     config: SAEConfig | None = None,
     training: SAETraining | None = None,
     init: SparseAutoencoder | None = None,
     device: str | torch.device = "cpu",
 ) -> tuple[SparseAutoencoder, list[dict]]:
-    """Train an SAE on ``model``'s activations at ``hook`` over the token ids ``ids`` (a 1-D
-    array: the corpus); returns (the SAE, one record per logged step). ``config.d_in`` is set
-    from the activations; ``init``: start from these weights (a parity check, a warm start)."""
+    """Train an SAE on ``model``'s activations at ``hook`` over ``source`` (a 1-D array of token
+    ids, the corpus; or (images, labels)); returns (the SAE, one record per logged step).
+    ``config.d_in`` is set from the activations; ``init``: start from these weights."""
     check_hook(model, hook)
     training = training or SAETraining()
     gen = torch.Generator().manual_seed(training.seed)
-    context = model.config.context
-    per_batch = max(1, math.ceil(training.batch_tokens / context))
-    stream = activations(model, hook, token_batches(ids, context, per_batch, gen), device)
+    per_example, _ = hook_shape(model, hook, source)
+    per_batch = max(1, math.ceil(training.batch_tokens / per_example))
+    stream = activations(model, hook, example_batches(model, source, per_batch, gen), device)
     buffer = next(stream)
     d_in = buffer.shape[-1]
     config = config or SAEConfig()
@@ -384,23 +400,23 @@ def resample(sae: SparseAutoencoder, optimizer, x: Tensor, dead: Tensor) -> int:
 
 # ---- evaluation ---------------------------------------------------------------------------------------
 @torch.no_grad()
-def evaluate(model, sae: SparseAutoencoder, ids, *, batches: int = 8, batch_size: int = 8, seed: int = 1) -> dict:
-    """The SAE on ``batches`` fresh windows of ``ids``: ``l0`` (latents active per token),
-    ``explained_variance`` (1 − Σ‖x − x̂‖² / Σ‖x − x̄‖²), ``dead_fraction`` (latents that never
-    fired), and the next-token loss ``ce_clean`` / ``ce_with_sae`` (x̂ in place of x) /
-    ``ce_zero_ablated`` (0 in place of x), with ``ce_loss_recovered`` = (zero − sae) / (zero − clean)."""
+def evaluate(model, sae: SparseAutoencoder, source, *, batches: int = 8, batch_size: int = 8, seed: int = 1) -> dict:
+    """The SAE on ``batches`` fresh batches of ``source`` (token ids, or (images, labels)): ``l0``
+    (latents active per token), ``explained_variance`` (1 − Σ‖x − x̂‖² / Σ‖x − x̄‖²),
+    ``dead_fraction`` (latents that never fired), and the model's loss (next-token, or the
+    classifier's) ``ce_clean`` / ``ce_with_sae`` (x̂ in place of x) / ``ce_zero_ablated`` (0 in
+    place of x), with ``ce_loss_recovered`` = (zero − sae) / (zero − clean)."""
     from ..losses import cross_entropy
 
     hook = sae.config.hook
     check_hook(model, hook)
     device = sae.W_dec.device
     gen = torch.Generator().manual_seed(seed)
-    windows = token_batches(ids, model.config.context, batch_size, gen)
+    drawn = example_batches(model, source, batch_size, gen)
     sums = dict(err=0.0, var=0.0, l0=0.0, tokens=0, clean=0.0, spliced=0.0, zero=0.0)
     fired = torch.zeros(sae.config.d_sae, dtype=torch.bool, device=device)
     for _ in range(batches):
-        ids_b = next(windows).to(device)
-        x_ids, y = ids_b[:, :-1], ids_b[:, 1:]
+        x_ids, y = (t.to(device) for t in next(drawn))
         with model.caching(hook) as cache:
             clean = cross_entropy(model(x_ids), y).item()
         x = cache[hook].float()
@@ -507,6 +523,112 @@ def features(
             }
         )
     return pages
+
+
+@torch.no_grad()
+def image_features(
+    model, sae: SparseAutoencoder, images: Tensor, labels: list[str], *, latents=None, count: int = 12, top: int = 6
+) -> list[dict]:
+    """Feature pages of an SAE on a ViT: over ``images`` (N, C, H, W), normalised as the model
+    reads them, each latent's firing ``frequency``, its ``top`` (image, token) hits (token 0 is
+    the class token when there is one) and the classes its direction raises and lowers through the
+    classifier head (``promotes`` / ``suppresses``; the final LayerNorm left out)."""
+    hook = sae.config.hook
+    check_hook(model, hook)
+    device = sae.W_dec.device
+    acts = []
+    for start in range(0, len(images), 64):
+        with model.caching(hook) as cache:
+            model(images[start : start + 64].to(device))
+        acts.append(sae.encode(cache[hook].float()).cpu())
+    acts = torch.cat(acts)  # (N, T, d_sae)
+    frequency = (acts > 0).flatten(0, 1).float().mean(0)
+    if latents is None:
+        latents = [i for i in frequency.argsort(descending=True).tolist() if frequency[i] > 0][:count]
+    effects = ((sae.W_dec / sae.decoder_norms()[:, None]) @ model.head.weight.T.to(sae.W_dec.dtype)).cpu()
+    prefix = getattr(model, "n_prefix", 0)
+    pages = []
+    for i in latents:
+        a = acts[..., i]
+        flat = a.flatten()
+        hits = [h for h in flat.topk(min(top, flat.numel())).indices.tolist() if flat[h] > 0]
+        contexts = [
+            {
+                "image": n,
+                "token": t,
+                "patch": t - prefix if t >= prefix else None,
+                "activation": round(float(flat[h]), 4),
+            }
+            for h in hits
+            for n, t in [divmod(h, a.shape[1])]
+        ]
+        e = effects[i]
+        k = min(3, e.numel())
+        pages.append(
+            {
+                "latent": i,
+                "frequency": float(frequency[i]),
+                "max_activation": float(flat.max()),
+                "contexts": contexts,
+                "promotes": [(labels[j], round(float(e[j]), 4)) for j in e.topk(k).indices.tolist()],
+                "suppresses": [(labels[j], round(float(e[j]), 4)) for j in (-e).topk(k).indices.tolist()],
+            }
+        )
+    return pages
+
+
+def image_features_page(pages: list[dict], pictures: Tensor, patch: int, title: str) -> str:
+    """One offline HTML page of :func:`image_features`: each hit's image (``pictures``: (N, C, H,
+    W) in [0, 1]) with the patch outlined (the whole image for the class token)."""
+    import base64
+    import io
+    from html import escape
+
+    from PIL import Image
+
+    scale = max(1, 96 // pictures.shape[-1])
+
+    def png(n: int) -> str:
+        x = (pictures[n].clamp(0, 1) * 255).round().byte()
+        arr = x[0].numpy() if x.shape[0] == 1 else x.permute(1, 2, 0).numpy()
+        img = Image.fromarray(arr).resize((x.shape[-1] * scale, x.shape[-2] * scale), Image.NEAREST)
+        buf = io.BytesIO()
+        img.save(buf, format="PNG")
+        return base64.b64encode(buf.getvalue()).decode()
+
+    columns = pictures.shape[-1] // patch
+    cards = []
+    for p in pages:
+        hits = []
+        for c in p["contexts"]:
+            if c["patch"] is None:
+                box = f"left:0;top:0;width:{pictures.shape[-1] * scale - 4}px;height:{pictures.shape[-2] * scale - 4}px"
+            else:
+                r, q = divmod(c["patch"], columns)
+                box = f"left:{q * patch * scale}px;top:{r * patch * scale}px;width:{patch * scale - 4}px;height:{patch * scale - 4}px"
+            hits.append(
+                f'<figure><div class="im"><img src="data:image/png;base64,{png(c["image"])}">'
+                f'<div class="box" style="{box}"></div></div><figcaption>{c["activation"]:.2f}'
+                f"{' (cls)' if c['patch'] is None else ''}</figcaption></figure>"
+            )
+        classes = lambda pairs: ", ".join(f"<code>{escape(str(t))}</code>&nbsp;{v:+.2f}" for t, v in pairs)  # noqa: E731
+        cards.append(
+            f'<section id="latent-{p["latent"]}"><h2>latent {p["latent"]}</h2><p>fires on {p["frequency"]:.2%} of '
+            f"tokens; largest activation {p['max_activation']:.3f}; raises {classes(p['promotes'])}; lowers "
+            f'{classes(p["suppresses"])}</p><div class="row">{"".join(hits)}</div></section>'
+        )
+    style = (
+        "body{font-family:system-ui,sans-serif;margin:2em}section{border:1px solid #ccc;border-radius:6px;"
+        "padding:.5em 1em;margin:1em 0}.row{display:flex;gap:8px;flex-wrap:wrap}figure{margin:0}"
+        ".im{position:relative}.box{position:absolute;border:2px solid #f60}figcaption{font-size:12px}"
+    )
+    return (
+        f'<!doctype html><html><head><meta charset="utf-8"><title>{escape(title)}</title><style>{style}</style>'
+        f"</head><body><h1>{escape(title)}</h1><p>Each card: the images where a latent fires most, the patch "
+        "outlined, and the classes its direction raises and lowers through the head.</p>"
+        + "".join(cards)
+        + "</body></html>"
+    )
 
 
 def features_page(pages: list[dict], title: str) -> str:
