@@ -55,7 +55,7 @@ def _source(model: Any, split: str, data: str | None = None) -> Any:
     return _images(model, split, data)[0]
 
 
-def _images(model: Any, split: str, data: str | None = None):
+def _images(model: Any, split: str, data: str | None = None) -> tuple[tuple[Any, Any], Any]:
     """((normalised images, labels), raw images in [0, 1]) of an image classifier's run."""
     from .data.images import load_images, normalize
 
