@@ -986,3 +986,41 @@ def test_head_weights_under_transformer_lens_names_in_every_family(family):
             )
         out = torch.einsum("bhte,hed->btd", cache[f"{prefix}.{i}.attn.hook_z"], model.W_O[i]) + model.b_O[i]
         torch.testing.assert_close(out, cache[f"{prefix}.{i}.hook_attn_out"], atol=1e-5, rtol=1e-4)
+
+
+@pytest.mark.parametrize("family", ["vit", "encoder"])
+def test_residual_helpers_take_a_vit_and_an_encoder_apart(family):
+    """decompose_resid, accumulated_resid, stack_head_results and apply_ln_to_stack on the other
+    families (TransformerLens has none): the parts sum to the final stream, the accumulated stream
+    through the final norm is the model's own normalised output, the heads sum to the attention
+    outputs; a post-LN encoder is refused, its stream being no sum of parts."""
+    from attnlab.errors import OptionError
+    from attnlab.inspect.residual import accumulated_resid, apply_ln_to_stack, decompose_resid, stack_head_results
+    from attnlab.models import ViT, ViTConfig
+    from attnlab.models.encoder import TextEncoder, TextEncoderConfig
+
+    torch.manual_seed(0)
+    if family == "vit":
+        model = ViT(ViTConfig(image_size=8, patch_size=2, in_chans=1, num_classes=3, dim=24, layers=2, heads=3)).eval()
+        inputs = (torch.rand(2, 1, 8, 8),)
+    else:
+        config = dict(vocab_size=30, context=16, layers=2, heads=3, dim=24, mlp_dim=48)
+        post = TextEncoder(TextEncoderConfig(**config)).eval()
+        _, post_cache = post.run_with_cache(torch.randint(30, (2, 9)))
+        with pytest.raises(OptionError, match="post-LN"):
+            decompose_resid(post, post_cache)
+        model = TextEncoder(TextEncoderConfig(**config, norm_first=True)).eval()
+        inputs = (torch.randint(30, (2, 9)),)
+    _, cache = model.run_with_cache(*inputs)
+    parts, labels = decompose_resid(model, cache, return_labels=True)
+    assert labels == ["embed", "0_attn_out", "0_mlp_out", "1_attn_out", "1_mlp_out"]
+    torch.testing.assert_close(parts.sum(0), cache["encoder.blocks.1.hook_resid_post"], atol=1e-5, rtol=1e-5)
+    stream = accumulated_resid(model, cache, apply_ln=True)  # each stream through the final norm
+    torch.testing.assert_close(stream[-1], cache["encoder.hook_final"], atol=1e-5, rtol=1e-5)
+    heads = stack_head_results(model, cache)
+    for i in range(2):
+        mine = heads[3 * i : 3 * i + 3].sum(0) + model.encoder.blocks[i].attn.out_proj.bias
+        torch.testing.assert_close(mine, cache[f"encoder.blocks.{i}.hook_attn_out"], atol=1e-5, rtol=1e-5)
+    norm = model.encoder.ln_f
+    frozen = apply_ln_to_stack(model, cache, parts).sum(0) * norm.weight + norm.bias  # the scale the forward used
+    torch.testing.assert_close(frozen, cache["encoder.hook_final"], atol=1e-5, rtol=1e-5)
