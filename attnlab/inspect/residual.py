@@ -176,7 +176,12 @@ def stack_head_results(
         stack += list(torch.einsum("bhtd,hdD->hbtD", z, w_o))
         labels += [f"L{i}H{h}" for h in range(z.shape[1])]
     if incl_remainder:
-        total = _get(cache, f"{block_prefix(model)}.{layer}.hook_resid_pre" if layer < n else f"{block_prefix(model)}.{n - 1}.hook_resid_post")
+        total = _get(
+            cache,
+            f"{block_prefix(model)}.{layer}.hook_resid_pre"
+            if layer < n
+            else f"{block_prefix(model)}.{n - 1}.hook_resid_post",
+        )
         stack.append(total - (torch.stack(stack).sum(0) if stack else 0))
         labels.append("remainder")
     return _finish(model, cache, stack, labels, layer, apply_ln, pos_slice, False, return_labels)
