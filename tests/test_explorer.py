@@ -312,3 +312,36 @@ def test_explore_generated_tokens(browser, tmp_path, capsys):
         main(["explore", "--ckpt", str(RUNS / "gpt"), "--text", "The ca", "--generate", "99", "--out", str(html)]) == 2
     )
     assert "exceed the model's context" in capsys.readouterr().err
+
+
+def test_the_explorer_lists_an_saes_active_latents(browser, tmp_path):
+    """`explore --sae`: hovering a position shows the SAE's most active latents there, the same
+    (latent, activation) pairs as the SAE computes on the cached stream."""
+    import torch
+
+    import attnlab
+    from attnlab.inspect.sae import SAEConfig, SparseAutoencoder
+
+    model = attnlab.load(RUNS / "gpt")
+    torch.manual_seed(0)
+    sae = SparseAutoencoder(SAEConfig(d_in=model.config.dim, d_sae=64, hook="blocks.0.hook_resid_post"))
+    sae.save(tmp_path / "sae")
+    html = tmp_path / "page.html"
+    text = "The attention"
+    argv = ["explore", "--ckpt", str(RUNS / "gpt"), "--text", text, "--sae", str(tmp_path / "sae"), "--out", str(html)]
+    assert main(argv) == 0
+    _, cache = model.run_with_cache(model.token_ids(text))
+    latents = sae.encode(cache["blocks.0.hook_resid_post"][0]).detach()
+    page, errors, _ = _open(browser, html)
+    box = page.locator("#view").bounding_box()
+    page.mouse.move(box["x"] + 100, box["y"] + 5 + 3 * 18 + 9)  # position 3
+    assert _status(page)["query"] == "3"
+    rows = page.locator("#sae tr")
+    shown = [
+        (int(r.locator("td").nth(0).inner_text().split()[1]), float(r.locator("td").nth(1).inner_text()))
+        for r in rows.all()
+    ]
+    active = int((latents[3] > 0).sum())
+    assert len(shown) == min(8, active) and shown[0][0] == int(latents[3].argmax())
+    assert all(abs(float(latents[3, i]) - v) < 2e-3 for i, v in shown)
+    assert not errors

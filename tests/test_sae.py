@@ -160,6 +160,18 @@ def test_train_evaluate_features_from_python_and_the_command_line(gpt_run, tmp_p
     page = tmp_path / "f.html"
     assert main(["sae", "features", "--sae", str(out), "--out", str(page), "--count", "4", "--device", "cpu"]) == 0
     assert page.read_text().count("<section") == 4 and "http" not in page.read_text().split("<body>")[1]
+    # the explorer lists the SAE's active latents at each position (the sae view of its side panel)
+    view = model.explore(text="the cat sat", sae=out)
+    sae = attnlab.sae.load(out)
+    assert view["sae"]["hook"] == "blocks.0.hook_resid_post" and len(view["sae"]["latents"]) == len(view["tokens"])
+    _, cache = model.run_with_cache(model.token_ids("the cat sat"))
+    latents = sae.encode(cache["blocks.0.hook_resid_post"][0]).detach()
+    for t, listed in enumerate(view["sae"]["latents"]):
+        assert [i for i, _ in listed] == latents[t].topk(len(listed)).indices.tolist()
+        assert all(float(latents[t, i]) == pytest.approx(v, abs=1e-3) for i, v in listed)
+    html = tmp_path / "e.html"
+    assert main(["explore", "--ckpt", str(gpt_run), "--text", "the cat", "--sae", str(out), "--out", str(html)]) == 0
+    assert '"sae":{"hook":"blocks.0.hook_resid_post"' in html.read_text()
 
 
 @pytest.mark.parametrize(

@@ -164,6 +164,9 @@ def build_parser() -> argparse.ArgumentParser:
         default=0,
         help="GPT: continue --text by N greedy tokens and show the attention of each as it was produced",
     )
+    ex.add_argument(
+        "--sae", default=None, help="GPT: a folder written by attnlab sae train; each position lists its active latents"
+    )
     ex.add_argument("--out", required=True, help="HTML file to write")
     ex.add_argument("--device", type=flag_type(device_name), default="cpu", help="auto | cpu | cuda (default cpu)")
     ex.set_defaults(func=_explore)
@@ -438,11 +441,15 @@ def _inspect(args) -> int:
 def _explore(args) -> int:
     from pathlib import Path
 
+    from ..errors import OptionError
     from ..inspect.explorer import write_page
     from ..outputs import output_file
 
     args.out = str(output_file(args.out, ".html", also=(".htm",)))
-    data = _family(args.ckpt).explore(args)
+    recipe = _family(args.ckpt)
+    if args.sae and recipe.name != "gpt":
+        raise OptionError(f"--sae shows an SAE's latents on a GPT's text; {args.ckpt} holds {a(recipe.name)} model")
+    data = recipe.explore(args)
     path = write_page(data, args.out, f"attnlab explorer: {Path(args.ckpt).name}")
     print(f"wrote {path} ({path.stat().st_size / 1e6:.2f} MB); open it in a browser (it needs no network)")
     return 0

@@ -34,11 +34,13 @@ def stack_layers(rec) -> np.ndarray:
 
 
 @torch.no_grad()
-def text_attention(model, tokenizer, text: str, top_k: int = 10, generate: int = 0) -> dict:
+def text_attention(model, tokenizer, text: str, top_k: int = 10, generate: int = 0, sae=None) -> dict:
     """A GPT's self-attention over ``text``: tokens, attention (L, H, T, T) and, at every position,
     the ``top_k`` next tokens with their probabilities. ``generate``: first continue the text by
     that many greedy tokens (``generated_from`` says where they start); under the causal mask
-    each generated token's row is the attention it had when it was produced."""
+    each generated token's row is the attention it had when it was produced. ``sae``: a sparse
+    autoencoder (:mod:`attnlab.inspect.sae`) whose most active latents at each position the page
+    lists (``sae``: {"hook", "latents": per position [(latent, activation)], up to 8})."""
     ids = tokenizer.encode(text)
     if not ids:
         raise ValueError("the text is empty: give some text to look at")
@@ -65,6 +67,8 @@ def text_attention(model, tokenizer, text: str, top_k: int = 10, generate: int =
     # neuron view's q, k and scores (q·k/√d_k + position bias, masked keys at −inf)
     neuron = x.shape[1] <= NEURON_VIEW_MAX
     names = ["blocks.*.attn.hook_pattern", *lens_points(model), *(neuron_view_points("blocks") if neuron else [])]
+    if sae is not None:
+        names.append(sae.config.hook)
     with torch.no_grad():
         logits, cache = model.run_with_cache(x, names=names)
         patterns = torch.stack(cache.layers("attn.hook_pattern"))  # (L, 1, H, T, T)
@@ -85,6 +89,21 @@ def text_attention(model, tokenizer, text: str, top_k: int = 10, generate: int =
         "detectors": {k: v.numpy() for k, v in pattern_scores(patterns, x).items()},  # on this text: (L, H)
         "generated_from": prompt_len if generate else None,
         **(neuron_view(cache) if neuron else {}),
+        **({"sae": sae_view(sae, cache)} if sae is not None else {}),
+    }
+
+
+@torch.no_grad()
+def sae_view(sae, cache, top: int = 8) -> dict:
+    """The most active latents of ``sae`` at each position of a one-sequence cache."""
+    latents = sae.encode(cache[sae.config.hook][0].float().to(sae.W_dec.device)).cpu()  # (T, d_sae)
+    best = latents.topk(min(top, latents.shape[-1]), dim=-1)
+    return {
+        "hook": sae.config.hook,
+        "latents": [
+            [(int(i), round(float(v), 4)) for v, i in zip(vals, idx) if v > 0]
+            for vals, idx in zip(best.values, best.indices)
+        ],
     }
 
 
@@ -256,6 +275,8 @@ def page_payload(data: dict, title: str) -> dict:
             payload.update(detectors={k: np.round(v, 4).tolist() for k, v in data["detectors"].items()})
         if "lens_tokens" in data:  # the logit lens: each layer's top next token at each position
             payload.update(lens_tokens=data["lens_tokens"], lens_probs=np.round(data["lens_probs"], 5).tolist())
+        if "sae" in data:  # a sparse autoencoder's most active latents at each position
+            payload.update(sae=data["sae"])
     elif data["kind"] == "image":
         payload.update(
             image=_png_data_url(data["image"]),

@@ -190,6 +190,12 @@ function drawText() {
       }
       html += "</table>";
     }
+    if (D.sae) {  // a sparse autoencoder's latents at this position (attnlab sae): what the stream holds there
+      html += "<h2>SAE latents at " + D.sae.hook + ", position " + S.query + "</h2><table id=\"sae\">";
+      for (const [latent, act] of D.sae.latents[S.query]) html += "<tr><td>latent " + latent + "</td><td>" + act.toFixed(3) + "</td></tr>";
+      if (!D.sae.latents[S.query].length) html += "<tr><td class=\"hint\">none active</td></tr>";
+      html += "</table>";
+    }
     if (D.lens_tokens) {  // the logit lens: what the stream would predict if the model stopped after each layer
       html += "<h2>logit lens at position " + S.query + "</h2><table id=\"lens\">";
       for (let l = 0; l < D.lens_tokens.length; l++) html += "<tr><td>" + (l === 0 ? "embeddings" : "after block " + (l - 1)) + "</td><td>" + JSON.stringify(D.lens_tokens[l][S.query]).replace(/</g, "&lt;") + "</td><td>" + D.lens_probs[l][S.query].toFixed(4) + "</td></tr>";

@@ -396,11 +396,13 @@ class Verbs:
         src: str | None = None,
         tgt: str | None = None,
         generate: int = 0,
+        sae: str | Path | None = None,
     ):
         """What ``attnlab explore`` shows, as an :class:`attnlab.inspect.explorer.Exploration`
         (inline in Jupyter; ``.save("page.html")``): GPT and text encoders ``text=``; ViT ``image=``
         (a file); seq2seq ``src=`` (and ``tgt=`` to force a target). GPTs: ``generate=N`` continues
-        the text by N greedy tokens and shows the attention of each as it was produced."""
+        the text by N greedy tokens and shows the attention of each as it was produced. ``sae``: a
+        folder written by ``attnlab sae train`` on this GPT: each position lists its most active latents."""
         from ..inspect.explorer import Exploration
 
         if isinstance(generate, bool) or not isinstance(generate, int) or generate < 0:
@@ -412,7 +414,9 @@ class Verbs:
             values[name] = None if v is None else str(v)
         # the views are computed on this model itself (a server's one loaded model), not a fresh
         # copy read from its checkpoint, which may have changed since
-        options = Options(ckpt=self.checkpoint, device=str(self.device), generate=generate, loaded=self, **values)
+        options = Options(
+            ckpt=self.checkpoint, device=str(self.device), generate=generate, loaded=self, sae=sae, **values
+        )
         data = self.family_recipe().explore(options)
         return Exploration(data, f"attnlab explorer: {Path(self.checkpoint).name}")
 

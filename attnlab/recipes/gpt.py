@@ -645,7 +645,12 @@ class GPTRecipe(Recipe):
         if tok is None:
             lm_tokenizer({}, args.ckpt)  # says what is missing
         tok.encode(args.text)  # unknown characters fail here, with a clear message
-        return text_attention(model, tok, args.text, generate=getattr(args, "generate", 0) or 0)
+        sae = None
+        if getattr(args, "sae", None):
+            from ..inspect.sae import load_sae
+
+            sae = load_sae(args.sae, str(next(model.parameters()).device))[0]
+        return text_attention(model, tok, args.text, generate=getattr(args, "generate", 0) or 0, sae=sae)
 
 
 def default_prompt(tok) -> str:
