@@ -37,6 +37,7 @@ def number(kind: type, low, low_ok: bool, high=None, what: str = "") -> Callable
         return v
 
     parse.__name__ = kind.__name__  # the command line names the type in its messages
+    parse.bounds = (kind, low, low_ok, high)  # for the surfaces that build their checks from the specs (serve)
     return parse
 
 
@@ -67,6 +68,7 @@ def vocab_size(low: int):
 
 
 new_tokens = number(int, 1, True, MAX_NEW_TOKENS, what=f"from 1 to {MAX_NEW_TOKENS:,} (generate more in pieces)")
+seed_value = number(int, 0, True, 2**63 - 1, what="from 0 to 2**63 - 1 (a 64-bit generator seed)")
 beam_width = number(int, 1, True, MAX_BEAM, what=f"from 1 (greedy) to {MAX_BEAM}")
 
 

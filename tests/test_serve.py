@@ -178,3 +178,24 @@ def test_a_bad_host_is_named(capsys):
     assert main(["serve", "--ckpt", str(RUN), "--host", "999.1.1.1"]) == 2
     err = capsys.readouterr().err
     assert "cannot listen on --host 999.1.1.1" in err and len(err.strip().splitlines()) == 1
+
+
+def test_server_bodies_are_checked_by_the_sample_commands_own_specs(server):
+    """One declaration for both surfaces: a value `attnlab sample` refuses, /generate refuses, with
+    the bound the spec declares."""
+    from attnlab.errors import OptionError
+    from attnlab.recipes import recipe_for
+
+    _, url, _ = server
+    specs = next(c for c in recipe_for("gpt").commands() if c.name == "sample").options
+    for name, bad in (
+        ("max_new_tokens", 2_000_000),
+        ("temperature", -0.5),
+        ("top_p", 1.5),
+        ("seed", 2**64),
+        ("top_k", -3),
+    ):
+        with pytest.raises(OptionError):
+            specs.check(name, bad)
+        r = httpx.post(url + "/generate", json={"prompt": "to", name: bad}, timeout=30)
+        assert r.status_code == 400 and f"field '{name}'" in r.text, (name, r.text)

@@ -225,19 +225,42 @@ class GenerationWorker:
 
 
 # ---- request bodies, validated (pydantic: strict types, no unknown fields) ---------------------------
-def _models():
-    """The request models (pydantic is imported with the server, not with attnlab)."""
+def spec_type(spec):
+    """The pydantic type of a declared option (:mod:`attnlab.options`): its checker's bounds as
+    constraints, its choices as a Literal, so that a server body is checked as the command line
+    checks the same option."""
     from typing import Annotated, Literal
 
-    from pydantic import BaseModel, ConfigDict, Field
+    from pydantic import Field
 
-    from ..options import MAX_NEW_TOKENS
+    if spec.choices is not None:
+        return Literal[tuple(spec.choices)]
+    if spec.kind == "append":
+        return str | list[str]
+    bounds = getattr(spec.type, "bounds", None)
+    if bounds is None:
+        return str
+    kind, low, low_ok, high = bounds
+    limits = {"ge" if low_ok else "gt": low} if low is not None else {}
+    if high is not None:
+        limits["le"] = high
+    return Annotated[kind, Field(**limits, **({"allow_inf_nan": False} if kind is float else {}))]
 
+
+def _models():
+    """The request models (pydantic is imported with the server, not with attnlab), their sampling
+    fields typed from the ``sample`` command's option specs: one declaration for both surfaces."""
+    from typing import Literal
+
+    from pydantic import BaseModel, ConfigDict
+
+    from ..recipes import recipe_for
+
+    sample = next(c for c in recipe_for("gpt").commands() if c.name == "sample").options.specs
     strict = ConfigDict(extra="forbid", strict=True)
-    Tokens = Annotated[int, Field(ge=1, le=MAX_NEW_TOKENS)]
-    Seed = Annotated[int, Field(ge=0, le=2**63 - 1)]
-    Temperature = Annotated[float, Field(ge=0, allow_inf_nan=False)]
-    TopP = Annotated[float, Field(gt=0, le=1, allow_inf_nan=False)]
+    Tokens, Temperature = spec_type(sample["max_new_tokens"]), spec_type(sample["temperature"])
+    TopK, TopP, Seed = spec_type(sample["top_k"]), spec_type(sample["top_p"]), spec_type(sample["seed"])
+    Stop = spec_type(sample["stop"])
 
     class Explore(BaseModel):
         model_config = strict
@@ -251,9 +274,9 @@ def _models():
         prompt: str | None = None
         max_new_tokens: Tokens | None = None  # None: 100, or what the context leaves
         temperature: Temperature = 0.8
-        top_k: Annotated[int, Field(ge=0)] = 200
+        top_k: TopK = 200
         top_p: TopP | None = None
-        stop: str | list[str] = []
+        stop: Stop = []
         seed: Seed | None = None
 
     class Completion(BaseModel):  # OpenAI's /v1/completions (the fields attnlab can honour)
@@ -265,7 +288,7 @@ def _models():
         top_p: TopP = 1.0
         n: Literal[1] = 1
         stream: bool = False
-        stop: str | list[str] | None = None
+        stop: Stop | None = None
         seed: Seed | None = None
         user: str | None = None
         echo: Literal[False] = False

@@ -18,6 +18,7 @@ from ..options import (
     OptionSpecs,
     device_name,
     new_tokens,
+    seed_value,
     vocab_size,
     nonneg_float,
     nonneg_int,
@@ -444,7 +445,7 @@ class GPTRecipe(Recipe):
             help="--prompts-file: prompts generated together; a finished one's row goes to the next (default 8)",
         )
         s.add("--stop", kind="append", default=[], help="stop a sample at this string (repeatable)")
-        s.add("--seed", type=nonneg_int, default=1337, help="random seed (default 1337)")
+        s.add("--seed", type=seed_value, default=1337, help="random seed (default 1337)")
         s.add("--no-cache", kind="flag", help="recompute the whole prefix each step instead of using the KV cache")
         s.add(
             "--dtype",
