@@ -110,3 +110,24 @@ def test_generation_and_sizes_have_bounds(tmp_path, capsys):
     assert "must be from 2 to 1,048,576" in capsys.readouterr().err and not (tmp_path / "v").exists()
     assert main(["train", "seq2seq", "--max-length", "100000", "--out", str(tmp_path / "s")]) == 2
     assert "do not fit the model's context of 256" in capsys.readouterr().err
+
+
+def test_a_generation_whose_kv_cache_cannot_fit_is_refused(tmp_path, monkeypatch):
+    run = attnlab.train(
+        "gpt",
+        out=tmp_path / "g",
+        preset="nano",
+        context=16,
+        max_iters=1,
+        eval_interval=1,
+        eval_iters=1,
+        batch_size=2,
+        progress=False,
+        **PINNED_TRAINING,
+    )
+    model = attnlab.load(run.out)
+    per_row = 16 * model.config.layers * 2 * model.config.dim * 4  # positions x layers x (k, v) x width x fp32
+    monkeypatch.setattr(memory, "available_bytes", lambda device: 10 * per_row)  # room for 10 rows
+    assert len(model.generate(["a"] * 4, 3, batch_size=4)) == 4
+    with pytest.raises(attnlab.errors.OptionError, match=r"give batch_size=10 or less"):
+        model.generate(["a"] * 64, 3, batch_size=64)
