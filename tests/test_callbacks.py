@@ -130,3 +130,26 @@ def test_wandb_logs_offline(corpus, tmp_path, monkeypatch):
     logged = [f for f in os.listdir(runs[0]) if f.endswith(".wandb")]
     assert logged and (runs[0] / logged[0]).stat().st_size > 0
     assert cb.run is None  # finished
+
+
+def test_an_interrupt_right_after_a_step_is_counted_keeps_its_line(corpus, tmp_path, monkeypatch):
+    """SIGTERM lands between any two statements; the worst place was between a step's count and
+    its record (CI once lost a line there): the record now comes first. An interrupt raised as
+    soon as the count moves (a property watching it) leaves the checkpoint and metrics.jsonl agreed."""
+    from attnlab.training.trainer import Trainer, TrainingInterrupted
+
+    def get(self):
+        return self.__dict__["_step_value"]
+
+    def set_(self, value):
+        self.__dict__["_step_value"] = value
+        if value == 3 and self.__dict__.get("in_step"):  # inside train_step, right after the count moved
+            self.__dict__["in_step"] = False  # (what the same statement sets)
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(Trainer, "step", property(get, set_), raising=False)
+    with pytest.raises(TrainingInterrupted):
+        attnlab.train("gpt", data=corpus, out=tmp_path / "run", max_iters=10, eval_interval=1, log_interval=1, **SMALL)
+    steps = [json.loads(line)["step"] for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    saved = json.loads((tmp_path / "run" / "last" / "config.json").read_text())["step"]
+    assert steps == list(range(1, saved + 1)) and saved == 3

@@ -362,9 +362,10 @@ class Trainer:
         self.optimizer.zero_grad(set_to_none=True)
         if self.ema is not None:
             self.ema.update_parameters(self.model)
-        self.step += 1
-        self.pending.append({"step": self.step, "loss": total, "norm": norm, "lr": lr, "parts": parts})
-        self.in_step = False
+        # the record first, then the count: an interrupt between the two (SIGTERM lands between any two
+        # statements) then finds the step's record pending, never a counted step without one
+        self.pending.append({"step": self.step + 1, "loss": total, "norm": norm, "lr": lr, "parts": parts})
+        self.step, self.in_step = self.step + 1, False
         return total
 
     def flush_pending(self) -> list[dict]:
