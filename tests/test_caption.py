@@ -231,6 +231,8 @@ def test_caption_commands_end_to_end(caption_run, tmp_path, capsys):
     res = json.loads(capsys.readouterr().out)
     assert len(res["bleu"]) == 4 and 0 <= res["bleu"][3] <= 100 and "nrefs" in res["bleu_signature"]
     assert res["pointing"] is None or 0 <= res["pointing"] <= 1
+    if res["pointing"] is not None:  # the random-object control: 1 / (objects in the scene), between 1/3 and 1
+        assert all(1 / 3 - 1e-9 <= v <= 1 for v in res["pointing_random_object_by_word"].values())
     assert set(res["by_objects"]) <= {"1", "2", "3"}
     png = tmp_path / "grid.png"
     assert main(["inspect", "caption", "--ckpt", str(caption_run), "--image", str(img), "--out", str(png)]) == 0

@@ -1051,8 +1051,24 @@ def alignment(ctx: Context) -> Result:
             f"a random cell would {cap['chance']:.0%}"
         )
         passed = passed and cap["colour"] >= 3 * cap["chance"]
-        criterion += "; captioning: colour words' attention arg-max on their object at least 3× a random cell's rate"
+        criterion += (
+            "; captioning: colour words' attention arg-max on their object at least 3× a random cell's rate, "
+            "and above the control"
+        )
         note = "Captioner: rnn-attention on generated scenes; pointing game at the colour words (see benchmarks)."
+        control = (
+            f"a pointer that picks a random object of the scene would name the right one {cap['random_object']:.0%} "
+            f"of the time (the captioner's attention lands inside the named object's box {cap['colour']:.0%})"
+        )
+        if passed and not cap["colour"] > cap["random_object"]:
+            note += (
+                " INCONCLUSIVE: a random-object pointer does as well, so this pointing game cannot show the attention "
+                "finds the object; deciding needs scenes with more objects, or a measure of where in the box it lands."
+            )
+            return Result(
+                measured, False, criterion, "alignment.png", note=note, control=control, verdict="INCONCLUSIVE"
+            )
+        return Result(measured, passed, criterion, "alignment.png", note=note, control=control)
     return Result(measured, passed, criterion, "alignment.png", note=note)
 
 
@@ -1077,6 +1093,7 @@ def _caption_pointing(ctx: Context) -> dict:
         "steps": steps,
         "colour": (res.get("pointing_by_word") or {}).get("colour", float("nan")),
         "chance": (res.get("pointing_chance_by_word") or {}).get("colour", float("nan")),
+        "random_object": (res.get("pointing_random_object_by_word") or {}).get("colour", float("nan")),
     }
 
 

@@ -439,9 +439,12 @@ def evaluate_captioner(
         res["by_objects"] = by_count
         res["pointing"], res["pointing_by_word"], res["pointing_objects"] = None, None, 0
         res["pointing_chance_by_word"] = None
+        res["pointing_random_object_by_word"] = None
         if model.config.arch != "rnn":
             hits: dict[str, list[bool]] = {"size": [], "colour": [], "shape": []}
             chance: dict[str, list[float]] = {"size": [], "colour": [], "shape": []}
+            # a pointer that picks one of the scene's objects at random: right with 1 / (its objects)
+            random_object: dict[str, list[float]] = {"size": [], "colour": [], "shape": []}
             for i in range(0, len(images), batch_size):
                 att, _ = word_attention(model, images[i : i + batch_size], meta, ids[i : i + batch_size])
                 for j, cap in enumerate(ids[i : i + batch_size]):
@@ -449,12 +452,14 @@ def evaluate_captioner(
                         grid = att[j][step]
                         hits[kind].append(pointing_hit(grid, obj.box, model.config.image_size))
                         chance[kind].append(pointing_chance(tuple(grid.shape), obj.box, model.config.image_size))
+                        random_object[kind].append(1 / len(objects[i + j]))
             if hits["shape"]:
                 every = hits["size"] + hits["colour"] + hits["shape"]
                 res["pointing"] = sum(every) / len(every)  # over every word that names an object
                 res["pointing_by_word"] = {k: sum(v) / len(v) for k, v in hits.items()}
                 # a random cell's hit rate on the same words: what the pointing is measured against
                 res["pointing_chance_by_word"] = {k: sum(v) / len(v) for k, v in chance.items() if v}
+                res["pointing_random_object_by_word"] = {k: sum(v) / len(v) for k, v in random_object.items() if v}
                 res["pointing_objects"] = len(hits["shape"])
     return res
 
