@@ -82,14 +82,14 @@ def train(
 
     recipe = _recipe(family)
     specs = recipe.train_specs()
+    alias_of = {f.lstrip("-").replace("-", "_"): s.dest for s in specs for f in s.flags}  # every flag's name -> option
     options = {**{k: v for k, v in PYTHON_DEFAULTS.items() if k in specs and config is None}, **options}
     if config is not None:
         from .runoptions import NOT_REPLAYED, read_options
 
         defaults = recipe.default_values()
         from_file = read_options(config, family, tuple(recipe.models), tuple(specs.specs))
-        names = {f.lstrip("-").replace("-", "_") for s in specs for f in s.flags} | set(NOT_REPLAYED)
-        unknown = sorted(k for k in from_file if k not in names)
+        unknown = sorted(k for k in from_file if k not in alias_of and k not in NOT_REPLAYED)
         if unknown:
             raise OptionError(
                 f"--config {config}: train {family} has no option {unknown[0]!r}; "
@@ -105,7 +105,6 @@ def train(
             if k not in ("data", *NOT_REPLAYED) and not (k in defaults and defaults[k] == v)
         }
         options = {**{k: v for k, v in PYTHON_DEFAULTS.items() if k in specs}, **from_file, **options}
-    alias_of = {f.lstrip("-").replace("-", "_"): s.dest for s in specs for f in s.flags}
     values: dict[str, Any] = {n: s.default for n, s in specs.specs.items()}
     for name, value in options.items():
         key = alias_of.get(name, name)

@@ -84,14 +84,12 @@ def test_the_check_leaves_batch_norm_statistics_alone():
         assert torch.equal(b, before[n]), n
 
 
-def test_generation_and_sizes_have_bounds(tmp_path, capsys):
-    model = GPT(GPTConfig(vocab_size=30, context=16, layers=1, heads=1, dim=8))
-    from attnlab.generate import generate
-
-    assert len(generate(model, [[1, 2]], 3)[0]) == 5
-    run = attnlab.train(
+@pytest.fixture(scope="module")
+def tiny_gpt_run(tmp_path_factory):
+    """A context-16 GPT run of one step (the generation bounds read it)."""
+    return attnlab.train(
         "gpt",
-        out=tmp_path / "g",
+        out=tmp_path_factory.mktemp("bounds") / "g",
         preset="nano",
         context=16,
         max_iters=1,
@@ -101,6 +99,14 @@ def test_generation_and_sizes_have_bounds(tmp_path, capsys):
         progress=False,
         **PINNED_TRAINING,
     )
+
+
+def test_generation_and_sizes_have_bounds(tiny_gpt_run, tmp_path, capsys):
+    model = GPT(GPTConfig(vocab_size=30, context=16, layers=1, heads=1, dim=8))
+    from attnlab.generate import generate
+
+    assert len(generate(model, [[1, 2]], 3)[0]) == 5
+    run = tiny_gpt_run
     loaded = attnlab.load(run.out)
     with pytest.raises(attnlab.errors.OptionError, match="at most 1,000,000 tokens per call"):
         loaded.generate("a", 10**15)
@@ -112,19 +118,8 @@ def test_generation_and_sizes_have_bounds(tmp_path, capsys):
     assert "do not fit the model's context of 256" in capsys.readouterr().err
 
 
-def test_a_generation_whose_kv_cache_cannot_fit_is_refused(tmp_path, monkeypatch):
-    run = attnlab.train(
-        "gpt",
-        out=tmp_path / "g",
-        preset="nano",
-        context=16,
-        max_iters=1,
-        eval_interval=1,
-        eval_iters=1,
-        batch_size=2,
-        progress=False,
-        **PINNED_TRAINING,
-    )
+def test_a_generation_whose_kv_cache_cannot_fit_is_refused(tiny_gpt_run, monkeypatch):
+    run = tiny_gpt_run
     model = attnlab.load(run.out)
     per_row = 16 * model.config.layers * 2 * model.config.dim * 4  # positions x layers x (k, v) x width x fp32
     monkeypatch.setattr(memory, "available_bytes", lambda device: 10 * per_row)  # room for 10 rows

@@ -334,10 +334,8 @@ def page_html(data: dict, title: str) -> str:
 
 def write_page(data: dict, path: str | Path, title: str) -> Path:
     """Write :func:`page_html` to ``path`` (atomically)."""
+    from ..outputs import atomic_write_text
+
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    html = page_html(data, title)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(html, encoding="utf-8")
-    tmp.replace(path)
-    return path
+    return atomic_write_text(path, page_html(data, title))

@@ -209,6 +209,8 @@ class GPTVerbs(Verbs):
             raise OptionError("stop='' would stop before the first token; give non-empty strings")
         if self.tokenizer is None:
             lm_tokenizer({}, self.checkpoint)  # says what is missing
+        from ..training.memory import check_cache_fits
+
         check_cache_fits(self, min(batch_size, len(prompt)) if many else 1)
         if many:
             if draft is not None or not use_cache:
@@ -712,24 +714,6 @@ def load_draft(draft, tokenizer, vocab_size: int, device: str):
     if small_tok.to_dict() != tokenizer.to_dict():
         raise OptionError(f"--draft {draft} has another tokenizer than --ckpt; train the draft on the same one")
     return small
-
-
-def check_cache_fits(model, rows: int) -> None:
-    """Refuse a generation whose KV cache cannot fit: ``rows`` sequences × the context (the window
-    slides, so the cache never grows past it) × layers × keys and values × width."""
-    from ..errors import OptionError
-    from ..training.memory import available_bytes
-
-    c = model.config
-    element = next(model.parameters()).element_size()
-    need = rows * c.context * c.layers * 2 * c.dim * element
-    free = available_bytes(model.device)
-    if free is not None and need > free:
-        fits = max(1, free // max(1, c.context * c.layers * 2 * c.dim * element))
-        raise OptionError(
-            f"{rows:,} sequences at once need a {need / 1e9:,.1f} GB KV cache ({c.layers} layers x {c.context} "
-            f"positions x {c.dim} wide); {free / 1e9:,.1f} GB is free: give batch_size={fits:,} or less"
-        )
 
 
 def corpus_ids(ckpt, meta: dict, tok, split: str, data: str | None = None, data_dir: str | None = None):

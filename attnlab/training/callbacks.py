@@ -22,10 +22,27 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-if TYPE_CHECKING:  # (annotations only: the trainer imports this module)
-    from .trainer import Trainer
+
+class Trainer(Protocol):
+    """What a callback reads of :class:`attnlab.training.trainer.Trainer` (which imports this
+    module; this module imports nothing of it)."""
+
+    step: int
+    out: Path
+    cfg: Any  # its TrainConfig
+    model: Any
+    task: Any
+    dist: Any  # .main is True on rank 0
+    device: Any
+    history: list[dict]
+    best_val: float
+
+    @property
+    def sharded(self) -> bool: ...
+
+    def stop(self, reason: str) -> None: ...
 
 
 class Callback:

@@ -90,5 +90,20 @@ def check_fits(model: nn.Module, task, batch_size: int, device: torch.device, em
     return estimate
 
 
+def check_cache_fits(model, rows: int) -> None:
+    """Refuse a generation whose KV cache cannot fit: ``rows`` sequences × the context (the window
+    slides, so the cache never grows past it) × layers × keys and values × width."""
+    c = model.config
+    per_row = c.context * c.layers * 2 * c.dim * next(model.parameters()).element_size()
+    need = rows * per_row
+    free = available_bytes(model.device)
+    if free is not None and need > free:
+        fits = max(1, free // per_row)
+        raise OptionError(
+            f"{rows:,} sequences at once need a {need / 1e9:,.1f} GB KV cache ({c.layers} layers x {c.context} "
+            f"positions x {c.dim} wide); {free / 1e9:,.1f} GB is free: give batch_size={fits:,} or less"
+        )
+
+
 def _gb(n: float) -> str:
     return f"{n / 1e9:,.2f} GB" if n >= 1e8 else f"{n / 1e6:,.1f} MB"
