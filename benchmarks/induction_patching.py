@@ -19,7 +19,7 @@ from pathlib import Path
 import torch
 
 import attnlab
-from attnlab.experiments.claims import CLAIMS, Context
+from attnlab.experiments import CLAIMS, Context
 from attnlab.inspect.patching import logit_difference, patch_activations, patching_figure
 
 FIGURES = Path(__file__).resolve().parents[1] / "docs" / "figures"

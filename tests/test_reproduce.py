@@ -1,36 +1,80 @@
-"""`attnlab reproduce`: every claim runs at a tiny size, and the computed ones PASS exactly."""
+"""`attnlab reproduce`: the computed claims PASS exactly and their controls fail; at the quick size
+every claim runs and its must-fail control fails its criterion."""
 
 import pytest
 
 from attnlab.cli import main
-from attnlab.experiments.claims import CLAIMS, Context, run_claims, write_report
+from attnlab.experiments import CLAIMS, Context, Control, Result, run_claims, write_report
+from attnlab.experiments import runs
 from attnlab.models import GPT, GPTConfig
 
-COMPUTED = ["worked-example", "masks", "scaling", "permutation", "sinusoidal", "table1"]
+COMPUTED = [
+    "worked-example",
+    "masks",
+    "soft-lookup",
+    "scaling",
+    "table1",
+    "attention-memory",
+    "permutation",
+    "pe-requirements",
+    "sinusoidal",
+    "receptive-field",
+    "conv-expression",
+]
 
 
-def test_computed_claims_pass(tmp_path):
+def test_computed_claims_pass_and_their_controls_fail(tmp_path):
     ctx = Context(out=tmp_path / "out", work=tmp_path / "work", size="tiny")
     results = run_claims(COMPUTED, ctx, log=lambda m: None)
     for name, r in results.items():
-        assert r.passed, (name, r.measured)
+        assert r.status == "PASS", (name, r.measured)
+        assert r.control is not None and not r.control.cleared, (name, r.control)
+        assert r.data == "computed: no data" or "digits" in r.data
     assert "58.89" in results["worked-example"].measured and "0.850" in results["worked-example"].measured
+    assert "0.953" in results["worked-example"].control.measured  # softmax(102, 99) unscaled, by hand
     assert (tmp_path / "out" / "scaling.png").stat().st_size > 1000
 
 
+@pytest.fixture(scope="module")
+def quick(tmp_path_factory):
+    """Every trained claim at the quick size, in one context (they share trained models, as in
+    `attnlab reproduce --quick`): about 10 minutes on 2 cores."""
+    tmp = tmp_path_factory.mktemp("reproduce")
+    ctx = Context(out=tmp / "out", work=tmp / "work", size="quick")
+    return ctx, run_claims([n for n in CLAIMS if n not in COMPUTED], ctx, log=lambda m: None)
+
+
 @pytest.mark.parametrize("name", [n for n in CLAIMS if n not in COMPUTED])
-def test_trained_claims_run_at_tiny_size(name, tmp_path):
-    ctx = Context(out=tmp_path / "out", work=tmp_path / "work", size="tiny")
-    r = run_claims([name], ctx, log=lambda m: None)[name]
+def test_every_claims_control_fails_at_the_quick_size(name, quick):
+    ctx, results = quick
+    r = results[name]
     assert not r.measured.startswith("could not run"), r.measured
+    assert r.status in ("PASS", "FAIL", "INCONCLUSIVE", "SKIPPED") and r.data
+    if r.status == "SKIPPED":  # its data is absent here: nothing was run on a substitute
+        pytest.skip(r.measured)
+    assert r.control is not None, f"{name} has no must-fail control"
+    assert not r.control.cleared, f"{name}'s control clears its criterion: {r.control}"
     if r.figure:
-        assert (tmp_path / "out" / r.figure).is_file()
+        assert (ctx.out / r.figure).is_file()
+
+
+def test_a_control_that_clears_the_criterion_makes_the_claim_inconclusive(tmp_path):
+    cleared = Result("m", True, "c", control=Control("the model before training", "as good", True))
+    assert cleared.status == "INCONCLUSIVE"
+    assert Result("m", True, "c", control=Control("x", "worse", False)).status == "PASS"
+    assert Result("m", False, "c", control=Control("x", "as good", True)).status == "FAIL"
+    assert Result("m", True, "c", verdict="SKIPPED").status == "SKIPPED"
+    ctx = Context(out=tmp_path, work=tmp_path / "w", size="tiny")
+    report = write_report({"masks": cleared}, ctx).read_text()
+    assert "0 of 1 claims PASS, 1 INCONCLUSIVE" in report
+    assert "**Control**: the model before training: as good (clears the criterion too)" in report
 
 
 def test_report_and_command(tmp_path, capsys):
     assert main(["reproduce", "worked-example", "masks", "--out", str(tmp_path / "rep")]) == 0
     report = (tmp_path / "rep" / "report.md").read_text()
     assert "2 of 2 claims PASS" in report and "> With q·k₁ = 102" in report
+    assert "**Data**: computed: no data" in report and "**Control**: the same attention without dividing" in report
     assert main(["reproduce", "nonsense", "--out", str(tmp_path / "x")]) == 2
     assert "unknown claim" in capsys.readouterr().err
 
@@ -51,7 +95,7 @@ def test_an_untrained_model_fails_the_heads_criterion():
     nats), so the claim's test cannot pass on a model that learned nothing."""
     import torch
 
-    from attnlab.experiments.claims import head_statistics
+    from attnlab.experiments.heads import head_statistics
     from attnlab.models import GPT, GPTConfig
 
     torch.manual_seed(0)
@@ -65,42 +109,71 @@ def test_an_untrained_model_fails_the_heads_criterion():
 def test_every_seed_trains_the_variants_own_positions_and_the_report_names_the_corpus(tmp_path, monkeypatch):
     """The multi-seed helper popped "pos" from the variant on its first seed, so every later seed
     trained RoPE; and a report without a data folder never said it ran on the embedded corpus."""
-    from attnlab.experiments import claims
-
     trained = []
 
     def fake_train(ctx, pos, steps, **kw):
         trained.append((pos, kw["seed"]))
-        model = GPT(
-            GPTConfig(vocab_size=claims._corpus(ctx).tokenizer.vocab_size, context=64, layers=1, heads=1, dim=8)
-        )
+        model = GPT(GPTConfig(vocab_size=runs.corpus(ctx).tokenizer.vocab_size, context=64, layers=1, heads=1, dim=8))
         return model.eval(), None
 
-    monkeypatch.setattr(claims, "_train_gpt", fake_train)
-    ctx = claims.Context(out=tmp_path, work=tmp_path, size="tiny")
+    monkeypatch.setattr(runs, "train_gpt", fake_train)
+    ctx = Context(out=tmp_path, work=tmp_path, size="tiny")
     variants = {"learned": {"pos": "learned"}, "rope": {}}
-    claims._gpt_losses(ctx, variants, steps=1, seeds=(0, 1, 2))
+    runs.gpt_losses(ctx, variants, steps=1, seeds=(0, 1, 2))
     assert trained == [("learned", 0), ("learned", 1), ("learned", 2), ("rope", 0), ("rope", 1), ("rope", 2)]
     assert variants["learned"] == {"pos": "learned"}  # (not emptied either)
-    report = claims.write_report({}, ctx).read_text()
-    assert "Text corpus of the text claims: the embedded corpus" in report
+    (r,) = run_claims(["multi-head"], ctx, log=lambda m: None).values()
+    assert r.data.startswith("the embedded corpus") and "Tiny Shakespeare was not used" in r.data
+    assert f"| {r.data} |" in write_report({"multi-head": r}, ctx).read_text()
 
 
 def test_the_cka_claim_runs_its_untrained_control_and_says_when_it_cannot_decide(tmp_path):
     ctx = Context(out=tmp_path / "out", work=tmp_path / "work", size="tiny")
     r = run_claims(["cka"], ctx, log=lambda m: None)["cka"]
-    assert r.control.startswith("untrained ViT") and r.status in ("PASS", "FAIL", "INCONCLUSIVE")
-    untrained = float(r.control.rsplit(" ", 1)[1])
+    assert r.control.what.startswith("the same ViT before training")
+    untrained = float(r.control.measured.rsplit(" ", 1)[1])
     cnn = float(r.measured.split("CNN ")[1].split(" ")[0].rstrip(","))
     vit = float(r.measured.split("ViT ")[1].split(",")[0])
+    assert r.control.cleared == (untrained > cnn)
     if vit > cnn and untrained > cnn:  # the control clears the bar too: not a PASS
-        assert r.status == "INCONCLUSIVE" and not r.passed
+        assert r.status == "INCONCLUSIVE"
     report = write_report({"cka": r}, ctx).read_text()
-    assert f"— {r.status}" in report and "**Control**: untrained ViT" in report
+    assert f"— {r.status}" in report and "**Control**: the same ViT before training" in report
+
+
+def test_a_claim_whose_data_is_absent_is_skipped_not_run_on_a_substitute(tmp_path, monkeypatch):
+    monkeypatch.setattr("attnlab.experiments.vision.mnist_as_digits", lambda ctx: None)
+    ctx = Context(out=tmp_path / "out", work=tmp_path / "work", size="tiny")
+    r = run_claims(["data-hunger"], ctx, log=lambda m: None)["data-hunger"]
+    assert r.status == "SKIPPED" and "MNIST" in r.measured and r.seconds < 5
+
+
+def test_the_reorder_task_and_its_reference_alignment():
+    import random
+
+    from attnlab.data.parallel import reorder_alignment, synthetic_pair
+
+    assert reorder_alignment("nab") == [1, 0, 2]  # adjective n + noun a swap; the lone noun b stays
+    assert reorder_alignment("azqb") == [0, 2, 1, 3]
+    rng = random.Random(0)
+    for _ in range(200):
+        src, tgt = synthetic_pair("reorder", rng, 5, 12)
+        order = reorder_alignment(src)
+        assert 5 <= len(src) <= 12 and sorted(order) == list(range(len(src)))
+        assert tgt == "".join(src[j].upper() for j in order)
+
+
+def test_the_stats_controls():
+    from attnlab.experiments.stats import swapped_labels_control
+
+    consistent = swapped_labels_control([0.1, 0.12, 0.11], "d")  # a real effect: swapped, it cancels
+    assert not consistent.cleared and "[-" in consistent.measured
+    # differences that follow the seed's parity survive the swap: the control clears (no real effect)
+    assert swapped_labels_control([0.1, -0.1, 0.1], "d").cleared
 
 
 def test_comparative_claims_decide_on_intervals_over_seeds():
-    from attnlab.experiments.claims import better_verdict, paired_interval, same_verdict
+    from attnlab.experiments.stats import better_verdict, paired_interval, same_verdict
 
     mean, low, high = paired_interval([0.05, 0.07, 0.06])
     # by hand: mean 0.06, sd 0.01, t(2) = 4.303, half-width 4.303 * 0.01 / √3 = 0.02484

@@ -193,20 +193,27 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sv.set_defaults(func=_serve)
 
-    from ..experiments.claims import CLAIMS
+    from ..experiments import CLAIMS
 
     rp = sub.add_parser(
         "reproduce",
         help="check the lectures' claims on real runs; write a report",
         epilog=EPILOG,
-        description="Each claim: the lecture's statement, what was run, the figure or table, the "
-        "measured number and PASS/FAIL against a stated criterion, in OUT/report.md with its PNGs. "
-        "Claims: " + ", ".join(CLAIMS),
+        description="Each claim: the lecture's statement, what was run on which data, the figure or table, "
+        "the measured numbers, a stated criterion and a must-fail control run beside it; PASS (the control "
+        "fails the criterion), FAIL, INCONCLUSIVE (the control clears it too, or seed noise straddles it) or "
+        "SKIPPED (its data is absent), in OUT/report.md with its PNGs. Claims: " + ", ".join(CLAIMS),
     )
     rp.add_argument("names", nargs="*", metavar="NAME", help="claims to check (default: all)")
     rp.add_argument("--quick", action="store_true", help="small runs: all claims in about 10 minutes on 2 CPU cores")
     rp.add_argument("--out", default="reproduce", help="report folder (default: reproduce/)")
     rp.add_argument("--data-dir", default=None, help="folder holding named datasets (default: $ATTNLAB_DATA)")
+    rp.add_argument(
+        "--docs",
+        default=None,
+        metavar="FILE.md",
+        help="also write the documentation page: what each claim judges, its control and verdict (default: none)",
+    )
     rp.set_defaults(func=_reproduce)
 
     b = sub.add_parser(
@@ -484,21 +491,27 @@ def _serve(args) -> int:
 
 
 def _reproduce(args) -> int:
+    import platform
     import tempfile
     from pathlib import Path
 
-    from ..experiments.claims import CLAIMS, Context, run_claims, write_report
+    from ..experiments import CLAIMS, Context, run_claims, write_docs, write_report
+    from ..outputs import output_file
 
     names = [n for n in args.names if n != "all"] or list(CLAIMS)
     unknown = [n for n in names if n not in CLAIMS]
     if unknown:
         raise ValueError(f"unknown claim {unknown[0]!r}; choose from {', '.join(CLAIMS)} (or all)")
+    docs = output_file(args.docs, ".md", "--docs") if args.docs else None  # checked before the runs, not after
     out = Path(args.out)
     with tempfile.TemporaryDirectory(prefix="attnlab-reproduce-") as work:
         ctx = Context(out=out, work=Path(work), size="quick" if args.quick else "full", data_dir=args.data_dir)
         results = run_claims(names, ctx, log=lambda m: print(m, file=sys.stderr, flush=True))
     report = write_report(results, ctx)
-    passed = sum(r.passed for r in results.values())
+    if docs is not None:
+        cores = os.cpu_count() or 1
+        write_docs(results, ctx, docs, f"{cores} CPU cores ({platform.processor() or platform.machine()})")
+    passed = sum(r.status == "PASS" for r in results.values())
     print(f"{passed} of {len(results)} claims PASS; report: {report}")
     return 0 if passed == len(results) else 1
 

@@ -1,5 +1,5 @@
 """Parallel text for sequence-to-sequence models: aligned files, TSV, Multi30k, and synthetic
-tasks generated on the fly (copy, reverse, sort, addition, dates)."""
+tasks generated on the fly (copy, reverse, sort, addition, dates, reorder)."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from . import hf, sources
 
 PAD, BOS, EOS, UNK = "<pad>", "<bos>", "<eos>", "<unk>"
 SPECIALS = [PAD, BOS, EOS, UNK]
-SYNTHETIC = ("copy", "reverse", "sort", "addition", "dates")
+SYNTHETIC = ("copy", "reverse", "sort", "addition", "dates", "reorder")
 LANGS = ("de", "en")
 
 
@@ -88,9 +88,34 @@ def multi30k(src_lang: str, tgt_lang: str, data_dir: str | None = None) -> dict[
 
 
 # ---- synthetic tasks -------------------------------------------------------------------------
+# the reorder task's toy language: nouns and adjectives; its "translation" upper-cases every word and puts
+# each adjective after its noun, as French does ("black cat" -> "chat noir")
+NOUNS, ADJECTIVES = "abcdefghijklm", "nopqrstuvwxyz"
+
+
+def reorder_alignment(src: str) -> list[int]:
+    """For the reorder task: the source position each target symbol translates, in target order
+    (the reference alignment: an adjective-noun pair swaps, a lone noun stays)."""
+    order, i = [], 0
+    while i < len(src):
+        if src[i] in ADJECTIVES and i + 1 < len(src):
+            order += [i + 1, i]
+            i += 2
+        else:
+            order.append(i)
+            i += 1
+    return order
+
+
 def synthetic_pair(task: str, rng: random.Random, min_len: int, max_len: int) -> tuple[str, str]:
     """One (source, target) example; lengths in symbols."""
     n = rng.randint(min_len, max_len)
+    if task == "reorder":  # a noun alone or after an adjective (as long as it fits), until n symbols
+        src = ""
+        while len(src) < n:
+            adjective = rng.random() < 0.5 and len(src) + 2 <= n
+            src += (rng.choice(ADJECTIVES) if adjective else "") + rng.choice(NOUNS)
+        return src, "".join(src[j].upper() for j in reorder_alignment(src))
     if task in ("copy", "reverse", "sort"):
         s = "".join(rng.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(n))
         return s, {"copy": s, "reverse": s[::-1], "sort": "".join(sorted(s))}[task]

@@ -1,0 +1,215 @@
+"""Claims of the multi-head lecture and beyond: heads attend differently, several heads beat one
+of the same size, and induction heads form in two layers."""
+
+from __future__ import annotations
+
+import contextlib
+import math
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from ..inspect.plots import head_scores_panel, plt, save_figure
+from .registry import Context, Control, Result, claim
+from .runs import corpus, fit, gpt_losses, loss_bars, train_gpt
+from .stats import better_verdict, seeds_for, seeds_note, swapped_labels_control
+
+
+def head_statistics(model, x, y) -> tuple[np.ndarray, list[tuple[str, float]], float]:
+    """Layer 0's pairwise Jensen–Shannon divergence between heads' attention (H, H), the loss
+    increase when each head is removed, and the loss with all heads."""
+    from ..hooks import zero_heads
+    from ..inspect import capture_attention
+
+    with capture_attention(model) as rec, torch.no_grad():
+        base = F.cross_entropy(model(x).flatten(0, 1), y.flatten()).item()
+    layer0 = rec.layers()[0][:, :, 1:]  # (B, H, T, T), skip the first query (one key only)
+    h = layer0.shape[1]
+    js = np.zeros((h, h))
+    for i in range(h):
+        for j in range(h):
+            p, q = layer0[:, i].clamp_min(1e-12), layer0[:, j].clamp_min(1e-12)
+            m = (p + q) / 2
+            js[i, j] = (0.5 * (p * (p / m).log()).sum(-1) + 0.5 * (q * (q / m).log()).sum(-1)).mean().item()
+    deltas = []
+    for li, name in enumerate(model.hook_points("*.attn.hook_z")):
+        for head in range(model.config.heads):
+            with model.hooks([(name, zero_heads(head))]), torch.no_grad():
+                deltas.append((f"L{li}H{head}", F.cross_entropy(model(x).flatten(0, 1), y.flatten()).item() - base))
+    return js, deltas, base
+
+
+@claim(
+    "heads",
+    "Heads attend differently",
+    "Multi-head attention lets different heads attend to different things: their maps differ, and removing "
+    "heads one at a time changes the loss by different amounts.",
+)
+def heads(ctx: Context) -> Result:
+    from ..models import GPT
+
+    model = ctx.cache.get("gpt_alibi") or train_gpt(ctx, "alibi", ctx.steps(20, 400, 1500))[0]
+    torch.manual_seed(0)
+    untrained = GPT(model.config).eval()  # the baseline: the same model before training, which must fail
+    data = corpus(ctx)
+    ids = torch.from_numpy(np.asarray(data.val[: 8 * 64 + 1], dtype=np.int64))
+    x, y = ids[:-1].reshape(8, 64), ids[1:].reshape(8, 64)
+    js, deltas, base = head_statistics(model, x, y)
+    js0, deltas0, _ = head_statistics(untrained, x, y)
+    fig, axes = plt.subplots(1, 2, figsize=(8, 3), dpi=100)
+    axes[0].imshow(js, cmap="viridis")
+    axes[0].set_title("layer 0: JS divergence between heads", fontsize=9)
+    axes[1].bar([d[0] for d in deltas], [d[1] for d in deltas])
+    axes[1].set_ylabel("loss increase without the head")
+    axes[1].tick_params(axis="x", labelrotation=90, labelsize=7)
+    save_figure(fig, ctx.out / "heads.png")
+    h = js.shape[0]
+
+    spread0 = max(d[1] for d in deltas0) - min(d[1] for d in deltas0)  # the untrained model's
+
+    def judged(js, deltas) -> tuple[bool, float, float, float]:
+        off, vals = js[~np.eye(h, dtype=bool)], [d[1] for d in deltas]
+        ok = (
+            off.mean() > 1.1 * js0[~np.eye(h, dtype=bool)].mean()
+            and max(vals) > 0.05
+            # different amounts: the effects spread over more than 0.05 nats and more than twice the
+            # untrained model's spread (a bar of their own, not a ratio to a near-zero smallest effect)
+            and max(vals) - min(vals) > max(0.05, 2 * spread0)
+        )
+        return ok, off.mean(), min(vals), max(vals)
+
+    ok, js_mean, low, high = judged(js, deltas)
+    base_ok, js0_mean, low0, high0 = judged(js0, deltas0)
+    return Result(
+        f"mean JS divergence between two heads of layer 0 {js_mean:.3f} nats, loss increase without one head from "
+        f"{low:.4f} to {high:.4f} (spread {high - low:.4f}; base loss {base:.3f})",
+        ok,
+        "heads differ more than the untrained model's (mean JS at least 10 % above its value, which ALiBi's "
+        "per-head slopes make large from the start); some head matters (removing it costs > 0.05 nats) and the "
+        "ablation effects spread over more than 0.05 nats and more than twice the untrained model's spread",
+        "heads.png",
+        note="the ALiBi GPT of the `length` claim, 8 windows of 64 validation tokens",
+        control=Control(
+            "the same architecture and seed before training",
+            f"mean JS {js0_mean:.3f}, ablation effects {low0:.4f} to {high0:.4f} (spread {spread0:.4f})",
+            base_ok,
+        ),
+    )
+
+
+@claim(
+    "multi-head",
+    "Several heads beat one head of the same size",
+    "Splitting attention into several heads (each of width d/H, same parameters in total) works better than one "
+    "head of full width: the heads can look at different positions at once.",
+)
+def multi_head(ctx: Context) -> Result:
+    steps = ctx.steps(20, 400, 1500)
+    seeds = seeds_for(ctx)
+    one, four = "1 head × 64", "4 heads × 16"
+    losses, params = gpt_losses(ctx, {one: {"heads": 1}, four: {"heads": 4}}, steps, seeds)
+    loss_bars(losses, ctx.out / "multi_head.png", f"{steps} steps, {len(seeds)} seed(s)")
+    diffs = np.array(losses[one]) - np.array(losses[four])
+    passed, verdict, interval = better_verdict(diffs, "1-head loss − 4-head loss")
+    same_size = params[one] == params[four]
+    return Result(
+        f"validation loss after {steps} steps: 1 head {np.mean(losses[one]):.3f}, 4 heads {np.mean(losses[four]):.3f} "
+        f"(means over seeds {', '.join(map(str, seeds))}; {params[one]:,} and {params[four]:,} parameters); {interval}",
+        passed and same_size,
+        "the same parameter count, and the 95 % interval of the paired loss difference (1 head − 4 heads) above 0",
+        "multi_head.png",
+        note="2-layer 64-wide GPTs with rotary positions, trained alike on the same text; loss on 16 fixed "
+        "windows of 64 validation tokens; each seed sets both models' initial weights and batches" + seeds_note(ctx),
+        verdict=verdict,
+        control=swapped_labels_control(diffs, "1-head loss − 4-head loss"),
+    )
+
+
+@claim(
+    "induction",
+    "Induction heads form in two layers (beyond the lectures: Olsson et al. 2022)",
+    "A two-layer attention-only transformer trained on sequences that repeat a random segment learns to copy: "
+    "a previous-token head in layer 0 and an induction head in layer 1 (attend to the token after the previous "
+    "occurrence of the current one), and the loss on the repeated half falls far below the first half's. The "
+    "detected heads are the circuit: ablating them costs more loss on the repeated half than ablating any other "
+    "pair of heads in the same layers.",
+)
+def induction(ctx: Context) -> Result:
+    from ..inspect.detectors import head_scores, repeated_random_tokens
+    from ..inspect.patching import ablated
+    from ..models import GPT, GPTConfig
+    from ..training.tasks import RepeatedSequenceTask
+
+    vocab, length, half = 64, 40, 20
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(vocab_size=vocab, context=length, layers=2, heads=4, dim=64, pos="rope", mlp=False))
+    steps = ctx.steps(20, 1000, 2500)  # (the circuit forms at about step 500-700 here)
+    fit(
+        ctx,
+        model,
+        RepeatedSequenceTask(vocab, length, 64),
+        "induction",
+        steps,
+        batch_size=64,
+        lr=1e-3,
+        min_lr=1e-3,  # constant: the copying circuit forms in a sudden phase change that decay would slow
+        warmup_iters=0,
+        weight_decay=0.0,
+        beta2=0.999,
+        grad_clip=0.0,
+        compile=False,
+    )
+    model.eval()
+    x = repeated_random_tokens(32, half, vocab, torch.Generator().manual_seed(1234))  # the first half, then again
+
+    def loss_per_token(heads=()) -> torch.Tensor:
+        with torch.no_grad(), ablated(model, list(heads)) if heads else contextlib.nullcontext():
+            return F.cross_entropy(model(x[:, :-1]).transpose(1, 2), x[:, 1:], reduction="none").mean(0)
+
+    per_token = loss_per_token()
+    first, repeat = per_token[: half - 1].mean().item(), per_token[half - 1 :].mean().item()
+    scores = head_scores(model, x)
+    ind, prev = scores["induction"], scores["previous_token"]
+    # the detectors' circuit against every other pair of heads in the same layers (zero-ablated)
+    circuit = ((0, int(prev[0].argmax())), (1, int(ind[1].argmax())))
+    heads = model.config.heads
+    pairs = [((0, h0), (1, h1)) for h0 in range(heads) for h1 in range(heads)]
+    cost = {pair: loss_per_token(pair)[half - 1 :].mean().item() - repeat for pair in pairs}
+    others = max(v for pair, v in cost.items() if pair[0] != circuit[0] and pair[1] != circuit[1])
+    fig, axes = plt.subplots(1, 3, figsize=(12, 3.2), dpi=100, layout="constrained")
+    for ax, (name, s) in zip(axes[:2], (("previous-token score", prev), ("induction score", ind))):
+        head_scores_panel(fig, ax, s.numpy(), name)
+    axes[2].plot(range(1, len(per_token) + 1), per_token.numpy())
+    axes[2].axvline(half - 0.5, color="grey", lw=0.8)
+    axes[2].set_xlabel("position")
+    axes[2].set_ylabel("loss (nats)")
+    axes[2].set_title("loss per position: the second copy is predicted", fontsize=9)
+    save_figure(fig, ctx.out / "induction.png")
+    best_l1, best_l0 = ind[1].max().item(), ind[0].max().item()
+    worst_other = max((p for p in pairs if p[0] != circuit[0] and p[1] != circuit[1]), key=cost.get)
+    causal = cost[circuit] > others
+    ok = repeat < 0.5 * first and best_l1 > 0.3 and best_l1 > best_l0 and prev[0].max().item() > 0.3 and causal
+    return Result(
+        f"loss on the repeated half {repeat:.3f} vs {first:.3f} on the first (ln {vocab} = {math.log(vocab):.3f}); "
+        f"best induction score in layer 1 {best_l1:.3f} (head {int(ind[1].argmax())}), in layer 0 {best_l0:.3f}; "
+        f"best previous-token score in layer 0 {prev[0].max().item():.3f}; ablating those two heads "
+        f"(L0.H{circuit[0][1]}, L1.H{circuit[1][1]}) raises the repeated-half loss by {cost[circuit]:+.3f}, "
+        f"any pair of other heads in those layers by at most {others:+.3f}",
+        ok,
+        "repeated-half loss below half the first half's, an induction score above 0.3 in layer 1 (higher than "
+        "layer 0's), a previous-token head (score above 0.3) in layer 0 (scores: TransformerLens's definitions; "
+        "a perfect head scores 0.5 here, since only the second half can attend to an earlier copy), and zero-"
+        "ablating those two heads costs more repeated-half loss than zero-ablating any pair of other heads in the "
+        "same two layers",
+        "induction.png",
+        note=f"2 layers x 4 heads, 64 wide, attention only, rotary positions; {steps} steps of 64 sequences of "
+        f"{length} tokens whose repeat distance changes per batch (so no fixed positional offset can do the copying)",
+        control=Control(
+            "the costliest other pair of heads in the same layers, "
+            f"L0.H{worst_other[0][1]} and L1.H{worst_other[1][1]}, taken for the circuit",
+            f"zero-ablating it costs {others:+.3f}, against the detected pair's {cost[circuit]:+.3f}",
+            others > cost[circuit],
+        ),
+        data="generated: random tokens repeated once",
+    )

@@ -1,0 +1,287 @@
+"""Claims of the positional-encoding lecture: attention alone ignores order, what a positional
+encoding must be, sinusoidal offsets as linear maps, encodings and longer inputs, and adding vs
+concatenating the code."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from ..inspect.plots import plt, save_figure
+from .registry import Context, Control, Result, claim, markdown_table
+from .runs import corpus, gpt_losses, loss_at, loss_bars, spread_ends, train_gpt
+from .stats import same_verdict, seeds_for, seeds_note
+
+
+@claim(
+    "permutation",
+    "Attention alone ignores order",
+    "Without positional encoding self-attention is permutation-equivariant (permuting the tokens permutes the "
+    "outputs) and a mean-pooled output is permutation-invariant; adding positional encodings breaks both.",
+)
+def permutation(ctx: Context) -> Result:
+    from ..attention import MultiHeadAttention
+    from ..position import SinusoidalPosition
+
+    torch.manual_seed(0)
+    mha, pe = MultiHeadAttention(32, 4).eval(), SinusoidalPosition(32, 64)
+    x = torch.randn(2, 12, 32)
+    perm = torch.randperm(12)
+    with torch.no_grad():
+        eq = (mha(x)[:, perm] - mha(x[:, perm])).abs().max().item()
+        inv = (mha(x).mean(1) - mha(x[:, perm]).mean(1)).abs().max().item()
+        eq_pe = (mha(pe(x))[:, perm] - mha(pe(x[:, perm]))).abs().max().item()
+        inv_pe = (mha(pe(x)).mean(1) - mha(pe(x[:, perm])).mean(1)).abs().max().item()
+        # the control: a causal mask, which tells each token how many came before it (order without positions)
+        causal = MultiHeadAttention(32, 4, causal=True).eval()
+        causal.load_state_dict(mha.state_dict())
+        eq_causal = (causal(x)[:, perm] - causal(x[:, perm])).abs().max().item()
+        inv_causal = (causal(x).mean(1) - causal(x[:, perm]).mean(1)).abs().max().item()
+    ok = eq < 1e-5 and inv < 1e-5 and eq_pe > 1e-2 and inv_pe > 1e-3
+    return Result(
+        f"without PE: max |f(Px) − Pf(x)| = {eq:.1e}, pooled difference {inv:.1e}; with sinusoidal PE: "
+        f"{eq_pe:.3f} and {inv_pe:.3f}",
+        ok,
+        "differences below 1e-5 without PE; above 1e-2 (equivariance) and 1e-3 (pooled) with PE",
+        control=Control(
+            "the same attention with a causal mask, still without PE (the mask itself carries order)",
+            f"max |f(Px) − Pf(x)| = {eq_causal:.3f}, pooled difference {inv_causal:.3f}",
+            eq_causal < 1e-5 and inv_causal < 1e-5,
+        ),
+    )
+
+
+def _requirements(encode) -> dict[str, tuple[bool, float]]:
+    """The three requirements on a position code, measured on ``encode(n) -> (n, d)``, the code
+    of positions 0..n-1 for a sequence of n tokens: {requirement: (met, the number that judged it)}."""
+    long = encode(4096).double()
+    short = encode(64).double()
+    # unique: the closest two of 4,096 positions are distinct codes
+    closest = (torch.cdist(long, long) + torch.eye(len(long), dtype=long.dtype) * 1e9).min().item()
+    largest = long.abs().max().item()  # bounded: entries do not grow with the position
+    drift = (long[:64] - short).abs().max().item()  # consistent: position p keeps its code at every length
+    return {
+        "unique (the closest two of 4,096 codes more than 1e-6 apart)": (closest > 1e-6, closest),
+        "bounded (largest entry up to position 4,095 ≤ 1)": (largest <= 1.0, largest),
+        "consistent across lengths (positions 0-63 coded alike in 64 and 4,096 tokens)": (drift < 1e-9, drift),
+    }
+
+
+@claim(
+    "pe-requirements",
+    "What a positional encoding must be",
+    "A positional encoding must give every position a unique code, stay bounded however long the input, and "
+    "code a position the same way whatever the sequence length; the raw index (unbounded) and the index "
+    "divided by the length (inconsistent across lengths) each fail one, and sinusoids meet all three.",
+)
+def pe_requirements(ctx: Context) -> Result:
+    from ..position import sinusoidal_encoding
+
+    d = 64
+    codes = {
+        "sinusoidal": lambda n: sinusoidal_encoding(n, d),
+        "raw index p": lambda n: torch.arange(n, dtype=torch.float64)[:, None].expand(n, d),
+        "p / (n − 1)": lambda n: (torch.arange(n, dtype=torch.float64) / max(n - 1, 1))[:, None].expand(n, d),
+    }
+    judged = {name: _requirements(encode) for name, encode in codes.items()}
+    rows = [[name, *(f"{'yes' if ok else 'no'} ({v:.3g})" for ok, v in r.values())] for name, r in judged.items()]
+    met = {name: all(ok for ok, _ in r.values()) for name, r in judged.items()}
+    failed = {
+        name: [req.split(" (")[0] for req, (ok, _) in r.items() if not ok]
+        for name, r in judged.items()
+        if name != "sinusoidal"
+    }
+    return Result(
+        "sinusoidal (d = 64): "
+        + ", ".join(f"{req.split(' (')[0]} {v:.3g}" for req, (_, v) in judged["sinusoidal"].items())
+        + "; the naive codes fail: "
+        + "; ".join(f"{name}: {', '.join(f) or 'none'}" for name, f in failed.items()),
+        met["sinusoidal"],
+        "the sinusoidal code meets all three: " + "; ".join(judged["sinusoidal"]),
+        table=markdown_table(["code", *(req.split(" (")[0] for req in judged["sinusoidal"])], rows),
+        control=Control(
+            "the lecture's naive codes: the raw index and the index divided by the length",
+            "; ".join(f"{name} fails {', '.join(f) or 'nothing'}" for name, f in failed.items()),
+            any(met[name] for name in failed),
+        ),
+    )
+
+
+def _offset_fit(pe: torch.Tensor, offsets=(1, 5, 20, 50)) -> tuple[float, float, list]:
+    """(largest residual of the least-squares M_k with PE(pos) M_k ≈ PE(pos + k), largest spread of
+    PE(pos)·PE(pos + k) across pos, table rows) over ``offsets``; ``pe``: (positions, d) float64."""
+    n = len(pe)
+    worst_fit, worst_spread, rows = 0.0, 0.0, []
+    for k in offsets:
+        a, b = pe[: n - k], pe[k:]
+        m = torch.linalg.lstsq(a, b).solution  # least-squares M_k with a M_k ≈ b
+        fit = (a @ m - b).abs().max().item()
+        dots = (a * b).sum(-1)
+        spread = (dots.max() - dots.min()).item()
+        worst_fit, worst_spread = max(worst_fit, fit), max(worst_spread, spread)
+        rows.append([k, fit, dots.mean().item(), spread])
+    return worst_fit, worst_spread, rows
+
+
+@claim(
+    "sinusoidal",
+    "Sinusoidal positions: offsets are linear maps",
+    "For every offset k there is a fixed linear map (a rotation of each sin/cos pair) M_k with "
+    "PE(pos + k) = M_k PE(pos) for all pos, so the dot product PE(pos)·PE(pos + k) depends on k only.",
+)
+def sinusoidal(ctx: Context) -> Result:
+    from ..position import sinusoidal_encoding
+
+    pe = sinusoidal_encoding(256, 64).double()
+    worst_fit, worst_spread, rows = _offset_fit(pe)
+    # the control: a random table of the same shape and scale (what a learned table starts as)
+    table = torch.randn(256, 64, generator=torch.Generator().manual_seed(0), dtype=torch.float64) / 2**0.5
+    control_fit, control_spread, _ = _offset_fit(table)
+    dist = torch.stack([(pe[:192] * pe[k : 192 + k]).sum(-1).mean() for k in range(64)])
+    fig, (heat, ax) = plt.subplots(
+        1, 2, figsize=(10, 3.2), dpi=100, gridspec_kw={"width_ratios": [1.4, 1], "wspace": 0.5}
+    )
+    # the lecture's picture: 50 positions of a 128-dimensional encoding, one row per position
+    shown = heat.imshow(sinusoidal_encoding(50, 128).numpy(), aspect="auto", cmap="RdBu", vmin=-1, vmax=1)
+    heat.set_xlabel("dimension i (sin at even i, cos at odd i)")
+    heat.set_ylabel("position")
+    heat.set_title("PE, 50 positions × 128 dimensions", fontsize=9)
+    fig.colorbar(shown, ax=heat, fraction=0.04)
+    ax.plot(range(64), dist.numpy())
+    ax.set_xlabel("offset k")
+    ax.set_ylabel("PE(pos)·PE(pos+k)")
+    save_figure(fig, ctx.out / "sinusoidal.png")
+    ok = worst_fit < 1e-6 and worst_spread < 1e-6
+    return Result(
+        f"largest residual of PE(pos+k) − PE(pos) M_k over all pos: {worst_fit:.1e}; largest spread of "
+        f"PE(pos)·PE(pos+k) across pos: {worst_spread:.1e}",
+        ok,
+        "both below 1e-6 for k = 1, 5, 20, 50 (d = 64, 256 positions)",
+        "sinusoidal.png",
+        markdown_table(["k", "fit residual", "mean dot", "dot spread"], rows),
+        control=Control(
+            "a random position table of the same shape (entries of std 1/√2, as the sinusoids')",
+            f"largest residual {control_fit:.2f}, largest dot spread {control_spread:.1f}",
+            control_fit < 1e-6 and control_spread < 1e-6,
+        ),
+    )
+
+
+def _extrapolates(change: dict, good_a: str, good_b: str, bad_a: str, bad_b: str) -> bool:
+    """The length criterion on each encoding's loss change from 64 to 512 tokens: ``good_*`` stay within
+    0.1 and ``bad_*`` rise by more than 0.1 beyond both."""
+    return (
+        change[good_a] <= 0.1
+        and change[good_b] <= 0.1
+        and all(change[p] > max(change[good_a], change[good_b]) + 0.1 for p in (bad_a, bad_b))
+    )
+
+
+def _refuses(model, length: int) -> bool:
+    """True when the model will not read a window of ``length`` tokens (one line, no guessing)."""
+    try:
+        model(torch.zeros(1, length, dtype=torch.long))
+    except ValueError:
+        return True
+    return False
+
+
+@claim(
+    "length",
+    "Positional encodings and longer inputs",
+    "ALiBi (and relative schemes) let a model trained on short inputs read longer ones; learned absolute "
+    "positions cannot go past what they were trained on (Press et al. 2022, fig. 1).",
+)
+def length(ctx: Context) -> Result:
+    steps = ctx.steps(20, 400, 1500)
+    lengths = [64, 128, 256, 512]
+    losses, refused = {}, None
+    data = corpus(ctx)
+    ends = spread_ends(len(data.val), max(lengths), 8)  # 8 fixed target spans
+    for pos in ("learned", "sinusoidal", "rope", "alibi", "relative"):
+        # a learned table has exactly the trained length: it cannot be asked about position 64
+        model, data = train_gpt(ctx, pos, steps, context=64 if pos == "learned" else 512)
+        ctx.cache[f"gpt_{pos}"] = model
+        losses[pos] = [loss_at(model, data, n, ends) if n <= model.config.context else None for n in lengths]
+        if pos == "learned":
+            refused = _refuses(model, 128)
+    fig, ax = plt.subplots(figsize=(4.8, 3.2), dpi=100)
+    for pos, ys in losses.items():
+        xs = [n for n, y in zip(lengths, ys) if y is not None]
+        ax.plot(xs, [y for y in ys if y is not None], "o-", label=pos + (" (table of 64)" if len(xs) == 1 else ""))
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("window length (trained at 64); the same 8 x 64 targets")
+    ax.set_ylabel("loss on the last 64 tokens")
+    ax.legend(fontsize=8)
+    save_figure(fig, ctx.out / "length.png")
+    rows = [[pos, *["n/a" if y is None else y for y in ys]] for pos, ys in losses.items()]
+    # each encoding judged on its own change from the trained length (a model worse everywhere
+    # is not thereby worse at length)
+    change = {pos: ys[-1] - ys[0] for pos, ys in losses.items() if ys[-1] is not None}
+    ok = _extrapolates(change, "alibi", "relative", "sinusoidal", "rope") and refused
+    # the control: the same criterion with the labels swapped (ALiBi's and relative's parts judged on the
+    # sinusoidal and RoPE models and back): it must fail, or it does not tell the encodings apart
+    swapped = _extrapolates(change, "sinusoidal", "rope", "alibi", "relative") and refused
+    shown = ", ".join(f"{p} {v[0]:.2f} → " + ("n/a" if v[-1] is None else f"{v[-1]:.2f}") for p, v in losses.items())
+    return Result(
+        f"loss at 64 → 512 tokens: {shown}; change from the trained length: "
+        + ", ".join(f"{p} {c:+.2f}" for p, c in change.items())
+        + f"; learned positions {'refuse' if refused else 'accept'} a 128-token window",
+        ok,
+        "ALiBi's and relative positions' (Shaw, clipped at 16) loss at 512 within 0.1 of their own loss at 64; "
+        "sinusoidal's and RoPE's rise by more than 0.1 beyond both; the learned-positions model refuses a window "
+        "longer than its table",
+        "length.png",
+        markdown_table(["positions", *map(str, lengths)], rows),
+        note=f"2-layer 64-wide GPTs, {steps} steps of 64-token windows. Every length predicts the same 8 spans of "
+        "64 validation tokens, with more preceding context as the window grows. Learned positions have a table of "
+        "the 64 trained positions and cannot read a longer input at all (n/a); the others are built for 512 and "
+        "asked about lengths they never saw.",
+        control=Control(
+            "the criterion with the labels swapped (ALiBi ↔ sinusoidal, relative ↔ RoPE)",
+            "; ".join(
+                f"{a} judged as {b}: {change[a]:+.2f}" for a, b in (("sinusoidal", "ALiBi"), ("rope", "relative"))
+            ),
+            swapped,
+        ),
+    )
+
+
+@claim(
+    "add-concat",
+    "Add or concatenate the positional encoding",
+    "Concatenating [token; position] keeps the two apart but widens every layer's input; adding them works as well "
+    "for a fixed width, since in a high-dimensional space the model can keep position and content in nearly "
+    "separate directions.",
+)
+def add_concat(ctx: Context) -> Result:
+    steps = ctx.steps(20, 400, 1500)
+    seeds = seeds_for(ctx)
+    losses, params = gpt_losses(
+        ctx, {"add": {"pos": "learned"}, "concat": {"pos": "learned", "pos_combine": "concat"}}, steps, seeds
+    )
+    add, concat = np.array(losses["add"]), np.array(losses["concat"])
+    loss_bars(losses, ctx.out / "add_concat.png", "learned positions: added or concatenated")
+    passed, verdict, interval = same_verdict(concat - add, 0.03, "concatenated loss − added loss")
+    # the control: a model known to be worse, the added one trained half the steps, must not count as
+    # "working as well" (else the margin and seeds could not see a real gap)
+    half, _ = gpt_losses(ctx, {"add, half the steps": {"pos": "learned"}}, max(1, steps // 2), seeds)
+    control_passed, _, control_words = same_verdict(
+        np.array(half["add, half the steps"]) - add, 0.03, "half-trained loss − added loss"
+    )
+    return Result(
+        f"validation loss after {steps} steps (means over {len(seeds)} seed(s)): added {add.mean():.3f}, "
+        f"concatenated and projected back {concat.mean():.3f}; {interval}",
+        passed,
+        "the 95 % interval of the paired loss difference (concatenated − added) inside ±0.03",
+        "add_concat.png",
+        markdown_table(
+            ["positions", "parameters", "validation loss (mean)"],
+            [[n, params[n], float(np.mean(losses[n]))] for n in params],
+        ),
+        note="2-layer 64-wide GPTs with learned positions; concat makes the input [E(token); P(pos)] (128 wide) and "
+        "projects it back to 64 with a learned matrix that starts as the sum [I I], so it is the added model plus "
+        "a mixing matrix, not a wider one" + seeds_note(ctx),
+        verdict=verdict,
+        control=Control(f"the added model trained {max(1, steps // 2)} steps", control_words, control_passed),
+    )

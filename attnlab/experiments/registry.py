@@ -1,0 +1,102 @@
+"""The registry of the lectures' claims: what a claim is, what its check returns, and the
+``@claim`` decorator each topic module (``attention``, ``positions``, ``recurrence``, ``vision``,
+``heads``, ``graphs``) registers its claims with, in the order of the lectures."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+
+@dataclass
+class Context:
+    out: Path  # figures go here
+    work: Path  # run folders go here
+    size: str = "quick"  # tiny | quick | full
+    data_dir: str | None = None
+    cache: dict = field(default_factory=dict)  # models trained once and used by several claims
+
+    def steps(self, tiny: int, quick: int, full: int) -> int:
+        return {"tiny": tiny, "quick": quick, "full": full}[self.size]
+
+
+VERDICTS = ("PASS", "FAIL", "INCONCLUSIVE", "SKIPPED")
+
+
+@dataclass
+class Control:
+    """The must-fail run beside a claim: the same measurement where the statement is made false
+    (the model before training, the mechanism removed, positions removed, labels shuffled, a
+    random pointer). ``cleared``: it met the claim's criterion too, so the criterion cannot tell
+    the statement from its negation here and the claim is INCONCLUSIVE."""
+
+    what: str  # the run that makes the statement false
+    measured: str  # its numbers, in a sentence
+    cleared: bool
+
+    def __str__(self) -> str:
+        return f"{self.what}: {self.measured} ({'clears the criterion too' if self.cleared else 'fails it'})"
+
+
+@dataclass
+class Result:
+    """A claim's outcome. ``status``: PASS (the run clears the criterion and its control does not),
+    FAIL (the lecture's statement does not hold here), INCONCLUSIVE (the control clears the
+    criterion too, or seed noise straddles the bar: this setup cannot decide), SKIPPED (its data is
+    absent). ``verdict`` overrides what ``passed`` and the control say (an interval over seeds
+    that straddles its bar; absent data)."""
+
+    measured: str  # the numbers, in a sentence
+    passed: bool  # the real run clears the criterion
+    criterion: str
+    figure: str | None = None  # file name in ctx.out
+    table: str | None = None  # Markdown
+    note: str = ""
+    seconds: float = 0.0
+    control: Control | None = None
+    verdict: str | None = None
+    data: str = ""  # the data it ran on, named in the report
+
+    @property
+    def status(self) -> str:
+        if self.verdict:
+            return self.verdict
+        if self.passed and self.control is not None and self.control.cleared:
+            return "INCONCLUSIVE"
+        return "PASS" if self.passed else "FAIL"
+
+
+def skipped(what: str, criterion: str) -> Result:
+    """The result of a claim whose data is absent: never run on a substitute."""
+    return Result(f"not run: {what}", False, criterion, verdict="SKIPPED")
+
+
+@dataclass
+class Claim:
+    name: str
+    title: str
+    statement: str  # what the lecture says
+    check: Callable[[Context], Result]
+    command: str = ""
+    topic: str = ""  # the module (lecture topic) it lives in
+
+
+CLAIMS: dict[str, Claim] = {}
+
+
+def claim(name: str, title: str, statement: str):
+    """Register ``check(ctx) -> Result`` as the claim ``name`` (``attnlab reproduce NAME``)."""
+
+    def add(fn):
+        topic = fn.__module__.rsplit(".", 1)[-1]
+        CLAIMS[name] = Claim(name, title, statement, fn, f"attnlab reproduce {name}", topic)
+        return fn
+
+    return add
+
+
+def markdown_table(header: list[str], rows: list[list]) -> str:
+    fmt = lambda v: f"{v:.4g}" if isinstance(v, float) else str(v)  # noqa: E731
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    return "\n".join(lines + ["| " + " | ".join(fmt(v) for v in r) + " |" for r in rows])

@@ -1,0 +1,159 @@
+"""Running claims and writing what they found: ``OUT/report.md`` (every claim's statement, run,
+numbers, criterion, control and data, with its figure) and the documentation page that lists
+what each claim judges (``attnlab reproduce --docs docs/reproduce.md``)."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from .registry import CLAIMS, VERDICTS, Context, Result
+
+TOPICS = {
+    "attention": "Attention",
+    "positions": "Positional encodings",
+    "recurrence": "Sequence to sequence: the bottleneck and alignment",
+    "vision": "Vision transformers",
+    "heads": "Heads and circuits",
+    "graphs": "Graphs",
+}
+
+
+def run_claims(names: list[str], ctx: Context, log=print) -> dict[str, Result]:
+    """Check the claims ``names`` in order, each timed; a claim that raises is reported as FAIL
+    ("could not run: …"), never lost with the others."""
+    ctx.out.mkdir(parents=True, exist_ok=True)
+    ctx.work.mkdir(parents=True, exist_ok=True)
+    results = {}
+    for name in names:
+        c = CLAIMS[name]
+        t0 = time.perf_counter()
+        log(f"[{name}] {c.title} …")
+        ctx.cache["data_used"] = []  # what the shared runs read for this claim (runs.corpus, runs.digits)
+        try:
+            r = c.check(ctx)
+        except Exception as e:  # one claim failing to run must not lose the others
+            r = Result(
+                f"could not run: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}",
+                False,
+                "the check runs",
+            )
+        r.data = r.data or "; ".join(dict.fromkeys(ctx.cache["data_used"])) or "computed: no data"
+        r.seconds = time.perf_counter() - t0
+        results[name] = r
+        log(f"[{name}] {r.status} ({r.seconds:.0f}s): {r.measured}")
+    return results
+
+
+def _counts(results: dict[str, Result]) -> str:
+    counts = {v: sum(r.status == v for r in results.values()) for v in VERDICTS}
+    return f"{counts['PASS']} of {len(results)} claims PASS" + "".join(
+        f", {n} {v}" for v, n in counts.items() if v != "PASS" and n
+    )
+
+
+def write_report(results: dict[str, Result], ctx: Context) -> Path:
+    lines = [
+        "# attnlab reproduce",
+        "",
+        f"Size `{ctx.size}`; {_counts(results)}; {sum(r.seconds for r in results.values()):.0f} s in all. Each "
+        "item: the lecture's statement, what was run on which data, the measured numbers, the criterion and the "
+        "must-fail control beside it (PASS: the run clears the criterion and the control fails it; INCONCLUSIVE: "
+        "the control clears it too, or seed noise straddles the bar).",
+        "",
+        "| claim | result | control | data | seconds |",
+        "|---|---|---|---|---|",
+    ]
+    lines += [
+        f"| [{CLAIMS[n].title}](#{n}) | {r.status} | "
+        f"{'none' if r.control is None else 'clears it too' if r.control.cleared else 'fails'} | {r.data} | "
+        f"{r.seconds:.0f} |"
+        for n, r in results.items()
+    ]
+    for n, r in results.items():
+        c = CLAIMS[n]
+        lines += [
+            "",
+            f'<a id="{n}"></a>',
+            f"## {c.title} — {r.status}",
+            "",
+            f"> {c.statement}",
+            "",
+            f"- **Run**: `{c.command}{' --quick' if ctx.size == 'quick' else ''}` ({r.seconds:.0f} s)",
+            f"- **Data**: {r.data}",
+            f"- **Measured**: {r.measured}",
+            f"- **Criterion**: {r.criterion}",
+            f"- **Control**: {r.control if r.control is not None else 'none'}",
+        ]
+        if r.note:
+            lines.append(f"- **Note**: {r.note}")
+        if r.table:
+            lines += ["", r.table]
+        if r.figure:
+            lines += ["", f"![{c.title}]({r.figure})"]
+    path = ctx.out / "report.md"
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path
+
+
+DOCS_INTRO = """\
+# The lectures' claims, checked: `attnlab reproduce`
+
+```bash
+attnlab reproduce --quick --out reproduce/     # every claim, small runs, on 2 CPU cores
+attnlab reproduce scaling table1 length        # some of them, full size
+```
+
+Each claim is a function in `attnlab.experiments.<topic>` registered with `@claim` (the topics are
+the lectures': attention, positions, recurrence, vision, heads, graphs). It computes or trains
+what it needs, then judges the lecture's statement against a stated criterion **and** runs a
+must-fail control beside it: the same measurement where the statement is made false (the model
+before training, the mechanism removed, positions removed, the labels swapped, a random pointer).
+The verdicts:
+
+- **PASS**: the run clears the criterion and the control fails it.
+- **FAIL**: the run does not clear it: the statement does not hold here, with the numbers.
+- **INCONCLUSIVE**: the control clears the criterion too (it cannot tell the statement from its
+  negation here), or, for comparative claims, the 95 % interval over seeds straddles the bar; the
+  note says what would decide.
+- **SKIPPED**: the claim's data is absent (it never runs on a substitute).
+
+Comparative claims train both sides on three seeds at full size (two with `--quick`, which the
+report says) and decide on the 95 % t-interval of the paired differences (each seed sets both
+models' initial weights and batches). `OUT/report.md` names the data of every claim; the exit
+code is 0 only when every claim passes. This page is generated with the committed report,
+`attnlab reproduce --quick --out docs/reproduce --docs docs/reproduce.md`:
+[docs/reproduce/report.md](reproduce/report.md) ({counts}; {seconds:.0f} s on {machine}).
+
+What each claim judges, as the report states it:
+"""
+
+
+def write_docs(results: dict[str, Result], ctx: Context, path: Path, machine: str) -> Path:
+    """The documentation page: the intro, then per topic each claim's statement, criterion,
+    control and verdict in this run (generated, so it says exactly what is judged)."""
+    lines = [
+        DOCS_INTRO.format(counts=_counts(results), seconds=sum(r.seconds for r in results.values()), machine=machine)
+    ]
+    for topic, heading in TOPICS.items():
+        names = [n for n in results if CLAIMS[n].topic == topic]
+        if not names:
+            continue
+        lines += [f"## {heading}", ""]
+        for n in names:
+            c, r = CLAIMS[n], results[n]
+            lines += [
+                f"### `{n}`: {c.title}",
+                "",
+                f"> {c.statement}",
+                "",
+                f"- **Criterion**: {r.criterion}",
+                f"- **Control**: {r.control.what if r.control is not None else 'none'}",
+                f"- **Data**: {r.data}",
+                f"- **`--{ctx.size}` verdict**: {r.status}" + (f" ({r.note})" if r.status != "PASS" and r.note else ""),
+                "",
+            ]
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("\n".join(lines), encoding="utf-8")
+    return path

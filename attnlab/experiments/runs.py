@@ -1,0 +1,224 @@
+"""The trained models several claims share, trained once per report (``ctx.cache``): the text
+corpus and small GPTs on it, the embedded digits and the ViT and CNN trained on them."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from ..inspect.plots import plt, save_figure
+from .registry import Context
+
+
+def corpus(ctx: Context):
+    """Tiny Shakespeare from the data directory, or the embedded corpus when it is not there."""
+    from ..data.text import prepare
+
+    from ..data import sources
+
+    if "corpus" not in ctx.cache:
+        try:  # only from the data directory or the cache: a report never waits on a download
+            found = ctx.size != "tiny" and sources.resolve("shakespeare", ctx.data_dir, allow_download=False)
+        except Exception:
+            found = False
+        data = (
+            prepare("shakespeare", ctx.work / "corpus_shakespeare", data_dir=ctx.data_dir)
+            if found
+            else prepare(None, ctx.work / "corpus_embedded")
+        )
+        ctx.cache["corpus"] = data
+        # the report names the text its claims ran on: some (length, add-concat) turn on it
+        ctx.cache["corpus_note"] = (
+            "Tiny Shakespeare (from the data directory)"
+            if found
+            else "the embedded corpus (Python's own help text): Tiny Shakespeare was "
+            + ("not used at the tiny size" if ctx.size == "tiny" else "not found in the data directory")
+            + "; the text claims can turn on the corpus (set ATTNLAB_DATA or --data-dir for Tiny Shakespeare)"
+        )
+    ctx.cache.setdefault("data_used", []).append(ctx.cache["corpus_note"])
+    return ctx.cache["corpus"]
+
+
+def fit(ctx: Context, model, task, name: str, steps: int, **options) -> None:
+    """Train ``model`` on ``task`` for ``steps`` steps into ``ctx.work / name``: on the CPU in fp32,
+    no progress bar, one evaluation at the end; ``options``: the TrainConfig fields that differ."""
+    from ..training import TrainConfig, Trainer
+
+    settings = {**dict(eval_iters=2, progress=False, device="cpu", dtype="fp32"), **options}
+    Trainer(model, task, TrainConfig(max_iters=steps, eval_interval=steps, **settings), ctx.work / name).fit()
+
+
+def train_gpt(
+    ctx: Context, pos: str, steps: int, context: int = 512, window: int = 64, heads: int = 4, seed: int = 0, **model
+):
+    """A 2-layer GPT (64 wide unless ``model`` says otherwise) trained on the corpus for ``steps``
+    steps of 16 windows of ``window`` tokens; ``model``: more GPTConfig options."""
+    from ..models import GPT, GPTConfig
+    from ..training import LanguageModelTask
+
+    data = corpus(ctx)
+    torch.manual_seed(seed)
+    shape = {"layers": 2, "dim": 64, **model}
+    gpt = GPT(
+        GPTConfig(vocab_size=data.tokenizer.vocab_size, context=context, heads=heads, pos=pos, dropout=0.0, **shape)
+    )
+    # (the steps are in the name: a run of other length never resumes another's folder)
+    name = "_".join([f"gpt_{pos}_{heads}h", *(f"{k}-{v}" for k, v in sorted(model.items())), f"{steps}st", f"s{seed}"])
+    fit(
+        ctx,
+        gpt,
+        LanguageModelTask(data, window, 16),
+        name,
+        steps,
+        batch_size=16,
+        lr=3e-3,
+        min_lr=3e-4,
+        warmup_iters=min(50, steps // 5),
+        seed=1337 + seed,  # the batches (1337: the trainer's default)
+    )
+    return gpt.eval(), data
+
+
+def spread_ends(n_tokens: int, first: int, count: int) -> list[int]:
+    """``count`` target positions spread evenly over a split of ``n_tokens`` tokens, the first at
+    ``first`` (so that a window of up to ``first`` tokens fits before every one)."""
+    return [first + i * (n_tokens - 1 - first) // (count - 1) for i in range(count)]
+
+
+@torch.no_grad()
+def loss_at(model, data, length: int, ends: list[int]) -> float:
+    """The loss on the same targets at every length: for each end e of ``ends``, the 64 tokens
+    before e are predicted from a window of ``length`` tokens ending there (so a longer window
+    only adds earlier context to the same predictions)."""
+    ids = np.asarray(data.val, dtype=np.int64)
+    x = torch.from_numpy(np.stack([ids[e - length : e] for e in ends]))
+    y = torch.from_numpy(np.stack([ids[e - length + 1 : e + 1] for e in ends]))
+    logits = model(x)
+    return F.cross_entropy(logits[:, -64:].flatten(0, 1), y[:, -64:].flatten()).item()
+
+
+def gpt_losses(ctx: Context, variants: dict[str, dict], steps: int, seeds=(0,), **shape) -> tuple[dict, dict]:
+    """({variant: [validation loss per seed]}, {variant: parameter count}): one 2-layer GPT with
+    rotary positions per variant and seed (``variants``: name -> GPTConfig options), each scored
+    on the same 16 windows of 64 tokens."""
+    data = corpus(ctx)
+    ends = spread_ends(len(data.val), 64, 16)
+    losses, params = {}, {}
+    for name, options in variants.items():
+        losses[name] = []
+        pos, rest = options.get("pos", "rope"), {k: v for k, v in options.items() if k != "pos"}
+        for seed in seeds:  # (every seed trains the variant's own positions)
+            model, _ = train_gpt(ctx, pos, steps, context=64, seed=seed, **shape, **rest)
+            with torch.no_grad():
+                losses[name].append(loss_at(model, data, 64, ends))
+            params[name] = sum(p.numel() for p in model.parameters())
+    return losses, params
+
+
+def loss_bars(losses: dict, path: Path, title: str) -> None:
+    names = list(losses)
+    fig, ax = plt.subplots(figsize=(1.3 * len(names) + 1.5, 3), dpi=100, layout="constrained")
+    means = [float(np.mean(losses[n])) for n in names]
+    ax.bar(names, means)
+    for i, n in enumerate(names):  # every seed, when there are several
+        ax.plot([i] * len(losses[n]), losses[n], "k.", ms=4)
+    ax.set_ylabel("validation loss")
+    ax.set_ylim(min(min(v) for v in losses.values()) - 0.15, max(means) + 0.1)
+    ax.set_title(title, fontsize=9)
+    save_figure(fig, path)
+
+
+def train_image_classifier(
+    ctx: Context, model, splits, steps: int, name: str, *, batch: int = 128, lr: float = 1e-3, pad: int = 1, **task
+) -> float:
+    """Train ``model`` on ``splits`` (AdamW, warmup + cosine, light augmentation) and return its
+    test accuracy."""
+    from ..training.tasks import ImageClassificationTask
+
+    torch.manual_seed(0)
+    task = ImageClassificationTask(splits, batch, pad=pad, rotate=10.0, scale=0.1, **task)
+    fit(
+        ctx,
+        model,
+        task,
+        name,
+        steps,
+        batch_size=batch,
+        lr=lr,
+        min_lr=lr / 100,
+        warmup_iters=min(100, steps // 5),
+        weight_decay=0.05,
+        beta2=0.999,
+    )
+    pred, y = task.predict(model, "test")
+    return (pred == y).float().mean().item()
+
+
+DIGITS_RECIPE = dict(batch=64, lr=2e-3, pad=0, label_smoothing=0.1)  # `attnlab train vit`'s on the digits
+
+
+def digits(ctx: Context):
+    """The embedded digits (once per context) and the steps every digits model trains for."""
+    if "digits" not in ctx.cache:
+        from ..data import images
+
+        ctx.cache["digits"] = images.digits()
+    ctx.cache.setdefault("data_used", []).append("the embedded 8×8 digits")
+    return ctx.cache["digits"], ctx.steps(10, 800, 2000)
+
+
+def digits_vit_config(splits, pos: str = "learned"):
+    """The digits preset's ViT without its convolutional PEG (a ViT with no convolution at all)."""
+    from ..models import VIT_PRESETS, ViTConfig
+
+    labels = dict(num_classes=10, in_chans=1, labels=splits.labels)
+    return ViTConfig(**{**VIT_PRESETS["digits"], "peg": False, "pos": pos, **labels})
+
+
+def digits_vit(ctx: Context, pos: str = "learned"):
+    """A ViT trained on the embedded digits with ``pos`` positions, once per context: (model,
+    test accuracy)."""
+    if f"vit_{pos}" not in ctx.cache:
+        from ..models import ViT
+
+        splits, steps = digits(ctx)
+        torch.manual_seed(0)
+        vit = ViT(digits_vit_config(splits, pos))
+        acc = train_image_classifier(ctx, vit, splits, steps, f"vit_{pos}", **DIGITS_RECIPE)
+        ctx.cache[f"vit_{pos}"] = (vit.eval(), acc)
+    return ctx.cache[f"vit_{pos}"]
+
+
+def image_models(ctx: Context):
+    """A ViT and a CNN trained alike on the embedded digits (once), and the test images."""
+    if "cnn" not in ctx.cache:
+        from ..data.images import normalize
+        from ..models import CNN, CNNConfig
+
+        splits, steps = digits(ctx)
+        torch.manual_seed(0)
+        cnn = CNN(CNNConfig(num_classes=10, in_chans=1, labels=splits.labels, image_size=8, widths=(32, 64)))
+        ctx.cache["cnn_acc"] = train_image_classifier(ctx, cnn, splits, steps, "cnn", **DIGITS_RECIPE)
+        ctx.cache["cnn"] = cnn.eval()
+        ctx.cache["digits_x"] = normalize(splits.test[0], splits.mean, splits.std)
+    vit, ctx.cache["vit_acc"] = digits_vit(ctx)
+    return vit, ctx.cache["cnn"], ctx.cache["digits_x"]
+
+
+def mnist_as_digits(ctx: Context):
+    """MNIST (from the data directory) cropped to its central 20×20 and area-resized to 8×8, the
+    embedded digits' size: a larger dataset of the same kind to pretrain on; None when absent."""
+    from ..data.images import ImageSplits, mnist
+    from ..errors import DataError
+
+    try:
+        m = mnist(ctx.data_dir)
+    except DataError:
+        return None
+    small = lambda x: F.interpolate(x[..., 4:24, 4:24], size=(8, 8), mode="area")  # noqa: E731
+    return ImageSplits(
+        "mnist-8x8", *((small(x), y) for x, y in (m.train, m.val, m.test)), m.labels, note="MNIST at 8x8"
+    )

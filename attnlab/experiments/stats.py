@@ -1,0 +1,67 @@
+"""Seeds and intervals for the comparative claims: each seed trains both sides alike (initial
+weights and batches), and a claim is decided on the 95 % t-interval of the paired differences."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .registry import Context, Control
+
+# two-sided 95 % Student t quantiles by degrees of freedom (scipy is not a dependency)
+T95 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262}
+
+
+def seeds_for(ctx: Context) -> tuple[int, ...]:
+    """Seeds per side of a comparative claim: three at full size, two at --quick (and says so), one tiny."""
+    return {"tiny": (0,), "quick": (0, 1), "full": (0, 1, 2)}[ctx.size]
+
+
+def seeds_note(ctx: Context) -> str:
+    return {"tiny": " (tiny: one seed, no interval)", "quick": " (--quick: two seeds)", "full": ""}[ctx.size]
+
+
+def paired_interval(diffs) -> tuple[float, float, float]:
+    """(mean, low, high): the 95 % t-interval of the mean of paired differences (one per seed: each
+    seed sets both models' initial weights and batches); (mean, nan, nan) for a single seed."""
+    d = np.asarray(diffs, dtype=float)
+    if len(d) < 2:
+        return float(d.mean()), float("nan"), float("nan")
+    half = T95.get(len(d) - 1, 1.96) * d.std(ddof=1) / math.sqrt(len(d))
+    return float(d.mean()), float(d.mean() - half), float(d.mean() + half)
+
+
+def better_verdict(diffs, what: str) -> tuple[bool, str | None, str]:
+    """A "A is better than B" claim on paired differences ``diffs`` (B's loss − A's, per seed):
+    PASS when the interval lies above 0, FAIL when it lies below, INCONCLUSIVE when it straddles 0
+    or there is one seed. Returns (passed, verdict or None, the interval in words)."""
+    mean, low, high = paired_interval(diffs)
+    if math.isnan(low):
+        return False, "INCONCLUSIVE", f"{what}: {mean:+.3f} (one seed: no interval; full size runs three)"
+    words = f"{what}: {mean:+.3f}, 95 % interval [{low:+.3f}, {high:+.3f}] over {len(diffs)} seeds"
+    if low > 0:
+        return True, None, words
+    return False, ("FAIL" if high < 0 else "INCONCLUSIVE"), words
+
+
+def same_verdict(diffs, margin: float, what: str) -> tuple[bool, str | None, str]:
+    """A "works as well" claim: PASS when the interval of the paired differences lies inside
+    ±``margin``, FAIL when it lies wholly outside, else INCONCLUSIVE."""
+    mean, low, high = paired_interval(diffs)
+    if math.isnan(low):
+        return False, "INCONCLUSIVE", f"{what}: {mean:+.3f} (one seed: no interval; full size runs three)"
+    words = f"{what}: {mean:+.3f}, 95 % interval [{low:+.3f}, {high:+.3f}] over {len(diffs)} seeds (margin ±{margin})"
+    if -margin <= low and high <= margin:
+        return True, None, words
+    return False, ("FAIL" if low > margin or high < -margin else "INCONCLUSIVE"), words
+
+
+def swapped_labels_control(diffs, what: str) -> Control:
+    """The must-fail control of a "better" claim: the same runs with the two sides' labels swapped
+    on every other seed. A real, consistent effect then cancels out and the interval straddles 0;
+    a criterion that still passes is reading something other than the difference between the sides."""
+    d = np.asarray(diffs, dtype=float)
+    flipped = d * np.where(np.arange(len(d)) % 2 == 0, 1.0, -1.0)
+    passed, _, words = better_verdict(flipped, what)
+    return Control("the same runs with the sides swapped on every other seed", words, passed)

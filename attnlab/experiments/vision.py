@@ -1,0 +1,412 @@
+"""Claims of the vision lectures: what a ViT's embeddings learn, its receptive field after one
+layer, self-attention expressing a convolution, data hunger, image positions, and ViT vs CNN
+representations."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from ..inspect.plots import plt, save_figure
+from .registry import Context, Control, Result, claim, markdown_table, skipped
+from .runs import (
+    DIGITS_RECIPE,
+    digits,
+    digits_vit,
+    digits_vit_config,
+    image_models,
+    mnist_as_digits,
+    train_image_classifier,
+)
+
+
+def _layout_learned(vit, dist: torch.Tensor, g: int) -> tuple[bool, float, float]:
+    """(learned, near, far): neighbouring patches' position embeddings more similar than distant
+    ones' (mean cosine similarity) by more than 0.1."""
+    from ..inspect import analysis as A
+
+    sim = A.position_similarity(vit.pos_embed.detach()[0, vit.n_prefix :])
+    near, far = sim[dist == 1].mean().item(), sim[dist >= g].mean().item()
+    return near - far > 0.1, near, far
+
+
+@claim(
+    "vit-figures",
+    "ViT: what the embeddings learn (Dosovitskiy et al., fig. 7)",
+    "Position embeddings learn the 2-D layout (nearby patches have similar embeddings); attention distance grows "
+    "with depth (some heads attend locally in early layers, all globally late). (The figure's third part, patch "
+    "filters resembling basis functions, is drawn but not judged: a 2×2 patch of one channel has 4 pixels, so "
+    "any 4 filters span its whole space.)",
+)
+def vit_figures(ctx: Context) -> Result:
+    from ..inspect import analysis as A
+    from ..inspect import capture_attention
+    from ..inspect import plots as P
+
+    vit, _, x = image_models(ctx)
+    comps, var = A.embedding_components(vit.patch_embed.proj.weight.detach(), 4)
+    P.components_png(comps.numpy(), var.numpy(), ctx.out / "vit_embeddings.png")
+    P.position_similarity_png(
+        A.position_similarity(vit.pos_embed.detach()[0, vit.n_prefix :]).numpy(),
+        vit.grid,
+        ctx.out / "vit_positions.png",
+    )
+    g = vit.grid[0]
+    rr, cc = torch.meshgrid(torch.arange(g), torch.arange(g), indexing="ij")
+    dist = ((rr.reshape(-1, 1) - rr.reshape(1, -1)).abs() + (cc.reshape(-1, 1) - cc.reshape(1, -1)).abs()).float()
+    positions_ok, near, far = _layout_learned(vit, dist, g)
+    with capture_attention(vit) as rec, torch.no_grad():
+        vit(x[:256])
+    maps = rec.layers()
+    d = torch.stack([A.mean_attention_distance(m, vit.grid, vit.config.patch_size, vit.n_prefix) for m in maps])
+    P.attention_distance_png(d.numpy(), ctx.out / "vit_distance.png", image_size=vit.config.image_size)
+    first, last = d[0].mean().item(), d[-1].mean().item()
+    uniform = (
+        A.mean_attention_distance(
+            torch.full_like(maps[0][:1], 1.0 / maps[0].shape[-1]), vit.grid, vit.config.patch_size, vit.n_prefix
+        )
+        .mean()
+        .item()
+    )  # the distance of attention spread evenly over the image: the grid's own scale
+    distance_ok = last > 1.1 * first
+    # the control: the same ViT before training (a random position table, attention it was never taught)
+    torch.manual_seed(0)
+    fresh = type(vit)(vit.config).eval()
+    fresh_positions, near0, far0 = _layout_learned(fresh, dist, g)
+    with capture_attention(fresh) as rec0, torch.no_grad():
+        fresh(x[:256])
+    d0 = torch.stack(
+        [A.mean_attention_distance(m, vit.grid, vit.config.patch_size, vit.n_prefix) for m in rec0.layers()]
+    )
+    fresh_distance = d0[-1].mean().item() > 1.1 * d0[0].mean().item()
+    # a grid too small to show the trend: every layer's attention as far-reaching as uniform attention's
+    undecidable = not distance_ok and min(first, last) > 0.9 * uniform
+    return Result(
+        f"test accuracy {ctx.cache['vit_acc']:.3f}; position similarity of neighbouring patches {near:.2f} "
+        f"against {far:.2f} for distant ones; mean attention distance {first:.2f} px in layer 0, {last:.2f} px in "
+        f"the last layer (uniform attention: {uniform:.2f} px; per head in layer 0: "
+        f"{', '.join(f'{v:.1f}' for v in d[0].tolist())}): positions {'learned' if positions_ok else 'not learned'}, "
+        f"distance {'grows' if distance_ok else 'does not grow'} with depth",
+        positions_ok and distance_ok,
+        "neighbouring patches' position embeddings more similar than distant ones' by more than 0.1; mean attention "
+        "distance in the last layer more than 10 % above layer 0's",
+        "vit_positions.png",
+        note="Figures: vit_embeddings.png, vit_positions.png, vit_distance.png; the digits ViT (4 layers, 2×2 "
+        "patches of 8×8 digits: a 4×4 grid)."
+        + (
+            " INCONCLUSIVE: every layer attends about as far as uniform attention does, so this 4×4 grid cannot "
+            "show distance growing with depth (the paper's trend comes from 14×14 grids and large-scale pretraining); "
+            "deciding needs larger images or smaller patches and far more data."
+            if undecidable
+            else ""
+        ),
+        control=Control(
+            "the same ViT before training",
+            f"position similarity {near0:.2f} near against {far0:.2f} far; attention distance "
+            f"{d0[0].mean().item():.2f} → {d0[-1].mean().item():.2f} px",
+            fresh_positions and fresh_distance,
+        ),
+        verdict="INCONCLUSIVE" if undecidable and positions_ok and not fresh_positions else None,
+        data="the embedded 8×8 digits",
+    )
+
+
+def _dependence(model, image: torch.Tensor, read) -> float:
+    """The fraction of ``image``'s pixels (1, C, H, W) that ``read(model, image)`` (a scalar)
+    depends on: non-zero gradient."""
+    x = image.clone().requires_grad_(True)
+    (grad,) = torch.autograd.grad(read(model, x), x)
+    return (grad.abs().sum(1) > 0).float().mean().item()
+
+
+@claim(
+    "receptive-field",
+    "A ViT sees the whole image after one layer",
+    "After a single self-attention layer every patch's representation can depend on every pixel of the image, "
+    "where a convolutional layer sees only its kernel's neighbourhood and needs depth to see further.",
+)
+def receptive_field(ctx: Context) -> Result:
+    from ..models import CNN, CNNConfig, ViT
+
+    splits, _ = digits(ctx)
+    torch.manual_seed(0)
+    vit = ViT(digits_vit_config(splits)).eval()
+    cnn = CNN(CNNConfig(num_classes=10, in_chans=1, labels=splits.labels, image_size=8, widths=(32, 64))).eval()
+    image = torch.randn(1, 1, 8, 8)
+    centre = vit.n_prefix + (vit.grid[0] // 2) * vit.grid[1] + vit.grid[1] // 2  # a patch near the middle
+    seen: dict = {}
+
+    def after_block0(model, x):
+        with model.hooks([("encoder.blocks.0.hook_resid_post", lambda v, hook: seen.update(out=v))]):
+            model(x)
+        return seen["out"][0, centre].sum()
+
+    def own_patch_only(model, x):  # the control: attention made the identity (each token reads itself)
+        identity = lambda p, hook: torch.eye(p.shape[-1]).expand_as(p)  # noqa: E731
+        with model.hooks([("encoder.blocks.0.attn.hook_pattern", identity)]):
+            return after_block0(model, x)
+
+    first_conv = next(m for m in cnn.modules() if isinstance(m, torch.nn.Conv2d))
+    vit_seen = _dependence(vit, image, after_block0)
+    conv_seen = _dependence(first_conv, image, lambda m, x: m(x)[0, :, 4, 4].sum())
+    control_seen = _dependence(vit, image, own_patch_only)
+    k = first_conv.kernel_size[0]
+    return Result(
+        f"one output of the first layer depends on {vit_seen:.0%} of the 8×8 image's pixels for the ViT "
+        f"(2×2 patches, block 0's output at a central patch), {conv_seen:.0%} for a {k}×{k} convolution",
+        vit_seen >= 0.99 and conv_seen <= (k * k) / 64 + 1e-6,
+        f"the ViT's: every pixel (≥ 99 %); the convolution's: at most its {k}×{k} kernel ({k * k} of 64 pixels)",
+        control=Control(
+            "the same ViT with layer 0's attention pattern patched to the identity (each token reads only itself)",
+            f"its central patch then depends on {control_seen:.0%} of the pixels",
+            control_seen >= 0.99,
+        ),
+        note="Measured with autograd on an untrained model: the receptive field is the architecture's, whatever "
+        "the weights; the control is set through the hook point encoder.blocks.0.attn.hook_pattern",
+    )
+
+
+def _attention_as_conv(x: torch.Tensor, kernel: torch.Tensor, alpha: float | None) -> torch.Tensor:
+    """A multi-head self-attention layer over the pixels of ``x`` (1, C, H, W) with one head per
+    offset of ``kernel`` (C_out, C, K, K) and quadratic relative-position scores
+    −α‖δ − Δ_h‖² (Cordonnier et al. 2020), values the pixels, the output projection the
+    kernel's slice at the head's offset; ``alpha`` None: no positional scores (content-free
+    attention, uniform). Returns (1, C_out, H, W); offsets wrap around (circular padding)."""
+    from ..attention import scaled_dot_product_attention
+
+    _, c, h, w = x.shape
+    kk = kernel.shape[-1]
+    tokens = x.flatten(2).transpose(1, 2)  # (1, HW, C)
+    rows, cols = torch.meshgrid(torch.arange(h), torch.arange(w), indexing="ij")
+    rows, cols = rows.flatten(), cols.flatten()
+    # δ: each key's offset from each query, wrapped to [-H/2, H/2) like a circular convolution's
+    dr = (rows[None, :] - rows[:, None] + h // 2) % h - h // 2
+    dc = (cols[None, :] - cols[:, None] + w // 2) % w - w // 2
+    offsets = [(a - kk // 2, b - kk // 2) for a in range(kk) for b in range(kk)]
+    bias = torch.stack([-(alpha or 0.0) * ((dr - a) ** 2 + (dc - b) ** 2).to(x.dtype) for a, b in offsets])[
+        None
+    ]  # (1, K², HW, HW)
+    q = k = torch.zeros(1, len(offsets), h * w, 1, dtype=x.dtype)  # no content scores: positions alone
+    v = tokens[:, None].expand(1, len(offsets), h * w, c)  # W_V = I for every head
+    heads = scaled_dot_product_attention(q, k, v, bias=bias)  # (1, K², HW, C)
+    w_out = torch.stack([kernel[:, :, a + kk // 2, b + kk // 2] for a, b in offsets])  # (K², C_out, C)
+    out = torch.einsum("bhtc,hoc->bto", heads, w_out)  # concatenated heads times W_O
+    return out.transpose(1, 2).reshape(1, -1, h, w)
+
+
+@claim(
+    "conv-expression",
+    "Self-attention can express a convolution (Cordonnier et al. 2020)",
+    "A multi-head self-attention layer with K² heads and relative positional scores can express any K×K "
+    "convolution: each head attends to one offset, and the output projection applies that offset's slice of "
+    "the kernel.",
+)
+def conv_expression(ctx: Context) -> Result:
+    torch.manual_seed(0)
+    x = torch.randn(1, 4, 8, 8, dtype=torch.float64)
+    kernel = torch.randn(6, 4, 3, 3, dtype=torch.float64)
+    conv = F.conv2d(F.pad(x, (1, 1, 1, 1), mode="circular"), kernel)
+    scale = conv.abs().max().item()
+    errors = {a: (_attention_as_conv(x, kernel, a) - conv).abs().max().item() / scale for a in (1.0, 5.0, 20.0, 50.0)}
+    uniform = (_attention_as_conv(x, kernel, None) - conv).abs().max().item() / scale
+    return Result(
+        "largest error relative to the convolution's largest output, by the sharpness α of the positional scores: "
+        + ", ".join(f"α = {a:g}: {e:.1e}" for a, e in errors.items()),
+        errors[50.0] < 1e-6 and errors[1.0] > errors[50.0],
+        "at α = 50 the attention layer equals the 3×3 convolution (circular padding) to 1e-6 of its scale, and "
+        "the error falls as α grows (the construction is a limit: softmax approaches a one-hot head)",
+        table=markdown_table(["α", "relative error"], [[a, e] for a, e in errors.items()]),
+        control=Control(
+            "the same layer without positional scores (each head attends uniformly)",
+            f"relative error {uniform:.2f}",
+            uniform < 1e-6,
+        ),
+        note="9 heads over 64 pixel tokens of 4 channels, a 6×4×3×3 kernel, float64, attnlab's scaled dot-product "
+        "attention with the scores as its additive bias",
+    )
+
+
+@claim(
+    "data-hunger",
+    "ViTs need more data than CNNs (Dosovitskiy et al. 2021)",
+    "Without a convolution's built-in locality and translation equivariance a ViT needs more data: trained from "
+    "scratch on little data a CNN (ResNet) leads, the lead shrinks as the data grow, and a ViT pretrained on a "
+    "larger dataset closes it.",
+)
+def data_hunger(ctx: Context) -> Result:
+    from ..data.images import ImageSplits
+    from ..models import CNN, CNNConfig, ViT
+
+    splits, steps = digits(ctx)
+    fractions = {"tiny": (0.1, 1.0), "quick": (0.1, 1.0), "full": (0.05, 0.1, 0.3, 1.0)}[ctx.size]
+    tune_steps = ctx.steps(5, 300, 600)
+    vit_config = digits_vit_config(splits)
+    pretrain = mnist_as_digits(ctx)
+    if pretrain is None:  # the pretraining half of the statement needs MNIST: never judged on half the claim
+        return skipped(
+            "MNIST (the pretraining set) is not in the data directory; set ATTNLAB_DATA or --data-dir",
+            "the whole statement, pretraining included",
+        )
+    torch.manual_seed(0)
+    pretrained = ViT(vit_config)
+    pre_acc = train_image_classifier(ctx, pretrained, pretrain, steps, "hunger_pretrain", **DIGITS_RECIPE)
+    rows, acc = [], {}
+    for frac in fractions:
+        n = max(20, round(len(splits.train[0]) * frac))
+        part = ImageSplits(
+            splits.name, (splits.train[0][:n], splits.train[1][:n]), splits.val, splits.test, splits.labels
+        )
+        if frac == 1.0:  # all of the training set: the ViT the other image claims use
+            acc["vit", frac] = digits_vit(ctx)[1]
+        else:
+            torch.manual_seed(0)
+            vit = ViT(vit_config)
+            acc["vit", frac] = train_image_classifier(ctx, vit, part, steps, f"hunger_vit_{n}", **DIGITS_RECIPE)
+        torch.manual_seed(0)
+        resnet = CNN(
+            CNNConfig(
+                num_classes=10, in_chans=1, labels=splits.labels, image_size=8, widths=(16, 32, 64), arch="resnet"
+            )
+        )
+        acc["resnet", frac] = train_image_classifier(ctx, resnet, part, steps, f"hunger_resnet_{n}", **DIGITS_RECIPE)
+        tuned = ViT(vit_config)
+        tuned.load_state_dict(pretrained.state_dict())
+        acc["pretrained", frac] = train_image_classifier(
+            ctx, tuned, part, tune_steps, f"hunger_tuned_{n}", **{**DIGITS_RECIPE, "lr": 5e-4}
+        )
+        rows.append(
+            [n, acc["vit", frac], acc["resnet", frac], acc["resnet", frac] - acc["vit", frac], acc["pretrained", frac]]
+        )
+    small, large = fractions[0], fractions[-1]
+    lead = {f: acc["resnet", f] - acc["vit", f] for f in fractions}
+    shrinks = lead[small] > 0.02 and lead[large] < lead[small]
+    fig, ax = plt.subplots(figsize=(4.5, 3.2), dpi=100, layout="constrained")
+    sizes = [r[0] for r in rows]
+    for kind, label in (("vit", "ViT from scratch"), ("resnet", "ResNet"), ("pretrained", "ViT pretrained on MNIST")):
+        if (kind, small) in acc:
+            ax.plot(sizes, [acc[kind, f] for f in fractions], "o-", label=label)
+    ax.set_xscale("log")
+    ax.set_xlabel("training images")
+    ax.set_ylabel("test accuracy")
+    ax.legend(fontsize=8)
+    save_figure(fig, ctx.out / "data_hunger.png")
+    measured = (
+        f"test accuracy with {sizes[0]} → {sizes[-1]} training digits: ViT {acc['vit', small]:.3f} → "
+        f"{acc['vit', large]:.3f}, ResNet {acc['resnet', small]:.3f} → {acc['resnet', large]:.3f} (lead "
+        f"{lead[small]:+.3f} → {lead[large]:+.3f}: {'shrinks' if shrinks else 'does not shrink'})"
+    )
+    criterion = (
+        f"the ResNet ahead by more than 0.02 with {sizes[0]} images and by less with {sizes[-1]}; a ViT pretrained "
+        f"on MNIST (8×8) and fine-tuned on the {sizes[0]} images within 0.01 of the ResNet there (which the ViT "
+        "from scratch, the control, must not be)"
+    )
+    header = ["training images", "ViT", "ResNet", "ResNet lead", "ViT pretrained"]
+    closes = acc["pretrained", small] >= acc["resnet", small] - 0.01
+    scratch_closes = acc["vit", small] >= acc["resnet", small] - 0.01
+    return Result(
+        measured + f"; pretrained ViT (MNIST pretraining: {pre_acc:.3f}) with {sizes[0]} images "
+        f"{acc['pretrained', small]:.3f}: {'closes' if closes else 'does not close'} the gap",
+        shrinks and closes,
+        criterion,
+        "data_hunger.png",
+        markdown_table(header, rows),
+        control=Control(
+            "the ViT from scratch judged as the pretrained one (no pretraining: it must not close the gap)",
+            f"{acc['vit', small]:.3f} against the ResNet's {acc['resnet', small]:.3f} with {sizes[0]} images",
+            scratch_closes,
+        ),
+        data=f"the embedded 8×8 digits; MNIST ({len(pretrain.train[0]):,} images at 8×8) for pretraining",
+        note=f"embedded 8×8 digits, the first N of the shuffled training split, the same test split; each model "
+        f"{steps} steps of 64 with the ViT digits recipe (lr 2e-3, label smoothing 0.1, ±10° rotations, ±10 % "
+        f"scale); ViT: 4 layers 64 wide, 16 patches, no convolution (no PEG); ResNet: basic blocks, widths "
+        f"16/32/64. Pretraining: {steps} steps on {len(pretrain.train[0]):,} MNIST images cropped to 20×20 and "
+        f"resized to 8×8, then {tune_steps} steps at lr 5e-4 on the digits",
+    )
+
+
+@claim(
+    "image-positions",
+    "ViT positions: any kind does, none does not (Dosovitskiy et al. 2021, appendix D.4)",
+    "Without positions a ViT sees a bag of patches; a learned 1-D table, fixed 2-D sin-cos, Fourier features of the "
+    "patch coordinates and 2-D relative positions all give it the layout, and do about equally well.",
+)
+def image_positions(ctx: Context) -> Result:
+    kinds = ("learned", "sincos", "fourier", "relative")
+    acc = {pos: digits_vit(ctx, pos)[1] for pos in (*kinds, "none")}
+    fig, ax = plt.subplots(figsize=(4.5, 3), dpi=100, layout="constrained")
+    ax.bar(list(acc), list(acc.values()), color=["C0"] * len(kinds) + ["0.6"])
+    ax.set_ylim(min(acc.values()) - 0.05, 1.0)
+    ax.set_ylabel("test accuracy")
+    ax.set_title("ViT on 8×8 digits: --pos", fontsize=9)
+    save_figure(fig, ctx.out / "image_positions.png")
+    with_pos = [acc[k] for k in kinds]
+    spread = max(with_pos) - min(with_pos)
+    helps = min(with_pos) >= acc["none"] + 0.02
+    return Result(
+        "test accuracy: " + ", ".join(f"{k} {v:.3f}" for k, v in acc.items()) + f" (spread of the four {spread:.3f})",
+        helps and spread <= 0.03,
+        "each of the four at least 0.02 above the ViT without positions, and all four within 0.03 of each other",
+        "image_positions.png",
+        markdown_table(["--pos", "test accuracy"], [[k, v] for k, v in acc.items()]),
+        note="the same ViT (4 layers, 64 wide, 2×2 patches, no PEG) and recipe for each, seed 0; `--pos` of "
+        "`attnlab train vit`. One seed per kind: a spread near 0.03 is within seed noise",
+        control=Control(
+            "the ViT without positions counted as a fifth kind",
+            f"{acc['none']:.3f}, {max(with_pos) - acc['none']:.3f} below the best kind",
+            max(with_pos) - acc["none"] <= 0.03,
+        ),
+        data="the embedded 8×8 digits",
+    )
+
+
+@claim(
+    "cka",
+    "ViT vs CNN representations (Raghu et al. 2021)",
+    "ViTs have more uniform representations across layers than CNNs: their lower and higher layers are more "
+    "similar (higher CKA) than a CNN's.",
+)
+def cka(ctx: Context) -> Result:
+    from ..inspect import analysis as A
+    from ..inspect import plots as P
+    from ..inspect.hooks import capture_features
+
+    from ..models import ViT
+
+    vit, cnn, x = image_models(ctx)
+    torch.manual_seed(0)
+    untrained = ViT(vit.config).eval()  # the control: the same ViT before any training
+    feats = {}
+    for name, model in (("vit", vit), ("cnn", cnn), ("untrained", untrained)):
+        with capture_features(model) as f, torch.no_grad():
+            model(x[:256])
+        feats[name] = [f[k] for k in f]
+    mats = {}
+    for a, b in (("vit", "vit"), ("cnn", "cnn"), ("vit", "cnn")):
+        mats[(a, b)] = np.array([[A.linear_cka(u, v) for v in feats[b]] for u in feats[a]])
+    P.cka_png(mats[("vit", "vit")], ctx.out / "cka_vit.png", title="linear CKA: ViT layers")
+    P.cka_png(mats[("cnn", "cnn")], ctx.out / "cka_cnn.png", title="linear CKA: CNN layers")
+    P.cka_png(
+        mats[("vit", "cnn")],
+        ctx.out / "cka_vit_cnn.png",
+        xlabel="CNN layer",
+        ylabel="ViT layer",
+        title="linear CKA: ViT vs CNN",
+    )
+    # like with like: each model's first layer against its last (the CNN has fewer layers than the ViT,
+    # so a mean over all pairs would compare a mean of many pairs with a single one)
+    v, c = float(mats[("vit", "vit")][0, -1]), float(mats[("cnn", "cnn")][0, -1])
+    u = float(A.linear_cka(feats["untrained"][0], feats["untrained"][-1]))
+    return Result(
+        f"CKA between the first and the last layer: ViT {v:.2f}, CNN {c:.2f} (ViT {len(feats['vit'])} layers, "
+        f"CNN {len(feats['cnn'])}; test accuracy ViT {ctx.cache['vit_acc']:.3f}, CNN {ctx.cache['cnn_acc']:.3f})",
+        v > c,
+        "the ViT's first and last layers more similar (higher linear CKA) than the CNN's",
+        "cka_vit.png",
+        note="Figures: cka_vit.png, cka_cnn.png, cka_vit_cnn.png (256 test digits). When the untrained ViT clears "
+        "the bar too, this measure cannot tell a learned uniformity from the residual stream's (which carries the "
+        "first layer's features to the last); deciding needs a measure relative to the untrained model (e.g. CKA "
+        "of each layer's change from initialisation).",
+        control=Control("the same ViT before training (same config, same seed)", f"first-last CKA {u:.2f}", u > c),
+        data="the embedded 8×8 digits",
+    )
