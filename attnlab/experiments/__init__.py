@@ -3,7 +3,7 @@
 imported here in the lectures' order; ``runs`` holds the trained models several claims share,
 ``stats`` the seeds and intervals, ``report`` the runner and the report."""
 
-from . import attention, positions, recurrence, vision, heads, graphs  # noqa: F401  (registers the claims)
+from . import attention, positions, recurrence, vision, pretraining, heads, graphs  # noqa: F401  (registers the claims)
 from .registry import CLAIMS, Context, Control, Result
 from .report import run_claims, write_docs, write_report
 

@@ -14,6 +14,7 @@ TOPICS = {
     "positions": "Positional encodings",
     "recurrence": "Sequence to sequence: the bottleneck and alignment",
     "vision": "Vision transformers",
+    "pretraining": "Pretraining and fine-tuning",
     "heads": "Heads and circuits",
     "graphs": "Graphs",
 }

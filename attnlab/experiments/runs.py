@@ -118,27 +118,39 @@ def gpt_losses(ctx: Context, variants: dict[str, dict], steps: int, seeds=(0,), 
     return losses, params
 
 
-def loss_bars(losses: dict, path: Path, title: str) -> None:
+def loss_bars(losses: dict, path: Path, title: str, ylabel: str = "validation loss") -> None:
+    """Bars of each variant's mean over seeds, every seed a dot: {variant: [value per seed]}."""
     names = list(losses)
     fig, ax = plt.subplots(figsize=(1.3 * len(names) + 1.5, 3), dpi=100, layout="constrained")
     means = [float(np.mean(losses[n])) for n in names]
     ax.bar(names, means)
     for i, n in enumerate(names):  # every seed, when there are several
         ax.plot([i] * len(losses[n]), losses[n], "k.", ms=4)
-    ax.set_ylabel("validation loss")
-    ax.set_ylim(min(min(v) for v in losses.values()) - 0.15, max(means) + 0.1)
+    ax.set_ylabel(ylabel)
+    low, high = min(min(v) for v in losses.values()), max(max(v) for v in losses.values())
+    ax.set_ylim(low - 0.15 * max(high - low, 0.1), high + 0.1 * max(high - low, 0.1))
     ax.set_title(title, fontsize=9)
     save_figure(fig, path)
 
 
 def train_image_classifier(
-    ctx: Context, model, splits, steps: int, name: str, *, batch: int = 128, lr: float = 1e-3, pad: int = 1, **task
+    ctx: Context,
+    model,
+    splits,
+    steps: int,
+    name: str,
+    *,
+    batch: int = 128,
+    lr: float = 1e-3,
+    pad: int = 1,
+    seed: int = 0,
+    **task,
 ) -> float:
-    """Train ``model`` on ``splits`` (AdamW, warmup + cosine, light augmentation) and return its
-    test accuracy."""
+    """Train ``model`` on ``splits`` (AdamW, warmup + cosine, light augmentation; ``seed`` sets the
+    augmentation and the batches) and return its test accuracy."""
     from ..training.tasks import ImageClassificationTask
 
-    torch.manual_seed(0)
+    torch.manual_seed(seed)
     task = ImageClassificationTask(splits, batch, pad=pad, rotate=10.0, scale=0.1, **task)
     fit(
         ctx,
@@ -152,6 +164,7 @@ def train_image_classifier(
         warmup_iters=min(100, steps // 5),
         weight_decay=0.05,
         beta2=0.999,
+        seed=1337 + seed,  # the batches (1337: the trainer's default)
     )
     pred, y = task.predict(model, "test")
     return (pred == y).float().mean().item()
@@ -170,26 +183,31 @@ def digits(ctx: Context):
     return ctx.cache["digits"], ctx.steps(10, 800, 2000)
 
 
-def digits_vit_config(splits, pos: str = "learned"):
-    """The digits preset's ViT without its convolutional PEG (a ViT with no convolution at all)."""
+def digits_vit_config(splits, pos: str = "learned", **options):
+    """The digits preset's ViT without its convolutional PEG (a ViT with no convolution at all);
+    ``options``: more ViTConfig fields."""
     from ..models import VIT_PRESETS, ViTConfig
 
     labels = dict(num_classes=10, in_chans=1, labels=splits.labels)
-    return ViTConfig(**{**VIT_PRESETS["digits"], "peg": False, "pos": pos, **labels})
+    return ViTConfig(**{**VIT_PRESETS["digits"], "peg": False, "pos": pos, **labels, **options})
 
 
-def digits_vit(ctx: Context, pos: str = "learned"):
-    """A ViT trained on the embedded digits with ``pos`` positions, once per context: (model,
-    test accuracy)."""
-    if f"vit_{pos}" not in ctx.cache:
+def digits_vit(ctx: Context, pos: str = "learned", seed: int = 0, steps: int | None = None, **options):
+    """A ViT trained on the embedded digits with ``pos`` positions (``options``: more ViTConfig
+    fields; ``seed``: its initial weights and batches; ``steps``: other than the digits' own), once
+    per context: (model, test accuracy)."""
+    splits, default_steps = digits(ctx)
+    steps = steps or default_steps
+    key = "_".join([f"vit_{pos}", *(f"{k}-{v}" for k, v in sorted(options.items()))])
+    key += "" if (seed, steps) == (0, default_steps) else f"_{steps}st_s{seed}"
+    if key not in ctx.cache:
         from ..models import ViT
 
-        splits, steps = digits(ctx)
-        torch.manual_seed(0)
-        vit = ViT(digits_vit_config(splits, pos))
-        acc = train_image_classifier(ctx, vit, splits, steps, f"vit_{pos}", **DIGITS_RECIPE)
-        ctx.cache[f"vit_{pos}"] = (vit.eval(), acc)
-    return ctx.cache[f"vit_{pos}"]
+        torch.manual_seed(seed)
+        vit = ViT(digits_vit_config(splits, pos, **options))
+        acc = train_image_classifier(ctx, vit, splits, steps, key, seed=seed, **DIGITS_RECIPE)
+        ctx.cache[key] = (vit.eval(), acc)
+    return ctx.cache[key]
 
 
 def image_models(ctx: Context):

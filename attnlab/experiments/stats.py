@@ -32,14 +32,14 @@ def paired_interval(diffs) -> tuple[float, float, float]:
     return float(d.mean()), float(d.mean() - half), float(d.mean() + half)
 
 
-def better_verdict(diffs, what: str) -> tuple[bool, str | None, str]:
-    """A "A is better than B" claim on paired differences ``diffs`` (B's loss − A's, per seed):
-    PASS when the interval lies above 0, FAIL when it lies below, INCONCLUSIVE when it straddles 0
-    or there is one seed. Returns (passed, verdict or None, the interval in words)."""
+def better_verdict(diffs, what: str, unit: str = "seeds") -> tuple[bool, str | None, str]:
+    """A "A is better than B" claim on paired differences ``diffs`` (B's loss − A's, per seed, or
+    per ``unit``): PASS when the interval lies above 0, FAIL when it lies below, INCONCLUSIVE when
+    it straddles 0 or there is one seed. Returns (passed, verdict or None, the interval in words)."""
     mean, low, high = paired_interval(diffs)
     if math.isnan(low):
         return False, "INCONCLUSIVE", f"{what}: {mean:+.3f} (one seed: no interval; full size runs three)"
-    words = f"{what}: {mean:+.3f}, 95 % interval [{low:+.3f}, {high:+.3f}] over {len(diffs)} seeds"
+    words = f"{what}: {mean:+.3f}, 95 % interval [{low:+.3f}, {high:+.3f}] over {len(diffs)} {unit}"
     if low > 0:
         return True, None, words
     return False, ("FAIL" if high < 0 else "INCONCLUSIVE"), words

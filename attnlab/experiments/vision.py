@@ -16,9 +16,11 @@ from .runs import (
     digits_vit,
     digits_vit_config,
     image_models,
+    loss_bars,
     mnist_as_digits,
     train_image_classifier,
 )
+from .stats import better_verdict, paired_interval, same_verdict, seeds_for, seeds_note
 
 
 def _layout_learned(vit, dist: torch.Tensor, g: int) -> tuple[bool, float, float]:
@@ -224,6 +226,123 @@ def conv_expression(ctx: Context) -> Result:
         ),
         note="9 heads over 64 pixel tokens of 4 channels, a 6×4×3×3 kernel, float64, attnlab's scaled dot-product "
         "attention with the scores as its additive bias",
+    )
+
+
+def _ranks(x: torch.Tensor) -> torch.Tensor:
+    return x.argsort(-1).argsort(-1).float()
+
+
+def _spearman(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """Rank correlation of each row of ``a`` with the same row of ``b`` (N, P) -> (N,)."""
+    ra, rb = _ranks(a), _ranks(b)
+    ra, rb = ra - ra.mean(-1, keepdim=True), rb - rb.mean(-1, keepdim=True)
+    return (ra * rb).sum(-1) / (ra.norm(dim=-1) * rb.norm(dim=-1)).clamp_min(1e-12)
+
+
+def _occlusion(vit, x: torch.Tensor) -> torch.Tensor:
+    """Each patch's importance for each image (N, P): how much the predicted class's log-probability
+    falls when that patch is set to the mean image (0 after normalisation)."""
+    p = vit.config.patch_size
+    gh, gw = vit.grid
+    with torch.no_grad():
+        logp = vit(x).log_softmax(-1)
+        pred = logp.argmax(-1, keepdim=True)
+        base = logp.gather(-1, pred)[:, 0]
+        drops = []
+        for i in range(gh):
+            for j in range(gw):
+                covered = x.clone()
+                covered[..., i * p : (i + 1) * p, j * p : (j + 1) * p] = 0
+                drops.append(base - vit(covered).log_softmax(-1).gather(-1, pred)[:, 0])
+    return torch.stack(drops, -1)
+
+
+@claim(
+    "rollout",
+    "Attention rollout explains better than raw attention (Abnar & Zuidema 2020)",
+    "One layer's attention weights are a poor explanation of what a prediction rests on, since information also "
+    "flows through the residual connections and mixes across layers; attention rollout (each layer's attention "
+    "plus the identity, multiplied through the layers) agrees better with the input patches' actual importance.",
+)
+def rollout(ctx: Context) -> Result:
+    from ..inspect import analysis as A
+    from ..inspect import capture_attention
+
+    vit, _, x = image_models(ctx)
+    x = x[:256]
+    importance = _occlusion(vit, x)  # (N, P): the reference, by removing each patch
+    with capture_attention(vit) as rec, torch.no_grad():
+        vit(x)
+    maps = rec.layers()
+    cls_rollout = A.rollout(maps, n_prefix=vit.n_prefix)[:, 0, vit.n_prefix :]  # (N, P)
+    cls_last = maps[-1].mean(1)[:, 0, vit.n_prefix :]  # the last layer's class-token row, heads averaged
+    r_rollout, r_last = _spearman(cls_rollout, importance), _spearman(cls_last, importance)
+
+    def judged(r: torch.Tensor) -> tuple[bool, str | None, str]:
+        """Agrees with the importance (its correlation's interval above 0) and better than the last layer."""
+        agrees, _, agree_words = better_verdict(r.numpy(), "rank correlation with occlusion", "images")
+        beats, verdict, beat_words = better_verdict((r - r_last).numpy(), "minus the last layer's", "images")
+        return agrees and beats, verdict if agrees else (verdict or "FAIL"), f"{agree_words}; {beat_words}"
+
+    passed, verdict, words = judged(r_rollout)
+    # the control: the rollout's scores shuffled over the patches of each image (an attribution that knows
+    # nothing): it must not agree with the importance
+    g = torch.Generator().manual_seed(0)
+    shuffled = torch.stack([row[torch.randperm(len(row), generator=g)] for row in cls_rollout])
+    r_shuffled = _spearman(shuffled, importance)
+    control_passed, _, control_words = judged(r_shuffled)
+    mean = lambda t: paired_interval(t.numpy())  # noqa: E731
+    rows = [
+        [name, *(f"{v:+.3f}" for v in mean(r))]
+        for name, r in (("rollout", r_rollout), ("last layer", r_last), ("shuffled rollout", r_shuffled))
+    ]
+    return Result(
+        f"rank correlation with the patches' occlusion importance over {len(x)} test digits: rollout "
+        f"{r_rollout.mean():+.3f}, the last layer's attention {r_last.mean():+.3f}; rollout's {words}",
+        passed,
+        "the 95 % intervals over images of the rollout's rank correlation with the occlusion importance, and of "
+        "its difference from the last layer's, both above 0",
+        table=markdown_table(["attribution", "mean rank correlation", "95 % low", "95 % high"], rows),
+        note="The digits ViT (4 layers, 16 patches of 2×2, class token); occlusion sets a patch to the mean image and "
+        "measures the fall in the predicted class's log-probability; rollout as `attnlab inspect` draws it "
+        "(heads averaged, 0.5·A + 0.5·I). The interval is over images, of one trained model",
+        control=Control("the rollout's scores shuffled over each image's patches", control_words, control_passed),
+        verdict=verdict,
+    )
+
+
+@claim(
+    "cls-gap",
+    "Class token or global average pooling (Dosovitskiy et al. 2021, appendix D.3)",
+    "A ViT can classify from an extra [CLS] token or from the average of its patch tokens (global average "
+    "pooling, as CNNs do): both work equally well.",
+)
+def cls_gap(ctx: Context) -> Result:
+    seeds = seeds_for(ctx)
+    _, steps = digits(ctx)
+    acc = {
+        "class token": [digits_vit(ctx, seed=s)[1] for s in seeds],
+        "average pooling": [digits_vit(ctx, seed=s, pool="mean")[1] for s in seeds],
+    }
+    cls, gap = np.array(acc["class token"]), np.array(acc["average pooling"])
+    passed, verdict, words = same_verdict(gap - cls, 0.02, "average pooling − class token accuracy")
+    # the control: a model known to be worse, the class-token ViT trained an eighth of the steps, must not
+    # count as working as well
+    short = max(1, steps // 8)
+    weak = np.array([digits_vit(ctx, seed=s, steps=short)[1] for s in seeds])
+    control_passed, _, control_words = same_verdict(weak - cls, 0.02, f"{short}-step − class token accuracy")
+    loss_bars(acc, ctx.out / "cls_gap.png", f"ViT on 8×8 digits, {len(seeds)} seed(s)", ylabel="test accuracy")
+    return Result(
+        f"test accuracy after {steps} steps: class token {cls.mean():.3f}, average pooling {gap.mean():.3f} (means "
+        f"over {len(seeds)} seed(s)); {words}",
+        passed,
+        "the 95 % interval of the paired accuracy difference (average pooling − class token) inside ±0.02",
+        "cls_gap.png",
+        note="the digits ViT (4 layers, 64 wide, 2×2 patches, learned positions, no PEG), the same recipe for both; "
+        "each seed sets both models' initial weights and batches" + seeds_note(ctx),
+        control=Control(f"the class-token ViT trained {short} steps", control_words, control_passed),
+        verdict=verdict,
     )
 
 

@@ -121,7 +121,7 @@ class Seq2SeqRecipe(Recipe):
         p.add(
             "--data",
             default=None,
-            help="copy | reverse | sort | addition | dates (synthetic, default reverse) | multi30k | "
+            help="copy | reverse | sort | addition | dates | reorder (synthetic, default reverse) | multi30k | "
             "SRC_FILE:TGT_FILE | FILE.tsv",
         )
         p.add("--src", default=None, help="source language for multi30k (default de)")
