@@ -126,31 +126,18 @@ def multi_head(ctx: Context) -> Result:
     )
 
 
-@claim(
-    "induction",
-    "Induction heads form in two layers (beyond the lectures: Olsson et al. 2022)",
-    "A two-layer attention-only transformer trained on sequences that repeat a random segment learns to copy: "
-    "a previous-token head in layer 0 and an induction head in layer 1 (attend to the token after the previous "
-    "occurrence of the current one), and the loss on the repeated half falls far below the first half's. The "
-    "detected heads are the circuit: ablating them costs more loss on the repeated half than ablating any other "
-    "pair of heads in the same layers.",
-)
-def induction(ctx: Context) -> Result:
-    from ..inspect.detectors import head_scores, repeated_random_tokens
-    from ..inspect.patching import ablated
+def _induction_model(ctx: Context, task, name: str, vocab: int, length: int):
+    """The claim's 2-layer attention-only GPT, trained on ``task``."""
     from ..models import GPT, GPTConfig
-    from ..training.tasks import RepeatedSequenceTask
 
-    vocab, length, half = 64, 40, 20
     torch.manual_seed(0)
     model = GPT(GPTConfig(vocab_size=vocab, context=length, layers=2, heads=4, dim=64, pos="rope", mlp=False))
-    steps = ctx.steps(20, 1000, 2500)  # (the circuit forms at about step 500-700 here)
     fit(
         ctx,
         model,
-        RepeatedSequenceTask(vocab, length, 64),
-        "induction",
-        steps,
+        task,
+        name,
+        ctx.steps(20, 1000, 2500),  # (the circuit forms at about step 500-700 here)
         batch_size=64,
         lr=1e-3,
         min_lr=1e-3,  # constant: the copying circuit forms in a sudden phase change that decay would slow
@@ -160,8 +147,13 @@ def induction(ctx: Context) -> Result:
         grad_clip=0.0,
         compile=False,
     )
-    model.eval()
-    x = repeated_random_tokens(32, half, vocab, torch.Generator().manual_seed(1234))  # the first half, then again
+    return model.eval()
+
+
+def _induction_measures(model, x: torch.Tensor, half: int) -> dict:
+    """Everything the induction criterion reads, on sequences ``x`` whose second half repeats the first."""
+    from ..inspect.detectors import head_scores
+    from ..inspect.patching import ablated
 
     def loss_per_token(heads=()) -> torch.Tensor:
         with torch.no_grad(), ablated(model, list(heads)) if heads else contextlib.nullcontext():
@@ -177,26 +169,80 @@ def induction(ctx: Context) -> Result:
     pairs = [((0, h0), (1, h1)) for h0 in range(heads) for h1 in range(heads)]
     cost = {pair: loss_per_token(pair)[half - 1 :].mean().item() - repeat for pair in pairs}
     others = max(v for pair, v in cost.items() if pair[0] != circuit[0] and pair[1] != circuit[1])
+    m = dict(per_token=per_token, first=first, repeat=repeat, ind=ind, prev=prev, circuit=circuit)
+    m.update(cost=cost[circuit], others=others, best_l1=ind[1].max().item(), best_l0=ind[0].max().item())
+    m["prev_best"] = prev[0].max().item()
+    m["ok"] = (
+        repeat < 0.5 * first
+        and m["best_l1"] > 0.3
+        and m["best_l1"] > m["best_l0"]
+        and m["prev_best"] > 0.3
+        and cost[circuit] > others
+    )
+    return m
+
+
+class _UnrepeatedTokens:
+    """The induction claim's control data: the same random tokens, never repeated (nothing to copy)."""
+
+    static_shapes = True
+
+    def __init__(self, vocab_size: int, length: int) -> None:
+        from ..training.tasks import RepeatedSequenceTask
+
+        self.repeated = RepeatedSequenceTask(vocab_size, length, 64)
+        self.items_per_batch = self.repeated.items_per_batch
+
+    def batch(self, split: str, batch_size: int, generator: torch.Generator):
+        seq = torch.randint(self.repeated.vocab_size, (batch_size, self.repeated.length + 1), generator=generator)
+        return seq[:, :-1], seq[:, 1:]
+
+    def loss(self, model, batch):
+        return self.repeated.loss(model, batch)
+
+    def meta(self) -> dict:
+        return {"data": "random tokens, never repeated"}
+
+
+@claim(
+    "induction",
+    "Induction heads form in two layers (beyond the lectures: Olsson et al. 2022)",
+    "A two-layer attention-only transformer trained on sequences that repeat a random segment learns to copy: "
+    "a previous-token head in layer 0 and an induction head in layer 1 (attend to the token after the previous "
+    "occurrence of the current one), and the loss on the repeated half falls far below the first half's. The "
+    "detected heads are the circuit: ablating them costs more loss on the repeated half than ablating any other "
+    "pair of heads in the same layers.",
+)
+def induction(ctx: Context) -> Result:
+    from ..inspect.detectors import repeated_random_tokens
+    from ..training.tasks import RepeatedSequenceTask
+
+    vocab, length, half = 64, 40, 20
+    steps = ctx.steps(20, 1000, 2500)
+    model = _induction_model(ctx, RepeatedSequenceTask(vocab, length, 64), "induction", vocab, length)
+    # the control: the same model trained as long on random tokens that never repeat (no copying to learn)
+    unrepeated = _induction_model(ctx, _UnrepeatedTokens(vocab, length), "induction_control", vocab, length)
+    x = repeated_random_tokens(32, half, vocab, torch.Generator().manual_seed(1234))  # the first half, then again
+    m, c = _induction_measures(model, x, half), _induction_measures(unrepeated, x, half)
+    ind, prev, per_token, circuit = m["ind"], m["prev"], m["per_token"], m["circuit"]
     fig, axes = plt.subplots(1, 3, figsize=(12, 3.2), dpi=100, layout="constrained")
     for ax, (name, s) in zip(axes[:2], (("previous-token score", prev), ("induction score", ind))):
         head_scores_panel(fig, ax, s.numpy(), name)
-    axes[2].plot(range(1, len(per_token) + 1), per_token.numpy())
+    axes[2].plot(range(1, len(per_token) + 1), per_token.numpy(), label="trained on repeats")
+    axes[2].plot(range(1, len(per_token) + 1), c["per_token"].numpy(), label="control: never repeated")
     axes[2].axvline(half - 0.5, color="grey", lw=0.8)
     axes[2].set_xlabel("position")
     axes[2].set_ylabel("loss (nats)")
+    axes[2].legend(fontsize=8)
     axes[2].set_title("loss per position: the second copy is predicted", fontsize=9)
     save_figure(fig, ctx.out / "induction.png")
-    best_l1, best_l0 = ind[1].max().item(), ind[0].max().item()
-    worst_other = max((p for p in pairs if p[0] != circuit[0] and p[1] != circuit[1]), key=cost.get)
-    causal = cost[circuit] > others
-    ok = repeat < 0.5 * first and best_l1 > 0.3 and best_l1 > best_l0 and prev[0].max().item() > 0.3 and causal
     return Result(
-        f"loss on the repeated half {repeat:.3f} vs {first:.3f} on the first (ln {vocab} = {math.log(vocab):.3f}); "
-        f"best induction score in layer 1 {best_l1:.3f} (head {int(ind[1].argmax())}), in layer 0 {best_l0:.3f}; "
-        f"best previous-token score in layer 0 {prev[0].max().item():.3f}; ablating those two heads "
-        f"(L0.H{circuit[0][1]}, L1.H{circuit[1][1]}) raises the repeated-half loss by {cost[circuit]:+.3f}, "
-        f"any pair of other heads in those layers by at most {others:+.3f}",
-        ok,
+        f"loss on the repeated half {m['repeat']:.3f} vs {m['first']:.3f} on the first (ln {vocab} = "
+        f"{math.log(vocab):.3f}); best induction score in layer 1 {m['best_l1']:.3f} (head {int(ind[1].argmax())}), "
+        f"in layer 0 {m['best_l0']:.3f}; best previous-token score in layer 0 {m['prev_best']:.3f}; ablating those "
+        f"two heads (L0.H{circuit[0][1]}, L1.H{circuit[1][1]}) raises the repeated-half loss by {m['cost']:+.3f}, "
+        f"any pair of other heads in those layers by at most {m['others']:+.3f}",
+        m["ok"],
         "repeated-half loss below half the first half's, an induction score above 0.3 in layer 1 (higher than "
         "layer 0's), a previous-token head (score above 0.3) in layer 0 (scores: TransformerLens's definitions; "
         "a perfect head scores 0.5 here, since only the second half can attend to an earlier copy), and zero-"
@@ -206,10 +252,10 @@ def induction(ctx: Context) -> Result:
         note=f"2 layers x 4 heads, 64 wide, attention only, rotary positions; {steps} steps of 64 sequences of "
         f"{length} tokens whose repeat distance changes per batch (so no fixed positional offset can do the copying)",
         control=Control(
-            "the costliest other pair of heads in the same layers, "
-            f"L0.H{worst_other[0][1]} and L1.H{worst_other[1][1]}, taken for the circuit",
-            f"zero-ablating it costs {others:+.3f}, against the detected pair's {cost[circuit]:+.3f}",
-            others > cost[circuit],
+            f"the same model trained {steps} steps on random tokens that never repeat",
+            f"repeated-half loss {c['repeat']:.3f} vs {c['first']:.3f}; best induction score in layer 1 "
+            f"{c['best_l1']:.3f}, previous-token score in layer 0 {c['prev_best']:.3f}",
+            c["ok"],
         ),
-        data="generated: random tokens repeated once",
+        data="generated: random tokens, a segment repeated once",
     )

@@ -45,7 +45,7 @@ def _random_words(ctx: Context) -> str:
 def mlm_pretraining(ctx: Context) -> Result:
     from .. import api
 
-    pre_steps, tune_steps = ctx.steps(5, 600, 2000), ctx.steps(5, 150, 300)
+    pre_steps, tune_steps = ctx.steps(5, 400, 2000), ctx.steps(5, 150, 300)
     seeds = seeds_for(ctx)
     common = dict(progress=False, device="cpu", dtype="fp32", compile=False)
     pretrained = _quiet(api.train, "encoder", task="mlm", out=ctx.work / "mlm", max_iters=pre_steps, **common)
