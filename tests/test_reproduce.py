@@ -4,7 +4,7 @@ every claim runs and its must-fail control fails its criterion."""
 import pytest
 
 from attnlab.cli import main
-from attnlab.experiments import CLAIMS, Context, Control, Result, run_claims, write_report
+from attnlab.experiments import CLAIMS, Context, Control, Result, run_claims, write_docs, write_report
 from attnlab.experiments import runs
 from attnlab.models import GPT, GPTConfig
 
@@ -184,3 +184,18 @@ def test_comparative_claims_decide_on_intervals_over_seeds():
     assert same_verdict([0.001, -0.002, 0.0], 0.03, "d")[:2] == (True, None)
     assert same_verdict([0.2, 0.21, 0.19], 0.03, "d")[1] == "FAIL"
     assert same_verdict([0.0, 0.05, -0.04], 0.03, "d")[1] == "INCONCLUSIVE"
+
+
+def test_the_docs_page_is_generated_from_the_claims(tmp_path):
+    ctx = Context(out=tmp_path / "out", work=tmp_path / "work", size="tiny")
+    results = run_claims(["worked-example", "permutation"], ctx, log=lambda m: None)
+    (tmp_path / "reproduce" / "full").mkdir(parents=True)
+    (tmp_path / "reproduce" / "full" / "report.md").write_text(
+        "# attnlab reproduce\n\nSize `full`; 20 of 30 claims PASS, 10 FAIL; 3600 s in all. Each item: ...\n"
+    )
+    page = write_docs(results, ctx, tmp_path / "reproduce.md", "2 CPU cores (test)").read_text()
+    assert "## Attention" in page and "## Positional encodings" in page and "## Vision" not in page
+    assert "### `worked-example`: The worked example" in page and "> With q·k₁ = 102" in page
+    assert "- **Control**: the same attention with a causal mask, still without PE" in page
+    assert "2 of 2 claims PASS; " in page and " s on 2 CPU cores (test)" in page
+    assert "[docs/reproduce/full/report.md](reproduce/full/report.md), 20 of 30 claims PASS, 10 FAIL, 3,600 s." in page

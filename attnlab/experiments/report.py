@@ -4,6 +4,7 @@ what each claim judges (``attnlab reproduce --docs docs/reproduce.md``)."""
 
 from __future__ import annotations
 
+import re
 import time
 from pathlib import Path
 
@@ -124,18 +125,33 @@ report says) and decide on the 95 % t-interval of the paired differences (each s
 models' initial weights and batches). `OUT/report.md` names the data of every claim; the exit
 code is 0 only when every claim passes. This page is generated with the committed report,
 `attnlab reproduce --quick --out docs/reproduce --docs docs/reproduce.md`:
-[docs/reproduce/report.md](reproduce/report.md) ({counts}; {seconds:.0f} s on {machine}).
+[docs/reproduce/report.md](reproduce/report.md) ({counts}; {seconds:.0f} s on {machine}).{full}
 
 What each claim judges, as the report states it:
 """
 
 
-def write_docs(results: dict[str, Result], ctx: Context, path: Path, machine: str) -> Path:
+def _full_size_line(docs: Path) -> str:
+    """A sentence on the committed full-size report beside the docs page (its counts and wall time), or ''."""
+    full = docs.parent / "reproduce" / "full" / "report.md"
+    found = (
+        re.search(r"Size `full`; (.*?); (\d+) s in all", full.read_text(encoding="utf-8")) if full.is_file() else None
+    )
+    if found is None:
+        return ""
+    return (
+        f" At full size, run alone on the same machine (`attnlab reproduce --out docs/reproduce/full`): "
+        f"[docs/reproduce/full/report.md](reproduce/full/report.md), {found[1]}, {int(found[2]):,} s."
+    )
+
+
+def write_docs(results: dict[str, Result], ctx: Context, path: str | Path, machine: str) -> Path:
     """The documentation page: the intro, then per topic each claim's statement, criterion,
     control and verdict in this run (generated, so it says exactly what is judged)."""
-    lines = [
-        DOCS_INTRO.format(counts=_counts(results), seconds=sum(r.seconds for r in results.values()), machine=machine)
-    ]
+    path = Path(path)
+    seconds = sum(r.seconds for r in results.values())
+    intro = DOCS_INTRO.format(counts=_counts(results), seconds=seconds, machine=machine, full=_full_size_line(path))
+    lines = [intro]
     for topic, heading in TOPICS.items():
         names = [n for n in results if CLAIMS[n].topic == topic]
         if not names:
@@ -151,10 +167,9 @@ def write_docs(results: dict[str, Result], ctx: Context, path: Path, machine: st
                 f"- **Criterion**: {r.criterion}",
                 f"- **Control**: {r.control.what if r.control is not None else 'none'}",
                 f"- **Data**: {r.data}",
-                f"- **`--{ctx.size}` verdict**: {r.status}" + (f" ({r.note})" if r.status != "PASS" and r.note else ""),
+                f"- **Verdict at the {ctx.size} size**: {r.status}" + (f" ({r.note})" if r.status != "PASS" and r.note else ""),
                 "",
             ]
-    path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("\n".join(lines), encoding="utf-8")
     return path
