@@ -60,6 +60,7 @@ def mlm_pretraining(ctx: Context) -> Result:
         **common,
     )
     acc: dict[str, list[float]] = {"from scratch": [], "pretrained": [], "pretrained on random words": []}
+    texts = 0
     for seed in seeds:
         for name, init in (
             ("from scratch", None),
@@ -76,10 +77,15 @@ def mlm_pretraining(ctx: Context) -> Result:
                 seed=1337 + seed,
                 **common,
             )
-            acc[name].append(float(_quiet(api.evaluate, run.out)["accuracy"]))
+            scores = _quiet(api.evaluate, run.out)
+            acc[name].append(float(scores["accuracy"]))
+            texts = scores["texts"]
     scratch, tuned, control = (np.array(acc[n]) for n in acc)
-    passed, verdict, words = better_verdict(tuned - scratch, "pretrained − from scratch accuracy")
-    control_passed, _, control_words = better_verdict(control - scratch, "random-words pretraining − from scratch")
+    step = 1 / texts  # an accuracy moves in steps of one test text
+    passed, verdict, words = better_verdict(tuned - scratch, "pretrained − from scratch accuracy", resolution=step)
+    control_passed, _, control_words = better_verdict(
+        control - scratch, "random-words pretraining − from scratch", resolution=step
+    )
     loss_bars(acc, ctx.out / "mlm_pretraining.png", f"{tune_steps} fine-tuning steps", ylabel="test accuracy")
     return Result(
         f"test accuracy after {tune_steps} steps on the labelled task: from scratch {scratch.mean():.3f}, after "

@@ -123,34 +123,39 @@ The verdicts:
 Comparative claims train both sides on three seeds at full size (two with `--quick`, which the
 report says) and decide on the 95 % t-interval of the paired differences (each seed sets both
 models' initial weights and batches). `OUT/report.md` names the data of every claim; the exit
-code is 0 only when every claim passes. This page is generated with the committed report,
-`attnlab reproduce --quick --out docs/reproduce --docs docs/reproduce.md`:
-[docs/reproduce/report.md](reproduce/report.md) ({counts}; {seconds:.0f} s on {machine}).{full}
+code is 0 only when every claim passes. The committed reports, each run alone on {machine}:
+{reports}
 
-What each claim judges, as the report states it:
+What each claim judges, and its verdict at the {size} size, as the report states it:
 """
 
+REPORTS = {  # the committed reports beside the docs page: (folder under docs/, command)
+    "quick": ("reproduce", "attnlab reproduce --quick --out docs/reproduce"),
+    "full": ("reproduce/full", "attnlab reproduce --out docs/reproduce/full --docs docs/reproduce.md"),
+}
 
-def _full_size_line(docs: Path) -> str:
-    """A sentence on the committed full-size report beside the docs page (its counts and wall time), or ''."""
-    full = docs.parent / "reproduce" / "full" / "report.md"
-    found = (
-        re.search(r"Size `full`; (.*?); (\d+) s in all", full.read_text(encoding="utf-8")) if full.is_file() else None
-    )
-    if found is None:
-        return ""
-    return (
-        f" At full size, run alone on the same machine (`attnlab reproduce --out docs/reproduce/full`): "
-        f"[docs/reproduce/full/report.md](reproduce/full/report.md), {found[1]}, {int(found[2]):,} s."
-    )
+
+def _report_lines(docs: Path) -> str:
+    """A line per committed report beside the docs page: its size, command, counts and wall time."""
+    lines = []
+    for size, (folder, command) in REPORTS.items():
+        report = docs.parent / folder / "report.md"
+        text = report.read_text(encoding="utf-8") if report.is_file() else ""
+        found = re.search(rf"Size `{size}`; (.*?); (\d+) s in all", text)
+        if found:
+            lines.append(
+                f"- {size} size, `{command}`: [docs/{folder}/report.md]({folder}/report.md), {found[1]}; "
+                f"{int(found[2]):,} s"
+            )
+    return "\n".join(lines)
 
 
 def write_docs(results: dict[str, Result], ctx: Context, path: str | Path, machine: str) -> Path:
-    """The documentation page: the intro, then per topic each claim's statement, criterion,
-    control and verdict in this run (generated, so it says exactly what is judged)."""
+    """The documentation page: the intro (with the committed reports found beside ``path``: write the
+    report first), then per topic each claim's statement, criterion, control and verdict in this run
+    (generated, so it says exactly what is judged)."""
     path = Path(path)
-    seconds = sum(r.seconds for r in results.values())
-    intro = DOCS_INTRO.format(counts=_counts(results), seconds=seconds, machine=machine, full=_full_size_line(path))
+    intro = DOCS_INTRO.format(machine=machine, reports=_report_lines(path), size=ctx.size)
     lines = [intro]
     for topic, heading in TOPICS.items():
         names = [n for n in results if CLAIMS[n].topic == topic]
@@ -167,7 +172,8 @@ def write_docs(results: dict[str, Result], ctx: Context, path: str | Path, machi
                 f"- **Criterion**: {r.criterion}",
                 f"- **Control**: {r.control.what if r.control is not None else 'none'}",
                 f"- **Data**: {r.data}",
-                f"- **Verdict at the {ctx.size} size**: {r.status}" + (f" ({r.note})" if r.status != "PASS" and r.note else ""),
+                f"- **Verdict at the {ctx.size} size**: {r.status}"
+                + (f" ({r.note})" if r.status != "PASS" and r.note else ""),
                 "",
             ]
     path.parent.mkdir(parents=True, exist_ok=True)

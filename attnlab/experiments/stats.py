@@ -22,21 +22,25 @@ def seeds_note(ctx: Context) -> str:
     return {"tiny": " (tiny: one seed, no interval)", "quick": " (--quick: two seeds)", "full": ""}[ctx.size]
 
 
-def paired_interval(diffs) -> tuple[float, float, float]:
+def paired_interval(diffs, resolution: float = 0.0) -> tuple[float, float, float]:
     """(mean, low, high): the 95 % t-interval of the mean of paired differences (one per seed: each
-    seed sets both models' initial weights and batches); (mean, nan, nan) for a single seed."""
+    seed sets both models' initial weights and batches); (mean, nan, nan) for a single seed.
+    ``resolution``: the measurement's step (1/N for an accuracy on N test items): the spread is
+    taken as at least one step, since equal differences on a coarse scale (two seeds that both
+    differ by 5 of 144 texts) say nothing about the noise being zero."""
     d = np.asarray(diffs, dtype=float)
     if len(d) < 2:
         return float(d.mean()), float("nan"), float("nan")
-    half = T95.get(len(d) - 1, 1.96) * d.std(ddof=1) / math.sqrt(len(d))
+    half = T95.get(len(d) - 1, 1.96) * max(d.std(ddof=1), resolution) / math.sqrt(len(d))
     return float(d.mean()), float(d.mean() - half), float(d.mean() + half)
 
 
-def better_verdict(diffs, what: str, unit: str = "seeds") -> tuple[bool, str | None, str]:
+def better_verdict(diffs, what: str, unit: str = "seeds", resolution: float = 0.0) -> tuple[bool, str | None, str]:
     """A "A is better than B" claim on paired differences ``diffs`` (B's loss − A's, per seed, or
     per ``unit``): PASS when the interval lies above 0, FAIL when it lies below, INCONCLUSIVE when
-    it straddles 0 or there is one seed. Returns (passed, verdict or None, the interval in words)."""
-    mean, low, high = paired_interval(diffs)
+    it straddles 0 or there is one seed. Returns (passed, verdict or None, the interval in words);
+    ``resolution``: as for :func:`paired_interval`."""
+    mean, low, high = paired_interval(diffs, resolution)
     if math.isnan(low):
         return False, "INCONCLUSIVE", f"{what}: {mean:+.3f} (one seed: no interval; full size runs three)"
     words = f"{what}: {mean:+.3f}, 95 % interval [{low:+.3f}, {high:+.3f}] over {len(diffs)} {unit}"
@@ -45,10 +49,11 @@ def better_verdict(diffs, what: str, unit: str = "seeds") -> tuple[bool, str | N
     return False, ("FAIL" if high < 0 else "INCONCLUSIVE"), words
 
 
-def same_verdict(diffs, margin: float, what: str) -> tuple[bool, str | None, str]:
+def same_verdict(diffs, margin: float, what: str, resolution: float = 0.0) -> tuple[bool, str | None, str]:
     """A "works as well" claim: PASS when the interval of the paired differences lies inside
-    ±``margin``, FAIL when it lies wholly outside, else INCONCLUSIVE."""
-    mean, low, high = paired_interval(diffs)
+    ±``margin``, FAIL when it lies wholly outside, else INCONCLUSIVE (``resolution``: as for
+    :func:`paired_interval`)."""
+    mean, low, high = paired_interval(diffs, resolution)
     if math.isnan(low):
         return False, "INCONCLUSIVE", f"{what}: {mean:+.3f} (one seed: no interval; full size runs three)"
     words = f"{what}: {mean:+.3f}, 95 % interval [{low:+.3f}, {high:+.3f}] over {len(diffs)} seeds (margin ±{margin})"

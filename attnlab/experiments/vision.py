@@ -320,18 +320,21 @@ def rollout(ctx: Context) -> Result:
 )
 def cls_gap(ctx: Context) -> Result:
     seeds = seeds_for(ctx)
-    _, steps = digits(ctx)
+    splits, steps = digits(ctx)
     acc = {
         "class token": [digits_vit(ctx, seed=s)[1] for s in seeds],
         "average pooling": [digits_vit(ctx, seed=s, pool="mean")[1] for s in seeds],
     }
     cls, gap = np.array(acc["class token"]), np.array(acc["average pooling"])
-    passed, verdict, words = same_verdict(gap - cls, 0.02, "average pooling − class token accuracy")
+    step = 1 / len(splits.test[1])  # an accuracy moves in steps of one test image
+    passed, verdict, words = same_verdict(gap - cls, 0.02, "average pooling − class token accuracy", resolution=step)
     # the control: a model known to be worse, the class-token ViT trained an eighth of the steps, must not
     # count as working as well
     short = max(1, steps // 8)
     weak = np.array([digits_vit(ctx, seed=s, steps=short)[1] for s in seeds])
-    control_passed, _, control_words = same_verdict(weak - cls, 0.02, f"{short}-step − class token accuracy")
+    control_passed, _, control_words = same_verdict(
+        weak - cls, 0.02, f"{short}-step − class token accuracy", resolution=step
+    )
     loss_bars(acc, ctx.out / "cls_gap.png", f"ViT on 8×8 digits, {len(seeds)} seed(s)", ylabel="test accuracy")
     return Result(
         f"test accuracy after {steps} steps: class token {cls.mean():.3f}, average pooling {gap.mean():.3f} (means "
