@@ -509,11 +509,19 @@ def _reproduce(args) -> int:
         results = run_claims(names, ctx, log=lambda m: print(m, file=sys.stderr, flush=True))
     report = write_report(results, ctx)
     if docs is not None:
-        cores = os.cpu_count() or 1
-        write_docs(results, ctx, docs, f"{cores} CPU cores ({platform.processor() or platform.machine()})")
+        write_docs(results, ctx, docs, f"{os.cpu_count() or 1} CPU cores ({_cpu_name() or platform.machine()})")
     passed = sum(r.status == "PASS" for r in results.values())
     print(f"{passed} of {len(results)} claims PASS; report: {report}")
     return 0 if passed == len(results) else 1
+
+
+def _cpu_name() -> str:
+    """The CPU's model name (Linux), for the docs page; '' where the system does not say."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            return next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), "")
+    except OSError:
+        return ""
 
 
 def _bench(args) -> int:
