@@ -103,3 +103,24 @@ def test_a_run_restores_the_callers_thread_count(tmp_path):
     assert torch.get_num_threads() == 2
     with pytest.raises(ValueError, match="--threads must be at least 1"):
         TrainConfig(threads=0)
+
+
+def test_a_compiled_run_keeps_its_thread_count(tmp_path, monkeypatch):
+    """torch.compile guards a graph on the thread count: changing it mid-run recompiled the model
+    (`GLOBAL_STATE changed: num_threads` under TORCH_LOGS=recompiles), once per count. A compiled run
+    does not look at the machine's load; an eager one does."""
+    from attnlab.data.text import prepare
+    from attnlab.models import GPT, GPTConfig
+    from attnlab.training import LanguageModelTask, TrainConfig, Trainer
+
+    polled = []
+    monkeypatch.setattr(CpuShare, "poll", lambda self, now=None: polled.append(1) or None)
+    (tmp_path / "corpus.txt").write_text("a small corpus of text for a tiny model. " * 40)
+    data = prepare(str(tmp_path / "corpus.txt"), tmp_path / "data")
+    for compiled in (False, True):
+        polled.clear()
+        model = GPT(GPTConfig(vocab_size=data.tokenizer.vocab_size, context=8, layers=1, heads=1, dim=8))
+        cfg = TrainConfig(max_iters=2, batch_size=2, eval_interval=2, eval_iters=1, progress=False, compile=compiled)
+        trainer = Trainer(model, LanguageModelTask(data, 8, 2), cfg, tmp_path / f"run_{compiled}")
+        trainer.fit()
+        assert len(polled) == (0 if compiled else 2), compiled

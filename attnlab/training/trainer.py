@@ -587,7 +587,9 @@ class Trainer:
                 while self.step < cfg.max_iters:
                     self._train_step_or_eager() if first_compiled else self.train_step()
                     first_compiled = False
-                    threads = self.cpu_share.poll()
+                    # a compiled graph is guarded on the thread count: changing it would recompile (once per
+                    # count, ~30 s each), so the count stays as it was when compiling began
+                    threads = self.cpu_share.poll() if self._compiled is None else None
                     if threads is not None and main:
                         bar.write(f"threads: {self.cpu_share.describe()}")
                     logged = self.step % cfg.log_interval == 0 or self.step == cfg.max_iters
