@@ -107,7 +107,7 @@ attnlab reproduce scaling table1 length        # some of them, full size
 ```
 
 Each claim is a function in `attnlab.experiments.<topic>` registered with `@claim` (the topics are
-the lectures': attention, positions, recurrence, vision, heads, graphs). It computes or trains
+the lectures': attention, positions, recurrence, vision, pretraining, heads, graphs). It computes or trains
 what it needs, then judges the lecture's statement against a stated criterion **and** runs a
 must-fail control beside it: the same measurement where the statement is made false (the model
 before training, the mechanism removed, positions removed, the labels swapped, a random pointer).
@@ -124,6 +124,7 @@ Comparative claims train both sides on three seeds at full size (two with `--qui
 report says) and decide on the 95 % t-interval of the paired differences (each seed sets both
 models' initial weights and batches). `OUT/report.md` names the data of every claim; the exit
 code is 0 only when every claim passes. The committed reports, each run alone on {machine}:
+
 {reports}
 
 What each claim judges, and its verdict at the {size} size, as the report states it:
