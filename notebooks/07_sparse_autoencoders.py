@@ -105,14 +105,20 @@ display(HTML(features_page(pages, f"top-k SAE features at {hook}")))
 # A healthy dictionary has few dead latents and a spread of frequencies; a latent that fires
 # on almost every token is more a bias than a feature.
 
+
 # %%
-frequencies = [p["frequency"] for p in attnlab.sae.features(gpt, topk.sae, count=topk.sae.config.d_sae)]
-plt.figure(figsize=(5, 3))
-plt.hist(frequencies, bins=40, log=True)
-plt.xlabel("share of tokens it fires on")
-plt.ylabel("latents")
-plt.title("latent frequencies (live latents)")
-plt.show()
+def frequency_histogram(model, sae, title: str, bins: int) -> None:
+    """How often each live latent fires: a histogram over the dictionary."""
+    frequencies = [p["frequency"] for p in attnlab.sae.features(model, sae, count=sae.config.d_sae)]
+    plt.figure(figsize=(5, 3))
+    plt.hist(frequencies, bins=bins, log=True)
+    plt.xlabel("share of tokens it fires on")
+    plt.ylabel("latents")
+    plt.title(title)
+    plt.show()
+
+
+frequency_histogram(gpt, topk.sae, "latent frequencies (live latents)", bins=40)
 
 # %% [markdown]
 # ## 5. The same on a ViT: features of digit patches
@@ -136,10 +142,4 @@ page = attnlab.sae.write_features(vit, vit_sae.sae, work / "vit_features.html", 
 display(HTML(page.read_text()))
 
 # %%
-counts = [p["frequency"] for p in attnlab.sae.features(vit, vit_sae.sae, count=vit_sae.sae.config.d_sae)]
-plt.figure(figsize=(5, 3))
-plt.hist(counts, bins=30, log=True)
-plt.xlabel("share of tokens it fires on")
-plt.ylabel("latents")
-plt.title("ViT SAE: latent frequencies")
-plt.show()
+frequency_histogram(vit, vit_sae.sae, "ViT SAE: latent frequencies", bins=30)
