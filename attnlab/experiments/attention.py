@@ -427,17 +427,19 @@ def _largest_intermediate(fn) -> int:
     from torch.utils._pytree import tree_leaves
 
     class Largest(TorchDispatchMode):
-        most = 0
+        def __init__(self) -> None:
+            super().__init__()
+            self.most = 0
 
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
             out = func(*args, **(kwargs or {}))
             sizes = [t.numel() for t in tree_leaves(out) if isinstance(t, torch.Tensor)]
-            Largest.most = max([Largest.most, *sizes])
+            self.most = max([self.most, *sizes])
             return out
 
-    with Largest(), torch.no_grad():
+    with Largest() as counter, torch.no_grad():
         fn()
-    return Largest.most
+    return counter.most
 
 
 @claim(

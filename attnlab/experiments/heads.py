@@ -11,6 +11,7 @@ import torch
 import torch.nn.functional as F
 
 from ..inspect.plots import head_scores_panel, plt, save_figure
+from ..training.tasks import RepeatedSequenceTask
 from .registry import Context, Control, Result, claim
 from .runs import corpus, fit, gpt_losses, loss_bars, train_gpt
 from .stats import better_verdict, seeds_for, seeds_note, swapped_labels_control
@@ -182,26 +183,15 @@ def _induction_measures(model, x: torch.Tensor, half: int) -> dict:
     return m
 
 
-class _UnrepeatedTokens:
+class _UnrepeatedTokens(RepeatedSequenceTask):
     """The induction claim's control data: the same random tokens, never repeated (nothing to copy)."""
 
-    static_shapes = True
-
-    def __init__(self, vocab_size: int, length: int) -> None:
-        from ..training.tasks import RepeatedSequenceTask
-
-        self.repeated = RepeatedSequenceTask(vocab_size, length, 64)
-        self.items_per_batch = self.repeated.items_per_batch
-
     def batch(self, split: str, batch_size: int, generator: torch.Generator):
-        seq = torch.randint(self.repeated.vocab_size, (batch_size, self.repeated.length + 1), generator=generator)
+        seq = torch.randint(self.vocab_size, (batch_size, self.length + 1), generator=generator)
         return seq[:, :-1], seq[:, 1:]
 
-    def loss(self, model, batch):
-        return self.repeated.loss(model, batch)
-
     def meta(self) -> dict:
-        return {"data": "random tokens, never repeated"}
+        return {"data": f"random tokens, never repeated (vocabulary {self.vocab_size}, length {self.length})"}
 
 
 @claim(
@@ -215,13 +205,12 @@ class _UnrepeatedTokens:
 )
 def induction(ctx: Context) -> Result:
     from ..inspect.detectors import repeated_random_tokens
-    from ..training.tasks import RepeatedSequenceTask
 
     vocab, length, half = 64, 40, 20
     steps = ctx.steps(20, 1000, 2500)
     model = _induction_model(ctx, RepeatedSequenceTask(vocab, length, 64), "induction", vocab, length)
     # the control: the same model trained as long on random tokens that never repeat (no copying to learn)
-    unrepeated = _induction_model(ctx, _UnrepeatedTokens(vocab, length), "induction_control", vocab, length)
+    unrepeated = _induction_model(ctx, _UnrepeatedTokens(vocab, length, 64), "induction_control", vocab, length)
     x = repeated_random_tokens(32, half, vocab, torch.Generator().manual_seed(1234))  # the first half, then again
     m, c = _induction_measures(model, x, half), _induction_measures(unrepeated, x, half)
     ind, prev, per_token, circuit = m["ind"], m["prev"], m["per_token"], m["circuit"]

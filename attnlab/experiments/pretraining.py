@@ -3,21 +3,13 @@ training on the labelled task alone."""
 
 from __future__ import annotations
 
-import contextlib
-import io
 import random
 
 import numpy as np
 
 from .registry import Context, Control, Result, claim, markdown_table
-from .runs import loss_bars
+from .runs import loss_bars, quietly
 from .stats import better_verdict, seeds_for, seeds_note
-
-
-def _quiet(fn, *args, **kwargs):
-    """A training or evaluation through the Python API, its progress lines kept out of the report's log."""
-    with contextlib.redirect_stderr(io.StringIO()), contextlib.redirect_stdout(io.StringIO()):
-        return fn(*args, **kwargs)
 
 
 def _random_words(ctx: Context) -> str:
@@ -48,9 +40,9 @@ def mlm_pretraining(ctx: Context) -> Result:
     pre_steps, tune_steps = ctx.steps(5, 400, 2000), ctx.steps(5, 150, 300)
     seeds = seeds_for(ctx)
     common = dict(progress=False, device="cpu", dtype="fp32", compile=False)
-    pretrained = _quiet(api.train, "encoder", task="mlm", out=ctx.work / "mlm", max_iters=pre_steps, **common)
+    pretrained = quietly(api.train, "encoder", task="mlm", out=ctx.work / "mlm", max_iters=pre_steps, **common)
     # the control: the same pretraining on words in random order (nothing to learn but the word list)
-    noise = _quiet(
+    noise = quietly(
         api.train,
         "encoder",
         task="mlm",
@@ -67,7 +59,7 @@ def mlm_pretraining(ctx: Context) -> Result:
             ("pretrained", pretrained.out),
             ("pretrained on random words", noise.out),
         ):
-            run = _quiet(
+            run = quietly(
                 api.train,
                 "encoder",
                 task="classify",
@@ -77,7 +69,7 @@ def mlm_pretraining(ctx: Context) -> Result:
                 seed=1337 + seed,
                 **common,
             )
-            scores = _quiet(api.evaluate, run.out)
+            scores = quietly(api.evaluate, run.out)
             acc[name].append(float(scores["accuracy"]))
             texts = scores["texts"]
     scratch, tuned, control = (np.array(acc[n]) for n in acc)

@@ -3,14 +3,12 @@
 
 from __future__ import annotations
 
-import contextlib
-import io
 import random
 
 import torch
 
 from .registry import Context, Control, Result, claim, markdown_table
-from .runs import fit
+from .runs import fit, quietly
 
 
 # ---- 8: the RNN bottleneck ---------------------------------------------------------------------------
@@ -178,7 +176,7 @@ def alignment(ctx: Context) -> Result:
         note=note,
         control=Control(
             " and ".join(w for w, _, _ in controls),
-            "; ".join(f"{w}: {m}" for w, m, _ in controls),
+            "; ".join(m for _, m, _ in controls),  # (each says what it measured; the names are in `what`)
             any(c for _, _, c in controls),
         ),
         data="generated: the reorder task" + ("" if ctx.size == "tiny" else ", and generated scenes for the captioner"),
@@ -192,17 +190,17 @@ def _captioner(ctx: Context, arch: str = "rnn-attention") -> dict:
 
     if f"captioner_{arch}" not in ctx.cache:
         steps, scenes = ctx.steps(10, 500, 1200), ctx.steps(50, 3000, 8000)
-        with contextlib.redirect_stderr(io.StringIO()), contextlib.redirect_stdout(io.StringIO()):
-            run = api.train(
-                "caption",
-                out=ctx.work / f"captioner_{arch}",
-                arch=arch,
-                max_iters=steps,
-                train_scenes=scenes,
-                progress=False,
-                device="cpu",
-            )
-            ctx.cache[f"captioner_{arch}"] = {"steps": steps, "scenes": scenes, "eval": api.evaluate(run.out)}
+        run = quietly(
+            api.train,
+            "caption",
+            out=ctx.work / f"captioner_{arch}",
+            arch=arch,
+            max_iters=steps,
+            train_scenes=scenes,
+            progress=False,
+            device="cpu",
+        )
+        ctx.cache[f"captioner_{arch}"] = {"steps": steps, "scenes": scenes, "eval": quietly(api.evaluate, run.out)}
     return ctx.cache[f"captioner_{arch}"]
 
 

@@ -3,6 +3,8 @@ corpus and small GPTs on it, the embedded digits and the ViT and CNN trained on 
 
 from __future__ import annotations
 
+import contextlib
+import io
 from pathlib import Path
 
 import numpy as np
@@ -40,6 +42,13 @@ def corpus(ctx: Context):
         )
     ctx.cache.setdefault("data_used", []).append(ctx.cache["corpus_note"])
     return ctx.cache["corpus"]
+
+
+def quietly(fn, *args, **kwargs):
+    """``fn(*args, **kwargs)`` (a training or evaluation through the Python API) with its progress
+    lines kept out of the report's log."""
+    with contextlib.redirect_stderr(io.StringIO()), contextlib.redirect_stdout(io.StringIO()):
+        return fn(*args, **kwargs)
 
 
 def fit(ctx: Context, model, task, name: str, steps: int, **options) -> None:

@@ -23,14 +23,14 @@ from .runs import (
 from .stats import better_verdict, paired_interval, same_verdict, seeds_for, seeds_note
 
 
-def _layout_learned(vit, dist: torch.Tensor, g: int) -> tuple[bool, float, float]:
-    """(learned, near, far): neighbouring patches' position embeddings more similar than distant
-    ones' (mean cosine similarity) by more than 0.1."""
+def _layout_learned(vit, dist: torch.Tensor, g: int) -> tuple[bool, float, float, torch.Tensor]:
+    """(learned, near, far, similarity): neighbouring patches' position embeddings more similar than
+    distant ones' (mean cosine similarity) by more than 0.1; the (N, N) similarity itself."""
     from ..inspect import analysis as A
 
     sim = A.position_similarity(vit.pos_embed.detach()[0, vit.n_prefix :])
     near, far = sim[dist == 1].mean().item(), sim[dist >= g].mean().item()
-    return near - far > 0.1, near, far
+    return near - far > 0.1, near, far, sim
 
 
 @claim(
@@ -49,15 +49,11 @@ def vit_figures(ctx: Context) -> Result:
     vit, _, x = image_models(ctx)
     comps, var = A.embedding_components(vit.patch_embed.proj.weight.detach(), 4)
     P.components_png(comps.numpy(), var.numpy(), ctx.out / "vit_embeddings.png")
-    P.position_similarity_png(
-        A.position_similarity(vit.pos_embed.detach()[0, vit.n_prefix :]).numpy(),
-        vit.grid,
-        ctx.out / "vit_positions.png",
-    )
     g = vit.grid[0]
     rr, cc = torch.meshgrid(torch.arange(g), torch.arange(g), indexing="ij")
     dist = ((rr.reshape(-1, 1) - rr.reshape(1, -1)).abs() + (cc.reshape(-1, 1) - cc.reshape(1, -1)).abs()).float()
-    positions_ok, near, far = _layout_learned(vit, dist, g)
+    positions_ok, near, far, sim = _layout_learned(vit, dist, g)
+    P.position_similarity_png(sim.numpy(), vit.grid, ctx.out / "vit_positions.png")
     with capture_attention(vit) as rec, torch.no_grad():
         vit(x[:256])
     maps = rec.layers()
@@ -75,7 +71,7 @@ def vit_figures(ctx: Context) -> Result:
     # the control: the same ViT before training (a random position table, attention it was never taught)
     torch.manual_seed(0)
     fresh = type(vit)(vit.config).eval()
-    fresh_positions, near0, far0 = _layout_learned(fresh, dist, g)
+    fresh_positions, near0, far0, _ = _layout_learned(fresh, dist, g)
     with capture_attention(fresh) as rec0, torch.no_grad():
         fresh(x[:256])
     d0 = torch.stack(
