@@ -178,7 +178,7 @@ FIELD_HELP = {
     "seed": "random seed: the same seed, options and machine give the same run",
     "progress": "a progress bar with ETA (plain lines when the output is not a terminal)",
     "checkpoint_activations": "recompute each block's activations in the backward pass: less memory, about a third slower",
-    "target": "stop early once the validation measure reaches this (accuracy or exact match)",
+    "target": "stop early once the validation measure reaches this (accuracy or exact match, a fraction; language models: the validation loss, reached at or below)",
 }
 
 

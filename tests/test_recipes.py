@@ -312,6 +312,18 @@ def test_training_stops_once_the_target_metric_is_reached(tmp_path, capsys):
     assert json.loads((out2 / "metrics.jsonl").read_text().splitlines()[-1])["step"] == 4
 
 
+def test_a_language_model_stops_once_its_validation_loss_is_at_or_below_the_target(tmp_path, capsys):
+    """--target on a GPT is a loss: reached from above (a loss of 100 at once; a loss of 0 never)."""
+    base = ["train", "gpt", "--preset", "nano", "--context", "16", "--batch-size", "4", "--max-iters", "6"]
+    base += ["--eval-interval", "2", "--eval-iters", "1", "--no-progress", "--sample-chars", "0", "--device", "cpu"]
+    assert main([*base, "--out", str(tmp_path / "a"), "--target", "100"]) == 0
+    metrics = [json.loads(line) for line in (tmp_path / "a" / "metrics.jsonl").read_text().splitlines()]
+    assert metrics[-1]["step"] == 2 and metrics[-1]["val_loss"] <= 100
+    assert "val loss" in capsys.readouterr().out
+    assert main([*base, "--out", str(tmp_path / "b"), "--target", "0"]) == 0
+    assert json.loads((tmp_path / "b" / "metrics.jsonl").read_text().splitlines()[-1])["step"] == 6
+
+
 def test_the_embedded_default_announces_its_time(tmp_path, capsys, monkeypatch):
     """Only a plain default run prints the expected wall time (here cut short by monkeypatching fit)."""
     from attnlab.training import Trainer

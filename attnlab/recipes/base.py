@@ -49,6 +49,7 @@ class Recipe:
     inspections: dict[str, str] = {}  # `attnlab inspect WHAT` -> help
     explore_kind: str | None = None  # what `attnlab explore` / `serve` show: text | image | cross
     default_seconds: int | None = None  # wall time of the embedded default run, measured on 2 CPU cores
+    target_is_loss = False  # --target is a validation loss (reached from above), not a fraction
     ablatable = False  # its evaluate() applies ``options.intervene`` (``attnlab ablate``, ``evaluate(ablate=)``)
     # the options of a run of a few seconds on the embedded data: for tests (one test trains, loads,
     # evaluates and explores every registered family with them) and quick looks
@@ -626,16 +627,19 @@ def train(recipe: Recipe, args) -> TrainResult:
             f"the embedded default run: expect about {expect} on 2 CPU cores (measured on a 2-core AMD EPYC)",
             file=sys.stderr,
         )
+    asked = given(args, args.train_fields).get("target")  # (a family's default target is for the data it suits)
+    if asked is not None and asked > 1 and not recipe.target_is_loss:
+        raise OptionError(f"--target must be in [0, 1] for a {recipe.name} run (a fraction: accuracy, exact match)")
     run = recipe.prepare(args, saved, model_over, tcfg)
     # what it trains on, for a later --resume to compare (kept as first recorded)
     run.meta["data_fingerprint"] = (
         saved["data_fingerprint"] if saved and "data_fingerprint" in saved else fingerprint(getattr(args, "data", None))
     )
-    asked = given(args, args.train_fields).get("target")  # (a family's default target is for the data it suits)
-    if asked is not None and getattr(run.task, "target_metric", None) is None:
+    metric = getattr(run.task, "target_metric", None)
+    if asked is not None and metric is None:
         raise OptionError(
             f"--target {asked}: this {recipe.name} run has no validation metric to reach (classifiers have "
-            "accuracy, synthetic seq2seq tasks exact match); drop --target"
+            "accuracy, synthetic seq2seq tasks exact match, language models a loss); drop --target"
         )
     torch.manual_seed(tcfg.seed)  # the initial weights follow from the seed
     model = recipe.models[run.model_type](run.config)

@@ -261,6 +261,7 @@ class GPTRecipe(Recipe):
     set_by_data = ("vocab_size",)
     explore_kind = "text"
     ablatable = True
+    target_is_loss = True
     default_seconds = 70
     verbs = GPTVerbs
     inspections = {

@@ -66,15 +66,18 @@ class Callback:
 
 
 class TargetReached(Callback):
-    """Stop once ``metric`` (the task's accuracy or exact match) reaches ``target`` at an
-    evaluation: ``--target``."""
+    """Stop once ``metric`` reaches ``target`` at an evaluation: ``--target``. An accuracy or
+    exact match reaches it from below; a loss (a metric named ``*_loss``) from above."""
 
     def __init__(self, metric: str, target: float) -> None:
         self.metric, self.target = metric, target
+        self.lower_is_better = metric.endswith("loss")
 
     def on_evaluation(self, trainer: Trainer, record: dict) -> None:
-        value = record.get(self.metric, -math.inf)
-        if value >= self.target:
+        if self.metric not in record:
+            return
+        value = record[self.metric]
+        if (value <= self.target) if self.lower_is_better else (value >= self.target):
             trainer.stop(
                 f"{self.metric.replace('_', ' ')} {value:.4f} reached the target {self.target}; stopping early"
             )

@@ -82,7 +82,7 @@ class TrainConfig(Config):
             "sharded checkpoints) instead of DDP; CPU (gloo) or CUDA (NCCL)"
         },
     )
-    target: float | None = None  # stop once the task's validation metric (accuracy, exact match) reaches this
+    target: float | None = None  # stop once the task's validation metric (accuracy, exact match, loss) reaches this
     tensorboard: bool = field(
         default=False,
         metadata={
@@ -127,8 +127,6 @@ class TrainConfig(Config):
         for name in ("beta1", "beta2"):
             if not 0 <= getattr(self, name) < 1:
                 raise ValueError(f"--{name} must be in [0, 1), got {getattr(self, name)}")
-        if self.target is not None and not 0 <= self.target <= 1:
-            raise ValueError(
-                f"--target must be in [0, 1], got {self.target}: it is a fraction (validation accuracy or exact match)"
-            )
+        if self.target is not None and not (self.target >= 0 and math.isfinite(self.target)):
+            raise ValueError(f"--target must be a number of 0 or more, got {self.target}")
         check_device_name(self.device)

@@ -19,6 +19,7 @@ class LanguageModelTask:
     position at once: the causal mask lets one forward pass predict all T next tokens)."""
 
     static_shapes = True  # every training batch is (B, T): --compile auto may compile
+    target_metric = "val_loss"  # --target: stop once the validation loss is at or below it
 
     def __init__(self, data: TokenData, block_size: int, batch_size: int, loss_chunk: int = 0):
         """``loss_chunk``: compute the loss this many tokens at a time inside the model (its
