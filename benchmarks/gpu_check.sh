@@ -2,9 +2,9 @@
 # Every GPU row of issue 35, as one script for a lent GPU machine (at most about 9.5 minutes on one
 # H100; each part has its own time limit, so one that overruns leaves the others their turn), run
 # from the repository root with the machine's own CUDA PyTorch:
-#     ATTNLAB_DATA=DIR PYTHONPATH=. bash benchmarks/gpu_check.sh [OUT_DIR]
+#     ATTNLAB_DATA=DIR PYTHONPATH=. bash benchmarks/gpu_check.sh [OUT_DIR [RUNS_DIR]]
 # (DIR holds tinyshakespeare/input.txt; without it part 4 is skipped). Each part's output is also
-# kept in OUT_DIR/<part>.log.
+# kept in OUT_DIR/<part>.log; the runs it trains go to RUNS_DIR (default: OUT_DIR).
 #   1. benchmarks/gpu_speed.py: greedy generation eager / compile=True / HuggingFace at batch 1 and
 #      8, continuous batching against one request at a time (GPT-2 small, bf16);
 #   2. benchmarks/gpu_speed.py: the GPT-2-small training step, loss compiled with the model against
@@ -14,7 +14,8 @@
 #      Shakespeare against nanoGPT's 143 s; then `sample --compile` of its run under TORCH_LOGS=recompiles.
 set -uo pipefail
 OUT=${1:-/tmp/attnlab-gpu}
-mkdir -p "$OUT"
+RUNS=${2:-$OUT}
+mkdir -p "$OUT" "$RUNS"
 export PYTHONUNBUFFERED=1 PYTHONPATH=${PYTHONPATH:-.} PYTHONWARNINGS=ignore
 PY=${PYTHON:-python3}
 part() { # part NAME SECONDS COMMAND...: run with a time limit, output to the screen and OUT/NAME.log
@@ -29,7 +30,7 @@ nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
 $PY -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda, torch.cuda.get_device_name())"
 part generate 140 $PY benchmarks/gpu_speed.py --only generate serve
 part train 120 $PY benchmarks/gpu_speed.py --only train --no-before
-R="$OUT/gpt2"
+R="$RUNS/gpt2"
 part gpt2 75 $PY -m attnlab train gpt --preset gpt2 --vocab-multiple 50304 --batch-size 16 --max-iters 40 \
     --eval-interval 1000 --eval-iters 1 --log-interval 10 --compile --out "$R" --no-progress --sample-chars 0
 $PY - "$R/metrics.jsonl" <<'EOF'
@@ -39,8 +40,8 @@ for r in rows:
     print(f"attnlab train gpt --preset gpt2, step {r['step']}: {r['items_per_s']:,.0f} tokens/s")
 EOF
 if [ -f "${ATTNLAB_DATA:-/nonexistent}/tinyshakespeare/input.txt" ]; then
-    part speedrun 215 $PY benchmarks/speedrun_gpu.py --out "$OUT/speedrun" --sweep-seconds 115
-    part sample 35 env TORCH_LOGS=recompiles $PY -m attnlab sample --ckpt "$OUT/speedrun/timed" --prompt "ROMEO:" \
+    part speedrun 215 $PY benchmarks/speedrun_gpu.py --out "$RUNS/speedrun" --sweep-seconds 115
+    part sample 35 env TORCH_LOGS=recompiles $PY -m attnlab sample --ckpt "$RUNS/speedrun/timed" --prompt "ROMEO:" \
         --max-new-tokens 64 --temperature 0 --compile
     echo "recompiles logged: $(grep -c -i 'recompil' "$OUT/sample.log")"
 else
