@@ -154,14 +154,19 @@ def generate_rows(device, shape, new_tokens) -> list[dict]:
         def run(compile):
             return generate(model, prompts, new_tokens, temperature=0, compile=compile)
 
+        # each measurement is printed as it is made: a run stopped at its time limit still tells
         eager = run(False)
+        t_eager = time_it(lambda: run(False), warmup=0, repeat=2, device=device)  # (warm: run above)
+        print(f"batch {batch}: eager {batch * new_tokens / t_eager:,.0f} tokens/s", flush=True)
         t0 = time.perf_counter()
         fast = run(True)  # compiles (and records the CUDA graph)
         sync(device)
         compile_s = time.perf_counter() - t0
-        t_eager = time_it(lambda: run(False), warmup=0, repeat=2, device=device)  # (warm: run above)
+        print(f"batch {batch}: compile=True's first call (compiling) took {compile_s:.0f} s", flush=True)
         t_fast = time_it(lambda: run(True), warmup=1, repeat=3, device=device)
         same = sum(a == b for a, b in zip(eager, fast))
+        print(f"batch {batch}: compile=True {batch * new_tokens / t_fast:,.0f} tokens/s, {same}/{batch} rows "
+              "the same tokens as eager", flush=True)  # fmt: skip
         row = {
             "generate (greedy)": f"batch {batch}, {new_tokens} tokens",
             "eager tok/s": f"{batch * new_tokens / t_eager:,.0f}",

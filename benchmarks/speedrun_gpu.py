@@ -1,20 +1,23 @@
-"""Time to quality on a GPU: ``--preset speedrun`` fitted to Tiny Shakespeare (1 M characters,
+"""Time to quality on a GPU: ``--preset speedrun`` on Tiny Shakespeare (1 M characters,
 char-level) against nanoGPT's GPU Shakespeare run (issue 35, measured on an H100: 1.474 on the
 whole validation split in 143 s of wall time, 37 s of it compiling).
 
-1. The sweep. The speedrun model (6 layers, 6 heads, 384 wide, context 256, Muon) with the
-   candidate recipes below (dropout, batch and step budget; the trapezoid's cooldown follows the
-   budget)
-   trains side by side on the one GPU. Side by side, so the sweep compares validation losses, not
-   times: each candidate's estimate (20 batches) every 250 steps.
-2. The timed run. The candidate that reached the goal in the fewest steps (else the lowest loss)
-   trains again alone, from an empty compile cache, stopped by ``--target`` once its validation
-   estimate reaches the goal. Its wall time is the whole ``attnlab train`` process (start-up,
-   compiling, evaluations, checkpoints), its loss the whole validation split of best/
-   (``attnlab eval``), as nanoGPT's row.
+The timed run: ``attnlab train gpt --data shakespeare --preset speedrun --target 1.455``, alone on
+the GPU, from an empty compile cache, stopped by ``--target`` once its validation estimate (20
+batches) reaches 1.455. Its wall time is the whole ``attnlab train`` process (start-up, compiling,
+evaluations, checkpoints), its loss the whole validation split of best/ (``attnlab eval``), as
+nanoGPT's row.
 
-    ATTNLAB_DATA=../shared/data python benchmarks/speedrun_gpu.py [--out DIR] [--sweep-seconds 160]
-        [--only CANDIDATE]     # skip the sweep: time this candidate
+``--sweep`` first: the speedrun model (6 layers, 6 heads, 384 wide, context 256, Muon) with the
+candidate recipes below (dropout, batch and step budget; the trapezoid's cooldown follows the
+budget) side by side on the one GPU for ``--sweep-seconds``. Side by side, so the sweep compares
+validation losses, not times: each candidate's estimate every 250 steps. Then the candidate that
+reached 1.455 in the fewest steps (else the lowest loss) is timed as above instead of the preset.
+The preset's recipe (dropout 0.2, batch 128, 600 steps, evaluations every 100) comes from that
+sweep on an H100 (benchmarks/README.md).
+
+    ATTNLAB_DATA=../shared/data python benchmarks/speedrun_gpu.py [--out DIR]
+        [--sweep [--sweep-seconds 115]] [--only CANDIDATE]
     python benchmarks/speedrun_gpu.py --smoke   # the same code paths at toy sizes on a CPU (a check)
 """
 
@@ -35,16 +38,17 @@ from common import print_table  # noqa: E402
 NANOGPT_WALL_S, NANOGPT_LOSS = 143.0, 1.474  # issue 35: nanoGPT's train_shakespeare_char.py on one H100
 GOAL = 1.47  # full split, in at most half of nanoGPT's wall time
 TARGET = 1.455  # the trainer's 20-batch estimate stops the run here (a margin for the estimate's noise)
-BASE = ["--preset", "speedrun", "--data", "shakespeare", "--eval-interval", "250", "--eval-iters", "20"]
-# dropout and steps: no dropout overfits from step ~300 (40 passes over the corpus in 2,500 steps)
+BASE = ["--preset", "speedrun", "--data", "shakespeare"]
+SWEEP = ["--eval-interval", "250", "--eval-iters", "20"]
+# dropout, batch and steps (the speedrun's own recipe, no dropout and 2,500 steps of 64, overfit from
+# step ~300: 40 passes over the corpus)
 CANDIDATES = {
-    "dropout 0.2, 1000 steps": ["--dropout", "0.2", "--max-iters", "1000"],
-    "dropout 0.2, 1500 steps": ["--dropout", "0.2", "--max-iters", "1500"],
-    "dropout 0.2, 2500 steps": ["--dropout", "0.2", "--max-iters", "2500"],
-    "dropout 0.1, 1000 steps": ["--dropout", "0.1", "--max-iters", "1000"],
-    "dropout 0.1, 1500 steps": ["--dropout", "0.1", "--max-iters", "1500"],
-    "dropout 0.2, batch 128, 1000 steps": ["--dropout", "0.2", "--batch-size", "128", "--max-iters", "1000"],
-}
+    f"dropout {dropout}, batch {batch}, {steps} steps": [
+        "--dropout", str(dropout), "--batch-size", str(batch), "--max-iters", str(steps)
+    ]
+    for dropout, batch, steps in [(0.2, 64, 1000), (0.2, 64, 1500), (0.2, 64, 2500), (0.1, 64, 1000),
+                                  (0.1, 64, 1500), (0.2, 128, 1000)]
+}  # fmt: skip
 # --smoke: the candidates' flags, then these (later flags win)
 SMOKE = "--layers 2 --heads 2 --dim 32 --context 32 --batch-size 4 --max-iters 10 --eval-interval 5 --eval-iters 2"
 SMOKE_FLAGS: list[str] = []
@@ -78,7 +82,8 @@ def sweep(root: Path, seconds: float) -> list[dict]:
     for i, (name, flags) in enumerate(CANDIDATES.items()):
         out = root / f"sweep{i}"
         log = open(root / f"sweep{i}.log", "w")
-        procs[name] = (subprocess.Popen(train_command(flags, out), stdout=log, stderr=subprocess.STDOUT), out)
+        command = train_command([*SWEEP, *flags], out)
+        procs[name] = (subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT), out)
     deadline = time.monotonic() + seconds
     for proc, _ in procs.values():
         try:
@@ -109,21 +114,23 @@ def choose(rows: list[dict]) -> str:
     key = f"first step <= {TARGET}"
     reached = [r for r in rows if r[key] != "-"]
     if reached:
-        return min(reached, key=lambda r: (int(r[key]), int(CANDIDATES[r["candidate"]][-1])))["candidate"]
+        return min(reached, key=lambda r: (int(r[key]), int(r["candidate"].split()[-2])))["candidate"]
     scored = [r for r in rows if r["best val (20 batches)"] != "-"]
     return min(scored, key=lambda r: float(r["best val (20 batches)"]))["candidate"]
 
 
-def timed(root: Path, name: str) -> dict:
+def timed(root: Path, name: str | None) -> dict:
+    """The preset (``name`` None) or a sweep candidate, alone, stopped at the target."""
     out = root / "timed"
     env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=str(root / "cold-inductor-cache"))  # compiles from scratch
+    flags = CANDIDATES[name] if name else []
     t0 = time.perf_counter()
-    subprocess.run(train_command(CANDIDATES[name], out, ("--target", str(TARGET))), check=True, env=env)
+    subprocess.run(train_command(flags, out, ("--target", str(TARGET))), check=True, env=env)
     wall = time.perf_counter() - t0
     evals = evaluations(out)
     loss = full_split_loss(out)
     return {
-        "recipe": f"speedrun, {name}, --target {TARGET}",
+        "recipe": f"speedrun{', ' + name if name else ' preset'}, --target {TARGET}",
         "steps": evals[-1]["step"],
         "val loss (full split)": f"{loss:.4f}",
         "wall s": f"{wall:.1f}",
@@ -135,8 +142,9 @@ def timed(root: Path, name: str) -> dict:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", default=None, help="folder for the runs (default: a temporary one)")
-    ap.add_argument("--sweep-seconds", type=float, default=160, help="stop the sweep's runs after this long")
-    ap.add_argument("--only", choices=sorted(CANDIDATES), default=None, help="skip the sweep: time this candidate")
+    ap.add_argument("--sweep", action="store_true", help="sweep the candidates first, then time the best")
+    ap.add_argument("--sweep-seconds", type=float, default=115, help="stop the sweep's runs after this long")
+    ap.add_argument("--only", choices=sorted(CANDIDATES), default=None, help="time this candidate, not the preset")
     ap.add_argument("--smoke", action="store_true", help="toy sizes on the CPU (a check of the code, not a result)")
     args = ap.parse_args()
     if args.smoke:
@@ -144,7 +152,7 @@ def main() -> None:
     root = Path(args.out or tempfile.mkdtemp(prefix="attnlab-speedrun-gpu-"))
     root.mkdir(parents=True, exist_ok=True)
     name = args.only
-    if name is None:
+    if args.sweep:
         rows = sweep(root, args.sweep_seconds)
         print_table(rows, list(rows[0]))
         name = choose(rows)

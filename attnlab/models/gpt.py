@@ -187,8 +187,9 @@ GPT_PRESETS: dict[str, dict] = {
     "speedrun-cpu": dict(layers=4, heads=4, dim=128, context=64, **SPEEDRUN_CHANGES),
     # nanoGPT's GPU Shakespeare model
     "shakespeare": dict(layers=6, heads=6, dim=384, context=256, dropout=0.2),
-    # its speedrun twin: the same shape with the speedrun's changes (no dropout, as in the speedrun)
-    "speedrun": dict(layers=6, heads=6, dim=384, context=256, **SPEEDRUN_CHANGES),
+    # its speedrun twin: the same shape with the speedrun's changes, and nanoGPT's dropout (1 M
+    # characters: without it the model overfits from step ~300; benchmarks/speedrun_gpu.py)
+    "speedrun": dict(layers=6, heads=6, dim=384, context=256, **SPEEDRUN_CHANGES, dropout=0.2),
     # GPT-2 small (124M)
     "gpt2": dict(layers=12, heads=12, dim=768, context=1024, vocab_size=50257, activation="gelu_tanh"),
 }
@@ -328,11 +329,15 @@ class GPT(HeadWeights, HookedModule):
                 f"GPT expects token ids of shape (B, T) and integer dtype, got {tuple(idx.shape)} {idx.dtype}"
             )
         b, t = idx.shape
-        static = bool(caches) and isinstance(caches[0], StaticKVCache)
+        # (len, not the list's truth value: torch 2.11's dynamo cannot trace bool(list))
+        cached = caches is not None and len(caches) > 0
+        if not cached:
+            caches = None
+        static = cached and isinstance(caches[0], StaticKVCache)
         unchecked = static or (positions is not None and not check_positions)
         if static and (positions is None or key_mask is None):
             raise ValueError("a static KV cache needs positions= and key_mask= (see attnlab.fast_decode)")
-        offset = caches[0].length if caches and not static else 0
+        offset = caches[0].length if cached and not static else 0
         # the furthest position: a cache's column count, unless positions are given (a batch whose
         # rows start at different columns, as in continuous batching, counts each row's own tokens)
         end = 0 if unchecked else offset + t if positions is None else int(positions.max()) + 1
@@ -365,7 +370,9 @@ class GPT(HeadWeights, HookedModule):
             raise ValueError(f"start_at_layer {start} / stop_at_layer {stop}: this GPT has layers 0 … {n - 1}")
         rope_positions = positions if self.config.pos == "rope" else None
         for i in range(first, last):
-            x = self.blocks[i](x, key_mask=key_mask, positions=rope_positions, cache=caches[i] if caches else None)
+            x = self.blocks[i](
+                x, key_mask=key_mask, positions=rope_positions, cache=caches[i] if caches is not None else None
+            )
         if stop is not None:
             return x
         if last_only:

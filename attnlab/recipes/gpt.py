@@ -292,8 +292,10 @@ class GPTRecipe(Recipe):
     PRESET_TRAIN = {
         "shakespeare-cpu": dict(lr=5e-3, min_lr=5e-4, warmup_iters=50, max_iters=1000),
         "speedrun-cpu": dict(SPEEDRUN_TRAIN, warmup_iters=20, max_iters=500),
-        # the GPU twin, against nanoGPT's 5,000-step GPU Shakespeare run (not yet run on a GPU)
-        "speedrun": dict(SPEEDRUN_TRAIN, warmup_iters=50, max_iters=2500, batch_size=64),
+        # the GPU twin: with --target 1.455, 1.451 on Tiny Shakespeare's whole validation split in
+        # 500 steps and 56 s on an H100, 0.39 of nanoGPT's 5,000-step run (benchmarks/speedrun_gpu.py,
+        # whose sweep chose batch 128 and 600 steps: longer cooldowns overfit)
+        "speedrun": dict(SPEEDRUN_TRAIN, warmup_iters=50, max_iters=600, batch_size=128, eval_interval=100),
     }
 
     def add_train_arguments(self, p) -> None:
