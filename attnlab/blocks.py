@@ -327,7 +327,9 @@ class Decoder(nn.Module):
 
     def forward(self, x, memory, *, key_mask=None, memory_mask=None, caches: list[KVCache] | None = None):
         for i, block in enumerate(self.blocks):
-            x = block(x, memory, key_mask=key_mask, memory_mask=memory_mask, cache=caches[i] if caches else None)
+            x = block(
+                x, memory, key_mask=key_mask, memory_mask=memory_mask, cache=caches[i] if caches is not None else None
+            )
         return self.hook_final(self.ln_f(x))
 
 
