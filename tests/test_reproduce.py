@@ -1,6 +1,7 @@
 """`attnlab reproduce`: the computed claims PASS exactly and their controls fail; at the quick size
 every claim runs and its must-fail control fails its criterion."""
 
+import numpy as np
 import pytest
 
 from attnlab.cli import main
@@ -204,3 +205,21 @@ def test_the_docs_page_is_generated_from_the_claims(tmp_path):
     assert "each run alone on 2 CPU cores (test)" in page and "its verdict at the tiny size" in page
     assert "[docs/reproduce/full/report.md](reproduce/full/report.md), 20 of 30 claims PASS, 10 FAIL; 3,600 s" in page
     assert "docs/reproduce/report.md" not in page  # no quick report there: not listed
+
+
+def test_instability_is_the_mean_climb_above_the_best_loss_so_far():
+    from attnlab.experiments.heads import instability
+
+    # by hand: best so far 3, 2, 2, 1, 1; climbs 0, 0, 0.5, 0, 0.5
+    assert instability(np.array([3.0, 2.0, 2.5, 1.0, 1.5]), skip=0) == pytest.approx(0.2)
+    assert instability(np.array([3.0, 2.0, 2.5, 1.0, 1.5]), skip=0.4) == pytest.approx(1 / 3)  # the last three
+    assert instability(np.linspace(4, 1, 50)) == 0  # a loss that only falls never climbs
+
+
+def test_the_length_criterion_separates_the_encodings_it_names():
+    from attnlab.experiments.positions import length_criterion
+
+    change = {"alibi": -0.01, "relative": 0.05, "sinusoidal": 0.56, "rope": 0.94, "learned": 0.14}
+    assert not length_criterion(change, ("alibi", "relative"), ("sinusoidal", "rope", "learned"))  # learned: < 0.15
+    assert length_criterion({**change, "learned": 0.3}, ("alibi", "relative"), ("sinusoidal", "rope", "learned"))
+    assert not length_criterion(change, ("sinusoidal", "rope"), ("alibi", "relative", "learned"))  # the control

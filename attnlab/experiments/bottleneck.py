@@ -14,6 +14,7 @@ from ..data.parallel import load_parallel, pad_batch, synthetic_pair
 from ..decode import greedy_decode
 from ..models import RNNConfig, RNNSeq2Seq, Transformer, TransformerConfig
 from ..training import TrainConfig, Trainer
+from ..training.callbacks import Callback
 from ..training.tasks import Seq2SeqTask
 
 
@@ -51,6 +52,28 @@ def accuracy_by_length(model, vocab, lengths, n: int = 100, seed: int = 0) -> di
     return out
 
 
+class AccuracyAlongTheRun(Callback):
+    """Sequence accuracy by length at the logged steps ``budgets`` of a run: its learning curve
+    (the schedule is the whole run's, so step 500 of 1,500 is not a 500-step run)."""
+
+    def __init__(self, model, vocab, lengths, budgets) -> None:
+        self.model, self.vocab, self.lengths, self.budgets = model, vocab, lengths, set(budgets)
+        self.curve: dict[int, dict[int, float]] = {}
+
+    def on_step(self, trainer, record: dict) -> None:
+        if record["step"] in self.budgets:
+            self.model.eval()  # (greedy decoding draws no random numbers: the run goes on unchanged)
+            self.curve[record["step"]] = accuracy_by_length(self.model, self.vocab, self.lengths)
+            self.model.train()
+
+
+def budgets_of(steps: int, log_interval: int = 10) -> list[int]:
+    """A quarter, half, three quarters and all of ``steps``, each on a logged step."""
+    return sorted(
+        {min(steps, max(log_interval, round(steps * f / log_interval) * log_interval)) for f in (0.25, 0.5, 0.75, 1)}
+    )
+
+
 def run(
     lengths=(5, 10, 20, 30, 40, 60),
     steps: int = 1500,
@@ -61,8 +84,9 @@ def run(
     **train_options,
 ) -> dict:
     """Train the three models of ``make_models`` on reversal up to ``max(lengths)`` and return each
-    one's sequence accuracy per length (``{name: {"accuracy": {length: acc}, ...}}``);
-    ``train_options``: TrainConfig fields to set as well (``device="cpu", dtype="fp32"``)."""
+    one's sequence accuracy per length at the end and along the run (``{name: {"accuracy":
+    {length: acc}, "curve": {step: {length: acc}}, ...}}``); ``train_options``: TrainConfig fields to
+    set as well (``device="cpu", dtype="fp32"``)."""
     min_len, max_len = min(lengths), max(lengths)
     data = load_parallel("reverse", min_len=min_len, max_len=max_len)
     results = {}
@@ -82,10 +106,12 @@ def run(
         )
         folder = (out or Path("runs/bottleneck")) / name.replace(" ", "_").replace("(", "").replace(")", "")
         t0 = time.perf_counter()
-        Trainer(model, Seq2SeqTask(data, batch_size), cfg, folder).fit()
+        along = AccuracyAlongTheRun(model, data.src_vocab, lengths, budgets_of(steps, cfg.log_interval)[:-1])
+        Trainer(model, Seq2SeqTask(data, batch_size), cfg, folder, callbacks=[along]).fit()
         acc = accuracy_by_length(model.eval(), data.src_vocab, lengths)
         results[name] = {
             "accuracy": acc,
+            "curve": {**along.curve, steps: acc},
             "seconds": time.perf_counter() - t0,
             "parameters": sum(p.numel() for p in model.parameters()),
         }
@@ -93,9 +119,13 @@ def run(
 
 
 def plot(results: dict, path: Path) -> Path:
+    """Accuracy against length at the end of the runs and, when the runs kept their curves, the
+    accuracy at the longest length against the steps trained."""
     from ..inspect.plots import save_figure, plt
 
-    fig, ax = plt.subplots(figsize=(5.5, 3.6), dpi=100)
+    curves = all("curve" in r for r in results.values())
+    fig, axes = plt.subplots(1, 2 if curves else 1, figsize=(10 if curves else 5.5, 3.6), dpi=100, squeeze=False)
+    ax = axes[0, 0]
     for name, r in results.items():
         xs = sorted(r["accuracy"])
         ax.plot(xs, [r["accuracy"][x] for x in xs], "o-", label=name)
@@ -104,4 +134,12 @@ def plot(results: dict, path: Path) -> Path:
     ax.set_ylim(-0.02, 1.02)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
+    if curves:
+        ax = axes[0, 1]
+        for name, r in results.items():
+            steps, longest = sorted(r["curve"]), max(r["accuracy"])
+            ax.plot(steps, [r["curve"][s][longest] for s in steps], "o-", label=name)
+        ax.set_xlabel(f"steps trained (one run each; accuracy at length {longest})")
+        ax.set_ylim(-0.02, 1.02)
+        ax.grid(alpha=0.3)
     return save_figure(fig, path)

@@ -61,10 +61,19 @@ def fit(ctx: Context, model, task, name: str, steps: int, **options) -> None:
 
 
 def train_gpt(
-    ctx: Context, pos: str, steps: int, context: int = 512, window: int = 64, heads: int = 4, seed: int = 0, **model
+    ctx: Context,
+    pos: str,
+    steps: int,
+    context: int = 512,
+    window: int = 64,
+    heads: int = 4,
+    seed: int = 0,
+    lr: float = 3e-3,
+    **model,
 ):
     """A 2-layer GPT (64 wide unless ``model`` says otherwise) trained on the corpus for ``steps``
-    steps of 16 windows of ``window`` tokens; ``model``: more GPTConfig options."""
+    steps of 16 windows of ``window`` tokens at peak learning rate ``lr``; ``model``: more GPTConfig
+    options. Its run folder is ``ctx.work / gpt_run_name(...)`` (its metrics.jsonl: every step's loss)."""
     from ..models import GPT, GPTConfig
     from ..training import LanguageModelTask
 
@@ -74,8 +83,7 @@ def train_gpt(
     gpt = GPT(
         GPTConfig(vocab_size=data.tokenizer.vocab_size, context=context, heads=heads, pos=pos, dropout=0.0, **shape)
     )
-    # (the steps are in the name: a run of other length never resumes another's folder)
-    name = "_".join([f"gpt_{pos}_{heads}h", *(f"{k}-{v}" for k, v in sorted(model.items())), f"{steps}st", f"s{seed}"])
+    name = gpt_run_name(pos, steps, context, window, heads, seed, lr, **model)
     fit(
         ctx,
         gpt,
@@ -83,12 +91,20 @@ def train_gpt(
         name,
         steps,
         batch_size=16,
-        lr=3e-3,
-        min_lr=3e-4,
+        lr=lr,
+        min_lr=lr / 10,
         warmup_iters=min(50, steps // 5),
         seed=1337 + seed,  # the batches (1337: the trainer's default)
+        log_interval=1,  # every step's training loss in metrics.jsonl (the stability claim reads them)
     )
     return gpt.eval(), data
+
+
+def gpt_run_name(pos: str, steps: int, context: int, window: int, heads: int, seed: int, lr: float, **model) -> str:
+    """The folder under ``ctx.work`` of :func:`train_gpt`'s run with these arguments (every one in
+    the name: a run of another length or shape never resumes another's folder)."""
+    options = [f"{k}-{v}" for k, v in sorted(model.items())]
+    return "_".join([f"gpt_{pos}_{heads}h_c{context}_w{window}", *options, f"{steps}st", f"lr{lr:g}", f"s{seed}"])
 
 
 def spread_ends(n_tokens: int, first: int, count: int) -> list[int]:
