@@ -367,79 +367,100 @@ def data_hunger(ctx: Context) -> Result:
             "the whole statement, pretraining included",
         )
     torch.manual_seed(0)
-    pretrained = ViT(vit_config)
+    pretrained = ViT(vit_config)  # one pretraining; each seed then fine-tunes it on its own batches
     pre_acc = train_image_classifier(ctx, pretrained, pretrain, steps, "hunger_pretrain", **DIGITS_RECIPE)
-    rows, acc = [], {}
+    seeds = seeds_for(ctx)
+    step = 1 / len(splits.test[1])  # an accuracy moves in steps of one test image
+    acc: dict[tuple[str, float], list[float]] = {}
+    sizes = []
     for frac in fractions:
         n = max(20, round(len(splits.train[0]) * frac))
+        sizes.append(n)
         part = ImageSplits(
             splits.name, (splits.train[0][:n], splits.train[1][:n]), splits.val, splits.test, splits.labels
         )
-        if frac == 1.0:  # all of the training set: the ViT the other image claims use
-            acc["vit", frac] = digits_vit(ctx)[1]
-        else:
-            torch.manual_seed(0)
-            vit = ViT(vit_config)
-            acc["vit", frac] = train_image_classifier(ctx, vit, part, steps, f"hunger_vit_{n}", **DIGITS_RECIPE)
-        torch.manual_seed(0)
-        resnet = CNN(
-            CNNConfig(
-                num_classes=10, in_chans=1, labels=splits.labels, image_size=8, widths=(16, 32, 64), arch="resnet"
+        for seed in seeds:
+            if frac == 1.0:  # all of the training set: the ViT the other image claims use
+                vit_acc = digits_vit(ctx, seed=seed)[1]
+            else:
+                torch.manual_seed(seed)
+                vit_acc = train_image_classifier(
+                    ctx, ViT(vit_config), part, steps, f"hunger_vit_{n}_s{seed}", seed=seed, **DIGITS_RECIPE
+                )
+            torch.manual_seed(seed)
+            resnet = CNN(
+                CNNConfig(
+                    num_classes=10, in_chans=1, labels=splits.labels, image_size=8, widths=(16, 32, 64), arch="resnet"
+                )
             )
-        )
-        acc["resnet", frac] = train_image_classifier(ctx, resnet, part, steps, f"hunger_resnet_{n}", **DIGITS_RECIPE)
-        tuned = ViT(vit_config)
-        tuned.load_state_dict(pretrained.state_dict())
-        acc["pretrained", frac] = train_image_classifier(
-            ctx, tuned, part, tune_steps, f"hunger_tuned_{n}", **{**DIGITS_RECIPE, "lr": 5e-4}
-        )
-        rows.append(
-            [n, acc["vit", frac], acc["resnet", frac], acc["resnet", frac] - acc["vit", frac], acc["pretrained", frac]]
-        )
+            resnet_acc = train_image_classifier(
+                ctx, resnet, part, steps, f"hunger_resnet_{n}_s{seed}", seed=seed, **DIGITS_RECIPE
+            )
+            tuned = ViT(vit_config)
+            tuned.load_state_dict(pretrained.state_dict())
+            tuned_acc = train_image_classifier(
+                ctx, tuned, part, tune_steps, f"hunger_tuned_{n}_s{seed}", seed=seed, **{**DIGITS_RECIPE, "lr": 5e-4}
+            )
+            for kind, value in (("vit", vit_acc), ("resnet", resnet_acc), ("pretrained", tuned_acc)):
+                acc.setdefault((kind, frac), []).append(value)
+    a = {key: np.array(v) for key, v in acc.items()}
     small, large = fractions[0], fractions[-1]
-    lead = {f: acc["resnet", f] - acc["vit", f] for f in fractions}
-    shrinks = lead[small] > 0.02 and lead[large] < lead[small]
+    lead = {f: a["resnet", f] - a["vit", f] for f in fractions}  # per seed
+    # each part of the statement on paired differences over seeds
+    leads = better_verdict(lead[small] - 0.02, f"ResNet − ViT − 0.02 with {sizes[0]} images", resolution=step)
+    shrinks = better_verdict(
+        lead[small] - lead[large], f"lead with {sizes[0]} − lead with {sizes[-1]}", resolution=step
+    )
+    closes = better_verdict(
+        a["pretrained", small] - a["resnet", small] + 0.01, f"pretrained ViT − ResNet + 0.01 with {sizes[0]} images",
+        resolution=step,
+    )  # fmt: skip
+    parts = (leads, shrinks, closes)
+    passed = all(p for p, _, _ in parts)
+    verdicts = {v for _, v, _ in parts}
+    verdict = None if passed else "FAIL" if "FAIL" in verdicts else "INCONCLUSIVE"
+    control_passed, _, control_words = better_verdict(
+        a["vit", small] - a["resnet", small] + 0.01, f"ViT from scratch − ResNet + 0.01 with {sizes[0]} images",
+        resolution=step,
+    )  # fmt: skip
     fig, ax = plt.subplots(figsize=(4.5, 3.2), dpi=100, layout="constrained")
-    sizes = [r[0] for r in rows]
     for kind, label in (("vit", "ViT from scratch"), ("resnet", "ResNet"), ("pretrained", "ViT pretrained on MNIST")):
-        if (kind, small) in acc:
-            ax.plot(sizes, [acc[kind, f] for f in fractions], "o-", label=label)
+        ax.plot(sizes, [a[kind, f].mean() for f in fractions], "o-", label=label)
+        for n, f in zip(sizes, fractions):  # every seed, when there are several
+            ax.plot([n] * len(a[kind, f]), a[kind, f], ".", color=ax.lines[-1].get_color(), ms=3)
     ax.set_xscale("log")
     ax.set_xlabel("training images")
     ax.set_ylabel("test accuracy")
     ax.legend(fontsize=8)
     save_figure(fig, ctx.out / "data_hunger.png")
-    measured = (
-        f"test accuracy with {sizes[0]} → {sizes[-1]} training digits: ViT {acc['vit', small]:.3f} → "
-        f"{acc['vit', large]:.3f}, ResNet {acc['resnet', small]:.3f} → {acc['resnet', large]:.3f} (lead "
-        f"{lead[small]:+.3f} → {lead[large]:+.3f}: {'shrinks' if shrinks else 'does not shrink'})"
-    )
-    criterion = (
-        f"the ResNet ahead by more than 0.02 with {sizes[0]} images and by less with {sizes[-1]}; a ViT pretrained "
-        f"on MNIST (8×8) and fine-tuned on the {sizes[0]} images within 0.01 of the ResNet there (which the ViT "
-        "from scratch, the control, must not be)"
-    )
-    header = ["training images", "ViT", "ResNet", "ResNet lead", "ViT pretrained"]
-    closes = acc["pretrained", small] >= acc["resnet", small] - 0.01
-    scratch_closes = acc["vit", small] >= acc["resnet", small] - 0.01
+    rows = [
+        [n, a["vit", f].mean(), a["resnet", f].mean(), lead[f].mean(), a["pretrained", f].mean()]
+        for n, f in zip(sizes, fractions)
+    ]
     return Result(
-        measured + f"; pretrained ViT (MNIST pretraining: {pre_acc:.3f}) with {sizes[0]} images "
-        f"{acc['pretrained', small]:.3f}: {'closes' if closes else 'does not close'} the gap",
-        shrinks and closes,
-        criterion,
+        f"test accuracy with {sizes[0]} → {sizes[-1]} training digits (means over seeds {', '.join(map(str, seeds))}): "
+        f"ViT {a['vit', small].mean():.3f} → {a['vit', large].mean():.3f}, ResNet {a['resnet', small].mean():.3f} → "
+        f"{a['resnet', large].mean():.3f}; pretrained ViT (MNIST pretraining: {pre_acc:.3f}) with {sizes[0]} images "
+        f"{a['pretrained', small].mean():.3f}; " + "; ".join(w for _, _, w in parts),
+        passed,
+        f"the 95 % intervals over seeds (paired: each seed sets every model's initial weights and batches) of: the "
+        f"ResNet's lead over the ViT with {sizes[0]} images above 0.02; that lead minus the lead with {sizes[-1]} "
+        f"above 0 (it shrinks); the ViT pretrained on MNIST (8×8) and fine-tuned on the {sizes[0]} images minus the "
+        "ResNet above −0.01 (it closes the gap, which the ViT from scratch, the control, must not)",
         "data_hunger.png",
-        markdown_table(header, rows),
+        markdown_table(["training images", "ViT", "ResNet", "ResNet lead", "ViT pretrained"], rows),
         control=Control(
             "the ViT from scratch judged as the pretrained one (no pretraining: it must not close the gap)",
-            f"{acc['vit', small]:.3f} against the ResNet's {acc['resnet', small]:.3f} with {sizes[0]} images",
-            scratch_closes,
+            control_words,
+            control_passed,
         ),
+        verdict=verdict,
         data=f"the embedded 8×8 digits; MNIST ({len(pretrain.train[0]):,} images at 8×8) for pretraining",
         note=f"embedded 8×8 digits, the first N of the shuffled training split, the same test split; each model "
         f"{steps} steps of 64 with the ViT digits recipe (lr 2e-3, label smoothing 0.1, ±10° rotations, ±10 % "
         f"scale); ViT: 4 layers 64 wide, 16 patches, no convolution (no PEG); ResNet: basic blocks, widths "
-        f"16/32/64. Pretraining: {steps} steps on {len(pretrain.train[0]):,} MNIST images cropped to 20×20 and "
-        f"resized to 8×8, then {tune_steps} steps at lr 5e-4 on the digits",
+        f"16/32/64. Pretraining (once, seed 0): {steps} steps on {len(pretrain.train[0]):,} MNIST images cropped "
+        f"to 20×20 and resized to 8×8, then {tune_steps} steps at lr 5e-4 on the digits" + seeds_note(ctx),
     )
 
 
@@ -451,30 +472,39 @@ def data_hunger(ctx: Context) -> Result:
 )
 def image_positions(ctx: Context) -> Result:
     kinds = ("learned", "sincos", "fourier", "relative")
-    acc = {pos: digits_vit(ctx, pos)[1] for pos in (*kinds, "none")}
-    fig, ax = plt.subplots(figsize=(4.5, 3), dpi=100, layout="constrained")
-    ax.bar(list(acc), list(acc.values()), color=["C0"] * len(kinds) + ["0.6"])
-    ax.set_ylim(min(acc.values()) - 0.05, 1.0)
-    ax.set_ylabel("test accuracy")
-    ax.set_title("ViT on 8×8 digits: --pos", fontsize=9)
-    save_figure(fig, ctx.out / "image_positions.png")
-    with_pos = [acc[k] for k in kinds]
-    spread = max(with_pos) - min(with_pos)
-    helps = min(with_pos) >= acc["none"] + 0.02
+    seeds = seeds_for(ctx)
+    splits, _ = digits(ctx)
+    step = 1 / len(splits.test[1])  # an accuracy moves in steps of one test image
+    acc = {pos: np.array([digits_vit(ctx, pos, seed=s)[1] for s in seeds]) for pos in (*kinds, "none")}
+    loss_bars(acc, ctx.out / "image_positions.png", f"ViT on 8×8 digits: --pos, {len(seeds)} seed(s)", "test accuracy")
+    # each part on paired differences over seeds: every kind beats none; the other kinds do as well as learned
+    helps = {k: better_verdict(acc[k] - acc["none"], f"{k} − none", resolution=step) for k in kinds}
+    alike = {k: same_verdict(acc[k] - acc["learned"], 0.03, f"{k} − learned", resolution=step) for k in kinds[1:]}
+    verdicts = {v for _, v, _ in (*helps.values(), *alike.values())}
+    passed = all(p for p, _, _ in (*helps.values(), *alike.values()))
+    verdict = None if passed else "FAIL" if "FAIL" in verdicts else "INCONCLUSIVE"
+    # the control: no positions judged as a fifth kind that does as well as learned (it must not)
+    control_passed, _, control_words = same_verdict(
+        acc["none"] - acc["learned"], 0.03, "none − learned", resolution=step
+    )
+    means = ", ".join(f"{k} {v.mean():.3f}" for k, v in acc.items())
     return Result(
-        "test accuracy: " + ", ".join(f"{k} {v:.3f}" for k, v in acc.items()) + f" (spread of the four {spread:.3f})",
-        helps and spread <= 0.03,
-        "each of the four at least 0.02 above the ViT without positions, and all four within 0.03 of each other",
+        f"test accuracy (means over seeds {', '.join(map(str, seeds))}): {means}; "
+        + "; ".join(w for _, _, w in (*helps.values(), *alike.values())),
+        passed,
+        "for each of the four kinds the 95 % interval of the paired accuracy difference (kind − none) above 0, and "
+        "for sin-cos, Fourier and relative that of (kind − learned) inside ±0.03",
         "image_positions.png",
-        markdown_table(["--pos", "test accuracy"], [[k, v] for k, v in acc.items()]),
-        note="the same ViT (4 layers, 64 wide, 2×2 patches, no PEG) and recipe for each, seed 0; `--pos` of "
-        "`attnlab train vit`. One seed per kind: a spread near 0.03 is within seed noise",
+        markdown_table(
+            ["--pos", "test accuracy per seed"], [[k, ", ".join(f"{a:.3f}" for a in v)] for k, v in acc.items()]
+        ),
+        note="the same ViT (4 layers, 64 wide, 2×2 patches, no PEG) and recipe for each; `--pos` of `attnlab train "
+        "vit`; each seed sets every kind's initial weights and batches" + seeds_note(ctx),
         control=Control(
-            "the ViT without positions counted as a fifth kind",
-            f"{acc['none']:.3f}, {max(with_pos) - acc['none']:.3f} below the best kind",
-            max(with_pos) - acc["none"] <= 0.03,
+            "the ViT without positions judged as a fifth kind, against learned", control_words, control_passed
         ),
         data="the embedded 8×8 digits",
+        verdict=verdict,
     )
 
 
