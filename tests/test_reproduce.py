@@ -223,3 +223,22 @@ def test_the_length_criterion_separates_the_encodings_it_names():
     assert not length_criterion(change, ("alibi", "relative"), ("sinusoidal", "rope", "learned"))  # learned: < 0.15
     assert length_criterion({**change, "learned": 0.3}, ("alibi", "relative"), ("sinusoidal", "rope", "learned"))
     assert not length_criterion(change, ("sinusoidal", "rope"), ("alibi", "relative", "learned"))  # the control
+
+
+def test_every_claims_training_is_pinned_to_fp32_and_a_fixed_thread_count(tmp_path, monkeypatch):
+    """--dtype auto would pick bf16 on some CPUs only, and --threads auto changes the count (and so
+    the order of float sums) with the machine's load: a claim's numbers would depend on both."""
+    from attnlab.training.threads import our_cores
+    from attnlab.training.trainer import Trainer
+
+    seen = []
+    original = Trainer.__init__
+
+    def recording(self, model, task, cfg, *args, **kwargs):
+        seen.append((cfg.device, cfg.dtype, cfg.threads))
+        original(self, model, task, cfg, *args, **kwargs)
+
+    monkeypatch.setattr(Trainer, "__init__", recording)
+    ctx = Context(out=tmp_path / "out", work=tmp_path / "work", size="tiny")
+    run_claims(["bottleneck", "caption-bottleneck", "mlm-pretraining", "multi-head"], ctx, log=lambda m: None)
+    assert len(seen) >= 10 and set(seen) == {("cpu", "fp32", len(our_cores()))}, set(seen)

@@ -197,7 +197,7 @@ def stability(ctx: Context) -> Result:
                 [side, ", ".join(f"{v:.3f}" for v in rises[side]), ", ".join(f"{c[-1]:.3f}" for c in curves[side])]
                 for side in sides
             ],
-        ),  # fmt: skip
+        ),
         note="2-layer 64-wide GPTs with rotary positions, the same parameter count, trained alike (each seed sets "
         "both sides' initial weights and batches) with gradients clipped at norm 1 as in every run; the rise is "
         "read from every step's training loss (batch noise counts on both sides alike)" + seeds_note(ctx),

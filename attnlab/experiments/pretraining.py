@@ -8,7 +8,7 @@ import random
 import numpy as np
 
 from .registry import Context, Control, Result, claim, markdown_table
-from .runs import loss_bars, quietly
+from .runs import loss_bars, quietly, run_settings
 from .stats import better_verdict, seeds_for, seeds_note
 
 
@@ -39,7 +39,7 @@ def mlm_pretraining(ctx: Context) -> Result:
 
     pre_steps, tune_steps = ctx.steps(5, 400, 2000), ctx.steps(5, 150, 300)
     seeds = seeds_for(ctx)
-    common = dict(progress=False, device="cpu", dtype="fp32", compile=False)
+    common = dict(run_settings(), compile=False)
     pretrained = quietly(api.train, "encoder", task="mlm", out=ctx.work / "mlm", max_iters=pre_steps, **common)
     # the control: the same pretraining on words in random order (nothing to learn but the word list)
     noise = quietly(

@@ -8,7 +8,7 @@ import random
 import torch
 
 from .registry import Context, Control, Result, claim, markdown_table
-from .runs import fit, quietly
+from .runs import fit, quietly, run_settings
 
 
 # ---- 8: the RNN bottleneck ---------------------------------------------------------------------------
@@ -23,7 +23,7 @@ def bottleneck(ctx: Context) -> Result:
 
     steps = ctx.steps(10, 600, 1500)
     lengths = (5, 10, 20, 30) if ctx.size != "full" else (5, 10, 20, 30, 40, 60)
-    res = run(lengths, steps, 64, ctx.work / "bottleneck", small=ctx.size != "full")
+    res = run(lengths, steps, 64, ctx.work / "bottleneck", small=ctx.size != "full", **run_settings())
     plot(res, ctx.out / "bottleneck.png")
     acc = {n: r["accuracy"] for n, r in res.items()}
     short, long = lengths[0], lengths[-1]
@@ -206,8 +206,7 @@ def _captioner(ctx: Context, arch: str = "rnn-attention") -> dict:
             arch=arch,
             max_iters=steps,
             train_scenes=scenes,
-            progress=False,
-            device="cpu",
+            **run_settings(),
         )
         ctx.cache[f"captioner_{arch}"] = {"steps": steps, "scenes": scenes, "eval": quietly(api.evaluate, run.out)}
     return ctx.cache[f"captioner_{arch}"]

@@ -51,12 +51,22 @@ def quietly(fn, *args, **kwargs):
         return fn(*args, **kwargs)
 
 
+def run_settings() -> dict:
+    """The TrainConfig fields every claim's training shares: the CPU in fp32 (``--dtype auto``
+    would pick bf16 on some CPUs only), no progress bar, and a fixed thread count, the cores this
+    process may use (``--threads auto`` follows the machine's load while it runs, and a count that
+    changes mid-run changes the order of float sums: two reports on one machine would differ)."""
+    from ..training.threads import our_cores
+
+    return dict(progress=False, device="cpu", dtype="fp32", threads=len(our_cores()))
+
+
 def fit(ctx: Context, model, task, name: str, steps: int, **options) -> None:
-    """Train ``model`` on ``task`` for ``steps`` steps into ``ctx.work / name``: on the CPU in fp32,
-    no progress bar, one evaluation at the end; ``options``: the TrainConfig fields that differ."""
+    """Train ``model`` on ``task`` for ``steps`` steps into ``ctx.work / name`` with
+    :func:`run_settings`, one evaluation at the end; ``options``: the TrainConfig fields that differ."""
     from ..training import TrainConfig, Trainer
 
-    settings = {**dict(eval_iters=2, progress=False, device="cpu", dtype="fp32"), **options}
+    settings = {**run_settings(), "eval_iters": 2, **options}
     Trainer(model, task, TrainConfig(max_iters=steps, eval_interval=steps, **settings), ctx.work / name).fit()
 
 
