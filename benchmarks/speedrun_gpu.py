@@ -24,6 +24,7 @@ sweep on an H100 (benchmarks/README.md).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import subprocess
@@ -79,18 +80,19 @@ def full_split_loss(out: Path) -> float:
 def sweep(root: Path, seconds: float) -> list[dict]:
     """All candidates at once; any still running after ``seconds`` is stopped (its curve so far kept)."""
     procs = {}
-    for i, (name, flags) in enumerate(CANDIDATES.items()):
-        out = root / f"sweep{i}"
-        log = open(root / f"sweep{i}.log", "w")
-        command = train_command([*SWEEP, *flags], out)
-        procs[name] = (subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT), out)
-    deadline = time.monotonic() + seconds
-    for proc, _ in procs.values():
-        try:
-            proc.wait(timeout=max(1.0, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            proc.terminate()  # Ctrl-C's path: the run saves what it has
-            proc.wait()
+    with contextlib.ExitStack() as logs:
+        for i, (name, flags) in enumerate(CANDIDATES.items()):
+            out = root / f"sweep{i}"
+            log = logs.enter_context(open(root / f"sweep{i}.log", "w"))
+            command = train_command([*SWEEP, *flags], out)
+            procs[name] = (subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT), out)
+        deadline = time.monotonic() + seconds
+        for proc, _ in procs.values():
+            try:
+                proc.wait(timeout=max(1.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                proc.terminate()  # Ctrl-C's path: the run saves what it has
+                proc.wait()
     rows = []
     for name, (proc, out) in procs.items():
         evals = evaluations(out)
