@@ -36,6 +36,8 @@ from pathlib import Path
 sys.path.insert(0, os.path.dirname(__file__))
 from common import print_table  # noqa: E402
 
+from attnlab.training.state import read_metrics  # noqa: E402
+
 NANOGPT_WALL_S, NANOGPT_LOSS = 143.0, 1.474  # issue 35: nanoGPT's train_shakespeare_char.py on one H100
 GOAL = 1.47  # full split, in at most half of nanoGPT's wall time
 TARGET = 1.455  # the trainer's 20-batch estimate stops the run here (a margin for the estimate's noise)
@@ -61,10 +63,8 @@ def train_command(flags: list[str], out: Path, extra: tuple[str, ...] = ()) -> l
 
 
 def evaluations(out: Path) -> list[dict]:
-    path = out / "metrics.jsonl"
-    if not path.exists():
-        return []
-    return [r for r in (json.loads(line) for line in path.read_text().splitlines() if line.strip()) if "val_loss" in r]
+    """The run's evaluation records (a sweep run stopped mid-write leaves a last line cut short)."""
+    return [r for r in read_metrics(out / "metrics.jsonl") if "val_loss" in r]
 
 
 def full_split_loss(out: Path) -> float:

@@ -173,7 +173,7 @@ def test_the_stats_controls():
 
 
 def test_comparative_claims_decide_on_intervals_over_seeds():
-    from attnlab.experiments.stats import better_verdict, paired_interval, same_verdict
+    from attnlab.experiments.stats import better_verdict, paired_interval, parts_verdict, same_verdict
 
     mean, low, high = paired_interval([0.05, 0.07, 0.06])
     # by hand: mean 0.06, sd 0.01, t(2) = 4.303, half-width 4.303 * 0.01 / √3 = 0.02484
@@ -189,6 +189,15 @@ def test_comparative_claims_decide_on_intervals_over_seeds():
     _, low, high = paired_interval([5 / 144, 5 / 144], resolution=1 / 144)
     assert high - low == pytest.approx(2 * 12.706 * (1 / 144) / 2**0.5)
     assert better_verdict([5 / 144, 5 / 144], "d", resolution=1 / 144)[1] == "INCONCLUSIVE"
+    # a statement of several parts: every part must pass; one failing part fails it
+    passing, undecided, failing = (
+        better_verdict([0.05, 0.07, 0.06], "d"),
+        better_verdict([0.3], "d"),
+        better_verdict([-0.05, -0.07, -0.06], "d"),
+    )
+    assert parts_verdict([passing, passing]) == (True, None)
+    assert parts_verdict([passing, undecided]) == (False, "INCONCLUSIVE")
+    assert parts_verdict([undecided, failing, passing]) == (False, "FAIL")
 
 
 def test_the_docs_page_is_generated_from_the_claims(tmp_path):

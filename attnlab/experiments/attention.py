@@ -12,7 +12,7 @@ import torch
 from ..inspect.plots import plt, save_figure
 from .registry import Context, Control, Result, claim, markdown_table
 from .runs import gpt_losses, loss_bars
-from .stats import better_verdict, seeds_for, seeds_note, swapped_labels_control
+from .stats import better_verdict, parts_verdict, seeds_for, seeds_note, swapped_labels_control
 
 
 # ---- 1-5: attention and positions, computed --------------------------------------------------------
@@ -507,12 +507,11 @@ def three_projections(ctx: Context) -> Result:
     loss_bars(losses, ctx.out / "three_projections.png", "own or tied projections")
     tie_qk = better_verdict(qk - full, "W_K = W_Q loss − three projections'")
     tie_kv = better_verdict(kv - full, "W_V = W_K loss − three projections'")
-    verdicts = {v for _, v, _ in (tie_qk, tie_kv)}
-    verdict = "FAIL" if "FAIL" in verdicts else "INCONCLUSIVE" if "INCONCLUSIVE" in verdicts else None
+    passed, verdict = parts_verdict((tie_qk, tie_kv))
     return Result(
         f"validation loss after {steps} steps (means over {len(seeds)} seed(s)): three projections {full.mean():.3f}, "
         f"W_K = W_Q {qk.mean():.3f}, W_V = W_K {kv.mean():.3f}; {tie_qk[2]}; {tie_kv[2]}",
-        tie_qk[0] and tie_kv[0],
+        passed,
         "for each tie, the 95 % interval of the paired loss difference (tied − three projections) above 0",
         "three_projections.png",
         markdown_table(

@@ -4,7 +4,6 @@ of the same size and train more stably, and induction heads form in two layers."
 from __future__ import annotations
 
 import contextlib
-import json
 import math
 
 import numpy as np
@@ -131,7 +130,9 @@ def multi_head(ctx: Context) -> Result:
 def training_losses(ctx: Context, name: str) -> np.ndarray:
     """Every step's training loss of the run in ``ctx.work / name`` (its metrics.jsonl), up to the
     last finite one (a diverged run stops there)."""
-    records = [json.loads(line) for line in (ctx.work / name / "metrics.jsonl").read_text().splitlines()]
+    from ..training.state import read_metrics
+
+    records = read_metrics(ctx.work / name / "metrics.jsonl")
     losses = np.array([r["loss"] for r in records if "loss" in r and "lr" in r], dtype=float)
     return losses[np.isfinite(losses)]
 

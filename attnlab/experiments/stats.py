@@ -62,6 +62,16 @@ def same_verdict(diffs, margin: float, what: str, resolution: float = 0.0) -> tu
     return False, ("FAIL" if low > margin or high < -margin else "INCONCLUSIVE"), words
 
 
+def parts_verdict(parts) -> tuple[bool, str | None]:
+    """A statement judged part by part (each part a :func:`better_verdict` or :func:`same_verdict`
+    answer): it passes when every part does; else FAIL when some part fails, INCONCLUSIVE when none
+    fails but some cannot be decided."""
+    verdicts = {v for _, v, _ in parts}
+    if all(p for p, _, _ in parts):
+        return True, None
+    return False, "FAIL" if "FAIL" in verdicts else "INCONCLUSIVE"
+
+
 def swapped_labels_control(diffs, what: str) -> Control:
     """The must-fail control of a "better" claim: the same runs with the two sides' labels swapped
     on every other seed. A real, consistent effect then cancels out and the interval straddles 0;

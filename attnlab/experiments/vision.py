@@ -20,7 +20,7 @@ from .runs import (
     mnist_as_digits,
     train_image_classifier,
 )
-from .stats import better_verdict, paired_interval, same_verdict, seeds_for, seeds_note
+from .stats import better_verdict, paired_interval, parts_verdict, same_verdict, seeds_for, seeds_note
 
 
 def _layout_learned(vit, dist: torch.Tensor, g: int) -> tuple[bool, float, float, torch.Tensor]:
@@ -416,9 +416,7 @@ def data_hunger(ctx: Context) -> Result:
         resolution=step,
     )  # fmt: skip
     parts = (leads, shrinks, closes)
-    passed = all(p for p, _, _ in parts)
-    verdicts = {v for _, v, _ in parts}
-    verdict = None if passed else "FAIL" if "FAIL" in verdicts else "INCONCLUSIVE"
+    passed, verdict = parts_verdict(parts)
     control_passed, _, control_words = better_verdict(
         a["vit", small] - a["resnet", small] + 0.01, f"ViT from scratch − ResNet + 0.01 with {sizes[0]} images",
         resolution=step,
@@ -480,9 +478,7 @@ def image_positions(ctx: Context) -> Result:
     # each part on paired differences over seeds: every kind beats none; the other kinds do as well as learned
     helps = {k: better_verdict(acc[k] - acc["none"], f"{k} − none", resolution=step) for k in kinds}
     alike = {k: same_verdict(acc[k] - acc["learned"], 0.03, f"{k} − learned", resolution=step) for k in kinds[1:]}
-    verdicts = {v for _, v, _ in (*helps.values(), *alike.values())}
-    passed = all(p for p, _, _ in (*helps.values(), *alike.values()))
-    verdict = None if passed else "FAIL" if "FAIL" in verdicts else "INCONCLUSIVE"
+    passed, verdict = parts_verdict((*helps.values(), *alike.values()))
     # the control: no positions judged as a fifth kind that does as well as learned (it must not)
     control_passed, _, control_words = same_verdict(
         acc["none"] - acc["learned"], 0.03, "none − learned", resolution=step
