@@ -251,3 +251,78 @@ def test_every_claims_training_is_pinned_to_fp32_and_a_fixed_thread_count(tmp_pa
     ctx = Context(out=tmp_path / "out", work=tmp_path / "work", size="tiny")
     run_claims(["bottleneck", "caption-bottleneck", "mlm-pretraining", "multi-head"], ctx, log=lambda m: None)
     assert len(seen) >= 10 and set(seen) == {("cpu", "fp32", len(our_cores()))}, set(seen)
+
+
+def test_the_two_dots_task_and_the_shallow_cnns_blindness_to_far_pairs():
+    """Far pairs lie beyond the shallow CNN's 5×5 receptive field and 4 px from the border, so its
+    pooled features are the sum of each dot's alone: the image and its mirror (columns swapped,
+    label flipped) give it the same output, whatever its weights. Near pairs it can tell apart."""
+    import torch
+
+    from attnlab.data.images import two_dots
+    from attnlab.experiments.vision import locality_model
+
+    far, near = two_dots(counts=(64, 8, 256)), two_dots(near=True, counts=(64, 8, 256))
+    for splits, close in ((far, False), (near, True)):
+        x, y = splits.test
+        assert x.shape == (256, 2, 24, 24) and set(x.sum((2, 3)).flatten().tolist()) == {1.0}
+        red, green = (x[:, c].flatten(1).argmax(1) for c in (0, 1))
+        (r1, c1), (r2, c2) = (red // 24, red % 24), (green // 24, green % 24)
+        assert torch.equal(y, (c1 < c2).long()) and 0.3 < y.float().mean() < 0.7  # the label, by hand; balanced
+        assert min(r1.min(), c1.min(), r2.min(), c2.min()) >= 4 and max(r1.max(), c1.max(), r2.max(), c2.max()) <= 19
+        gap = torch.maximum((r1 - r2).abs(), (c1 - c2).abs())
+        assert bool((gap <= 2).all()) if close else bool(((c1 - c2).abs() >= 5).all())
+    torch.manual_seed(0)
+    cnn = locality_model("shallow CNN", 24).eval()
+    for splits, blind in ((far, True), (near, False)):
+        x = splits.test[0][:32]
+        mirrored = torch.zeros_like(x)  # each dot moved to the other's column, its own row: the label flips
+        for i in range(len(x)):
+            (a, b), (c, d) = ((x[i, ch] == 1).nonzero()[0].tolist() for ch in (0, 1))
+            mirrored[i, 0, a, d] = mirrored[i, 1, c, b] = 1.0
+        with torch.no_grad():
+            same = torch.allclose(cnn(x), cnn(mirrored), atol=1e-5)
+        assert same == blind
+    with pytest.raises(ValueError, match="no room"):
+        two_dots(size=12)
+
+
+def test_a_measurement_along_the_run_leaves_the_run_unchanged(tmp_path):
+    """The learning curves of the budget-sensitive claims are measured inside their runs: the
+    measurement must not change what the run trains (no random numbers drawn, train mode back)."""
+    import torch
+
+    from attnlab.data.images import two_dots
+    from attnlab.experiments.vision import locality_model
+    from attnlab.training.callbacks import MeasureAtSteps, quarter_steps
+    from attnlab.training.tasks import ImageClassificationTask
+
+    assert quarter_steps(1000) == [250, 500, 750, 1000] and quarter_steps(600) == [150, 300, 450, 600]
+    assert quarter_steps(10) == [10]
+    splits = two_dots(counts=(256, 32, 64))
+    ctx = Context(out=tmp_path / "out", work=tmp_path / "work", size="tiny")
+    weights = []
+    for measured in (True, False):
+        torch.manual_seed(0)
+        model = locality_model("ViT", 24)
+        task = ImageClassificationTask(splits, 16, pad=1)  # random shifts: a drawn number would show
+        along = MeasureAtSteps(model, lambda: (task.predict(model, "test")[0] == 1).float().mean().item(), [10, 30])  # noqa: B023
+        runs.fit(ctx, model, task, f"run{measured}", 40, callbacks=[along] if measured else (), batch_size=16)
+        weights.append(torch.cat([p.detach().flatten() for p in model.parameters()]))
+        assert sorted(along.curve) == ([10, 30] if measured else [])
+    assert torch.equal(weights[0], weights[1])
+
+
+def test_a_budget_claims_verdict_along_its_runs():
+    from attnlab.experiments.stats import along_the_run, better_verdict
+
+    # two seeds of A and B, measured at a quarter, half, three quarters and all of 400 steps
+    a = [{100: 0.5, 200: 0.6, 300: 0.8, 400: 0.9}, {100: 0.5, 200: 0.7, 300: 0.8, 400: 0.92}]
+    b = [{100: 0.6, 200: 0.6, 300: 0.6, 400: 0.6}, {100: 0.6, 200: 0.6, 300: 0.6, 400: 0.6}]
+    judge = lambda at: better_verdict(at["A"] - at["B"], "A − B")[:2]  # noqa: E731
+    # by hand: A − B = (−0.1, −0.1) FAIL, (0, 0.1) INCONCLUSIVE, (0.2, 0.2) PASS (no spread), (0.3, 0.32) PASS
+    assert along_the_run({"A": a, "B": b}, judge) == (
+        "¼ (100 steps): FAIL, ½ (200 steps): INCONCLUSIVE, ¾ (300 steps): PASS, all (400 steps): PASS"
+    )
+    b_short = [{25: 0.6, 50: 0.6, 75: 0.6, 100: 0.6}] * 2  # runs of other lengths: fractions only
+    assert along_the_run({"A": a, "B": b_short}, judge).startswith("¼: FAIL, ½: INCONCLUSIVE")

@@ -96,6 +96,44 @@ def digits() -> ImageSplits:
     )
 
 
+def two_dots(
+    size: int = 24, near: bool = False, counts=(4096, 512, 1024), margin: int = 4, far: int = 5, seed: int = 0
+) -> ImageSplits:
+    """A relation between two distant parts of an image: a red dot (channel 0) and a green one
+    (channel 1) on a black ``size``×``size`` image; the label says whether the red dot is left of
+    the green one. ``near=False``: their columns are at least ``far`` pixels apart, farther than a
+    5×5 receptive field reaches; ``near=True``: both lie within one 3×3 neighbourhood (at most 2
+    pixels apart in each direction), where a small convolution sees both at once. Dots keep
+    ``margin`` pixels from the border, where zero padding would tell a convolution where it is.
+    ``counts``: train, validation and test images; ``seed`` draws them."""
+    if size < 2 * margin + far + 1:
+        raise ValueError(f"a {size}-pixel image has no room for two dots {far} columns apart, {margin} from the border")
+    g = torch.Generator().manual_seed(seed)
+
+    def draw(count: int) -> tuple[Tensor, Tensor]:
+        kept, n = [], 0
+        while n < count:  # rejection: draw positions anywhere inside the margin, keep the pairs that qualify
+            rc = torch.randint(margin, size - margin, (4 * count, 4), generator=g)  # (row, col) red, (row, col) green
+            dr, dc = (rc[:, 0] - rc[:, 2]).abs(), (rc[:, 1] - rc[:, 3]).abs()
+            ok = (dc > 0) & ((torch.maximum(dr, dc) <= 2) if near else (dc >= far))
+            kept.append(rc[ok])
+            n += int(ok.sum())
+        rc = torch.cat(kept)[:count]
+        x, i = torch.zeros(count, 2, size, size), torch.arange(count)
+        x[i, 0, rc[:, 0], rc[:, 1]] = 1.0
+        x[i, 1, rc[:, 2], rc[:, 3]] = 1.0
+        return x, (rc[:, 1] < rc[:, 3]).long()
+
+    splits = [draw(c) for c in counts]
+    how = "within 2 pixels of each other" if near else f"at least {far} columns apart"
+    return ImageSplits(
+        f"two-dots-{'near' if near else 'far'}",
+        *splits,
+        ["red right of green", "red left of green"],
+        note=f"two dots {how} on {size}×{size} images",
+    )
+
+
 def read_idx(path: Path) -> np.ndarray:
     """An IDX file (MNIST format), gzipped or not."""
     try:

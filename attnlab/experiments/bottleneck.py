@@ -14,7 +14,7 @@ from ..data.parallel import load_parallel, pad_batch, synthetic_pair
 from ..decode import greedy_decode
 from ..models import RNNConfig, RNNSeq2Seq, Transformer, TransformerConfig
 from ..training import TrainConfig, Trainer
-from ..training.callbacks import Callback
+from ..training.callbacks import MeasureAtSteps, quarter_steps
 from ..training.tasks import Seq2SeqTask
 
 
@@ -52,28 +52,6 @@ def accuracy_by_length(model, vocab, lengths, n: int = 100, seed: int = 0) -> di
     return out
 
 
-class AccuracyAlongTheRun(Callback):
-    """Sequence accuracy by length at the logged steps ``budgets`` of a run: its learning curve
-    (the schedule is the whole run's, so step 500 of 1,500 is not a 500-step run)."""
-
-    def __init__(self, model, vocab, lengths, budgets) -> None:
-        self.model, self.vocab, self.lengths, self.budgets = model, vocab, lengths, set(budgets)
-        self.curve: dict[int, dict[int, float]] = {}
-
-    def on_step(self, trainer, record: dict) -> None:
-        if record["step"] in self.budgets:
-            self.model.eval()  # (greedy decoding draws no random numbers: the run goes on unchanged)
-            self.curve[record["step"]] = accuracy_by_length(self.model, self.vocab, self.lengths)
-            self.model.train()
-
-
-def budgets_of(steps: int, log_interval: int = 10) -> list[int]:
-    """A quarter, half, three quarters and all of ``steps``, each on a logged step."""
-    return sorted(
-        {min(steps, max(log_interval, round(steps * f / log_interval) * log_interval)) for f in (0.25, 0.5, 0.75, 1)}
-    )
-
-
 def run(
     lengths=(5, 10, 20, 30, 40, 60),
     steps: int = 1500,
@@ -106,7 +84,11 @@ def run(
         )
         folder = (out or Path("runs/bottleneck")) / name.replace(" ", "_").replace("(", "").replace(")", "")
         t0 = time.perf_counter()
-        along = AccuracyAlongTheRun(model, data.src_vocab, lengths, budgets_of(steps, cfg.log_interval)[:-1])
+        along = MeasureAtSteps(
+            model,
+            lambda: accuracy_by_length(model, data.src_vocab, lengths),  # noqa: B023 (called within this loop)
+            quarter_steps(steps, cfg.log_interval)[:-1],
+        )
         Trainer(model, Seq2SeqTask(data, batch_size), cfg, folder, callbacks=[along]).fit()
         acc = accuracy_by_length(model.eval(), data.src_vocab, lengths)
         results[name] = {

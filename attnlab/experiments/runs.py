@@ -61,13 +61,14 @@ def run_settings() -> dict:
     return dict(progress=False, device="cpu", dtype="fp32", threads=len(our_cores()))
 
 
-def fit(ctx: Context, model, task, name: str, steps: int, **options) -> None:
+def fit(ctx: Context, model, task, name: str, steps: int, callbacks=(), **options) -> None:
     """Train ``model`` on ``task`` for ``steps`` steps into ``ctx.work / name`` with
     :func:`run_settings`, one evaluation at the end; ``options``: the TrainConfig fields that differ."""
     from ..training import TrainConfig, Trainer
 
     settings = {**run_settings(), "eval_iters": 2, **options}
-    Trainer(model, task, TrainConfig(max_iters=steps, eval_interval=steps, **settings), ctx.work / name).fit()
+    config = TrainConfig(max_iters=steps, eval_interval=steps, **settings)
+    Trainer(model, task, config, ctx.work / name, callbacks=list(callbacks)).fit()
 
 
 def train_gpt(
@@ -153,10 +154,18 @@ def gpt_losses(ctx: Context, variants: dict[str, dict], steps: int, seeds=(0,), 
     return losses, params
 
 
-def loss_bars(losses: dict, path: Path, title: str, ylabel: str = "validation loss") -> None:
-    """Bars of each variant's mean over seeds, every seed a dot: {variant: [value per seed]}."""
+def loss_bars(
+    losses: dict, path: Path, title: str, ylabel: str = "validation loss", curves: dict | None = None
+) -> None:
+    """Bars of each variant's mean over seeds, every seed a dot: {variant: [value per seed]}; with
+    ``curves`` ({variant: [learning curve {step: value} per seed]}) a second panel plots each
+    variant's mean along its runs."""
     names = list(losses)
-    fig, ax = plt.subplots(figsize=(1.3 * len(names) + 1.5, 3), dpi=100, layout="constrained")
+    width = 1.3 * len(names) + 1.5
+    fig, axes = plt.subplots(
+        1, 2 if curves else 1, figsize=(width + (4 if curves else 0), 3), dpi=100, layout="constrained", squeeze=False
+    )
+    ax = axes[0, 0]
     means = [float(np.mean(losses[n])) for n in names]
     ax.bar(names, means)
     for i, n in enumerate(names):  # every seed, when there are several
@@ -165,7 +174,19 @@ def loss_bars(losses: dict, path: Path, title: str, ylabel: str = "validation lo
     low, high = min(min(v) for v in losses.values()), max(max(v) for v in losses.values())
     ax.set_ylim(low - 0.15 * max(high - low, 0.1), high + 0.1 * max(high - low, 0.1))
     ax.set_title(title, fontsize=9)
+    if curves:
+        curve_panel(axes[0, 1], curves)
     save_figure(fig, path)
+
+
+def curve_panel(ax, curves: dict) -> None:
+    """Each variant's mean over seeds along its runs: ``curves`` {variant: [{step: value} per seed]}."""
+    for name, cs in curves.items():
+        steps = sorted(cs[0])
+        ax.plot(steps, [np.mean([c[s] for c in cs]) for s in steps], "o-", label=str(name), ms=3)
+    ax.set_xlabel("step (one run each, measured along it)", fontsize=8)
+    ax.legend(fontsize=7)
+    ax.grid(alpha=0.3)
 
 
 def train_image_classifier(
@@ -178,15 +199,26 @@ def train_image_classifier(
     batch: int = 128,
     lr: float = 1e-3,
     pad: int = 1,
+    rotate: float = 10.0,
+    scale: float = 0.1,
     seed: int = 0,
     **task,
 ) -> float:
-    """Train ``model`` on ``splits`` (AdamW, warmup + cosine, light augmentation; ``seed`` sets the
-    augmentation and the batches) and return its test accuracy."""
+    """Train ``model`` on ``splits`` (AdamW, warmup + cosine, light augmentation: ``pad``-pixel
+    shifts, ``rotate``° rotations, ``scale`` zoom; ``seed`` sets the augmentation and the batches)
+    and return its test accuracy. Its learning curve, the test accuracy at a quarter, half, three
+    quarters and all of the run, is kept as ``ctx.cache["curves"][name]`` ({step: accuracy})."""
+    from ..training.callbacks import MeasureAtSteps, quarter_steps
     from ..training.tasks import ImageClassificationTask
 
     torch.manual_seed(seed)
-    task = ImageClassificationTask(splits, batch, pad=pad, rotate=10.0, scale=0.1, **task)
+    task = ImageClassificationTask(splits, batch, pad=pad, rotate=rotate, scale=scale, **task)
+
+    def accuracy() -> float:
+        pred, y = task.predict(model, "test")
+        return (pred == y).float().mean().item()
+
+    along = MeasureAtSteps(model, accuracy, quarter_steps(steps)[:-1])
     fit(
         ctx,
         model,
@@ -200,11 +232,14 @@ def train_image_classifier(
         weight_decay=0.05,
         beta2=0.999,
         seed=1337 + seed,  # the batches (1337: the trainer's default)
+        callbacks=[along],
     )
-    pred, y = task.predict(model, "test")
-    return (pred == y).float().mean().item()
+    final = accuracy()
+    ctx.cache.setdefault("curves", {})[name] = {**along.curve, steps: final}
+    return final
 
 
+DIGITS_STEPS = (10, 800, 2000)  # the steps every digits model trains for: tiny, --quick, full size
 DIGITS_RECIPE = dict(batch=64, lr=2e-3, pad=0, label_smoothing=0.1)  # `attnlab train vit`'s on the digits
 
 
@@ -215,7 +250,7 @@ def digits(ctx: Context):
 
         ctx.cache["digits"] = images.digits()
     ctx.cache.setdefault("data_used", []).append("the embedded 8×8 digits")
-    return ctx.cache["digits"], ctx.steps(10, 800, 2000)
+    return ctx.cache["digits"], ctx.steps(*DIGITS_STEPS)
 
 
 def digits_vit_config(splits, pos: str = "learned", **options):
@@ -233,8 +268,7 @@ def digits_vit(ctx: Context, pos: str = "learned", seed: int = 0, steps: int | N
     per context: (model, test accuracy)."""
     splits, default_steps = digits(ctx)
     steps = steps or default_steps
-    key = "_".join([f"vit_{pos}", *(f"{k}-{v}" for k, v in sorted(options.items()))])
-    key += "" if (seed, steps) == (0, default_steps) else f"_{steps}st_s{seed}"
+    key = digits_vit_run(ctx, pos, seed, steps, **options)
     if key not in ctx.cache:
         from ..models import ViT
 
@@ -243,6 +277,15 @@ def digits_vit(ctx: Context, pos: str = "learned", seed: int = 0, steps: int | N
         acc = train_image_classifier(ctx, vit, splits, steps, key, seed=seed, **DIGITS_RECIPE)
         ctx.cache[key] = (vit.eval(), acc)
     return ctx.cache[key]
+
+
+def digits_vit_run(ctx: Context, pos: str = "learned", seed: int = 0, steps: int | None = None, **options) -> str:
+    """The run name of :func:`digits_vit` with these arguments: its folder under ``ctx.work``, its
+    cache key, and its learning curve's key in ``ctx.cache["curves"]``."""
+    default_steps = ctx.steps(*DIGITS_STEPS)
+    steps = steps or default_steps
+    key = "_".join([f"vit_{pos}", *(f"{k}-{v}" for k, v in sorted(options.items()))])
+    return key + ("" if (seed, steps) == (0, default_steps) else f"_{steps}st_s{seed}")
 
 
 def image_models(ctx: Context):

@@ -72,6 +72,27 @@ def parts_verdict(parts) -> tuple[bool, str | None]:
     return False, "FAIL" if "FAIL" in verdicts else "INCONCLUSIVE"
 
 
+FRACTIONS = ("¼", "½", "¾", "all")
+
+
+def along_the_run(curves: dict, judge) -> str:
+    """A budget-sensitive claim's verdict at a quarter, half, three quarters and all of its runs.
+    ``curves``: {key: [one learning curve {step: value} per seed]}, each measured at the same four
+    fractions of its run (:func:`attnlab.training.callbacks.quarter_steps`); ``judge({key: values
+    per seed}) -> (passed, verdict or None)`` as the claim judges its final values. The schedule is
+    the whole run's: a quarter of a run is not a run a quarter as long."""
+    points = {k: [sorted(c) for c in cs] for k, cs in curves.items()}
+    first = next(iter(points.values()))[0]
+    shared = all(p == first for ps in points.values() for p in ps)  # every run the same length
+    words = []
+    for i, fraction in enumerate(FRACTIONS[-len(first) :]):
+        at = {k: np.array([c[p[i]] for c, p in zip(cs, points[k])]) for k, cs in curves.items()}
+        passed, verdict = judge(at)
+        where = f"{fraction} ({first[i]} steps)" if shared else fraction
+        words.append(f"{where}: {verdict or ('PASS' if passed else 'FAIL')}")
+    return ", ".join(words)
+
+
 def swapped_labels_control(diffs, what: str) -> Control:
     """The must-fail control of a "better" claim: the same runs with the two sides' labels swapped
     on every other seed. A real, consistent effect then cancels out and the interval straddles 0;

@@ -15,12 +15,14 @@ from .runs import (
     digits,
     digits_vit,
     digits_vit_config,
+    digits_vit_run,
+    curve_panel,
     image_models,
     loss_bars,
     mnist_as_digits,
     train_image_classifier,
 )
-from .stats import better_verdict, paired_interval, parts_verdict, same_verdict, seeds_for, seeds_note
+from .stats import along_the_run, better_verdict, paired_interval, parts_verdict, same_verdict, seeds_for, seeds_note
 
 
 def _layout_learned(vit, dist: torch.Tensor, g: int) -> tuple[bool, float, float, torch.Tensor]:
@@ -162,6 +164,130 @@ def receptive_field(ctx: Context) -> Result:
         ),
         note="Measured with autograd on an untrained model: the receptive field is the architecture's, whatever "
         "the weights; the control is set through the hook point encoder.blocks.0.attn.hook_pattern",
+    )
+
+
+LOCALITY_MODELS = {  # name -> (what it is, its receptive field in pixels)
+    "shallow CNN": ("one stage of two 3×3 convolutions, 64 channels", 5),
+    "deep CNN": ("three stages (16/32/64 channels, stride 2 between them)", 23),
+    "ViT": ("2 layers, 64 wide, 4×4 patches, learned positions, no convolution", 24),
+}
+
+
+def locality_model(kind: str, size: int):
+    from ..models import CNN, CNNConfig, ViT, ViTConfig
+
+    if kind == "ViT":
+        return ViT(
+            ViTConfig(
+                image_size=size, patch_size=4, in_chans=2, num_classes=2, dim=64, layers=2, heads=4, mlp_ratio=2.0
+            )
+        )
+    widths = (64,) if kind == "shallow CNN" else (16, 32, 64)
+    return CNN(CNNConfig(num_classes=2, in_chans=2, image_size=size, widths=widths))
+
+
+@claim(
+    "locality",
+    "A CNN sees locally: distant relations need depth, attention relates them in any layer",
+    "A convolution combines only the pixels within its receptive field, so a shallow CNN cannot learn a relation "
+    "between two parts of an image that lie farther apart than that, and needs depth for its receptive field to "
+    "grow; self-attention relates any two patches in every layer.",
+)
+def locality(ctx: Context) -> Result:
+    from ..data.images import two_dots
+
+    size, steps, seeds = 24, ctx.steps(10, 1000, 1500), seeds_for(ctx)
+    recipe = dict(batch=64, lr=2e-3, pad=0, rotate=0.0, scale=0.0)  # no augmentation: a shift or turn moves the dots
+    kinds = {"far": tuple(LOCALITY_MODELS), "near": ("shallow CNN", "ViT")}  # near: the control's two models
+    acc: dict[tuple[str, str], np.ndarray] = {}
+    curves: dict[str, list[dict]] = {}
+    splits = {where: two_dots(size, near=where == "near") for where in kinds}
+    for where, models in kinds.items():
+        for kind in models:
+            values = []
+            for seed in seeds:
+                torch.manual_seed(seed)
+                name = f"dots_{where}_{kind.replace(' ', '_')}_s{seed}"
+                model = locality_model(kind, size)
+                values.append(train_image_classifier(ctx, model, splits[where], steps, name, seed=seed, **recipe))
+                if where == "far":
+                    curves.setdefault(kind, []).append(ctx.cache["curves"][name])
+            acc[where, kind] = np.array(values)
+    step = 1 / len(splits["far"].test[1])  # an accuracy moves in steps of one test image
+
+    def judged(at: dict[tuple[str, str], np.ndarray], where: str = "far"):
+        return (
+            better_verdict(at[where, "ViT"] - at[where, "shallow CNN"] - 0.1, f"ViT − shallow CNN − 0.1 ({where} dots)",
+                           resolution=step),
+            better_verdict(at["far", "deep CNN"] - at["far", "shallow CNN"] - 0.1, "deep CNN − shallow CNN − 0.1 (far dots)",
+                           resolution=step),
+        )  # fmt: skip
+
+    parts = judged(acc)
+    passed, verdict = parts_verdict(parts)
+    control_passed, _, control_words = judged(acc, "near")[0]
+    # the budget: the verdict on the far dots at a quarter, half and three quarters of each run
+    along = along_the_run({("far", k): cs for k, cs in curves.items()}, lambda at: parts_verdict(judged(at)))
+    fig, axes = plt.subplots(1, 3, figsize=(11, 3.2), dpi=100, layout="constrained", width_ratios=(1, 1.4, 1.4))
+    rgb = torch.full((size, 2 * size + 2, 3), 0.5)  # a far pair and a near pair side by side, red and green
+    for i, where in enumerate(kinds):
+        rgb[:, i * (size + 2) : i * (size + 2) + size] = 0.0
+        rgb[:, i * (size + 2) : i * (size + 2) + size, :2] = splits[where].test[0][0].permute(1, 2, 0)
+    axes[0].imshow(rgb.numpy(), interpolation="nearest")
+    axes[0].set_title("a far pair | a near pair (the control)", fontsize=8)
+    axes[0].axis("off")
+    names = list(LOCALITY_MODELS)
+    for i, where in enumerate(kinds):
+        shown = [n for n in names if (where, n) in acc]
+        xs = [names.index(n) + 0.2 * (2 * i - 1) for n in shown]
+        axes[1].bar(xs, [acc[where, n].mean() for n in shown], 0.4, label=f"{where} dots")
+        for x, n in zip(xs, shown):
+            axes[1].plot([x] * len(acc[where, n]), acc[where, n], "k.", ms=4)
+    axes[1].set_xticks(range(len(names)), [f"{n}\n(sees {LOCALITY_MODELS[n][1]} px)" for n in names], fontsize=8)
+    axes[1].axhline(0.5, color="grey", lw=0.8, ls="--")
+    axes[1].set_ylabel("test accuracy")
+    axes[1].set_ylim(0.4, 1.02)
+    axes[1].legend(fontsize=8)
+    curve_panel(axes[2], curves)
+    axes[2].set_ylim(0.4, 1.02)
+    axes[2].set_ylabel("test accuracy, far dots", fontsize=8)
+    save_figure(fig, ctx.out / "locality.png")
+    means = "; ".join(
+        f"{where} dots: " + ", ".join(f"{kind} {acc[where, kind].mean():.3f}" for kind in models)
+        for where, models in kinds.items()
+    )
+    return Result(
+        f"test accuracy (means over seeds {', '.join(map(str, seeds))}), {means}; " + "; ".join(w for _, _, w in parts),
+        passed,
+        "on dots farther apart than the shallow CNN's 5×5 receptive field, the 95 % intervals over seeds of the "
+        "paired accuracy differences ViT − shallow CNN and deep CNN − shallow CNN above 0.1",
+        "locality.png",
+        markdown_table(
+            ["model", "receptive field (px)", "far dots", "near dots (control)"],
+            [
+                [
+                    k,
+                    LOCALITY_MODELS[k][1],
+                    f"{acc['far', k].mean():.3f}",
+                    f"{acc['near', k].mean():.3f}" if ("near", k) in acc else "not run",
+                ]
+                for k in names
+            ],
+        ),  # fmt: skip
+        note=f"task: is the red dot left of the green one, on {size}×{size} images (4,096 training, 1,024 test), "
+        f"dots at least 4 px from the border (where zero padding would tell a convolution where it is), so a "
+        f"shallow CNN's pooled features are a sum of what each dot looks like alone. Models: "
+        + "; ".join(f"{k}: {what}" for k, (what, _) in LOCALITY_MODELS.items())
+        + f". Each {steps} steps of 64, AdamW lr 2e-3, no augmentation; each seed sets every model's weights and "
+        f"batches. The verdict along the runs: {along}" + seeds_note(ctx),
+        control=Control(
+            "the same comparison on near dots (both within one 3×3 neighbourhood: the shallow CNN sees them together)",
+            control_words,
+            control_passed,
+        ),
+        verdict=verdict,
+        data="synthetic two-dot images (attnlab.data.images.two_dots)",
     )
 
 
@@ -366,12 +492,19 @@ def data_hunger(ctx: Context) -> Result:
             "MNIST (the pretraining set) is not in the data directory; set ATTNLAB_DATA or --data-dir",
             "the whole statement, pretraining included",
         )
-    torch.manual_seed(0)
-    pretrained = ViT(vit_config)  # one pretraining; each seed then fine-tunes it on its own batches
-    pre_acc = train_image_classifier(ctx, pretrained, pretrain, steps, "hunger_pretrain", **DIGITS_RECIPE)
     seeds = seeds_for(ctx)
+    pretrained, pre_acc = {}, []  # a pretraining per seed (its weights and batches), each fine-tuned on that seed
+    for seed in seeds:
+        torch.manual_seed(seed)
+        pretrained[seed] = ViT(vit_config)
+        pre_acc.append(
+            train_image_classifier(
+                ctx, pretrained[seed], pretrain, steps, f"hunger_pretrain_s{seed}", seed=seed, **DIGITS_RECIPE
+            )
+        )
     step = 1 / len(splits.test[1])  # an accuracy moves in steps of one test image
     acc: dict[tuple[str, float], list[float]] = {}
+    runs: dict[tuple[str, float], list[str]] = {}  # the run names, whose learning curves ctx.cache["curves"] keeps
     sizes = []
     for frac in fractions:
         n = max(20, round(len(splits.train[0]) * frac))
@@ -381,12 +514,12 @@ def data_hunger(ctx: Context) -> Result:
         )
         for seed in seeds:
             if frac == 1.0:  # all of the training set: the ViT the other image claims use
+                vit_run = digits_vit_run(ctx, seed=seed)
                 vit_acc = digits_vit(ctx, seed=seed)[1]
             else:
                 torch.manual_seed(seed)
-                vit_acc = train_image_classifier(
-                    ctx, ViT(vit_config), part, steps, f"hunger_vit_{n}_s{seed}", seed=seed, **DIGITS_RECIPE
-                )
+                vit_run = f"hunger_vit_{n}_s{seed}"
+                vit_acc = train_image_classifier(ctx, ViT(vit_config), part, steps, vit_run, seed=seed, **DIGITS_RECIPE)
             torch.manual_seed(seed)
             resnet = CNN(
                 CNNConfig(
@@ -397,31 +530,42 @@ def data_hunger(ctx: Context) -> Result:
                 ctx, resnet, part, steps, f"hunger_resnet_{n}_s{seed}", seed=seed, **DIGITS_RECIPE
             )
             tuned = ViT(vit_config)
-            tuned.load_state_dict(pretrained.state_dict())
+            tuned.load_state_dict(pretrained[seed].state_dict())
             tuned_acc = train_image_classifier(
                 ctx, tuned, part, tune_steps, f"hunger_tuned_{n}_s{seed}", seed=seed, **{**DIGITS_RECIPE, "lr": 5e-4}
             )
-            for kind, value in (("vit", vit_acc), ("resnet", resnet_acc), ("pretrained", tuned_acc)):
+            for kind, value, run in (
+                ("vit", vit_acc, vit_run),
+                ("resnet", resnet_acc, f"hunger_resnet_{n}_s{seed}"),
+                ("pretrained", tuned_acc, f"hunger_tuned_{n}_s{seed}"),
+            ):
                 acc.setdefault((kind, frac), []).append(value)
+                runs.setdefault((kind, frac), []).append(run)
     a = {key: np.array(v) for key, v in acc.items()}
     small, large = fractions[0], fractions[-1]
     lead = {f: a["resnet", f] - a["vit", f] for f in fractions}  # per seed
-    # each part of the statement on paired differences over seeds
-    leads = better_verdict(lead[small] - 0.02, f"ResNet − ViT − 0.02 with {sizes[0]} images", resolution=step)
-    shrinks = better_verdict(
-        lead[small] - lead[large], f"lead with {sizes[0]} − lead with {sizes[-1]}", resolution=step
-    )
-    closes = better_verdict(
-        a["pretrained", small] - a["resnet", small] + 0.01, f"pretrained ViT − ResNet + 0.01 with {sizes[0]} images",
-        resolution=step,
-    )  # fmt: skip
-    parts = (leads, shrinks, closes)
+
+    def judged(at: dict) -> tuple:  # each part of the statement on paired differences over seeds
+        lead_small, lead_large = at["resnet", small] - at["vit", small], at["resnet", large] - at["vit", large]
+        leads = better_verdict(lead_small - 0.02, f"ResNet − ViT − 0.02 with {sizes[0]} images", resolution=step)
+        shrinks = better_verdict(
+            lead_small - lead_large, f"lead with {sizes[0]} − lead with {sizes[-1]}", resolution=step
+        )
+        closes = better_verdict(
+            at["pretrained", small] - at["resnet", small] + 0.01,
+            f"pretrained ViT − ResNet + 0.01 with {sizes[0]} images", resolution=step,
+        )  # fmt: skip
+        return leads, shrinks, closes
+
+    parts = judged(a)
     passed, verdict = parts_verdict(parts)
+    curves = {key: [ctx.cache["curves"][run] for run in names] for key, names in runs.items()}
+    along = along_the_run(curves, lambda at: parts_verdict(judged(at)))
     control_passed, _, control_words = better_verdict(
         a["vit", small] - a["resnet", small] + 0.01, f"ViT from scratch − ResNet + 0.01 with {sizes[0]} images",
         resolution=step,
     )  # fmt: skip
-    fig, ax = plt.subplots(figsize=(4.5, 3.2), dpi=100, layout="constrained")
+    fig, (ax, right) = plt.subplots(1, 2, figsize=(9, 3.2), dpi=100, layout="constrained")
     for kind, label in (("vit", "ViT from scratch"), ("resnet", "ResNet"), ("pretrained", "ViT pretrained on MNIST")):
         ax.plot(sizes, [a[kind, f].mean() for f in fractions], "o-", label=label)
         for n, f in zip(sizes, fractions):  # every seed, when there are several
@@ -430,6 +574,9 @@ def data_hunger(ctx: Context) -> Result:
     ax.set_xlabel("training images")
     ax.set_ylabel("test accuracy")
     ax.legend(fontsize=8)
+    labels = {"vit": "ViT from scratch", "resnet": "ResNet", "pretrained": "ViT pretrained, fine-tuned"}
+    curve_panel(right, {labels[kind]: cs for (kind, f), cs in curves.items() if f == small})
+    right.set_title(f"with {sizes[0]} training images, along each run", fontsize=8)
     save_figure(fig, ctx.out / "data_hunger.png")
     rows = [
         [n, a["vit", f].mean(), a["resnet", f].mean(), lead[f].mean(), a["pretrained", f].mean()]
@@ -438,7 +585,7 @@ def data_hunger(ctx: Context) -> Result:
     return Result(
         f"test accuracy with {sizes[0]} → {sizes[-1]} training digits (means over seeds {', '.join(map(str, seeds))}): "
         f"ViT {a['vit', small].mean():.3f} → {a['vit', large].mean():.3f}, ResNet {a['resnet', small].mean():.3f} → "
-        f"{a['resnet', large].mean():.3f}; pretrained ViT (MNIST pretraining: {pre_acc:.3f}) with {sizes[0]} images "
+        f"{a['resnet', large].mean():.3f}; pretrained ViT (MNIST test accuracy after pretraining: {np.mean(pre_acc):.3f}) with {sizes[0]} images "
         f"{a['pretrained', small].mean():.3f}; " + "; ".join(w for _, _, w in parts),
         passed,
         f"the 95 % intervals over seeds (paired: each seed sets every model's initial weights and batches) of: the "
@@ -457,8 +604,9 @@ def data_hunger(ctx: Context) -> Result:
         note=f"embedded 8×8 digits, the first N of the shuffled training split, the same test split; each model "
         f"{steps} steps of 64 with the ViT digits recipe (lr 2e-3, label smoothing 0.1, ±10° rotations, ±10 % "
         f"scale); ViT: 4 layers 64 wide, 16 patches, no convolution (no PEG); ResNet: basic blocks, widths "
-        f"16/32/64. Pretraining (once, seed 0): {steps} steps on {len(pretrain.train[0]):,} MNIST images cropped "
-        f"to 20×20 and resized to 8×8, then {tune_steps} steps at lr 5e-4 on the digits" + seeds_note(ctx),
+        f"16/32/64. Pretraining (one per seed, each fine-tuned on its own seed): {steps} steps on {len(pretrain.train[0]):,} MNIST images cropped "
+        f"to 20×20 and resized to 8×8, then {tune_steps} steps at lr 5e-4 on the digits. The verdict along the runs "
+        f"(each at that fraction of its own steps): {along}" + seeds_note(ctx),
     )
 
 
@@ -474,19 +622,26 @@ def image_positions(ctx: Context) -> Result:
     splits, _ = digits(ctx)
     step = 1 / len(splits.test[1])  # an accuracy moves in steps of one test image
     acc = {pos: np.array([digits_vit(ctx, pos, seed=s)[1] for s in seeds]) for pos in (*kinds, "none")}
-    loss_bars(acc, ctx.out / "image_positions.png", f"ViT on 8×8 digits: --pos, {len(seeds)} seed(s)", "test accuracy")
-    # each part on paired differences over seeds: every kind beats none; the other kinds do as well as learned
-    helps = {k: better_verdict(acc[k] - acc["none"], f"{k} − none", resolution=step) for k in kinds}
-    alike = {k: same_verdict(acc[k] - acc["learned"], 0.03, f"{k} − learned", resolution=step) for k in kinds[1:]}
-    passed, verdict = parts_verdict((*helps.values(), *alike.values()))
+    curves = {pos: [ctx.cache["curves"][digits_vit_run(ctx, pos, seed=s)] for s in seeds] for pos in acc}
+    loss_bars(
+        acc, ctx.out / "image_positions.png", f"ViT on 8×8 digits: --pos, {len(seeds)} seed(s)", "test accuracy", curves
+    )
+
+    def judged(at: dict) -> tuple:  # each part on paired differences over seeds
+        helps = [better_verdict(at[k] - at["none"], f"{k} − none", resolution=step) for k in kinds]
+        alike = [same_verdict(at[k] - at["learned"], 0.03, f"{k} − learned", resolution=step) for k in kinds[1:]]
+        return (*helps, *alike)  # every kind beats none; the other kinds do as well as learned
+
+    parts = judged(acc)
+    passed, verdict = parts_verdict(parts)
+    along = along_the_run(curves, lambda at: parts_verdict(judged(at)))
     # the control: no positions judged as a fifth kind that does as well as learned (it must not)
     control_passed, _, control_words = same_verdict(
         acc["none"] - acc["learned"], 0.03, "none − learned", resolution=step
     )
     means = ", ".join(f"{k} {v.mean():.3f}" for k, v in acc.items())
     return Result(
-        f"test accuracy (means over seeds {', '.join(map(str, seeds))}): {means}; "
-        + "; ".join(w for _, _, w in (*helps.values(), *alike.values())),
+        f"test accuracy (means over seeds {', '.join(map(str, seeds))}): {means}; " + "; ".join(w for _, _, w in parts),
         passed,
         "for each of the four kinds the 95 % interval of the paired accuracy difference (kind − none) above 0, and "
         "for sin-cos, Fourier and relative that of (kind − learned) inside ±0.03",
@@ -495,7 +650,8 @@ def image_positions(ctx: Context) -> Result:
             ["--pos", "test accuracy per seed"], [[k, ", ".join(f"{a:.3f}" for a in v)] for k, v in acc.items()]
         ),
         note="the same ViT (4 layers, 64 wide, 2×2 patches, no PEG) and recipe for each; `--pos` of `attnlab train "
-        "vit`; each seed sets every kind's initial weights and batches" + seeds_note(ctx),
+        f"vit`; each seed sets every kind's initial weights and batches. The verdict along the runs: {along}"
+        + seeds_note(ctx),
         control=Control(
             "the ViT without positions judged as a fifth kind, against learned", control_words, control_passed
         ),

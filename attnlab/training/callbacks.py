@@ -21,8 +21,11 @@ and :class:`attnlab.training.tensorboard.TensorBoardCallback` (``--tensorboard``
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, Protocol
+
+import torch
 
 
 class Trainer(Protocol):
@@ -112,6 +115,33 @@ class EarlyStopping(Callback):
         self.waited += 1
         if self.waited >= self.patience:
             trainer.stop(f"{self.monitor} has not improved for {self.patience} evaluations; stopping early")
+
+
+class MeasureAtSteps(Callback):
+    """A learning curve: ``measure()`` (the model's accuracy on a fixed set, say) at the logged
+    steps ``steps`` of a run, with the model in eval mode and no gradients, into ``curve``
+    ({step: value}). The measurement must draw no random numbers, so the run goes on as it would
+    without it; the schedule is the whole run's, so step 500 of a 1,500-step run is not a 500-step run."""
+
+    def __init__(self, model: Any, measure: Callable[[], Any], steps: Iterable[int]) -> None:
+        self.model, self.measure, self.steps = model, measure, set(steps)
+        self.curve: dict[int, Any] = {}
+
+    def on_step(self, trainer: Trainer, record: dict) -> None:
+        if record["step"] in self.steps:
+            was_training = self.model.training
+            self.model.eval()
+            with torch.no_grad():
+                self.curve[record["step"]] = self.measure()
+            self.model.train(was_training)
+
+
+def quarter_steps(steps: int, log_interval: int = 10) -> list[int]:
+    """A quarter, half, three quarters and all of ``steps``, each on a logged step (a run's
+    budgets for :class:`MeasureAtSteps`)."""
+    return sorted(
+        {min(steps, max(log_interval, round(steps * f / log_interval) * log_interval)) for f in (0.25, 0.5, 0.75, 1)}
+    )
 
 
 class CallbackList(Callback):
