@@ -122,7 +122,9 @@ The verdicts:
 
 Comparative claims train both sides on three seeds at full size (two with `--quick`, which the
 report says) and decide on the 95 % t-interval of the paired differences (each seed sets both
-models' initial weights and batches). `OUT/report.md` names the data of every claim; the exit
+models' initial weights and batches). The claims whose verdict can turn on the training budget
+(bottleneck, locality, data-hunger, image-positions) measure along their runs as well and state
+the verdict at a quarter, half, three quarters and all of them, with the curve in their figure. `OUT/report.md` names the data of every claim; the exit
 code is 0 only when every claim passes. The committed reports, each run alone on {machine}:
 
 {reports}
