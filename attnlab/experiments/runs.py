@@ -63,7 +63,8 @@ def run_settings() -> dict:
 
 def fit(ctx: Context, model, task, name: str, steps: int, callbacks=(), **options) -> None:
     """Train ``model`` on ``task`` for ``steps`` steps into ``ctx.work / name`` with
-    :func:`run_settings`, one evaluation at the end; ``options``: the TrainConfig fields that differ."""
+    :func:`run_settings`, one evaluation at the end; ``callbacks``: the trainer's (a learning curve);
+    ``options``: the TrainConfig fields that differ."""
     from ..training import TrainConfig, Trainer
 
     settings = {**run_settings(), "eval_iters": 2, **options}

@@ -175,6 +175,7 @@ LOCALITY_MODELS = {  # name -> (what it is, its receptive field in pixels)
 
 
 def locality_model(kind: str, size: int):
+    """A model of :data:`LOCALITY_MODELS` for the two-dot images (2 channels, ``size`` pixels, 2 classes)."""
     from ..models import CNN, CNNConfig, ViT, ViTConfig
 
     if kind == "ViT":
@@ -504,7 +505,7 @@ def data_hunger(ctx: Context) -> Result:
         )
     step = 1 / len(splits.test[1])  # an accuracy moves in steps of one test image
     acc: dict[tuple[str, float], list[float]] = {}
-    runs: dict[tuple[str, float], list[str]] = {}  # the run names, whose learning curves ctx.cache["curves"] keeps
+    run_names: dict[tuple[str, float], list[str]] = {}  # the run names, whose learning curves ctx.cache["curves"] keeps
     sizes = []
     for frac in fractions:
         n = max(20, round(len(splits.train[0]) * frac))
@@ -540,7 +541,7 @@ def data_hunger(ctx: Context) -> Result:
                 ("pretrained", tuned_acc, f"hunger_tuned_{n}_s{seed}"),
             ):
                 acc.setdefault((kind, frac), []).append(value)
-                runs.setdefault((kind, frac), []).append(run)
+                run_names.setdefault((kind, frac), []).append(run)
     a = {key: np.array(v) for key, v in acc.items()}
     small, large = fractions[0], fractions[-1]
     lead = {f: a["resnet", f] - a["vit", f] for f in fractions}  # per seed
@@ -559,7 +560,7 @@ def data_hunger(ctx: Context) -> Result:
 
     parts = judged(a)
     passed, verdict = parts_verdict(parts)
-    curves = {key: [ctx.cache["curves"][run] for run in names] for key, names in runs.items()}
+    curves = {key: [ctx.cache["curves"][run] for run in names] for key, names in run_names.items()}
     along = along_the_run(curves, lambda at: parts_verdict(judged(at)))
     control_passed, _, control_words = better_verdict(
         a["vit", small] - a["resnet", small] + 0.01, f"ViT from scratch − ResNet + 0.01 with {sizes[0]} images",
