@@ -43,3 +43,27 @@ def shared_data():
     if d is None:
         pytest.skip("shared data not found; set ATTNLAB_DATA")
     return d
+
+
+@pytest.fixture(scope="session")
+def tiny_run(tmp_path_factory):
+    """``tiny_run(family)``: that family's run with its ``Recipe.tiny`` options (a few seconds,
+    pinned to the CPU in fp32), trained the first time a test asks for it and shared by every test
+    that only needs a trained model of that family. Tests must not change its folder."""
+    import attnlab
+    from attnlab.recipes import recipes
+
+    runs = {}
+
+    def get(family: str):
+        if family not in runs:
+            recipe = next(r for r in recipes() if r.name == family)
+            opts = dict(recipe.tiny)
+            data = opts.pop("data", None)
+            out = tmp_path_factory.mktemp(f"tiny_{family}") / family
+            with pytest.MonkeyPatch.context() as mp:
+                mp.setenv("ATTNLAB_FAST_BF16", "0")
+                runs[family] = attnlab.train(family, data=data, out=out, **opts)
+        return runs[family]
+
+    return get

@@ -9,23 +9,22 @@ from attnlab.errors import AttnlabError, OptionError
 from attnlab.recipes import recipes
 
 FAMILIES = [r.name for r in recipes()]
+QUICK_EVAL = {"gpt": {"max_tokens": 500}, "seq2seq": {"max_sentences": 10}}  # seconds, not minutes
 
 
 @pytest.mark.parametrize("family", FAMILIES)
-def test_every_family_trains_loads_evaluates_and_explores_from_python(family, tmp_path, monkeypatch):
+def test_every_family_trains_loads_evaluates_and_explores_from_python(family, tmp_path, tiny_run):
     """One test over the registry: a new family with ``tiny`` options is tested without new code."""
-    monkeypatch.setenv("ATTNLAB_FAST_BF16", "0")
     recipe = next(r for r in recipes() if r.name == family)
     assert recipe.tiny, f"recipe {family} has no tiny options"
     opts = dict(recipe.tiny)
-    data = opts.pop("data", None)
-    run = attnlab.train(family, data=data, out=tmp_path / family, **opts)
+    run = tiny_run(family)
     assert run.step == opts["max_iters"] and run.checkpoint.is_dir()
     assert [m["step"] for m in run.metrics if "loss" in m][-1] == opts["max_iters"]
     model = run.load()
     assert type(model).__name__ == type(run.model).__name__ and not model.training
     torch.testing.assert_close(dict(model.state_dict()), {k: v.cpu() for k, v in run.model.state_dict().items()})
-    quick = {"gpt": {"max_tokens": 500}, "seq2seq": {"max_sentences": 10}}.get(family, {})  # seconds, not minutes
+    quick = QUICK_EVAL.get(family, {})
     metrics = model.evaluate(**quick)
     assert any(k in metrics for k in ("loss", "accuracy", "bleu", "perplexity")), metrics
     again = attnlab.evaluate(run.out, **quick)
@@ -49,6 +48,45 @@ def test_every_family_trains_loads_evaluates_and_explores_from_python(family, tm
         html = page._repr_html_()
         assert html.startswith("<iframe") and "srcdoc" in html
         assert page.save(tmp_path / "page.html").read_text().lower().startswith("<!doctype html>")
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_a_loaded_models_verbs_act_on_its_weights_in_memory(family, tmp_path, tiny_run):
+    """evaluate(), inspect() and explore() read the loaded model as it is now, not its folder again:
+    after the weights are zeroed in memory they report what a folder holding the zeroed weights
+    reports, the run's folder is unchanged, and the model's own train/eval mode is left as it was."""
+    from attnlab.checkpoint import write_checkpoint
+
+    run = tiny_run(family)
+    model = run.load()
+    quick = QUICK_EVAL.get(family, {})
+    before = model.evaluate(**quick)
+    on_disk = {k: v.clone() for k, v in attnlab.load(run.out).state_dict().items()}
+    with torch.no_grad():
+        for p in model.parameters():
+            p.zero_()
+    model.train()  # a user's model in training mode: the verbs evaluate in eval mode and leave it so
+    after = model.evaluate(**quick)
+    assert model.training
+    # the reference: the same zeroed weights written to a run folder of their own and evaluated from there
+    write_checkpoint(tmp_path / "zeroed" / "best", model, model.run_meta)
+    reference = attnlab.evaluate(tmp_path / "zeroed", **quick)
+    varies = ("decode_s", "sentences_per_s", "seconds", "checkpoint", "confusion_png")
+    assert {k: v for k, v in after.items() if k not in varies} == {
+        k: v for k, v in reference.items() if k not in varies
+    }
+    if "loss" in before:  # (an accuracy may tie by chance; a loss does not)
+        assert after["loss"] != before["loss"], (before, after)
+    if family == "gpt":  # all-zero weights: uniform logits, so the loss is exactly log(vocabulary)
+        assert after["loss"] == pytest.approx(np.log(model.config.vocab_size), abs=1e-5)
+    # which="best" asks for the checkpoint on disk, which is unchanged
+    again = model.evaluate(which="best", **quick)
+    assert {k: v for k, v in again.items() if k not in varies} == {k: v for k, v in before.items() if k not in varies}
+    torch.testing.assert_close(dict(attnlab.load(run.out).state_dict()), on_disk)
+    if family == "gpt":  # the inspections too: the lens of an all-zero GPT gives every token alike
+        model.inspect("lens", tmp_path / "lens.png", text="ab ab")
+        probs = np.load(tmp_path / "lens.npz")["top_probs"]
+        assert np.allclose(probs, 1 / model.config.vocab_size, atol=1e-5)
 
 
 def _image_file(tmp_path, model):

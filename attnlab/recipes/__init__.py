@@ -108,12 +108,26 @@ def load_model(
     device: str | None = None,
     with_meta: bool = False,
     needs: str | None = None,
+    loaded=None,
 ):
     """A ready model (eval mode) from an attnlab run/checkpoint folder or a HuggingFace directory;
-    ``expect`` names the model type(s) the caller can use (``needs`` says so in words)."""
+    ``expect`` names the model type(s) the caller can use (``needs`` says so in words).
+
+    ``loaded``: the model :func:`attnlab.load` made from ``path``, whose own verbs (``evaluate``,
+    ``inspect``, ``explore``) are asking: it is used as it is in memory (weights changed since
+    loading included) instead of reading the folder again; on another ``device`` a copy is moved."""
     from ..checkpoint import find_checkpoint, load_weights, read_config
 
     p = Path(path)
+    if loaded is not None:
+        import copy
+
+        import torch
+
+        model = loaded
+        if device and torch.device(device) != next(loaded.parameters()).device:
+            model = copy.deepcopy(loaded).to(device)  # (the caller's model stays where it is)
+        return (model, loaded.run_meta) if with_meta else model
     wanted = (expect,) if isinstance(expect, str) else expect
     mtype = checkpoint_model_type(p)
     recipe_for(mtype)  # an unknown model type is named as such

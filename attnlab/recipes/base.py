@@ -9,6 +9,7 @@ registry of recipes (:mod:`attnlab.recipes`), so a new family is one recipe file
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
@@ -355,6 +356,8 @@ class Verbs:
         recipe = self.family_recipe()
         values = recipe.eval_specs().checked({"data": data, "split": split, **options}, "evaluate")
         values.update(ckpt=self.checkpoint, device=str(self.device))
+        if values.get("which") is None:  # (which="best"/"last" asks for a checkpoint on disk instead)
+            values["loaded"] = self
         if ablate is not None:
             if not recipe.ablatable:
                 raise OptionError(
@@ -369,7 +372,8 @@ class Verbs:
                 parts = {"heads": [tuple(h) for h in ablate], "neurons": [], "outputs": []}
             check_parts(self, how=ablation, **parts)  # before any work
             values["intervene"] = lambda model: ablated(model, how=ablation, **parts)
-        return recipe.evaluate_checkpoint(Options(**values))[0]
+        with in_eval_mode(self):
+            return recipe.evaluate_checkpoint(Options(**values))[0]
 
     def inspect(self, what: str, out: str | Path, **options) -> Path:
         """What ``attnlab inspect WHAT --out FILE.png`` draws, written to ``out`` (with its numbers
@@ -385,8 +389,9 @@ class Verbs:
         from ..outputs import output_file
 
         out = output_file(out, ".png", "out=")
-        values.update(what=what, ckpt=self.checkpoint, out=str(out), device=str(self.device))
-        recipe.inspect(Options(**values))
+        values.update(what=what, ckpt=self.checkpoint, out=str(out), device=str(self.device), loaded=self)
+        with in_eval_mode(self):
+            recipe.inspect(Options(**values))
         return out
 
     def explore(
@@ -418,8 +423,20 @@ class Verbs:
         options = Options(
             ckpt=self.checkpoint, device=str(self.device), generate=generate, loaded=self, sae=sae, **values
         )
-        data = self.family_recipe().explore(options)
+        with in_eval_mode(self):
+            data = self.family_recipe().explore(options)
         return Exploration(data, f"attnlab explorer: {Path(self.checkpoint).name}")
+
+
+@contextlib.contextmanager
+def in_eval_mode(model):
+    """``model`` in eval mode for a verb that reads it (dropout off), back in its own mode after."""
+    was_training = model.training
+    model.eval()
+    try:
+        yield model
+    finally:
+        model.train(was_training)
 
 
 _WITH_VERBS: dict[tuple[type, type], type] = {}

@@ -220,6 +220,7 @@ class CaptionRecipe(Recipe):
     def evaluate(self, args) -> tuple[dict, str]:
         res = evaluate_captioner(
             args.ckpt,
+            loaded=getattr(args, "loaded", None),
             split=args.split or "test",
             beam=args.beam,
             alpha=args.alpha,
@@ -252,7 +253,7 @@ class CaptionRecipe(Recipe):
 
         if not args.image:
             raise ValueError(f"inspect {args.what} needs --image FILE (the image to caption)")
-        model, vocab, meta, dev = load_captioner(args.ckpt, "cpu")
+        model, vocab, meta, dev = load_captioner(args.ckpt, "cpu", getattr(args, "loaded", None))
         if model.config.arch == "rnn" and args.what == "caption":
             raise ValueError(
                 "this captioner has no attention (--arch rnn): it reads the image once, through h0, so "
@@ -283,8 +284,9 @@ class CaptionRecipe(Recipe):
 
 
 # ---- the pieces, usable from Python ------------------------------------------------------------------
-def load_captioner(ckpt: str, device: str = "auto"):
-    """(model, word vocabulary, config.json dict, device) of a captioning run."""
+def load_captioner(ckpt: str, device: str = "auto", loaded=None):
+    """(model, word vocabulary, config.json dict, device) of a captioning run (``loaded``: that model
+    as it is in memory, see :func:`load_model`)."""
     from ..data.parallel import Vocab
     from ..training.devices import pick_device
     from . import load_model
@@ -296,6 +298,7 @@ def load_captioner(ckpt: str, device: str = "auto"):
         device=str(dev),
         with_meta=True,
         needs="a captioner (trained with `attnlab train caption`)",
+        loaded=loaded,
     )
     return model, Vocab.from_dict(meta["vocab"]), meta, dev
 
@@ -370,6 +373,7 @@ def evaluate_captioner(
     device: str = "auto",
     batch_size: int = 64,
     max_images: int | None = None,
+    loaded=None,
 ) -> dict:
     """Generated (not teacher-forced) captions of a split (its first ``max_images``), scored against every reference:
     corpus BLEU-1…4 (sacreBLEU, 0–100), the share of captions equal to a reference, the word
@@ -385,7 +389,7 @@ def evaluate_captioner(
     from ..inspect.analysis import pointing_chance, pointing_hit
     from ..losses import cross_entropy
 
-    model, vocab, meta, dev = load_captioner(ckpt, device)
+    model, vocab, meta, dev = load_captioner(ckpt, device, loaded)
     spec = data or meta.get("data_spec")
     ds = load_captions(
         spec,

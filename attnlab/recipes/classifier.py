@@ -266,7 +266,7 @@ class ImageClassifierRecipe(Recipe):
         from ..outputs import output_file
 
         out = output_file(args.out, ".png") if args.out else None  # (refused before any work)
-        model, meta, dev = load_classifier(args.ckpt, args.device)
+        model, meta, dev = load_classifier(args.ckpt, args.device, getattr(args, "loaded", None))
         spec = args.data or meta.get("data_spec") or meta.get("data")
         splits = load_images(spec, args.data_dir)
         split = args.split or "test"
@@ -320,7 +320,7 @@ class ImageClassifierRecipe(Recipe):
         group.add("--batch-size", type=at_least(4), default=128, help="cka: minibatch size (default 128)")
 
     def inspect(self, args) -> int:
-        model, meta, _ = load_classifier(args.ckpt, "cpu")
+        model, meta, _ = load_classifier(args.ckpt, "cpu", getattr(args, "loaded", None))
         out = Path(args.out)
         out.parent.mkdir(parents=True, exist_ok=True)
         return inspection_written(out, self.inspection(args, model, meta, out))
@@ -399,15 +399,21 @@ def one_image(args, model, meta):
     return x, normalize(x[None], meta["mean"], meta["std"])
 
 
-def load_classifier(ckpt: str, device: str):
-    """(model, config.json dict with normalisation statistics, device) of an image classifier."""
+def load_classifier(ckpt: str, device: str, loaded=None):
+    """(model, config.json dict with normalisation statistics, device) of an image classifier
+    (``loaded``: that model as it is in memory, see :func:`load_model`)."""
     from ..training.devices import pick_device
     from . import load_model, recipes
 
     types = tuple(t for r in recipes() if isinstance(r, ImageClassifierRecipe) for t in r.models)
     dev = pick_device(device)
     model, meta = load_model(
-        ckpt, expect=types, device=str(dev), with_meta=True, needs=f"an image classifier ({' or '.join(types)})"
+        ckpt,
+        expect=types,
+        device=str(dev),
+        with_meta=True,
+        needs=f"an image classifier ({' or '.join(types)})",
+        loaded=loaded,
     )
     if "mean" not in meta:  # HuggingFace folders: their processor's statistics
         meta = {**meta, "mean": [0.5] * model.config.in_chans, "std": [0.5] * model.config.in_chans}

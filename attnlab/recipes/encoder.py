@@ -362,7 +362,7 @@ class TextEncoderRecipe(Recipe):
 
         if not args.text:
             raise ValueError('inspect lens needs --text "some text" (with [MASK] where the model should guess)')
-        model, tok, _, dev = load_text_encoder(args.ckpt, "cpu")
+        model, tok, _, dev = load_text_encoder(args.ckpt, "cpu", getattr(args, "loaded", None))
         if model.mlm is None:
             raise ValueError(f"{args.ckpt} has no masked-LM head (a classifier): the lens reads an --task mlm run")
         ids, mask = encode_texts(tok, [args.text], model.config.context)
@@ -398,8 +398,9 @@ class TextEncoderRecipe(Recipe):
         }
 
 
-def load_text_encoder(ckpt: str, device: str = "auto"):
-    """(model, tokenizer, config.json dict, device) of an attnlab run or a HuggingFace BERT folder."""
+def load_text_encoder(ckpt: str, device: str = "auto", loaded=None):
+    """(model, tokenizer, config.json dict, device) of an attnlab run or a HuggingFace BERT folder
+    (``loaded``: that model as it is in memory, see :func:`load_model`)."""
     from ..training.devices import pick_device
     from . import load_model
 
@@ -410,6 +411,7 @@ def load_text_encoder(ckpt: str, device: str = "auto"):
         device=str(dev),
         with_meta=True,
         needs="a text encoder (trained with `attnlab train encoder`, or a HuggingFace BERT folder)",
+        loaded=loaded,
     )
     return model, encoder_tokenizer(meta, ckpt, model.config.vocab_size), meta, dev
 
@@ -506,7 +508,7 @@ def evaluate_encoder(args) -> dict:
 
     if getattr(args, "out", None):
         output_file(args.out, ".png")  # (refused before any work: the confusion matrix is a PNG)
-    model, tok, meta, dev = load_text_encoder(args.ckpt, args.device)
+    model, tok, meta, dev = load_text_encoder(args.ckpt, args.device, getattr(args, "loaded", None))
     spec = args.data or meta.get("data_spec")
     c = model.config
     if c.per_token:

@@ -523,11 +523,13 @@ class GPTRecipe(Recipe):
         if args.split == "test":
             raise ValueError("language models have train and val splits; use --split val or train")
         split = args.split or "val"
-        model, tok, meta, dev = load_lm(args.ckpt, args.device)
-        if args.quantize:
+        model, tok, meta, dev = load_lm(args.ckpt, args.device, getattr(args, "loaded", None))
+        if args.quantize:  # (in place: on a copy, the loaded model in memory stays as it is)
+            import copy
+
             from ..quantize import quantize
 
-            model = quantize(model, args.quantize)
+            model = quantize(copy.deepcopy(model), args.quantize)
         context = model.config.context
         block = args.block_size or context
         if block > context:
@@ -578,7 +580,7 @@ class GPTRecipe(Recipe):
 
         from ..inspect import plots as P
 
-        model = self.load(args.ckpt)
+        model = getattr(args, "loaded", None) or self.load(args.ckpt)
         out = Path(args.out)
         if args.what == "heads":
             from ..inspect.detectors import head_scores, repeated_random_tokens
@@ -739,13 +741,14 @@ def corpus_ids(ckpt, meta: dict, tok, split: str, data: str | None = None, data_
     return name, np.asarray(val_ids if split == "val" else train_ids)
 
 
-def load_lm(ckpt: str, device: str):
-    """(model, tokenizer, config.json dict, device) of a GPT run or HuggingFace GPT-2 folder."""
+def load_lm(ckpt: str, device: str, loaded=None):
+    """(model, tokenizer, config.json dict, device) of a GPT run or HuggingFace GPT-2 folder (``loaded``:
+    that model as it is in memory, see :func:`load_model`)."""
     from ..training.devices import pick_device
     from . import load_model
 
     dev = pick_device(device)
-    model, meta = load_model(ckpt, expect="gpt", device=str(dev), with_meta=True)
+    model, meta = load_model(ckpt, expect="gpt", device=str(dev), with_meta=True, loaded=loaded)
     return model, tokenizer_that_fits(lm_tokenizer(meta, ckpt), model.config.vocab_size, ckpt), meta, dev
 
 

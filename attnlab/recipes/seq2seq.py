@@ -262,7 +262,7 @@ class Seq2SeqRecipe(Recipe):
         from ..data.parallel import collate
         from ..losses import cross_entropy
 
-        model, sv, tv, meta, dev = load_seq2seq(args.ckpt, args.device)
+        model, sv, tv, meta, dev = load_seq2seq(args.ckpt, args.device, getattr(args, "loaded", None))
         # the run's own data, or --data encoded with the run's vocabulary
         data = load_data(args.data or meta.get("data_spec"), meta.get("data_opts", {}), args.data_dir, meta["vocab"])
         split = args.split or "test"
@@ -314,7 +314,7 @@ class Seq2SeqRecipe(Recipe):
 
         if not args.text:
             raise ValueError('inspect alignment needs --text "a source sentence"')
-        model, sv, tv, _, _ = load_seq2seq(args.ckpt, "cpu")
+        model, sv, tv, _, _ = load_seq2seq(args.ckpt, "cpu", getattr(args, "loaded", None))
         src_tokens, tgt_tokens, maps = alignment(model, sv, tv, args.text)
         out = Path(args.out)
         alignment_png(src_tokens, tgt_tokens, maps, out)
@@ -345,8 +345,9 @@ def load_data(spec: str, opts: dict, data_dir, vocab: dict | None = None):
     return data
 
 
-def load_seq2seq(ckpt: str, device: str = "auto"):
-    """(model, source vocabulary, target vocabulary, config.json dict, device) of a seq2seq run."""
+def load_seq2seq(ckpt: str, device: str = "auto", loaded=None):
+    """(model, source vocabulary, target vocabulary, config.json dict, device) of a seq2seq run
+    (``loaded``: that model as it is in memory, see :func:`load_model`)."""
     from ..data.parallel import Vocab
     from ..training.devices import pick_device
     from . import load_model
@@ -358,6 +359,7 @@ def load_seq2seq(ckpt: str, device: str = "auto"):
         device=str(dev),
         with_meta=True,
         needs="a seq2seq model (trained with `attnlab train seq2seq`)",
+        loaded=loaded,
     )
     return model, Vocab.from_dict(meta["vocab"]["src"]), Vocab.from_dict(meta["vocab"]["tgt"]), meta, dev
 
