@@ -80,6 +80,8 @@ def train(
     """
     from .recipes import train as train_recipe
 
+    if not isinstance(resume, bool):  # (resume="no" is true to Python)
+        raise OptionError(f"resume={resume!r}: must be True (continue the run in out) or False")
     recipe = _recipe(family)
     specs = recipe.train_specs()
     alias_of = {f.lstrip("-").replace("-", "_"): s.dest for s in specs for f in s.flags}  # every flag's name -> option

@@ -37,3 +37,9 @@ def one_line(e: BaseException) -> str:
 def a(noun: str) -> str:
     """``noun`` with its indefinite article, for messages: "an encoder", "a gpt"."""
     return ("an " if str(noun)[:1].lower() in "aeiou" else "a ") + str(noun)
+
+
+def does_not_fit(what: str, e: BaseException) -> CheckpointError:
+    """The error for a model whose config passes its checks but whose weights cannot be allocated
+    (torch's allocator message, shortened, says how much was asked)."""
+    return CheckpointError(f"the {what} model this config describes does not fit in memory ({one_line(e)[:120]})")

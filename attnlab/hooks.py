@@ -31,6 +31,8 @@ import torch
 from torch import Tensor, nn
 from torch.nn.modules import module as torch_module
 
+from .errors import OptionError
+
 __all__ = ["HookPoint", "HookedModule", "ActivationCache", "HookFn", "NameFilter", "zero_heads"]
 
 HookFn = Callable[[Tensor, "HookPoint"], Union[Tensor, None]]
@@ -243,9 +245,30 @@ class HookedModule(nn.Module):
     ) -> tuple[object, ActivationCache]:
         """Run the model and return (its output, an :class:`ActivationCache` of the hook points
         matching ``names``; all of them by default)."""
-        with self.caching(names, detach=detach, device=device) as cache:
-            out = self(*args, **kwargs)
+        try:
+            with self.caching(names, detach=detach, device=device) as cache:
+                out = self(*args, **kwargs)
+        except IndexError as e:  # (torch's "index out of range in self" names neither the ids nor the vocabulary)
+            raise ids_out_of_range(self, [*args, *kwargs.values()]) or e from None
         return out, cache
+
+
+def ids_out_of_range(model: nn.Module, inputs: list) -> OptionError | None:
+    """The one-line error for integer ``inputs`` (token ids) that fall outside ``model``'s
+    embeddings, or None when they do not (the IndexError came from elsewhere)."""
+    ids = [x for x in inputs if isinstance(x, Tensor) and not x.is_floating_point() and x.dtype != torch.bool]
+    rows = {n: m.num_embeddings for n, m in model.named_modules() if isinstance(m, nn.Embedding)}
+    if not ids or not rows or not any(x.numel() for x in ids):
+        return None
+    low = min(int(x.min()) for x in ids if x.numel())
+    high = max(int(x.max()) for x in ids if x.numel())
+    name, size = max(rows.items(), key=lambda kv: kv[1])  # (the token embedding: the largest table)
+    if low >= 0 and high < size:
+        return None
+    return OptionError(
+        f"token ids from {low} to {high} given to {type(model).__name__}, whose embedding {name} takes ids "
+        f"from 0 to {size - 1}; encode text with the model's own tokenizer"
+    )
 
 
 def _on_gradient(fn: HookFn) -> HookFn:

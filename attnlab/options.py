@@ -233,7 +233,7 @@ class OptionSpecs:
     def _one(spec: Option, name: str, value: Any) -> Any:
         if spec.type is not None and spec.type is not str:
             if isinstance(value, bool) or not isinstance(value, (int, float, str)):
-                raise OptionError(f"{named(name, value)}: must be {getattr(spec.type, '__name__', 'a value')}")
+                raise OptionError(f"{named(name, value)}: must be {takes(spec.type)}")
             try:
                 value = spec.type(str(value))
             except ValueError as e:
@@ -245,6 +245,12 @@ class OptionSpecs:
         if spec.choices is not None and value not in spec.choices:
             raise OptionError(f"{named(name, value)}: choose one of {', '.join(map(str, spec.choices))}")
         return value
+
+
+def takes(checker: Callable) -> str:
+    """What a value checker takes, in words: 'an integer', 'a number', else its name."""
+    kind = getattr(checker, "bounds", (None,))[0]
+    return {int: "an integer", float: "a number"}.get(kind) or getattr(checker, "__name__", "a value")
 
 
 def named(name: str, value: Any) -> str:

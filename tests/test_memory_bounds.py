@@ -108,7 +108,7 @@ def test_generation_and_sizes_have_bounds(tiny_gpt_run, tmp_path, capsys):
     assert len(generate(model, [[1, 2]], 3)[0]) == 5
     run = tiny_gpt_run
     loaded = attnlab.load(run.out)
-    with pytest.raises(attnlab.errors.OptionError, match="at most 1,000,000 tokens per call"):
+    with pytest.raises(attnlab.errors.OptionError, match="from 1 to 1,000,000"):  # (the CLI's words, below)
         loaded.generate("a", 10**15)
     assert main(["sample", "--ckpt", str(run.out), "--max-new-tokens", "2000000"]) == 2
     assert "from 1 to 1,000,000" in capsys.readouterr().err

@@ -469,17 +469,18 @@ def test_options_that_would_train_nonsense_are_refused(tmp_path, capsys, monkeyp
 @pytest.mark.parametrize(
     "kw, words",
     [
-        (dict(max_new_tokens=True), "max_new_tokens=True: must be an integer"),
+        (dict(max_new_tokens=True), "max_new_tokens=True (--max-new-tokens): must be an integer"),
         (dict(use_cache="no"), "use_cache='no': must be True or False"),
         (dict(compile="yes"), "compile='yes': must be True or False"),
-        (dict(top_k=-1), "top_k=-1: must be None or an integer"),
-        (dict(seed="3"), "seed='3': must be None or an integer"),
-        (dict(top_p=0), "top_p=0: must be None or a probability"),
+        (dict(top_k=-1), "top_k=-1 (--top-k): -1 is out of range: must be 0 or more"),
+        (dict(seed="x"), "seed='x' (--seed): 'x' is not an integer"),
+        (dict(top_p=0), "top_p=0 (--top-p): 0 is out of range: must be in (0, 1]"),
     ],
 )
 def test_generate_refuses_arguments_of_the_wrong_type(kw, words):
     """Coerced before (issue 38): max_new_tokens=True generated one token, use_cache="no" used the
-    cache, top_k=-1 meant no top-k, seed="3" raised torch's own RuntimeError."""
+    cache, top_k=-1 meant no top-k, seed="3" raised torch's own RuntimeError. The numbers are checked
+    by the `sample` command's declarations, in its words (issue 47)."""
     import attnlab
     from attnlab.errors import OptionError
 

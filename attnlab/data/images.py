@@ -368,6 +368,10 @@ def load_images(spec: str | None, data_dir: str | None = None) -> ImageSplits:
     )
 
 
+# how far outside [0, 1] a tensor image may reach: the rounding of a resize or a colour conversion
+PIXEL_SLACK = 1e-3
+
+
 def images_argument(images, channels: int, size: int) -> tuple[Tensor, bool]:
     """What the Python API's image verbs accept, as (N, C, H, W) in [0, 1] and whether one image was
     given: a file path, a list of paths, a (C, H, W) or (N, C, H, W) tensor in [0, 1]."""
@@ -383,10 +387,21 @@ def images_argument(images, channels: int, size: int) -> tuple[Tensor, bool]:
             )
         if not torch.isfinite(x).all():  # (a NaN image would get a confident-looking class)
             raise DataError("images hold NaN or infinite values; give pixel values in [0, 1]")
+        low, high = (float(v) for v in x.float().aminmax()) if x.numel() else (0.0, 0.0)
+        if low < -PIXEL_SLACK or high > 1 + PIXEL_SLACK:  # (0..255 bytes, or images normalised already)
+            raise DataError(
+                f"images hold values from {low:g} to {high:g}; give pixel values in [0, 1] (the model's "
+                "normalisation is applied to them: divide bytes by 255, undo a normalisation)"
+            )
         return x.float(), single
     if isinstance(images, np.ndarray) and images.ndim == 4:  # (N, H, W, C): a batch of NumPy images
         images = list(images)
     single = isinstance(images, (str, Path, np.ndarray)) or _is_pil(images)
+    if not single and not isinstance(images, (list, tuple)):
+        raise DataError(
+            "images must be a file path, a PIL image, a NumPy array, a list of them, or a (C, H, W) or "
+            f"(N, C, H, W) tensor in [0, 1]; got {type(images).__name__}"
+        )
     items = [images] if single else list(images)
     if not items:
         raise DataError("no images given: pass a file path, a PIL image, a NumPy array, a list of them, or a tensor")

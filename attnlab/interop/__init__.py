@@ -21,7 +21,7 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 from torch import Tensor, nn
 
-from ..errors import CheckpointError
+from ..errors import CheckpointError, does_not_fit
 
 __all__ = [
     "Converter",
@@ -110,7 +110,10 @@ def load_hf(directory: str | Path) -> nn.Module:
     mtype = cfg.get("model_type")
     for c in converters():
         if c.hf_type == mtype:
-            return c.load(cfg, read_state(d))
+            try:
+                return c.load(cfg, read_state(d))
+            except (RuntimeError, MemoryError) as e:  # sizes that pass the checks but do not fit in memory
+                raise does_not_fit(f"HuggingFace {mtype}", e) from None
     raise CheckpointError(
         f"{d} is a HuggingFace {mtype!r} checkpoint; attnlab reads "
         f"{', '.join(c.hf_type for c in converters())} checkpoints"

@@ -13,7 +13,7 @@ import importlib
 import pkgutil
 from pathlib import Path
 
-from ..errors import CheckpointError, a
+from ..errors import CheckpointError, a, does_not_fit
 from .base import Recipe, TrainingRun, train
 
 __all__ = [
@@ -73,9 +73,7 @@ def build_model(config: dict):
     except (ValueError, TypeError, KeyError) as e:
         raise CheckpointError(f"checkpoint config does not describe a valid {mtype} model: {e}") from None
     except (RuntimeError, MemoryError) as e:  # sizes that pass the checks but do not fit in memory
-        raise CheckpointError(
-            f"the {mtype} model this config describes does not fit in memory ({str(e).splitlines()[0][:120]})"
-        ) from None
+        raise does_not_fit(mtype, e) from None
 
 
 def _is_huggingface(path: Path) -> bool:

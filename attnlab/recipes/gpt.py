@@ -11,12 +11,13 @@ from pathlib import Path
 from ..models.gpt import GPT, GPT_PRESETS
 from . import register
 from .base import TEXT_HELP, Recipe, TrainingRun, Verbs, add_method_option, eval_starts, inspection_written
+from ..errors import OptionError, a
 from ..options import (
-    MAX_NEW_TOKENS,
     QUANTIZE_CHOICES,
     Command,
     OptionSpecs,
     device_name,
+    named,
     new_tokens,
     seed_value,
     vocab_size,
@@ -35,8 +36,6 @@ class GPTVerbs(Verbs):
         """``text`` as a batch of one (1, T) of token ids, refused in one line (naming it ``what``)
         when empty, not encodable or longer than the context."""
         import torch
-
-        from ..errors import OptionError
 
         if not isinstance(text, str) or not text:
             raise OptionError(f"{what} must be a non-empty text")
@@ -59,8 +58,6 @@ class GPTVerbs(Verbs):
 
     def one_token(self, text: str, what: str) -> int:
         """The id of ``text``, which must be a single token (an answer), else a one-line error."""
-        from ..errors import OptionError
-
         ids = self.tokenizer.encode(text) if isinstance(text, str) and text else []
         if len(ids) != 1:
             raise OptionError(f"{what} {text!r} is {len(ids)} tokens; give a single token (for this tokenizer)")
@@ -77,8 +74,6 @@ class GPTVerbs(Verbs):
 
         x, y = self.token_ids(clean, "clean"), self.token_ids(corrupt, "corrupt")
         if x.shape != y.shape:
-            from ..errors import OptionError
-
             raise OptionError(
                 f"the clean text is {x.shape[1]} tokens and the corrupted one {y.shape[1]}; patching needs the "
                 "same number (change a word for one of the same length)"
@@ -172,7 +167,6 @@ class GPTVerbs(Verbs):
         (:mod:`attnlab.fast_decode`; CUDA graphs on a GPU), with the same tokens."""
         import torch
 
-        from ..errors import OptionError
         from ..generate import generate_text
 
         many = isinstance(prompt, (list, tuple))
@@ -181,30 +175,18 @@ class GPTVerbs(Verbs):
         if not many and not isinstance(prompt, str):
             raise OptionError(f"prompt must be text, got {type(prompt).__name__}")
 
-        def whole(value) -> bool:  # (True is an int to Python, not a count to anyone)
-            return isinstance(value, int) and not isinstance(value, bool)
-
-        for name, value, least in (("max_new_tokens", max_new_tokens, 1), ("batch_size", batch_size, 1),
-                                   ("draft_tokens", draft_tokens, 1)):  # fmt: skip
-            if not whole(value) or value < least:
-                raise OptionError(f"{name}={value!r}: must be an integer of at least {least}")
-        if max_new_tokens > MAX_NEW_TOKENS:
-            raise OptionError(
-                f"max_new_tokens={max_new_tokens:,}: at most {MAX_NEW_TOKENS:,} tokens per call; generate in pieces, "
-                "each continuing the last"
-            )
-        for name, value in (("top_k", top_k), ("seed", seed)):
-            if value is not None and (not whole(value) or value < 0):
-                raise OptionError(f"{name}={value!r}: must be None or an integer of at least 0")
+        # checked by the `sample` command's own declarations (None: off, where the option has an off)
+        specs = sample_specs()
+        given = dict(max_new_tokens=max_new_tokens, temperature=temperature, top_k=top_k, top_p=top_p, seed=seed,
+                     batch_size=batch_size, draft_tokens=draft_tokens, stop=stop)  # fmt: skip
+        for name in ("max_new_tokens", "temperature", "batch_size", "draft_tokens", "stop"):
+            if given[name] is None:
+                raise OptionError(f"{named(name, None)}: give a value ({name} has no 'off')")
+        checked = {name: specs.check(name, value) for name, value in given.items()}
+        stop = checked["stop"]
         for name, value in (("use_cache", use_cache), ("compile", compile)):
             if not isinstance(value, bool):
                 raise OptionError(f"{name}={value!r}: must be True or False")
-        if not (isinstance(temperature, (int, float)) and math.isfinite(temperature) and temperature >= 0):
-            raise OptionError(f"temperature={temperature!r}: must be 0 (greedy) or more")
-        if top_p is not None and not (isinstance(top_p, (int, float)) and 0 < top_p <= 1):
-            raise OptionError(f"top_p={top_p!r}: must be None or a probability in (0, 1]")
-        if isinstance(stop, str):
-            stop = [stop]
         if any(s == "" for s in stop):
             raise OptionError("stop='' would stop before the first token; give non-empty strings")
         if self.tokenizer is None:
@@ -244,6 +226,10 @@ class GPTVerbs(Verbs):
         """generate()'s keywords for a ``draft`` given as a loaded model or a run folder."""
         if draft is None:
             return {}
+        import torch
+
+        if not isinstance(draft, (str, Path, torch.nn.Module)):
+            raise OptionError(f"draft= must be a loaded GPT or its run folder, got {type(draft).__name__}")
         draft = load_draft(draft, self.tokenizer, self.config.vocab_size, str(self.device))
         return {"draft": draft, "draft_tokens": draft_tokens}
 
@@ -423,65 +409,7 @@ class GPTRecipe(Recipe):
 
     # ---- sample, eval -------------------------------------------------------------------------
     def commands(self) -> list[Command]:
-        s = OptionSpecs()
-        s.add("--ckpt", required=True, help="run folder (or checkpoint / HuggingFace folder)")
-        s.add("--prompt", default="", help="text to continue (default: start from a newline)")
-        s.add("--max-new-tokens", type=new_tokens, default=500, help="tokens to generate per sample (default 500)")
-        s.add("--temperature", type=nonneg_float, default=0.8, help="softmax temperature; 0 = greedy (default 0.8)")
-        s.add(
-            "--top-k",
-            type=nonneg_int,
-            default=200,
-            help="sample only from the k most likely tokens (default 200; 0 = off)",
-        )
-        s.add(
-            "--top-p", type=probability, default=None, help="nucleus sampling: smallest set with this total probability"
-        )
-        s.add("--num-samples", type=positive_int, default=1, help="how many samples (default 1; per prompt)")
-        s.add(
-            "--prompts-file",
-            default=None,
-            help="continue every line of this UTF-8 file (one prompt per line, blank lines skipped), "
-            "--batch-size at a time by continuous batching; printed in the file's order",
-        )
-        s.add(
-            "--batch-size",
-            type=positive_int,
-            default=8,
-            help="--prompts-file: prompts generated together; a finished one's row goes to the next (default 8)",
-        )
-        s.add("--stop", kind="append", default=[], help="stop a sample at this string (repeatable)")
-        s.add("--seed", type=seed_value, default=1337, help="random seed (default 1337)")
-        s.add("--no-cache", kind="flag", help="recompute the whole prefix each step instead of using the KV cache")
-        s.add(
-            "--dtype",
-            choices=["fp32", "bf16"],
-            default="fp32",
-            help="weights and activations while sampling; bf16 halves the memory read per token, which "
-            "bounds generation on a CPU (about 1.9x faster here; tokens may differ slightly) "
-            "(default fp32)",
-        )
-        s.add(
-            "--quantize",
-            choices=list(QUANTIZE_CHOICES),
-            default=None,
-            help="CPU: int8 weights for every Linear layer, a quarter of fp32's bytes per token: int8 (weights only; "
-            "3.2x HuggingFace fp32 at GPT-2 small here) or dynamic-int8 (activations too; faster, rounds more)",
-        )
-        s.add(
-            "--draft",
-            default=None,
-            help="speculative decoding: a small GPT run trained with the same tokenizer proposes tokens that "
-            "--ckpt checks several at a time (same output distribution; faster when the draft guesses well)",
-        )
-        s.add("--draft-tokens", type=positive_int, default=4, help="tokens the draft proposes per check (default 4)")
-        s.add(
-            "--compile",
-            kind="flag",
-            help="decode with a fixed-shape step compiled once (CUDA graphs on a GPU): the same tokens, far "
-            "fewer kernel launches per token; pays off for long samples (learned, sinusoidal or rope positions)",
-        )
-        s.add("--device", type=device_name, default="auto", help="auto | cpu | cuda")
+        s = sample_specs()
         return [
             Command(
                 "sample",
@@ -675,7 +603,6 @@ def generate_texts(
     each finishes. Returns the continuations in the prompts' order; a prompt that does not fit the
     context with ``max_new_tokens`` is refused in one line, before anything runs."""
     from ..batching import ContinuousBatcher, request_text, text_request
-    from ..errors import OptionError
 
     device = next(model.parameters()).device
     batcher = ContinuousBatcher(model, slots)
@@ -709,11 +636,14 @@ def load_draft(draft, tokenizer, vocab_size: int, device: str):
     tokenizer (one line refuses either otherwise)."""
     import torch
 
-    from ..errors import OptionError
-
     if isinstance(draft, torch.nn.Module):
-        if getattr(draft, "config", None) is None or draft.config.vocab_size != vocab_size:
-            raise OptionError("the draft model must be a GPT with this model's tokenizer (same vocabulary)")
+        if not isinstance(draft, GPT):
+            raise OptionError(f"draft= must be a GPT with this model's tokenizer; got {a(type(draft).__name__)}")
+        if draft.config.vocab_size != vocab_size:
+            raise OptionError(
+                f"draft=: the draft GPT has a vocabulary of {draft.config.vocab_size}, this model "
+                f"{vocab_size}; the draft must share this model's tokenizer"
+            )
         return draft.to(device)
     small, small_tok, _, _ = load_lm(draft, device)
     if small_tok.to_dict() != tokenizer.to_dict():
@@ -777,11 +707,74 @@ def lm_tokenizer(meta: dict, ckpt):
     raise CheckpointError(f"{ckpt} has no tokenizer (no tokenizer in config.json, no tokenizer.json)")
 
 
+def sample_specs() -> OptionSpecs:
+    """The options of ``attnlab sample``; :meth:`GPTVerbs.generate` checks its keyword arguments of the
+    same names with them (the server's request models are built from them too), so that the three say
+    one thing of each: its bounds, its default on the command line, its error."""
+    s = OptionSpecs()
+    s.add("--ckpt", required=True, help="run folder (or checkpoint / HuggingFace folder)")
+    s.add("--prompt", default="", help="text to continue (default: start from a newline)")
+    s.add("--max-new-tokens", type=new_tokens, default=500, help="tokens to generate per sample (default 500)")
+    s.add("--temperature", type=nonneg_float, default=0.8, help="softmax temperature; 0 = greedy (default 0.8)")
+    s.add(
+        "--top-k",
+        type=nonneg_int,
+        default=200,
+        help="sample only from the k most likely tokens (default 200; 0 = off)",
+    )
+    s.add("--top-p", type=probability, default=None, help="nucleus sampling: smallest set with this total probability")
+    s.add("--num-samples", type=positive_int, default=1, help="how many samples (default 1; per prompt)")
+    s.add(
+        "--prompts-file",
+        default=None,
+        help="continue every line of this UTF-8 file (one prompt per line, blank lines skipped), "
+        "--batch-size at a time by continuous batching; printed in the file's order",
+    )
+    s.add(
+        "--batch-size",
+        type=positive_int,
+        default=8,
+        help="--prompts-file: prompts generated together; a finished one's row goes to the next (default 8)",
+    )
+    s.add("--stop", kind="append", default=[], help="stop a sample at this string (repeatable)")
+    s.add("--seed", type=seed_value, default=1337, help="random seed (default 1337)")
+    s.add("--no-cache", kind="flag", help="recompute the whole prefix each step instead of using the KV cache")
+    s.add(
+        "--dtype",
+        choices=["fp32", "bf16"],
+        default="fp32",
+        help="weights and activations while sampling; bf16 halves the memory read per token, which "
+        "bounds generation on a CPU (about 1.9x faster here; tokens may differ slightly) "
+        "(default fp32)",
+    )
+    s.add(
+        "--quantize",
+        choices=list(QUANTIZE_CHOICES),
+        default=None,
+        help="CPU: int8 weights for every Linear layer, a quarter of fp32's bytes per token: int8 (weights only; "
+        "3.2x HuggingFace fp32 at GPT-2 small here) or dynamic-int8 (activations too; faster, rounds more)",
+    )
+    s.add(
+        "--draft",
+        default=None,
+        help="speculative decoding: a small GPT run trained with the same tokenizer proposes tokens that "
+        "--ckpt checks several at a time (same output distribution; faster when the draft guesses well)",
+    )
+    s.add("--draft-tokens", type=positive_int, default=4, help="tokens the draft proposes per check (default 4)")
+    s.add(
+        "--compile",
+        kind="flag",
+        help="decode with a fixed-shape step compiled once (CUDA graphs on a GPU): the same tokens, far "
+        "fewer kernel launches per token; pays off for long samples (learned, sinusoidal or rope positions)",
+    )
+    s.add("--device", type=device_name, default="auto", help="auto | cpu | cuda")
+    return s
+
+
 def sample(args) -> int:
     """``attnlab sample``: continue a prompt, streaming."""
     import torch
 
-    from ..errors import OptionError
     from ..generate import generate_text
 
     if args.prompts_file:
@@ -843,8 +836,6 @@ def as_sampled(model, args):
 def sample_many(args) -> int:
     """``attnlab sample --prompts-file``: every line's continuation by continuous batching, each
     printed (prompt, then continuation) as soon as it and those before it are done."""
-    from ..errors import OptionError
-
     given_flags = (("--prompt", args.prompt), ("--draft", args.draft), ("--no-cache", args.no_cache))
     if args.compile:  # (continuous batching's rows change every step: its step is not the fixed-shape one)
         raise OptionError("--prompts-file batches prompts by continuous batching, which --compile does not cover yet")
