@@ -209,7 +209,7 @@ def test_serve_generates_for_requests_arriving_together(lm_run):
     from concurrent.futures import ThreadPoolExecutor
 
     import attnlab
-    from attnlab.inspect.serve import serve
+    from attnlab.serve import serve
 
     model = attnlab.load(lm_run)
     started, box = threading.Event(), {}
@@ -273,7 +273,7 @@ def test_serve_without_a_language_model_has_no_generate():
     from pathlib import Path
 
     import attnlab
-    from attnlab.inspect.serve import serve
+    from attnlab.serve import serve
 
     started, box = threading.Event(), {}
 

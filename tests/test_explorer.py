@@ -224,7 +224,7 @@ def _serve_in_thread(ckpt):
     import threading
 
     import attnlab
-    from attnlab.inspect.serve import serve
+    from attnlab.serve import serve
     from attnlab.recipes import checkpoint_recipe
 
     started = threading.Event()

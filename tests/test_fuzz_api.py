@@ -106,7 +106,7 @@ COMPLETION_FIELDS = ["prompt", "max_tokens", "temperature", "top_p", "n", "strea
 def server():
     pytest.importorskip("starlette")
     pytest.importorskip("uvicorn")
-    from attnlab.inspect import serve as serving
+    from attnlab import serve as serving
 
     model = attnlab.load(Path(__file__).parent / "fixtures" / "runs_v0_1" / "gpt")
     started, box = threading.Event(), {}

@@ -1,5 +1,6 @@
-"""The shape of the code base: the command line on top, no circle of imports, no private name
-imported across modules, and the Python API complete without the command line."""
+"""The shape of the code base: the package in layers, each importing only from its own layer and
+those below it (every import, inside functions too), the command line on top, no circle of imports,
+no private name imported across modules, and the Python API complete without the command line."""
 
 import ast
 from pathlib import Path
@@ -89,3 +90,43 @@ def test_no_private_name_is_imported_from_another_module():
         for mod, names, line in _imports(name, tree, is_pkg, top_level_only=False):
             private = [n for n in names if n.startswith("_") and not n.startswith("__")]
             assert not private, f"{name}:{line} imports {private} from {mod}"
+
+
+# The package's layers, lowest first (docs/layout.md says what each holds). A unit is a top-level
+# module or subpackage of attnlab; "attnlab" is the package's own __init__ (the public names).
+LAYERS = [
+    # what every layer uses: errors, option declarations and checks, configs, files on disk, figures
+    {"errors", "outputs", "syncs", "config", "options", "runoptions", "checkpoint", "hub", "figures", "__version__"},
+    {"tokens", "attention", "position", "blocks", "hooks", "losses"},  # the model core
+    {"models"},  # the models, built from the core
+    # what is done with a model: data in, training, generation and decoding, conversion
+    {"data", "training", "generate", "fast_decode", "batching", "decode", "quantize", "interop"},
+    {"inspect"},  # looking inside a model
+    {"recipes"},  # the families: a model, its data, its training, its verbs
+    {"api", "sae", "serve", "experiments", "bench"},  # applications of the families
+    {"cli", "__main__", "attnlab"},  # the command line and the package's public names
+]
+
+
+def _unit(module: str) -> str:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else "attnlab"
+
+
+def test_every_import_runs_down_the_layers():
+    """No import, at the top of a module or inside a function, reaches a higher layer."""
+    layer = {unit: i for i, units in enumerate(LAYERS) for unit in units}
+    mods = _modules()
+    units = {_unit(name) for name in mods}
+    assert units <= set(layer), f"units in no layer: {sorted(units - set(layer))} (add them to LAYERS and layout.md)"
+    upward = []
+    for name, (tree, is_pkg) in mods.items():
+        for mod, names, line in _imports(name, tree, is_pkg, top_level_only=False):
+            if not mod or not mod.startswith("attnlab"):
+                continue
+            # `from . import sub` / `from .. import name`: the submodule's unit when it is one
+            targets = [f"{mod}.{n}" for n in names if f"{mod}.{n}" in mods or n == "__version__"] or [mod]
+            for target in targets:
+                if layer[_unit(target)] > layer[_unit(name)]:
+                    upward.append(f"{name}:{line} imports {target}")
+    assert not upward, "imports up a layer:\n" + "\n".join(upward)

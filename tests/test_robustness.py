@@ -185,7 +185,7 @@ def served():
     import threading
 
     import attnlab
-    from attnlab.inspect.serve import serve
+    from attnlab.serve import serve
 
     run = Path(__file__).parent / "fixtures" / "runs_v0_1" / "gpt"
     started, box = threading.Event(), {}

@@ -21,7 +21,7 @@ RUN = Path(__file__).parent / "fixtures" / "runs_v0_1" / "gpt"
 
 @pytest.fixture(scope="module")
 def server():
-    from attnlab.inspect import serve as serving
+    from attnlab import serve as serving
 
     model = attnlab.load(RUN)
     started, box = threading.Event(), {}
@@ -113,7 +113,7 @@ def _stall(port: int) -> socket.socket:
 
 
 def test_slow_clients_do_not_hold_the_server_and_are_cut_off(server, monkeypatch):
-    from attnlab.inspect import serve as serving
+    from attnlab import serve as serving
 
     model, url, port = server
     # 200 stalled clients, each allowed a minute for its body: a good request is answered while

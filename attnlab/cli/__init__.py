@@ -468,7 +468,7 @@ _port = flag_type(number(int, 0, True, 65535, what="from 0 to 65535"))
 def _serve(args) -> int:
     from ..api import load
     from ..errors import CheckpointError
-    from ..inspect.serve import serve
+    from ..serve import serve
 
     recipe = _family(args.ckpt)
     if recipe.explore_kind is None:

@@ -1,51 +1,14 @@
-"""Plots written as PNG files (matplotlib, no display needed)."""
+"""Plots of what the inspections measure, written as PNG files (matplotlib, no display needed)."""
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
-import matplotlib
 import numpy as np
 
-if "ipykernel" not in sys.modules:  # a notebook keeps its inline backend; elsewhere never open a window
-    matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
+from ..figures import plt, save_figure
 
-
-def loss_curve(history: list[dict], path: Path) -> Path | None:
-    """Training loss per step and validation loss at each evaluation."""
-    if not history:
-        return None
-    fig, ax = plt.subplots(figsize=(7, 4), dpi=100)
-    # a loss with a regulariser (the caption's attention penalty) logs its cross-entropy apart:
-    # that is what the axis says, and what validation measures
-    key = "cross_entropy" if any("cross_entropy" in r for r in history) else "loss"
-    batch = [r for r in history if key in r]
-    ax.plot([r["step"] for r in batch], [r[key] for r in batch], lw=0.8, alpha=0.6, label="train (batch)")
-    ev = [r for r in history if "val_loss" in r]
-    if ev:
-        ax.plot([r["step"] for r in ev], [r["train_loss"] for r in ev], "o-", label="train (eval)")
-        ax.plot([r["step"] for r in ev], [r["val_loss"] for r in ev], "s-", label="validation")
-    ax.set_xlabel("step")
-    ax.set_ylabel("cross-entropy loss (nats)")
-    ax.legend()
-    ax.grid(alpha=0.3)
-    fig.tight_layout()
-    return save_figure(fig, path)
-
-
-def save_figure(fig, path: Path) -> Path:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.stem + ".tmp.png")
-    try:
-        fig.savefig(tmp, bbox_inches="tight")
-        tmp.replace(path)
-    finally:
-        plt.close(fig)
-        tmp.unlink(missing_ok=True)  # a failed save leaves nothing behind
-    return path
+__all__ = ["plt", "save_figure"]  # (the claims' figures draw with these too)
 
 
 def _show_image(ax, img) -> None:

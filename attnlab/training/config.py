@@ -6,7 +6,7 @@ import math
 from dataclasses import dataclass, field
 
 from ..config import Config
-from .devices import check_device_name
+from ..options import check_device_name
 
 
 @dataclass

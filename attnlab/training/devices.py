@@ -9,10 +9,7 @@ import os
 import torch
 from torch import nn
 
-
-def check_device_name(name: str) -> None:
-    if name not in ("auto", "cpu", "cuda") and not (name.startswith("cuda:") and name[5:].isdigit()):
-        raise ValueError(f"--device must be auto, cpu, cuda or cuda:N, got {name!r}")
+from ..options import check_device_name
 
 
 def pick_device(name: str = "auto") -> torch.device:

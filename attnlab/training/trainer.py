@@ -713,7 +713,7 @@ class Trainer:
         return f"best/ step {best['step']} ({numbers(best)}), last/ step {last['step']} ({numbers(last)})"
 
     def plot(self) -> Path | None:
-        from ..inspect.plots import loss_curve
+        from .curves import loss_curve
 
         return loss_curve(self.history, self.out / "loss.png")
 

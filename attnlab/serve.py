@@ -121,7 +121,7 @@ class GenerationWorker:
     hook points are the model's state), so explorations run between steps."""
 
     def __init__(self, model, lock: threading.Lock, slots: int = 8):
-        from ..batching import ContinuousBatcher
+        from .batching import ContinuousBatcher
 
         self.model, self.lock, self.slots = model, lock, slots
         self.batcher = ContinuousBatcher(model, slots)
@@ -131,9 +131,9 @@ class GenerationWorker:
     def job(self, prompt: str | None, max_new_tokens: int | None, *, stop=(), seed=None, on_token=None, **sampling):
         """A checked :class:`GenerationJob` (RequestError 400 for one that cannot run), queued.
         ``max_new_tokens`` None: 100, or what the context leaves after the prompt."""
-        from ..batching import text_request
-        from ..errors import one_line
-        from ..recipes.gpt import default_prompt
+        from .batching import text_request
+        from .errors import one_line
+        from .recipes.gpt import default_prompt
 
         stop = [stop] if isinstance(stop, str) else list(stop or ())
         if not all(isinstance(x, str) and x for x in stop):
@@ -159,7 +159,7 @@ class GenerationWorker:
 
     def answer(self, job: GenerationJob) -> dict:
         """Wait for ``job`` (in a worker thread) -> its ``text``, ``tokens``, ``finish_reason``."""
-        from ..batching import request_text
+        from .batching import request_text
 
         if not job.finished.wait(GENERATE_TIMEOUT_S):
             raise RequestError(503, f"no answer within {GENERATE_TIMEOUT_S} s; the server is busy, try again later")
@@ -174,7 +174,7 @@ class GenerationWorker:
 
     def replace_model(self, model) -> None:
         """Serve ``model`` from the next step on (``POST /reload``); requests in flight finish on the old one."""
-        from ..batching import ContinuousBatcher
+        from .batching import ContinuousBatcher
 
         with self.lock:
             self.model, self.batcher = model, ContinuousBatcher(model, self.slots)
@@ -184,8 +184,8 @@ class GenerationWorker:
         self.inbox.put(None)
 
     def _loop(self) -> None:
-        from ..batching import ContinuousBatcher
-        from ..errors import one_line
+        from .batching import ContinuousBatcher
+        from .errors import one_line
 
         running: list[GenerationJob] = []
         while True:
@@ -254,7 +254,7 @@ def _models():
 
     from pydantic import BaseModel, ConfigDict
 
-    from ..recipes import recipe_for
+    from .recipes import recipe_for
 
     sample = next(c for c in recipe_for("gpt").commands() if c.name == "sample").options.specs
     strict = ConfigDict(extra="forbid", strict=True)
@@ -433,7 +433,7 @@ def create_app(model, kind: str, *, slots: int = 8, port_ref: list | None = None
         from starlette.responses import HTMLResponse, JSONResponse, PlainTextResponse, StreamingResponse
         from starlette.routing import Route
     except ImportError:
-        from ..errors import OptionError
+        from .errors import OptionError
 
         raise OptionError("attnlab serve runs on FastAPI and uvicorn: pip install 'attnlab[serve]'") from None
 
@@ -461,7 +461,7 @@ def create_app(model, kind: str, *, slots: int = 8, port_ref: list | None = None
         return HTMLResponse(html, headers={"Content-Security-Policy": "default-src 'self' 'unsafe-inline' data: blob:"})
 
     async def explore(request):
-        from ..errors import one_line
+        from .errors import one_line
 
         body = parse_body(await request.body(), Explore)
         allowed = set(INPUTS[kind])
@@ -587,7 +587,7 @@ def create_app(model, kind: str, *, slots: int = 8, port_ref: list | None = None
             if job.error is not None:
                 yield "data: " + json.dumps({"error": {"message": job.error, "type": "server_error"}}) + "\n\n"
                 break
-            from ..generate import cut_at_stop
+            from .generate import cut_at_stop
 
             text = cut_at_stop(tok.decode(job.request.tokens), job.stop)
             if text.startswith(sent) and len(text) > len(sent) and not text.endswith("\ufffd"):
@@ -600,7 +600,7 @@ def create_app(model, kind: str, *, slots: int = 8, port_ref: list | None = None
 
     async def reload(request):
         """Read the checkpoint again (after training went on) and serve it from now on."""
-        from ..api import load
+        from .api import load
 
         def read():
             fresh = load(model.checkpoint, device=str(state["model"].device))
@@ -649,7 +649,7 @@ def serve(model, kind: str, host: str = "127.0.0.1", port: int = 8000, ready=Non
     try:
         import uvicorn
     except ImportError:
-        from ..errors import OptionError
+        from .errors import OptionError
 
         raise OptionError("attnlab serve runs on FastAPI and uvicorn: pip install 'attnlab[serve]'") from None
     port_ref = [port]
