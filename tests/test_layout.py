@@ -3,6 +3,7 @@ those below it (every import, inside functions too), the command line on top, no
 no private name imported across modules, and the Python API complete without the command line."""
 
 import ast
+import re
 from pathlib import Path
 
 import attnlab
@@ -130,3 +131,18 @@ def test_every_import_runs_down_the_layers():
                 if layer[_unit(target)] > layer[_unit(name)]:
                     upward.append(f"{name}:{line} imports {target}")
     assert not upward, "imports up a layer:\n" + "\n".join(upward)
+
+
+def test_the_docs_extra_holds_what_the_site_build_imports():
+    """`pip install '.[docs]'` then `mkdocs build` works: every package docs/hooks.py imports (but
+    attnlab and the standard library) is in the docs extra (jupytext was not)."""
+    import sys
+    import tomllib
+
+    root = ROOT.parent
+    extra = tomllib.loads((root / "pyproject.toml").read_text())["project"]["optional-dependencies"]["docs"]
+    declared = {re.split(r"[<>=\[ ]", r, maxsplit=1)[0].lower().replace("-", "_") for r in extra}
+    tree = ast.parse((root / "docs" / "hooks.py").read_text())
+    imported = {m.split(".")[0] for m, _, _ in _imports("docs.hooks", tree, False, top_level_only=False) if m}
+    third_party = {m for m in imported if m not in sys.stdlib_module_names and m not in ("attnlab", "docs")}
+    assert third_party and third_party <= declared, f"docs/hooks.py imports {sorted(third_party - declared)}"
