@@ -157,6 +157,11 @@ class OptionSpecs:
             dest, Option(dest, tuple(flags), type, default, choices, kind, nargs, help, metavar, required, self._group)
         )
 
+    def add_device(self, default: str = "auto") -> None:
+        """``--device``: where a command runs (every command that loads a model declares it so)."""
+        shown = "" if default == "auto" else f" (default {default})"
+        self.add("--device", type=device_name, default=default, help=f"auto | cpu | cuda{shown}")
+
     def group(self, title: str) -> "OptionSpecs":
         """The same options, the ones added through the returned view shown under ``title`` in --help."""
         view = OptionSpecs(title)

@@ -99,10 +99,13 @@ def _image_file(tmp_path, model):
     return path
 
 
-def test_verbs_resume_and_hooks_from_python(tmp_path, monkeypatch):
+def test_verbs_resume_and_hooks_from_python(tmp_path, monkeypatch, tiny_run):
+    import shutil
+
     monkeypatch.setenv("ATTNLAB_FAST_BF16", "0")
     gpt_opts = dict(next(r for r in recipes() if r.name == "gpt").tiny)
-    run = attnlab.train("gpt", out=tmp_path / "gpt", **gpt_opts)
+    run = tiny_run("gpt")
+    shutil.copytree(run.out, tmp_path / "gpt")  # (the shared run stays as it is)
     more = attnlab.train("gpt", out=tmp_path / "gpt", resume=True, **{**gpt_opts, "max_iters": 4})
     assert more.step == 4 and [m["step"] for m in more.metrics if "loss" in m][-2:] == [3, 4]
     model = attnlab.load(run.out)
@@ -115,10 +118,8 @@ def test_verbs_resume_and_hooks_from_python(tmp_path, monkeypatch):
     assert torch.allclose(logits, model(ids), atol=1e-5)  # the reference path (pattern cached) vs the fused one
 
 
-def test_image_text_and_translation_verbs(tmp_path, monkeypatch):
-    monkeypatch.setenv("ATTNLAB_FAST_BF16", "0")
-    tiny = {r.name: dict(r.tiny) for r in recipes()}
-    vit = attnlab.load(attnlab.train("vit", out=tmp_path / "vit", **tiny["vit"]).out)
+def test_image_text_and_translation_verbs(tmp_path, tiny_run):
+    vit = tiny_run("vit").load()
     img = torch.rand(1, 8, 8)
     top = vit.predict(img, top_k=2)
     assert len(top) == 2 and top[0][1] >= top[1][1] and top[0][0] in vit.labels
@@ -140,11 +141,10 @@ def test_image_text_and_translation_verbs(tmp_path, monkeypatch):
     assert (tmp_path / "pos.npz").is_file()
     with pytest.raises(AttnlabError, match="offer"):
         vit.inspect("alignment", tmp_path / "a.png")
-    s2s_opts = tiny["seq2seq"]
-    s2s = attnlab.load(attnlab.train("seq2seq", data=s2s_opts.pop("data"), out=tmp_path / "s2s", **s2s_opts).out)
+    s2s = tiny_run("seq2seq").load()
     assert isinstance(s2s.translate("abc", beam=2), str)
     assert len(s2s.translate(["abc", "cba"])) == 2
-    enc = attnlab.load(attnlab.train("encoder", out=tmp_path / "enc", **tiny["encoder"]).out)
+    enc = tiny_run("encoder").load()
     vectors = enc.embed(["hello world", "the cat"])
     assert vectors.shape == (2, 16) and np.allclose(enc.embed("the cat"), vectors[1], atol=1e-5)
     page = enc.explore(text="the cat sat")  # the neuron view of an encoder: softmax of q·k/√d_k is the pattern
@@ -158,7 +158,7 @@ def test_image_text_and_translation_verbs(tmp_path, monkeypatch):
     with torch.no_grad():
         final = enc(ids, torch.ones_like(ids, dtype=torch.bool), head="mlm").softmax(-1)[0].topk(3).values
     assert list(raw["tokens"])[2] == "[MASK]" and np.allclose(raw["top_probs"][-1], final.numpy(), atol=1e-5)
-    cap = attnlab.load(attnlab.train("caption", out=tmp_path / "cap", **tiny["caption"]).out)
+    cap = tiny_run("caption").load()
     assert isinstance(cap.caption(torch.rand(3, 32, 32)), str)
 
 
@@ -169,7 +169,7 @@ def test_bad_options_are_one_line_attnlab_errors(tmp_path):
         (dict(preset="huge"), "choose one of"),
         (dict(max_iters="x"), "not an integer"),
         (dict(bogus=1), "no option 'bogus'"),
-        (dict(max_iters=True), "must be int"),
+        (dict(max_iters=True), "must be an integer"),
         (dict(tokenizer="xx"), "choose one of"),
         (dict(lr=-1.0), "lr"),
     ]

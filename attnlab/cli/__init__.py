@@ -116,7 +116,7 @@ def build_parser() -> argparse.ArgumentParser:
         "output), q, k, v, pattern: layer x head",
     )
     patches.add("--out", required=True, help="the heat map (PNG; its numbers in a .npz beside it)")
-    patches.add("--device", type=device_name, default="cpu", help="auto | cpu | cuda (default cpu)")
+    patches.add_device("cpu")
     add_options(pa, patches)
     pa.set_defaults(func=_patch)
 
@@ -267,7 +267,7 @@ def build_parser() -> argparse.ArgumentParser:
     st.add("--resamples", type=nonneg_int, default=3, help="relu: times dead latents are resampled (default 3)")
     st.add("--seed", type=nonneg_int, default=0, help="random seed (default 0)")
     st.add("--data", default=None, help="train on this text instead of the run's own")
-    st.add("--device", type=device_name, default="auto", help="auto | cpu | cuda")
+    st.add_device()
     c = option_parser(
         sae_sub, "train", st, help="train an SAE on one hook point", description="Train a sparse autoencoder."
     )
@@ -277,7 +277,7 @@ def build_parser() -> argparse.ArgumentParser:
     se.add("--ckpt", default=None, help="the GPT (default: the run the SAE was trained on)")
     se.add("--data", default=None, help="evaluate on this text instead of the run's validation text")
     se.add("--json", kind="flag", help="print the metrics as one JSON object")
-    se.add("--device", type=device_name, default="auto", help="auto | cpu | cuda")
+    se.add_device()
     c = option_parser(sae_sub, "eval", se, help="L0, explained variance, dead latents, loss recovered")
     c.set_defaults(func=_sae_eval)
     sf = OptionSpecs()
@@ -287,7 +287,7 @@ def build_parser() -> argparse.ArgumentParser:
     sf.add("--latents", default=None, help="which latents, comma-separated (default: the --count most frequent)")
     sf.add("--count", type=positive_int, default=24, help="latents shown without --latents (default 24)")
     sf.add("--data", default=None, help="read contexts from this text instead of the run's validation text")
-    sf.add("--device", type=device_name, default="auto", help="auto | cpu | cuda")
+    sf.add_device()
     c = option_parser(sae_sub, "features", sf, help="an offline HTML page of the SAE's features")
     c.set_defaults(func=_sae_features)
 
@@ -312,7 +312,7 @@ def _eval_options(families, ckpt_help: str, json_help: str) -> OptionSpecs:
     specs.add("--ckpt", required=True, help=ckpt_help)
     Recipe.add_common_eval_arguments(specs)
     specs.add("--json", kind="flag", help=json_help)
-    specs.add("--device", type=device_name, default="auto", help="auto | cpu | cuda")
+    specs.add_device()
     for r in families:
         r.add_eval_arguments(specs)
     return specs

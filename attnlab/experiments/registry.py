@@ -35,6 +35,9 @@ class Control:
     measured: str  # its numbers, in a sentence
     cleared: bool
 
+    def __post_init__(self) -> None:
+        self.cleared = bool(self.cleared)  # (a NumPy comparison gives np.bool_, which JSON and `is` reject)
+
     def __str__(self) -> str:
         return f"{self.what}: {self.measured} ({'clears the criterion too' if self.cleared else 'fails it'})"
 

@@ -11,7 +11,7 @@ import torch
 
 from ..errors import DataError, OptionError
 from ..models.caption import Captioner, CaptionConfig
-from ..options import Command, OptionSpecs, at_least, beam_width, below_one, device_name, nonneg_float, number
+from ..options import Command, OptionSpecs, at_least, beam_width, below_one, nonneg_float, number
 from . import register
 from ..decode import check_beam
 from .base import IMAGE_HELP, Recipe, TrainingRun, Verbs, add_method_option, inspection_written
@@ -202,7 +202,7 @@ class CaptionRecipe(Recipe):
         c.add("images", nargs="+", metavar="IMAGE", help="image files (PNG, JPEG, ...) or folders of them")
         c.add("--beam", type=beam_width, default=3, help="beam size; 1 = greedy (default 3)")
         c.add("--alpha", type=nonneg_float, default=1.0, help="length penalty exponent (default 1.0)")
-        c.add("--device", type=device_name, default="auto", help="auto | cpu | cuda")
+        c.add_device()
         return [
             Command(
                 "caption",

@@ -13,7 +13,7 @@ import torch
 
 from ..errors import CheckpointError, DataError
 from ..models.encoder import ENCODER_PRESETS, TextEncoder, TextEncoderConfig
-from ..options import Command, OptionSpecs, at_least, below_one, device_name, input_lines, vocab_size
+from ..options import Command, OptionSpecs, at_least, below_one, input_lines, vocab_size
 from . import register
 from .base import TEXT_HELP, Recipe, TrainingRun, Verbs, eval_count, inspection_written, top_labels
 
@@ -302,7 +302,7 @@ class TextEncoderRecipe(Recipe):
         e.add("--file", default=None, help="read texts from this file, one per line")
         e.add("--out", default=None, help="write the vectors to this .npy file (default: JSON lines on stdout)")
         e.add("--batch-size", type=at_least(1), default=64, help="texts per forward pass (default 64)")
-        e.add("--device", type=device_name, default="auto", help="auto | cpu | cuda")
+        e.add_device()
         return [
             Command(
                 "embed",

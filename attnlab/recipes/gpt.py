@@ -16,7 +16,6 @@ from ..options import (
     QUANTIZE_CHOICES,
     Command,
     OptionSpecs,
-    device_name,
     named,
     new_tokens,
     seed_value,
@@ -767,7 +766,7 @@ def sample_specs() -> OptionSpecs:
         help="decode with a fixed-shape step compiled once (CUDA graphs on a GPU): the same tokens, far "
         "fewer kernel launches per token; pays off for long samples (learned, sinusoidal or rope positions)",
     )
-    s.add("--device", type=device_name, default="auto", help="auto | cpu | cuda")
+    s.add_device()
     return s
 
 

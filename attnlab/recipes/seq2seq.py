@@ -18,7 +18,6 @@ from ..options import (
     OptionSpecs,
     beam_width,
     below_one,
-    device_name,
     fraction,
     input_lines,
     nonneg_float,
@@ -240,7 +239,7 @@ class Seq2SeqRecipe(Recipe):
         tr.add("--beam", type=beam_width, default=5, help="beam size; 1 = greedy (default 5)")
         tr.add("--alpha", type=nonneg_float, default=1.0, help="length penalty exponent (GNMT; default 1.0)")
         tr.add("--max-len", type=positive_int, default=None, help="longest output in tokens (default 100)")
-        tr.add("--device", type=device_name, default="auto", help="auto | cpu | cuda")
+        tr.add_device()
         return [
             Command(
                 "translate",

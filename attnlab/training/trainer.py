@@ -19,7 +19,7 @@ import threading
 import time
 from dataclasses import replace
 from pathlib import Path
-from typing import Protocol
+from typing import Callable, Protocol
 
 import torch
 from torch import Tensor, nn
@@ -616,41 +616,11 @@ class Trainer:
                         dt = time.perf_counter() - t0
                         rec["items_per_s"] = items / dt if dt > 0 else 0.0
                         bar.set_postfix(loss=f"{rec['loss']:.4f}", tok_s=f"{rec['items_per_s']:.0f}")
-                        now = time.perf_counter()
-                        if plain and now - last_line >= PLAIN_PROGRESS_S:
-                            last_line = now
-                            left = (cfg.max_iters - self.step) * (now - started) / max(1, self.step - first_step)
-                            print(
-                                f"step {self.step}/{cfg.max_iters}: loss {rec['loss']:.4f}, "
-                                f"{rec['items_per_s']:.0f} items/s, about {left / 60:.1f} min left",
-                                file=sys.stderr,
-                                flush=True,
-                            )
+                        if plain and time.perf_counter() - last_line >= PLAIN_PROGRESS_S:
+                            last_line = time.perf_counter()
+                            self.print_progress(rec, (last_line - started) / max(1, self.step - first_step))
                     if evaluating:
-                        ev = self.evaluate()
-                        for split in ("train", "val"):
-                            if not math.isfinite(ev[split]):
-                                raise Diverged(self.step, f"the {split} loss", ev[split], self.out, rec["lr"])
-                        rec.update(train_loss=ev.pop("train"), val_loss=ev.pop("val"), **ev)
-                        extra = "".join(f", {k.replace('_', ' ')} {v:.4f}" for k, v in ev.items())
-                        if main:
-                            bar.write(
-                                f"step {self.step}: train loss {rec['train_loss']:.4f}, "
-                                f"val loss {rec['val_loss']:.4f}{extra}"
-                            )
-                        self.log(rec)  # before the saves: a kill during them keeps the line
-                        self.callbacks.on_evaluation(self, rec)
-                        if self.select_metric in rec:
-                            improved = rec[self.select_metric] > self.best_score
-                        else:
-                            improved = rec["val_loss"] < self.best_val
-                        if improved:
-                            self.best_val = rec["val_loss"]
-                            self.best_score = rec.get(self.select_metric, self.best_score)
-                        self.save("last")  # last before best: best/ never exists without last/
-                        if improved:
-                            self.save("best")
-                        D.barrier(self.dist)
+                        self.evaluate_and_save(rec, bar.write)
                         if self.stop_reason is not None:
                             if main:
                                 bar.write(f"step {self.step}: {self.stop_reason}")
@@ -693,6 +663,42 @@ class Trainer:
             self.plot()
         self.callbacks.on_train_end(self, ended)
         return {"step": self.step, "best_val": self.best_val, "seconds": time.perf_counter() - t0}
+
+    def print_progress(self, rec: dict, seconds_per_step: float) -> None:
+        """The plain progress line printed now and then when the output is not a terminal."""
+        left = (self.cfg.max_iters - self.step) * seconds_per_step
+        print(
+            f"step {self.step}/{self.cfg.max_iters}: loss {rec['loss']:.4f}, "
+            f"{rec['items_per_s']:.0f} items/s, about {left / 60:.1f} min left",
+            file=sys.stderr,
+            flush=True,
+        )
+
+    def evaluate_and_save(self, rec: dict, write: Callable[[str], None]) -> None:
+        """At an evaluation step: evaluate (a non-finite loss stops the run, the last good checkpoint
+        intact), log ``rec`` with the results, tell the callbacks, then save last/ and, if the
+        selection measure improved, best/. ``write``: prints a line beside the progress bar."""
+        ev = self.evaluate()
+        for split in ("train", "val"):
+            if not math.isfinite(ev[split]):
+                raise Diverged(self.step, f"the {split} loss", ev[split], self.out, rec["lr"])
+        rec.update(train_loss=ev.pop("train"), val_loss=ev.pop("val"), **ev)
+        extra = "".join(f", {k.replace('_', ' ')} {v:.4f}" for k, v in ev.items())
+        if self.dist.main:
+            write(f"step {self.step}: train loss {rec['train_loss']:.4f}, val loss {rec['val_loss']:.4f}{extra}")
+        self.log(rec)  # before the saves: a kill during them keeps the line
+        self.callbacks.on_evaluation(self, rec)
+        if self.select_metric in rec:
+            improved = rec[self.select_metric] > self.best_score
+        else:
+            improved = rec["val_loss"] < self.best_val
+        if improved:
+            self.best_val = rec["val_loss"]
+            self.best_score = rec.get(self.select_metric, self.best_score)
+        self.save("last")  # last before best: best/ never exists without last/
+        if improved:
+            self.save("best")
+        D.barrier(self.dist)
 
     def checkpoints_line(self) -> str:
         """Which evaluation best/ and last/ hold, and their validation numbers: one clause when

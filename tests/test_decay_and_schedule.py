@@ -1,4 +1,4 @@
-"""Fixes found in review: which parameters decay, seq2seq validation on the plain NLL, and the
+"""Which parameters decay (as timm and nanoGPT decide), seq2seq validation on the plain NLL, and the
 learning-rate schedule of a resumed run."""
 
 import json
