@@ -254,9 +254,9 @@ def _models():
 
     from pydantic import BaseModel, ConfigDict
 
-    from .recipes import recipe_for
+    from .recipes.gpt import sample_specs
 
-    sample = next(c for c in recipe_for("gpt").commands() if c.name == "sample").options.specs
+    sample = sample_specs().specs
     strict = ConfigDict(extra="forbid", strict=True)
     Tokens, Temperature = spec_type(sample["max_new_tokens"]), spec_type(sample["temperature"])
     TopK, TopP, Seed = spec_type(sample["top_k"]), spec_type(sample["top_p"]), spec_type(sample["seed"])
