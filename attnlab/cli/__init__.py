@@ -337,7 +337,7 @@ def _train(recipe, args) -> int:
         from ..api import PYTHON_DEFAULTS
 
         given.update({k: getattr(args, k) for k in PYTHON_DEFAULTS if k in specs and k not in given})
-    train(recipe.name, data=args.data, out=args.out, resume=args.resume, config=args.config, **given)
+    train(recipe.name, data=getattr(args, "data", None), out=args.out, resume=args.resume, config=args.config, **given)
     return 0
 
 

@@ -554,7 +554,8 @@ def replay_options(recipe: Recipe, args, run: TrainingRun, tcfg, model_over: dic
             options.update(model_over)
         else:
             options.update({n: getattr(run.config, n) for n in args.model_fields if hasattr(run.config, n)})
-        data = args.data if args.data is not None else (saved or {}).get("data_spec")
+        given_data = getattr(args, "data", None)  # (a family may take no --data: its data is generated)
+        data = given_data if given_data is not None else (saved or {}).get("data_spec")
         options["data"] = data
     options.update({n: getattr(tcfg, n) for n in args.train_fields})
     return options
@@ -634,7 +635,7 @@ def train(recipe: Recipe, args) -> TrainResult:
     if (
         recipe.default_seconds
         and not saved
-        and args.data is None
+        and getattr(args, "data", None) is None
         and not model_over
         and not given(args, args.train_fields)
     ):

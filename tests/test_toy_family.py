@@ -1,0 +1,165 @@
+"""A new model family is its model and its family, here both in this one file (issue 47): a toy
+sequence classifier registered for the duration of the test is trained, evaluated, explored and
+served through the command line, the Python API and the server, with no edit anywhere else."""
+
+from dataclasses import dataclass
+
+import pytest
+import torch
+from torch import Tensor, nn
+
+import attnlab
+from attnlab.blocks import Encoder
+from attnlab.config import Config
+from attnlab.hooks import HookedModule, HookPoint
+from attnlab.losses import cross_entropy
+from attnlab.recipes import Recipe, TrainingRun, load_model
+
+from helpers import PINNED_FLAGS
+
+
+# ---- the model file --------------------------------------------------------------------------------
+@dataclass
+class RepeatConfig(Config):
+    SIZES = ("vocab_size", "context", "dim", "heads", "layers")
+
+    vocab_size: int = 8
+    context: int = 6
+    dim: int = 16
+    heads: int = 2
+    layers: int = 1
+
+
+class RepeatClassifier(HookedModule):
+    """Token ids (B, T) -> logits (B, 2): does the first token appear again later? One attention
+    layer answers it (the first position attends to its equals). Hook points: ``hook_embed``
+    (B, T, D) and the encoder's ``blocks.L.*``."""
+
+    model_type = "repeat"
+    config_class = RepeatConfig
+
+    def __init__(self, c: RepeatConfig) -> None:
+        super().__init__()
+        self.config = c
+        self.tok_emb = nn.Embedding(c.vocab_size, c.dim)
+        self.pos_emb = nn.Parameter(torch.zeros(c.context, c.dim))
+        self.hook_embed = HookPoint()
+        self.encoder = Encoder(c.layers, c.dim, c.heads)
+        self.head = nn.Linear(c.dim, 2)
+
+    def forward(self, ids: Tensor) -> Tensor:
+        x = self.hook_embed(self.tok_emb(ids) + self.pos_emb[: ids.shape[1]])  # (B, T, D)
+        return self.head(self.encoder(x)[:, 0])  # (B, 2), read at the first position
+
+
+# ---- the family file ---------------------------------------------------------------------------
+class RepeatTask:
+    """Random sequences, half of them with their first token written again later."""
+
+    static_shapes = True
+
+    def __init__(self, c: RepeatConfig, batch_size: int) -> None:
+        self.c, self.items_per_batch = c, batch_size
+
+    def batch(self, split: str, batch_size: int, generator: torch.Generator) -> tuple[Tensor, Tensor]:
+        c = self.c
+        ids = torch.randint(1, c.vocab_size, (batch_size, c.context), generator=generator)
+        ids[:, 1:] = torch.where(ids[:, 1:] == ids[:, :1], (ids[:, 1:] % (c.vocab_size - 1)) + 1, ids[:, 1:])
+        label = torch.randint(0, 2, (batch_size,), generator=generator)
+        where = torch.randint(1, c.context, (batch_size,), generator=generator)
+        ids[label.bool(), where[label.bool()]] = ids[label.bool(), 0]
+        return ids, label
+
+    def loss(self, model: nn.Module, batch) -> Tensor:
+        ids, label = batch
+        return cross_entropy(model(ids), label)
+
+    def meta(self) -> dict:
+        return {"data": "repeated first tokens"}
+
+
+class RepeatRecipe(Recipe):
+    name = "repeat"
+    help = "a toy classifier: does the first token come again?"
+    description = "Train a one-layer attention classifier on random sequences (a test's own family)."
+    models = {"repeat": RepeatClassifier}
+    explore_kind = "text"
+    train_defaults = dict(max_iters=30, eval_interval=30, eval_iters=2, batch_size=32, lr=3e-3)
+    tiny = dict(max_iters=4, eval_interval=4, eval_iters=1, batch_size=8, progress=False, device="cpu")
+
+    def prepare(self, args, saved, model_over, tcfg):
+        c = RepeatConfig.from_dict(saved["model"]) if saved else RepeatConfig(**model_over)
+        return TrainingRun("repeat", c, RepeatTask(c, tcfg.batch_size), {"data": "repeated first tokens"}, "repeat")
+
+    def evaluate(self, args) -> tuple[dict, str]:
+        model = load_model(args.ckpt, expect="repeat", device="cpu", loaded=getattr(args, "loaded", None))
+        ids, label = RepeatTask(model.config, 256).batch("val", 256, torch.Generator().manual_seed(0))
+        with torch.no_grad():
+            accuracy = (model(ids).argmax(-1) == label).float().mean().item()
+        return {"accuracy": accuracy}, f"accuracy {accuracy:.3f} on 256 sequences"
+
+    def explore(self, args) -> dict:
+        model = getattr(args, "loaded", None) or load_model(args.ckpt, expect="repeat", device="cpu")
+        ids = torch.tensor([[int(ch) % model.config.vocab_size for ch in args.text[: model.config.context]]])
+        with torch.no_grad():
+            _, cache = model.run_with_cache(ids, names="encoder.blocks.*.attn.hook_pattern")
+        return {
+            "kind": "text",
+            "tokens": [str(i) for i in ids[0].tolist()],
+            "attention": torch.stack(cache.layers("attn.hook_pattern"))[:, 0].numpy(),  # (L, H, T, T)
+        }
+
+
+@pytest.fixture
+def repeat_family(monkeypatch):
+    """The family registered for this test only (the registry is left as it was)."""
+    from attnlab import recipes as registry
+
+    registry.recipes()  # (the package's own families first)
+    monkeypatch.setitem(registry._REGISTRY, "repeat", RepeatRecipe())
+    return RepeatRecipe
+
+
+def test_a_family_in_one_file_through_the_cli_the_api_and_the_server(repeat_family, tmp_path, capsys):
+    from attnlab.cli import main
+
+    # the Python API: train, load, evaluate, explore
+    run = attnlab.train("repeat", out=tmp_path / "py", **RepeatRecipe.tiny)
+    model = attnlab.load(run.out)
+    assert isinstance(model, RepeatClassifier) and run.step == 4
+    assert 0 <= model.evaluate()["accuracy"] <= 1
+    assert model.explore(text="1231")["attention"].shape == (1, 2, 4, 4)
+    assert attnlab.train_options("repeat")["heads"] == 2  # (the config's field, at its default)
+    # the command line: its flags come from the config's fields and the trainer's
+    out = tmp_path / "cli"
+    assert main(["train", "repeat", "--out", str(out), "--max-iters", "30", "--layers", "1", "--no-progress",
+                 *PINNED_FLAGS]) == 0  # fmt: skip
+    capsys.readouterr()
+    assert main(["eval", "--ckpt", str(out), "--json"]) == 0
+    assert '"accuracy"' in capsys.readouterr().out
+    assert main(["explore", "--ckpt", str(out), "--text", "12341", "--out", str(tmp_path / "page.html")]) == 0
+    assert (tmp_path / "page.html").read_text().lower().startswith("<!doctype html>")
+    # the server (`attnlab serve`): the explorer's data for new input, over HTTP
+    httpx = pytest.importorskip("httpx")
+    pytest.importorskip("starlette")
+    import threading
+
+    from attnlab.serve import serve
+
+    started, box = threading.Event(), {}
+    thread = threading.Thread(
+        target=serve,
+        args=(attnlab.load(out), RepeatRecipe.explore_kind, "127.0.0.1", 0, lambda s: (box.update(s=s), started.set())),
+        daemon=True,
+    )
+    thread.start()
+    assert started.wait(20)
+    try:
+        url = f"http://127.0.0.1:{box['s'].server_address[1]}"
+        answer = httpx.post(f"{url}/explore", json={"text": "3213"}, headers={"Origin": url}, timeout=30)
+        assert answer.status_code == 200 and "explorerReady" in answer.text, answer.text
+        refused = httpx.post(f"{url}/explore", json={"image": "x"}, headers={"Origin": url}, timeout=30)
+        assert refused.status_code == 400 and refused.text.startswith("error:")  # (a text family reads text)
+    finally:
+        box["s"].shutdown()
+        thread.join(10)
