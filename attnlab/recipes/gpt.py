@@ -7,6 +7,7 @@ import json
 import math
 import sys
 from pathlib import Path
+from typing import Callable
 
 from ..models.gpt import GPT, GPT_PRESETS
 from . import register
@@ -151,6 +152,7 @@ class GPTVerbs(Verbs):
         draft_tokens: int = 4,
         batch_size: int = 8,
         compile: bool = False,
+        stream: Callable[[str], None] | None = None,
     ) -> str | list[str]:
         """The continuation of ``prompt`` (text; empty: start a new line), as ``attnlab sample``
         writes it. ``temperature=0`` is greedy; ``seed`` makes sampling repeatable. ``draft``: a
@@ -163,7 +165,8 @@ class GPTVerbs(Verbs):
         one that finished); prompt i draws with seed ``seed + i``, so its text does not depend on
         the others. Each prompt and its ``max_new_tokens`` must then fit the model's context.
         ``compile=True``: one prompt decodes through a fixed-shape step compiled once
-        (:mod:`attnlab.fast_decode`; CUDA graphs on a GPU), with the same tokens."""
+        (:mod:`attnlab.fast_decode`; CUDA graphs on a GPU), with the same tokens. ``stream``: called
+        with each piece of new text as it is generated (one prompt; what ``attnlab sample`` prints)."""
         import torch
 
         from ..generate import generate_text
@@ -187,15 +190,17 @@ class GPTVerbs(Verbs):
             if not isinstance(value, bool):
                 raise OptionError(f"{name}={value!r}: must be True or False")
         if any(s == "" for s in stop):
-            raise OptionError("stop='' would stop before the first token; give non-empty strings")
+            raise OptionError(f"{named('stop', '')}: would stop before the first token; give non-empty strings")
         if self.tokenizer is None:
             lm_tokenizer({}, self.checkpoint)  # says what is missing
         from ..training.memory import check_cache_fits
 
         check_cache_fits(self, min(batch_size, len(prompt)) if many else 1)
         if many:
-            if draft is not None or not use_cache:
-                raise OptionError("a list of prompts is batched with the KV cache: drop draft= and use_cache=False")
+            if draft is not None or not use_cache or stream is not None:
+                raise OptionError(
+                    "a list of prompts is batched with the KV cache: drop draft=, use_cache=False and stream="
+                )
             sampling = dict(temperature=temperature, top_k=top_k or None, top_p=top_p)
             return generate_texts(
                 self, self.tokenizer, prompt, max_new_tokens, slots=batch_size, stop=stop, seed=seed, **sampling
@@ -218,6 +223,7 @@ class GPTVerbs(Verbs):
                 generator=gen,
                 stop=list(stop),
                 compile=bool(compile),
+                stream=stream,
                 **self.draft_options(draft, draft_tokens),
             )[0]
 
@@ -771,49 +777,46 @@ def sample_specs() -> OptionSpecs:
 
 
 def sample(args) -> int:
-    """``attnlab sample``: continue a prompt, streaming."""
+    """``attnlab sample``: continue a prompt, streaming, through the loaded model's own
+    :meth:`GPTVerbs.generate` (one path for the command line and Python); sample i draws with seed
+    ``--seed + i``, as the i-th of a list of prompts does in Python."""
     import torch
 
-    from ..generate import generate_text
+    from ..training.devices import pick_device
 
     if args.prompts_file:
         return sample_many(args)
-    model, tok, _, dev = load_lm(args.ckpt, args.device)
-    draft = {}
-    if args.draft:
-        small = load_draft(args.draft, tok, model.config.vocab_size, str(dev))
-        draft = {"draft": small, "draft_tokens": args.draft_tokens}
+    if args.compile and (args.draft or args.no_cache):
+        raise OptionError("--compile decodes with the KV cache and no draft: drop --draft and --no-cache")
+    dev = str(pick_device(args.device))
+    model = GPTRecipe().load(args.ckpt, dev)
+    draft = None
+    if args.draft:  # (loaded here to take --dtype too)
+        draft = load_draft(args.draft, model.tokenizer, model.config.vocab_size, dev)
+        draft = draft.to(torch.bfloat16) if args.dtype == "bf16" else draft
     model = as_sampled(model, args)
-    if args.dtype == "bf16" and draft:
-        draft["draft"] = draft["draft"].to(torch.bfloat16)
-    prompt = args.prompt or default_prompt(tok)
-    tok.encode(prompt)  # unknown characters fail here, with a clear message
-    if any(s == "" for s in args.stop):
-        raise ValueError("--stop '' would stop every sample before it starts; give a non-empty string")
-    torch.manual_seed(args.seed)
-    gen = torch.Generator(device=dev).manual_seed(args.seed)
-    kw = dict(
-        temperature=args.temperature,
-        top_k=args.top_k or None,
-        top_p=args.top_p,
-        use_cache=not args.no_cache,
-        generator=gen,
-        stop=args.stop,
-        **draft,
-    )
-    if args.compile:
-        if draft or args.no_cache:
-            raise OptionError("--compile decodes with the KV cache and no draft: drop --draft and --no-cache")
-        kw["compile"] = True
     out = sys.stdout
+
+    def stream(piece: str) -> None:
+        out.write(piece)
+        out.flush()
+
     for i in range(args.num_samples):
         out.write(args.prompt)
-
-        def stream(piece: str) -> None:
-            out.write(piece)
-            out.flush()
-
-        generate_text(model, tok, prompt, args.max_new_tokens, stream=stream, **kw)
+        model.generate(
+            args.prompt,
+            args.max_new_tokens,
+            temperature=args.temperature,
+            top_k=args.top_k,
+            top_p=args.top_p,
+            stop=args.stop,
+            seed=(args.seed + i) % 2**63,
+            use_cache=not args.no_cache,
+            draft=draft,
+            draft_tokens=args.draft_tokens,
+            compile=args.compile,
+            stream=stream,
+        )
         out.write("\n" if i == args.num_samples - 1 else "\n---------------\n")
         out.flush()
     return 0

@@ -637,6 +637,8 @@ class Trainer:
             # the checkpoint about to be saved and metrics.jsonl agree (a resumed run has one line per step)
             for r in self.flush_pending():
                 self.log(r)
+            if main:  # (the interrupt may have come between a record's history entry and its line)
+                rewrite_metrics(self.out / "metrics.jsonl", self.history)
             if not sharded:  # (a sharded save would need every rank at the same point)
                 path = self.save("last")
             if main:
