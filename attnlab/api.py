@@ -23,7 +23,7 @@ from .config import option_fields
 from .errors import AttnlabError, OptionError
 from .inspect.explorer import Exploration
 from .recipes import Recipe, checkpoint_recipe, recipes
-from .options import Options
+from .options import Options, path_argument
 from .recipes.base import Verbs
 
 if TYPE_CHECKING:
@@ -80,6 +80,8 @@ def train(
     """
     from .recipes import train as train_recipe
 
+    if out is not None:
+        out = path_argument(out, "out")
     if not isinstance(resume, bool):  # (resume="no" is true to Python)
         raise OptionError(f"resume={resume!r}: must be True (continue the run in out) or False")
     recipe = _recipe(family)
@@ -194,7 +196,7 @@ def load(path: str | Path, *, device: str | None = None) -> Verbs:
     from .hub import resolve
     from .training.devices import pick_device
 
-    path = resolve(path)  # (a HuggingFace hub name: its folder in the hub cache)
+    path = resolve(path_argument(path, "path"))  # (a HuggingFace hub name: its folder in the hub cache)
     recipe = checkpoint_recipe(path)
     return recipe.load(path, str(pick_device(device or "cpu")))
 
@@ -202,6 +204,8 @@ def load(path: str | Path, *, device: str | None = None) -> Verbs:
 def _loaded(model_or_path: Verbs | str | Path) -> Verbs:
     if isinstance(model_or_path, (str, Path)):
         return load(model_or_path)
+    if model_or_path is None or isinstance(model_or_path, (bool, int, float)):
+        path_argument(model_or_path, "model_or_path")  # (says what it takes)
     if not isinstance(model_or_path, Verbs):
         raise OptionError(
             "this model was not loaded from a run folder; use attnlab.load(run) first (evaluate and "

@@ -150,7 +150,11 @@ def _matcher(names: NameFilter) -> Callable[[str], bool]:
         return lambda n: True
     if callable(names):
         return names
-    pats = [names] if isinstance(names, str) else list(names)
+    pats = [names] if isinstance(names, str) else list(names) if isinstance(names, (list, tuple, set)) else None
+    if pats is None or not all(isinstance(p, str) for p in pats):
+        raise OptionError(
+            f"names={names!r:.40}: give a hook point's name or glob, a list of them, or a predicate on the name"
+        )
 
     def match(n: str) -> bool:  # a glob matches the whole name: "*.attn.hook_pattern" finds every layer's
         return any(fnmatch.fnmatchcase(n, p) for p in pats)
@@ -179,7 +183,7 @@ class HookedModule(nn.Module):
         if not points and names is not None:
             shown = names if isinstance(names, str) or callable(names) else list(names)
             some = ", ".join(list(self.hook_points())[:6])
-            raise ValueError(
+            raise OptionError(
                 f"{type(self).__name__} has no hook point matching {shown!r}; its hook points are "
                 f"named like {some}, ... (model.hook_points() lists them)"
             )
@@ -245,6 +249,13 @@ class HookedModule(nn.Module):
     ) -> tuple[object, ActivationCache]:
         """Run the model and return (its output, an :class:`ActivationCache` of the hook points
         matching ``names``; all of them by default)."""
+        # the inputs: the first a tensor, the others tensors or None (options such as head="mlm" go by keyword)
+        wrong = [a for i, a in enumerate(args) if not isinstance(a, Tensor) and (i == 0 or a is not None)]
+        if wrong:
+            raise OptionError(
+                f"run_with_cache takes the model's own inputs, tensors (token ids (B, T), images (B, C, H, W)), "
+                f"got {type(wrong[0]).__name__}"
+            )
         try:
             with self.caching(names, detach=detach, device=device) as cache:
                 out = self(*args, **kwargs)

@@ -68,6 +68,8 @@ def vocab_size(low: int):
 
 
 new_tokens = number(int, 1, True, MAX_NEW_TOKENS, what=f"from 1 to {MAX_NEW_TOKENS:,} (generate more in pieces)")
+# a count the Python API takes (top_k, tokens, rows): more than this is a mistake, not a plan
+MAX_COUNT = 1 << 24
 seed_value = number(int, 0, True, 2**63 - 1, what="from 0 to 2**63 - 1 (a 64-bit generator seed)")
 beam_width = number(int, 1, True, MAX_BEAM, what=f"from 1 (greedy) to {MAX_BEAM}")
 
@@ -97,6 +99,32 @@ def input_lines(texts: list[str], file: str | None) -> list[str]:
         except UnicodeDecodeError as e:
             raise ValueError(f"--file {path} is not UTF-8 text (byte {e.start}); convert it to UTF-8") from None
     return sys.stdin.read().splitlines()
+
+
+# ---- the Python API's own arguments (the ones no flag declares) ----------------------------------------
+def path_argument(value: Any, name: str) -> Path:
+    """``value`` as a path, or one line saying ``name`` takes a file or folder path."""
+    if isinstance(value, bool) or not isinstance(value, (str, Path)) or not str(value).strip():
+        raise OptionError(f"{name}={value!r}: must be a file or folder path (a non-empty string or a Path)")
+    return Path(value)
+
+
+def count_argument(value: Any, name: str, least: int = 1) -> int:
+    """``value`` as a whole number of at least ``least`` (True is no count), or one line saying so."""
+    if isinstance(value, bool) or not isinstance(value, int) or not least <= value <= MAX_COUNT:
+        raise OptionError(f"{name}={value!r}: must be an integer from {least} to {MAX_COUNT:,}")
+    return value
+
+
+def texts_argument(texts: Any, what: str) -> tuple[list[str], bool]:
+    """(the texts, whether one string was given) of a verb that reads a string or a list of them."""
+    single = isinstance(texts, str)
+    if not single and not isinstance(texts, (list, tuple)):
+        raise OptionError(f"{what} needs a string or a list of strings, got {type(texts).__name__}")
+    items = [texts] if single else list(texts)
+    if not items or any(not isinstance(t, str) or not t.strip() for t in items):
+        raise OptionError(f"{what} needs non-empty texts (a string or a list of them)")
+    return items, single
 
 
 # ---- declarations ---------------------------------------------------------------------------------------

@@ -13,6 +13,8 @@ def output_file(path: str | Path, suffix: str, option: str = "--out", also: tupl
     ``also``: ``.htm`` beside ``.html``), or with ``suffix`` added when it has none (the command's
     "wrote ..." line then names it). Refused, in one line and before any work: a directory,
     another suffix (a PNG under a .txt name), a folder that cannot be written."""
+    if isinstance(path, bool) or not isinstance(path, (str, Path)) or not str(path).strip():
+        raise OptionError(f"{option} {path!r}: give a file name ending in {suffix}")
     p = Path(path)
     if p.is_dir():
         raise OptionError(f"{option} {p} is a folder; give a file name ending in {suffix}")

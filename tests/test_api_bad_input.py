@@ -89,3 +89,47 @@ def test_a_huggingface_config_too_large_for_memory(tmp_path, gpt):
     (folder / "config.json").write_text(json.dumps(config))
     message = refused(lambda: attnlab.load(folder), "does not fit in memory")
     assert re.search(r"gpt2 model", message)
+
+
+@pytest.mark.parametrize("bad", [None, 3, True, [], {}])
+def test_paths_must_be_paths(bad, tmp_path, gpt):
+    """A number or a list as a path was a TypeError from pathlib, or a run folder named "True"."""
+    refused(lambda: attnlab.load(bad), "must be a file or folder path")
+    if bad is not None:  # (out=None is the family's default folder)
+        refused(lambda: attnlab.train("gpt", out=bad, max_iters=1), "out=", "path")
+        refused(lambda: gpt.inspect("lens", bad, text="ab"), "give a file name ending in .png")
+
+
+@pytest.mark.parametrize("bad", [None, 0, 2.5, True, 2**80])
+def test_counts_must_be_whole_numbers_in_range(bad, gpt):
+    """top_k=None or 2.5 reached torch.topk; a batch of 2**80 rows reached torch.empty."""
+    refused(lambda: gpt.logit_lens("ab", top_k=bad), "top_k=")
+    if bad is not None:
+        refused(lambda: gpt.generate(["ab", "b"], 2, batch_size=bad), "batch_size=")
+
+
+@pytest.mark.parametrize("bad", [3, 2.5, {}, torch.zeros(2), [1.5], [10_000]])
+def test_to_str_tokens_takes_text_or_token_ids(bad, gpt):
+    refused(lambda: gpt.to_str_tokens(bad), "to_str_tokens" if not bad == [10_000] else "token ids")
+    assert gpt.to_str_tokens([0, 1]) == gpt.to_str_tokens(torch.tensor([[0, 1]]))
+
+
+@pytest.mark.parametrize("bad", [3, [], {}, torch.zeros(2)])
+def test_what_a_hook_filter_takes(bad, gpt):
+    """names=3 was "'int' object is not iterable"; a tensor as the input was an AttributeError."""
+    ids = torch.tensor([[0, 1]])
+    message = refused(lambda: gpt.run_with_cache(ids, names=bad), "names=" if bad != [] else "no hook point")
+    assert "hook" in message
+    refused(lambda: gpt.run_with_cache(bad if not isinstance(bad, torch.Tensor) else "ab"), "run_with_cache takes")
+
+
+def test_the_families_verbs_refuse_in_one_attnlab_line(gpt, vit, tiny_run):
+    """Each was a raw TypeError or ValueError before."""
+    refused(lambda: gpt.patch("ab", "ba", "a", over=[]), "patching over")
+    refused(lambda: gpt.inspect([], "x.png"), "inspect")
+    refused(lambda: gpt.evaluate(ablate=3, max_tokens=100), "ablate=3")
+    refused(lambda: gpt.explore(text="ab", generate=2**80), "context")  # (was a ValueError)
+    refused(lambda: vit.explore(image=None), "explore a ViT with --image")
+    refused(lambda: tiny_run("seq2seq").load().translate(3), "translate needs a string or a list", "int")
+    refused(lambda: tiny_run("encoder").load().embed(None), "embed needs a string or a list", "NoneType")
+    refused(lambda: attnlab.sae.train(gpt, [], steps=1), "not a hook point")

@@ -241,7 +241,7 @@ def by_position(over: str) -> bool:
 
 def _target_names(model, over: str) -> tuple[list[str], str]:
     """The hook point of target ``over`` in every block, and what one patch covers (:data:`PATCH_TARGETS`)."""
-    if over not in PATCH_TARGETS:
+    if not isinstance(over, str) or over not in PATCH_TARGETS:
         raise OptionError(f"patching over {over!r}: choose one of {', '.join(PATCH_TARGETS)}")
     point, unit = PATCH_TARGETS[over]
     return [f"{block_prefix(model)}.{i}.{point}" for i in range(len(_blocks(model)))], unit

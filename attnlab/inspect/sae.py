@@ -252,7 +252,7 @@ def hook_shape(model, hook: str, source) -> tuple[int, int]:
 
 def check_hook(model, hook: str) -> None:
     points = model.hook_points()
-    if hook not in points:
+    if not isinstance(hook, str) or hook not in points:
         resid = [n for n in points if "resid" in n][:4]
         raise OptionError(
             f"{hook!r} is not a hook point of this model; e.g. {', '.join(resid)} (model.hook_points() lists them)"

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from torch import Tensor, nn
 
 from ..config import Config
+from ..errors import OptionError
 from ..hooks import HookedModule, HookPoint
 
 __all__ = ["CNNConfig", "CNN"]
@@ -115,7 +116,7 @@ class CNN(HookedModule):
     def features(self, images: Tensor) -> Tensor:
         """Images (B, C, H, W) -> the last stage's feature map (B, widths[-1], h, w)."""
         if images.dim() != 4 or images.shape[1] != self.config.in_chans:
-            raise ValueError(f"CNN expects images (B, {self.config.in_chans}, H, W), got {tuple(images.shape)}")
+            raise OptionError(f"CNN expects images (B, {self.config.in_chans}, H, W), got {tuple(images.shape)}")
         x = images
         for stage, hook in zip(self.stages, self.hook_stage):
             x = hook(stage(x))

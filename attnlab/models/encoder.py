@@ -22,6 +22,7 @@ from torch import Tensor, nn
 
 from ..blocks import Encoder, HeadWeights, LayerNorm
 from ..config import Config
+from ..errors import OptionError
 from ..hooks import HookedModule, HookPoint
 from ..position import LearnedPosition, RelativePosition
 
@@ -194,7 +195,7 @@ class TextEncoder(HeadWeights, HookedModule):
         returns class logits (B, num_classes); ``head="tag"`` (a ``per_token`` model) returns a
         class per token (B, T, num_classes)."""
         if input_ids.dim() != 2:
-            raise ValueError(f"TextEncoder expects token ids (B, T), got {tuple(input_ids.shape)}")
+            raise OptionError(f"TextEncoder expects token ids (B, T), got {tuple(input_ids.shape)}")
         if input_ids.shape[1] > self.config.context:
             raise ValueError(
                 f"{input_ids.shape[1]} tokens are more than the model's context of "

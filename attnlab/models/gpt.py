@@ -15,6 +15,7 @@ from torch import Tensor, nn
 
 from ..attention import KVCache, StaticKVCache
 from ..config import Config
+from ..errors import OptionError
 from ..hooks import HookedModule, HookPoint
 from ..losses import chunked_cross_entropy, cross_entropy
 from ..blocks import ACTIVATIONS, HeadWeights, LayerNorm, TransformerBlock, init_gpt2_weights
@@ -325,7 +326,7 @@ class GPT(HeadWeights, HookedModule):
                 positions = torch.arange(idx.shape[1], device=idx.device)
             return self._blocks_from(idx, start_at_layer, stop_at_layer, None, key_mask, positions, **head)
         if idx.dim() != 2 or idx.dtype not in (torch.int64, torch.int32):
-            raise ValueError(
+            raise OptionError(
                 f"GPT expects token ids of shape (B, T) and integer dtype, got {tuple(idx.shape)} {idx.dtype}"
             )
         b, t = idx.shape

@@ -17,6 +17,7 @@ from torch import Tensor, nn
 
 from ..attention import grid_local_mask
 from ..config import Config
+from ..errors import OptionError
 from ..hooks import HookedModule, HookPoint
 from ..blocks import Encoder, HeadWeights
 from ..position import PEG, FourierPosition, LearnedPosition, RelativePosition, SinCos2DPosition
@@ -189,7 +190,7 @@ class ViT(HeadWeights, HookedModule):
         """Images (B, C, H, W) -> encoded tokens (B, n_prefix + N, D) after the final LayerNorm."""
         c = self.config
         if images.dim() != 4 or images.shape[1] != c.in_chans:
-            raise ValueError(f"ViT expects images (B, {c.in_chans}, H, W), got {tuple(images.shape)}")
+            raise OptionError(f"ViT expects images (B, {c.in_chans}, H, W), got {tuple(images.shape)}")
         if images.shape[-2:] != (c.image_size, c.image_size):
             raise ValueError(
                 f"ViT was built for {c.image_size}x{c.image_size} images, got {images.shape[-2]}x{images.shape[-1]}; "

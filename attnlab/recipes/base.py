@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from ..errors import CheckpointError, OptionError, a
+from ..errors import AttnlabError, CheckpointError, OptionError, a, one_line
 from ..options import Command, Options, OptionSpecs
 from ..data.fingerprint import check_same_data, fingerprint
 from ..runoptions import write_options
@@ -364,6 +364,11 @@ class Verbs:
                     f"ablate: evaluating {recipe.name} models with parts ablated is not supported yet "
                     "(GPTs and image classifiers are); use attnlab.inspect.patching.ablated with your own loop"
                 )
+            if not isinstance(ablate, (str, dict, list, tuple)):
+                raise OptionError(
+                    f"ablate={ablate!r:.40}: give parts as text ('0.1,1.mlp.17'), a list of (layer, head) pairs, "
+                    "or a dict of heads / neurons / outputs"
+                )
             if isinstance(ablate, str):
                 parts = parse_parts(ablate)
             elif isinstance(ablate, dict):
@@ -372,7 +377,7 @@ class Verbs:
                 parts = {"heads": [tuple(h) for h in ablate], "neurons": [], "outputs": []}
             check_parts(self, how=ablation, **parts)  # before any work
             values["intervene"] = lambda model: ablated(model, how=ablation, **parts)
-        with in_eval_mode(self):
+        with in_eval_mode(self), as_option_errors():
             return recipe.evaluate_checkpoint(Options(**values))[0]
 
     def inspect(self, what: str, out: str | Path, **options) -> Path:
@@ -380,7 +385,7 @@ class Verbs:
         in a .npz beside it); returns the PNG's path. ``what``: one of the family's inspections
         (``Recipe.inspections``); ``options``: those of ``attnlab inspect`` (``image=``, ``text=``, ...)."""
         recipe = self.family_recipe()
-        if what not in recipe.inspections:
+        if not isinstance(what, str) or what not in recipe.inspections:
             raise OptionError(f"inspect {what!r}: {recipe.name} models offer {', '.join(recipe.inspections) or 'none'}")
         specs = OptionSpecs()
         specs.add("--data-dir", default=None)
@@ -390,7 +395,7 @@ class Verbs:
 
         out = output_file(out, ".png", "out=")
         values.update(what=what, ckpt=self.checkpoint, out=str(out), device=str(self.device), loaded=self)
-        with in_eval_mode(self):
+        with in_eval_mode(self), as_option_errors():
             recipe.inspect(Options(**values))
         return out
 
@@ -423,9 +428,21 @@ class Verbs:
         options = Options(
             ckpt=self.checkpoint, device=str(self.device), generate=generate, loaded=self, sae=sae, **values
         )
-        with in_eval_mode(self):
+        with in_eval_mode(self), as_option_errors():
             data = self.family_recipe().explore(options)
         return Exploration(data, f"attnlab explorer: {Path(self.checkpoint).name}")
+
+
+@contextlib.contextmanager
+def as_option_errors():
+    """A family's own refusal (a ``ValueError`` saying what to give: "explore a ViT with --image
+    FILE") reaches a Python caller as the API's :class:`OptionError`, in the same words."""
+    try:
+        yield
+    except ValueError as e:
+        if isinstance(e, AttnlabError):
+            raise
+        raise OptionError(one_line(e)) from None
 
 
 @contextlib.contextmanager

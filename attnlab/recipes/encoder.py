@@ -13,7 +13,7 @@ import torch
 
 from ..errors import CheckpointError, DataError
 from ..models.encoder import ENCODER_PRESETS, TextEncoder, TextEncoderConfig
-from ..options import Command, OptionSpecs, at_least, below_one, input_lines, vocab_size
+from ..options import Command, OptionSpecs, at_least, below_one, input_lines, texts_argument, vocab_size
 from . import register
 from .base import TEXT_HELP, Recipe, TrainingRun, Verbs, eval_count, inspection_written, top_labels
 
@@ -83,12 +83,7 @@ class TextEncoderVerbs(Verbs):
 
 
 def _texts(texts, what: str) -> list[str]:
-    from ..errors import OptionError
-
-    texts = [texts] if isinstance(texts, str) else list(texts)
-    if not texts or any(not isinstance(t, str) or not t.strip() for t in texts):
-        raise OptionError(f"{what} needs non-empty texts (a string or a list of them)")
-    return texts
+    return texts_argument(texts, what)[0]
 
 
 @register

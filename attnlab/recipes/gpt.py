@@ -14,10 +14,13 @@ from . import register
 from .base import TEXT_HELP, Recipe, TrainingRun, Verbs, add_method_option, eval_starts, inspection_written
 from ..errors import OptionError, a
 from ..options import (
+    MAX_COUNT,
     QUANTIZE_CHOICES,
     Command,
     OptionSpecs,
     named,
+    number,
+    count_argument,
     new_tokens,
     seed_value,
     vocab_size,
@@ -51,9 +54,22 @@ class GPTVerbs(Verbs):
         tensor) as the string of each of its tokens."""
         if self.tokenizer is None:
             lm_tokenizer({}, self.checkpoint)  # says what is missing
+        import torch
+
         ids = self.token_ids(text, "text")[0].tolist() if isinstance(text, str) else text
-        if hasattr(ids, "tolist"):
+        if isinstance(ids, torch.Tensor) and not ids.is_floating_point() and ids.dtype != torch.bool:
             ids = ids.reshape(-1).tolist()
+        if (
+            not isinstance(ids, (list, tuple))
+            or not ids
+            or any(isinstance(i, bool) or not isinstance(i, int) for i in ids)
+        ):
+            raise OptionError(
+                f"to_str_tokens takes text, or token ids (a list of integers or an integer tensor); got {text!r:.40}"
+            )
+        vocab = self.config.vocab_size
+        if any(not 0 <= i < vocab for i in ids):
+            raise OptionError(f"token ids from {min(ids)} to {max(ids)}: this model's ids run from 0 to {vocab - 1}")
         return [self.tokenizer.decode([int(i)]) for i in ids]
 
     def one_token(self, text: str, what: str) -> int:
@@ -119,6 +135,7 @@ class GPTVerbs(Verbs):
         from ..inspect.lens import logit_lens_table
 
         self.token_ids(text, "text")
+        count_argument(top_k, "top_k")
         return logit_lens_table(self, self.tokenizer, text, top_k)
 
     def attach(self, meta: dict) -> None:
@@ -185,7 +202,7 @@ class GPTVerbs(Verbs):
             if given[name] is None:
                 raise OptionError(f"{named(name, None)}: give a value ({name} has no 'off')")
         checked = {name: specs.check(name, value) for name, value in given.items()}
-        stop = checked["stop"]
+        max_new_tokens, temperature, top_k, top_p, seed, batch_size, draft_tokens, stop = checked.values()
         for name, value in (("use_cache", use_cache), ("compile", compile)):
             if not isinstance(value, bool):
                 raise OptionError(f"{name}={value!r}: must be True or False")
@@ -737,7 +754,7 @@ def sample_specs() -> OptionSpecs:
     )
     s.add(
         "--batch-size",
-        type=positive_int,
+        type=number(int, 1, True, MAX_COUNT, what=f"from 1 to {MAX_COUNT:,}"),
         default=8,
         help="--prompts-file: prompts generated together; a finished one's row goes to the next (default 8)",
     )

@@ -15,6 +15,7 @@ from ..models.rnn import RNNSeq2Seq
 from ..models.seq2seq import Transformer
 from ..options import (
     Command,
+    texts_argument,
     OptionSpecs,
     beam_width,
     below_one,
@@ -39,13 +40,9 @@ class Seq2SeqVerbs(Verbs):
 
     def translate(self, texts: str | list[str], *, beam: int = 5, alpha: float = 1.0, max_len: int | None = None):
         """The translation of one sentence (a string) or of each of a list (beam 1 = greedy)."""
-        from ..errors import OptionError
 
         check_beam(beam)
-        single = isinstance(texts, str)
-        texts = [texts] if single else list(texts)
-        if not texts or any(not isinstance(t, str) or not t.strip() for t in texts):
-            raise OptionError("translate needs non-empty sentences (a string or a list of them)")
+        texts, single = texts_argument(texts, "translate")
         out = translate_texts(
             self, self.src_vocab, self.tgt_vocab, texts, beam=beam, alpha=alpha, max_len=max_len, device=self.device
         )
