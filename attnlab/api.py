@@ -80,8 +80,8 @@ def train(
     """
     from .recipes import train as train_recipe
 
-    if out is not None:
-        out = path_argument(out, "out")
+    if out is not None and not isinstance(out, (str, Path)):  # ('' is refused below, with the flag's words)
+        path_argument(out, "out")
     if not isinstance(resume, bool):  # (resume="no" is true to Python)
         raise OptionError(f"resume={resume!r}: must be True (continue the run in out) or False")
     recipe = _recipe(family)

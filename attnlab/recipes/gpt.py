@@ -530,7 +530,8 @@ class GPTRecipe(Recipe):
 
         from ..inspect import plots as P
 
-        model = getattr(args, "loaded", None) or self.load(args.ckpt)
+        model = getattr(args, "loaded", None)
+        model = model if model is not None else self.load(args.ckpt)
         out = Path(args.out)
         if args.what == "heads":
             from ..inspect.detectors import head_scores, repeated_random_tokens
