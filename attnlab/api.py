@@ -204,8 +204,6 @@ def load(path: str | Path, *, device: str | None = None) -> Verbs:
 def _loaded(model_or_path: Verbs | str | Path) -> Verbs:
     if isinstance(model_or_path, (str, Path)):
         return load(model_or_path)
-    if model_or_path is None or isinstance(model_or_path, (bool, int, float)):
-        path_argument(model_or_path, "model_or_path")  # (says what it takes)
     if not isinstance(model_or_path, Verbs):
         raise OptionError(
             "this model was not loaded from a run folder; use attnlab.load(run) first (evaluate and "

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import fnmatch
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Union
 
 import torch
@@ -150,7 +150,8 @@ def _matcher(names: NameFilter) -> Callable[[str], bool]:
         return lambda n: True
     if callable(names):
         return names
-    pats = [names] if isinstance(names, str) else list(names) if isinstance(names, (list, tuple, set)) else None
+    many = isinstance(names, Iterable) and not isinstance(names, (Tensor, Mapping))
+    pats = [names] if isinstance(names, str) else list(names) if many else None
     if pats is None or not all(isinstance(p, str) for p in pats):
         raise OptionError(
             f"names={names!r:.40}: give a hook point's name or glob, a list of them, or a predicate on the name"

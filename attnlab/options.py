@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from .errors import OptionError
+from .outputs import is_path
 
 
 # ---- value checkers: text (a flag) or a Python value -> the value, or ValueError saying why ------------
@@ -104,7 +105,7 @@ def input_lines(texts: list[str], file: str | None) -> list[str]:
 # ---- the Python API's own arguments (the ones no flag declares) ----------------------------------------
 def path_argument(value: Any, name: str) -> Path:
     """``value`` as a path, or one line saying ``name`` takes a file or folder path."""
-    if isinstance(value, bool) or not isinstance(value, (str, Path)) or not str(value).strip():
+    if not is_path(value):
         raise OptionError(f"{name}={value!r}: must be a file or folder path (a non-empty string or a Path)")
     return Path(value)
 

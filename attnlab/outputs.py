@@ -8,12 +8,17 @@ from pathlib import Path
 from .errors import OptionError
 
 
+def is_path(value) -> bool:
+    """A non-empty string or a Path (True, a number or a list is not a path to anyone)."""
+    return isinstance(value, (str, Path)) and bool(str(value).strip())
+
+
 def output_file(path: str | Path, suffix: str, option: str = "--out", also: tuple[str, ...] = ()) -> Path:
     """The file to write for ``option path``: ``path`` itself when it ends in ``suffix`` (or one of
     ``also``: ``.htm`` beside ``.html``), or with ``suffix`` added when it has none (the command's
     "wrote ..." line then names it). Refused, in one line and before any work: a directory,
     another suffix (a PNG under a .txt name), a folder that cannot be written."""
-    if isinstance(path, bool) or not isinstance(path, (str, Path)) or not str(path).strip():
+    if not is_path(path):
         raise OptionError(f"{option} {path!r}: give a file name ending in {suffix}")
     p = Path(path)
     if p.is_dir():

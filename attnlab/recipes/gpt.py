@@ -202,7 +202,10 @@ class GPTVerbs(Verbs):
             if given[name] is None:
                 raise OptionError(f"{named(name, None)}: give a value ({name} has no 'off')")
         checked = {name: specs.check(name, value) for name, value in given.items()}
-        max_new_tokens, temperature, top_k, top_p, seed, batch_size, draft_tokens, stop = checked.values()
+        max_new_tokens, temperature, top_k, top_p = (
+            checked[n] for n in ("max_new_tokens", "temperature", "top_k", "top_p")
+        )
+        seed, batch_size, draft_tokens, stop = (checked[n] for n in ("seed", "batch_size", "draft_tokens", "stop"))
         for name, value in (("use_cache", use_cache), ("compile", compile)):
             if not isinstance(value, bool):
                 raise OptionError(f"{name}={value!r}: must be True or False")
@@ -808,6 +811,8 @@ def sample(args) -> int:
         raise OptionError("--compile decodes with the KV cache and no draft: drop --draft and --no-cache")
     dev = str(pick_device(args.device))
     model = GPTRecipe().load(args.ckpt, dev)
+    if model.tokenizer is None:  # (a HuggingFace folder of weights alone: said before anything else)
+        lm_tokenizer({}, model.checkpoint)
     draft = None
     if args.draft:  # (loaded here to take --dtype too)
         draft = load_draft(args.draft, model.tokenizer, model.config.vocab_size, dev)

@@ -616,9 +616,10 @@ class Trainer:
                         dt = time.perf_counter() - t0
                         rec["items_per_s"] = items / dt if dt > 0 else 0.0
                         bar.set_postfix(loss=f"{rec['loss']:.4f}", tok_s=f"{rec['items_per_s']:.0f}")
-                        if plain and time.perf_counter() - last_line >= PLAIN_PROGRESS_S:
-                            last_line = time.perf_counter()
-                            self.print_progress(rec, (last_line - started) / max(1, self.step - first_step))
+                        now = time.perf_counter()
+                        if plain and now - last_line >= PLAIN_PROGRESS_S:
+                            last_line = now
+                            self.print_progress(rec, (now - started) / max(1, self.step - first_step))
                     if evaluating:
                         self.evaluate_and_save(rec, bar.write)
                         if self.stop_reason is not None:
