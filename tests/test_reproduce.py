@@ -4,6 +4,7 @@ is judged at the quick and full sizes: benchmarks/reproduce_quick.py and the ful
 
 import numpy as np
 import pytest
+import torch
 
 from attnlab.cli import main
 from attnlab.experiments import CLAIMS, Context, Control, Result, run_claims, write_docs, write_report
@@ -66,6 +67,23 @@ def test_every_trained_claim_runs_its_control_and_reports_at_the_tiny_size(name,
         assert (ctx.out / r.figure).stat().st_size > 1000
     report = write_report({name: r}, ctx).read_text()
     assert f"— {r.status}" in report and f"**Control**: {r.control.what}" in report
+
+
+def test_a_claims_vit_is_the_run_attnlab_train_vit_makes_with_the_same_options(tiny, tmp_path):
+    """`reproduce` trains through the family's own code: the digits ViT the image claims share and
+    `attnlab train vit` given the same options (as flags) end with identical weights."""
+    from safetensors.torch import load_file
+
+    ctx, _ = tiny
+    flags = []
+    for name, value in runs.digits_vit_options(ctx).items():
+        flag = "--" + name.replace("_", "-")
+        flags += [flag if value else "--no-" + flag[2:]] if isinstance(value, bool) else [flag, str(value)]
+    assert main(["train", "vit", *flags, "--out", str(tmp_path / "cli")]) == 0
+    claim_run = ctx.work / runs.digits_vit_run(ctx)
+    ours, theirs = (load_file(run / "last" / "model.safetensors") for run in (claim_run, tmp_path / "cli"))
+    assert ours.keys() == theirs.keys() and len(ours) > 10
+    assert all(torch.equal(ours[k], theirs[k]) for k in ours)
 
 
 def test_a_control_that_clears_the_criterion_makes_the_claim_inconclusive(tmp_path):
@@ -311,15 +329,18 @@ def test_a_measurement_along_the_run_leaves_the_run_unchanged(tmp_path):
     splits = two_dots(counts=(256, 32, 64))
     ctx = Context(out=tmp_path / "out", work=tmp_path / "work", size="tiny")
     weights = []
-    for measured in (True, False):
+    for kind in ("steps", "test accuracy", None):  # the two learning-curve callbacks, and none
         torch.manual_seed(0)
         model = locality_model("ViT", 24)
         task = ImageClassificationTask(splits, 16, pad=1)  # random shifts: a drawn number would show
-        along = MeasureAtSteps(model, lambda: (task.predict(model, "test")[0] == 1).float().mean().item(), [10, 30])  # noqa: B023
-        runs.fit(ctx, model, task, f"run{measured}", 40, callbacks=[along] if measured else (), batch_size=16)
+        if kind == "steps":
+            along = MeasureAtSteps(model, lambda: (task.predict(model, "test")[0] == 1).float().mean().item(), [10, 30])  # noqa: B023
+        else:
+            along = runs.TestAccuracyCurve([10, 30])
+        runs.fit(ctx, model, task, f"run{kind}", 40, callbacks=[along] if kind else (), batch_size=16)
         weights.append(torch.cat([p.detach().flatten() for p in model.parameters()]))
-        assert sorted(along.curve) == ([10, 30] if measured else [])
-    assert torch.equal(weights[0], weights[1])
+        assert sorted(along.curve) == ([10, 30] if kind else [])
+    assert torch.equal(weights[0], weights[1]) and torch.equal(weights[0], weights[2])
 
 
 def test_a_budget_claims_verdict_along_its_runs():

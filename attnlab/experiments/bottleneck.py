@@ -13,7 +13,8 @@ import torch
 from ..data.parallel import load_parallel, pad_batch, synthetic_pair
 from ..decode import greedy_decode
 from ..models import RNNConfig, RNNSeq2Seq, Transformer, TransformerConfig
-from ..training import TrainConfig, Trainer
+from ..recipes.base import fit_model
+from ..training import TrainConfig
 from ..training.callbacks import MeasureAtSteps, quarter_steps
 from ..training.tasks import Seq2SeqTask
 
@@ -89,7 +90,7 @@ def run(
             lambda: accuracy_by_length(model, data.src_vocab, lengths),  # noqa: B023 (called within this loop)
             quarter_steps(steps, cfg.log_interval)[:-1],
         )
-        Trainer(model, Seq2SeqTask(data, batch_size), cfg, folder, callbacks=[along]).fit()
+        fit_model(model, Seq2SeqTask(data, batch_size), cfg, folder, callbacks=[along])
         acc = accuracy_by_length(model.eval(), data.src_vocab, lengths)
         results[name] = {
             "accuracy": acc,

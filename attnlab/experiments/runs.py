@@ -12,6 +12,7 @@ import torch
 import torch.nn.functional as F
 
 from ..inspect.plots import plt, save_figure
+from ..training.callbacks import Callback, quarter_steps
 from .registry import Context
 
 
@@ -63,13 +64,21 @@ def run_settings() -> dict:
 
 def fit(ctx: Context, model, task, name: str, steps: int, callbacks=(), **options) -> None:
     """Train ``model`` on ``task`` for ``steps`` steps into ``ctx.work / name`` with
-    :func:`run_settings`, one evaluation at the end; ``callbacks``: the trainer's (a learning curve);
-    ``options``: the TrainConfig fields that differ."""
-    from ..training import TrainConfig, Trainer
+    :func:`run_settings`, one evaluation at the end, through the training every family's run ends
+    in (:func:`attnlab.recipes.base.fit_model`); for a model no family trains on data no family
+    reads (a graph transformer on cycles, a GPT on an induction task). ``callbacks``: the
+    trainer's (a learning curve); ``options``: the TrainConfig fields that differ."""
+    from ..recipes.base import fit_model
+    from ..training import TrainConfig
 
     settings = {**run_settings(), "eval_iters": 2, **options}
     config = TrainConfig(max_iters=steps, eval_interval=steps, **settings)
-    Trainer(model, task, config, ctx.work / name, callbacks=list(callbacks)).fit()
+    fit_model(model, task, config, ctx.work / name, callbacks=list(callbacks))
+
+
+def warmup_for(steps: int) -> int:
+    """A claim's warmup: the families' 100 steps, or a fifth of a shorter run."""
+    return min(100, steps // 5)
 
 
 def train_gpt(
@@ -190,58 +199,75 @@ def curve_panel(ax, curves: dict) -> None:
     ax.grid(alpha=0.3)
 
 
-def train_image_classifier(
-    ctx: Context,
-    model,
-    splits,
-    steps: int,
-    name: str,
-    *,
-    batch: int = 128,
-    lr: float = 1e-3,
-    pad: int = 1,
-    rotate: float = 10.0,
-    scale: float = 0.1,
-    seed: int = 0,
-    **task,
-) -> float:
-    """Train ``model`` on ``splits`` (AdamW, warmup + cosine, light augmentation: ``pad``-pixel
-    shifts, ``rotate``° rotations, ``scale`` zoom; ``seed`` sets the augmentation and the batches)
-    and return its test accuracy. Its learning curve, the test accuracy at a quarter, half, three
-    quarters and all of the run, is kept as ``ctx.cache["curves"][name]`` ({step: accuracy})."""
-    from ..training.callbacks import MeasureAtSteps, quarter_steps
-    from ..training.tasks import ImageClassificationTask
+class TestAccuracyCurve(Callback):
+    """The test accuracy of the model being trained at the logged ``steps`` (the model in eval
+    mode, no gradients, no random numbers drawn: the run goes on as it would without it), then at
+    its end: ``curve`` {step: accuracy} and ``final``."""
 
-    torch.manual_seed(seed)
-    task = ImageClassificationTask(splits, batch, pad=pad, rotate=rotate, scale=scale, **task)
+    def __init__(self, steps) -> None:
+        self.steps, self.curve, self.final = set(steps), {}, float("nan")
 
-    def accuracy() -> float:
-        pred, y = task.predict(model, "test")
+    def accuracy(self, trainer) -> float:
+        was_training = trainer.model.training
+        trainer.model.eval()
+        with torch.no_grad():
+            pred, y = trainer.task.predict(trainer.model, "test", device=trainer.device)
+        trainer.model.train(was_training)
         return (pred == y).float().mean().item()
 
-    along = MeasureAtSteps(model, accuracy, quarter_steps(steps)[:-1])
-    fit(
-        ctx,
-        model,
-        task,
-        name,
-        steps,
-        batch_size=batch,
-        lr=lr,
-        min_lr=lr / 100,
-        warmup_iters=min(100, steps // 5),
-        weight_decay=0.05,
-        beta2=0.999,
-        seed=1337 + seed,  # the batches (1337: the trainer's default)
-        callbacks=[along],
-    )
-    final = accuracy()
-    ctx.cache.setdefault("curves", {})[name] = {**along.curve, steps: final}
-    return final
+    def on_step(self, trainer, record: dict) -> None:
+        if record["step"] in self.steps:
+            self.curve[record["step"]] = self.accuracy(trainer)
+
+    def on_train_end(self, trainer, reason: str) -> None:
+        if reason == "finished":
+            self.final = self.accuracy(trainer)
+
+
+def train_image_classifier(
+    ctx: Context, model, splits, steps: int, name: str, *, seed: int = 0, like: str | None = None, **options
+) -> float:
+    """Train ``model`` (a ViT or a CNN, its initial weights set by the caller) on the in-memory
+    ``splits`` as `attnlab train vit|cnn` trains on the dataset named ``like`` (default: the
+    splits' own name): the family's training defaults for that data, its augmentation and its
+    loss (:meth:`ImageClassifierRecipe.image_task`); ``options``: the options that differ, by
+    their flag's name (``pad``, ``rotate``, ``lr``, ``batch_size``, ...); ``seed``: the batches
+    and the augmentation (``--seed 1337 + seed``). Returns the test accuracy; the learning curve
+    (a quarter, half, three quarters and all of the run) is kept as ``ctx.cache["curves"][name]``."""
+    from types import SimpleNamespace
+
+    from ..recipes import recipe_for
+
+    recipe = recipe_for(model.model_type)
+    augment = {k: options.pop(k) for k in ("pad", "flip", "rotate", "label_smoothing") if k in options}
+    defaults = recipe.train_defaults_for(SimpleNamespace(data=like or splits.name))
+    train = {**claim_training(defaults), "warmup_iters": warmup_for(steps), **options, "seed": 1337 + seed}
+    task = recipe.image_task(splits, train["batch_size"], like=like, **augment)
+    curve = TestAccuracyCurve(quarter_steps(steps)[:-1])
+    fit(ctx, model, task, name, steps, callbacks=[curve], **train)
+    ctx.cache.setdefault("curves", {})[name] = {**curve.curve, steps: curve.final}
+    return curve.final
+
+
+def as_the_digits_vit() -> dict:
+    """The options that train another family's model as `attnlab train vit` trains on the digits
+    (its batch, learning rate, schedule and label smoothing), read from the ViT family: a CNN
+    compared with the ViT, or a ViT pretrained on other images, is trained alike."""
+    from types import SimpleNamespace
+
+    from ..recipes import recipe_for
+
+    vit = recipe_for("vit")
+    train = claim_training(vit.train_defaults_for(SimpleNamespace(data="digits")))
+    return {**train, "label_smoothing": vit.LABEL_SMOOTHING["digits"]}
+
+
+def claim_training(defaults: dict) -> dict:
+    """A family's training defaults less what a claim sets itself (its steps, evaluation, warmup)."""
+    return {k: v for k, v in defaults.items() if k not in ("max_iters", "eval_interval", "eval_iters", "warmup_iters")}
 
 
 DIGITS_STEPS = (10, 800, 2000)  # the steps every digits model trains for: tiny, --quick, full size
-DIGITS_RECIPE = dict(batch=64, lr=2e-3, pad=0, label_smoothing=0.1)  # `attnlab train vit`'s on the digits
 
 
 def digits(ctx: Context):
@@ -263,20 +289,46 @@ def digits_vit_config(splits, pos: str = "learned", **options):
     return ViTConfig(**{**VIT_PRESETS["digits"], "peg": False, "pos": pos, **labels, **options})
 
 
+def digits_vit_options(ctx: Context, pos: str = "learned", seed: int = 0, steps: int | None = None, **options) -> dict:
+    """The options of ``attnlab.train("vit", ...)`` (``attnlab train vit --data digits ...``) that
+    train :func:`digits_vit`'s model: the family's own run on the digits, without a PEG, for the
+    claim's steps, with the settings every claim shares (:func:`run_settings`)."""
+    steps = steps or ctx.steps(*DIGITS_STEPS)
+    return dict(
+        data="digits",
+        peg=False,
+        pos=pos,
+        **options,
+        max_iters=steps,
+        warmup_iters=warmup_for(steps),
+        eval_interval=steps,
+        eval_iters=2,
+        seed=1337 + seed,
+        **run_settings(),
+    )
+
+
 def digits_vit(ctx: Context, pos: str = "learned", seed: int = 0, steps: int | None = None, **options):
-    """A ViT trained on the embedded digits with ``pos`` positions (``options``: more ViTConfig
-    fields; ``seed``: its initial weights and batches; ``steps``: other than the digits' own), once
-    per context: (model, test accuracy)."""
-    splits, default_steps = digits(ctx)
+    """A ViT trained on the embedded digits with ``pos`` positions (``options``: more ViT options;
+    ``seed``: its initial weights and batches; ``steps``: other than the digits' own), once per
+    context, by `attnlab train vit` itself (:func:`attnlab.train` with :func:`digits_vit_options`):
+    (model, test accuracy)."""
+    from .. import api
+
+    _, default_steps = digits(ctx)
     steps = steps or default_steps
     key = digits_vit_run(ctx, pos, seed, steps, **options)
     if key not in ctx.cache:
-        from ..models import ViT
-
-        torch.manual_seed(seed)
-        vit = ViT(digits_vit_config(splits, pos, **options))
-        acc = train_image_classifier(ctx, vit, splits, steps, key, seed=seed, **DIGITS_RECIPE)
-        ctx.cache[key] = (vit.eval(), acc)
+        curve = TestAccuracyCurve(quarter_steps(steps)[:-1])
+        run = quietly(
+            api.train,
+            "vit",
+            out=ctx.work / key,
+            callbacks=[curve],
+            **digits_vit_options(ctx, pos, seed, steps, **options),
+        )
+        ctx.cache.setdefault("curves", {})[key] = {**curve.curve, steps: curve.final}
+        ctx.cache[key] = (run.model.eval(), curve.final)
     return ctx.cache[key]
 
 
@@ -298,7 +350,7 @@ def image_models(ctx: Context):
         splits, steps = digits(ctx)
         torch.manual_seed(0)
         cnn = CNN(CNNConfig(num_classes=10, in_chans=1, labels=splits.labels, image_size=8, widths=(32, 64)))
-        ctx.cache["cnn_acc"] = train_image_classifier(ctx, cnn, splits, steps, "cnn", **DIGITS_RECIPE)
+        ctx.cache["cnn_acc"] = train_image_classifier(ctx, cnn, splits, steps, "cnn", **as_the_digits_vit())
         ctx.cache["cnn"] = cnn.eval()
         ctx.cache["digits_x"] = normalize(splits.test[0], splits.mean, splits.std)
     vit, ctx.cache["vit_acc"] = digits_vit(ctx)

@@ -11,7 +11,7 @@ import torch.nn.functional as F
 from ..inspect.plots import plt, save_figure
 from .registry import Context, Control, Result, claim, markdown_table, skipped
 from .runs import (
-    DIGITS_RECIPE,
+    as_the_digits_vit,
     digits,
     digits_vit,
     digits_vit_config,
@@ -199,7 +199,8 @@ def locality(ctx: Context) -> Result:
     from ..data.images import two_dots
 
     size, steps, seeds = 24, ctx.steps(10, 1000, 1500), seeds_for(ctx)
-    recipe = dict(batch=64, lr=2e-3, pad=0, rotate=0.0, scale=0.0)  # no augmentation: a shift or turn moves the dots
+    # the digits ViT's training, with no augmentation: a shift or turn moves the dots
+    recipe = {**as_the_digits_vit(), "label_smoothing": 0.0, "pad": 0, "rotate": 0.0}
     kinds = {"far": tuple(LOCALITY_MODELS), "near": ("shallow CNN", "ViT")}  # near: the control's two models
     acc: dict[tuple[str, str], np.ndarray] = {}
     curves: dict[str, list[dict]] = {}
@@ -500,7 +501,7 @@ def data_hunger(ctx: Context) -> Result:
         pretrained[seed] = ViT(vit_config)
         pre_acc.append(
             train_image_classifier(
-                ctx, pretrained[seed], pretrain, steps, f"hunger_pretrain_s{seed}", seed=seed, **DIGITS_RECIPE
+                ctx, pretrained[seed], pretrain, steps, f"hunger_pretrain_s{seed}", seed=seed, like="digits"
             )
         )
     step = 1 / len(splits.test[1])  # an accuracy moves in steps of one test image
@@ -520,7 +521,7 @@ def data_hunger(ctx: Context) -> Result:
             else:
                 torch.manual_seed(seed)
                 vit_run = f"hunger_vit_{n}_s{seed}"
-                vit_acc = train_image_classifier(ctx, ViT(vit_config), part, steps, vit_run, seed=seed, **DIGITS_RECIPE)
+                vit_acc = train_image_classifier(ctx, ViT(vit_config), part, steps, vit_run, seed=seed)
             torch.manual_seed(seed)
             resnet = CNN(
                 CNNConfig(
@@ -528,12 +529,12 @@ def data_hunger(ctx: Context) -> Result:
                 )
             )
             resnet_acc = train_image_classifier(
-                ctx, resnet, part, steps, f"hunger_resnet_{n}_s{seed}", seed=seed, **DIGITS_RECIPE
+                ctx, resnet, part, steps, f"hunger_resnet_{n}_s{seed}", seed=seed, **as_the_digits_vit()
             )
             tuned = ViT(vit_config)
             tuned.load_state_dict(pretrained[seed].state_dict())
             tuned_acc = train_image_classifier(
-                ctx, tuned, part, tune_steps, f"hunger_tuned_{n}_s{seed}", seed=seed, **{**DIGITS_RECIPE, "lr": 5e-4}
+                ctx, tuned, part, tune_steps, f"hunger_tuned_{n}_s{seed}", seed=seed, lr=5e-4
             )
             for kind, value, run in (
                 ("vit", vit_acc, vit_run),

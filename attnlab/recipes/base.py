@@ -612,8 +612,6 @@ def train(recipe: Recipe, args) -> TrainResult:
     import torch
 
     from ..checkpoint import run_config
-    from ..training import Trainer
-    from ..training import distributed as D
 
     if not str(args.out).strip():  # (Path("") is the current folder: the run would land among other files)
         raise OptionError("--out '' names no folder; give the run folder to write (e.g. runs/gpt)")
@@ -680,18 +678,50 @@ def train(recipe: Recipe, args) -> TrainResult:
     model = recipe.models[run.model_type](run.config)
     if run.setup is not None:
         run.setup(model)
-    fits_in_memory(model, run.task, tcfg)
-    trainer = Trainer(model, run.task, tcfg, out, meta=run.meta, callbacks=getattr(args, "callbacks", None))
-    if trainer.dist.main:
-        write_options(out, recipe.name, replay_options(recipe, args, run, tcfg, model_over, saved))
-    try:
+
+    def started(trainer) -> None:
+        if trainer.dist.main:
+            write_options(out, recipe.name, replay_options(recipe, args, run, tcfg, model_over, saved))
         if args.resume:
             trainer.resume()
         n_params = sum(p.numel() for p in model.parameters())
         print(f"{run.summary} | {n_params / 1e6:.2f}M parameters | {run_header(trainer)}", file=sys.stderr)
-        result = trainer.fit()
+
+    def finished(trainer, result) -> None:
         if trainer.dist.main:
             recipe.finish(args, run, trainer, result)
+
+    trainer, result = fit_model(
+        model,
+        run.task,
+        tcfg,
+        out,
+        meta=run.meta,
+        callbacks=getattr(args, "callbacks", None),
+        started=started,
+        finished=finished,
+    )
+    return TrainResult(trainer.model, trainer, run, result["step"], result["best_val"])
+
+
+def fit_model(model, task, tcfg, out, *, meta=None, callbacks=None, started=None, finished=None) -> tuple[Any, dict]:
+    """Train ``model`` on ``task`` with the TrainConfig ``tcfg`` into the run folder ``out``: the
+    training every family's run ends in (:func:`train`), and that of a claim's model that no
+    family trains (a graph transformer on cycles, a GPT on an induction task: ``attnlab
+    reproduce``). A batch that cannot fit is refused first; ``started(trainer)`` runs before the
+    first step (options.json, resume, the run's header) and ``finished(trainer, result)`` after
+    the last, before a distributed job's processes part. Returns (trainer, the trainer's result)."""
+    from ..training import Trainer
+    from ..training import distributed as D
+
+    fits_in_memory(model, task, tcfg)
+    trainer = Trainer(model, task, tcfg, Path(out), meta=meta or {}, callbacks=callbacks)
+    try:
+        if started is not None:
+            started(trainer)
+        result = trainer.fit()
+        if finished is not None:
+            finished(trainer, result)
     finally:
         D.cleanup(trainer.dist)
-    return TrainResult(trainer.model, trainer, run, result["step"], result["best_val"])
+    return trainer, result

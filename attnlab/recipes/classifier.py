@@ -193,7 +193,6 @@ class ImageClassifierRecipe(Recipe):
 
     def prepare(self, args, saved, model_over, tcfg):
         from ..data.images import load_images
-        from ..training.tasks import ImageClassificationTask
 
         spec = (saved.get("data_spec") if saved else args.data) or "digits"
         splits = load_images(spec, args.data_dir)
@@ -214,16 +213,13 @@ class ImageClassifierRecipe(Recipe):
                 f"{cfg.image_size}; drop --image-size (it follows the data) or resize the images"
             )
         print(splits.note, file=sys.stderr)
-        flip = args.flip if args.flip is not None else splits.name == "cifar10"
-        # on 8x8 digits a one-pixel shift is an eighth of the image: the ViT was a point more
-        # accurate without it on each of three seeds (benchmarks/README.md, ViT)
-        pad = args.pad if args.pad is not None else (0 if h < 16 else max(1, h // 8))
-        rotate = args.rotate if args.rotate is not None else (0.0 if splits.name == "cifar10" else 10.0)
-        smoothing = args.label_smoothing
-        if smoothing is None:
-            smoothing = self.LABEL_SMOOTHING.get(splits.name, 0.0)
-        task = ImageClassificationTask(
-            splits, tcfg.batch_size, pad=pad, flip=flip, label_smoothing=smoothing, rotate=rotate, scale=rotate / 100
+        task = self.image_task(
+            splits,
+            tcfg.batch_size,
+            pad=args.pad,
+            flip=args.flip,
+            rotate=args.rotate,
+            label_smoothing=args.label_smoothing,
         )
         freeze = bool(saved.get("freeze", False)) if saved else bool(getattr(args, "freeze", False))
 
@@ -245,6 +241,24 @@ class ImageClassifierRecipe(Recipe):
             f" | from {args.init}" + (", body frozen" if freeze else "") if init_state is not None else ""
         )
         return TrainingRun(mtype, cfg, task, meta, summary, setup)
+
+    def image_task(self, splits, batch_size: int, *, pad=None, flip=None, rotate=None, label_smoothing=None, like=None):
+        """The classification task of ``splits`` with this family's augmentation and loss: an option
+        left None takes the family's default for the data (``--pad``, ``--flip``, ``--rotate``,
+        ``--label-smoothing``), or for the dataset named ``like``; `attnlab train` and the claims of
+        `attnlab reproduce` build it here."""
+        from ..training.tasks import ImageClassificationTask
+
+        h, name = splits.shape[1], like or splits.name
+        flip = flip if flip is not None else name == "cifar10"
+        # on 8x8 digits a one-pixel shift is an eighth of the image: the ViT was a point more
+        # accurate without it on each of three seeds (benchmarks/README.md, ViT)
+        pad = pad if pad is not None else (0 if h < 16 else max(1, h // 8))
+        rotate = rotate if rotate is not None else (0.0 if name == "cifar10" else 10.0)
+        smoothing = label_smoothing if label_smoothing is not None else self.LABEL_SMOOTHING.get(name, 0.0)
+        return ImageClassificationTask(
+            splits, batch_size, pad=pad, flip=flip, label_smoothing=smoothing, rotate=rotate, scale=rotate / 100
+        )
 
     def finish(self, args, run, trainer, result) -> None:
         pred, y = run.task.predict(trainer.model, "test", device=trainer.device)
