@@ -17,6 +17,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
+from .options import OptionSpecs, checked_by
 from .training.devices import autocast
 
 
@@ -509,17 +510,42 @@ def sharing_rows(device, quick) -> list[dict]:
     ]
 
 
+ROW_GROUPS = ("attention", "gpt", "generate", "serving", "vit", "encdec", "distributed", "sharing")
+
+
+def bench_specs() -> OptionSpecs:
+    """`attnlab bench`'s options, and :func:`run`'s keywords: declared once."""
+    b = OptionSpecs()
+    b.add("--quick", kind="flag", help="small shapes: about a minute on 2 CPU cores")
+    b.add(
+        "--compile",
+        kind="bool",
+        help="add torch.compile rows (default: on with CUDA, off on CPU where compiling takes minutes)",
+    )
+    b.add("--only", nargs="+", choices=ROW_GROUPS, help="run only these row groups (default: all)")
+    b.add("--json", dest="json_path", metavar="JSON", help="write the table as JSON to this file")
+    b.add("--markdown", dest="markdown_path", metavar="MARKDOWN", help="write the table as Markdown to this file")
+    b.add_device()
+    return b
+
+
+@checked_by(bench_specs)
 def run(
     quick: bool = False,
-    compile_: bool | None = None,
+    compile: bool | None = None,
     json_path: str | None = None,
     markdown_path: str | None = None,
     device: str = "auto",
     only: list[str] | None = None,
 ) -> list[dict]:
-    """``only``: some of the row groups attention, gpt, generate, serving, vit, encdec, distributed, sharing
-    (default all)."""
+    """The benchmark table (``attnlab bench``): ``only``: some of the row groups (:data:`ROW_GROUPS`;
+    default all); ``json_path`` / ``markdown_path``: files to write it to as well."""
+    from .outputs import output_file
     from .training.devices import cpu_has_fast_bf16, pick_device
+
+    # checked before minutes of benchmarking, not after
+    json_path = str(output_file(json_path, ".json", "--json")) if json_path else None
+    markdown_path = str(output_file(markdown_path, ".md", "--markdown")) if markdown_path else None
 
     dev = pick_device(device)
     fast_bf16 = torch.cuda.is_bf16_supported() if dev.type == "cuda" else cpu_has_fast_bf16()
@@ -530,7 +556,7 @@ def run(
         + ", ".join(f"{str(dt).replace('torch.', '')} {p / 1e9:,.0f} GFLOP/s" for dt, p in peaks.items())
     )
     print(head, file=sys.stderr, flush=True)
-    compile_ = (dev.type == "cuda") if compile_ is None else compile_
+    compile_ = (dev.type == "cuda") if compile is None else compile
     groups = {
         "attention": lambda: attention_rows(dev, [256, 1024] if quick else [256, 1024, 4096], 3 if quick else 5),
         "gpt": lambda: gpt_rows(dev, dtypes, peaks, quick, compile_ and not quick),

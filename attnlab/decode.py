@@ -11,16 +11,6 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
-from .errors import OptionError
-from .options import MAX_BEAM
-
-
-def check_beam(beam) -> int:
-    """A beam size from Python: an integer from 1 (greedy) to MAX_BEAM, else a one-line OptionError."""
-    if not isinstance(beam, int) or isinstance(beam, bool) or not 1 <= beam <= MAX_BEAM:
-        raise OptionError(f"beam={beam!r}: must be an integer from 1 to {MAX_BEAM}")
-    return beam
-
 
 @dataclass
 class Hypothesis:

@@ -11,6 +11,8 @@ declarations into ``argparse`` flags. Nothing here knows ``argparse``: a value c
 
 from __future__ import annotations
 
+import functools
+import inspect
 import math
 import types
 from dataclasses import dataclass
@@ -310,6 +312,33 @@ class Command:
     description: str
     options: OptionSpecs
     run: Callable[[Options], int | None]
+
+
+def checked_by(declaration: Callable[[], OptionSpecs], *, unchecked: tuple[str, ...] = ()):
+    """Decorate a Python verb whose keywords are the options of a command: each keyword the command
+    declares in ``declaration()`` (``--beam`` for ``beam=``) is checked by that declaration, with its
+    bounds, choices and words, before the verb runs (``unchecked``: keywords that take another form
+    in Python than on the command line, a list where the flag takes text). The verb keeps
+    ``declaration`` (``verb.declaration``): the command line builds its flags from the same one, and
+    tests/test_options_agree.py checks the keyword's defaults against it."""
+
+    def wrap(verb: Callable) -> Callable:
+        signature = inspect.signature(verb)
+
+        @functools.wraps(verb)
+        def checked(*args, **kwargs):
+            bound = signature.bind(*args, **kwargs)
+            specs = declaration()
+            for name, value in bound.arguments.items():
+                spec = specs.specs.get(name)
+                if spec is not None and not spec.positional and name not in unchecked and value is not None:
+                    bound.arguments[name] = specs.check(name, value)
+            return verb(*bound.args, **bound.kwargs)
+
+        checked.declaration = declaration  # type: ignore[attr-defined]
+        return checked
+
+    return wrap
 
 
 # ``--quantize``'s choices (attnlab.quantize implements them; kept here, where no torch is imported,

@@ -16,10 +16,54 @@ from pathlib import Path
 from typing import Any
 
 from .errors import OptionError
+from .options import OptionSpecs, checked_by, nonneg_float, nonneg_int, positive_float, positive_int
 from .inspect.sae import SAEConfig, SAETraining, SparseAutoencoder, load_sae
 from .inspect import sae as method
 
 __all__ = ["train", "evaluate", "features", "write_features", "load", "SAERun", "SparseAutoencoder", "SAEConfig"]
+
+
+# ---- the options of `attnlab sae train | eval | features`, and the keywords of train / evaluate / features -
+def train_specs() -> OptionSpecs:
+    st = OptionSpecs()
+    st.add("--ckpt", required=True, help="run folder of a GPT")
+    st.add("--hook", required=True, help="the hook point to read, e.g. blocks.1.hook_resid_post")
+    st.add("--out", required=True, help="folder for sae.safetensors, sae.json and metrics.json")
+    st.add("--kind", choices=["relu", "topk"], default="relu", help="relu: an L1 penalty; topk: k latents per token")
+    st.add("--latents", type=positive_int, default=None, help="dictionary size (default: --expansion x the width)")
+    st.add("--expansion", type=positive_int, default=8, help="latents per activation dimension (default 8)")
+    st.add("--k", type=positive_int, default=32, help="topk: latents active per token (default 32)")
+    st.add("--l1", dest="l1_coefficient", type=nonneg_float, default=2.0, help="relu: the L1 coefficient (default 2)")
+    st.add("--steps", type=positive_int, default=2000, help="training steps (default 2000)")
+    st.add("--batch-tokens", type=positive_int, default=1024, help="activations per step (default 1024)")
+    st.add("--lr", type=positive_float, default=4e-4, help="Adam's learning rate (default 4e-4)")
+    st.add("--resamples", type=nonneg_int, default=3, help="relu: times dead latents are resampled (default 3)")
+    st.add("--seed", type=nonneg_int, default=0, help="random seed (default 0)")
+    st.add("--data", default=None, help="train on this text instead of the run's own")
+    st.add_device()
+    return st
+
+
+def eval_specs() -> OptionSpecs:
+    se = OptionSpecs()
+    se.add("--sae", required=True, help="folder written by attnlab sae train")
+    se.add("--ckpt", default=None, help="the GPT (default: the run the SAE was trained on)")
+    se.add("--data", default=None, help="evaluate on this text instead of the run's validation text")
+    se.add("--json", kind="flag", help="print the metrics as one JSON object")
+    se.add_device()
+    return se
+
+
+def features_specs() -> OptionSpecs:
+    sf = OptionSpecs()
+    sf.add("--sae", required=True, help="folder written by attnlab sae train")
+    sf.add("--out", required=True, help="HTML file to write")
+    sf.add("--ckpt", default=None, help="the GPT (default: the run the SAE was trained on)")
+    sf.add("--latents", default=None, help="which latents, comma-separated (default: the --count most frequent)")
+    sf.add("--count", type=positive_int, default=24, help="latents shown without --latents (default 24)")
+    sf.add("--data", default=None, help="read contexts from this text instead of the run's validation text")
+    sf.add_device()
+    return sf
 
 
 @dataclass
@@ -65,6 +109,7 @@ def _images(model: Any, split: str, data: str | None = None) -> tuple[tuple[Any,
     return (normalize(x, model.mean, model.std), y), x
 
 
+@checked_by(train_specs)
 def train(
     model_or_path: Any,
     hook: str,
@@ -89,11 +134,6 @@ def train(
     it on the validation text; save it to ``out`` (sae.safetensors, sae.json, metrics.json) when
     given."""
     model = _model(model_or_path)
-    for name, value, low in (("steps", steps, 1), ("batch_tokens", batch_tokens, 1), ("expansion", expansion, 1)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < low:
-            raise OptionError(f"{name}={value!r}: must be an integer of at least {low}")
-    if not lr > 0:
-        raise OptionError(f"lr={lr!r}: must be positive")
     method.check_hook(model, hook)
     source = _source(model, "train", data)
     _, width = method.hook_shape(model, hook, source)
@@ -118,12 +158,14 @@ def train(
     return SAERun(sae, metrics, history, Path(out) if out is not None else None)
 
 
+@checked_by(eval_specs, unchecked=("sae",))
 def evaluate(model_or_path: Any, sae: SparseAutoencoder, *, data: str | None = None, batches: int = 8) -> dict:
     """:func:`attnlab.inspect.sae.evaluate` on the model's validation text (or ``data``)."""
     model = _model(model_or_path)
     return method.evaluate(model, sae.to(model.device), _source(model, "val", data), batches=batches)
 
 
+@checked_by(features_specs, unchecked=("sae", "latents"))
 def features(
     model_or_path: Any,
     sae: SparseAutoencoder,

@@ -28,6 +28,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .options import OptionSpecs, checked_by, number, positive_int
+
 FORM = """<!doctype html><html lang="en"><head><meta charset="utf-8"><title>attnlab serve: {name}</title>
 <style>body{{font:14px system-ui,sans-serif;margin:24px}}textarea{{width:40em;height:5em}}</style></head>
 <body><h1>attnlab explorer: {name}</h1><p>{what}</p>
@@ -641,9 +643,38 @@ class RunningServer:
         self._server.should_exit = True
 
 
-def serve(model, kind: str, host: str = "127.0.0.1", port: int = 8000, ready=None, slots: int = 8) -> None:
-    """Serve until interrupted (uvicorn). ``ready(server)`` is called once listening, with a
-    :class:`RunningServer` (tests use port 0). A GPT also generates, ``slots`` requests at a time."""
+def serve_specs() -> OptionSpecs:
+    """`attnlab serve`'s options, and :func:`serve`'s keywords: declared once."""
+    sv = OptionSpecs()
+    sv.add("--ckpt", required=True, help="run folder (or HuggingFace folder)")
+    sv.add(
+        "--port", type=number(int, 0, True, 65535, what="from 0 to 65535"), default=8000, help="TCP port (default 8000)"
+    )
+    sv.add("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
+    sv.add_device("cpu")
+    sv.add(
+        "--batch-size",
+        type=positive_int,
+        default=8,
+        help="GPT: /generate requests decoded together; one that finishes gives its row to the next (default 8)",
+    )
+    return sv
+
+
+@checked_by(serve_specs)
+def serve(
+    model,
+    kind: str | None = None,
+    host: str = "127.0.0.1",
+    port: int = 8000,
+    ready=None,
+    batch_size: int = 8,
+    slots: int | None = None,
+) -> None:
+    """Serve the explorer of ``model`` (a model from :func:`attnlab.load`; ``kind``: its family's
+    explorer kind unless given) until interrupted (uvicorn). ``ready(server)`` is called once
+    listening, with a :class:`RunningServer` (tests use port 0). A GPT also generates,
+    ``batch_size`` requests at a time (``slots``: its old name)."""
     import socket
 
     try:
@@ -652,8 +683,12 @@ def serve(model, kind: str, host: str = "127.0.0.1", port: int = 8000, ready=Non
         from .errors import OptionError
 
         raise OptionError("attnlab serve runs on FastAPI and uvicorn: pip install 'attnlab[serve]'") from None
+    if kind is None:
+        kind = model.family_recipe().explore_kind
+    if slots is not None:
+        batch_size = serve_specs().check("batch_size", slots)
     port_ref = [port]
-    app = create_app(model, kind, slots=slots, port_ref=port_ref)
+    app = create_app(model, kind, slots=batch_size, port_ref=port_ref)
     try:
         sock = socket.create_server((host, port), backlog=2048, reuse_port=False)
     except OSError as e:

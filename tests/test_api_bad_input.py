@@ -125,11 +125,11 @@ def test_what_a_hook_filter_takes(bad, gpt):
 
 def test_the_families_verbs_refuse_in_one_attnlab_line(gpt, vit, tiny_run):
     """Each was a raw TypeError or ValueError before."""
-    refused(lambda: gpt.patch("ab", "ba", "a", over=[]), "patching over")
+    refused(lambda: gpt.patch("ab", "ba", "a", over=[]), "over=[]", "must be a string")
     refused(lambda: gpt.inspect([], "x.png"), "inspect")
     refused(lambda: gpt.evaluate(ablate=3, max_tokens=100), "ablate=3")
     refused(lambda: gpt.explore(text="ab", generate=2**80), "context")  # (was a ValueError)
     refused(lambda: vit.explore(image=None), "explore a ViT with --image")
     refused(lambda: tiny_run("seq2seq").load().translate(3), "translate needs a string or a list", "int")
     refused(lambda: tiny_run("encoder").load().embed(None), "embed needs a string or a list", "NoneType")
-    refused(lambda: attnlab.sae.train(gpt, [], steps=1), "not a hook point")
+    refused(lambda: attnlab.sae.train(gpt, [], steps=1), "hook=[]", "must be a string")

@@ -219,7 +219,7 @@ def test_serve_generates_for_requests_arriving_together(lm_run):
         started.set()
 
     threading.Thread(
-        target=serve, args=(model, "text", "127.0.0.1", 0, ready), kwargs={"slots": 2}, daemon=True
+        target=serve, args=(model, "text", "127.0.0.1", 0, ready), kwargs={"batch_size": 2}, daemon=True
     ).start()
     assert started.wait(10)
     port = box["server"].server_address[1]

@@ -107,3 +107,111 @@ def test_every_train_option_is_a_flag_a_keyword_and_an_options_json_entry(family
         applies = name not in model_fields or hasattr(run.model.config, name)
         if name not in (*NOT_REPLAYED, "config") and applies:
             assert name in written, f"{family}'s options.json has no {name}"
+
+
+# ---- every other command: its flags and its Python call's keywords from one declaration -----------------
+from attnlab import bench, sae  # noqa: E402
+from attnlab.errors import OptionError  # noqa: E402
+from attnlab.experiments import reproduce  # noqa: E402
+from attnlab.recipes.base import Verbs  # noqa: E402
+from attnlab.recipes.caption import CaptionerVerbs  # noqa: E402
+from attnlab.recipes.classifier import ImageClassifierVerbs  # noqa: E402
+from attnlab.recipes.encoder import TextEncoderVerbs  # noqa: E402
+from attnlab.recipes.seq2seq import Seq2SeqVerbs  # noqa: E402
+from attnlab.serve import serve  # noqa: E402
+
+# every command but train, eval, ablate and inspect (whose options are each family's: the tests
+# above and below) -> the Python calls that take its options as keywords
+VERBS = {
+    "sample": [GPTVerbs.generate],
+    "caption": [CaptionerVerbs.caption],
+    "translate": [Seq2SeqVerbs.translate],
+    "embed": [TextEncoderVerbs.embed],
+    "predict": [ImageClassifierVerbs.predict, TextEncoderVerbs.predict],
+    "patch": [GPTVerbs.patch, ImageClassifierVerbs.patch],
+    "explore": [Verbs.explore],
+    "serve": [serve],
+    "reproduce": [reproduce],
+    "bench": [bench.run],
+    "sae train": [sae.train],
+    "sae eval": [sae.evaluate],
+    "sae features": [sae.features],
+}
+# options that are no keyword of the Python call, and why
+CLI_ONLY = {
+    "ckpt": "the call is the loaded model's method, or takes the model (or its run) first",
+    "device": "the call runs where the model is",
+    "json": "the call returns the values",
+    "file": "the call takes the texts themselves",
+    "num_samples": "a list of prompts (or several calls) gives several samples",
+    "prompts_file": "the call takes the prompts themselves",
+    "no_cache": "use_cache=False",
+    "dtype": "the model's own dtype (model.to(torch.bfloat16))",
+    "quantize": "attnlab.quantize on the model",
+    "sae": "the SAE itself (attnlab.sae.load)",
+}
+OUTPUT_FILE = ("patch", "explore", "embed", "sae features")  # the call returns what the command writes to --out
+COMMANDS_WITHOUT_A_CALL = {"train", "eval", "ablate", "inspect", "completion"}
+
+
+def test_every_command_has_its_python_call():
+    top = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction)).choices
+    commands = {n for n in top if n not in ("sae",)} | {
+        f"sae {n}" for n in subparser(build_parser(), "sae")._actions[-1].choices
+    }
+    assert commands - COMMANDS_WITHOUT_A_CALL == set(VERBS)
+
+
+@pytest.mark.parametrize("command", list(VERBS))
+def test_a_commands_flags_and_its_calls_keywords_agree_with_its_one_declaration(command, capsys):
+    parser = subparser(build_parser(), *command.split())
+    for verb in VERBS[command]:
+        declared = verb.declaration()
+        flags = {a.dest: a for a in parser._actions if a.dest != "help"}
+        assert set(flags) == set(declared.specs), command  # the flags are the declaration's
+        keywords = inspect.signature(verb).parameters
+        for name, spec in declared.specs.items():
+            flag = flags[name]
+            assert (flag.default, tuple(flag.choices or ()) or None) == (spec.default, spec.choices), name
+            if spec.positional or name in CLI_ONLY or (name == "out" and command in OUTPUT_FILE):
+                continue
+            assert name in keywords, f"{verb.__qualname__} has no keyword {name} (attnlab {command} --{name})"
+            python = keywords[name].default
+            if spec.required and (command, name) != ("sae train", "out"):  # (Python saves it when out= is given)
+                assert python is inspect.Parameter.empty, (command, name)
+            elif (command, name) in PYTHON_DEFAULT_DIFFERS_BY_COMMAND:
+                assert (python, spec.default) == PYTHON_DEFAULT_DIFFERS_BY_COMMAND[command, name]
+            elif spec.kind != "append":
+                assert python == spec.default, (command, name, python, spec.default)
+        # a value the declaration refuses is refused by the flag and by the keyword, naming both
+        first = [p for p in keywords.values() if p.default is inspect.Parameter.empty][1 if "self" in keywords else 0 :]
+        for name, spec in declared.specs.items():
+            if name not in keywords or spec.positional:
+                continue
+            bad = refused_value(spec)
+            if bad is None:
+                continue
+            args = [None] * ("self" in keywords) + ["x"] * len(first)
+            with pytest.raises(OptionError, match=f"{name}="):
+                verb(*args, **{name: bad})
+            flag = spec.flags[0]
+            argv = [*command.split(), flag, *(bad if isinstance(bad, list) else [str(bad)])]
+            with pytest.raises(SystemExit) as exit_code:
+                parser.parse_args(argv[len(command.split()) :])
+            assert exit_code.value.code == 2 and flag in capsys.readouterr().err, (command, name)
+
+
+PYTHON_DEFAULT_DIFFERS_BY_COMMAND = {("sample", k): v for k, v in PYTHON_DEFAULT_DIFFERS.items()}
+
+
+def refused_value(spec):
+    """A value just outside what ``spec`` takes (a choice it lacks, a count below its least), or None."""
+    if spec.choices:
+        return ["nope"] if spec.nargs in ("+", "*") else "nope"
+    bounds = getattr(spec.type, "bounds", None)
+    if bounds is None:
+        return None
+    kind, low, low_ok, high = bounds
+    if high is not None:
+        return high + (1 if kind is int else 1e-6)
+    return (low - 1 if kind is int else low - 1e-6) if low_ok else low

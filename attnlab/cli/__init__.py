@@ -15,12 +15,14 @@ import sys
 
 from .. import __version__
 from ..errors import AttnlabError, a, one_line
-from ..options import OptionSpecs, device_name, nonneg_float, nonneg_int, number, positive_float, positive_int
-from .parser import EPILOG, Parser, add_options, flag_type, option_parser
+from ..options import OptionSpecs
+from .parser import EPILOG, Parser, add_options, option_parser
 
 
 def build_parser() -> argparse.ArgumentParser:
     from ..recipes import recipes
+    from ..recipes.base import explore_specs, patch_specs, predict_specs
+    from ..serve import serve_specs
 
     p = Parser(
         prog="attnlab",
@@ -57,12 +59,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Image classifiers: the top-k classes of each image file. Text classifiers: "
         "the label of each text, with the top-k probabilities.",
     )
-    pr.add_argument("--ckpt", required=True, help="run folder of a classifier")
-    pr.add_argument(
-        "inputs", nargs="+", metavar="INPUT", help="image files (image classifiers) or texts (text classifiers)"
-    )
-    pr.add_argument("--top-k", type=flag_type(positive_int), default=3, help="classes to show per input (default 3)")
-    pr.add_argument("--device", type=flag_type(device_name), default="auto", help="auto | cpu | cuda")
+    add_options(pr, predict_specs())
     pr.set_defaults(func=lambda args: _family(args.ckpt).predict(args))
 
     e = sub.add_parser(
@@ -100,24 +97,7 @@ def build_parser() -> argparse.ArgumentParser:
         "much of the clean preference for --answer (over --wrong) each restores: 1 = all of it, 0 = none. GPTs: "
         "texts of the same token count and single-token answers; ViTs: two image files and class labels.",
     )
-    patches = OptionSpecs()
-    patches.add("--ckpt", required=True, help="run folder of a GPT or a ViT (or a HuggingFace GPT-2 / ViT folder)")
-    patches.add("--clean", required=True, help="the input where the model gives the answer (text, or an image file)")
-    patches.add("--corrupt", required=True, help="the input changed so the answer changes (same number of tokens)")
-    patches.add("--answer", required=True, help="the clean input's answer: a next token (GPT) or a class (ViT)")
-    patches.add("--wrong", default=None, help="the corrupted input's answer; without it the metric is log p(answer)")
-    patches.add(
-        "--over",
-        # (attnlab.inspect.patching.PATCH_TARGETS less head_position, whose result is 3-D: written out
-        # here so that the parser imports no torch; tests/test_lens.py keeps the two equal)
-        choices=["resid_pre", "resid_mid", "resid_post", "attn_out", "mlp_out", "head", "q", "k", "v", "pattern"],
-        default="resid_pre",
-        help="resid_pre (default), resid_mid, resid_post, attn_out, mlp_out: layer x position; head (each head's "
-        "output), q, k, v, pattern: layer x head",
-    )
-    patches.add("--out", required=True, help="the heat map (PNG; its numbers in a .npz beside it)")
-    patches.add_device("cpu")
-    add_options(pa, patches)
+    add_options(pa, patch_specs())
     pa.set_defaults(func=_patch)
 
     inspections: dict[str, dict[str, list[str]]] = {}  # what -> its help -> the families that offer it so
@@ -153,22 +133,7 @@ def build_parser() -> argparse.ArgumentParser:
         "class-token attention, rollout, attention distance; seq2seq (--src [--tgt]): "
         "cross-attention per layer and head. Every view shows its values and saves PNG and JSON.",
     )
-    ex.add_argument("--ckpt", required=True, help="run folder (or HuggingFace folder)")
-    ex.add_argument("--text", default=None, help="GPT / text encoder: the text to look at")
-    ex.add_argument("--image", default=None, help="ViT: the image to look at")
-    ex.add_argument("--src", default=None, help="seq2seq: the source sentence")
-    ex.add_argument("--tgt", default=None, help="seq2seq: a target sentence (default: the model's translation)")
-    ex.add_argument(
-        "--generate",
-        type=flag_type(nonneg_int),
-        default=0,
-        help="GPT: continue --text by N greedy tokens and show the attention of each as it was produced",
-    )
-    ex.add_argument(
-        "--sae", default=None, help="GPT: a folder written by attnlab sae train; each position lists its active latents"
-    )
-    ex.add_argument("--out", required=True, help="HTML file to write")
-    ex.add_argument("--device", type=flag_type(device_name), default="cpu", help="auto | cpu | cuda (default cpu)")
+    add_options(ex, explore_specs())
     ex.set_defaults(func=_explore)
 
     sv = sub.add_parser(
@@ -181,19 +146,10 @@ def build_parser() -> argparse.ArgumentParser:
         'JSON {"prompt": ..., "max_new_tokens": ..., "temperature": ...}), batching the requests that '
         "arrive together. Bound to 127.0.0.1; requests from other origins are refused.",
     )
-    sv.add_argument("--ckpt", required=True, help="run folder (or HuggingFace folder)")
-    sv.add_argument("--port", type=_port, default=8000, help="TCP port (default 8000)")
-    sv.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
-    sv.add_argument("--device", type=flag_type(device_name), default="cpu", help="auto | cpu | cuda (default cpu)")
-    sv.add_argument(
-        "--batch-size",
-        type=flag_type(positive_int),
-        default=8,
-        help="GPT: /generate requests decoded together; one that finishes gives its row to the next (default 8)",
-    )
+    add_options(sv, serve_specs())
     sv.set_defaults(func=_serve)
 
-    from ..experiments import CLAIMS
+    from ..experiments import CLAIMS, reproduce_specs
 
     rp = sub.add_parser(
         "reproduce",
@@ -204,17 +160,10 @@ def build_parser() -> argparse.ArgumentParser:
         "fails the criterion), FAIL, INCONCLUSIVE (the control clears it too, or seed noise straddles it) or "
         "SKIPPED (its data is absent), in OUT/report.md with its PNGs. Claims: " + ", ".join(CLAIMS),
     )
-    rp.add_argument("names", nargs="*", metavar="NAME", help="claims to check (default: all)")
-    rp.add_argument("--quick", action="store_true", help="small runs: all claims in about 10 minutes on 2 CPU cores")
-    rp.add_argument("--out", default="reproduce", help="report folder (default: reproduce/)")
-    rp.add_argument("--data-dir", default=None, help="folder holding named datasets (default: $ATTNLAB_DATA)")
-    rp.add_argument(
-        "--docs",
-        default=None,
-        metavar="FILE.md",
-        help="also write the documentation page: what each claim judges, its control and verdict (default: none)",
-    )
+    add_options(rp, reproduce_specs())
     rp.set_defaults(func=_reproduce)
+
+    from ..bench import bench_specs
 
     b = sub.add_parser(
         "bench",
@@ -223,23 +172,7 @@ def build_parser() -> argparse.ArgumentParser:
         "each against a peer (HuggingFace, torch.nn) measured in the same run, with model FLOPs "
         "utilisation against the matmul peak measured at the start. Runs on CUDA when present.",
     )
-    b.add_argument("--quick", action="store_true", help="small shapes: about a minute on 2 CPU cores")
-    b.add_argument(
-        "--compile",
-        action=argparse.BooleanOptionalAction,
-        default=None,
-        help="add torch.compile rows (default: on with CUDA, off on CPU where compiling takes minutes)",
-    )
-    b.add_argument(
-        "--only",
-        nargs="+",
-        choices=["attention", "gpt", "generate", "serving", "vit", "encdec", "distributed", "sharing"],
-        default=None,
-        help="run only these row groups (default: all)",
-    )
-    b.add_argument("--json", default=None, help="write the table as JSON to this file")
-    b.add_argument("--markdown", default=None, help="write the table as Markdown to this file")
-    b.add_argument("--device", type=flag_type(device_name), default="auto", help="auto | cpu | cuda")
+    add_options(b, bench_specs())
     b.set_defaults(func=_bench)
 
     sae = sub.add_parser(
@@ -252,42 +185,17 @@ def build_parser() -> argparse.ArgumentParser:
         "features as an offline HTML page (top activating contexts, logit effects).",
     )
     sae_sub = sae.add_subparsers(dest="sae_command", metavar="WHAT", parser_class=Parser)
-    st = OptionSpecs()
-    st.add("--ckpt", required=True, help="run folder of a GPT")
-    st.add("--hook", required=True, help="the hook point to read, e.g. blocks.1.hook_resid_post")
-    st.add("--out", required=True, help="folder for sae.safetensors, sae.json and metrics.json")
-    st.add("--kind", choices=["relu", "topk"], default="relu", help="relu: an L1 penalty; topk: k latents per token")
-    st.add("--latents", type=positive_int, default=None, help="dictionary size (default: --expansion x the width)")
-    st.add("--expansion", type=positive_int, default=8, help="latents per activation dimension (default 8)")
-    st.add("--k", type=positive_int, default=32, help="topk: latents active per token (default 32)")
-    st.add("--l1", dest="l1_coefficient", type=nonneg_float, default=2.0, help="relu: the L1 coefficient (default 2)")
-    st.add("--steps", type=positive_int, default=2000, help="training steps (default 2000)")
-    st.add("--batch-tokens", type=positive_int, default=1024, help="activations per step (default 1024)")
-    st.add("--lr", type=positive_float, default=4e-4, help="Adam's learning rate (default 4e-4)")
-    st.add("--resamples", type=nonneg_int, default=3, help="relu: times dead latents are resampled (default 3)")
-    st.add("--seed", type=nonneg_int, default=0, help="random seed (default 0)")
-    st.add("--data", default=None, help="train on this text instead of the run's own")
-    st.add_device()
+    from ..sae import eval_specs, features_specs, train_specs
+
+    st = train_specs()
     c = option_parser(
         sae_sub, "train", st, help="train an SAE on one hook point", description="Train a sparse autoencoder."
     )
     c.set_defaults(func=_sae_train)
-    se = OptionSpecs()
-    se.add("--sae", required=True, help="folder written by attnlab sae train")
-    se.add("--ckpt", default=None, help="the GPT (default: the run the SAE was trained on)")
-    se.add("--data", default=None, help="evaluate on this text instead of the run's validation text")
-    se.add("--json", kind="flag", help="print the metrics as one JSON object")
-    se.add_device()
+    se = eval_specs()
     c = option_parser(sae_sub, "eval", se, help="L0, explained variance, dead latents, loss recovered")
     c.set_defaults(func=_sae_eval)
-    sf = OptionSpecs()
-    sf.add("--sae", required=True, help="folder written by attnlab sae train")
-    sf.add("--out", required=True, help="HTML file to write")
-    sf.add("--ckpt", default=None, help="the GPT (default: the run the SAE was trained on)")
-    sf.add("--latents", default=None, help="which latents, comma-separated (default: the --count most frequent)")
-    sf.add("--count", type=positive_int, default=24, help="latents shown without --latents (default 24)")
-    sf.add("--data", default=None, help="read contexts from this text instead of the run's validation text")
-    sf.add_device()
+    sf = features_specs()
     c = option_parser(sae_sub, "features", sf, help="an offline HTML page of the SAE's features")
     c.set_defaults(func=_sae_features)
 
@@ -462,9 +370,6 @@ def _explore(args) -> int:
     return 0
 
 
-_port = flag_type(number(int, 0, True, 65535, what="from 0 to 65535"))
-
-
 def _serve(args) -> int:
     from ..api import load
     from ..errors import CheckpointError
@@ -484,59 +389,32 @@ def _serve(args) -> int:
 
     try:
         model = load(args.ckpt, device=args.device)
-        serve(model, recipe.explore_kind, args.host, args.port, ready, slots=args.batch_size)
+        serve(model, recipe.explore_kind, args.host, args.port, ready, batch_size=args.batch_size)
     except KeyboardInterrupt:
         print("stopped", file=sys.stderr)
     return 0
 
 
 def _reproduce(args) -> int:
-    import platform
-    import tempfile
     from pathlib import Path
 
-    from ..experiments import CLAIMS, Context, run_claims, write_docs, write_report
-    from ..outputs import output_file
+    from ..experiments import reproduce
 
-    names = [n for n in args.names if n != "all"] or list(CLAIMS)
-    unknown = [n for n in names if n not in CLAIMS]
-    if unknown:
-        raise ValueError(f"unknown claim {unknown[0]!r}; choose from {', '.join(CLAIMS)} (or all)")
-    docs = output_file(args.docs, ".md", "--docs") if args.docs else None  # checked before the runs, not after
-    out = Path(args.out)
-    with tempfile.TemporaryDirectory(prefix="attnlab-reproduce-") as work:
-        ctx = Context(out=out, work=Path(work), size="quick" if args.quick else "full", data_dir=args.data_dir)
-        results = run_claims(names, ctx, log=lambda m: print(m, file=sys.stderr, flush=True))
-    report = write_report(results, ctx)
-    if docs is not None:
-        write_docs(results, ctx, docs, f"{os.cpu_count() or 1} CPU cores ({_cpu_name() or platform.machine()})")
+    log = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
+    results = reproduce(args.names, quick=args.quick, out=args.out, data_dir=args.data_dir, docs=args.docs, log=log)
     passed = sum(r.status == "PASS" for r in results.values())
-    print(f"{passed} of {len(results)} claims PASS; report: {report}")
+    print(f"{passed} of {len(results)} claims PASS; report: {Path(args.out) / 'report.md'}")
     return 0 if passed == len(results) else 1
-
-
-def _cpu_name() -> str:
-    """The CPU's model name (Linux), for the docs page; '' where the system does not say."""
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as f:
-            return next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), "")
-    except OSError:
-        return ""
 
 
 def _bench(args) -> int:
     from ..bench import run
-    from ..outputs import output_file
-
-    # checked before minutes of benchmarking, not after
-    args.json = str(output_file(args.json, ".json", "--json")) if args.json else None
-    args.markdown = str(output_file(args.markdown, ".md", "--markdown")) if args.markdown else None
 
     run(
         quick=args.quick,
-        compile_=args.compile,
-        json_path=args.json,
-        markdown_path=args.markdown,
+        compile=args.compile,
+        json_path=args.json_path,
+        markdown_path=args.markdown_path,
         device=args.device,
         only=args.only,
     )

@@ -8,6 +8,7 @@ import re
 import time
 from pathlib import Path
 
+from ..options import OptionSpecs, checked_by
 from .registry import CLAIMS, VERDICTS, Context, Result
 
 TOPICS = {
@@ -19,6 +20,65 @@ TOPICS = {
     "heads": "Heads and circuits",
     "graphs": "Graphs",
 }
+
+
+def reproduce_specs() -> OptionSpecs:
+    """`attnlab reproduce`'s options, and :func:`reproduce`'s keywords: declared once."""
+    r = OptionSpecs()
+    r.add("names", nargs="*", metavar="NAME", help="claims to check (default: all)")
+    r.add("--quick", kind="flag", help="small runs: all claims in about 10 minutes on 2 CPU cores")
+    r.add("--out", default="reproduce", help="report folder (default: reproduce/)")
+    r.add("--data-dir", default=None, help="folder holding named datasets (default: $ATTNLAB_DATA)")
+    r.add(
+        "--docs",
+        default=None,
+        metavar="FILE.md",
+        help="also write the documentation page: what each claim judges, its control and verdict (default: none)",
+    )
+    return r
+
+
+@checked_by(reproduce_specs)
+def reproduce(
+    names=(),
+    *,
+    quick: bool = False,
+    out: str | Path = "reproduce",
+    data_dir: str | None = None,
+    docs: str | Path | None = None,
+    log=print,
+) -> dict[str, Result]:
+    """Check the claims ``names`` (default all; "all" too) at the full size (``quick``: small runs),
+    in a temporary work folder; write ``out/report.md`` with its figures (and the documentation
+    page ``docs`` when given); ``log``: where each claim's progress line goes. Returns {name: Result}."""
+    import os
+    import platform
+    import tempfile
+
+    from ..errors import OptionError
+    from ..outputs import output_file
+
+    names = [n for n in names or () if n != "all"] or list(CLAIMS)
+    unknown = [n for n in names if n not in CLAIMS]
+    if unknown:
+        raise OptionError(f"unknown claim {unknown[0]!r}; choose from {', '.join(CLAIMS)} (or all)")
+    docs = output_file(docs, ".md", "--docs") if docs else None  # checked before the runs, not after
+    with tempfile.TemporaryDirectory(prefix="attnlab-reproduce-") as work:
+        ctx = Context(out=Path(out), work=Path(work), size="quick" if quick else "full", data_dir=data_dir)
+        results = run_claims(names, ctx, log=log)
+    write_report(results, ctx)
+    if docs is not None:
+        write_docs(results, ctx, docs, f"{os.cpu_count() or 1} CPU cores ({cpu_name() or platform.machine()})")
+    return results
+
+
+def cpu_name() -> str:
+    """The CPU's model name (Linux), for the docs page; '' where the system does not say."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            return next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), "")
+    except OSError:
+        return ""
 
 
 def run_claims(names: list[str], ctx: Context, log=print) -> dict[str, Result]:

@@ -47,7 +47,9 @@ def recipes() -> list[Recipe]:
             if info.name != "base":
                 importlib.import_module(f"{__name__}.{info.name}")
         _discovered = True
-    return list(_REGISTRY.values())
+    # in the order of their modules' names, whichever module was imported first (the command
+    # line's eval options, merged from every family, come out the same either way)
+    return sorted(_REGISTRY.values(), key=lambda r: type(r).__module__)
 
 
 def recipe_for(model_type: str | None) -> Recipe:

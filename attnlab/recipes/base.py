@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from ..errors import AttnlabError, CheckpointError, OptionError, a, one_line
-from ..options import Command, Options, OptionSpecs
+from ..options import Command, Options, OptionSpecs, checked_by, nonneg_int, positive_int
 from ..data.fingerprint import check_same_data, fingerprint
 from ..runoptions import write_options
 
@@ -261,6 +261,64 @@ class Recipe:
         )
 
 
+# ---- the options of the verbs every family shares, declared once for the command and the verb ----------
+def predict_specs() -> OptionSpecs:
+    """`attnlab predict`'s options, and a classifier's ``predict()`` keywords."""
+    p = OptionSpecs()
+    p.add("--ckpt", required=True, help="run folder of a classifier")
+    p.add("inputs", nargs="+", metavar="INPUT", help="image files (image classifiers) or texts (text classifiers)")
+    p.add("--top-k", type=positive_int, default=3, help="classes to show per input (default 3)")
+    p.add_device()
+    return p
+
+
+# (attnlab.inspect.patching.PATCH_TARGETS less head_position, whose result is 3-D: written out here so
+# that declaring the command imports no torch; tests/test_lens.py keeps the two equal)
+PATCH_OVER = ("resid_pre", "resid_mid", "resid_post", "attn_out", "mlp_out", "head", "q", "k", "v", "pattern")
+
+
+def patch_specs() -> OptionSpecs:
+    """`attnlab patch`'s options, and a GPT's or ViT's ``patch()`` keywords."""
+    p = OptionSpecs()
+    p.add("--ckpt", required=True, help="run folder of a GPT or a ViT (or a HuggingFace GPT-2 / ViT folder)")
+    p.add("--clean", required=True, help="the input where the model gives the answer (text, or an image file)")
+    p.add("--corrupt", required=True, help="the input changed so the answer changes (same number of tokens)")
+    p.add("--answer", required=True, help="the clean input's answer: a next token (GPT) or a class (ViT)")
+    p.add("--wrong", default=None, help="the corrupted input's answer; without it the metric is log p(answer)")
+    p.add(
+        "--over",
+        choices=PATCH_OVER,
+        default="resid_pre",
+        help="resid_pre (default), resid_mid, resid_post, attn_out, mlp_out: layer x position; head (each head's "
+        "output), q, k, v, pattern: layer x head",
+    )
+    p.add("--out", required=True, help="the heat map (PNG; its numbers in a .npz beside it)")
+    p.add_device("cpu")
+    return p
+
+
+def explore_specs() -> OptionSpecs:
+    """`attnlab explore`'s options, and ``explore()``'s keywords."""
+    e = OptionSpecs()
+    e.add("--ckpt", required=True, help="run folder (or HuggingFace folder)")
+    e.add("--text", default=None, help="GPT / text encoder: the text to look at")
+    e.add("--image", default=None, help="ViT: the image to look at")
+    e.add("--src", default=None, help="seq2seq: the source sentence")
+    e.add("--tgt", default=None, help="seq2seq: a target sentence (default: the model's translation)")
+    e.add(
+        "--generate",
+        type=nonneg_int,
+        default=0,
+        help="GPT: continue --text by N greedy tokens and show the attention of each as it was produced",
+    )
+    e.add(
+        "--sae", default=None, help="GPT: a folder written by attnlab sae train; each position lists its active latents"
+    )
+    e.add("--out", required=True, help="HTML file to write")
+    e.add_device("cpu")
+    return e
+
+
 TEXT_HELP = (
     "the text to look at (gpt: lens, attribution, logit-attribution, heads; encoder: lens; seq2seq alignment: "
     "the sentence to translate)"
@@ -399,6 +457,7 @@ class Verbs:
             recipe.inspect(Options(**values))
         return out
 
+    @checked_by(explore_specs)
     def explore(
         self,
         *,
@@ -416,13 +475,7 @@ class Verbs:
         folder written by ``attnlab sae train`` on this GPT: each position lists its most active latents."""
         from ..inspect.explorer import Exploration
 
-        if isinstance(generate, bool) or not isinstance(generate, int) or generate < 0:
-            raise OptionError(f"generate={generate!r}: must be an integer of 0 or more (tokens to generate)")
         values = dict(text=text, image=image, src=src, tgt=tgt)
-        for name, v in values.items():
-            if v is not None and not isinstance(v, (str, Path)):
-                raise OptionError(f"explore {name}= must be a string (a file path for image), got {type(v).__name__}")
-            values[name] = None if v is None else str(v)
         # the views are computed on this model itself (a server's one loaded model), not a fresh
         # copy read from its checkpoint, which may have changed since
         options = Options(

@@ -11,9 +11,8 @@ import torch
 
 from ..errors import DataError, OptionError
 from ..models.caption import Captioner, CaptionConfig
-from ..options import Command, OptionSpecs, at_least, beam_width, below_one, nonneg_float, number
+from ..options import Command, OptionSpecs, checked_by, at_least, beam_width, below_one, nonneg_float, number
 from . import register
-from ..decode import check_beam
 from .base import IMAGE_HELP, Recipe, TrainingRun, Verbs, add_method_option, inspection_written
 
 
@@ -25,12 +24,13 @@ class CaptionerVerbs(Verbs):
 
         self.vocab, self.mean, self.std = Vocab.from_dict(meta["vocab"]), meta["mean"], meta["std"]
 
-    def caption(self, images, *, beam: int = 1, alpha: float = 1.0):
+    @checked_by(lambda: caption_specs())
+    def caption(self, images, *, beam: int = 3, alpha: float = 1.0):
         """The caption of each image (a file path, a list of them, or images in [0, 1] as a (3, H, W)
-        or (N, 3, H, W) tensor): a string for one image, else a list."""
+        or (N, 3, H, W) tensor): a string for one image, else a list; ``beam``: the beam size (1:
+        greedy), ``alpha``: its length penalty exponent (`attnlab caption`'s options)."""
         from ..data.images import images_argument
 
-        check_beam(beam)
         x, single = images_argument(images, self.config.in_chans, self.config.image_size)
         out = caption_images(
             self, self.vocab, x, {"mean": self.mean, "std": self.std}, self.device, beam=beam, alpha=alpha
@@ -46,6 +46,17 @@ class CaptionerVerbs(Verbs):
         x, _ = images_argument(image, self.config.in_chans, self.config.image_size)
         words, pixels = word_attributions(self, self.vocab, {"mean": self.mean, "std": self.std}, x[:1], method, steps)
         return list(zip(words, pixels))
+
+
+def caption_specs() -> OptionSpecs:
+    """`attnlab caption`'s options, and ``caption()``'s keywords: declared once."""
+    c = OptionSpecs()
+    c.add("--ckpt", required=True, help="run folder of a captioner")
+    c.add("images", nargs="+", metavar="IMAGE", help="image files (PNG, JPEG, ...) or folders of them")
+    c.add("--beam", type=beam_width, default=3, help="beam size; 1 = greedy (default 3)")
+    c.add("--alpha", type=nonneg_float, default=1.0, help="length penalty exponent (default 1.0)")
+    c.add_device()
+    return c
 
 
 SCENE_OPTS = dict(n_train=8000, max_objects=3)
@@ -197,18 +208,12 @@ class CaptionRecipe(Recipe):
 
     # ---- caption, eval, inspect ---------------------------------------------------------------------
     def commands(self) -> list[Command]:
-        c = OptionSpecs()
-        c.add("--ckpt", required=True, help="run folder of a captioner")
-        c.add("images", nargs="+", metavar="IMAGE", help="image files (PNG, JPEG, ...) or folders of them")
-        c.add("--beam", type=beam_width, default=3, help="beam size; 1 = greedy (default 3)")
-        c.add("--alpha", type=nonneg_float, default=1.0, help="length penalty exponent (default 1.0)")
-        c.add_device()
         return [
             Command(
                 "caption",
                 "caption image files with a trained captioner",
                 "Prints one caption per image: `path: caption`.",
-                c,
+                caption_specs(),
                 caption_command,
             )
         ]

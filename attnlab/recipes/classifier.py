@@ -12,8 +12,11 @@ import torch
 
 from ..errors import CheckpointError, DataError, OptionError, a
 from ..options import at_least, below_one, nonneg_int, number
+from ..options import checked_by
 from .base import (
     IMAGE_HELP,
+    patch_specs,
+    predict_specs,
     Recipe,
     TrainingRun,
     Verbs,
@@ -33,6 +36,7 @@ class ImageClassifierVerbs(Verbs):
         self.mean, self.std = meta.get("mean", [0.5] * c.in_chans), meta.get("std", [0.5] * c.in_chans)
         self.labels = class_labels(c)
 
+    @checked_by(predict_specs)
     def predict(self, images, top_k: int = 3):
         """The ``top_k`` (label, probability) pairs of each image (a file path, a list of them, or
         images in [0, 1] as a (C, H, W) or (N, C, H, W) tensor): a list per image, or one list for one image."""
@@ -61,6 +65,7 @@ class ImageClassifierVerbs(Verbs):
             self, self.labels, self.mean, self.std, image, target, method=method, steps=steps, baseline=baseline
         )
 
+    @checked_by(patch_specs, unchecked=("clean", "corrupt", "answer", "wrong"))
     def patch(self, clean, corrupt, answer, wrong=None, *, over: str = "resid_pre"):
         """Activation patching between two images (files or (C, H, W) tensors in [0, 1]): how much
         of the clean image's preference for class ``answer`` (over ``wrong``, or its

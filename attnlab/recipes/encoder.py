@@ -13,9 +13,18 @@ import torch
 
 from ..errors import CheckpointError, DataError
 from ..models.encoder import ENCODER_PRESETS, TextEncoder, TextEncoderConfig
-from ..options import Command, OptionSpecs, at_least, below_one, input_lines, texts_argument, vocab_size
+from ..options import (
+    Command,
+    OptionSpecs,
+    at_least,
+    below_one,
+    checked_by,
+    input_lines,
+    texts_argument,
+    vocab_size,
+)
 from . import register
-from .base import TEXT_HELP, Recipe, TrainingRun, Verbs, eval_count, inspection_written, top_labels
+from .base import TEXT_HELP, Recipe, TrainingRun, Verbs, eval_count, inspection_written, predict_specs, top_labels
 
 
 class TextEncoderVerbs(Verbs):
@@ -32,16 +41,19 @@ class TextEncoderVerbs(Verbs):
             raise CheckpointError(f"{self.checkpoint} has no tokenizer (no tokenizer in config.json, no vocab.txt)")
         return self.tokenizer
 
-    def embed(self, texts, attention_mask=None):
-        """Sentence embeddings: (D,) for one string, (N, D) NumPy for a list of them. Token ids
-        (B, T) with their mask give the model's own (B, D) tensor, as on an unloaded model."""
+    @checked_by(lambda: embed_specs())
+    def embed(self, texts, attention_mask=None, *, batch_size: int = 64):
+        """Sentence embeddings: (D,) for one string, (N, D) NumPy for a list of them, ``batch_size``
+        texts per forward pass (`attnlab embed`'s option). Token ids (B, T) with their mask give the
+        model's own (B, D) tensor, as on an unloaded model."""
         if isinstance(texts, torch.Tensor):
             return super().embed(texts, attention_mask)
         single = isinstance(texts, str)
         texts = _texts(texts, "embed")
-        vectors = embed_texts(self, self._tokenizer(), texts, self.device)
+        vectors = embed_texts(self, self._tokenizer(), texts, self.device, batch_size)
         return vectors[0] if single else vectors
 
+    @checked_by(predict_specs)
     def predict(self, texts, top_k: int = 3):
         """The ``top_k`` (label, probability) pairs of each text: a list per text, or one list for
         one. A tagger (``--task tag``) gives each text's (word, tag, probability) triples instead
@@ -291,20 +303,13 @@ class TextEncoderRecipe(Recipe):
 
     # ---- embed, predict, eval ----------------------------------------------------------------------
     def commands(self) -> list[Command]:
-        e = OptionSpecs()
-        e.add("--ckpt", required=True, help="run folder of a text encoder, or a HuggingFace BERT folder")
-        e.add("text", nargs="*", help="texts (default: lines from --file or standard input)")
-        e.add("--file", default=None, help="read texts from this file, one per line")
-        e.add("--out", default=None, help="write the vectors to this .npy file (default: JSON lines on stdout)")
-        e.add("--batch-size", type=at_least(1), default=64, help="texts per forward pass (default 64)")
-        e.add_device()
         return [
             Command(
                 "embed",
                 "sentence embeddings from a text encoder",
                 "One vector per input line: the mean of the last hidden states over the real tokens (as "
                 "sentence-transformers pools).",
-                e,
+                embed_specs(),
                 embed_command,
             )
         ]
@@ -437,6 +442,18 @@ def encode_texts(tok, texts: list[str], context: int):
             file=sys.stderr,
         )
     return pad_batch([e for e, _ in encoded], tok.pad_id)
+
+
+def embed_specs() -> OptionSpecs:
+    """`attnlab embed`'s options, and ``embed()``'s keywords: declared once."""
+    e = OptionSpecs()
+    e.add("--ckpt", required=True, help="run folder of a text encoder, or a HuggingFace BERT folder")
+    e.add("text", nargs="*", help="texts (default: lines from --file or standard input)")
+    e.add("--file", default=None, help="read texts from this file, one per line")
+    e.add("--out", default=None, help="write the vectors to this .npy file (default: JSON lines on stdout)")
+    e.add("--batch-size", type=at_least(1), default=64, help="texts per forward pass (default 64)")
+    e.add_device()
+    return e
 
 
 def embed_texts(model, tok, texts: list[str], device="cpu", batch_size: int = 64) -> np.ndarray:

@@ -11,9 +11,19 @@ from typing import Callable
 
 from ..models.gpt import GPT, GPT_PRESETS
 from . import register
-from .base import TEXT_HELP, Recipe, TrainingRun, Verbs, add_method_option, eval_starts, inspection_written
+from .base import (
+    TEXT_HELP,
+    Recipe,
+    TrainingRun,
+    Verbs,
+    add_method_option,
+    eval_starts,
+    inspection_written,
+    patch_specs,
+)
 from ..errors import OptionError, a
 from ..options import (
+    checked_by,
     MAX_COUNT,
     QUANTIZE_CHOICES,
     Command,
@@ -79,6 +89,7 @@ class GPTVerbs(Verbs):
             raise OptionError(f"{what} {text!r} is {len(ids)} tokens; give a single token (for this tokenizer)")
         return ids[0]
 
+    @checked_by(patch_specs, unchecked=("clean", "corrupt", "answer", "wrong"))
     def patch(self, clean: str, corrupt: str, answer: str, wrong: str | None = None, *, over: str = "resid_pre"):
         """Activation patching (:mod:`attnlab.inspect.patching`): how much of the clean text's
         preference for ``answer`` (over ``wrong``, or its log-probability) each layer x position
@@ -154,6 +165,7 @@ class GPTVerbs(Verbs):
             lm_tokenizer({}, self.checkpoint)  # says what is missing
         return corpus_ids(self.checkpoint, self.run_meta, self.tokenizer, split, data, data_dir)
 
+    @checked_by(lambda: sample_specs(), unchecked=("prompt", "draft"))
     def generate(
         self,
         prompt: str | list[str] = "",
@@ -194,21 +206,14 @@ class GPTVerbs(Verbs):
         if not many and not isinstance(prompt, str):
             raise OptionError(f"prompt must be text, got {type(prompt).__name__}")
 
-        # checked by the `sample` command's own declarations (None: off, where the option has an off)
-        specs = sample_specs()
-        given = dict(max_new_tokens=max_new_tokens, temperature=temperature, top_k=top_k, top_p=top_p, seed=seed,
-                     batch_size=batch_size, draft_tokens=draft_tokens, stop=stop)  # fmt: skip
-        for name in ("max_new_tokens", "temperature", "batch_size", "draft_tokens", "stop"):
-            if given[name] is None:
+        # (the `sample` command's declarations checked the values given; None is off where an option has one)
+        needed = dict(max_new_tokens=max_new_tokens, temperature=temperature, batch_size=batch_size,
+                      draft_tokens=draft_tokens, stop=stop)  # fmt: skip
+        for name, value in needed.items():
+            if value is None:
                 raise OptionError(f"{named(name, None)}: give a value ({name} has no 'off')")
-        checked = {name: specs.check(name, value) for name, value in given.items()}
-        max_new_tokens, temperature, top_k, top_p = (
-            checked[n] for n in ("max_new_tokens", "temperature", "top_k", "top_p")
-        )
-        seed, batch_size, draft_tokens, stop = (checked[n] for n in ("seed", "batch_size", "draft_tokens", "stop"))
-        for name, value in (("use_cache", use_cache), ("compile", compile)):
-            if not isinstance(value, bool):
-                raise OptionError(f"{name}={value!r}: must be True or False")
+        if not isinstance(use_cache, bool):
+            raise OptionError(f"use_cache={use_cache!r}: must be True or False")
         if any(s == "" for s in stop):
             raise OptionError(f"{named('stop', '')}: would stop before the first token; give non-empty strings")
         if self.tokenizer is None:

@@ -14,6 +14,7 @@ import torch
 from ..models.rnn import RNNSeq2Seq
 from ..models.seq2seq import Transformer
 from ..options import (
+    checked_by,
     Command,
     texts_argument,
     OptionSpecs,
@@ -26,7 +27,6 @@ from ..options import (
     vocab_size,
 )
 from . import register
-from ..decode import check_beam
 from .base import TEXT_HELP, Recipe, TrainingRun, Verbs, eval_count, eval_starts, inspection_written
 
 
@@ -38,15 +38,28 @@ class Seq2SeqVerbs(Verbs):
 
         self.src_vocab, self.tgt_vocab = Vocab.from_dict(meta["vocab"]["src"]), Vocab.from_dict(meta["vocab"]["tgt"])
 
+    @checked_by(lambda: translate_specs())
     def translate(self, texts: str | list[str], *, beam: int = 5, alpha: float = 1.0, max_len: int | None = None):
-        """The translation of one sentence (a string) or of each of a list (beam 1 = greedy)."""
-
-        check_beam(beam)
+        """The translation of one sentence (a string) or of each of a list: ``beam`` 1 = greedy,
+        ``alpha`` its length penalty, ``max_len`` the longest output (`attnlab translate`'s options)."""
         texts, single = texts_argument(texts, "translate")
         out = translate_texts(
             self, self.src_vocab, self.tgt_vocab, texts, beam=beam, alpha=alpha, max_len=max_len, device=self.device
         )
         return out[0] if single else out
+
+
+def translate_specs() -> OptionSpecs:
+    """`attnlab translate`'s options, and ``translate()``'s keywords: declared once."""
+    tr = OptionSpecs()
+    tr.add("--ckpt", required=True, help="run folder of a seq2seq model")
+    tr.add("text", nargs="*", help="sentences to translate (default: read lines from --file or stdin)")
+    tr.add("--file", default=None, help="read sentences from this file, one per line")
+    tr.add("--beam", type=beam_width, default=5, help="beam size; 1 = greedy (default 5)")
+    tr.add("--alpha", type=nonneg_float, default=1.0, help="length penalty exponent (GNMT; default 1.0)")
+    tr.add("--max-len", type=positive_int, default=None, help="longest output in tokens (default 100)")
+    tr.add_device()
+    return tr
 
 
 ARCH_ATTENTION = {"rnn": "none", "rnn-attention": "additive"}
@@ -229,20 +242,12 @@ class Seq2SeqRecipe(Recipe):
 
     # ---- translate, eval, inspect alignment ------------------------------------------------------
     def commands(self) -> list[Command]:
-        tr = OptionSpecs()
-        tr.add("--ckpt", required=True, help="run folder of a seq2seq model")
-        tr.add("text", nargs="*", help="sentences to translate (default: read lines from --file or stdin)")
-        tr.add("--file", default=None, help="read sentences from this file, one per line")
-        tr.add("--beam", type=beam_width, default=5, help="beam size; 1 = greedy (default 5)")
-        tr.add("--alpha", type=nonneg_float, default=1.0, help="length penalty exponent (GNMT; default 1.0)")
-        tr.add("--max-len", type=positive_int, default=None, help="longest output in tokens (default 100)")
-        tr.add_device()
         return [
             Command(
                 "translate",
                 "translate sentences with a trained seq2seq model",
                 "Prints one translation per input line (arguments, --file or stdin).",
-                tr,
+                translate_specs(),
                 translate,
             )
         ]
