@@ -1,9 +1,8 @@
-"""One declaration, every surface (issue 47): each option of `attnlab sample` and of `attnlab train
-FAMILY` is declared once, and the surfaces derived from it agree with it. For sample: the command
-line's flag, ``generate()``'s keyword and the server's request field refuse the same values just out
-of range and take the same values at the edge of it; for train: the flag, ``attnlab.train``'s
-keyword (``train_options``) and the run's ``options.json`` entry exist together, and the flag's
-choices are the declaration's."""
+"""One declaration, every surface (issue 47): each option of every command is declared once (an
+OptionSpecs beside the verb that uses it), and the surfaces derived from it agree with it: the command
+line's flag (name, default, choices), the Python call's keyword (name, default, required or not), the
+run's ``options.json`` entry and ``--config`` key (train), the server's request field (sample); a value
+the declaration refuses is refused by the flag and the keyword alike, naming both."""
 
 import argparse
 import inspect
@@ -214,4 +213,43 @@ def refused_value(spec):
     kind, low, low_ok, high = bounds
     if high is not None:
         return high + (1 if kind is int else 1e-6)
+    if low is None:
+        return None
     return (low - 1 if kind is int else low - 1e-6) if low_ok else low
+
+
+@pytest.mark.parametrize("family", [r.name for r in recipes()])
+def test_a_value_eval_inspect_or_train_refuses_is_refused_by_the_flag_and_the_keyword(
+    family, tiny_run, tmp_path, capsys
+):
+    """`attnlab eval`, `inspect` and `train FAMILY` and the loaded model's ``evaluate`` and
+    ``inspect`` and ``attnlab.train``: each option's one declaration refuses a value just outside
+    what it takes, by its flag and by its keyword alike."""
+    from attnlab.options import OptionSpecs
+
+    recipe = next(r for r in recipes() if r.name == family)
+    model = tiny_run(family).load()
+    inspects = OptionSpecs()
+    recipe.add_inspect_arguments(inspects)
+    what = next(iter(recipe.inspections), None)
+    surfaces = [
+        (recipe.eval_specs(), ("eval",), lambda **kw: model.evaluate(**kw)),
+        (
+            inspects,
+            ("inspect", what or "attention", "--ckpt", "x", "--out", "x.png"),
+            lambda **kw: model.inspect(what, tmp_path / "x.png", **kw),
+        ),  # fmt: skip
+        (recipe.train_specs(), ("train", family), lambda **kw: attnlab.train(family, out=tmp_path / "run", **kw)),
+    ]
+    checked = 0
+    for specs, command, call in surfaces:
+        for name, spec in specs.specs.items():
+            bad = refused_value(spec)
+            if bad is None or name in CLI_ONLY or (command[0] == "inspect" and what is None):
+                continue
+            with pytest.raises(OptionError, match=f"{name}="):
+                call(**{name: bad})
+            argv = [*command, spec.flags[0], *(bad if isinstance(bad, list) else [str(bad)])]
+            assert main(argv) == 2 and spec.flags[0] in capsys.readouterr().err, argv
+            checked += 1
+    assert checked >= 10 and not (tmp_path / "run").exists()
