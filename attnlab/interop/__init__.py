@@ -39,11 +39,13 @@ __all__ = [
 class Converter:
     """HuggingFace ``hf_type`` checkpoints <-> attnlab ``model_type`` models.
 
-    ``load(hf_config, hf_state) -> model``; ``export(model) -> (hf_state, hf_config)``."""
+    ``load(hf_config, hf_state, with_class=None) -> model`` (``with_class(model class)``: the class
+    to build instead, a loaded model's class with its family's verbs); ``export(model) -> (hf_state,
+    hf_config)``."""
 
     hf_type: str
     model_type: str
-    load: Callable[[dict, dict[str, Tensor]], nn.Module]
+    load: Callable[..., nn.Module]
     export: Callable[[nn.Module], tuple[dict[str, Tensor], dict]]
 
 
@@ -104,14 +106,16 @@ def hf_weights(state: dict[str, Tensor], prefix: str, family: str, what: str):
     return get
 
 
-def load_hf(directory: str | Path) -> nn.Module:
+def load_hf(directory: str | Path, with_class=None) -> nn.Module:
+    """The attnlab model of a HuggingFace folder; ``with_class(model class) -> the class to build``
+    (a loaded model's class with its family's verbs) when given."""
     d = Path(directory)
     cfg = json.loads((d / "config.json").read_text())
     mtype = cfg.get("model_type")
     for c in converters():
         if c.hf_type == mtype:
             try:
-                return c.load(cfg, read_state(d))
+                return c.load(cfg, read_state(d), with_class)
             except (RuntimeError, MemoryError) as e:  # sizes that pass the checks but do not fit in memory
                 raise does_not_fit(f"HuggingFace {mtype}", e) from None
     raise CheckpointError(

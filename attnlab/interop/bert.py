@@ -44,7 +44,7 @@ def bert_key_map(layers: int) -> list[tuple[str, str]]:
     return m + [("pooler.weight", "pooler.dense.weight"), ("pooler.bias", "pooler.dense.bias")]
 
 
-def load_bert(cfg: dict, state: dict[str, Tensor]) -> nn.Module:
+def load_bert(cfg: dict, state: dict[str, Tensor], with_class=None) -> nn.Module:
     """HF BertModel / BertForMaskedLM / BertForSequenceClassification / BertForTokenClassification
     -> attnlab TextEncoder."""
     from ..models.encoder import TextEncoder, TextEncoderConfig
@@ -76,7 +76,7 @@ def load_bert(cfg: dict, state: dict[str, Tensor]) -> nn.Module:
         # the same classifier.weight in both heads: only the architecture says what it classifies
         per_token=bool(num_classes) and "BertForTokenClassification" in (cfg.get("architectures") or []),
     )
-    model = TextEncoder(config)
+    model = (with_class(TextEncoder) if with_class else TextEncoder)(config)
 
     get = hf_weights(state, prefix, "BERT", "BERT")
 

@@ -71,11 +71,11 @@ def gpt2_key_map(n_layer: int) -> list[tuple[str, str, bool]]:
     return m
 
 
-def load_gpt2(cfg: dict, state: dict[str, Tensor]) -> nn.Module:
+def load_gpt2(cfg: dict, state: dict[str, Tensor], with_class=None) -> nn.Module:
     from ..models.gpt import GPT
 
     config = gpt2_config(cfg)
-    model = GPT(config)
+    model = (with_class(GPT) if with_class else GPT)(config)
     prefix = "transformer." if any(k.startswith("transformer.") for k in state) else ""
     get = hf_weights(state, prefix, "GPT-2", "GPT-2")
     new = {}

@@ -65,11 +65,14 @@ def model_class(model_type: str | None) -> type:
     return recipe_for(model_type).models[model_type]
 
 
-def build_model(config: dict):
+def build_model(config: dict, with_class=None):
     """A fresh model from a checkpoint's config.json (its ``model_type`` and ``model`` fields);
-    old field names are accepted (see :mod:`attnlab.config`)."""
+    old field names are accepted (see :mod:`attnlab.config`). ``with_class(model class)``: the
+    class to build instead (a loaded model's class with its family's verbs)."""
     mtype = config.get("model_type")
     cls = model_class(mtype)
+    if with_class is not None:
+        cls = with_class(cls)
     try:
         return cls(cls.config_class.from_dict(config["model"]))
     except (ValueError, TypeError, KeyError) as e:
@@ -109,13 +112,15 @@ def load_model(
     with_meta: bool = False,
     needs: str | None = None,
     loaded=None,
+    with_class=None,
 ):
     """A ready model (eval mode) from an attnlab run/checkpoint folder or a HuggingFace directory;
     ``expect`` names the model type(s) the caller can use (``needs`` says so in words).
 
     ``loaded``: the model :func:`attnlab.load` made from ``path``, whose own verbs (``evaluate``,
     ``inspect``, ``explore``) are asking: it is used as it is in memory (weights changed since
-    loading included) instead of reading the folder again; on another ``device`` a copy is moved."""
+    loading included) instead of reading the folder again; on another ``device`` a copy is moved.
+    ``with_class(model class)``: the class to build (:meth:`Recipe.load`: the family's verbs on it)."""
     from ..checkpoint import find_checkpoint, load_weights, read_config
 
     p = Path(path)
@@ -137,11 +142,11 @@ def load_model(
     if _is_huggingface(p):
         from ..interop import load_hf
 
-        model, meta = load_hf(p), {"model_type": None}
+        model, meta = load_hf(p, with_class), {"model_type": None}
     else:
         ckpt = find_checkpoint(p)
         meta = read_config(ckpt)
-        model = build_model(meta)
+        model = build_model(meta, with_class)
         load_weights(model, ckpt)
     model.eval()
     if device:

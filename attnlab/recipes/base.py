@@ -36,6 +36,10 @@ class TrainingRun:
     setup: Callable | None = None  # called with the built model (e.g. an RNN's teacher forcing)
 
 
+# what every family's tiny run shares (:attr:`Recipe.tiny`): two steps of four examples on the CPU, quietly
+TINY_RUN = dict(max_iters=2, eval_interval=2, eval_iters=1, batch_size=4, progress=False, device="cpu")
+
+
 class Recipe:
     """One model family. Subclasses fill in the class attributes and override the hooks."""
 
@@ -247,8 +251,14 @@ class Recipe:
         """:func:`attnlab.load`: the model, its class extended by this family's verbs, knowing its run."""
         from . import load_model
 
-        model, meta = load_model(path, expect=tuple(self.models), device=device, with_meta=True)
-        model.__class__ = with_verbs(type(model), self.verbs or Verbs)
+        verbs = self.verbs or Verbs
+        model, meta = load_model(
+            path,
+            expect=tuple(self.models),
+            device=device,
+            with_meta=True,
+            with_class=lambda cls: with_verbs(cls, verbs),  # built as its family's verbs class: no class swap
+        )
         model.checkpoint, model.run_meta = str(path), meta
         model.attach(meta)
         return model

@@ -13,7 +13,7 @@ from ..errors import DataError, OptionError
 from ..models.caption import Captioner, CaptionConfig
 from ..options import Command, OptionSpecs, checked_by, at_least, beam_width, below_one, nonneg_float, number
 from . import register
-from .base import IMAGE_HELP, Recipe, TrainingRun, Verbs, add_method_option, inspection_written
+from .base import TINY_RUN, IMAGE_HELP, Recipe, TrainingRun, Verbs, add_method_option, inspection_written
 
 
 class CaptionerVerbs(Verbs):
@@ -66,17 +66,12 @@ SCENE_OPTS = dict(n_train=8000, max_objects=3)
 class CaptionRecipe(Recipe):
     verbs = CaptionerVerbs
     tiny = dict(
+        TINY_RUN,
         train_scenes=40,
         image_size=32,
         dim=32,
         emb_dim=16,
         attention_dim=16,
-        max_iters=2,
-        eval_interval=2,
-        eval_iters=1,
-        batch_size=4,
-        progress=False,
-        device="cpu",
     )
     name = "caption"
     help = "an image captioner: CNN or ViT encoder; RNN without or with attention, or Transformer decoder"

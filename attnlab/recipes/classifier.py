@@ -14,6 +14,7 @@ from ..errors import CheckpointError, DataError, OptionError, a
 from ..options import at_least, below_one, nonneg_int, number
 from ..options import checked_by
 from .base import (
+    TINY_RUN,
     IMAGE_HELP,
     patch_specs,
     predict_specs,
@@ -97,7 +98,7 @@ class ImageClassifierRecipe(Recipe):
     ablatable = True
 
     verbs = ImageClassifierVerbs
-    tiny = dict(max_iters=2, eval_interval=2, eval_iters=1, batch_size=4, progress=False, device="cpu")
+    tiny = dict(TINY_RUN)
 
     set_by_data = ("num_classes", "in_chans", "labels")
     follows_data = ("image_size",)

@@ -24,7 +24,17 @@ from ..options import (
     vocab_size,
 )
 from . import register
-from .base import TEXT_HELP, Recipe, TrainingRun, Verbs, eval_count, inspection_written, predict_specs, top_labels
+from .base import (
+    TINY_RUN,
+    TEXT_HELP,
+    Recipe,
+    TrainingRun,
+    Verbs,
+    eval_count,
+    inspection_written,
+    predict_specs,
+    top_labels,
+)
 
 
 class TextEncoderVerbs(Verbs):
@@ -102,18 +112,13 @@ def _texts(texts, what: str) -> list[str]:
 class TextEncoderRecipe(Recipe):
     verbs = TextEncoderVerbs
     tiny = dict(
+        TINY_RUN,
         layers=1,
         heads=2,
         dim=16,
         mlp_dim=32,
         context=32,
         vocab_size=200,
-        max_iters=2,
-        eval_interval=2,
-        eval_iters=1,
-        batch_size=4,
-        progress=False,
-        device="cpu",
     )
     name = "encoder"
     help = "a BERT-style text encoder: masked-LM pretraining, classification, sentence embeddings"

@@ -27,7 +27,7 @@ from ..options import (
     vocab_size,
 )
 from . import register
-from .base import TEXT_HELP, Recipe, TrainingRun, Verbs, eval_count, eval_starts, inspection_written
+from .base import TINY_RUN, TEXT_HELP, Recipe, TrainingRun, Verbs, eval_count, eval_starts, inspection_written
 
 
 class Seq2SeqVerbs(Verbs):
@@ -80,6 +80,7 @@ def arch_of(model_type: str, model_cfg: dict) -> str:
 class Seq2SeqRecipe(Recipe):
     verbs = Seq2SeqVerbs
     tiny = dict(
+        TINY_RUN,
         data="copy",
         min_length=3,
         max_length=5,
@@ -88,12 +89,6 @@ class Seq2SeqRecipe(Recipe):
         enc_layers=1,
         dec_layers=1,
         mlp_dim=32,
-        max_iters=2,
-        eval_interval=2,
-        eval_iters=1,
-        batch_size=4,
-        progress=False,
-        device="cpu",
     )
     name = "seq2seq"
     help = "a translation model: Transformer, or RNN with/without attention"
