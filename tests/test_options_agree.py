@@ -110,6 +110,7 @@ def test_every_train_option_is_a_flag_a_keyword_and_an_options_json_entry(family
 
 # ---- every other command: its flags and its Python call's keywords from one declaration -----------------
 from attnlab import bench, sae  # noqa: E402
+from attnlab.data import shards  # noqa: E402
 from attnlab.errors import OptionError  # noqa: E402
 from attnlab.experiments import reproduce  # noqa: E402
 from attnlab.recipes.base import Verbs  # noqa: E402
@@ -135,6 +136,7 @@ VERBS = {
     "sae train": [sae.train],
     "sae eval": [sae.evaluate],
     "sae features": [sae.features],
+    "data prepare": [shards.prepare],
 }
 # options that are no keyword of the Python call, and why
 CLI_ONLY = {
@@ -154,11 +156,15 @@ COMMANDS_WITHOUT_A_CALL = {"train", "eval", "ablate", "inspect", "completion"}
 
 
 def test_every_command_has_its_python_call():
-    top = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction)).choices
-    commands = {n for n in top if n not in ("sae",)} | {
-        f"sae {n}" for n in subparser(build_parser(), "sae")._actions[-1].choices
-    }
+    commands = set()
+    for name, parser in subparsers(build_parser()).items():
+        inner = subparsers(parser)
+        commands |= {f"{name} {n}" for n in inner} if inner and name != "train" else {name}
     assert commands - COMMANDS_WITHOUT_A_CALL == set(VERBS)
+
+
+def subparsers(parser: argparse.ArgumentParser) -> dict:
+    return next((a.choices for a in parser._actions if isinstance(a, argparse._SubParsersAction)), {})
 
 
 @pytest.mark.parametrize("command", list(VERBS))

@@ -199,6 +199,23 @@ def build_parser() -> argparse.ArgumentParser:
     c = option_parser(sae_sub, "features", sf, help="an offline HTML page of the SAE's features")
     c.set_defaults(func=_sae_features)
 
+    from ..data.shards import prepare_specs
+
+    data = sub.add_parser(
+        "data",
+        help="prepare a corpus larger than memory into token shards",
+        epilog=EPILOG,
+        description="Text files, folders, globs, compressed files (.gz, .bz2, .xz, .zst) or hf:NAME streamed, "
+        "tokenised in batches and written as fixed-size token shards with an index (token counts, document "
+        "starts, SHA-256s); memory stays bounded whatever the corpus's size, and a stopped preparation "
+        "finishes where it stopped with the same bytes. Train on the folder with attnlab train gpt --data DIR.",
+    )
+    data_sub = data.add_subparsers(dest="data_command", metavar="WHAT", parser_class=Parser)
+    c = option_parser(
+        data_sub, "prepare", prepare_specs(), help="stream a corpus into token shards", description=data.description
+    )
+    c.set_defaults(func=_data_prepare)
+
     co = sub.add_parser(
         "completion",
         help="print a shell completion script (bash, zsh or fish)",
@@ -418,6 +435,24 @@ def _bench(args) -> int:
         device=args.device,
         only=args.only,
     )
+    return 0
+
+
+def _data_prepare(args) -> int:
+    from ..data.shards import prepare
+
+    prepare(
+        args.source,
+        args.out,
+        tokenizer=args.tokenizer,
+        vocab_size=args.vocab_size,
+        sample_mb=args.sample_mb,
+        shard_tokens=args.shard_tokens,
+        val_fraction=args.val_fraction,
+        seed=args.seed,
+        progress=args.progress,
+    )
+    print(f"wrote {args.out}: train on it with attnlab train gpt --data {args.out}")
     return 0
 
 

@@ -14,6 +14,10 @@ def fingerprint(spec: str | None) -> dict | None:
     """The record of ``spec`` (None: the family's default data, nothing to compare)."""
     if spec is None:
         return None
+    from .shards import is_shard_folder, shards_fingerprint
+
+    if is_shard_folder(spec):  # (its index holds every shard's SHA-256: the shards are not read again)
+        return shards_fingerprint(spec)
     path = Path(str(spec)).expanduser()
     if not path.exists():
         return {"name": str(spec)}

@@ -50,7 +50,7 @@ class HFSpec:
         return PREFIX + ":".join(p or "" for p in (self.name, self.config, self.split, self.column)).rstrip(":")
 
 
-def _datasets():
+def datasets_library():
     try:
         import datasets
     except ImportError:
@@ -62,7 +62,7 @@ def _datasets():
 
 def load_splits(spec: HFSpec) -> dict:
     """{split name: Dataset} of ``spec`` (one entry when ``spec.split`` is given)."""
-    datasets = _datasets()
+    datasets = datasets_library()
     path = Path(spec.name).expanduser()
     try:
         if path.is_dir():

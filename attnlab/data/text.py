@@ -129,7 +129,13 @@ def prepare(
     existing_tokenizer: dict | None = None,
 ) -> TokenData:
     """Read and tokenise the corpus once; ids go to ``cache`` as train.bin / val.bin (memory-mapped
-    on later runs). ``existing_tokenizer`` (from a checkpoint) is reused instead of training one."""
+    on later runs). ``existing_tokenizer`` (from a checkpoint) is reused instead of training one.
+    A folder of token shards (``attnlab data prepare``) is read as it is, memory-mapped, with the
+    tokenizer it was prepared with."""
+    from .shards import is_shard_folder, open_shards
+
+    if is_shard_folder(spec):
+        return open_shards(spec, existing_tokenizer)
     name, text = load_corpus(spec, data_dir)
     key = hashlib.sha256(
         text.encode() + json.dumps([tokenizer, vocab_size, existing_tokenizer is not None, val_fraction]).encode()

@@ -12,6 +12,7 @@ from typing import Callable
 from ..models.gpt import GPT, GPT_PRESETS
 from . import register
 from .base import (
+    TINY_RUN,
     TEXT_HELP,
     Recipe,
     TrainingRun,
@@ -195,7 +196,8 @@ class GPTVerbs(Verbs):
         the others. Each prompt and its ``max_new_tokens`` must then fit the model's context.
         ``compile=True``: one prompt decodes through a fixed-shape step compiled once
         (:mod:`attnlab.fast_decode`; CUDA graphs on a GPU), with the same tokens. ``stream``: called
-        with each piece of new text as it is generated (one prompt; what ``attnlab sample`` prints)."""
+        with each piece of new text as it is generated (one prompt; what ``attnlab sample`` prints),
+        or, for a list of prompts, with (i, continuation of prompt i) as each one finishes."""
         import torch
 
         from ..generate import generate_text
@@ -222,13 +224,22 @@ class GPTVerbs(Verbs):
 
         check_cache_fits(self, min(batch_size, len(prompt)) if many else 1)
         if many:
-            if draft is not None or not use_cache or stream is not None:
+            if draft is not None or not use_cache or compile:
                 raise OptionError(
-                    "a list of prompts is batched with the KV cache: drop draft=, use_cache=False and stream="
+                    "a list of prompts is batched with the KV cache, row by row: drop draft=, use_cache=False and "
+                    "compile=True"
                 )
             sampling = dict(temperature=temperature, top_k=top_k or None, top_p=top_p)
             return generate_texts(
-                self, self.tokenizer, prompt, max_new_tokens, slots=batch_size, stop=stop, seed=seed, **sampling
+                self,
+                self.tokenizer,
+                prompt,
+                max_new_tokens,
+                slots=batch_size,
+                stop=stop,
+                seed=seed,
+                on_done=stream,
+                **sampling,
             )
         text = prompt or default_prompt(self.tokenizer)
         self.tokenizer.encode(text)  # unknown characters fail here, with a clear message
@@ -287,15 +298,10 @@ class GPTRecipe(Recipe):
         "heads": "previous-token, duplicate-token and induction score of every head (--text, or random tokens twice)",
     }
     tiny = dict(
+        TINY_RUN,
         preset="nano",
         context=16,
         sample_chars=0,
-        max_iters=2,
-        eval_interval=2,
-        eval_iters=1,
-        batch_size=4,
-        progress=False,
-        device="cpu",
     )
     # Training recipe per preset, on top of TrainConfig's (nanoGPT's) defaults. shakespeare-cpu:
     # nanoGPT's CPU model trained at 5x its learning rate for half its steps reaches the loss of
@@ -402,7 +408,7 @@ class GPTRecipe(Recipe):
                 data_dir=args.data_dir,
             )
             vocab = {"vocab_size": data.tokenizer.vocab_size}
-            if (args.tokenizer or "char") != "char":  # BPE: the head padded to a multiple of 64 rows (nanoGPT's 50,304)
+            if data.tokenizer.kind != "char":  # BPE: the head padded to a multiple of 64 rows (nanoGPT's 50,304)
                 vocab["vocab_multiple"] = 64
             cfg = GPTConfig(**{**self.preset_fields(args), **vocab, **model_over})
         task = LanguageModelTask(data, cfg.context, tcfg.batch_size, loss_chunk=args.loss_chunk)
@@ -688,6 +694,7 @@ def corpus_ids(ckpt, meta: dict, tok, split: str, data: str | None = None, data_
     matches, else ``data`` (or the run's data spec) read and encoded with ``tok``."""
     import numpy as np
 
+    from ..data.shards import is_shard_folder, open_shards
     from ..data.text import load_corpus, split_ids
 
     run = Path(ckpt)
@@ -697,7 +704,11 @@ def corpus_ids(ckpt, meta: dict, tok, split: str, data: str | None = None, data_
     if data is None and cache.is_file() and meta.get("tokenizer") == json.loads(cache.read_text())["tokenizer"]:
         m = json.loads(cache.read_text())
         return m["name"], np.memmap(run / "data" / f"{split}.bin", dtype=np.dtype(m["dtype"]), mode="r")
-    name, text = load_corpus(data if data is not None else meta.get("data_spec"), data_dir)
+    spec = data if data is not None else meta.get("data_spec")
+    if is_shard_folder(spec):  # prepared token shards: memory-mapped, if they use this tokenizer
+        shards = open_shards(spec, tok.to_dict())
+        return shards.name, shards.val if split == "val" else shards.train
+    name, text = load_corpus(spec, data_dir)
     train_ids, val_ids = split_ids(tok.encode(text))
     return name, np.asarray(val_ids if split == "val" else train_ids)
 
@@ -864,8 +875,11 @@ def as_sampled(model, args):
 
 
 def sample_many(args) -> int:
-    """``attnlab sample --prompts-file``: every line's continuation by continuous batching, each
-    printed (prompt, then continuation) as soon as it and those before it are done."""
+    """``attnlab sample --prompts-file``: every line's continuation by continuous batching (the
+    loaded model's ``generate`` of a list), each printed (prompt, then continuation) as soon as it
+    and those before it are done."""
+    from ..training.devices import pick_device
+
     given_flags = (("--prompt", args.prompt), ("--draft", args.draft), ("--no-cache", args.no_cache))
     if args.compile:  # (continuous batching's rows change every step: its step is not the fixed-shape one)
         raise OptionError("--prompts-file batches prompts by continuous batching, which --compile does not cover yet")
@@ -879,8 +893,7 @@ def sample_many(args) -> int:
     prompts = [line for line in lines if line.strip() for _ in range(args.num_samples)]
     if not prompts:
         raise OptionError(f"--prompts-file {args.prompts_file} has no prompt (every line is blank)")
-    model, tok, _, _ = load_lm(args.ckpt, args.device)
-    model = as_sampled(model, args)
+    model = as_sampled(GPTRecipe().load(args.ckpt, str(pick_device(args.device))), args)
     texts: dict[int, str] = {}
     shown = [0]
 
@@ -892,16 +905,15 @@ def sample_many(args) -> int:
             sys.stdout.flush()
             shown[0] += 1
 
-    sampling = dict(temperature=args.temperature, top_k=args.top_k or None, top_p=args.top_p)
-    generate_texts(
-        model,
-        tok,
+    model.generate(  # (one path: the loaded model's own generate, by continuous batching)
         prompts,
         args.max_new_tokens,
-        slots=args.batch_size,
+        temperature=args.temperature,
+        top_k=args.top_k,
+        top_p=args.top_p,
         stop=args.stop,
         seed=args.seed,
-        on_done=on_done,
-        **sampling,
+        batch_size=args.batch_size,
+        stream=on_done,
     )
     return 0

@@ -1,0 +1,154 @@
+"""Streaming preparation into token shards (issue 50): peak memory against the corpus's size, and
+throughput against the tokenizer alone, in one run.
+
+    python benchmarks/prepare_shards.py --work /tmp/shards-bench            # 0.5 GB and 4 GB, chars; BPE on 200 MB
+    python benchmarks/prepare_shards.py --work /tmp/b --sizes 0.05 0.2 --bpe-mb 20   # a quick look
+
+For each size a corpus of random English-like lines is generated (files of 64 MB), then prepared
+by `attnlab data prepare` in a child process, whose peak resident memory is read from the kernel
+(``wait4``'s ru_maxrss) and its wall time from the clock. BPE: the preparation against
+``tokenizers``' own batch encoding of the same documents (the same batches of 8 MiB, the same
+tokenizer, timed on the encoding calls alone) in the same run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+WORDS = (
+    "the of and to in is was that for it with as his on be at by had are but from or have an they which one you "
+    "were her all she there would their we him been has when who will more no if out so said what up its about "
+    "into than them can only other new some could time these two may then do first any my now such like our over"
+).split()
+
+
+def make_corpus(folder: Path, gigabytes: float, seed: int = 0) -> int:
+    """Files of about 64 MB of random lines of 6 to 14 words until ``gigabytes`` GB: its bytes."""
+    marker = folder.parent / f"{folder.name}.bytes"  # (beside it: the corpus is every file inside)
+    if marker.is_file():
+        return int(marker.read_text())
+    shutil.rmtree(folder, ignore_errors=True)
+    folder.mkdir(parents=True)
+    rng, total, target, n = np.random.default_rng(seed), 0, int(gigabytes * 1e9), 0
+    vocab = np.array(WORDS)
+    while total < target:
+        size = min(64_000_000, target - total)
+        lines, got = [], 0
+        while got < size:
+            words = vocab[rng.integers(0, len(vocab), 200_000)]
+            lengths = rng.integers(6, 15, 30_000)
+            cuts = np.cumsum(lengths)
+            cuts = cuts[cuts < len(words)]
+            block = "\n".join(" ".join(words[a:b]) for a, b in zip(np.r_[0, cuts[:-1]], cuts)) + "\n"
+            lines.append(block)
+            got += len(block)
+        data = "".join(lines)[:size].rsplit("\n", 1)[0] + "\n"
+        (folder / f"part{n:04d}.txt").write_text(data, encoding="ascii")
+        total += len(data)
+        n += 1
+    marker.write_text(str(total))
+    return total
+
+
+PREPARE = """
+import sys, json
+from attnlab.data.shards import prepare
+args = json.loads(sys.argv[1])
+prepare(args.pop("source"), args.pop("out"), progress=True, **args)
+"""
+
+
+def measured_preparation(source: Path, out: Path, **options) -> dict:
+    """Prepare ``source`` in a child process: its wall seconds, those of its tokenising and writing
+    alone (after the vocabulary), and its peak resident memory (MB)."""
+    import re
+
+    shutil.rmtree(out, ignore_errors=True)
+    start = time.perf_counter()
+    argv = [sys.executable, "-c", PREPARE, json.dumps({"source": str(source), "out": str(out), **options})]
+    proc = subprocess.Popen(argv, stderr=subprocess.PIPE, text=True)
+    log = proc.stderr.read()
+    _, status, usage = os.wait4(proc.pid, 0)
+    seconds = time.perf_counter() - start
+    if status != 0:
+        raise SystemExit(f"the preparation of {source} failed (status {status})")
+    index = json.loads((out / "index.json").read_text())
+    tokens = sum(s["tokens"] for split in index["splits"].values() for s in split["shards"])
+    tokenising = float(re.search(r"done in ([\d,.]+) s", log).group(1).replace(",", ""))
+    return {"seconds": seconds, "tokenising_s": tokenising, "peak_mb": usage.ru_maxrss / 1024, "tokens": tokens}
+
+
+def tokenizer_alone(source: Path, tokenizer_dict: dict) -> float:
+    """Seconds ``tokenizers``' own batch encoding takes over the documents of ``source`` (the
+    preparation's batches of 8 MiB), counting the encoding calls only."""
+    from attnlab.data.shards import BATCH_BYTES, documents
+    from attnlab.tokens import tokenizer_from_dict
+
+    tok = tokenizer_from_dict(tokenizer_dict).hf_tokenizer()
+    batch, size, seconds = [], 0, 0.0
+    for _, text, n_bytes in documents(str(source)):
+        batch.append(text)
+        size += n_bytes
+        if size >= BATCH_BYTES:
+            start = time.perf_counter()
+            tok.encode_batch(batch, add_special_tokens=False)
+            seconds += time.perf_counter() - start
+            batch, size = [], 0
+    if batch:
+        start = time.perf_counter()
+        tok.encode_batch(batch, add_special_tokens=False)
+        seconds += time.perf_counter() - start
+    return seconds
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--work", type=Path, required=True, help="folder for the corpora and shards (about 14 GB)")
+    p.add_argument("--sizes", type=float, nargs="+", default=[0.5, 4.0], help="corpus sizes in GB (characters)")
+    p.add_argument("--bpe-mb", type=float, default=200, help="the BPE corpus's size in MB (default 200)")
+    p.add_argument("--json", type=Path, default=None, help="also write the rows as JSON")
+    args = p.parse_args()
+    rows = []
+    for gb in args.sizes:
+        source = args.work / f"corpus_{gb:g}GB"
+        n_bytes = make_corpus(source, gb)
+        r = measured_preparation(source, args.work / f"shards_{gb:g}GB", tokenizer="char")
+        r.update(kind="char", bytes=n_bytes, mb_per_s=n_bytes / 1e6 / r["seconds"])
+        rows.append(r)
+        print(f"char {n_bytes / 1e9:.2f} GB: {r['seconds']:.1f} s, {r['mb_per_s']:.0f} MB/s, peak RSS "
+              f"{r['peak_mb']:.0f} MB, {r['tokens']:,} tokens", flush=True)  # fmt: skip
+        shutil.rmtree(args.work / f"shards_{gb:g}GB")
+    if len(rows) > 1:
+        low, high = rows[0]["peak_mb"], rows[-1]["peak_mb"]
+        print(f"peak RSS {high:.0f} MB at {args.sizes[-1]:g} GB against {low:.0f} MB at {args.sizes[0]:g} GB: "
+              f"{100 * (high - low) / low:+.1f} %", flush=True)  # fmt: skip
+    source = args.work / f"corpus_bpe_{args.bpe_mb:g}MB"
+    n_bytes = make_corpus(source, args.bpe_mb / 1000, seed=1)
+    out = args.work / "shards_bpe"
+    r = measured_preparation(source, out, tokenizer="bpe", vocab_size=8192, sample_mb=min(64.0, args.bpe_mb / 4))
+    index = json.loads((out / "index.json").read_text())
+    alone = tokenizer_alone(source, index["tokenizer"])
+    r.update(kind="bpe", bytes=n_bytes, mb_per_s=n_bytes / 1e6 / r["seconds"], tokenizer_alone_s=alone,
+             tokenizer_mb_per_s=n_bytes / 1e6 / alone)  # fmt: skip
+    rows.append(r)
+    print(f"bpe {n_bytes / 1e6:.0f} MB (8,192 tokens, trained on the first {min(64.0, args.bpe_mb / 4):g} MB): "
+          f"{r['seconds']:.1f} s with the vocabulary, {r['tokenising_s']:.1f} s tokenising and writing "
+          f"({n_bytes / 1e6 / r['tokenising_s']:.1f} MB/s); tokenizers' batch encoding alone {alone:.1f} s "
+          f"({r['tokenizer_mb_per_s']:.1f} MB/s): the pipeline keeps {100 * alone / r['tokenising_s']:.0f} % of its "
+          f"throughput; peak RSS {r['peak_mb']:.0f} MB", flush=True)  # fmt: skip
+    shutil.rmtree(out)
+    if args.json:
+        args.json.write_text(json.dumps(rows, indent=1))
+
+
+if __name__ == "__main__":
+    main()

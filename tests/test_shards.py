@@ -1,0 +1,212 @@
+"""Corpora larger than memory (issue 50): a source streamed into token shards, read back as the
+training data. The shards are checked against the source itself (every document's ids decode to
+its text, in order), against a preparation never stopped (kill -9, then again: the same bytes),
+and through training and evaluation on them."""
+
+import gzip
+import hashlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+from attnlab.cli import main
+from attnlab.data import shards
+from attnlab.errors import AttnlabError, OptionError
+
+SMALL = {"DOC_BYTES": 4096, "BATCH_BYTES": 16384}  # many documents and batches from a small corpus
+
+
+@pytest.fixture
+def small_blocks(monkeypatch):
+    for name, value in SMALL.items():
+        monkeypatch.setattr(shards, name, value)
+
+
+def corpus(folder, seed: int = 0):
+    """Three files: plain ASCII lines, text with characters beyond ASCII (gzip-compressed), and one
+    line longer than a document (so a cut falls between characters, not after a newline)."""
+    rng = np.random.default_rng(seed)
+    words = ["the", "cat", "sat", "on", "a", "mat", "and", "saw", "it", "then", "ran"]
+    folder.mkdir(parents=True, exist_ok=True)
+    lines = [" ".join(rng.choice(words, 8)) for _ in range(3000)]
+    (folder / "a.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    accented = "\n".join(f"{i}: café naïve — Ünïcødé ✓ {' '.join(rng.choice(words, 5))}" for i in range(1500))
+    with gzip.open(folder / "b.txt.gz", "wt", encoding="utf-8") as f:
+        f.write(accented + "\n")
+    (folder / "c.txt").write_text("é" * 5000 + "x" * 3001 + "\nend\n", encoding="utf-8")
+    return (
+        (folder / "a.txt").read_text(encoding="utf-8")
+        + gzip.open(folder / "b.txt.gz", "rt", encoding="utf-8").read()
+        + (folder / "c.txt").read_text(encoding="utf-8")
+    )
+
+
+def documents_back(folder) -> list[np.ndarray]:
+    """Every document's ids, in the source's order, read from the shards through their .docs
+    files and the split each document went to."""
+    index = json.loads((folder / "index.json").read_text())
+    settings = index["settings"]
+    streams = {}
+    for split in ("train", "val"):
+        ids, starts, at = [], [], 0
+        for s in index["splits"][split]["shards"]:
+            ids.append(np.fromfile(folder / s["file"], dtype=np.dtype(index["dtype"]).newbyteorder("<")))
+            starts += [at + int(x) for x in np.fromfile(folder / s["file"].replace(".bin", ".docs"), dtype="<u8")]
+            at += s["tokens"]
+        ids = np.concatenate(ids) if ids else np.empty(0, dtype=np.int64)
+        streams[split] = [ids[a:b] for a, b in zip(starts, [*starts[1:], len(ids)])]
+    out, taken = [], {"train": 0, "val": 0}
+    for doc in range(sum(len(v) for v in streams.values())):
+        split = "val" if shards.is_validation(doc, settings["seed"], settings["val_fraction"]) else "train"
+        out.append(streams[split][taken[split]])
+        taken[split] += 1
+    assert taken == {k: len(v) for k, v in streams.items()}
+    return out
+
+
+def test_every_documents_ids_decode_to_its_text_in_order(tmp_path, small_blocks):
+    text = corpus(tmp_path / "src")
+    index = shards.prepare(str(tmp_path / "src"), tmp_path / "out", shard_tokens=5000, val_fraction=0.2, progress=False)
+    from attnlab.tokens import tokenizer_from_dict
+
+    tok = tokenizer_from_dict(index["tokenizer"])
+    assert tok.chars == sorted(set(text))  # the vocabulary: every character of the source, from the stream
+    docs = documents_back(tmp_path / "out")
+    assert "".join(tok.decode(d) for d in docs) == text and len(docs) > 30
+    for split in ("train", "val"):
+        listed = index["splits"][split]["shards"]
+        assert listed and all(s["tokens"] == 5000 for s in listed[:-1]) and 0 < listed[-1]["tokens"] <= 5000
+        for s in listed:
+            assert hashlib.sha256((tmp_path / "out" / s["file"]).read_bytes()).hexdigest() == s["sha256"]
+    assert index["dtype"] == "uint16" and index["done"]
+    # a document is never cut inside a character, and a long line is cut between characters
+    assert all(len(d) <= shards.DOC_BYTES for d in docs)
+    # the split is by whole documents, the same for a seed, another for another seed
+    val_docs = [i for i in range(len(docs)) if shards.is_validation(i, 0, 0.2)]
+    assert 0 < len(val_docs) < len(docs)
+    assert val_docs != [i for i in range(len(docs)) if shards.is_validation(i, 1, 0.2)]
+
+
+def test_the_shards_read_back_as_one_sequence_across_their_boundaries(tmp_path, small_blocks):
+    corpus(tmp_path / "src")
+    shards.prepare(str(tmp_path / "src"), tmp_path / "out", shard_tokens=1500, val_fraction=0.2, progress=False)
+    data = shards.open_shards(tmp_path / "out")
+    whole = np.concatenate([np.fromfile(tmp_path / "out" / s["file"], dtype="<u2") for s in
+                            json.loads((tmp_path / "out" / "index.json").read_text())["splits"]["train"]["shards"]])  # fmt: skip
+    assert len(data.train) == len(whole)
+    for a, b in ((0, 10), (1490, 1510), (0, len(whole)), (2999, 4501), (len(whole) - 3, len(whole)), (5, 5)):
+        assert np.array_equal(data.train[a:b], whole[a:b]), (a, b)
+    assert data.train[1500] == whole[1500] and data.train[-1] == whole[-1]
+    assert np.array_equal(np.asarray(data.val), np.concatenate([data.val[0 : len(data.val)]]))
+
+
+KILLED = """
+import sys
+from attnlab.data import shards
+shards.DOC_BYTES, shards.BATCH_BYTES = 4096, 16384
+shards.prepare(sys.argv[1], sys.argv[2], tokenizer=sys.argv[3], vocab_size=300 if sys.argv[3] == "bpe" else None,
+               shard_tokens=2000, val_fraction=0.2, sample_mb=0.05, progress=False)
+"""
+
+
+@pytest.mark.parametrize("tokenizer", ["char", "bpe"])
+def test_a_preparation_killed_at_any_point_finishes_with_the_same_bytes(tmp_path, small_blocks, tokenizer):
+    corpus(tmp_path / "src")
+    source = str(tmp_path / "src")
+    options = dict(tokenizer=tokenizer, vocab_size=300 if tokenizer == "bpe" else None, shard_tokens=2000,
+                   val_fraction=0.2, sample_mb=0.05, progress=False)  # fmt: skip
+    shards.prepare(source, tmp_path / "whole", **options)
+    rng = np.random.default_rng(0)
+    for attempt in range(3):  # kill -9 after a random number of committed batches, then finish in this process
+        out = tmp_path / f"killed{attempt}"
+        proc = subprocess.Popen([sys.executable, "-c", KILLED, source, str(out), tokenizer])
+        stop_after = int(rng.integers(1, 12))
+        deadline = time.monotonic() + 60
+        while proc.poll() is None and time.monotonic() < deadline:
+            try:
+                if json.loads((out / "index.json").read_text())["cursor"]["document"] >= stop_after * 4:
+                    break
+            except (OSError, ValueError, KeyError):
+                pass
+            time.sleep(0.002)
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+        index = shards.prepare(source, out, **options)
+        assert index["done"]
+        names = sorted(p.name for p in (tmp_path / "whole").iterdir())
+        assert names == sorted(p.name for p in out.iterdir() if not p.name.startswith("."))
+        for name in names:
+            assert (out / name).read_bytes() == (tmp_path / "whole" / name).read_bytes(), (attempt, name)
+
+
+def test_bpe_shards_are_the_tokenizers_own_ids(tmp_path, small_blocks):
+    corpus(tmp_path / "src")
+    index = shards.prepare(str(tmp_path / "src"), tmp_path / "out", tokenizer="bpe", vocab_size=400,
+                           sample_mb=0.05, val_fraction=0.2, progress=False)  # fmt: skip
+    from attnlab.tokens import tokenizer_from_dict
+
+    tok = tokenizer_from_dict(index["tokenizer"])
+    assert 256 < tok.vocab_size <= 400 and index["settings"]["sample_mb"] == 0.05  # (merges the sample holds)
+    texts = [text for _, text, _ in shards.documents(str(tmp_path / "src"))]
+    docs = documents_back(tmp_path / "out")
+    assert [d.tolist() for d in docs] == [tok.encode(t) for t in texts]
+
+
+def test_a_streamed_dataset_is_prepared_row_by_row(tmp_path):
+    pytest.importorskip("datasets")
+    rows = [{"text": f"row {i}: " + "abc " * (i % 7), "n": i} for i in range(200)]
+    path = tmp_path / "rows.jsonl"
+    path.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    index = shards.prepare(f"hf:{path}", tmp_path / "out", val_fraction=0.1, progress=False)
+    from attnlab.tokens import tokenizer_from_dict
+
+    tok = tokenizer_from_dict(index["tokenizer"])
+    assert [tok.decode(d) for d in documents_back(tmp_path / "out")] == [r["text"] for r in rows]
+    with pytest.raises(AttnlabError, match="no text column 'body'"):
+        shards.prepare(f"hf:{path}:::body", tmp_path / "out2", progress=False)
+
+
+def test_training_and_evaluation_read_the_shards(tmp_path, small_blocks, capsys):
+    import attnlab
+
+    corpus(tmp_path / "src")
+    assert main(["data", "prepare", str(tmp_path / "src"), "--out", str(tmp_path / "shards"), "--shard-tokens",
+                 "3000", "--val-fraction", "0.2", "--no-progress"]) == 0  # fmt: skip
+    assert "train gpt --data" in capsys.readouterr().out
+    run = attnlab.train("gpt", data=str(tmp_path / "shards"), out=tmp_path / "run", preset="nano", context=32,
+                        max_iters=3, eval_interval=3, eval_iters=1, batch_size=4, device="cpu", dtype="fp32")  # fmt: skip
+    assert run.step == 3
+    meta = json.loads((tmp_path / "run" / "last" / "config.json").read_text())
+    index_sha = hashlib.sha256((tmp_path / "shards" / "index.json").read_bytes()).hexdigest()
+    assert meta["data_fingerprint"]["sha256"] == index_sha  # (the shards are not read again)
+    scores = attnlab.evaluate(tmp_path / "run", max_batches=2)
+    assert np.isfinite(scores["loss"])
+    assert main(["train", "gpt", "--data", str(tmp_path / "shards"), "--out", str(tmp_path / "run"), "--resume",
+                 "--max-iters", "4", "--device", "cpu", "--no-progress", "--sample-chars", "0"]) == 0  # fmt: skip
+
+
+def test_bad_preparations_are_refused_in_one_line(tmp_path, small_blocks, capsys):
+    corpus(tmp_path / "src")
+    source = str(tmp_path / "src")
+    shards.prepare(source, tmp_path / "out", val_fraction=0.2, progress=False)
+    with pytest.raises(OptionError, match="other settings"):
+        shards.prepare(source, tmp_path / "out", val_fraction=0.3, progress=False)
+    (tmp_path / "full").mkdir()
+    (tmp_path / "full" / "x").write_text("x")
+    with pytest.raises(OptionError, match="not an empty folder"):
+        shards.prepare(source, tmp_path / "full", progress=False)
+    with pytest.raises(AttnlabError, match="no such file"):
+        shards.prepare(str(tmp_path / "missing"), tmp_path / "o2", progress=False)
+    (tmp_path / "bin.txt").write_bytes(b"\x00\x01" * 100)
+    with pytest.raises(AttnlabError, match="binary"):
+        shards.prepare(str(tmp_path / "bin.txt"), tmp_path / "o3", progress=False)
+    with pytest.raises(AttnlabError, match="validation split"):
+        shards.prepare(source, tmp_path / "o4", val_fraction=0.0, progress=False)
+    assert main(["data", "prepare", source, "--out", str(tmp_path / "o5"), "--shard-tokens", "3"]) == 2
+    assert "--shard-tokens" in capsys.readouterr().err
