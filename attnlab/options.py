@@ -17,7 +17,7 @@ import math
 import types
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, TypeVar, cast
 
 from .errors import OptionError
 from .outputs import is_path
@@ -314,7 +314,10 @@ class Command:
     run: Callable[[Options], int | None]
 
 
-def checked_by(declaration: Callable[[], OptionSpecs], *, unchecked: tuple[str, ...] = ()):
+Verb = TypeVar("Verb", bound=Callable[..., Any])
+
+
+def checked_by(declaration: Callable[[], OptionSpecs], *, unchecked: tuple[str, ...] = ()) -> Callable[[Verb], Verb]:
     """Decorate a Python verb whose keywords are the options of a command: each keyword the command
     declares in ``declaration()`` (``--beam`` for ``beam=``) is checked by that declaration, with its
     bounds, choices and words, before the verb runs (``unchecked``: keywords that take another form
@@ -322,7 +325,7 @@ def checked_by(declaration: Callable[[], OptionSpecs], *, unchecked: tuple[str, 
     ``declaration`` (``verb.declaration``): the command line builds its flags from the same one, and
     tests/test_options_agree.py checks the keyword's defaults against it."""
 
-    def wrap(verb: Callable) -> Callable:
+    def wrap(verb: Verb) -> Verb:  # (typed so: type checkers see the verb's own signature)
         signature = inspect.signature(verb)
 
         @functools.wraps(verb)
@@ -336,7 +339,7 @@ def checked_by(declaration: Callable[[], OptionSpecs], *, unchecked: tuple[str, 
             return verb(*bound.args, **bound.kwargs)
 
         checked.declaration = declaration  # type: ignore[attr-defined]
-        return checked
+        return cast(Verb, checked)
 
     return wrap
 

@@ -32,26 +32,22 @@ WORDS = (
 
 
 def make_corpus(folder: Path, gigabytes: float, seed: int = 0) -> int:
-    """Files of about 64 MB of random lines of 6 to 14 words until ``gigabytes`` GB: its bytes."""
+    """Files of 64 MB of random lines of 6 to 14 words (one block, drawn once and written again for
+    each file: the preparation's work does not depend on repeats) until ``gigabytes`` GB: its bytes."""
     marker = folder.parent / f"{folder.name}.bytes"  # (beside it: the corpus is every file inside)
     if marker.is_file():
         return int(marker.read_text())
     shutil.rmtree(folder, ignore_errors=True)
     folder.mkdir(parents=True)
-    rng, total, target, n = np.random.default_rng(seed), 0, int(gigabytes * 1e9), 0
-    vocab = np.array(WORDS)
+    rng, vocab = np.random.default_rng(seed), np.array(WORDS)
+    words = vocab[rng.integers(0, len(vocab), 12_000_000)]
+    cuts = np.cumsum(rng.integers(6, 15, 1_200_000))
+    cuts = cuts[cuts < len(words)]
+    block = "\n".join(" ".join(words[a:b]) for a, b in zip(np.r_[0, cuts[:-1]], cuts))
+    block = block[:64_000_000].rsplit("\n", 1)[0] + "\n"
+    total, target, n = 0, int(gigabytes * 1e9), 0
     while total < target:
-        size = min(64_000_000, target - total)
-        lines, got = [], 0
-        while got < size:
-            words = vocab[rng.integers(0, len(vocab), 200_000)]
-            lengths = rng.integers(6, 15, 30_000)
-            cuts = np.cumsum(lengths)
-            cuts = cuts[cuts < len(words)]
-            block = "\n".join(" ".join(words[a:b]) for a, b in zip(np.r_[0, cuts[:-1]], cuts)) + "\n"
-            lines.append(block)
-            got += len(block)
-        data = "".join(lines)[:size].rsplit("\n", 1)[0] + "\n"
+        data = block if target - total >= len(block) else block[: target - total].rsplit("\n", 1)[0] + "\n"
         (folder / f"part{n:04d}.txt").write_text(data, encoding="ascii")
         total += len(data)
         n += 1
