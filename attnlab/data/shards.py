@@ -49,6 +49,8 @@ import numpy as np
 from ..errors import DataError, OptionError
 from ..options import OptionSpecs, at_least, below_one, checked_by, number, vocab_size
 from . import hf
+from .text import prepare as prepare_text
+from .text import TokenData, decode_text
 
 INDEX = "index.json"
 FORMAT = "attnlab-token-shards"
@@ -116,7 +118,7 @@ def file_documents(files: list[Path], start: Cursor) -> Iterator[tuple[Cursor, s
                 piece, rest = block[:cut], block[cut:]
                 offset += len(piece)
                 document += 1
-                yield Cursor(index, offset, document), decode(piece, files[index], offset - len(piece)), len(piece)
+                yield Cursor(index, offset, document), decode_text(piece, files[index], offset - len(piece)), len(piece)
 
 
 def character_boundary(block: bytes) -> int:
@@ -146,18 +148,6 @@ def skip_to(f, offset: int) -> None:
         if not got:
             raise DataError("the source is shorter than when this preparation started; prepare it again in a new --out")
         left -= len(got)
-
-
-def decode(data: bytes, path: Path, at: int) -> str:
-    if b"\x00" in data[:8192]:
-        raise DataError(f"{path} looks like a binary file (a NUL byte near offset {at}); give UTF-8 text")
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError as e:
-        raise DataError(
-            f"{path} is not UTF-8 text (bad byte 0x{data[e.start]:02x} at offset {at + e.start}); convert it "
-            "with e.g. `iconv -t utf-8`"
-        ) from None
 
 
 def dataset_documents(source: str, start: Cursor) -> Iterator[tuple[Cursor, str, int]]:
@@ -595,7 +585,6 @@ def open_shards(folder: str | Path, existing_tokenizer: dict | None = None):
     """A prepared folder as :class:`attnlab.data.text.TokenData` (train and val memory-mapped); with
     ``existing_tokenizer`` (a run's), refused unless the shards were prepared with it."""
     from ..tokens import tokenizer_from_dict
-    from .text import TokenData
 
     folder = Path(folder).expanduser()
     index = read_index(folder)
@@ -609,6 +598,15 @@ def open_shards(folder: str | Path, existing_tokenizer: dict | None = None):
     splits = {s: ShardedTokens(folder, index["splits"][s]["shards"], index["dtype"]) for s in SPLITS}
     name = f"{index['settings']['source']} (prepared in {folder})"
     return TokenData(splits["train"], splits["val"], tokenizer_from_dict(index["tokenizer"]), name)
+
+
+def token_data(spec, cache: Path, **options) -> TokenData:
+    """A GPT's data: a folder of token shards opened as it is (memory-mapped, with the tokenizer it
+    was prepared with: ``options["existing_tokenizer"]``, when given, must be it), anything else read
+    and tokenised by :func:`attnlab.data.text.prepare` (``options``: its keywords)."""
+    if is_shard_folder(spec):
+        return open_shards(spec, options.get("existing_tokenizer"))
+    return prepare_text(spec, cache, **options)
 
 
 def shards_fingerprint(folder: str | Path) -> dict:

@@ -36,14 +36,19 @@ def embedded_corpus() -> str:
 
 
 def read_text_file(path: Path) -> str:
-    data = path.read_bytes()
+    return decode_text(path.read_bytes(), path)
+
+
+def decode_text(data: bytes, path: Path, at: int = 0) -> str:
+    """``data``, the bytes of ``path`` from offset ``at``, as UTF-8 text; a binary file or another
+    encoding is refused in one line."""
     if b"\x00" in data[:8192]:
         raise DataError(f"{path} looks like a binary file (it contains NUL bytes); give a UTF-8 text file")
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as e:
         raise DataError(
-            f"{path} is not UTF-8 text (bad byte 0x{data[e.start]:02x} at offset {e.start}); "
+            f"{path} is not UTF-8 text (bad byte 0x{data[e.start]:02x} at offset {at + e.start}); "
             "convert it with e.g. `iconv -t utf-8` or give another file"
         ) from None
 
@@ -130,12 +135,7 @@ def prepare(
 ) -> TokenData:
     """Read and tokenise the corpus once; ids go to ``cache`` as train.bin / val.bin (memory-mapped
     on later runs). ``existing_tokenizer`` (from a checkpoint) is reused instead of training one.
-    A folder of token shards (``attnlab data prepare``) is read as it is, memory-mapped, with the
-    tokenizer it was prepared with."""
-    from .shards import is_shard_folder, open_shards
-
-    if is_shard_folder(spec):
-        return open_shards(spec, existing_tokenizer)
+    (A folder of token shards: :func:`attnlab.data.shards.token_data`.)"""
     name, text = load_corpus(spec, data_dir)
     key = hashlib.sha256(
         text.encode() + json.dumps([tokenizer, vocab_size, existing_tokenizer is not None, val_fraction]).encode()

@@ -375,7 +375,7 @@ class GPTRecipe(Recipe):
         return {"tokenizer": (args.tokenizer, saved["tokenizer"].get("kind"))}
 
     def prepare(self, args, saved, model_over, tcfg):
-        from ..data.text import prepare
+        from ..data.shards import token_data as prepare
         from ..models.gpt import GPTConfig
         from ..training import LanguageModelTask
 
