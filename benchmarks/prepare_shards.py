@@ -6,7 +6,10 @@ throughput against the tokenizer alone, in one run.
 
 For each size a corpus of random English-like lines is generated (files of 64 MB), then prepared
 by `attnlab data prepare` in a child process, whose peak resident memory is read from the kernel
-(``wait4``'s ru_maxrss) and its wall time from the clock. BPE: the preparation against
+(its own ``VmHWM`` in /proc/self/status at its end: ``wait4``'s ru_maxrss would also count the
+memory this process held when it forked the child) and its wall time from the clock (process start and imports included);
+then a one-step `attnlab train gpt --data SHARDS` is timed whole, which bounds when its first step
+starts. BPE: the preparation against
 ``tokenizers``' own batch encoding of the same documents (the same batches of 8 MiB, the same
 tokenizer, timed on the encoding calls alone) in the same run.
 """
@@ -15,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -60,6 +62,7 @@ import sys, json
 from attnlab.data.shards import prepare
 args = json.loads(sys.argv[1])
 prepare(args.pop("source"), args.pop("out"), progress=True, **args)
+print(next(line for line in open("/proc/self/status") if line.startswith("VmHWM")), file=sys.stderr)
 """
 
 
@@ -73,14 +76,30 @@ def measured_preparation(source: Path, out: Path, **options) -> dict:
     argv = [sys.executable, "-c", PREPARE, json.dumps({"source": str(source), "out": str(out), **options})]
     proc = subprocess.Popen(argv, stderr=subprocess.PIPE, text=True)
     log = proc.stderr.read()
-    _, status, usage = os.wait4(proc.pid, 0)
+    status = proc.wait()
     seconds = time.perf_counter() - start
     if status != 0:
         raise SystemExit(f"the preparation of {source} failed (status {status})")
     index = json.loads((out / "index.json").read_text())
     tokens = sum(s["tokens"] for split in index["splits"].values() for s in split["shards"])
     tokenising = float(re.search(r"done in ([\d,.]+) s", log).group(1).replace(",", ""))
-    return {"seconds": seconds, "tokenising_s": tokenising, "peak_mb": usage.ru_maxrss / 1024, "tokens": tokens}
+    peak_kb = int(re.search(r"VmHWM:\s+(\d+) kB", log).group(1))
+    return {"seconds": seconds, "tokenising_s": tokenising, "peak_mb": peak_kb / 1024, "tokens": tokens}
+
+
+def first_step_seconds(shards: Path, work: Path) -> float:
+    """Wall seconds of a whole one-step `attnlab train gpt --data SHARDS` (start, the first step,
+    its evaluation and checkpoint): an upper bound on when its first step starts."""
+    run = work / "first_step_run"
+    shutil.rmtree(run, ignore_errors=True)
+    argv = [sys.executable, "-m", "attnlab", "train", "gpt", "--data", str(shards), "--out", str(run), "--preset",
+            "nano", "--max-iters", "1", "--eval-iters", "1", "--sample-chars", "0", "--no-progress", "--device",
+            "cpu", "--no-compile"]  # fmt: skip
+    start = time.perf_counter()
+    subprocess.run(argv, check=True, capture_output=True)
+    seconds = time.perf_counter() - start
+    shutil.rmtree(run)
+    return seconds
 
 
 def tokenizer_alone(source: Path, tokenizer_dict: dict) -> float:
@@ -118,10 +137,12 @@ def main() -> None:
         source = args.work / f"corpus_{gb:g}GB"
         n_bytes = make_corpus(source, gb)
         r = measured_preparation(source, args.work / f"shards_{gb:g}GB", tokenizer="char")
-        r.update(kind="char", bytes=n_bytes, mb_per_s=n_bytes / 1e6 / r["seconds"])
+        first = first_step_seconds(args.work / f"shards_{gb:g}GB", args.work)
+        r.update(kind="char", bytes=n_bytes, mb_per_s=n_bytes / 1e6 / r["seconds"], one_step_run_s=first)
         rows.append(r)
         print(f"char {n_bytes / 1e9:.2f} GB: {r['seconds']:.1f} s, {r['mb_per_s']:.0f} MB/s, peak RSS "
-              f"{r['peak_mb']:.0f} MB, {r['tokens']:,} tokens", flush=True)  # fmt: skip
+              f"{r['peak_mb']:.0f} MB, {r['tokens']:,} tokens; a one-step training run on the shards "
+              f"{first:.1f} s", flush=True)  # fmt: skip
         shutil.rmtree(args.work / f"shards_{gb:g}GB")
     if len(rows) > 1:
         low, high = rows[0]["peak_mb"], rows[-1]["peak_mb"]

@@ -55,6 +55,64 @@ def test_grad_accumulation_under_ddp(tmp_path):
         assert torch.allclose(v, ddp[k], atol=1e-5), k
 
 
+WINDOWS_LOG = """
+import json, os
+import attnlab.training.distributed as D
+
+drawn = D.shard
+def shard(batch, info):  # the windows this rank trains on, one line per micro-batch drawn
+    mine = drawn(batch, info)
+    with open(os.environ["WINDOWS_LOG"] + f".{info.rank}", "a") as f:
+        f.write(json.dumps(mine[0].tolist()) + "\\n")
+    return mine
+D.shard = shard
+"""
+
+
+def test_ddp_on_token_shards_reads_disjoint_windows_and_resumes_to_the_same_batches(tmp_path):
+    """A corpus prepared into token shards, trained by 2 processes for 3 steps and resumed by 2 to
+    step 6: at every step the two ranks train on disjoint halves of the windows one process with
+    the global batch trains on, before and after the resume, and end with its weights."""
+    import json
+
+    import numpy as np
+
+    from attnlab.data import prepare_shards
+
+    rng = np.random.default_rng(0)
+    words = np.array("the of and to in is was that for it with as his on be at by had are but".split())
+    (tmp_path / "src").mkdir()
+    for i in range(12):
+        (tmp_path / "src" / f"{i}.txt").write_text(" ".join(rng.choice(words, 400)) + "\n")
+    prepare_shards(str(tmp_path / "src"), tmp_path / "shards", shard_tokens=2048, val_fraction=0.25, progress=False)
+    logs = {}
+
+    def train(name, *extra, nproc):
+        env = {**os.environ, **_inject(tmp_path, WINDOWS_LOG), "OMP_NUM_THREADS": "1",
+               "WINDOWS_LOG": str(tmp_path / name)}  # fmt: skip
+        argv = _argv(tmp_path / name, tmp_path / "shards", "--grad-accum", "1", *extra, nproc=nproc)
+        r = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=300)
+        assert r.returncode == 0, r.stderr[-3000:]
+        logs[name] = [[json.loads(line) for line in (tmp_path / f"{name}.{rank}").read_text().splitlines()]
+                      for rank in range(nproc)]  # fmt: skip
+        for rank in range(nproc):
+            (tmp_path / f"{name}.{rank}").unlink()
+        return load_file(str(tmp_path / name / "last" / "model.safetensors"))
+
+    single = train("single", "--batch-size", "8", "--max-iters", "6", nproc=1)
+    train("ddp", "--batch-size", "4", "--max-iters", "3", nproc=2)
+    first = logs["ddp"]
+    resumed = train("ddp", "--batch-size", "4", "--max-iters", "6", "--resume", nproc=2)
+    _same(single, resumed)
+    one = logs["single"][0]
+    # (a batch is drawn one step ahead: the stopped run drew step 4's too, which the resumed run draws again)
+    steps = [first[0][:3] + logs["ddp"][0][:3], first[1][:3] + logs["ddp"][1][:3]]
+    for step in range(6):
+        rank0, rank1 = steps[0][step], steps[1][step]
+        assert not {tuple(w) for w in rank0} & {tuple(w) for w in rank1}, step  # disjoint windows
+        assert rank0 + rank1 == one[step], step  # together: the global batch of one process
+
+
 # ---- FSDP2 (fully_shard on CPU with gloo), sharded checkpoints, elastic restarts, two nodes ------------
 def _losses(out) -> list[float]:
     import json

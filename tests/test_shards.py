@@ -84,7 +84,7 @@ def test_every_documents_ids_decode_to_its_text_in_order(tmp_path, small_blocks)
         assert listed and all(s["tokens"] == 5000 for s in listed[:-1]) and 0 < listed[-1]["tokens"] <= 5000
         for s in listed:
             assert hashlib.sha256((tmp_path / "out" / s["file"]).read_bytes()).hexdigest() == s["sha256"]
-    assert index["dtype"] == "uint16" and index["done"]
+    assert index["dtype"] == "uint8" and index["done"]  # (fewer than 257 characters: a byte a token)
     # a document is never cut inside a character, and a long line is cut between characters
     assert all(len(d) <= shards.DOC_BYTES for d in docs)
     # the split is by whole documents, the same for a seed, another for another seed
@@ -93,11 +93,27 @@ def test_every_documents_ids_decode_to_its_text_in_order(tmp_path, small_blocks)
     assert val_docs != [i for i in range(len(docs)) if shards.is_validation(i, 1, 0.2)]
 
 
+@pytest.mark.parametrize("wide", [False, True])
+def test_the_character_encoder_on_both_sides_of_a_byte(wide):
+    """ASCII and beyond, with ids of one byte (bytes.translate) and of two (a NumPy gather) once
+    the vocabulary passes 256 characters; a character the vocabulary lacks is refused."""
+    chars = sorted(set("hello world\nçé✓") | ({chr(0x400 + i) for i in range(300)} if wide else set()))
+    dtype = shards.token_dtype(len(chars))
+    assert dtype == ("uint16" if wide else "uint8")
+    encode = shards.CharEncoder(chars, dtype)
+    texts = ["hello world\n", "çé ✓ hello", "".join(chars)]
+    for text, ids in zip(texts, encode(texts)):
+        assert ids.dtype == np.dtype(dtype) and [chars[i] for i in ids] == list(text)
+    for unknown in ("hello!", "hello ß", "hello \U0001f600"):
+        with pytest.raises(AttnlabError, match="is not in the prepared vocabulary"):
+            encode([unknown])
+
+
 def test_the_shards_read_back_as_one_sequence_across_their_boundaries(tmp_path, small_blocks):
     corpus(tmp_path / "src")
     shards.prepare(str(tmp_path / "src"), tmp_path / "out", shard_tokens=1500, val_fraction=0.2, progress=False)
     data = shards.open_shards(tmp_path / "out")
-    whole = np.concatenate([np.fromfile(tmp_path / "out" / s["file"], dtype="<u2") for s in
+    whole = np.concatenate([np.fromfile(tmp_path / "out" / s["file"], dtype="u1") for s in
                             json.loads((tmp_path / "out" / "index.json").read_text())["splits"]["train"]["shards"]])  # fmt: skip
     assert len(data.train) == len(whole)
     for a, b in ((0, 10), (1490, 1510), (0, len(whole)), (2999, 4501), (len(whole) - 3, len(whole)), (5, 5)):
@@ -170,6 +186,63 @@ def test_a_streamed_dataset_is_prepared_row_by_row(tmp_path):
     assert [tok.decode(d) for d in documents_back(tmp_path / "out")] == [r["text"] for r in rows]
     with pytest.raises(AttnlabError, match="no text column 'body'"):
         shards.prepare(f"hf:{path}:::body", tmp_path / "out2", progress=False)
+
+
+def parquet_file(path, megabytes: float, rows_per_group: int = 4096) -> tuple[str, int]:
+    """A Parquet file of rows of about 2.5 KB of ASCII text (a "text" and an "id" column) until
+    ``megabytes`` MB of text: the first row's text and the characters of all rows."""
+    pa, pq = pytest.importorskip("pyarrow"), pytest.importorskip("pyarrow.parquet")
+    rng = np.random.default_rng(0)
+    words = np.array("the of and to in is was that for it with as his on be at by had are but".split())
+    pieces = [" ".join(rng.choice(words, 700)) for _ in range(64)]
+    n, size, first = 0, 0, None
+    with pq.ParquetWriter(path, pa.schema([("text", pa.string()), ("id", pa.int64())])) as w:
+        while size < megabytes * 1e6:
+            texts = [f"{n + i}: " + pieces[j] for i, j in enumerate(rng.integers(0, 64, rows_per_group))]
+            size += sum(len(t) for t in texts)
+            first = first or texts[0]
+            w.write_table(pa.table({"text": texts, "id": np.arange(n, n + rows_per_group)}))
+            n += rows_per_group
+    return first, size
+
+
+def test_parquet_rows_are_read_from_any_row_on(tmp_path):
+    parquet_file(tmp_path / "d.parquet", 0.5, rows_per_group=50)
+    every = list(shards.parquet_column(tmp_path / "d.parquet", "text", 0))
+    assert len(every) == 200 and every[0].startswith("0: ") and every[-1].startswith("199: ")
+    for start in (1, 49, 50, 51, 199, 200, 250):  # (inside, at the edges of and past the row groups)
+        assert list(shards.parquet_column(tmp_path / "d.parquet", "text", start)) == every[start:]
+    assert list(shards.parquet_column(tmp_path / "d.parquet", "body", 0)) == [None]
+
+
+LIMITED = """
+import resource, sys
+from attnlab.data import shards
+import pyarrow.parquet  # (imported before the limit is set: the limit is on what the preparation allocates)
+
+def kb(key):
+    return int(next(line for line in open("/proc/self/status") if line.startswith(key)).split()[1])
+
+limit = kb("VmData") * 1024 + int(sys.argv[3]) * (1 << 20)
+resource.setrlimit(resource.RLIMIT_DATA, (limit, limit))
+shards.prepare("hf:" + sys.argv[1], sys.argv[2], progress=False)
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="RLIMIT_DATA caps allocations on Linux")
+def test_a_parquet_dataset_larger_than_the_memory_limit_prepares(tmp_path):
+    """400 MB of text in a Parquet file, prepared by a process that may allocate 256 MB more than
+    it holds after its imports (RLIMIT_DATA: malloc and anonymous maps beyond it fail): the
+    dataset streams through in constant memory, where reading it whole could not."""
+    first, size = parquet_file(tmp_path / "big.parquet", 400)
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    r = subprocess.run([sys.executable, "-c", LIMITED, str(tmp_path / "big.parquet"), str(tmp_path / "out"), "256"],
+                       capture_output=True, text=True, env=env, timeout=300)  # fmt: skip
+    assert r.returncode == 0, r.stderr[-2000:]
+    data = shards.open_shards(tmp_path / "out")
+    assert len(data.train) + len(data.val) == size > 400e6  # every character of every row, once
+    first_document = data.train if not shards.is_validation(0, 0, 0.01) else data.val
+    assert data.tokenizer.decode(np.asarray(first_document[: len(first)])) == first
 
 
 def test_training_and_evaluation_read_the_shards(tmp_path, small_blocks, capsys):

@@ -10,9 +10,9 @@ dataset row, or a block of a file of at most :data:`DOC_BYTES` bytes cut after i
 training split, decided by a hash of (``seed``, its number): a fixed split by documents, whatever
 the machine. Documents are tokenised a batch at a time (characters through a lookup table, BPE
 through the ``tokenizers`` library's batch encoding on its own threads) while a thread reads the
-next batch, and their ids are appended to fixed-size shards of ``shard_tokens`` ids (uint16 when
-the vocabulary fits, else uint32; ``train_00000.bin``, ``val_00000.bin``, ...), beside each a
-``.docs`` file of the offsets (uint64) where its documents start. Memory stays bounded by a few
+next batch, and their ids are appended to fixed-size shards of ``shard_tokens`` ids (uint8,
+uint16 or uint32: the narrowest that holds the vocabulary; ``train_00000.bin``, ``val_00000.bin``,
+...), beside each a ``.docs`` file of the offsets (uint64) where its documents start. Memory stays bounded by a few
 batches, whatever the corpus's size.
 
 ``index.json`` holds the tokenizer, the settings, every shard (its token count and, once full,
@@ -33,6 +33,7 @@ import glob
 import gzip
 import hashlib
 import io
+import itertools
 import json
 import lzma
 import os
@@ -155,8 +156,22 @@ def dataset_documents(source: str, start: Cursor) -> Iterator[tuple[Cursor, str,
     ``source`` (``hf:NAME[:CONFIG][:SPLIT][:COLUMN]``, a hub name or a local .jsonl / .parquet / ...
     file), read in streaming mode (never downloaded whole or held in memory), from row ``start.file`` on."""
     spec = hf.HFSpec.parse(source)
-    datasets = hf.datasets_library()
     path = Path(spec.name).expanduser()
+    column, row = spec.column or "text", start.file
+    if path.suffix.lower() == ".parquet" and path.is_file():
+        texts = parquet_column(path, column, row)
+    else:
+        texts = streamed_column(spec, path, row)
+    for text in texts:
+        if not isinstance(text, str):
+            raise DataError(f"{source}: rows have no text column {column!r}; name it as hf:NAME:CONFIG:SPLIT:COLUMN")
+        row += 1
+        yield Cursor(row, 0, start.document + row - start.file), text, len(text.encode("utf-8"))
+
+
+def streamed_column(spec, path: Path, start: int) -> Iterator:
+    """The column's value in every row from row ``start`` on, through ``datasets``' streaming mode."""
+    datasets = hf.datasets_library()
     split = spec.split or "train"
     try:
         if path.suffix.lower() in hf.LOCAL_FORMATS and path.is_file():
@@ -165,14 +180,38 @@ def dataset_documents(source: str, start: Cursor) -> Iterator[tuple[Cursor, str,
         else:
             stream = datasets.load_dataset(spec.name, spec.config, split=split, streaming=True)
     except Exception as e:  # (no such dataset, offline: datasets' own reasons, in one line)
-        raise DataError(f"{source}: HuggingFace datasets could not stream it ({type(e).__name__}: {e})") from None
-    column, row = spec.column or "text", start.file
-    for item in stream.skip(row) if row else stream:
-        text = item.get(column)
-        if not isinstance(text, str):
-            raise DataError(f"{source}: rows have no text column {column!r}; name it as hf:NAME:CONFIG:SPLIT:COLUMN")
-        row += 1
-        yield Cursor(row, 0, start.document + row - start.file), text, len(text.encode("utf-8"))
+        raise DataError(f"hf:{spec.name}: HuggingFace datasets could not stream it ({type(e).__name__}: {e})") from None
+    column = spec.column or "text"
+    return (item.get(column) for item in (stream.skip(start) if start else stream))
+
+
+def parquet_column(path: Path, column: str, start: int) -> Iterator:
+    """The column's value in every row of a local Parquet file from row ``start`` on, a batch of
+    rows at a time. Read with pyarrow itself, without pre-buffering: ``datasets``' streaming reads
+    Parquet through dataset fragments, whose memory grows with every batch read
+    (apache/arrow#39808), and pre-buffering keeps every range read until the file is closed."""
+    try:
+        import pyarrow.parquet as pq
+    except ImportError:
+        raise DataError(f"{path} is Parquet: pip install pyarrow (or attnlab[hub]) to read it") from None
+    try:
+        table = pq.ParquetFile(path, pre_buffer=False)
+    except Exception as e:  # (pyarrow's ArrowInvalid and kin: not a Parquet file)
+        raise DataError(f"{path} cannot be read as Parquet ({type(e).__name__}: {e})") from None
+    if column not in table.schema_arrow.names:
+        return iter([None])  # (refused by the caller, in the same words as a streamed dataset)
+    groups, first = [], 0  # the row groups from the one holding row ``start`` on, and that group's first row
+    for g in range(table.num_row_groups):
+        rows = table.metadata.row_group(g).num_rows
+        if groups or first + rows > start:
+            groups.append(g)
+        else:
+            first += rows
+    if not groups:
+        return iter(())
+    batches = table.iter_batches(batch_size=1024, row_groups=groups, columns=[column])
+    values = (value for batch in batches for value in batch.column(0).to_pylist())
+    return itertools.islice(values, start - first, None)
 
 
 def documents(source: str, start: Cursor | None = None) -> Iterator[tuple[Cursor, str, int]]:
@@ -210,53 +249,76 @@ def sample(source: str, megabytes: float) -> list[str]:
 
 
 def char_vocabulary(source: str) -> list[str]:
-    """Every character of ``source``, sorted: the bytes of each ASCII document counted (NumPy), and
-    only a document beyond ASCII read character by character."""
-    seen = np.zeros(256, dtype=bool)
+    """Every character of ``source``, sorted. An ASCII document is scanned at memory speed: the
+    bytes seen already are deleted (``bytes.translate``) and only what is left, usually nothing, is
+    looked at; a document beyond ASCII is read character by character."""
+    seen = bytearray()
     others: set[str] = set()
     for _, text, _ in documents(source):
         if text.isascii():
-            seen |= np.bincount(np.frombuffer(text.encode("ascii"), dtype=np.uint8), minlength=256) > 0
+            new = text.encode("ascii").translate(None, seen)
+            if new:
+                seen += bytes(sorted(set(new)))
         else:
             others.update(text)
-    chars = {chr(b) for b in np.flatnonzero(seen)} | others
+    chars = {chr(b) for b in seen} | others
     if not chars:
         raise DataError(f"{source} holds no text to prepare")
     return sorted(chars)
 
 
-class CharEncoder:
-    """Characters -> ids through a lookup table: an ASCII document never leaves NumPy."""
+def token_dtype(vocab_size: int) -> str:
+    """The narrowest unsigned integer that holds every id: a character vocabulary of ASCII text in
+    one byte a token (half the disk and page cache of uint16), BPE in two, large vocabularies in four."""
+    return "uint8" if vocab_size <= 1 << 8 else "uint16" if vocab_size <= 1 << 16 else "uint32"
 
-    def __init__(self, chars: list[str]) -> None:
+
+class CharEncoder:
+    """Characters -> ids of ``dtype`` through a lookup table: an ASCII document never leaves C
+    (``bytes.translate`` when the ids are bytes, else a NumPy gather)."""
+
+    def __init__(self, chars: list[str], dtype) -> None:
+        self.dtype = np.dtype(dtype)
+        self.chars = chars
         codes = np.array([ord(c) for c in chars], dtype=np.int64)
-        # (ids of the shards' own width where they fit, the largest value marking a character not in it)
-        self.dtype = np.dtype(np.uint16 if len(chars) < 0xFFFF else np.uint32)
-        self.missing = np.iinfo(self.dtype).max
-        self.table = np.full(max(int(codes.max()) + 1, 128), self.missing, dtype=self.dtype)
+        known = np.zeros(max(int(codes.max()) + 1, 256), dtype=bool)
+        known[codes] = True
+        self.known = known
+        self.table = np.zeros(len(known), dtype=self.dtype)
         self.table[codes] = np.arange(len(chars))
+        self.ascii_table = self.table[:256].astype(np.uint8).tobytes() if self.dtype.itemsize == 1 else None
+        self.unknown_ascii = bytes(np.flatnonzero(~known[:128]).astype(np.uint8))  # (ASCII bytes with no id)
 
     def __call__(self, texts: list[str]) -> list[np.ndarray]:
         out = []
         for text in texts:
             if text.isascii():
-                ids = self.table[np.frombuffer(text.encode("ascii"), dtype=np.uint8)]
+                data = text.encode("ascii")
+                if len(data.translate(None, self.unknown_ascii)) != len(data):
+                    self.refuse(text)
+                if self.ascii_table is not None:
+                    ids = np.frombuffer(data.translate(self.ascii_table), dtype=np.uint8)
+                else:
+                    ids = self.table[np.frombuffer(data, dtype=np.uint8)]
             else:
                 codes = np.frombuffer(text.encode("utf-32-le"), dtype="<u4")
-                ids = self.table[np.minimum(codes, len(self.table) - 1)]
-                ids[codes >= len(self.table)] = self.missing
-            if (ids == self.missing).any():
-                bad = next(c for c in text if ord(c) >= len(self.table) or self.table[ord(c)] == self.missing)
-                raise DataError(f"character {bad!r} is not in the prepared vocabulary: the source changed since")
+                inside = codes < len(self.known)
+                if not inside.all() or not self.known[codes].all():
+                    self.refuse(text)
+                ids = self.table[codes]
             out.append(ids)
         return out
+
+    def refuse(self, text: str) -> None:
+        bad = next(c for c in text if ord(c) >= len(self.known) or not self.known[ord(c)])
+        raise DataError(f"character {bad!r} is not in the prepared vocabulary: the source changed since")
 
 
 def encoder_for(tokenizer, dtype) -> Callable[[list[str]], list[np.ndarray]]:
     """texts -> one array of ``dtype`` ids per text, for an attnlab tokenizer (its batch encoding
     where it has one)."""
     if tokenizer.kind == "char" and tokenizer.unk is None:
-        return CharEncoder(tokenizer.chars)
+        return CharEncoder(tokenizer.chars, dtype)
     if hasattr(tokenizer, "encode_batch"):
         return lambda texts: [np.array(ids, dtype=dtype) for ids in tokenizer.encode_batch(texts)]
     return lambda texts: [np.array(tokenizer.encode(t), dtype=dtype) for t in texts]
@@ -416,8 +478,8 @@ def prepare(
         else:
             say(f"prepare: training a {vocab_size or 1024}-token BPE on the first {sample_mb:g} MB of {source}")
             tok = BPETokenizer.train(sample(source, sample_mb), vocab_size or 1024)
-        dtype = "uint16" if tok.vocab_size <= 1 << 16 else "uint32"
-        index = {"format": FORMAT, "version": 1, "settings": settings, "tokenizer": tok.to_dict(), "dtype": dtype,
+        index = {"format": FORMAT, "version": 1, "settings": settings, "tokenizer": tok.to_dict(),
+                 "dtype": token_dtype(tok.vocab_size),
                  "cursor": vars(Cursor()), "splits": {s: {"shards": []} for s in SPLITS}, "done": False}  # fmt: skip
         write_index(out, index)
     run_preparation(out, index, tok, progress)
