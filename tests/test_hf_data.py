@@ -38,10 +38,17 @@ def gpt_options():
 def test_a_gpt_trains_on_a_dataset(spec, saved, tmp_path):
     spec = spec.format(d=saved)
     run = attnlab.train("gpt", data=spec, out=tmp_path / "run", **gpt_options())
-    meta = json.loads((run.out / "data" / "meta.json").read_text())
-    assert meta["name"] == HFSpec.parse(spec).label
+    # streamed into token shards in the run's folder (rows: every split's, in order)
+    (folder,) = (run.out / "data").glob("shards-*")
+    index = json.loads((folder / "index.json").read_text())
+    assert index["settings"]["source"] == spec and index["done"]
+    rows = sum(s["documents"] for split in index["splits"].values() for s in split["shards"])
+    assert rows == (180 if HFSpec.parse(spec).split == "train" or spec.endswith(".parquet:::content") else 200)
     chars = set(json.loads((run.out / "last" / "config.json").read_text())["tokenizer"]["chars"])
     assert chars == set("".join(LINES)) | {"\n"}  # its text and the blank lines between rows, nothing else
+    assert attnlab.evaluate(run.out, max_batches=1)["loss"] > 0  # (the run's own shards, read again)
+    attnlab.train("gpt", data=spec, out=tmp_path / "run", resume=True, **{**gpt_options(), "max_iters": 3})
+    assert list((run.out / "data").glob("shards-*")) == [folder]  # resumed on the shards it prepared
 
 
 def test_labelled_texts_from_a_dataset(tmp_path):

@@ -183,14 +183,49 @@ def test_a_streamed_dataset_is_prepared_row_by_row(tmp_path):
     from attnlab.tokens import tokenizer_from_dict
 
     tok = tokenizer_from_dict(index["tokenizer"])
-    assert [tok.decode(d) for d in documents_back(tmp_path / "out")] == [r["text"] for r in rows]
-    with pytest.raises(AttnlabError, match="no text column 'body'"):
+    # a row a document, each followed by a blank line (as the text path joins rows)
+    assert [tok.decode(d) for d in documents_back(tmp_path / "out")] == [r["text"] + "\n\n" for r in rows]
+    with pytest.raises(AttnlabError, match="no column 'body'; it has text, n"):
         shards.prepare(f"hf:{path}:::body", tmp_path / "out2", progress=False)
+    assert not (tmp_path / "out2").exists()  # (refused before anything is written)
 
 
-def parquet_file(path, megabytes: float, rows_per_group: int = 4096) -> tuple[str, int]:
+def test_a_hub_dataset_streams_split_after_split(tmp_path, monkeypatch):
+    """A hub name goes through datasets' streaming mode (here a local stand-in for the hub, which
+    tests never reach): every split in turn, its text column, from any row on."""
+    datasets = pytest.importorskip("datasets")
+    from attnlab.data import hf
+
+    files = {}
+    for split, n in (("train", 30), ("test", 5)):
+        files[split] = tmp_path / f"{split}.jsonl"
+        files[split].write_text("".join(json.dumps({"body": f"{split} {i}", "n": i}) + "\n" for i in range(n)))
+
+    class Hub:
+        IterableDatasetDict = datasets.IterableDatasetDict
+
+        def load_dataset(self, name, config, split=None, streaming=False):
+            assert name == "someone/corpus" and streaming
+            whole = datasets.load_dataset("json", data_files={k: str(v) for k, v in files.items()}, streaming=True)
+            return whole if split is None else whole[split]
+
+    monkeypatch.setattr(hf, "datasets_library", lambda: Hub())
+    spec = hf.HFSpec.parse("hf:someone/corpus:::body")
+    texts = [text for _, text, _ in shards.dataset_documents(spec.label, shards.Cursor())]
+    assert texts == [f"train {i}\n\n" for i in range(30)] + [f"test {i}\n\n" for i in range(5)]
+    later = [text for _, text, _ in shards.dataset_documents(spec.label, shards.Cursor(file=28, document=28))]
+    assert later == texts[28:]
+    only_test = hf.HFSpec.parse("hf:someone/corpus::test:body").label
+    assert [t for _, t, _ in shards.dataset_documents(only_test, shards.Cursor())] == texts[30:]
+    unnamed = [t for _, t, _ in shards.dataset_documents("hf:someone/corpus", shards.Cursor())]
+    assert unnamed == texts  # (no column named, no "text": the only string column)
+    with pytest.raises(AttnlabError, match="no column 'title'; it has body, n"):
+        list(shards.dataset_documents("hf:someone/corpus:::title", shards.Cursor()))
+
+
+def parquet_file(path, megabytes: float, rows_per_group: int = 4096) -> tuple[str, int, int]:
     """A Parquet file of rows of about 2.5 KB of ASCII text (a "text" and an "id" column) until
-    ``megabytes`` MB of text: the first row's text and the characters of all rows."""
+    ``megabytes`` MB of text: the first row's text, the characters of all rows, and the rows."""
     pa, pq = pytest.importorskip("pyarrow"), pytest.importorskip("pyarrow.parquet")
     rng = np.random.default_rng(0)
     words = np.array("the of and to in is was that for it with as his on be at by had are but".split())
@@ -203,16 +238,20 @@ def parquet_file(path, megabytes: float, rows_per_group: int = 4096) -> tuple[st
             first = first or texts[0]
             w.write_table(pa.table({"text": texts, "id": np.arange(n, n + rows_per_group)}))
             n += rows_per_group
-    return first, size
+    return first, size, n
 
 
 def test_parquet_rows_are_read_from_any_row_on(tmp_path):
+    from attnlab.data.hf import HFSpec
+
     parquet_file(tmp_path / "d.parquet", 0.5, rows_per_group=50)
-    every = list(shards.parquet_column(tmp_path / "d.parquet", "text", 0))
+    spec = HFSpec.parse(f"hf:{tmp_path / 'd.parquet'}")
+    every = list(shards.parquet_column(tmp_path / "d.parquet", spec, 0))
     assert len(every) == 200 and every[0].startswith("0: ") and every[-1].startswith("199: ")
     for start in (1, 49, 50, 51, 199, 200, 250):  # (inside, at the edges of and past the row groups)
-        assert list(shards.parquet_column(tmp_path / "d.parquet", "text", start)) == every[start:]
-    assert list(shards.parquet_column(tmp_path / "d.parquet", "body", 0)) == [None]
+        assert list(shards.parquet_column(tmp_path / "d.parquet", spec, start)) == every[start:]
+    with pytest.raises(AttnlabError, match="no column 'body'; it has text, id"):
+        shards.parquet_column(tmp_path / "d.parquet", HFSpec.parse(f"{spec.label}:::body"), 0)
 
 
 LIMITED = """
@@ -234,13 +273,14 @@ def test_a_parquet_dataset_larger_than_the_memory_limit_prepares(tmp_path):
     """400 MB of text in a Parquet file, prepared by a process that may allocate 256 MB more than
     it holds after its imports (RLIMIT_DATA: malloc and anonymous maps beyond it fail): the
     dataset streams through in constant memory, where reading it whole could not."""
-    first, size = parquet_file(tmp_path / "big.parquet", 400)
+    first, size, rows = parquet_file(tmp_path / "big.parquet", 400)
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     r = subprocess.run([sys.executable, "-c", LIMITED, str(tmp_path / "big.parquet"), str(tmp_path / "out"), "256"],
                        capture_output=True, text=True, env=env, timeout=300)  # fmt: skip
     assert r.returncode == 0, r.stderr[-2000:]
     data = shards.open_shards(tmp_path / "out")
-    assert len(data.train) + len(data.val) == size > 400e6  # every character of every row, once
+    assert len(data.train) + len(data.val) == size + 2 * rows  # every character of every row, once, and "\n\n"
+    assert size > 400e6
     first_document = data.train if not shards.is_validation(0, 0, 0.01) else data.val
     assert data.tokenizer.decode(np.asarray(first_document[: len(first)])) == first
 

@@ -89,18 +89,23 @@ def load_splits(spec: HFSpec) -> dict:
 
 
 def text_column(dataset, spec: HFSpec, what: str = "text") -> str:
-    """The column to read: ``spec.column``, else ``text``, else the only string column."""
-    features = dataset.features
+    """The column of ``dataset`` to read (see :func:`column_of`)."""
+    return column_of({n: getattr(f, "dtype", None) for n, f in dataset.features.items()}, spec, what)
+
+
+def column_of(types: dict, spec: HFSpec, what: str = "text") -> str:
+    """The column to read, of columns ``types`` ({name: type name}): ``spec.column``, else
+    ``text``, else the only string column."""
     if spec.column is not None:
-        if spec.column not in features:
-            raise DataError(f"--data {spec.label}: no column {spec.column!r}; it has {', '.join(features)}")
+        if spec.column not in types:
+            raise DataError(f"--data {spec.label}: no column {spec.column!r}; it has {', '.join(types)}")
         return spec.column
-    if "text" in features:
+    if "text" in types:
         return "text"
-    strings = [n for n, f in features.items() if getattr(f, "dtype", None) in ("string", "large_string")]
+    strings = [n for n, t in types.items() if t in ("string", "large_string")]
     if len(strings) != 1:
         raise DataError(
-            f"--data {spec.label}: which column holds the {what}? it has {', '.join(features)}; "
+            f"--data {spec.label}: which column holds the {what}? it has {', '.join(types)}; "
             "name it: hf:NAME:CONFIG:SPLIT:COLUMN"
         )
     return strings[0]

@@ -29,6 +29,7 @@ documents (:func:`sample`).
 from __future__ import annotations
 
 import bz2
+import contextlib
 import glob
 import gzip
 import hashlib
@@ -152,42 +153,61 @@ def skip_to(f, offset: int) -> None:
 
 
 def dataset_documents(source: str, start: Cursor) -> Iterator[tuple[Cursor, str, int]]:
-    """(the cursor after it, the row's text, its bytes) for every row of the HuggingFace dataset
-    ``source`` (``hf:NAME[:CONFIG][:SPLIT][:COLUMN]``, a hub name or a local .jsonl / .parquet / ...
-    file), read in streaming mode (never downloaded whole or held in memory), from row ``start.file`` on."""
+    """(the cursor after it, the row's text and a blank line, its bytes) for every row of the
+    HuggingFace dataset ``source`` (``hf:NAME[:CONFIG][:SPLIT][:COLUMN]``: its splits one after the
+    other unless one is named; the column named, else ``text``, else the only string column), from
+    row ``start.file`` on. Rows are separated by a blank line, as the text path joins them. Nothing is
+    held whole: a local Parquet file is read a batch of rows at a time, a saved dataset or a local
+    JSON/CSV/Arrow file through ``datasets``' memory-mapped Arrow, a hub dataset in streaming mode."""
     spec = hf.HFSpec.parse(source)
-    path = Path(spec.name).expanduser()
-    column, row = spec.column or "text", start.file
-    if path.suffix.lower() == ".parquet" and path.is_file():
-        texts = parquet_column(path, column, row)
-    else:
-        texts = streamed_column(spec, path, row)
-    for text in texts:
+    row = start.file
+    for text in dataset_texts(spec, row):
         if not isinstance(text, str):
-            raise DataError(f"{source}: rows have no text column {column!r}; name it as hf:NAME:CONFIG:SPLIT:COLUMN")
+            continue  # (a missing value: no text in that row)
         row += 1
+        text += "\n\n"
         yield Cursor(row, 0, start.document + row - start.file), text, len(text.encode("utf-8"))
 
 
-def streamed_column(spec, path: Path, start: int) -> Iterator:
-    """The column's value in every row from row ``start`` on, through ``datasets``' streaming mode."""
+def dataset_texts(spec: hf.HFSpec, start: int) -> Iterator:
+    """The text column's value in every row of ``spec`` from row ``start`` on (the splits chained);
+    a bad name, split or column is refused before the first row is read."""
+    path = Path(spec.name).expanduser()
+    if path.suffix.lower() == ".parquet" and path.is_file() and spec.split in (None, "train"):
+        return parquet_column(path, spec, start)
+    if path.exists() or path.suffix.lower() in hf.LOCAL_FORMATS:  # (local: memory-mapped Arrow)
+        splits = hf.load_splits(spec)
+        columns = [(split, hf.text_column(split, spec)) for split in splits.values()]
+        rows = (text for split, column in columns for batch in split.select_columns([column]).iter(batch_size=1024)
+                for text in batch[column])  # fmt: skip
+    else:
+        rows = streamed_column(spec)
+    return itertools.islice(rows, start, None)
+
+
+def streamed_column(spec: hf.HFSpec) -> Iterator:
+    """The text column of every row of a hub dataset, through ``datasets``' streaming mode."""
     datasets = hf.datasets_library()
-    split = spec.split or "train"
     try:
-        if path.suffix.lower() in hf.LOCAL_FORMATS and path.is_file():
-            kind = hf.LOCAL_FORMATS[path.suffix.lower()]
-            stream = datasets.load_dataset(kind, data_files=str(path), split=split, streaming=True)
-        else:
-            stream = datasets.load_dataset(spec.name, spec.config, split=split, streaming=True)
+        stream = datasets.load_dataset(spec.name, spec.config, split=spec.split, streaming=True)
     except Exception as e:  # (no such dataset, offline: datasets' own reasons, in one line)
-        raise DataError(f"hf:{spec.name}: HuggingFace datasets could not stream it ({type(e).__name__}: {e})") from None
-    column = spec.column or "text"
-    return (item.get(column) for item in (stream.skip(start) if start else stream))
+        raise DataError(
+            f"--data {spec.label}: HuggingFace datasets could not read it as a stream ({type(e).__name__}: "
+            f"{str(e).splitlines()[0][:150] if str(e) else ''})"
+        ) from None
+    splits = dict(stream) if isinstance(stream, datasets.IterableDatasetDict) else {spec.split: stream}
+    for split in splits.values():
+        features = split.features  # (None when the stream does not declare them: the text column is "text")
+        column = hf.text_column(split, spec) if features else spec.column or "text"
+        for item in split:
+            if column not in item:
+                raise DataError(f"--data {spec.label}: no column {column!r}; it has {', '.join(item)}")
+            yield item[column]
 
 
-def parquet_column(path: Path, column: str, start: int) -> Iterator:
-    """The column's value in every row of a local Parquet file from row ``start`` on, a batch of
-    rows at a time. Read with pyarrow itself, without pre-buffering: ``datasets``' streaming reads
+def parquet_column(path: Path, spec: hf.HFSpec, start: int) -> Iterator:
+    """The text column's value in every row of a local Parquet file from row ``start`` on, a batch
+    of rows at a time. Read with pyarrow itself, without pre-buffering: ``datasets``' streaming reads
     Parquet through dataset fragments, whose memory grows with every batch read
     (apache/arrow#39808), and pre-buffering keeps every range read until the file is closed."""
     try:
@@ -197,9 +217,8 @@ def parquet_column(path: Path, column: str, start: int) -> Iterator:
     try:
         table = pq.ParquetFile(path, pre_buffer=False)
     except Exception as e:  # (pyarrow's ArrowInvalid and kin: not a Parquet file)
-        raise DataError(f"{path} cannot be read as Parquet ({type(e).__name__}: {e})") from None
-    if column not in table.schema_arrow.names:
-        return iter([None])  # (refused by the caller, in the same words as a streamed dataset)
+        raise DataError(f"--data {spec.label}: {path} cannot be read as Parquet ({type(e).__name__}: {e})") from None
+    column = hf.column_of({f.name: str(f.type) for f in table.schema_arrow}, spec)
     groups, first = [], 0  # the row groups from the one holding row ``start`` on, and that group's first row
     for g in range(table.num_row_groups):
         rows = table.metadata.row_group(g).num_rows
@@ -448,14 +467,31 @@ def prepare(
     """Prepare ``source`` into token shards in ``out`` (see the module's docstring) and return the
     index. A folder that holds an unfinished preparation of the same source and settings is
     finished; a finished one is returned as it is; one with other settings is refused."""
-    from ..tokens import BPETokenizer, CharTokenizer, tokenizer_from_dict
+    from ..tokens import BPETokenizer, CharTokenizer
 
     source = str(source)
     if not source.strip():
         raise OptionError("source '' names no text; give a file, a folder, a glob or hf:NAME to prepare")
-    out = Path(out)
     settings = dict(source=source, tokenizer=tokenizer, vocab_size=vocab_size, sample_mb=sample_mb,
                     shard_tokens=shard_tokens, val_fraction=val_fraction, seed=seed)  # fmt: skip
+    say = (lambda m: print(m, file=sys.stderr, flush=True)) if progress else (lambda m: None)  # noqa: E731
+
+    def vocabulary():
+        if tokenizer == "char":
+            say(f"prepare: counting the characters of {source}")
+            return CharTokenizer(char_vocabulary(source))
+        say(f"prepare: training a {vocab_size or 1024}-token BPE on the first {sample_mb:g} MB of {source}")
+        return BPETokenizer.train(sample(source, sample_mb), vocab_size or 1024)
+
+    return prepared(Path(out), settings, vocabulary, progress)
+
+
+def prepared(out: Path, settings: dict, vocabulary: Callable, progress: bool) -> dict:
+    """The preparation ``settings`` describe in ``out``: started with the tokenizer
+    ``vocabulary()`` returns, finished when it stopped, returned when it is done; a folder that
+    holds another preparation is refused."""
+    from ..tokens import tokenizer_from_dict
+
     index = read_index(out) if (out / INDEX).is_file() else None
     if index is not None:
         if index["settings"] != settings:
@@ -470,17 +506,12 @@ def prepare(
     else:
         if out.exists() and (not out.is_dir() or any(out.iterdir())):
             raise OptionError(f"--out {out} is not an empty folder and holds no preparation; give an empty or new one")
+        next(iter(documents(settings["source"])), None)  # (a bad source is refused before anything is written)
         out.mkdir(parents=True, exist_ok=True)
-        say = (lambda m: print(m, file=sys.stderr, flush=True)) if progress else (lambda m: None)  # noqa: E731
-        if tokenizer == "char":
-            say(f"prepare: counting the characters of {source}")
-            tok = CharTokenizer(char_vocabulary(source))
-        else:
-            say(f"prepare: training a {vocab_size or 1024}-token BPE on the first {sample_mb:g} MB of {source}")
-            tok = BPETokenizer.train(sample(source, sample_mb), vocab_size or 1024)
+        tok = vocabulary()
         index = {"format": FORMAT, "version": 1, "settings": settings, "tokenizer": tok.to_dict(),
-                 "dtype": token_dtype(tok.vocab_size),
-                 "cursor": vars(Cursor()), "splits": {s: {"shards": []} for s in SPLITS}, "done": False}  # fmt: skip
+                 "dtype": token_dtype(tok.vocab_size), "cursor": vars(Cursor()),
+                 "splits": {s: {"shards": []} for s in SPLITS}, "done": False}  # fmt: skip
         write_index(out, index)
     run_preparation(out, index, tok, progress)
     return index
@@ -662,13 +693,74 @@ def open_shards(folder: str | Path, existing_tokenizer: dict | None = None):
     return TokenData(splits["train"], splits["val"], tokenizer_from_dict(index["tokenizer"]), name)
 
 
-def token_data(spec, cache: Path, **options) -> TokenData:
-    """A GPT's data: a folder of token shards opened as it is (memory-mapped, with the tokenizer it
-    was prepared with: ``options["existing_tokenizer"]``, when given, must be it), anything else read
-    and tokenised by :func:`attnlab.data.text.prepare` (``options``: its keywords)."""
+def token_data(spec, cache: Path, *, progress: bool = False, **options) -> TokenData:
+    """A GPT's data. A folder of token shards is opened as it is (memory-mapped, with the tokenizer
+    it was prepared with: ``options["existing_tokenizer"]``, when given, must be it). A HuggingFace
+    dataset (``hf:...``) is prepared into shards in ``cache`` once (streamed, in bounded memory:
+    :func:`dataset_shards`). Anything else is read and tokenised by
+    :func:`attnlab.data.text.prepare` (``options``: its keywords)."""
     if is_shard_folder(spec):
         return open_shards(spec, options.get("existing_tokenizer"))
+    if hf.is_hf(spec):
+        return dataset_shards(spec, cache, progress=progress, **options)
     return prepare_text(spec, cache, **options)
+
+
+DATASET_VAL_FRACTION = 0.1  # (the text path's share: the last 10 % of a corpus)
+
+
+def dataset_shards(
+    spec: str,
+    cache: Path,
+    *,
+    tokenizer: str = "char",
+    vocab_size: int | None = None,
+    existing_tokenizer: dict | None = None,
+    progress: bool = False,
+    **_: object,
+) -> TokenData:
+    """A HuggingFace dataset prepared into token shards under ``cache`` (a folder per dataset and
+    tokenizer, finished when a run stopped while preparing it), with ``existing_tokenizer`` (a
+    resumed or fine-tuned run's) when given, else a vocabulary of its own; 10 % of the rows go to
+    the validation split. The processes of a torchrun job take a lock: one prepares, the others
+    open what it wrote."""
+    from ..tokens import tokenizer_from_dict
+
+    cache = Path(cache)
+    if existing_tokenizer is not None:  # (a resumed run: the shards it prepared, when they hold this dataset)
+        for folder in sorted(cache.glob("shards-*")):
+            index = read_index(folder) if is_shard_folder(folder) else {}
+            if index.get("done") and index["settings"]["source"] == spec and index["tokenizer"] == existing_tokenizer:
+                return open_shards(folder, existing_tokenizer)
+    key = json.dumps([spec, tokenizer, vocab_size, existing_tokenizer], sort_keys=True)
+    folder = cache / f"shards-{hashlib.sha256(key.encode()).hexdigest()[:16]}"
+    cache.mkdir(parents=True, exist_ok=True)
+    with file_lock(cache / f".{folder.name}.lock"):
+        if existing_tokenizer is None:
+            prepare(spec, folder, tokenizer=tokenizer, vocab_size=vocab_size, val_fraction=DATASET_VAL_FRACTION,
+                    progress=progress)  # fmt: skip
+        else:
+            tok = tokenizer_from_dict(existing_tokenizer)
+            settings = dict(source=spec, tokenizer=tok.kind, vocab_size=tok.vocab_size, sample_mb=0.0,
+                            shard_tokens=1 << 24, val_fraction=DATASET_VAL_FRACTION, seed=0)  # fmt: skip
+            prepared(folder, settings, lambda: tok, progress)
+    return open_shards(folder, existing_tokenizer)
+
+
+@contextlib.contextmanager
+def file_lock(path: Path):
+    """An exclusive lock on ``path`` for the block (flock; where there is none, no lock)."""
+    try:
+        import fcntl
+    except ImportError:  # (Windows: one process at a time is the user's to keep)
+        yield
+        return
+    with open(path, "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
 
 
 def shards_fingerprint(folder: str | Path) -> dict:

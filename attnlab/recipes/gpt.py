@@ -384,7 +384,8 @@ class GPTRecipe(Recipe):
         if saved:
             cfg = GPTConfig.from_dict(saved["model"])
             spec = args.data if args.data is not None else saved.get("data_spec")
-            data = prepare(spec, out / "data", data_dir=args.data_dir, existing_tokenizer=saved["tokenizer"])
+            data = prepare(spec, out / "data", data_dir=args.data_dir, existing_tokenizer=saved["tokenizer"],
+                           progress=tcfg.progress)  # fmt: skip
         elif args.init:  # fine-tuning: the pretrained model's shape, weights and tokenizer
             pretrained, tok, _, _ = load_lm(args.init, "cpu")
             base = pretrained.config
@@ -394,7 +395,8 @@ class GPTRecipe(Recipe):
                     "fine-tuning can shorten the context, not lengthen it"
                 )
             spec = args.data
-            data = prepare(spec, out / "data", data_dir=args.data_dir, existing_tokenizer=tok.to_dict())
+            data = prepare(spec, out / "data", data_dir=args.data_dir, existing_tokenizer=tok.to_dict(),
+                           progress=tcfg.progress)  # fmt: skip
             cfg = GPTConfig(**{**base.to_dict(), **model_over})
             init_state = pretrained.state_dict()
             meta = {"init": str(args.init)}
@@ -406,6 +408,7 @@ class GPTRecipe(Recipe):
                 tokenizer=args.tokenizer or "char",
                 vocab_size=args.vocab_size,
                 data_dir=args.data_dir,
+                progress=tcfg.progress,
             )
             vocab = {"vocab_size": data.tokenizer.vocab_size}
             if data.tokenizer.kind != "char":  # BPE: the head padded to a multiple of 64 rows (nanoGPT's 50,304)
@@ -694,7 +697,7 @@ def corpus_ids(ckpt, meta: dict, tok, split: str, data: str | None = None, data_
     matches, else ``data`` (or the run's data spec) read and encoded with ``tok``."""
     import numpy as np
 
-    from ..data.shards import is_shard_folder, open_shards
+    from ..data.shards import is_shard_folder, open_shards, read_index
     from ..data.text import load_corpus, split_ids
 
     run = Path(ckpt)
@@ -705,6 +708,15 @@ def corpus_ids(ckpt, meta: dict, tok, split: str, data: str | None = None, data_
         m = json.loads(cache.read_text())
         return m["name"], np.memmap(run / "data" / f"{split}.bin", dtype=np.dtype(m["dtype"]), mode="r")
     spec = data if data is not None else meta.get("data_spec")
+    if data is None:  # a dataset the run prepared into shards, with this tokenizer
+        for folder in sorted((run / "data").glob("shards-*")):
+            if (
+                is_shard_folder(folder)
+                and read_index(folder)["done"]
+                and read_index(folder)["tokenizer"] == tok.to_dict()
+            ):
+                shards = open_shards(folder, tok.to_dict())
+                return shards.name, shards.val if split == "val" else shards.train
     if is_shard_folder(spec):  # prepared token shards: memory-mapped, if they use this tokenizer
         shards = open_shards(spec, tok.to_dict())
         return shards.name, shards.val if split == "val" else shards.train
