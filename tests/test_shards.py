@@ -19,7 +19,8 @@ from attnlab.cli import main
 from attnlab.data import shards
 from attnlab.errors import AttnlabError, OptionError
 
-SMALL = {"DOC_BYTES": 4096, "BATCH_BYTES": 16384}  # many documents and batches from a small corpus
+SMALL = {"DOC_BYTES": 4096, "BATCH_BYTES": 16384}
+SAMPLE = shards.sample  # many documents and batches from a small corpus
 
 
 @pytest.fixture
@@ -161,15 +162,22 @@ def test_a_preparation_killed_at_any_point_finishes_with_the_same_bytes(tmp_path
             assert (out / name).read_bytes() == (tmp_path / "whole" / name).read_bytes(), (attempt, name)
 
 
-def test_bpe_shards_are_the_tokenizers_own_ids(tmp_path, small_blocks):
+@pytest.mark.parametrize("tokenizer", ["bpe", "wordpiece"])
+def test_trained_vocabularies_shards_are_the_tokenizers_own_ids(tmp_path, small_blocks, tokenizer, monkeypatch):
+    """BPE and WordPiece trained on the sample alone (the trainer sees the first 0.05 MB of
+    documents, streamed), and every document's ids are what the tokenizer itself gives it."""
     corpus(tmp_path / "src")
-    index = shards.prepare(str(tmp_path / "src"), tmp_path / "out", tokenizer="bpe", vocab_size=400,
+    seen: list[str] = []
+    monkeypatch.setattr(shards, "sample", lambda source, mb: (seen.append(t) or t for t in SAMPLE(source, mb)))
+    index = shards.prepare(str(tmp_path / "src"), tmp_path / "out", tokenizer=tokenizer, vocab_size=400,
                            sample_mb=0.05, val_fraction=0.2, progress=False)  # fmt: skip
     from attnlab.tokens import tokenizer_from_dict
 
     tok = tokenizer_from_dict(index["tokenizer"])
-    assert 256 < tok.vocab_size <= 400 and index["settings"]["sample_mb"] == 0.05  # (merges the sample holds)
+    assert tok.kind == tokenizer and (256 if tokenizer == "bpe" else 5) < tok.vocab_size <= 400
+    assert 0.05e6 <= sum(map(len, seen)) < 0.05e6 + shards.DOC_BYTES  # (the sample, not the corpus)
     texts = [text for _, text, _ in shards.documents(str(tmp_path / "src"))]
+    assert sum(map(len, seen)) < sum(map(len, texts)) / 2
     docs = documents_back(tmp_path / "out")
     assert [d.tolist() for d in docs] == [tok.encode(t) for t in texts]
 

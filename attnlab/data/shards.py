@@ -22,8 +22,8 @@ the open shards are cut back to what the index counts and the source is read on 
 the shards end byte-identical to those of a preparation never stopped.
 
 The vocabulary comes from the stream too: characters from a pass that counts every byte of the
-source (:func:`char_vocabulary`), BPE trained on a bounded sample, the first ``sample_mb`` MB of
-documents (:func:`sample`).
+source (:func:`char_vocabulary`), BPE and WordPiece trained on a bounded sample, the first
+``sample_mb`` MB of documents streamed to the trainer (:func:`sample`).
 """
 
 from __future__ import annotations
@@ -256,15 +256,15 @@ def source_bytes(source: str) -> int | None:
 
 
 # ---- the vocabulary ---------------------------------------------------------------------------------------
-def sample(source: str, megabytes: float) -> list[str]:
-    """The first ``megabytes`` MB of documents of ``source``: what BPE is trained on."""
-    out, size = [], 0
+def sample(source: str, megabytes: float) -> Iterator[str]:
+    """The first ``megabytes`` MB of documents of ``source``, one at a time: what BPE and WordPiece
+    are trained on (their trainers count words as the documents stream by)."""
+    size = 0
     for _, text, _ in documents(source):
-        out.append(text)
+        yield text
         size += len(text)
         if size >= megabytes * 1e6:
-            break
-    return out
+            return
 
 
 def char_vocabulary(source: str) -> list[str]:
@@ -433,10 +433,12 @@ def prepare_specs() -> OptionSpecs:
         "source", help="a text file, a folder of them, a glob ('logs/*.txt.gz'), or hf:NAME[:CONFIG][:SPLIT][:COLUMN]"
     )
     p.add("--out", required=True, help="the folder of shards to write (or to finish, when a preparation stopped)")
-    p.add("--tokenizer", choices=["char", "bpe"], default="char", help="character-level (default) or byte-level BPE")
-    p.add("--vocab-size", type=vocab_size(257), default=None, help="bpe: vocabulary size (default 1024)")
+    p.add("--tokenizer", choices=["char", "bpe", "wordpiece"], default="char",
+          help="character-level (default), byte-level BPE, or WordPiece (BERT's: [CLS] document [SEP])")  # fmt: skip
+    p.add("--vocab-size", type=vocab_size(257), default=None,
+          help="bpe, wordpiece: vocabulary size (default 1024 for bpe, 4096 for wordpiece)")  # fmt: skip
     p.add("--sample-mb", type=number(float, 0.0, False, what="above 0"), default=64.0,
-          help="bpe: train the vocabulary on the first this many MB of documents (default 64)")  # fmt: skip
+          help="bpe, wordpiece: train the vocabulary on the first this many MB of documents (default 64)")  # fmt: skip
     p.add("--shard-tokens", type=at_least(1024), default=1 << 24, help="tokens per shard (default 16,777,216)")
     p.add(
         "--val-fraction",
@@ -467,7 +469,7 @@ def prepare(
     """Prepare ``source`` into token shards in ``out`` (see the module's docstring) and return the
     index. A folder that holds an unfinished preparation of the same source and settings is
     finished; a finished one is returned as it is; one with other settings is refused."""
-    from ..tokens import BPETokenizer, CharTokenizer
+    from ..tokens import BPETokenizer, CharTokenizer, WordPieceTokenizer
 
     source = str(source)
     if not source.strip():
@@ -480,8 +482,10 @@ def prepare(
         if tokenizer == "char":
             say(f"prepare: counting the characters of {source}")
             return CharTokenizer(char_vocabulary(source))
-        say(f"prepare: training a {vocab_size or 1024}-token BPE on the first {sample_mb:g} MB of {source}")
-        return BPETokenizer.train(sample(source, sample_mb), vocab_size or 1024)
+        trained = {"bpe": (BPETokenizer, "BPE", 1024), "wordpiece": (WordPieceTokenizer, "WordPiece", 4096)}
+        kind, name, default_size = trained[tokenizer]
+        say(f"prepare: training a {vocab_size or default_size}-token {name} on the first {sample_mb:g} MB of {source}")
+        return kind.train(sample(source, sample_mb), vocab_size or default_size)
 
     return prepared(Path(out), settings, vocabulary, progress)
 

@@ -6,6 +6,7 @@ decode(encode(text)) == text exactly.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -35,10 +36,9 @@ class BPETokenizer(HFTokenizer):
                 f"vocab_size={vocab_size} is smaller than the {_BYTE_ALPHABET} byte tokens plus "
                 f"{len(special_tokens)} special tokens; use at least {_BYTE_ALPHABET + len(special_tokens)}"
             )
-        if isinstance(texts, str):
-            texts = [texts]
-        texts = list(texts)
-        if not any(t for t in texts):
+        texts = iter([texts] if isinstance(texts, str) else texts)  # (consumed as a stream, never held whole)
+        first = next((t for t in texts if t), None)
+        if first is None:
             raise DataError("cannot train a BPE tokenizer on an empty corpus")
         tok = Tokenizer(models.BPE())
         tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
@@ -50,7 +50,7 @@ class BPETokenizer(HFTokenizer):
             initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
             show_progress=False,
         )
-        tok.train_from_iterator(texts, trainer=trainer)
+        tok.train_from_iterator(itertools.chain([first], texts), trainer=trainer)
         return cls(tok)
 
     def encode(self, text: str) -> list[int]:

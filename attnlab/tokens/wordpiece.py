@@ -5,6 +5,7 @@ piece inside a word). Special tokens `[PAD] [UNK] [CLS] [SEP] [MASK]`; an encode
 
 from __future__ import annotations
 
+import itertools
 import json
 from collections.abc import Iterable
 from pathlib import Path
@@ -47,12 +48,13 @@ class WordPieceTokenizer(HFTokenizer):
 
     @classmethod
     def train(cls, texts: Iterable[str], vocab_size: int = 4096, min_frequency: int = 2) -> "WordPieceTokenizer":
-        texts = [t for t in texts if t.strip()]
-        if not texts:
+        texts = (t for t in texts if t.strip())  # (consumed as a stream, never held whole)
+        first = next(texts, None)
+        if first is None:
             raise DataError("cannot train a WordPiece tokenizer on no text")
         tok = cls._pipeline(models.WordPiece(unk_token="[UNK]"))
         tok.train_from_iterator(
-            texts,
+            itertools.chain([first], texts),
             trainer=trainers.WordPieceTrainer(
                 vocab_size=vocab_size, min_frequency=min_frequency, special_tokens=SPECIALS, show_progress=False
             ),
@@ -80,6 +82,10 @@ class WordPieceTokenizer(HFTokenizer):
     def encode(self, text: str, pair: str | None = None) -> list[int]:
         """Ids of ``[CLS] text [SEP]`` (``[CLS] text [SEP] pair [SEP]``)."""
         return self._tok.encode(text, pair).ids
+
+    def encode_batch(self, texts: list[str]) -> list[list[int]]:
+        """Ids of ``[CLS] text [SEP]`` for each text, encoded on ``tokenizers``' threads."""
+        return [e.ids for e in self._tok.encode_batch(texts)]
 
     def encode_with_types(self, text: str, pair: str | None = None) -> tuple[list[int], list[int]]:
         e = self._tok.encode(text, pair)
