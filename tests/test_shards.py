@@ -106,7 +106,7 @@ def test_the_character_encoder_on_both_sides_of_a_byte(wide):
     for text, ids in zip(texts, encode(texts)):
         assert ids.dtype == np.dtype(dtype) and [chars[i] for i in ids] == list(text)
     for unknown in ("hello!", "hello ß", "hello \U0001f600"):
-        with pytest.raises(AttnlabError, match="is not in the prepared vocabulary"):
+        with pytest.raises(AttnlabError, match="is not in the vocabulary of"):
             encode([unknown])
 
 
@@ -310,6 +310,48 @@ def test_training_and_evaluation_read_the_shards(tmp_path, small_blocks, capsys)
     assert np.isfinite(scores["loss"])
     assert main(["train", "gpt", "--data", str(tmp_path / "shards"), "--out", str(tmp_path / "run"), "--resume",
                  "--max-iters", "4", "--device", "cpu", "--no-progress", "--sample-chars", "0"]) == 0  # fmt: skip
+
+
+HELD_OUT_EVAL = """
+import resource, sys
+import attnlab
+
+model = attnlab.load(sys.argv[1])  # (loaded before the limit is set: the limit is on what the evaluation allocates)
+data_kb = int(next(line for line in open("/proc/self/status") if line.startswith("VmData")).split()[1])
+limit = data_kb * 1024 + 256 * (1 << 20)
+resource.setrlimit(resource.RLIMIT_DATA, (limit, limit))
+print(model.evaluate(sys.argv[2], max_batches=1)["loss"])
+"""
+
+
+def test_evaluation_streams_a_held_out_file(tmp_path, small_blocks):
+    """eval --data FILE encodes the file a batch of documents at a time into a memory-mapped
+    array: the same ids as the whole text encoded at once, and a 300 MB file evaluates in a process
+    that may allocate only 256 MB more than it holds after loading the model."""
+    import attnlab
+    from attnlab.data.text import split_ids
+
+    text = corpus(tmp_path / "src")
+    shards.prepare(str(tmp_path / "src"), tmp_path / "shards", val_fraction=0.2, progress=False)
+    run = attnlab.train("gpt", data=str(tmp_path / "shards"), out=tmp_path / "run", preset="nano", context=16,
+                        max_iters=1, eval_interval=1, eval_iters=1, batch_size=2, device="cpu", dtype="fp32",
+                        progress=False)  # fmt: skip
+    model = attnlab.load(run.out)
+    (tmp_path / "held.txt").write_text(text, encoding="utf-8")
+    for split in ("train", "val"):
+        name, ids = model.corpus_ids(split, str(tmp_path / "held.txt"))
+        whole = split_ids(model.tokenizer.encode(text))[split == "val"]
+        assert isinstance(ids, np.memmap) and ids.tolist() == list(whole), split
+    with pytest.raises(AttnlabError, match="not in the vocabulary of"):
+        (tmp_path / "other.txt").write_text("the cat \u263a")
+        model.corpus_ids("val", str(tmp_path / "other.txt"))
+    if sys.platform.startswith("linux"):
+        line = (text.splitlines()[0] + "\n").encode()
+        with open(tmp_path / "big.txt", "wb") as f:
+            f.write(line * (300_000_000 // len(line)))
+        r = subprocess.run([sys.executable, "-c", HELD_OUT_EVAL, str(run.out), str(tmp_path / "big.txt")],
+                           capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"}, timeout=300)  # fmt: skip
+        assert r.returncode == 0 and float(r.stdout.strip().splitlines()[-1]) > 0, r.stderr[-2000:]
 
 
 def test_bad_preparations_are_refused_in_one_line(tmp_path, small_blocks, capsys):

@@ -48,7 +48,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import DataError, OptionError
+from ..errors import DataError, OptionError, UnknownTokenError
 from ..options import OptionSpecs, at_least, below_one, checked_by, number, vocab_size
 from . import hf
 from .text import prepare as prepare_text
@@ -330,7 +330,10 @@ class CharEncoder:
 
     def refuse(self, text: str) -> None:
         bad = next(c for c in text if ord(c) >= len(self.known) or not self.known[ord(c)])
-        raise DataError(f"character {bad!r} is not in the prepared vocabulary: the source changed since")
+        raise UnknownTokenError(
+            f"character {bad!r} (U+{ord(bad):04X}) is not in the vocabulary of {len(self.chars)} characters: the "
+            "text is not the one the vocabulary was built from; give that text, or build a vocabulary that holds it"
+        )
 
 
 def encoder_for(tokenizer, dtype) -> Callable[[list[str]], list[np.ndarray]]:
@@ -765,6 +768,32 @@ def file_lock(path: Path):
             yield
         finally:
             fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def encoded_text(source: str, tokenizer) -> np.ndarray:
+    """Every document of the files ``source`` names (a file, a folder, a glob), encoded with
+    ``tokenizer`` a batch at a time into a temporary file, memory-mapped: a held-out file of any
+    size, read in bounded memory (the file is unlinked at once; the mapping keeps its pages)."""
+    import tempfile
+
+    dtype = np.dtype(token_dtype(tokenizer.vocab_size)).newbyteorder("<")
+    encode = encoder_for(tokenizer, dtype)
+    with tempfile.NamedTemporaryFile(prefix="attnlab-ids-", suffix=".bin", delete=False) as f:
+        path = Path(f.name)
+        batch: list[str] = []
+        for _, text, _ in documents(source):
+            batch.append(text)
+            if sum(map(len, batch)) >= BATCH_BYTES:
+                f.writelines(ids.astype(dtype, copy=False).tobytes() for ids in encode(batch))
+                batch = []
+        f.writelines(ids.astype(dtype, copy=False).tobytes() for ids in encode(batch))
+    try:
+        return np.memmap(path, dtype=dtype, mode="r") if path.stat().st_size else np.empty(0, dtype=dtype)
+    finally:
+        try:
+            path.unlink()
+        except OSError:  # (a system that cannot unlink a mapped file: it stays in the temporary folder)
+            pass
 
 
 def shards_fingerprint(folder: str | Path) -> dict:

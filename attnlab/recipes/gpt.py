@@ -697,7 +697,8 @@ def corpus_ids(ckpt, meta: dict, tok, split: str, data: str | None = None, data_
     matches, else ``data`` (or the run's data spec) read and encoded with ``tok``."""
     import numpy as np
 
-    from ..data.shards import is_shard_folder, open_shards, read_index
+    from ..data import hf, sources
+    from ..data.shards import encoded_text, is_shard_folder, open_shards, read_index
     from ..data.text import load_corpus, split_ids
 
     run = Path(ckpt)
@@ -720,6 +721,9 @@ def corpus_ids(ckpt, meta: dict, tok, split: str, data: str | None = None, data_
     if is_shard_folder(spec):  # prepared token shards: memory-mapped, if they use this tokenizer
         shards = open_shards(spec, tok.to_dict())
         return shards.name, shards.val if split == "val" else shards.train
+    if isinstance(spec, str) and not hf.is_hf(spec) and spec not in sources.NAMED and Path(spec).expanduser().exists():
+        train_ids, val_ids = split_ids(encoded_text(spec, tok))  # (a held-out file of any size: streamed)
+        return spec, val_ids if split == "val" else train_ids
     name, text = load_corpus(spec, data_dir)
     train_ids, val_ids = split_ids(tok.encode(text))
     return name, np.asarray(val_ids if split == "val" else train_ids)
