@@ -402,6 +402,7 @@ class MultiHeadAttention(nn.Module):
         position_bias: nn.Module | None = None,
         window: int | None = None,
         qk_norm: bool = False,
+        qk_norm_eps: float | None = None,
         scale: float | None = None,
         tie: str = "none",
     ) -> None:
@@ -444,8 +445,9 @@ class MultiHeadAttention(nn.Module):
         self.d_context = d_context if d_context is not None else d_model
         self.causal, self.dropout = causal, dropout
         self.rotary, self.position_bias = rotary, position_bias
-        self.q_norm = nn.RMSNorm(self.d_k) if qk_norm else None
-        self.k_norm = nn.RMSNorm(self.d_k) if qk_norm else None
+        # (ε: qk_norm_eps, else the dtype's machine epsilon, torch's default)
+        self.q_norm = nn.RMSNorm(self.d_k, eps=qk_norm_eps) if qk_norm else None
+        self.k_norm = nn.RMSNorm(self.d_k, eps=qk_norm_eps) if qk_norm else None
         q_dim, k_dim, v_dim = n_heads * self.d_k, n_kv_heads * self.d_k, n_kv_heads * self.d_v
         self._split = (q_dim, k_dim, v_dim)
         # the projections actually made: a tied one is not

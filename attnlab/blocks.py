@@ -26,7 +26,9 @@ from .hooks import HookPoint
 __all__ = [
     "HeadWeights",
     "LayerNorm",
+    "RMSNorm",
     "MLP",
+    "GatedMLP",
     "TransformerBlock",
     "DecoderBlock",
     "Encoder",
@@ -108,11 +110,43 @@ class LayerNorm(nn.LayerNorm):
         return out + self.bias if self.bias is not None else out
 
 
+class RMSNorm(nn.Module):
+    """RMSNorm (Zhang & Sennrich 2019; Llama, Qwen, Mistral): x / √(mean(x²) + ε) · g, no
+    centring and no bias, computed in float32 whatever the input's dtype (as HuggingFace's Llama
+    does). The same hook points as :class:`LayerNorm`: ``hook_scale`` (…, 1) the divisor and
+    ``hook_normalized`` (…, D) x / scale, before the gain g."""
+
+    def __init__(self, dim: int, eps: float = 1e-6) -> None:
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(dim))  # g
+        self.hook_scale, self.hook_normalized = HookPoint(), HookPoint()
+
+    def forward(self, x: Tensor) -> Tensor:
+        dtype = x.dtype
+        x = x.float()
+        scale = self.hook_scale((x.pow(2).mean(-1, keepdim=True) + self.eps).sqrt())  # (…, 1)
+        return self.weight * self.hook_normalized(x / scale).to(dtype)
+
+
+def norm_layer(kind: str, dim: int, eps: float, bias: bool = True) -> nn.Module:
+    """The normalisation a config names: ``layer`` (LayerNorm, with a bias when ``bias``) or
+    ``rms`` (RMSNorm)."""
+    if kind == "rms":
+        return RMSNorm(dim, eps)
+    if kind == "layer":
+        return LayerNorm(dim, eps=eps, bias=bias)
+    raise ValueError(f"unknown norm {kind!r}; choose layer or rms")
+
+
+NORMS = ("layer", "rms")
+
 _ACTIVATIONS = {
     "gelu": lambda x: F.gelu(x),
     "gelu_tanh": lambda x: F.gelu(x, approximate="tanh"),
     "relu": F.relu,
     "relu2": lambda x: F.relu(x).square(),  # ReLU² (So et al., Primer; the modded-nanogpt speedrun)
+    "silu": F.silu,  # x·σ(x): SwiGLU's gate in Llama, Qwen and Mistral
 }
 ACTIVATIONS = tuple(_ACTIVATIONS)  # the names a config's ``activation`` may take
 
@@ -133,6 +167,28 @@ class MLP(nn.Module):
     def forward(self, x: Tensor) -> Tensor:
         pre = self.hook_pre(self.fc(x))  # (B, T, hidden)
         return self.dropout(self.proj(self.hook_post(_ACTIVATIONS[self.activation](pre))))
+
+
+class GatedMLP(nn.Module):
+    """Gated feed-forward network (Shazeer 2020; SwiGLU with silu: Llama, Qwen, Mistral):
+    (act(x W_gate) ⊙ x W_up) W_down -> dropout. Hook points as TransformerLens names them:
+    ``hook_pre`` (B, T, hidden) the gate before the activation, ``hook_pre_linear`` the up
+    projection, ``hook_post`` their product."""
+
+    def __init__(self, dim: int, hidden: int, activation: str = "silu", dropout: float = 0.0, bias: bool = False):
+        super().__init__()
+        if activation not in _ACTIVATIONS:
+            raise ValueError(f"unknown activation {activation!r}; choose one of {sorted(_ACTIVATIONS)}")
+        self.activation = activation
+        self.gate = nn.Linear(dim, hidden, bias=bias)  # W_gate
+        self.fc = nn.Linear(dim, hidden, bias=bias)  # W_up
+        self.proj = nn.Linear(hidden, dim, bias=bias)  # W_down
+        self.dropout = nn.Dropout(dropout)
+        self.hook_pre, self.hook_pre_linear, self.hook_post = HookPoint(), HookPoint(), HookPoint()
+
+    def forward(self, x: Tensor) -> Tensor:
+        gate = _ACTIVATIONS[self.activation](self.hook_pre(self.gate(x)))  # (B, T, hidden)
+        return self.dropout(self.proj(self.hook_post(gate * self.hook_pre_linear(self.fc(x)))))
 
 
 class TransformerBlock(nn.Module):
@@ -164,17 +220,23 @@ class TransformerBlock(nn.Module):
         qk_norm: bool = False,
         attn_scale: float | None = None,
         tie: str = "none",
+        norm: str = "layer",
+        gated: bool = False,
+        d_k: int | None = None,
     ) -> None:
         """``mlp=False``: attention only (the blocks of the induction-head studies); ``window``:
         restricted attention over the keys within that many positions; ``qk_norm``: RMS-normalise
         each head's queries and keys; ``attn_scale``: the score scale (default 1/√d_k); ``tie``:
-        share the query and key (qk) or key and value (kv) projection (:class:`MultiHeadAttention`)."""
+        share the query and key (qk) or key and value (kv) projection (:class:`MultiHeadAttention`);
+        ``norm``: layer (LayerNorm) or rms (RMSNorm, whose ε the QK-norm shares); ``gated``: a
+        :class:`GatedMLP`; ``d_k``: each head's width (default dim / n_heads)."""
         super().__init__()
         self.norm_first = norm_first
-        self.ln1 = LayerNorm(dim, eps=norm_eps, bias=bias)
+        self.ln1 = norm_layer(norm, dim, norm_eps, bias)
         self.attn = MultiHeadAttention(
             dim,
             n_heads,
+            d_k=d_k,
             bias=bias,
             qkv_bias=qkv_bias,
             dropout=attn_dropout,
@@ -184,11 +246,13 @@ class TransformerBlock(nn.Module):
             position_bias=position_bias,
             window=window,
             qk_norm=qk_norm,
+            qk_norm_eps=norm_eps if norm == "rms" else None,
             scale=attn_scale,
             tie=tie,
         )
-        self.ln2 = LayerNorm(dim, eps=norm_eps, bias=bias) if mlp else None
-        self.mlp = MLP(dim, mlp_hidden or 4 * dim, activation, dropout, bias) if mlp else None
+        self.ln2 = norm_layer(norm, dim, norm_eps, bias) if mlp else None
+        feed_forward = GatedMLP if gated else MLP
+        self.mlp = feed_forward(dim, mlp_hidden or 4 * dim, activation, dropout, bias) if mlp else None
         self.resid_dropout = nn.Dropout(dropout)
         self.checkpoint_activations = False
         self.hook_resid_pre, self.hook_resid_mid, self.hook_resid_post = HookPoint(), HookPoint(), HookPoint()
@@ -344,10 +408,10 @@ def init_gpt2_weights(model: nn.Module, n_layers: int, std: float = 0.02) -> Non
                 nn.init.zeros_(m.bias)
         elif isinstance(m, nn.Embedding):
             nn.init.normal_(m.weight, 0.0, std)
-        elif isinstance(m, nn.LayerNorm):
+        elif isinstance(m, (nn.LayerNorm, RMSNorm)):
             if m.weight is not None:
                 nn.init.ones_(m.weight)
-            if m.bias is not None:
+            if getattr(m, "bias", None) is not None:
                 nn.init.zeros_(m.bias)
     for name, p in model.named_parameters():
         if name.endswith("out_proj.weight") or name.endswith("mlp.proj.weight"):

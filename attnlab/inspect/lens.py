@@ -12,7 +12,7 @@ Direct logit attribution: the final residual stream is a sum of what each part w
     x_L = embed + Σ_ℓ (Σ_h z_ℓh W_O,ℓh + b_O,ℓ) + Σ_ℓ mlp_ℓ,
 
 and LN_f is linear once its scale σ (the standard deviation of x_L over features) is frozen:
-LN_f(x) = Σ_c γ ⊙ (c − mean(c)) / σ + β. So the logit of token t splits into one term per
+LN_f(x) = Σ_c γ ⊙ (c − mean(c)) / σ + β (an RMSNorm: σ the root mean square, no centring, no β). So the logit of token t splits into one term per
 part, γ ⊙ (c − mean c)/σ · W_U[t], and the terms sum to the logit minus β · W_U[t] (the final
 norm's bias, reported as its own term): exactly, with σ the one the forward pass used.
 """
@@ -123,11 +123,13 @@ def direct_logit_attribution(model, idx: Tensor, token: int, position: int = -1)
     _, cache = model.run_with_cache(idx, names=names)
     final = cache[f"blocks.{L - 1}.hook_resid_post"][:, position]  # (B, D)
     ln = model.ln_f
-    sigma = (final.var(-1, unbiased=False, keepdim=True) + ln.eps).sqrt()  # the scale the forward pass used
+    rms = model.config.norm == "rms"  # RMSNorm: σ = √(mean(x²) + ε), and no centring
+    spread = final.pow(2).mean(-1, keepdim=True) if rms else final.var(-1, unbiased=False, keepdim=True)
+    sigma = (spread + ln.eps).sqrt()  # the scale the forward pass used
     direction = model.lm_head.weight[token] * ln.weight  # γ ⊙ W_U[t]  (D,)
 
     def term(c: Tensor) -> Tensor:  # c (B, D): its part of the logit
-        return ((c - c.mean(-1, keepdim=True)) / sigma) @ direction
+        return ((c if rms else c - c.mean(-1, keepdim=True)) / sigma) @ direction
 
     out = {"embed": term(cache["hook_embed"][:, position])}
     for i, block in enumerate(model.blocks):
@@ -140,7 +142,8 @@ def direct_logit_attribution(model, idx: Tensor, token: int, position: int = -1)
             out[f"L{i}.attn_bias"] = term(attn.out_proj.bias.expand_as(final))
         if block.mlp is not None:  # (an attention-only model has none)
             out[f"L{i}.mlp"] = term(cache[f"blocks.{i}.hook_mlp_out"][:, position])
-    bias = ln.bias @ model.lm_head.weight[token] if ln.bias is not None else torch.zeros((), device=final.device)
+    ln_bias = getattr(ln, "bias", None)  # (RMSNorm has none)
+    bias = ln_bias @ model.lm_head.weight[token] if ln_bias is not None else torch.zeros((), device=final.device)
     out["ln_final_bias"] = bias.expand(final.shape[0])
     cap = getattr(model.config, "logit_softcap", 0.0)
     if cap:

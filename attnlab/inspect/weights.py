@@ -15,7 +15,9 @@ easier to read.
   to 1, so a head's output gets exactly that constant.
 
 GPTs (pre-LN, every family block) only; the result is a copy, its output head untied from the
-embedding and given a bias (b_U).
+embedding and given a bias (b_U). RMSNorm models (Llama, Qwen, Mistral) have their gains folded
+without centring, and their writers are not centred: an RMSNorm does not remove the mean
+(TransformerLens skips the same steps for them).
 """
 
 from __future__ import annotations
@@ -50,13 +52,14 @@ def process_weights(
     out = copy.deepcopy(model)
     with torch.no_grad():
         _untie_and_bias_head(out)
+        rms = c.norm == "rms"  # (RMSNorm does not remove the mean: nothing is centred for it)
         if fold_ln:
             for block in out.blocks:
-                _fold(block.ln1, block.attn.qkv)
-                if block.mlp is not None:
-                    _fold(block.ln2, block.mlp.fc)
-            _fold(out.ln_f, out.lm_head)
-        if center_writing_weights:
+                _fold(block.ln1, [block.attn.qkv], center=not rms)
+                if block.mlp is not None:  # (a gated MLP reads the norm twice: its gate and its up projection)
+                    _fold(block.ln2, [block.mlp.fc] + ([block.mlp.gate] if c.gated_mlp else []), center=not rms)
+            _fold(out.ln_f, [out.lm_head], center=not rms)
+        if center_writing_weights and not rms:
             _center_writing(out)
         if center_unembed:
             real = slice(0, c.vocab_size)
@@ -80,21 +83,24 @@ def _untie_and_bias_head(model) -> None:
     model.lm_head = new
 
 
-def _fold(norm: nn.LayerNorm, reader: nn.Linear) -> None:
-    """W' = W diag(w), b' = b + W β (PyTorch's (out, in) layout), W' centred over the input;
-    the norm left with weight 1 and bias 0."""
-    w = norm.weight if norm.weight is not None else torch.ones(reader.in_features)
-    weight = reader.weight * w[None, :]
-    if norm.bias is not None:
-        bias = reader.weight @ norm.bias + (reader.bias if reader.bias is not None else 0)
-        if reader.bias is None:
-            reader.bias = nn.Parameter(torch.zeros_like(bias))
-        reader.bias.copy_(bias)
-    reader.weight.copy_(weight - weight.mean(1, keepdim=True))
+def _fold(norm: nn.Module, readers: list[nn.Linear], center: bool = True) -> None:
+    """W' = W diag(w), b' = b + W β (PyTorch's (out, in) layout) for each reader, W' centred over
+    the input when ``center`` (a LayerNorm's output has zero mean; an RMSNorm's need not); the
+    norm left with weight 1 and bias 0."""
+    bias = getattr(norm, "bias", None)
+    for reader in readers:
+        w = norm.weight if norm.weight is not None else torch.ones(reader.in_features)
+        weight = reader.weight * w[None, :]
+        if bias is not None:
+            shift = reader.weight @ bias + (reader.bias if reader.bias is not None else 0)
+            if reader.bias is None:
+                reader.bias = nn.Parameter(torch.zeros_like(shift))
+            reader.bias.copy_(shift)
+        reader.weight.copy_(weight - weight.mean(1, keepdim=True) if center else weight)
     if norm.weight is not None:
         norm.weight.fill_(1.0)
-    if norm.bias is not None:
-        norm.bias.zero_()
+    if bias is not None:
+        bias.zero_()
 
 
 def _center(t: Tensor, dim: int) -> None:

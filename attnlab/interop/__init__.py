@@ -1,7 +1,7 @@
 """HuggingFace checkpoint folders <-> attnlab models (no ``transformers`` import needed).
 
-One converter module per family (:mod:`.gpt2`, :mod:`.vit`, :mod:`.bert`), each registering a
-:class:`Converter` once: the HuggingFace ``model_type`` it reads, the attnlab ``model_type`` it
+One converter module per family (:mod:`.gpt2`, :mod:`.llama`, :mod:`.vit`, :mod:`.bert`), each
+registering its :class:`Converter` s once: the HuggingFace ``model_type`` it reads, the attnlab ``model_type`` it
 makes, and the two directions. ``load_hf`` / ``export_hf`` and the checkpoint loader find
 converters here; a new one is a new module in this package.
 """
@@ -47,6 +47,7 @@ class Converter:
     model_type: str
     load: Callable[..., nn.Module]
     export: Callable[[nn.Module], tuple[dict[str, Tensor], dict]]
+    exports: Callable[[nn.Module], bool] = lambda model: True  # (which of a model_type's converters writes it)
 
 
 _CONVERTERS: dict[str, Converter] = {}
@@ -132,7 +133,8 @@ def export_hf(model: nn.Module, directory: str | Path, tokenizer=None) -> None:
     tokenizer.json and tokenizer_config.json, which ``AutoTokenizer.from_pretrained`` reads to
     the same ids, and which ``attnlab.load`` of the folder reads back."""
     kind = getattr(model, "model_type", None)
-    exporter = next((c for c in converters() if c.model_type == kind), None)
+    candidates = [c for c in converters() if c.model_type == kind]
+    exporter = next((c for c in candidates if c.exports(model)), candidates[0] if candidates else None)
     if exporter is None:
         known = ", ".join(c.model_type for c in converters())
         raise CheckpointError(f"export_hf writes {known} models, got {type(model).__name__}")

@@ -106,6 +106,12 @@ def export_gpt2(model: nn.Module) -> tuple[dict[str, Tensor], dict]:
         pos_combine=(c.pos_combine, "add"),
         attn_tie=(c.attn_tie, "none"),
         attn_scale=(c.attn_scale, None),
+        norm=(c.norm, "layer"),
+        gated_mlp=(c.gated_mlp, False),
+        kv_heads=(c.kv_heads or c.heads, c.heads),
+        head_dim=(c.d_head, c.dim // c.heads),
+        mlp_hidden=(c.mlp_hidden or 4 * c.dim, 4 * c.dim),
+        qkv_bias=(c.qkv_bias if c.qkv_bias is not None else c.bias, True),
     )
     differ = {k: have for k, (have, need) in gpt2_only.items() if have != need}
     if c.activation not in ACT_TO_HF:
@@ -149,4 +155,4 @@ def export_gpt2(model: nn.Module) -> tuple[dict[str, Tensor], dict]:
     return out, config
 
 
-CONVERTER = register(Converter("gpt2", "gpt", load_gpt2, export_gpt2))
+CONVERTER = register(Converter("gpt2", "gpt", load_gpt2, export_gpt2, lambda model: model.config.norm == "layer"))

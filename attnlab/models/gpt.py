@@ -18,7 +18,7 @@ from ..config import Config
 from ..errors import OptionError
 from ..hooks import HookedModule, HookPoint
 from ..losses import chunked_cross_entropy, cross_entropy
-from ..blocks import ACTIVATIONS, HeadWeights, LayerNorm, TransformerBlock, init_gpt2_weights
+from ..blocks import ACTIVATIONS, NORMS, HeadWeights, TransformerBlock, init_gpt2_weights, norm_layer
 from ..position import ALiBi, LearnedPosition, RelativePosition, RotaryEmbedding, SinusoidalPosition
 
 __all__ = ["GPTConfig", "GPT", "GPT_PRESETS"]
@@ -107,6 +107,37 @@ class GPTConfig(Config):
             "never output and exports drop them (1: no padding; BPE runs use 64)"
         },
     )
+    kv_heads: int | None = field(
+        default=None,
+        metadata={
+            "help": "grouped-query attention: this many key/value heads, each shared by heads / KV_HEADS query "
+            "heads (default: one per query head; Llama 3, Qwen and Mistral share)"
+        },
+    )
+    head_dim: int | None = field(
+        default=None,
+        metadata={"help": "each head's width (default dim / heads; Qwen3 and Gemma use other widths)"},
+    )
+    mlp_hidden: int | None = field(default=None, metadata={"help": "the MLP's hidden width (default 4 x dim)"})
+    norm: str = field(
+        default="layer",
+        metadata={"help": "the normalisation: layer (LayerNorm, GPT-2's) or rms (RMSNorm: Llama, Qwen, Mistral)"},
+    )
+    gated_mlp: bool = field(
+        default=False,
+        metadata={
+            "help": "a gated MLP: (act(x W_gate) * x W_up) W_down; with --activation silu it is SwiGLU "
+            "(Llama, Qwen, Mistral)"
+        },
+    )
+    qkv_bias: bool | None = field(
+        default=None,
+        metadata={"help": "biases on the query, key and value projections alone (default: as --bias; Qwen2 has them)"},
+    )
+    rope_base: float = field(
+        default=10000.0,
+        metadata={"help": "--pos rope: the base of the rotary frequencies (Llama 3 and Qwen: 500,000 and 1,000,000)"},
+    )
     attn_tie: str = field(
         default="none",
         metadata={
@@ -118,6 +149,7 @@ class GPTConfig(Config):
     SIZES = ("vocab_size", "context", "layers", "heads", "dim")
     CHOICES = {
         "pos": POSITIONS,
+        "norm": NORMS,
         "activation": ACTIVATIONS,
         "pos_combine": ("add", "concat"),
         "attn_tie": ("none", "qk", "kv"),
@@ -135,8 +167,17 @@ class GPTConfig(Config):
         super().__post_init__()
         if self.embed_scale is None:
             self.embed_scale = self.pos == "sinusoidal"
-        if self.dim % self.heads:
+        if self.head_dim is None and self.dim % self.heads:
             raise ValueError(f"dim={self.dim} is not divisible by heads={self.heads}; pick heads dividing dim")
+        for name in ("kv_heads", "head_dim", "mlp_hidden"):
+            if getattr(self, name) is not None and getattr(self, name) < 1:
+                raise ValueError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(self, name)}")
+        if self.kv_heads is not None and self.heads % self.kv_heads:
+            raise ValueError(f"heads={self.heads} is not a multiple of kv_heads={self.kv_heads}; pick a divisor")
+        if self.pos == "rope" and self.d_head % 2:
+            raise ValueError(f"--pos rope rotates pairs of a head's dimensions: the head width {self.d_head} is odd")
+        if not self.rope_base > 1:
+            raise ValueError(f"--rope-base must be above 1, got {self.rope_base}")
         if self.rel_distance < 1:
             raise ValueError(f"--rel-distance must be at least 1, got {self.rel_distance}")
         if self.pos_combine == "concat" and self.pos not in ("learned", "sinusoidal"):
@@ -156,6 +197,11 @@ class GPTConfig(Config):
             )
         if self.vocab_multiple < 1:
             raise ValueError(f"--vocab-multiple must be at least 1, got {self.vocab_multiple}")
+
+    @property
+    def d_head(self) -> int:
+        """Each head's width: head_dim, else dim / heads."""
+        return self.head_dim or self.dim // self.heads
 
     @property
     def vocab_rows(self) -> int:
@@ -218,14 +264,14 @@ class GPT(HeadWeights, HookedModule):
         # concat: x = W [E(token); P(pos)], W (dim, 2·dim) (set to [I I] below: it starts as the sum)
         self.pos_mix = nn.Linear(2 * c.dim, c.dim, bias=False) if c.pos_combine == "concat" else None
         self.drop = nn.Dropout(c.dropout)
-        rotary = RotaryEmbedding(c.dim // c.heads) if c.pos == "rope" else None
+        rotary = RotaryEmbedding(c.d_head, c.rope_base) if c.pos == "rope" else None
         # a score bias: ALiBi's fixed slopes, or Shaw's learned tables (one set for every layer, as T5 shares
         # its relative bias, with the value term)
         bias = None
         if c.pos == "alibi":
             bias = ALiBi(c.heads)
         elif c.pos == "relative":
-            bias = RelativePosition(c.dim // c.heads, c.rel_distance, heads=c.heads if c.rel_heads else None)
+            bias = RelativePosition(c.d_head, c.rel_distance, heads=c.heads if c.rel_heads else None)
         self.rel_pos = bias if c.pos == "relative" else None
         self.blocks = nn.ModuleList(
             TransformerBlock(
@@ -244,10 +290,16 @@ class GPT(HeadWeights, HookedModule):
                 qk_norm=c.qk_norm,
                 attn_scale=c.attn_scale,
                 tie=c.attn_tie,
+                n_kv_heads=c.kv_heads,
+                d_k=c.head_dim,
+                qkv_bias=c.qkv_bias,
+                mlp_hidden=c.mlp_hidden,
+                norm=c.norm,
+                gated=c.gated_mlp,
             )
             for _ in range(c.layers)
         )
-        self.ln_f = LayerNorm(c.dim, eps=c.norm_eps, bias=c.bias)
+        self.ln_f = norm_layer(c.norm, c.dim, c.norm_eps, c.bias)
         self.hook_embed, self.hook_final = HookPoint(), HookPoint()
         self.lm_head = nn.Linear(c.dim, c.vocab_rows, bias=False)
         init_gpt2_weights(self, c.layers)

@@ -1,0 +1,214 @@
+"""Llama-shaped checkpoints (``llama``: Llama 2/3, SmolLM2; ``qwen2``; ``qwen3``; ``mistral``) <->
+attnlab GPT.
+
+Each is a configuration of attnlab's own GPT, not a copy of HuggingFace's modelling files:
+
+    x_0 = E[tokens]                                   no position table: RoPE acts inside attention
+    x = x + Attn(RMSNorm(x))                          grouped-query attention, rotary q and k
+    x = x + W_down (silu(x W_gate) ⊙ x W_up)          SwiGLU on RMSNorm(x)
+    logits = RMSNorm(x_L) W_out                       tied or untied head
+
+and the families differ in a few options: Qwen2 has query/key/value biases without an output
+bias (``qkv_bias``), Qwen3 RMS-normalises each head's queries and keys before the rotation
+(``qk_norm``) with heads wider than dim / heads (``head_dim``), Mistral attends within a sliding
+window. HuggingFace's separate q/k/v projections become attnlab's fused ``qkv`` ([W_Q; W_K; W_V]:
+the same rows, stacked), its ``gate_proj`` / ``up_proj`` / ``down_proj`` the gated MLP's ``gate``
+/ ``fc`` / ``proj``. RoPE scaling (Llama 3's, linear, YaRN) is refused: not yet built.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+from ..errors import CheckpointError
+from . import Converter, hf_weights, register
+
+ARCHITECTURES = {
+    "llama": "LlamaForCausalLM",
+    "qwen2": "Qwen2ForCausalLM",
+    "qwen3": "Qwen3ForCausalLM",
+    "mistral": "MistralForCausalLM",
+}
+ACTIVATIONS = {"silu": "silu", "gelu_pytorch_tanh": "gelu_tanh", "gelu": "gelu"}
+
+
+def rope_of(cfg: dict) -> float:
+    """The rotary base of a HuggingFace config (``rope_theta``, or transformers 5's
+    ``rope_parameters``); a scaled RoPE is refused in one line."""
+    params = cfg.get("rope_parameters") or cfg.get("rope_scaling") or {}
+    kind = params.get("rope_type", params.get("type", "default"))
+    if kind != "default":
+        raise CheckpointError(
+            f"{cfg.get('model_type')} checkpoint with RoPE scaling {kind!r}: attnlab reads unscaled rotary "
+            "positions only so far"
+        )
+    return float(cfg.get("rope_theta") or params.get("rope_theta") or 10000.0)
+
+
+def llama_config(cfg: dict):
+    """A HuggingFace config.json of a Llama-shaped family as attnlab's GPTConfig."""
+    from ..models.gpt import GPTConfig
+
+    kind = cfg["model_type"]
+    act = cfg.get("hidden_act", "silu")
+    if act not in ACTIVATIONS:
+        raise CheckpointError(f"{kind} activation {act!r} is not supported; attnlab knows {sorted(ACTIVATIONS)}")
+    heads = cfg["num_attention_heads"]
+    head_dim = cfg.get("head_dim") or cfg["hidden_size"] // heads
+    window = None
+    if kind == "mistral" and cfg.get("sliding_window"):
+        window = int(cfg["sliding_window"]) - 1  # (HuggingFace's W keys: the query and the W - 1 before it)
+    if kind == "qwen2" and cfg.get("use_sliding_window"):
+        raise CheckpointError("qwen2 checkpoint with use_sliding_window: per-layer windows are not built yet")
+    attention_bias = bool(cfg.get("attention_bias") or False)
+    mlp_bias = bool(cfg.get("mlp_bias") or False)
+    if attention_bias != mlp_bias and kind == "llama":
+        raise CheckpointError("llama checkpoint with attention_bias != mlp_bias: attnlab has one --bias for both")
+    return GPTConfig(
+        vocab_size=cfg["vocab_size"],
+        context=cfg.get("max_position_embeddings", 2048),
+        layers=cfg["num_hidden_layers"],
+        heads=heads,
+        kv_heads=cfg.get("num_key_value_heads") or heads,
+        dim=cfg["hidden_size"],
+        head_dim=head_dim if head_dim * heads != cfg["hidden_size"] else None,
+        mlp_hidden=cfg["intermediate_size"],
+        dropout=0.0,
+        bias=attention_bias,
+        qkv_bias=True if kind == "qwen2" else None,
+        pos="rope",
+        rope_base=rope_of(cfg),
+        norm="rms",
+        norm_eps=cfg.get("rms_norm_eps", 1e-6),
+        gated_mlp=True,
+        activation=ACTIVATIONS[act],
+        qk_norm=kind == "qwen3",
+        window=window,
+        tie_output=bool(cfg.get("tie_word_embeddings", False)),
+    )
+
+
+def family_of(c) -> str | None:
+    """The HuggingFace family an attnlab GPTConfig exports as (None: not Llama-shaped)."""
+    shaped = c.norm == "rms" and c.gated_mlp and c.pos == "rope" and c.mlp and c.attn_tie == "none"
+    plain = not c.embed_scale and c.logit_softcap == 0 and c.attn_scale is None and c.pos_combine == "add"
+    if not (shaped and plain):
+        return None
+    if c.qk_norm:
+        return "qwen3" if c.window is None and not c.bias and not c.qkv_bias else None
+    if c.qkv_bias and not c.bias:
+        return "qwen2" if c.window is None else None
+    if c.qkv_bias not in (None, c.bias):
+        return None
+    return "mistral" if c.window is not None and not c.bias else "llama" if c.window is None else None
+
+
+def key_map(layers: int, qk_norm: bool) -> list[tuple[str, str]]:
+    """(HuggingFace name, attnlab name) of every tensor but the fused q/k/v projection."""
+    m = [("model.embed_tokens.weight", "tok_emb.weight"), ("model.norm.weight", "ln_f.weight")]
+    for i in range(layers):
+        h, a = f"model.layers.{i}.", f"blocks.{i}."
+        m += [
+            (h + "input_layernorm.weight", a + "ln1.weight"),
+            (h + "post_attention_layernorm.weight", a + "ln2.weight"),
+            (h + "self_attn.o_proj.weight", a + "attn.out_proj.weight"),
+            (h + "mlp.gate_proj.weight", a + "mlp.gate.weight"),
+            (h + "mlp.up_proj.weight", a + "mlp.fc.weight"),
+            (h + "mlp.down_proj.weight", a + "mlp.proj.weight"),
+        ]
+        if qk_norm:
+            m += [(h + "self_attn.q_norm.weight", a + "attn.q_norm.weight")]
+            m += [(h + "self_attn.k_norm.weight", a + "attn.k_norm.weight")]
+    return m
+
+
+def load_llama(cfg: dict, state: dict[str, Tensor], with_class=None) -> nn.Module:
+    from ..models.gpt import GPT
+
+    config = llama_config(cfg)
+    model = (with_class(GPT) if with_class else GPT)(config)
+    kind = cfg["model_type"]
+    get = hf_weights(state, "", kind, f"a {kind} model")
+    new = {ours: get(hf) for hf, ours in key_map(config.layers, config.qk_norm)}
+    optional = [(".o_proj.bias", ".out_proj.bias"), (".gate_proj.bias", ".gate.bias")]
+    optional += [(".up_proj.bias", ".fc.bias"), (".down_proj.bias", ".proj.bias")]
+    for i in range(config.layers):
+        h, a = f"model.layers.{i}.", f"blocks.{i}."
+        proj = [get(h + f"self_attn.{p}_proj.weight") for p in "qkv"]
+        new[a + "attn.qkv.weight"] = torch.cat(proj)  # [W_Q; W_K; W_V]: (H·d + 2·H_kv·d, D)
+        if h + "self_attn.q_proj.bias" in state:
+            new[a + "attn.qkv.bias"] = torch.cat([get(h + f"self_attn.{p}_proj.bias") for p in "qkv"])
+        for theirs, ours in optional:
+            sub = "self_attn" if "o_proj" in theirs else "mlp"
+            name = h + sub + theirs
+            if name in state:
+                new[a + ("attn" if sub == "self_attn" else "mlp") + ours] = state[name]
+    if not config.tie_output:
+        new["lm_head.weight"] = get("lm_head.weight")
+    missing, unexpected = model.load_state_dict(new, strict=False)
+    missing = [k for k in missing if not (config.tie_output and k == "lm_head.weight")]
+    if missing or unexpected:
+        raise CheckpointError(f"{kind} weights do not fit: missing {missing[:3]}, unexpected {unexpected[:3]}")
+    return model
+
+
+def export_llama(model: nn.Module) -> tuple[dict[str, Tensor], dict]:
+    c = model.config
+    kind = family_of(c)
+    if kind is None:
+        raise CheckpointError(
+            "only RMSNorm, gated-MLP, rotary GPT models without soft-caps, embedding scale or tied projections map "
+            "to Llama, Qwen2, Qwen3 or Mistral"
+        )
+    sd = {k: v.detach().cpu() for k, v in model.state_dict().items()}
+    sd["tok_emb.weight"] = sd["tok_emb.weight"][: c.vocab_size]
+    out = {hf: sd[ours].contiguous() for hf, ours in key_map(c.layers, c.qk_norm)}
+    d, kv = c.d_head, c.kv_heads or c.heads
+    split = (c.heads * d, kv * d, kv * d)
+    for i in range(c.layers):
+        h, a = f"model.layers.{i}.", f"blocks.{i}."
+        for p, w in zip("qkv", sd[a + "attn.qkv.weight"].split(split)):
+            out[h + f"self_attn.{p}_proj.weight"] = w.contiguous()
+        if a + "attn.qkv.bias" in sd:
+            for p, b in zip("qkv", sd[a + "attn.qkv.bias"].split(split)):
+                out[h + f"self_attn.{p}_proj.bias"] = b.contiguous()
+        if c.bias:
+            out[h + "self_attn.o_proj.bias"] = sd[a + "attn.out_proj.bias"].contiguous()
+            for theirs, ours in (("gate_proj", "gate"), ("up_proj", "fc"), ("down_proj", "proj")):
+                out[h + f"mlp.{theirs}.bias"] = sd[a + f"mlp.{ours}.bias"].contiguous()
+    if not c.tie_output:
+        out["lm_head.weight"] = sd["lm_head.weight"][: c.vocab_size].contiguous()
+    config = {
+        "architectures": [ARCHITECTURES[kind]],
+        "model_type": kind,
+        "vocab_size": c.vocab_size,
+        "hidden_size": c.dim,
+        "intermediate_size": c.mlp_hidden or 4 * c.dim,
+        "num_hidden_layers": c.layers,
+        "num_attention_heads": c.heads,
+        "num_key_value_heads": kv,
+        "head_dim": d,
+        "hidden_act": {v: k for k, v in ACTIVATIONS.items()}[c.activation],
+        "max_position_embeddings": c.context,
+        "rms_norm_eps": c.norm_eps,
+        "rope_theta": c.rope_base,
+        "rope_parameters": {"rope_theta": c.rope_base, "rope_type": "default"},
+        "tie_word_embeddings": c.tie_output,
+        "attention_dropout": 0.0,
+        "torch_dtype": "float32",
+    }
+    if kind in ("llama", "qwen3"):
+        config.update(attention_bias=c.bias, mlp_bias=c.bias)
+    if kind == "mistral":
+        config["sliding_window"] = c.window + 1
+    if kind in ("qwen2", "qwen3"):
+        config.update(use_sliding_window=False, sliding_window=None)
+    return out, config
+
+
+def exports_as(kind: str):
+    return lambda model: family_of(model.config) == kind
+
+
+CONVERTERS = [register(Converter(kind, "gpt", load_llama, export_llama, exports_as(kind))) for kind in ARCHITECTURES]
