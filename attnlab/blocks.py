@@ -223,15 +223,20 @@ class TransformerBlock(nn.Module):
         norm: str = "layer",
         gated: bool = False,
         d_k: int | None = None,
+        parallel: bool = False,
     ) -> None:
         """``mlp=False``: attention only (the blocks of the induction-head studies); ``window``:
         restricted attention over the keys within that many positions; ``qk_norm``: RMS-normalise
         each head's queries and keys; ``attn_scale``: the score scale (default 1/√d_k); ``tie``:
         share the query and key (qk) or key and value (kv) projection (:class:`MultiHeadAttention`);
         ``norm``: layer (LayerNorm) or rms (RMSNorm, whose ε the QK-norm shares); ``gated``: a
-        :class:`GatedMLP`; ``d_k``: each head's width (default dim / n_heads)."""
+        :class:`GatedMLP`; ``d_k``: each head's width (default dim / n_heads); ``parallel``:
+        attention and MLP both read the block's input, x + Attn(LN1 x) + MLP(LN2 x) (GPT-J,
+        GPT-NeoX / Pythia; hook_resid_mid is then x + Attn(LN1 x), which the MLP does not read)."""
         super().__init__()
-        self.norm_first = norm_first
+        if parallel and not (norm_first and mlp):
+            raise ValueError("a parallel block needs pre-LN (norm_first) and an MLP")
+        self.norm_first, self.parallel = norm_first, parallel
         self.ln1 = norm_layer(norm, dim, norm_eps, bias)
         self.attn = MultiHeadAttention(
             dim,
@@ -275,6 +280,9 @@ class TransformerBlock(nn.Module):
 
     def _forward(self, x: Tensor, **kw) -> Tensor:
         x = self.hook_resid_pre(x)
+        if self.parallel:  # both sublayers read x
+            mid = self.hook_resid_mid(x + self.hook_attn_out(self.resid_dropout(self.attn(self.ln1(x), **kw))))
+            return self.hook_resid_post(mid + self.hook_mlp_out(self.mlp(self.ln2(x))))
         if self.norm_first:
             x = self.hook_resid_mid(x + self.hook_attn_out(self.resid_dropout(self.attn(self.ln1(x), **kw))))
             if self.mlp is None:

@@ -273,25 +273,31 @@ class RelativePosition(nn.Module):
 
 
 class RotaryEmbedding(nn.Module):
-    """RoPE (Su et al.): rotate each pair of dimensions (x_i, x_{i+d/2}) of queries and
-    keys by the angle pos·θ_i, θ_i = base^(-2i/d). Then q_m · k_n depends only on m - n."""
+    """RoPE (Su et al.): rotate each pair of dimensions (x_i, x_{i+r/2}) of queries and
+    keys by the angle pos·θ_i, θ_i = base^(-2i/r). Then q_m · k_n depends only on m - n.
+    ``rotary_dim`` r (default: the head's width): rotate the first r dimensions of each head and
+    pass the rest through (GPT-NeoX and Pythia rotate a quarter)."""
 
-    def __init__(self, head_dim: int, base: float = 10000.0) -> None:
+    def __init__(self, head_dim: int, base: float = 10000.0, rotary_dim: int | None = None) -> None:
         super().__init__()
-        if head_dim % 2:
-            raise ValueError(f"rotary embedding needs an even head width, got {head_dim}")
-        self.head_dim = head_dim
-        self.register_buffer("inv_freq", base ** (-torch.arange(0, head_dim, 2).float() / head_dim), persistent=False)
+        rotary_dim = head_dim if rotary_dim is None else rotary_dim
+        if rotary_dim % 2 or not 0 < rotary_dim <= head_dim:
+            raise ValueError(f"rotary embedding needs an even width up to the head's {head_dim}, got {rotary_dim}")
+        self.head_dim, self.rotary_dim = head_dim, rotary_dim
+        inv_freq = base ** (-torch.arange(0, rotary_dim, 2).float() / rotary_dim)
+        self.register_buffer("inv_freq", inv_freq, persistent=False)
 
     def forward(self, x: Tensor, positions: Tensor) -> Tensor:
         """x (B, H, T, d), positions (T,) or (B, T) -> same shape, rotated."""
-        angles = positions.float()[..., None] * self.inv_freq  # (..., T, d/2)
+        angles = positions.float()[..., None] * self.inv_freq  # (..., T, r/2)
         if angles.dim() == 3:
-            angles = angles[:, None]  # (B, 1, T, d/2): broadcast over heads
+            angles = angles[:, None]  # (B, 1, T, r/2): broadcast over heads
         cos = torch.cat([angles.cos(), angles.cos()], dim=-1).to(x.dtype)
         sin = torch.cat([angles.sin(), angles.sin()], dim=-1).to(x.dtype)
-        x1, x2 = x.chunk(2, dim=-1)
-        return x * cos + torch.cat([-x2, x1], dim=-1) * sin
+        rotated, passed = x[..., : self.rotary_dim], x[..., self.rotary_dim :]
+        x1, x2 = rotated.chunk(2, dim=-1)
+        rotated = rotated * cos + torch.cat([-x2, x1], dim=-1) * sin
+        return torch.cat([rotated, passed], dim=-1) if passed.shape[-1] else rotated
 
 
 def alibi_slopes(n_heads: int) -> Tensor:

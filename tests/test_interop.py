@@ -61,7 +61,18 @@ def test_export_hf_loads_in_transformers(tmp_path):
     assert torch.allclose(back(idx), ours(idx), atol=1e-5)
 
 
-def test_export_refuses_rope(tmp_path):
-    m = GPT(GPTConfig(vocab_size=10, block_size=8, n_layer=1, n_head=1, n_embd=8, position="rope"))
+def test_a_rotary_gpt_exports_as_gpt_neox_and_alibi_is_refused(tmp_path):
+    """A pre-LN GPT with rotary positions and biases is a GPT-NeoX without parallel blocks:
+    transformers reads the export to the same logits; ALiBi maps to no HuggingFace family here."""
+    transformers = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    m = GPT(GPTConfig(vocab_size=10, block_size=8, n_layer=1, n_head=2, n_embd=8, position="rope")).eval()
+    attnlab.export_hf(m, tmp_path / "neox")
+    hf = transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "neox").eval()
+    assert type(hf).__name__ == "GPTNeoXForCausalLM"
+    idx = torch.randint(10, (2, 8))
+    with torch.no_grad():
+        assert torch.allclose(hf(idx).logits, m(idx), atol=1e-5)
+    alibi = GPT(GPTConfig(vocab_size=10, block_size=8, n_layer=1, n_head=1, n_embd=8, position="alibi"))
     with pytest.raises(attnlab.errors.CheckpointError, match="learned positions"):
-        attnlab.export_hf(m, tmp_path)
+        attnlab.export_hf(alibi, tmp_path / "alibi")

@@ -35,14 +35,29 @@ CASES = [
     ("qwen3", "Qwen3Config", dict(num_attention_heads=8, num_key_value_heads=8, head_dim=8)),
     ("mistral", "MistralConfig", dict(num_attention_heads=4, num_key_value_heads=2, sliding_window=None)),
     ("mistral", "MistralConfig", dict(num_attention_heads=4, num_key_value_heads=1, sliding_window=5)),
+    ("phi3", "Phi3Config", dict(num_attention_heads=4, num_key_value_heads=2)),
+    (
+        "phi3",
+        "Phi3Config",
+        dict(num_attention_heads=4, num_key_value_heads=4, partial_rotary_factor=0.75, sliding_window=7),
+    ),  # fmt: skip
+    # GPT-NeoX (Pythia): no grouped-query attention; parallel blocks, a quarter of each head rotated
+    ("gpt_neox", "GPTNeoXConfig", dict(num_attention_heads=4, partial_rotary_factor=0.25)),
+    (
+        "gpt_neox",
+        "GPTNeoXConfig",
+        dict(num_attention_heads=2, partial_rotary_factor=1.0, use_parallel_residual=False, hidden_act="gelu_new"),
+    ),  # fmt: skip
 ]
 
 
 def hf_model(config_class: str, options: dict, seed: int):
     """A HuggingFace causal LM with random weights (its norms' gains too: ones would hide a swap)."""
-    config = getattr(transformers, config_class)(**SMALL, **options, attn_implementation="eager")
-    if "rope_theta" in options:
-        config.rope_parameters = {"rope_theta": options["rope_theta"], "rope_type": "default"}
+    rope = {k: options.pop(k) for k in ("rope_theta", "partial_rotary_factor") if k in options}
+    ids = dict(bos_token_id=1, eos_token_id=2, pad_token_id=0)  # (Phi-3's defaults lie past a small vocabulary)
+    config = getattr(transformers, config_class)(**SMALL, **ids, **options, attn_implementation="eager")
+    if rope:
+        config.rope_parameters = {"rope_theta": 10000.0, **rope, "rope_type": "default"}
     torch.manual_seed(seed)
     model = transformers.AutoModelForCausalLM.from_config(config).float().eval()
     with torch.no_grad():
@@ -69,10 +84,15 @@ def padded_batch(vocab: int):
 
 @pytest.mark.parametrize("family, config_class, options", CASES)
 def test_a_family_gives_huggingfaces_logits_and_tokens_both_ways(family, config_class, options, tmp_path):
-    hf = hf_model(config_class, options, seed=len(str(options)))
+    hf = hf_model(config_class, dict(options), seed=len(str(options)))
     hf.save_pretrained(tmp_path / "hf")
     ours = load_hf(tmp_path / "hf").eval()
-    assert ours.config.norm == "rms" and ours.config.gated_mlp and ours.config.pos == "rope"
+    c = ours.config
+    if family == "gpt_neox":
+        assert c.norm == "layer" and c.parallel_residual == options.get("use_parallel_residual", True)
+        assert c.rotary_dim == int(c.d_head * options["partial_rotary_factor"])
+    else:
+        assert c.norm == "rms" and c.gated_mlp and c.pos == "rope" and c.kv_heads == options["num_key_value_heads"]
     ids, mask, positions = padded_batch(SMALL["vocab_size"])
     with torch.no_grad():
         theirs = hf(input_ids=ids, attention_mask=mask.long(), position_ids=positions).logits
@@ -87,28 +107,34 @@ def test_a_family_gives_huggingfaces_logits_and_tokens_both_ways(family, config_
     # exported back: transformers reads the folder to the same logits
     export_hf(ours, tmp_path / "back")
     again = transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "back").float().eval()
-    windowless_mistral = family == "mistral" and not options["sliding_window"]  # (that is a Llama)
-    assert type(again).__name__ == ("LlamaForCausalLM" if windowless_mistral else type(hf).__name__)
+    # (a Mistral without a window, a Phi-3 rotating whole heads: shapes a Llama has, exported as one)
+    as_llama = (family == "mistral" and not options["sliding_window"]) or (family, options) == CASES[8][::2]
+    assert type(again).__name__ == ("LlamaForCausalLM" if as_llama else type(hf).__name__)
     with torch.no_grad():
         back = again(input_ids=ids, attention_mask=mask.long(), position_ids=positions).logits
     torch.testing.assert_close(back[mask], theirs[mask], atol=1e-4, rtol=1e-4)
 
 
-@pytest.fixture(scope="module")
-def qwen3(tmp_path_factory):
-    """A Qwen3-shaped attnlab GPT read from a random HuggingFace model: RMSNorm, SwiGLU,
-    grouped-query attention (4 query heads on 2 key/value heads), QK-norm, wider heads."""
-    folder = tmp_path_factory.mktemp("qwen3")
-    hf = hf_model("Qwen3Config", dict(num_attention_heads=4, num_key_value_heads=2, head_dim=32), seed=3)
+INSIDE = {  # a Qwen3 (RMSNorm, SwiGLU, 4 query heads on 2 key/value heads, QK-norm, wider heads) and a Pythia
+    "qwen3": ("Qwen3Config", dict(num_attention_heads=4, num_key_value_heads=2, head_dim=32)),
+    "gpt_neox": ("GPTNeoXConfig", dict(num_attention_heads=4, partial_rotary_factor=0.25)),
+}
+
+
+@pytest.fixture(scope="module", params=sorted(INSIDE))
+def model(request, tmp_path_factory):
+    """An attnlab GPT read from a random HuggingFace model of the family."""
+    folder = tmp_path_factory.mktemp(request.param)
+    hf = hf_model(*INSIDE[request.param], seed=3)
     with torch.no_grad():  # (larger weights: the terms below are far from zero)
         for name, p in hf.named_parameters():
-            if name.endswith("proj.weight"):
+            if name.endswith(("proj.weight", "dense.weight", "4h.weight", "query_key_value.weight")):
                 p.normal_(0, 0.2)
     hf.save_pretrained(folder)
     return load_hf(folder).eval()
 
 
-def test_the_look_inside_kit_on_a_llama_shaped_model(qwen3):
+def test_the_look_inside_kit_on_modern_families(model):
     """Every hook point named as for GPT-2 (the norms' scales, the gated MLP's gate and up
     projection), the logit lens ending at the logits, direct logit attribution summing to the
     logit through RMSNorm, weight processing keeping the log-probabilities, head detectors and
@@ -119,31 +145,33 @@ def test_the_look_inside_kit_on_a_llama_shaped_model(qwen3):
     from attnlab.inspect.weights import process_weights
 
     idx = torch.randint(97, (2, 12), generator=torch.Generator().manual_seed(1))
-    logits, cache = qwen3.run_with_cache(idx)
-    for name in ("ln1.hook_scale", "ln1.hook_normalized", "mlp.hook_pre", "mlp.hook_pre_linear", "mlp.hook_post",
-                 "attn.hook_q", "attn.hook_k", "attn.hook_pattern", "hook_resid_post"):  # fmt: skip
+    logits, cache = model.run_with_cache(idx)
+    gated = model.config.gated_mlp
+    for name in ("ln1.hook_scale", "ln1.hook_normalized", "mlp.hook_pre", "mlp.hook_post", "attn.hook_q",
+                 "attn.hook_k", "attn.hook_pattern", "hook_resid_post") + (("mlp.hook_pre_linear",) if gated else ()):  # fmt: skip
         assert f"blocks.1.{name}" in cache.keys(), name
-    assert cache["blocks.0.attn.hook_q"].shape == (2, 4, 12, 32) and cache["blocks.0.attn.hook_k"].shape[1] == 2
-    scale = cache["blocks.0.ln1.hook_scale"]
-    resid = cache["blocks.0.hook_resid_pre"]
-    assert torch.allclose(scale, (resid.pow(2).mean(-1, keepdim=True) + qwen3.blocks[0].ln1.eps).sqrt())
+    if gated:
+        assert cache["blocks.0.attn.hook_q"].shape == (2, 4, 12, 32) and cache["blocks.0.attn.hook_k"].shape[1] == 2
+        scale = cache["blocks.0.ln1.hook_scale"]
+        resid = cache["blocks.0.hook_resid_pre"]
+        assert torch.allclose(scale, (resid.pow(2).mean(-1, keepdim=True) + model.blocks[0].ln1.eps).sqrt())
     with torch.no_grad():
-        assert torch.allclose(logit_lens(qwen3, idx)[-1], qwen3(idx), atol=1e-4)
+        assert torch.allclose(logit_lens(model, idx)[-1], model(idx), atol=1e-4)
         for token, position in ((5, -1), (40, 6)):
-            parts = direct_logit_attribution(qwen3, idx, token, position)
-            assert len([k for k in parts if ".H" in k]) == 2 * 4
+            parts = direct_logit_attribution(model, idx, token, position)
+            assert len([k for k in parts if ".H" in k]) == 2 * 4 and "L1.mlp" in parts
             total = torch.stack(list(parts.values())).sum(0)
             assert torch.allclose(total, logits[:, position, token], atol=1e-4), (total, logits[:, position, token])
-        processed = process_weights(qwen3)
+        processed = process_weights(model)
         assert torch.allclose(processed(idx).log_softmax(-1), logits.log_softmax(-1), atol=1e-4)
-        assert torch.allclose(processed.blocks[0].ln2.weight, torch.ones(64))  # (the gains went into gate and up)
-    scores = head_scores(qwen3, repeated_random_tokens(2, 6, 97, torch.Generator().manual_seed(5)))
+        assert torch.allclose(processed.blocks[0].ln2.weight, torch.ones(64))  # (the gains went into the readers)
+    scores = head_scores(model, repeated_random_tokens(2, 6, 97, torch.Generator().manual_seed(5)))
     assert all(s.shape == (2, 4) and ((s >= 0) & (s <= 1)).all() for s in scores.values())
     clean = torch.tensor([[1, 2, 3, 4, 5, 6, 7, 8]])
     corrupt = clean.clone()
     corrupt[0, 3] = 9
     with torch.no_grad():
-        last = qwen3(clean)[0, -1]
+        last = model(clean)[0, -1]
     metric = logit_difference(int(last.argmax()), int(last.argmin()))
-    restored = patch_activations(qwen3, (clean,), (corrupt,), metric)
+    restored = patch_activations(model, (clean,), (corrupt,), metric)
     assert abs(restored[0, 3] - 1) < 1e-4 and restored[0, [0, 1, 2, 4, 5, 6, 7]].abs().max() < 1e-4

@@ -112,6 +112,7 @@ def export_gpt2(model: nn.Module) -> tuple[dict[str, Tensor], dict]:
         head_dim=(c.d_head, c.dim // c.heads),
         mlp_hidden=(c.mlp_hidden or 4 * c.dim, 4 * c.dim),
         qkv_bias=(c.qkv_bias if c.qkv_bias is not None else c.bias, True),
+        parallel_residual=(c.parallel_residual, False),
     )
     differ = {k: have for k, (have, need) in gpt2_only.items() if have != need}
     if c.activation not in ACT_TO_HF:
@@ -155,4 +156,4 @@ def export_gpt2(model: nn.Module) -> tuple[dict[str, Tensor], dict]:
     return out, config
 
 
-CONVERTER = register(Converter("gpt2", "gpt", load_gpt2, export_gpt2, lambda model: model.config.norm == "layer"))
+CONVERTER = register(Converter("gpt2", "gpt", load_gpt2, export_gpt2, lambda model: model.config.pos == "learned"))

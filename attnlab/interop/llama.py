@@ -1,5 +1,5 @@
-"""Llama-shaped checkpoints (``llama``: Llama 2/3, SmolLM2; ``qwen2``; ``qwen3``; ``mistral``) <->
-attnlab GPT.
+"""Llama-shaped checkpoints (``llama``: Llama 2/3, SmolLM2; ``qwen2``; ``qwen3``; ``mistral``;
+``phi3``: Phi-3/3.5 mini, Phi-4 mini) <-> attnlab GPT.
 
 Each is a configuration of attnlab's own GPT, not a copy of HuggingFace's modelling files:
 
@@ -11,7 +11,8 @@ Each is a configuration of attnlab's own GPT, not a copy of HuggingFace's modell
 and the families differ in a few options: Qwen2 has query/key/value biases without an output
 bias (``qkv_bias``), Qwen3 RMS-normalises each head's queries and keys before the rotation
 (``qk_norm``) with heads wider than dim / heads (``head_dim``), Mistral attends within a sliding
-window. HuggingFace's separate q/k/v projections become attnlab's fused ``qkv`` ([W_Q; W_K; W_V]:
+window, Phi-3 fuses its projections (``qkv_proj``, ``gate_up_proj``) and may rotate part of each
+head (``rope_fraction``). HuggingFace's separate q/k/v projections become attnlab's fused ``qkv`` ([W_Q; W_K; W_V]:
 the same rows, stacked), its ``gate_proj`` / ``up_proj`` / ``down_proj`` the gated MLP's ``gate``
 / ``fc`` / ``proj``. RoPE scaling (Llama 3's, linear, YaRN) is refused: not yet built.
 """
@@ -29,13 +30,14 @@ ARCHITECTURES = {
     "qwen2": "Qwen2ForCausalLM",
     "qwen3": "Qwen3ForCausalLM",
     "mistral": "MistralForCausalLM",
+    "phi3": "Phi3ForCausalLM",
 }
 ACTIVATIONS = {"silu": "silu", "gelu_pytorch_tanh": "gelu_tanh", "gelu": "gelu"}
 
 
-def rope_of(cfg: dict) -> float:
-    """The rotary base of a HuggingFace config (``rope_theta``, or transformers 5's
-    ``rope_parameters``); a scaled RoPE is refused in one line."""
+def rope_of(cfg: dict) -> tuple[float, float]:
+    """(rotary base, rotated fraction of each head) of a HuggingFace config (``rope_theta`` and
+    ``partial_rotary_factor``, or transformers 5's ``rope_parameters``); a scaled RoPE is refused."""
     params = cfg.get("rope_parameters") or cfg.get("rope_scaling") or {}
     kind = params.get("rope_type", params.get("type", "default"))
     if kind != "default":
@@ -43,7 +45,8 @@ def rope_of(cfg: dict) -> float:
             f"{cfg.get('model_type')} checkpoint with RoPE scaling {kind!r}: attnlab reads unscaled rotary "
             "positions only so far"
         )
-    return float(cfg.get("rope_theta") or params.get("rope_theta") or 10000.0)
+    fraction = cfg.get("partial_rotary_factor") or params.get("partial_rotary_factor") or 1.0
+    return float(cfg.get("rope_theta") or params.get("rope_theta") or 10000.0), float(fraction)
 
 
 def llama_config(cfg: dict):
@@ -57,7 +60,7 @@ def llama_config(cfg: dict):
     heads = cfg["num_attention_heads"]
     head_dim = cfg.get("head_dim") or cfg["hidden_size"] // heads
     window = None
-    if kind == "mistral" and cfg.get("sliding_window"):
+    if kind in ("mistral", "phi3") and cfg.get("sliding_window"):
         window = int(cfg["sliding_window"]) - 1  # (HuggingFace's W keys: the query and the W - 1 before it)
     if kind == "qwen2" and cfg.get("use_sliding_window"):
         raise CheckpointError("qwen2 checkpoint with use_sliding_window: per-layer windows are not built yet")
@@ -78,7 +81,8 @@ def llama_config(cfg: dict):
         bias=attention_bias,
         qkv_bias=True if kind == "qwen2" else None,
         pos="rope",
-        rope_base=rope_of(cfg),
+        rope_base=rope_of(cfg)[0],
+        rope_fraction=rope_of(cfg)[1],
         norm="rms",
         norm_eps=cfg.get("rms_norm_eps", 1e-6),
         gated_mlp=True,
@@ -92,15 +96,19 @@ def llama_config(cfg: dict):
 def family_of(c) -> str | None:
     """The HuggingFace family an attnlab GPTConfig exports as (None: not Llama-shaped)."""
     shaped = c.norm == "rms" and c.gated_mlp and c.pos == "rope" and c.mlp and c.attn_tie == "none"
+    shaped = shaped and not c.parallel_residual
     plain = not c.embed_scale and c.logit_softcap == 0 and c.attn_scale is None and c.pos_combine == "add"
     if not (shaped and plain):
         return None
+    partial = c.rope_fraction < 1  # (of these, only Phi-3's modelling rotates part of a head)
     if c.qk_norm:
-        return "qwen3" if c.window is None and not c.bias and not c.qkv_bias else None
+        return "qwen3" if c.window is None and not c.bias and not c.qkv_bias and not partial else None
     if c.qkv_bias and not c.bias:
-        return "qwen2" if c.window is None else None
+        return "qwen2" if c.window is None and not partial else None
     if c.qkv_bias not in (None, c.bias):
         return None
+    if partial:
+        return "phi3" if not c.bias else None
     return "mistral" if c.window is not None and not c.bias else "llama" if c.window is None else None
 
 
@@ -123,12 +131,31 @@ def key_map(layers: int, qk_norm: bool) -> list[tuple[str, str]]:
     return m
 
 
+def unfused(state: dict[str, Tensor], config) -> dict[str, Tensor]:
+    """Phi-3's fused ``qkv_proj`` ([W_Q; W_K; W_V]) and ``gate_up_proj`` ([W_gate; W_up]) under
+    Llama's separate names (views: nothing is copied)."""
+    out = dict(state)
+    d, kv = config.d_head, config.kv_heads or config.heads
+    for i in range(config.layers):
+        h = f"model.layers.{i}."
+        if h + "self_attn.qkv_proj.weight" in out:
+            q, k, v = out.pop(h + "self_attn.qkv_proj.weight").split((config.heads * d, kv * d, kv * d))
+            out.update({h + "self_attn.q_proj.weight": q, h + "self_attn.k_proj.weight": k,
+                        h + "self_attn.v_proj.weight": v})  # fmt: skip
+        if h + "mlp.gate_up_proj.weight" in out:
+            gate, up = out.pop(h + "mlp.gate_up_proj.weight").chunk(2)
+            out.update({h + "mlp.gate_proj.weight": gate, h + "mlp.up_proj.weight": up})
+    return out
+
+
 def load_llama(cfg: dict, state: dict[str, Tensor], with_class=None) -> nn.Module:
     from ..models.gpt import GPT
 
     config = llama_config(cfg)
     model = (with_class(GPT) if with_class else GPT)(config)
     kind = cfg["model_type"]
+    if kind == "phi3":
+        state = unfused(state, config)
     get = hf_weights(state, "", kind, f"a {kind} model")
     new = {ours: get(hf) for hf, ours in key_map(config.layers, config.qk_norm)}
     optional = [(".o_proj.bias", ".out_proj.bias"), (".gate_proj.bias", ".gate.bias")]
@@ -179,6 +206,13 @@ def export_llama(model: nn.Module) -> tuple[dict[str, Tensor], dict]:
                 out[h + f"mlp.{theirs}.bias"] = sd[a + f"mlp.{ours}.bias"].contiguous()
     if not c.tie_output:
         out["lm_head.weight"] = sd["lm_head.weight"][: c.vocab_size].contiguous()
+    if kind == "phi3":  # (fused as Phi-3 keeps them)
+        for i in range(c.layers):
+            h = f"model.layers.{i}."
+            out[h + "self_attn.qkv_proj.weight"] = torch.cat([out.pop(h + f"self_attn.{p}_proj.weight") for p in "qkv"])
+            out[h + "mlp.gate_up_proj.weight"] = torch.cat(
+                [out.pop(h + f"mlp.{p}_proj.weight") for p in ("gate", "up")]
+            )
     config = {
         "architectures": [ARCHITECTURES[kind]],
         "model_type": kind,
@@ -193,7 +227,12 @@ def export_llama(model: nn.Module) -> tuple[dict[str, Tensor], dict]:
         "max_position_embeddings": c.context,
         "rms_norm_eps": c.norm_eps,
         "rope_theta": c.rope_base,
-        "rope_parameters": {"rope_theta": c.rope_base, "rope_type": "default"},
+        "partial_rotary_factor": c.rope_fraction,
+        "rope_parameters": {
+            "rope_theta": c.rope_base,
+            "partial_rotary_factor": c.rope_fraction,
+            "rope_type": "default",
+        },
         "tie_word_embeddings": c.tie_output,
         "attention_dropout": 0.0,
         "torch_dtype": "float32",
@@ -204,6 +243,11 @@ def export_llama(model: nn.Module) -> tuple[dict[str, Tensor], dict]:
         config["sliding_window"] = c.window + 1
     if kind in ("qwen2", "qwen3"):
         config.update(use_sliding_window=False, sliding_window=None)
+    if kind == "phi3":
+        config.update(sliding_window=c.window + 1 if c.window is not None else None,
+                      original_max_position_embeddings=c.context)  # fmt: skip
+        if c.vocab_size <= 32000:  # (Phi3Config's default special ids, 32000, would lie outside the vocabulary)
+            config.update(bos_token_id=None, eos_token_id=None, pad_token_id=None)
     return out, config
 
 

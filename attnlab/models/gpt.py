@@ -138,6 +138,14 @@ class GPTConfig(Config):
         default=10000.0,
         metadata={"help": "--pos rope: the base of the rotary frequencies (Llama 3 and Qwen: 500,000 and 1,000,000)"},
     )
+    rope_fraction: float = field(
+        default=1.0,
+        metadata={"help": "--pos rope: rotate this share of each head's dimensions, pass the rest (Pythia: 0.25)"},
+    )
+    parallel_residual: bool = field(
+        default=False,
+        metadata={"help": "attention and MLP both read the block's input: x + attn(x) + mlp(x) (GPT-J, Pythia)"},
+    )
     attn_tie: str = field(
         default="none",
         metadata={
@@ -174,8 +182,13 @@ class GPTConfig(Config):
                 raise ValueError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(self, name)}")
         if self.kv_heads is not None and self.heads % self.kv_heads:
             raise ValueError(f"heads={self.heads} is not a multiple of kv_heads={self.kv_heads}; pick a divisor")
-        if self.pos == "rope" and self.d_head % 2:
-            raise ValueError(f"--pos rope rotates pairs of a head's dimensions: the head width {self.d_head} is odd")
+        if not 0 < self.rope_fraction <= 1:
+            raise ValueError(f"--rope-fraction must be above 0 and at most 1, got {self.rope_fraction}")
+        if self.pos == "rope" and self.rotary_dim % 2:
+            raise ValueError(
+                f"--pos rope rotates pairs of a head's dimensions: {self.rotary_dim} of them (head width "
+                f"{self.d_head} x --rope-fraction {self.rope_fraction}) is odd"
+            )
         if not self.rope_base > 1:
             raise ValueError(f"--rope-base must be above 1, got {self.rope_base}")
         if self.rel_distance < 1:
@@ -202,6 +215,11 @@ class GPTConfig(Config):
     def d_head(self) -> int:
         """Each head's width: head_dim, else dim / heads."""
         return self.head_dim or self.dim // self.heads
+
+    @property
+    def rotary_dim(self) -> int:
+        """The dimensions of each head that RoPE rotates."""
+        return int(self.d_head * self.rope_fraction)
 
     @property
     def vocab_rows(self) -> int:
@@ -264,7 +282,7 @@ class GPT(HeadWeights, HookedModule):
         # concat: x = W [E(token); P(pos)], W (dim, 2·dim) (set to [I I] below: it starts as the sum)
         self.pos_mix = nn.Linear(2 * c.dim, c.dim, bias=False) if c.pos_combine == "concat" else None
         self.drop = nn.Dropout(c.dropout)
-        rotary = RotaryEmbedding(c.d_head, c.rope_base) if c.pos == "rope" else None
+        rotary = RotaryEmbedding(c.d_head, c.rope_base, c.rotary_dim) if c.pos == "rope" else None
         # a score bias: ALiBi's fixed slopes, or Shaw's learned tables (one set for every layer, as T5 shares
         # its relative bias, with the value term)
         bias = None
@@ -296,6 +314,7 @@ class GPT(HeadWeights, HookedModule):
                 mlp_hidden=c.mlp_hidden,
                 norm=c.norm,
                 gated=c.gated_mlp,
+                parallel=c.parallel_residual,
             )
             for _ in range(c.layers)
         )
