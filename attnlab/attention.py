@@ -137,8 +137,10 @@ def scaled_dot_product_attention(
     scale: float | None = None,
     score_hook: Callable[[Tensor], Tensor] | None = None,
     pattern_hook: Callable[[Tensor], Tensor] | None = None,
+    softcap: float = 0.0,
 ) -> Tensor | tuple[Tensor, Tensor]:
-    """``softmax(Q Kᵀ/√d_k + bias, masked) V``.
+    """``softmax(Q Kᵀ/√d_k + bias, masked) V``; with ``softcap`` c the scores are first
+    soft-capped, c·tanh(S/c) (Gemma 2; the reference path, which forms them).
 
     Shapes: q (..., Tq, d_k), k (..., Tk, d_k), v (..., Tk, d_v) -> (..., Tq, d_v).
     ``mask``: bool, broadcastable to (..., Tq, Tk), True = may attend.
@@ -162,15 +164,18 @@ def scaled_dot_product_attention(
         _check_broadcast("mask", mask, t_q, t_k, lead)
     if bias is not None:
         _check_broadcast("bias", bias, t_q, t_k, lead)
-    if return_weights:
-        return _reference(
-            q, k, v, _combine(mask, causal, t_q, t_k, q.device), bias, dropout, scale, score_hook, pattern_hook
+    if return_weights or softcap:
+        out = _reference(
+            q, k, v, _combine(mask, causal, t_q, t_k, q.device), bias, dropout, scale, score_hook, pattern_hook, softcap
         )
+        return out if return_weights else out[0]
     return _fast(q, k, v, mask, causal, bias, dropout, scale)
 
 
-def _reference(q, k, v, allowed, bias, dropout, scale, hook_scores=None, hook_pattern=None):
+def _reference(q, k, v, allowed, bias, dropout, scale, hook_scores=None, hook_pattern=None, softcap=0.0):
     scores = attention_scores(q, k, scale)  # (..., Tq, Tk)
+    if softcap:
+        scores = softcap * torch.tanh(scores / softcap)  # smooth clip to (-c, c)
     if bias is not None:
         scores = scores + bias
     if hook_scores is not None:  # hooks see the scores as the softmax will: masked keys at -inf
@@ -405,6 +410,7 @@ class MultiHeadAttention(nn.Module):
         qk_norm_eps: float | None = None,
         scale: float | None = None,
         tie: str = "none",
+        softcap: float = 0.0,
     ) -> None:
         """``bias`` applies to every projection; ``qkv_bias`` (default: ``bias``) to the
         query/key/value projections alone (timm's ViT option); ``window``: restricted attention,
@@ -424,7 +430,7 @@ class MultiHeadAttention(nn.Module):
             raise ValueError("tie='qk' needs as many key heads as query heads (no grouped-query attention)")
         if tie == "kv" and d_v not in (None, d_k):
             raise ValueError("tie='kv' needs values as wide as keys (d_v = d_k)")
-        self.scale, self.tie = scale, tie
+        self.scale, self.tie, self.softcap = scale, tie, softcap  # (softcap c: scores c·tanh(S/c); 0 none)
         if window is not None and window < 1:
             raise ValueError(f"window must be at least 1 (each query sees the keys within it), got {window}")
         self.window = window
@@ -589,7 +595,7 @@ class MultiHeadAttention(nn.Module):
             and mask is None
             and bias is None
             and self.position_bias is None
-            and not (need_weights or hooked)
+            and not (need_weights or hooked or self.softcap)
         )
         if banded:  # restricted attention block by block: never forms the (Tq, Tk) matrix
             if key_mask is not None:
@@ -629,6 +635,7 @@ class MultiHeadAttention(nn.Module):
             scale=self.scale,
             score_hook=self.hook_scores if hooked else None,
             pattern_hook=self.hook_pattern if hooked else None,
+            softcap=self.softcap,
         )
         weights = None
         if formed:

@@ -224,6 +224,8 @@ class TransformerBlock(nn.Module):
         gated: bool = False,
         d_k: int | None = None,
         parallel: bool = False,
+        sandwich: bool = False,
+        attn_softcap: float = 0.0,
     ) -> None:
         """``mlp=False``: attention only (the blocks of the induction-head studies); ``window``:
         restricted attention over the keys within that many positions; ``qk_norm``: RMS-normalise
@@ -232,10 +234,15 @@ class TransformerBlock(nn.Module):
         ``norm``: layer (LayerNorm) or rms (RMSNorm, whose ε the QK-norm shares); ``gated``: a
         :class:`GatedMLP`; ``d_k``: each head's width (default dim / n_heads); ``parallel``:
         attention and MLP both read the block's input, x + Attn(LN1 x) + MLP(LN2 x) (GPT-J,
-        GPT-NeoX / Pythia; hook_resid_mid is then x + Attn(LN1 x), which the MLP does not read)."""
+        GPT-NeoX / Pythia; hook_resid_mid is then x + Attn(LN1 x), which the MLP does not read);
+        ``sandwich``: each sublayer's output is normalised too before it joins the stream, x + N(Attn(LN1 x))
+        (Gemma 2 and 3; hook_attn_out and hook_mlp_out are after that norm); ``attn_softcap``: the
+        scores soft-capped at ± that (Gemma 2)."""
         super().__init__()
         if parallel and not (norm_first and mlp):
             raise ValueError("a parallel block needs pre-LN (norm_first) and an MLP")
+        if sandwich and not norm_first:
+            raise ValueError("sandwich norms are pre-LN blocks' (norm_first)")
         self.norm_first, self.parallel = norm_first, parallel
         self.ln1 = norm_layer(norm, dim, norm_eps, bias)
         self.attn = MultiHeadAttention(
@@ -254,8 +261,12 @@ class TransformerBlock(nn.Module):
             qk_norm_eps=norm_eps if norm == "rms" else None,
             scale=attn_scale,
             tie=tie,
+            softcap=attn_softcap,
         )
         self.ln2 = norm_layer(norm, dim, norm_eps, bias) if mlp else None
+        # (sandwich: the norms of the sublayers' outputs; identities otherwise)
+        self.ln1_post = norm_layer(norm, dim, norm_eps, bias) if sandwich else nn.Identity()
+        self.ln2_post = norm_layer(norm, dim, norm_eps, bias) if sandwich and mlp else nn.Identity()
         feed_forward = GatedMLP if gated else MLP
         self.mlp = feed_forward(dim, mlp_hidden or 4 * dim, activation, dropout, bias) if mlp else None
         self.resid_dropout = nn.Dropout(dropout)
@@ -284,10 +295,11 @@ class TransformerBlock(nn.Module):
             mid = self.hook_resid_mid(x + self.hook_attn_out(self.resid_dropout(self.attn(self.ln1(x), **kw))))
             return self.hook_resid_post(mid + self.hook_mlp_out(self.mlp(self.ln2(x))))
         if self.norm_first:
-            x = self.hook_resid_mid(x + self.hook_attn_out(self.resid_dropout(self.attn(self.ln1(x), **kw))))
+            attn_out = self.ln1_post(self.resid_dropout(self.attn(self.ln1(x), **kw)))
+            x = self.hook_resid_mid(x + self.hook_attn_out(attn_out))
             if self.mlp is None:
                 return self.hook_resid_post(x)
-            return self.hook_resid_post(x + self.hook_mlp_out(self.mlp(self.ln2(x))))
+            return self.hook_resid_post(x + self.hook_mlp_out(self.ln2_post(self.mlp(self.ln2(x)))))
         x = self.hook_resid_mid(self.ln1(x + self.hook_attn_out(self.resid_dropout(self.attn(x, **kw)))))
         if self.mlp is None:
             return self.hook_resid_post(x)

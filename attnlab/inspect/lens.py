@@ -114,12 +114,16 @@ def direct_logit_attribution(model, idx: Tensor, token: int, position: int = -1)
     """Each part's direct contribution to the logit of ``token`` at ``position``, per batch row.
 
     Returns {"embed": (B,), "L{ℓ}.H{h}": (B,) per head, "L{ℓ}.attn_bias": (B,), "L{ℓ}.mlp": (B,),
-    "ln_final_bias": (B,)}; their sum is the model's logit (see the module's docstring), soft cap
+    "ln_final_bias": (B,)} (with sandwich norms one "L{ℓ}.attn" per layer instead of its heads); their sum is the model's logit (see the module's docstring), soft cap
     included (``logit_softcap``: each term scaled by the cap's secant slope at the uncapped logit)."""
     require_gpt(model, "direct logit attribution")
     check_token(model, token)
     L = len(model.blocks)
-    names = ["hook_embed", "blocks.*.attn.hook_z", "blocks.*.hook_mlp_out", f"blocks.{L - 1}.hook_resid_post"]
+    # sandwich norms (Gemma) normalise each attention output before it joins the stream: the heads'
+    # shares are then not additive, and each layer's attention is one term, "L{ℓ}.attn"
+    sandwich = getattr(model.config, "sandwich_norm", False)
+    heads = "blocks.*.hook_attn_out" if sandwich else "blocks.*.attn.hook_z"
+    names = ["hook_embed", heads, "blocks.*.hook_mlp_out", f"blocks.{L - 1}.hook_resid_post"]
     _, cache = model.run_with_cache(idx, names=names)
     final = cache[f"blocks.{L - 1}.hook_resid_post"][:, position]  # (B, D)
     ln = model.ln_f
@@ -134,6 +138,11 @@ def direct_logit_attribution(model, idx: Tensor, token: int, position: int = -1)
     out = {"embed": term(cache["hook_embed"][:, position])}
     for i, block in enumerate(model.blocks):
         attn = block.attn
+        if sandwich:
+            out[f"L{i}.attn"] = term(cache[f"blocks.{i}.hook_attn_out"][:, position])
+            if block.mlp is not None:
+                out[f"L{i}.mlp"] = term(cache[f"blocks.{i}.hook_mlp_out"][:, position])
+            continue
         z = cache[f"blocks.{i}.attn.hook_z"][:, :, position]  # (B, H, d_v)
         w_o = attn.out_proj.weight.view(attn.out_proj.weight.shape[0], attn.n_heads, -1)  # (D, H, d_v)
         for h in range(attn.n_heads):

@@ -134,10 +134,18 @@ def export_hf(model: nn.Module, directory: str | Path, tokenizer=None) -> None:
     the same ids, and which ``attnlab.load`` of the folder reads back."""
     kind = getattr(model, "model_type", None)
     candidates = [c for c in converters() if c.model_type == kind]
-    exporter = next((c for c in candidates if c.exports(model)), candidates[0] if candidates else None)
-    if exporter is None:
-        known = ", ".join(c.model_type for c in converters())
+    if not candidates:
+        known = ", ".join(sorted({c.model_type for c in converters()}))
         raise CheckpointError(f"export_hf writes {known} models, got {type(model).__name__}")
+    exporter = next((c for c in candidates if c.exports(model)), None)
+    if exporter is None:  # each family's own reason, in one line
+        reasons = []
+        for c in candidates:
+            try:
+                c.export(model)
+            except CheckpointError as e:
+                reasons.append(f"{c.hf_type}: {e}")
+        raise CheckpointError(f"this {kind} model fits no HuggingFace family attnlab writes ({'; '.join(reasons)})")
     d = Path(directory)
     d.mkdir(parents=True, exist_ok=True)
     tensors, config = exporter.export(model)

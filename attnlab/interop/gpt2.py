@@ -113,6 +113,8 @@ def export_gpt2(model: nn.Module) -> tuple[dict[str, Tensor], dict]:
         mlp_hidden=(c.mlp_hidden or 4 * c.dim, 4 * c.dim),
         qkv_bias=(c.qkv_bias if c.qkv_bias is not None else c.bias, True),
         parallel_residual=(c.parallel_residual, False),
+        sandwich_norm=(c.sandwich_norm, False),
+        attn_softcap=(c.attn_softcap, 0.0),
     )
     differ = {k: have for k, (have, need) in gpt2_only.items() if have != need}
     if c.activation not in ACT_TO_HF:

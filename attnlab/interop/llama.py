@@ -96,7 +96,7 @@ def llama_config(cfg: dict):
 def family_of(c) -> str | None:
     """The HuggingFace family an attnlab GPTConfig exports as (None: not Llama-shaped)."""
     shaped = c.norm == "rms" and c.gated_mlp and c.pos == "rope" and c.mlp and c.attn_tie == "none"
-    shaped = shaped and not c.parallel_residual
+    shaped = shaped and not c.parallel_residual and not c.sandwich_norm and not c.attn_softcap and not c.global_every
     plain = not c.embed_scale and c.logit_softcap == 0 and c.attn_scale is None and c.pos_combine == "add"
     if not (shaped and plain):
         return None

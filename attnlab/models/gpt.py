@@ -142,6 +142,25 @@ class GPTConfig(Config):
         default=1.0,
         metadata={"help": "--pos rope: rotate this share of each head's dimensions, pass the rest (Pythia: 0.25)"},
     )
+    sandwich_norm: bool = field(
+        default=False,
+        metadata={"help": "normalise each sublayer's output too before it joins the residual stream (Gemma 2 and 3)"},
+    )
+    attn_softcap: float = field(
+        default=0.0,
+        metadata={"help": "soft-cap the attention scores at ±CAP: CAP·tanh(scores/CAP) (Gemma 2; 0: no cap)"},
+    )
+    global_every: int = field(
+        default=0,
+        metadata={
+            "help": "with --window: every Nth layer attends to all earlier tokens, the others within the window "
+            "(Gemma 2: 2, Gemma 3: 6; 0: every layer windowed)"
+        },
+    )
+    rope_local_base: float | None = field(
+        default=None,
+        metadata={"help": "--pos rope: the rotary base of the windowed layers (Gemma 3: 10,000; default --rope-base)"},
+    )
     parallel_residual: bool = field(
         default=False,
         metadata={"help": "attention and MLP both read the block's input: x + attn(x) + mlp(x) (GPT-J, Pythia)"},
@@ -198,6 +217,14 @@ class GPTConfig(Config):
                 f"--pos-combine concat joins an absolute position code to the tokens; --pos {self.pos} has none "
                 "(use learned or sinusoidal)"
             )
+        if self.attn_softcap < 0:
+            raise ValueError(f"--attn-softcap must be 0 (off) or positive, got {self.attn_softcap}")
+        if self.global_every < 0:
+            raise ValueError(f"--global-every must be 0 (every layer windowed) or positive, got {self.global_every}")
+        if self.global_every and self.window is None:
+            raise ValueError("--global-every alternates windowed and global layers: give the --window too")
+        if self.rope_local_base is not None and not self.rope_local_base > 1:
+            raise ValueError(f"--rope-local-base must be above 1, got {self.rope_local_base}")
         if self.logit_softcap < 0:
             raise ValueError(f"--logit-softcap must be 0 (off) or positive, got {self.logit_softcap}")
         if self.window is not None and self.window < 1:
@@ -215,6 +242,12 @@ class GPTConfig(Config):
     def d_head(self) -> int:
         """Each head's width: head_dim, else dim / heads."""
         return self.head_dim or self.dim // self.heads
+
+    def layer_window(self, layer: int) -> int | None:
+        """The attention window of block ``layer`` (None: all earlier tokens)."""
+        if self.global_every and (layer + 1) % self.global_every == 0:
+            return None
+        return self.window
 
     @property
     def rotary_dim(self) -> int:
@@ -283,6 +316,9 @@ class GPT(HeadWeights, HookedModule):
         self.pos_mix = nn.Linear(2 * c.dim, c.dim, bias=False) if c.pos_combine == "concat" else None
         self.drop = nn.Dropout(c.dropout)
         rotary = RotaryEmbedding(c.d_head, c.rope_base, c.rotary_dim) if c.pos == "rope" else None
+        # (Gemma 3: the windowed layers rotate with another base)
+        local = c.rope_local_base is not None and c.pos == "rope" and c.window is not None
+        local_rotary = RotaryEmbedding(c.d_head, c.rope_local_base, c.rotary_dim) if local else rotary
         # a score bias: ALiBi's fixed slopes, or Shaw's learned tables (one set for every layer, as T5 shares
         # its relative bias, with the value term)
         bias = None
@@ -301,10 +337,10 @@ class GPT(HeadWeights, HookedModule):
                 causal=True,
                 bias=c.bias,
                 norm_eps=c.norm_eps,
-                rotary=rotary,
+                rotary=rotary if c.layer_window(i) is None else local_rotary,
                 position_bias=bias,
                 mlp=c.mlp,
-                window=c.window,
+                window=c.layer_window(i),
                 qk_norm=c.qk_norm,
                 attn_scale=c.attn_scale,
                 tie=c.attn_tie,
@@ -315,8 +351,10 @@ class GPT(HeadWeights, HookedModule):
                 norm=c.norm,
                 gated=c.gated_mlp,
                 parallel=c.parallel_residual,
+                sandwich=c.sandwich_norm,
+                attn_softcap=c.attn_softcap,
             )
-            for _ in range(c.layers)
+            for i in range(c.layers)
         )
         self.ln_f = norm_layer(c.norm, c.dim, c.norm_eps, c.bias)
         self.hook_embed, self.hook_final = HookPoint(), HookPoint()
