@@ -5,7 +5,8 @@ read from the HuggingFace cache (``~/.cache/huggingface/hub``, or ``HF_HUB_CACHE
 A name that is not a folder here is looked up in the cache first; if the cache lacks it, it is
 downloaded once (config, safetensors weights and tokenizer files only: never a pickle; the hub
 client checks each file's hash), unless ``HF_HUB_OFFLINE=1``, where the error says how to fetch it.
-attnlab converts GPT-2, ViT and BERT checkpoints (:mod:`attnlab.interop`).
+attnlab converts GPT-2, Llama, Qwen2, Qwen3, Mistral, Phi-3, Gemma 2 and 3, GPT-NeoX (Pythia), ViT
+and BERT checkpoints (:mod:`attnlab.interop`).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from .errors import CheckpointError
 HUB_FILES = [
     "config.json",
     "*.safetensors",
+    "*.safetensors.index.json",  # (a sharded checkpoint's map of which shard holds which tensor)
     "tokenizer.json",
     "tokenizer_config.json",
     "special_tokens_map.json",
@@ -57,7 +59,10 @@ def resolve(path: str | Path) -> Path:
         return Path(huggingface_hub.snapshot_download(name, allow_patterns=HUB_FILES, local_files_only=True))
     except LocalEntryNotFoundError:
         pass
-    fetch = f"hf download {name} --include config.json '*.safetensors' 'tokenizer*' vocab.json merges.txt vocab.txt"
+    fetch = (
+        f"hf download {name} --include config.json '*.safetensors' '*.safetensors.index.json' 'tokenizer*' "
+        "vocab.json merges.txt vocab.txt"
+    )
     if _offline():
         raise CheckpointError(
             f"{name} does not exist here, nor in the HuggingFace cache ({_cache()}); give a run folder, or "

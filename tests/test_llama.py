@@ -222,3 +222,25 @@ def test_the_look_inside_kit_on_modern_families(model):
     metric = logit_difference(int(last.argmax()), int(last.argmin()))
     restored = patch_activations(model, (clean,), (corrupt,), metric)
     assert abs(restored[0, 3] - 1) < 1e-4 and restored[0, [0, 1, 2, 4, 5, 6, 7]].abs().max() < 1e-4
+
+
+def test_a_sharded_bf16_checkpoint_is_read_and_named_layers_need_their_weights(tmp_path):
+    """A checkpoint saved in bf16 shards (model.safetensors.index.json) reads to the model's own
+    logits (its weights widened to float32); a missing shard is named in one line."""
+    hf = hf_model("Qwen2Config", dict(num_attention_heads=4, num_key_value_heads=2), seed=5).to(torch.bfloat16)
+    hf.save_pretrained(tmp_path / "hf", max_shard_size="40KB")
+    shards = sorted(p.name for p in (tmp_path / "hf").glob("*.safetensors"))
+    assert len(shards) > 2 and (tmp_path / "hf" / "model.safetensors.index.json").is_file()
+    ours = load_hf(tmp_path / "hf").eval()
+    assert all(p.dtype == torch.float32 and not p.is_meta for p in ours.parameters())
+    ids = torch.randint(97, (2, 9), generator=torch.Generator().manual_seed(0))
+    # (read back by transformers in float32: casting the bf16 model itself would leave its rotary
+    # frequencies rounded to bf16)
+    again = transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "hf", dtype=torch.float32).eval()
+    with torch.no_grad():
+        torch.testing.assert_close(ours(ids), again(ids).logits, atol=1e-4, rtol=1e-4)
+    (tmp_path / "hf" / shards[1]).unlink()
+    from attnlab.errors import CheckpointError
+
+    with pytest.raises(CheckpointError, match=f"lacks {shards[1]}, a shard"):
+        load_hf(tmp_path / "hf")

@@ -8,6 +8,7 @@ converters here; a new one is a new module in this package.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import json
 import pickle
@@ -32,6 +33,7 @@ __all__ = [
     "attnlab_model_type",
     "read_state",
     "hf_weights",
+    "filled",
 ]
 
 
@@ -75,9 +77,19 @@ def attnlab_model_type(hf_type: str | None) -> str | None:
 
 
 def read_state(d: Path) -> dict[str, Tensor]:
+    """Every tensor of the HuggingFace folder ``d``: model.safetensors, the shards a
+    model.safetensors.index.json lists, or a plain-tensor pytorch_model.bin."""
     try:
         if (d / "model.safetensors").is_file():
             return load_file(str(d / "model.safetensors"))
+        if (d / "model.safetensors.index.json").is_file():
+            shards = sorted(set(json.loads((d / "model.safetensors.index.json").read_text())["weight_map"].values()))
+            state: dict[str, Tensor] = {}
+            for shard in shards:
+                if not (d / shard).is_file():
+                    raise CheckpointError(f"{d} lacks {shard}, a shard its model.safetensors.index.json lists")
+                state.update(load_file(str(d / shard)))
+            return state
         if (d / "pytorch_model.bin").is_file():
             return torch.load(d / "pytorch_model.bin", map_location="cpu", weights_only=True)
     except pickle.UnpicklingError:
@@ -93,6 +105,46 @@ def read_state(d: Path) -> dict[str, Tensor]:
             ) from None
         raise CheckpointError(f"weights in {d} are corrupt or truncated ({str(e).splitlines()[0]})") from None
     raise CheckpointError(f"{d} has a config.json but no model.safetensors or pytorch_model.bin")
+
+
+@contextlib.contextmanager
+def parameters_on_meta():
+    """Modules built inside have their parameters on the meta device (no memory, no random
+    initialisation: a checkpoint is about to replace them) and their buffers (rotary
+    frequencies, fixed tables) made as usual."""
+    register = nn.Module.register_parameter
+
+    def on_meta(module, name, param):
+        register(module, name, param)
+        if param is not None:
+            module._parameters[name] = nn.Parameter(param.to("meta"), requires_grad=param.requires_grad)
+
+    nn.Module.register_parameter = on_meta  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        nn.Module.register_parameter = register  # type: ignore[method-assign]
+
+
+def filled(model_class, config, weights: dict[str, Tensor], family: str) -> nn.Module:
+    """``model_class(config)`` holding ``weights`` (attnlab names) as its parameters, without
+    first allocating and initialising parameters of its own: the weights are assigned, as float32
+    (attnlab's models compute in it; a bf16 checkpoint is widened), and a tied output head is tied
+    again. A weight the model lacks or a parameter no weight fills is a clear error."""
+    with parameters_on_meta():
+        model = model_class(config)
+    tied = getattr(config, "tie_output", False) and hasattr(model, "lm_head")
+    weights = {k: v.float() if v.is_floating_point() else v for k, v in weights.items()}
+    missing, unexpected = model.load_state_dict(weights, strict=False, assign=True)
+    if tied:
+        model.lm_head.weight = model.tok_emb.weight
+    missing = [k for k in missing if not (tied and k == "lm_head.weight")]
+    left = [n for n, p in model.named_parameters() if p.is_meta]
+    if missing or unexpected or left:
+        raise CheckpointError(
+            f"{family} weights do not fit: missing {(missing or left)[:3]}, unexpected {unexpected[:3]}"
+        )
+    return model
 
 
 def hf_weights(state: dict[str, Tensor], prefix: str, family: str, what: str):

@@ -20,7 +20,7 @@ from __future__ import annotations
 from torch import Tensor, nn
 
 from ..errors import CheckpointError
-from . import Converter, hf_weights, register
+from . import Converter, filled, hf_weights, register
 
 ARCHITECTURES = {"gemma2": "Gemma2ForCausalLM", "gemma3_text": "Gemma3ForCausalLM"}
 ACTIVATIONS = {"gelu_pytorch_tanh": "gelu_tanh", "gelu": "gelu"}
@@ -129,7 +129,6 @@ def load_gemma(cfg: dict, state: dict[str, Tensor], with_class=None) -> nn.Modul
     from ..models.gpt import GPT
 
     config = gemma_config(cfg)
-    model = (with_class(GPT) if with_class else GPT)(config)
     kind = cfg["model_type"]
     prefix = "model.language_model." if any(k.startswith("model.language_model.") for k in state) else ""
     get = hf_weights({k.replace(prefix, "model.", 1) if prefix else k: v for k, v in state.items()}, "", kind,
@@ -140,11 +139,7 @@ def load_gemma(cfg: dict, state: dict[str, Tensor], with_class=None) -> nn.Modul
         new[f"blocks.{i}.attn.qkv.weight"] = torch.cat([get(h + f"{p}_proj.weight") for p in "qkv"])
     if not config.tie_output:
         new["lm_head.weight"] = get("lm_head.weight")
-    missing, unexpected = model.load_state_dict(new, strict=False)
-    missing = [k for k in missing if not (config.tie_output and k == "lm_head.weight")]
-    if missing or unexpected:
-        raise CheckpointError(f"{kind} weights do not fit: missing {missing[:3]}, unexpected {unexpected[:3]}")
-    return model
+    return filled(with_class(GPT) if with_class else GPT, config, new, kind)
 
 
 def family_of(c) -> str | None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from torch import Tensor, nn
 
 from ..errors import CheckpointError
-from . import Converter, hf_weights, register
+from . import Converter, filled, hf_weights, register
 
 
 ACT_FROM_HF = {"gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "gelu": "gelu", "relu": "relu"}
@@ -75,7 +75,6 @@ def load_gpt2(cfg: dict, state: dict[str, Tensor], with_class=None) -> nn.Module
     from ..models.gpt import GPT
 
     config = gpt2_config(cfg)
-    model = (with_class(GPT) if with_class else GPT)(config)
     prefix = "transformer." if any(k.startswith("transformer.") for k in state) else ""
     get = hf_weights(state, prefix, "GPT-2", "GPT-2")
     new = {}
@@ -86,11 +85,7 @@ def load_gpt2(cfg: dict, state: dict[str, Tensor], with_class=None) -> nn.Module
         if "lm_head.weight" not in state:
             raise CheckpointError("untied GPT-2 checkpoint lacks lm_head.weight")
         new["lm_head.weight"] = state["lm_head.weight"]
-    missing, unexpected = model.load_state_dict(new, strict=False)
-    missing = [k for k in missing if not (config.tie_output and k == "lm_head.weight")]
-    if missing or unexpected:
-        raise CheckpointError(f"GPT-2 weights do not fit: missing {missing[:3]}, unexpected {unexpected[:3]}")
-    return model
+    return filled(with_class(GPT) if with_class else GPT, config, new, "GPT-2")
 
 
 def export_gpt2(model: nn.Module) -> tuple[dict[str, Tensor], dict]:

@@ -17,7 +17,7 @@ from __future__ import annotations
 from torch import Tensor, nn
 
 from ..errors import CheckpointError
-from . import Converter, hf_weights, register
+from . import Converter, filled, hf_weights, register
 
 ACTIVATIONS = {"gelu": "gelu", "gelu_new": "gelu_tanh", "gelu_fast": "gelu_tanh", "relu": "relu"}
 
@@ -96,7 +96,6 @@ def load_neox(cfg: dict, state: dict[str, Tensor], with_class=None) -> nn.Module
     from ..models.gpt import GPT
 
     config = neox_config(cfg)
-    model = (with_class(GPT) if with_class else GPT)(config)
     get = hf_weights(state, "", "gpt_neox", "a GPT-NeoX model")
     new = {ours: get(hf) for hf, ours in key_map(config.layers)}
     for i in range(config.layers):
@@ -105,11 +104,7 @@ def load_neox(cfg: dict, state: dict[str, Tensor], with_class=None) -> nn.Module
             new[f"blocks.{i}.attn.qkv.{kind}"] = from_head_major(get(h + kind), config.heads)
     if not config.tie_output:
         new["lm_head.weight"] = get("embed_out.weight")
-    missing, unexpected = model.load_state_dict(new, strict=False)
-    missing = [k for k in missing if not (config.tie_output and k == "lm_head.weight")]
-    if missing or unexpected:
-        raise CheckpointError(f"gpt_neox weights do not fit: missing {missing[:3]}, unexpected {unexpected[:3]}")
-    return model
+    return filled(with_class(GPT) if with_class else GPT, config, new, "gpt_neox")
 
 
 def is_neox(c) -> bool:

@@ -23,7 +23,7 @@ import torch
 from torch import Tensor, nn
 
 from ..errors import CheckpointError
-from . import Converter, hf_weights, register
+from . import Converter, filled, hf_weights, register
 
 ARCHITECTURES = {
     "llama": "LlamaForCausalLM",
@@ -152,7 +152,6 @@ def load_llama(cfg: dict, state: dict[str, Tensor], with_class=None) -> nn.Modul
     from ..models.gpt import GPT
 
     config = llama_config(cfg)
-    model = (with_class(GPT) if with_class else GPT)(config)
     kind = cfg["model_type"]
     if kind == "phi3":
         state = unfused(state, config)
@@ -173,11 +172,7 @@ def load_llama(cfg: dict, state: dict[str, Tensor], with_class=None) -> nn.Modul
                 new[a + ("attn" if sub == "self_attn" else "mlp") + ours] = state[name]
     if not config.tie_output:
         new["lm_head.weight"] = get("lm_head.weight")
-    missing, unexpected = model.load_state_dict(new, strict=False)
-    missing = [k for k in missing if not (config.tie_output and k == "lm_head.weight")]
-    if missing or unexpected:
-        raise CheckpointError(f"{kind} weights do not fit: missing {missing[:3]}, unexpected {unexpected[:3]}")
-    return model
+    return filled(with_class(GPT) if with_class else GPT, config, new, kind)
 
 
 def export_llama(model: nn.Module) -> tuple[dict[str, Tensor], dict]:
