@@ -272,20 +272,61 @@ class RelativePosition(nn.Module):
         return torch.einsum(eq, weights, a)
 
 
+ROPE_SCALINGS = {"linear": ("factor",), "llama3": ("factor", "low_freq_factor", "high_freq_factor", "original_context")}
+
+
+def rope_scaling_parts(spec: str) -> tuple[str, list[float]]:
+    """``linear:FACTOR`` or ``llama3:FACTOR:LOW:HIGH:ORIGINAL_CONTEXT`` -> (kind, numbers); a
+    malformed spec is a ValueError saying the form."""
+    kind, *rest = spec.split(":")
+    forms = " or ".join(f"{k}:{':'.join(n.upper() for n in names)}" for k, names in ROPE_SCALINGS.items())
+    try:
+        numbers = [float(x) for x in rest]
+    except ValueError:
+        numbers = []
+    if kind not in ROPE_SCALINGS or len(numbers) != len(ROPE_SCALINGS[kind]) or not all(x > 0 for x in numbers):
+        raise ValueError(f"--rope-scaling {spec!r}: write {forms} (positive numbers)")
+    if kind == "llama3" and not numbers[2] > numbers[1]:
+        raise ValueError(f"--rope-scaling {spec!r}: the high-frequency factor must exceed the low one")
+    return kind, numbers
+
+
+def rope_frequencies(rotary_dim: int, base: float, scaling: str | None = None) -> Tensor:
+    """θ_i = base^(-2i/r) for i < r/2, rescaled for contexts longer than training's:
+    ``linear:F`` divides every θ_i by F (position interpolation, Chen et al. 2023);
+    ``llama3:F:LOW:HIGH:N`` (Llama 3.1) divides the slow frequencies (wavelength above N/LOW) by F,
+    keeps the fast ones (below N/HIGH) and blends those between."""
+    inv_freq = base ** (-torch.arange(0, rotary_dim, 2).float() / rotary_dim)
+    if not scaling:
+        return inv_freq
+    kind, numbers = rope_scaling_parts(scaling)
+    if kind == "linear":
+        return inv_freq / numbers[0]
+    factor, low, high, original = numbers
+    wavelength = 2 * math.pi / inv_freq
+    slow = torch.where(wavelength > original / low, inv_freq / factor, inv_freq)
+    blend = (original / wavelength - low) / (high - low)  # 0 at the slow edge, 1 at the fast one
+    blended = (1 - blend) * slow / factor + blend * slow
+    between = (wavelength >= original / high) & (wavelength <= original / low)
+    return torch.where(between, blended, slow)
+
+
 class RotaryEmbedding(nn.Module):
     """RoPE (Su et al.): rotate each pair of dimensions (x_i, x_{i+r/2}) of queries and
     keys by the angle pos·θ_i, θ_i = base^(-2i/r). Then q_m · k_n depends only on m - n.
     ``rotary_dim`` r (default: the head's width): rotate the first r dimensions of each head and
-    pass the rest through (GPT-NeoX and Pythia rotate a quarter)."""
+    pass the rest through (GPT-NeoX and Pythia rotate a quarter); ``scaling``: θ rescaled for a
+    longer context (:func:`rope_frequencies`)."""
 
-    def __init__(self, head_dim: int, base: float = 10000.0, rotary_dim: int | None = None) -> None:
+    def __init__(
+        self, head_dim: int, base: float = 10000.0, rotary_dim: int | None = None, scaling: str | None = None
+    ) -> None:
         super().__init__()
         rotary_dim = head_dim if rotary_dim is None else rotary_dim
         if rotary_dim % 2 or not 0 < rotary_dim <= head_dim:
             raise ValueError(f"rotary embedding needs an even width up to the head's {head_dim}, got {rotary_dim}")
         self.head_dim, self.rotary_dim = head_dim, rotary_dim
-        inv_freq = base ** (-torch.arange(0, rotary_dim, 2).float() / rotary_dim)
-        self.register_buffer("inv_freq", inv_freq, persistent=False)
+        self.register_buffer("inv_freq", rope_frequencies(rotary_dim, base, scaling), persistent=False)
 
     def forward(self, x: Tensor, positions: Tensor) -> Tensor:
         """x (B, H, T, d), positions (T,) or (B, T) -> same shape, rotated."""

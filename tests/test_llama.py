@@ -29,8 +29,34 @@ CASES = [
             rope_theta=500000.0,
         ),
     ),  # fmt: skip
+    # Llama 3.1/3.2's frequency rescaling: the slow frequencies divided, the fast kept, those between blended
+    (
+        "llama",
+        "LlamaConfig",
+        dict(
+            num_attention_heads=4,
+            num_key_value_heads=1,
+            rope_parameters=dict(
+                rope_type="llama3",
+                rope_theta=10000.0,
+                factor=8.0,
+                low_freq_factor=1.0,
+                high_freq_factor=4.0,
+                original_max_position_embeddings=16,
+            ),
+        ),
+    ),  # fmt: skip
     ("qwen2", "Qwen2Config", dict(num_attention_heads=8, num_key_value_heads=2)),
-    ("qwen2", "Qwen2Config", dict(num_attention_heads=4, num_key_value_heads=1, tie_word_embeddings=True)),
+    (
+        "qwen2",
+        "Qwen2Config",
+        dict(
+            num_attention_heads=4,
+            num_key_value_heads=1,
+            tie_word_embeddings=True,
+            rope_parameters=dict(rope_type="linear", rope_theta=10000.0, factor=4.0),
+        ),
+    ),  # fmt: skip
     ("qwen3", "Qwen3Config", dict(num_attention_heads=4, num_key_value_heads=2, head_dim=32)),
     ("qwen3", "Qwen3Config", dict(num_attention_heads=8, num_key_value_heads=8, head_dim=8)),
     ("mistral", "MistralConfig", dict(num_attention_heads=4, num_key_value_heads=2, sliding_window=None)),
@@ -98,10 +124,11 @@ CASES = [
 def hf_model(config_class: str, options: dict, seed: int):
     """A HuggingFace causal LM with random weights (its norms' gains too: ones would hide a swap)."""
     rope = {k: options.pop(k) for k in ("rope_theta", "partial_rotary_factor") if k in options}
+    rope = {"rope_theta": 10000.0, **rope, "rope_type": "default"} if rope else options.pop("rope_parameters", None)
     ids = dict(bos_token_id=None, eos_token_id=None, pad_token_id=None)  # (no early stop; Phi-3's lie past 97)
     config = getattr(transformers, config_class)(**{**SMALL, **ids, **options}, attn_implementation="eager")
     if rope:
-        config.rope_parameters = {"rope_theta": 10000.0, **rope, "rope_type": "default"}
+        config.rope_parameters = rope
     torch.manual_seed(seed)
     model = transformers.AutoModelForCausalLM.from_config(config).float().eval()
     with torch.no_grad():

@@ -110,6 +110,7 @@ def export_gpt2(model: nn.Module) -> tuple[dict[str, Tensor], dict]:
         parallel_residual=(c.parallel_residual, False),
         sandwich_norm=(c.sandwich_norm, False),
         attn_softcap=(c.attn_softcap, 0.0),
+        rope_scaling=(c.rope_scaling, None),
     )
     differ = {k: have for k, (have, need) in gpt2_only.items() if have != need}
     if c.activation not in ACT_TO_HF:

@@ -14,7 +14,8 @@ bias (``qkv_bias``), Qwen3 RMS-normalises each head's queries and keys before th
 window, Phi-3 fuses its projections (``qkv_proj``, ``gate_up_proj``) and may rotate part of each
 head (``rope_fraction``). HuggingFace's separate q/k/v projections become attnlab's fused ``qkv`` ([W_Q; W_K; W_V]:
 the same rows, stacked), its ``gate_proj`` / ``up_proj`` / ``down_proj`` the gated MLP's ``gate``
-/ ``fc`` / ``proj``. RoPE scaling (Llama 3's, linear, YaRN) is refused: not yet built.
+/ ``fc`` / ``proj``. RoPE scaling: linear and Llama 3's (``rope_scaling``); YaRN and longrope
+are refused, not yet built.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import torch
 from torch import Tensor, nn
 
 from ..errors import CheckpointError
+from ..position import rope_scaling_parts
 from . import Converter, filled, hf_weights, register
 
 ARCHITECTURES = {
@@ -35,18 +37,25 @@ ARCHITECTURES = {
 ACTIVATIONS = {"silu": "silu", "gelu_pytorch_tanh": "gelu_tanh", "gelu": "gelu"}
 
 
-def rope_of(cfg: dict) -> tuple[float, float]:
-    """(rotary base, rotated fraction of each head) of a HuggingFace config (``rope_theta`` and
-    ``partial_rotary_factor``, or transformers 5's ``rope_parameters``); a scaled RoPE is refused."""
-    params = cfg.get("rope_parameters") or cfg.get("rope_scaling") or {}
+def rope_of(cfg: dict) -> tuple[float, float, str | None]:
+    """(rotary base, rotated fraction of each head, attnlab's --rope-scaling) of a HuggingFace
+    config (``rope_theta``, ``partial_rotary_factor`` and ``rope_scaling``, or transformers 5's
+    ``rope_parameters``); a scaling attnlab does not build (YaRN, longrope, dynamic) is refused."""
+    params = {**(cfg.get("rope_scaling") or {}), **(cfg.get("rope_parameters") or {})}
     kind = params.get("rope_type", params.get("type", "default"))
-    if kind != "default":
+    scaling = None
+    if kind == "linear":
+        scaling = f"linear:{params['factor']:g}"
+    elif kind == "llama3":
+        original = params.get("original_max_position_embeddings") or cfg.get("max_position_embeddings")
+        scaling = f"llama3:{params['factor']:g}:{params['low_freq_factor']:g}:{params['high_freq_factor']:g}:{original}"
+    elif kind != "default":
         raise CheckpointError(
-            f"{cfg.get('model_type')} checkpoint with RoPE scaling {kind!r}: attnlab reads unscaled rotary "
-            "positions only so far"
+            f"{cfg.get('model_type')} checkpoint with RoPE scaling {kind!r}: attnlab builds linear and llama3 "
+            "scaling only so far"
         )
     fraction = cfg.get("partial_rotary_factor") or params.get("partial_rotary_factor") or 1.0
-    return float(cfg.get("rope_theta") or params.get("rope_theta") or 10000.0), float(fraction)
+    return float(cfg.get("rope_theta") or params.get("rope_theta") or 10000.0), float(fraction), scaling
 
 
 def llama_config(cfg: dict):
@@ -83,6 +92,7 @@ def llama_config(cfg: dict):
         pos="rope",
         rope_base=rope_of(cfg)[0],
         rope_fraction=rope_of(cfg)[1],
+        rope_scaling=rope_of(cfg)[2],
         norm="rms",
         norm_eps=cfg.get("rms_norm_eps", 1e-6),
         gated_mlp=True,
@@ -223,11 +233,7 @@ def export_llama(model: nn.Module) -> tuple[dict[str, Tensor], dict]:
         "rms_norm_eps": c.norm_eps,
         "rope_theta": c.rope_base,
         "partial_rotary_factor": c.rope_fraction,
-        "rope_parameters": {
-            "rope_theta": c.rope_base,
-            "partial_rotary_factor": c.rope_fraction,
-            "rope_type": "default",
-        },
+        "rope_parameters": {"rope_theta": c.rope_base, "partial_rotary_factor": c.rope_fraction, **scaling_of(c)},
         "tie_word_embeddings": c.tie_output,
         "attention_dropout": 0.0,
         "torch_dtype": "float32",
@@ -244,6 +250,18 @@ def export_llama(model: nn.Module) -> tuple[dict[str, Tensor], dict]:
         if c.vocab_size <= 32000:  # (Phi3Config's default special ids, 32000, would lie outside the vocabulary)
             config.update(bos_token_id=None, eos_token_id=None, pad_token_id=None)
     return out, config
+
+
+def scaling_of(c) -> dict:
+    """HuggingFace's rope_parameters entries for attnlab's --rope-scaling."""
+    if not c.rope_scaling:
+        return {"rope_type": "default"}
+    kind, numbers = rope_scaling_parts(c.rope_scaling)
+    if kind == "linear":
+        return {"rope_type": "linear", "factor": numbers[0]}
+    factor, low, high, original = numbers
+    return {"rope_type": "llama3", "factor": factor, "low_freq_factor": low, "high_freq_factor": high,
+            "original_max_position_embeddings": int(original)}  # fmt: skip
 
 
 def exports_as(kind: str):

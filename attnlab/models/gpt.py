@@ -19,7 +19,14 @@ from ..errors import OptionError
 from ..hooks import HookedModule, HookPoint
 from ..losses import chunked_cross_entropy, cross_entropy
 from ..blocks import ACTIVATIONS, NORMS, HeadWeights, TransformerBlock, init_gpt2_weights, norm_layer
-from ..position import ALiBi, LearnedPosition, RelativePosition, RotaryEmbedding, SinusoidalPosition
+from ..position import (
+    ALiBi,
+    LearnedPosition,
+    RelativePosition,
+    RotaryEmbedding,
+    SinusoidalPosition,
+    rope_scaling_parts,
+)
 
 __all__ = ["GPTConfig", "GPT", "GPT_PRESETS"]
 
@@ -138,6 +145,13 @@ class GPTConfig(Config):
         default=10000.0,
         metadata={"help": "--pos rope: the base of the rotary frequencies (Llama 3 and Qwen: 500,000 and 1,000,000)"},
     )
+    rope_scaling: str | None = field(
+        default=None,
+        metadata={
+            "help": "--pos rope: frequencies rescaled for a longer context: linear:FACTOR, or "
+            "llama3:FACTOR:LOW:HIGH:ORIGINAL_CONTEXT (Llama 3.1 and 3.2: llama3:8:1:4:8192)"
+        },
+    )
     rope_fraction: float = field(
         default=1.0,
         metadata={"help": "--pos rope: rotate this share of each head's dimensions, pass the rest (Pythia: 0.25)"},
@@ -201,6 +215,8 @@ class GPTConfig(Config):
                 raise ValueError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(self, name)}")
         if self.kv_heads is not None and self.heads % self.kv_heads:
             raise ValueError(f"heads={self.heads} is not a multiple of kv_heads={self.kv_heads}; pick a divisor")
+        if self.rope_scaling is not None:
+            rope_scaling_parts(self.rope_scaling)  # (a malformed spec: its form, in one line)
         if not 0 < self.rope_fraction <= 1:
             raise ValueError(f"--rope-fraction must be above 0 and at most 1, got {self.rope_fraction}")
         if self.pos == "rope" and self.rotary_dim % 2:
@@ -315,7 +331,7 @@ class GPT(HeadWeights, HookedModule):
         # concat: x = W [E(token); P(pos)], W (dim, 2·dim) (set to [I I] below: it starts as the sum)
         self.pos_mix = nn.Linear(2 * c.dim, c.dim, bias=False) if c.pos_combine == "concat" else None
         self.drop = nn.Dropout(c.dropout)
-        rotary = RotaryEmbedding(c.d_head, c.rope_base, c.rotary_dim) if c.pos == "rope" else None
+        rotary = RotaryEmbedding(c.d_head, c.rope_base, c.rotary_dim, c.rope_scaling) if c.pos == "rope" else None
         # (Gemma 3: the windowed layers rotate with another base)
         local = c.rope_local_base is not None and c.pos == "rope" and c.window is not None
         local_rotary = RotaryEmbedding(c.d_head, c.rope_local_base, c.rotary_dim) if local else rotary
