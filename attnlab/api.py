@@ -187,18 +187,28 @@ class Run:
 
 
 # ---- using a trained model ---------------------------------------------------------------------------
-def load(path: str | Path, *, device: str | None = None) -> Verbs:
+LOAD_DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
+
+
+def load(path: str | Path, *, device: str | None = None, dtype: str | None = None) -> Verbs:
     """A ready model (eval mode) from an attnlab run or checkpoint folder or a HuggingFace folder,
     knowing its tokenizer or image statistics, with its family's verbs: ``generate`` (GPT),
     ``translate`` (seq2seq), ``caption`` (captioner), ``predict`` (classifiers), ``embed``
     (text encoders), and ``evaluate`` / ``explore`` for all. It is the family's model class (a
-    ``GPT`` is a ``GPT``) with hook points, ``run_with_cache`` and ``hooks``."""
+    ``GPT`` is a ``GPT``) with hook points, ``run_with_cache`` and ``hooks``. ``dtype``: fp32,
+    bf16 or fp16 weights (default: as saved; a HuggingFace checkpoint in fp32; ``bf16`` keeps a
+    bf16 checkpoint's weights as they are, without a widened copy)."""
+    import torch
+
     from .hub import resolve
     from .training.devices import pick_device
 
+    if dtype is not None and dtype not in LOAD_DTYPES:
+        raise OptionError(f"dtype={dtype!r}: choose one of {', '.join(LOAD_DTYPES)} (or None: as saved)")
     path = resolve(path_argument(path, "path"))  # (a HuggingFace hub name: its folder in the hub cache)
     recipe = checkpoint_recipe(path)
-    return recipe.load(path, str(pick_device(device or "cpu")))
+    torch_dtype = getattr(torch, LOAD_DTYPES[dtype]) if dtype else None
+    return recipe.load(path, str(pick_device(device or "cpu")), torch_dtype)
 
 
 def _loaded(model_or_path: Verbs | str | Path) -> Verbs:

@@ -266,6 +266,21 @@ def test_a_sharded_bf16_checkpoint_is_read_and_named_layers_need_their_weights(t
     again = transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "hf", dtype=torch.float32).eval()
     with torch.no_grad():
         torch.testing.assert_close(ours(ids), again(ids).logits, atol=1e-4, rtol=1e-4)
+    # dtype="bf16": the checkpoint's bf16 weights kept as they are; the verbs run in bf16
+    import attnlab
+    from attnlab.interop import write_hf_tokenizer
+    from attnlab.tokens import CharTokenizer
+
+    write_hf_tokenizer(CharTokenizer(sorted(["\n"] + [chr(i) for i in range(32, 128)])), tmp_path / "hf")  # 97 ids
+    half = attnlab.load(tmp_path / "hf", dtype="bf16")
+    assert {p.dtype for p in half.parameters()} == {torch.bfloat16}
+    with torch.no_grad():
+        torch.testing.assert_close(half(ids).float(), ours(ids), atol=0.15, rtol=0.05)
+    assert len(half.generate("abc", max_new_tokens=5, temperature=0)) >= 3
+    from attnlab.errors import OptionError
+
+    with pytest.raises(OptionError, match="dtype='int4': choose one of fp32, bf16, fp16"):
+        attnlab.load(tmp_path / "hf", dtype="int4")
     (tmp_path / "hf" / shards[1]).unlink()
     from attnlab.errors import CheckpointError
 

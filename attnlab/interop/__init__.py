@@ -41,9 +41,9 @@ __all__ = [
 class Converter:
     """HuggingFace ``hf_type`` checkpoints <-> attnlab ``model_type`` models.
 
-    ``load(hf_config, hf_state, with_class=None) -> model`` (``with_class(model class)``: the class
-    to build instead, a loaded model's class with its family's verbs); ``export(model) -> (hf_state,
-    hf_config)``."""
+    ``load(hf_config, hf_state, with_class=None, dtype=None) -> model`` (``with_class(model class)``:
+    the class to build instead, a loaded model's class with its family's verbs; ``dtype``: the
+    weights' dtype, default float32); ``export(model) -> (hf_state, hf_config)``."""
 
     hf_type: str
     model_type: str
@@ -126,15 +126,17 @@ def parameters_on_meta():
         nn.Module.register_parameter = register  # type: ignore[method-assign]
 
 
-def filled(model_class, config, weights: dict[str, Tensor], family: str) -> nn.Module:
+def filled(model_class, config, weights: dict[str, Tensor], family: str, dtype=None) -> nn.Module:
     """``model_class(config)`` holding ``weights`` (attnlab names) as its parameters, without
-    first allocating and initialising parameters of its own: the weights are assigned, as float32
-    (attnlab's models compute in it; a bf16 checkpoint is widened), and a tied output head is tied
-    again. A weight the model lacks or a parameter no weight fills is a clear error."""
+    first allocating and initialising parameters of its own: the weights are assigned in ``dtype``
+    (default float32: a bf16 checkpoint is widened; bf16 kept as it is costs no copy), and a tied
+    output head is tied again. A weight the model lacks or a parameter no weight fills is a clear
+    error."""
     with parameters_on_meta():
         model = model_class(config)
     tied = getattr(config, "tie_output", False) and hasattr(model, "lm_head")
-    weights = {k: v.float() if v.is_floating_point() else v for k, v in weights.items()}
+    dtype = dtype or torch.float32
+    weights = {k: v.to(dtype) if v.is_floating_point() else v for k, v in weights.items()}
     missing, unexpected = model.load_state_dict(weights, strict=False, assign=True)
     if tied:
         model.lm_head.weight = model.tok_emb.weight
@@ -159,16 +161,18 @@ def hf_weights(state: dict[str, Tensor], prefix: str, family: str, what: str):
     return get
 
 
-def load_hf(directory: str | Path, with_class=None) -> nn.Module:
+def load_hf(directory: str | Path, with_class=None, dtype=None) -> nn.Module:
     """The attnlab model of a HuggingFace folder; ``with_class(model class) -> the class to build``
-    (a loaded model's class with its family's verbs) when given."""
+    (a loaded model's class with its family's verbs) when given; its weights in ``dtype`` (a torch
+    dtype; default float32)."""
     d = Path(directory)
     cfg = json.loads((d / "config.json").read_text())
     mtype = cfg.get("model_type")
     for c in converters():
         if c.hf_type == mtype:
             try:
-                return c.load(cfg, read_state(d), with_class)
+                model = c.load(cfg, read_state(d), with_class, dtype)
+                return model.to(dtype) if dtype is not None else model
             except (RuntimeError, MemoryError) as e:  # sizes that pass the checks but do not fit in memory
                 raise does_not_fit(f"HuggingFace {mtype}", e) from None
     raise CheckpointError(

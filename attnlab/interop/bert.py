@@ -44,7 +44,7 @@ def bert_key_map(layers: int) -> list[tuple[str, str]]:
     return m + [("pooler.weight", "pooler.dense.weight"), ("pooler.bias", "pooler.dense.bias")]
 
 
-def load_bert(cfg: dict, state: dict[str, Tensor], with_class=None) -> nn.Module:
+def load_bert(cfg: dict, state: dict[str, Tensor], with_class=None, dtype=None) -> nn.Module:
     """HF BertModel / BertForMaskedLM / BertForSequenceClassification / BertForTokenClassification
     -> attnlab TextEncoder."""
     from ..models.encoder import TextEncoder, TextEncoderConfig

@@ -123,7 +123,7 @@ def key_map(layers: int, qk_norm: bool) -> list[tuple[str, str, bool]]:
     return m
 
 
-def load_gemma(cfg: dict, state: dict[str, Tensor], with_class=None) -> nn.Module:
+def load_gemma(cfg: dict, state: dict[str, Tensor], with_class=None, dtype=None) -> nn.Module:
     import torch
 
     from ..models.gpt import GPT
@@ -139,7 +139,7 @@ def load_gemma(cfg: dict, state: dict[str, Tensor], with_class=None) -> nn.Modul
         new[f"blocks.{i}.attn.qkv.weight"] = torch.cat([get(h + f"{p}_proj.weight") for p in "qkv"])
     if not config.tie_output:
         new["lm_head.weight"] = get("lm_head.weight")
-    return filled(with_class(GPT) if with_class else GPT, config, new, kind)
+    return filled(with_class(GPT) if with_class else GPT, config, new, kind, dtype)
 
 
 def family_of(c) -> str | None:

@@ -71,7 +71,7 @@ def gpt2_key_map(n_layer: int) -> list[tuple[str, str, bool]]:
     return m
 
 
-def load_gpt2(cfg: dict, state: dict[str, Tensor], with_class=None) -> nn.Module:
+def load_gpt2(cfg: dict, state: dict[str, Tensor], with_class=None, dtype=None) -> nn.Module:
     from ..models.gpt import GPT
 
     config = gpt2_config(cfg)
@@ -85,7 +85,7 @@ def load_gpt2(cfg: dict, state: dict[str, Tensor], with_class=None) -> nn.Module
         if "lm_head.weight" not in state:
             raise CheckpointError("untied GPT-2 checkpoint lacks lm_head.weight")
         new["lm_head.weight"] = state["lm_head.weight"]
-    return filled(with_class(GPT) if with_class else GPT, config, new, "GPT-2")
+    return filled(with_class(GPT) if with_class else GPT, config, new, "GPT-2", dtype)
 
 
 def export_gpt2(model: nn.Module) -> tuple[dict[str, Tensor], dict]:

@@ -92,7 +92,7 @@ def to_head_major(t: Tensor, heads: int) -> Tensor:
     return t.view(3, heads, -1, *t.shape[1:]).transpose(0, 1).reshape(t.shape)
 
 
-def load_neox(cfg: dict, state: dict[str, Tensor], with_class=None) -> nn.Module:
+def load_neox(cfg: dict, state: dict[str, Tensor], with_class=None, dtype=None) -> nn.Module:
     from ..models.gpt import GPT
 
     config = neox_config(cfg)
@@ -104,7 +104,7 @@ def load_neox(cfg: dict, state: dict[str, Tensor], with_class=None) -> nn.Module
             new[f"blocks.{i}.attn.qkv.{kind}"] = from_head_major(get(h + kind), config.heads)
     if not config.tie_output:
         new["lm_head.weight"] = get("embed_out.weight")
-    return filled(with_class(GPT) if with_class else GPT, config, new, "gpt_neox")
+    return filled(with_class(GPT) if with_class else GPT, config, new, "gpt_neox", dtype)
 
 
 def is_neox(c) -> bool:

@@ -158,7 +158,7 @@ def unfused(state: dict[str, Tensor], config) -> dict[str, Tensor]:
     return out
 
 
-def load_llama(cfg: dict, state: dict[str, Tensor], with_class=None) -> nn.Module:
+def load_llama(cfg: dict, state: dict[str, Tensor], with_class=None, dtype=None) -> nn.Module:
     from ..models.gpt import GPT
 
     config = llama_config(cfg)
@@ -182,7 +182,7 @@ def load_llama(cfg: dict, state: dict[str, Tensor], with_class=None) -> nn.Modul
                 new[a + ("attn" if sub == "self_attn" else "mlp") + ours] = state[name]
     if not config.tie_output:
         new["lm_head.weight"] = get("lm_head.weight")
-    return filled(with_class(GPT) if with_class else GPT, config, new, kind)
+    return filled(with_class(GPT) if with_class else GPT, config, new, kind, dtype)
 
 
 def export_llama(model: nn.Module) -> tuple[dict[str, Tensor], dict]:

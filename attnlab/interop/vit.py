@@ -9,7 +9,7 @@ from ..errors import CheckpointError
 from . import Converter, hf_weights, register
 
 
-def load_vit(cfg: dict, state: dict[str, Tensor], with_class=None) -> nn.Module:
+def load_vit(cfg: dict, state: dict[str, Tensor], with_class=None, dtype=None) -> nn.Module:
     """HF ViTModel / ViTForImageClassification -> attnlab ViT (class-token pooling, learned positions).
     A ViTModel (no classifier) becomes a ViT with num_classes=0 returning the class token's features."""
     from ..models.vit import ViT, ViTConfig

@@ -113,6 +113,7 @@ def load_model(
     needs: str | None = None,
     loaded=None,
     with_class=None,
+    dtype=None,
 ):
     """A ready model (eval mode) from an attnlab run/checkpoint folder or a HuggingFace directory;
     ``expect`` names the model type(s) the caller can use (``needs`` says so in words).
@@ -142,12 +143,14 @@ def load_model(
     if _is_huggingface(p):
         from ..interop import load_hf
 
-        model, meta = load_hf(p, with_class), {"model_type": None}
+        model, meta = load_hf(p, with_class, dtype), {"model_type": None}
     else:
         ckpt = find_checkpoint(p)
         meta = read_config(ckpt)
         model = build_model(meta, with_class)
         load_weights(model, ckpt)
+        if dtype is not None:
+            model.to(dtype)
     model.eval()
     if device:
         model.to(device)

@@ -247,8 +247,9 @@ class Recipe:
     # ---- the Python API's loaded model --------------------------------------------------------
     verbs: type | None = None  # the family's verbs (a mixin of Verbs): generate, translate, ...
 
-    def load(self, path, device: str = "cpu"):
-        """:func:`attnlab.load`: the model, its class extended by this family's verbs, knowing its run."""
+    def load(self, path, device: str = "cpu", dtype=None):
+        """:func:`attnlab.load`: the model, its class extended by this family's verbs, knowing its
+        run (its weights in ``dtype``, a torch dtype; default as saved, HuggingFace's in float32)."""
         from . import load_model
 
         verbs = self.verbs or Verbs
@@ -256,6 +257,7 @@ class Recipe:
             path,
             expect=tuple(self.models),
             device=device,
+            dtype=dtype,
             with_meta=True,
             with_class=lambda cls: with_verbs(cls, verbs),  # built as its family's verbs class: no class swap
         )
