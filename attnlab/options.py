@@ -255,10 +255,11 @@ class OptionSpecs:
         return values
 
     def check(self, name: str, value: Any) -> Any:
-        """``value`` for option ``name``, checked (and converted) as the command line would."""
+        """``value`` for option ``name``, checked (and converted) as the command line would; None
+        is "not given": the declared default (a family whose default is 0.1 gets 0.1, not None)."""
         spec = self.specs[name]
         if value is None:
-            return spec.default if spec.kind == "flag" else None
+            return spec.default
         if spec.kind in ("flag", "bool"):
             if not isinstance(value, bool):
                 raise OptionError(f"{named(name, value)}: must be True or False")

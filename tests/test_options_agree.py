@@ -259,3 +259,14 @@ def test_a_value_eval_inspect_or_train_refuses_is_refused_by_the_flag_and_the_ke
             assert main(argv) == 2 and spec.flags[0] in capsys.readouterr().err, argv
             checked += 1
     assert checked >= 10 and not (tmp_path / "run").exists()
+
+
+def test_none_is_an_option_not_given():
+    """A Python call's None takes the family's own default (seq2seq's label smoothing is 0.1; None
+    reached the loss as None, a TypeError the fuzz test found), for every option of every family."""
+    for recipe in recipes():
+        specs = recipe.train_specs()
+        for name, spec in specs.specs.items():
+            assert specs.check(name, None) == spec.default, (recipe.name, name)
+    seq2seq = next(r for r in recipes() if r.name == "seq2seq").train_specs()
+    assert seq2seq.check("label_smoothing", None) == 0.1
