@@ -38,6 +38,8 @@ def train_specs() -> OptionSpecs:
     st.add("--batch-tokens", type=positive_int, default=1024, help="activations per step (default 1024)")
     st.add("--lr", type=positive_float, default=4e-4, help="Adam's learning rate (default 4e-4)")
     st.add("--resamples", type=nonneg_int, default=3, help="relu: times dead latents are resampled (default 3)")
+    st.add("--grad-clip", type=nonneg_float, default=0.0,
+           help="clip the gradient's norm at this every step (SAELens's SAETrainer: 1; default 0: no clipping)")  # fmt: skip
     st.add("--seed", type=nonneg_int, default=0, help="random seed (default 0)")
     st.add("--data", default=None, help="train on this text instead of the run's own")
     st.add_device()
@@ -124,6 +126,7 @@ def train(
     batch_tokens: int = 1024,
     lr: float = 4e-4,
     resamples: int = 3,
+    grad_clip: float = 0.0,
     seed: int = 0,
     out: str | Path | None = None,
     progress: bool = True,
@@ -148,6 +151,7 @@ def train(
         batch_tokens=batch_tokens,
         lr=lr,
         resamples=resamples,
+        grad_clip=grad_clip,
         seed=seed,
         log=method.print_line if progress else None,
     )

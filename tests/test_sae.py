@@ -209,3 +209,26 @@ def test_an_sae_on_a_vit_with_image_feature_pages(tmp_path, capsys):
     argv = ["sae", "train", "--ckpt", str(run.out), "--hook", hook, "--out", str(out), "--steps", "30"]
     assert main([*argv, "--kind", "topk", "--k", "4", "--device", "cpu"]) == 0
     assert (out / "sae.safetensors").is_file() and "explained variance" in capsys.readouterr().out
+
+
+def test_gradient_clipping_as_sae_lens_s_trainer(monkeypatch):
+    """grad_clip: the gradient reaching Adam has at most that norm at every step (SAELens's
+    SAETrainer clips at 1.0); without it the same steps see larger ones."""
+    x = REF["activations"]
+    seen: list[float] = []
+    step = torch.optim.Adam.step
+
+    def recording(self, *args, **kwargs):
+        grads = [p.grad for group in self.param_groups for p in group["params"] if p.grad is not None]
+        seen.append(float(torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in grads]))))
+        return step(self, *args, **kwargs)
+
+    monkeypatch.setattr(torch.optim.Adam, "step", recording)
+    norms = {}
+    for clip in (0.0, 0.05):
+        seen.clear()
+        sae = sae_with("standard.init.", kind="relu", l1_coefficient=L1)
+        batches = (x[(s * BATCH) % 1024 : (s * BATCH) % 1024 + BATCH] for s in range(20))
+        fit(sae, batches, SAETraining(steps=20, lr=LR, warmup=0, decay=0, resamples=0, grad_clip=clip))
+        norms[clip] = list(seen)
+    assert max(norms[0.05]) <= 0.05 + 1e-6 and min(norms[0.0]) > 0.05

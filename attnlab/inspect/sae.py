@@ -1,6 +1,7 @@
 """Sparse autoencoders on a model's activations: the dictionary-learning view of features
-(Bricken et al. 2023, "Towards Monosemanticity"; Gao et al. 2024 for top-k), trained as SAELens
-trains them, on activations streamed from a corpus through one hook point.
+(Bricken et al. 2023, "Towards Monosemanticity"; Gao et al. 2024 for top-k), with SAELens's loss
+terms and its plain training step (``grad_clip=1.0``: its SAETrainer's clipping), on activations
+streamed from a corpus through one hook point.
 
 An SAE writes an activation x (d_in) as a sparse, non-negative combination of d_sae learned
 directions (the rows of W_dec) plus a bias::
@@ -264,7 +265,7 @@ def check_hook(model, hook: str) -> None:
 class SAETraining:
     """How an SAE is trained: ``steps`` batches of ``batch_tokens`` activations with Adam at ``lr``
     (linear warm-up over ``warmup`` steps, constant, then down to 0 over the last ``decay``
-    fraction of the steps)."""
+    fraction of the steps), the gradient's norm clipped at ``grad_clip`` when it is set."""
 
     steps: int = 2000
     batch_tokens: int = 1024
@@ -273,6 +274,7 @@ class SAETraining:
     decay: float = 0.2
     dead_after: int = 20_000  # tokens without firing that make a latent dead
     resamples: int = 3  # ReLU: dead latents resampled at 1/4, 2/4, 3/4 of the steps (0: never)
+    grad_clip: float = 0.0  # the gradient's norm clipped at this every step (SAELens's SAETrainer: 1.0; 0: never)
     seed: int = 0
     log: Any = field(default=None, repr=False)  # a callable taking one progress line
 
@@ -343,6 +345,8 @@ def fit(sae: SparseAutoencoder, batches: Iterator[Tensor], training: SAETraining
         terms = sae.losses(x, dead if c.kind == "topk" else None)
         optimizer.zero_grad(set_to_none=True)
         terms["loss"].backward()
+        if training.grad_clip:  # (before the decoder's projection, where SAELens's SAETrainer clips)
+            torch.nn.utils.clip_grad_norm_(sae.parameters(), training.grad_clip)
         if c.unit_norm_decoder:
             sae.project_decoder_gradient()
         optimizer.step()
