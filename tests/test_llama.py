@@ -286,3 +286,44 @@ def test_a_sharded_bf16_checkpoint_is_read_and_named_layers_need_their_weights(t
 
     with pytest.raises(CheckpointError, match=f"lacks {shards[1]}, a shard"):
         load_hf(tmp_path / "hf")
+
+
+def test_the_same_hook_values_as_transformer_lens_on_a_llama(tmp_path, monkeypatch):
+    """A random Llama (grouped-query attention) booted by TransformerLens's TransformerBridge
+    (offline, from a local folder) and loaded by attnlab: the same logits, and the same values
+    under the same hook names, RMSNorm's scale and the gated MLP's up projection included.
+    attnlab's hook_q / hook_k come after the rotation: TransformerLens's hook_rot_q / hook_rot_k."""
+    pytest.importorskip("transformer_lens")
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    import attnlab
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    import transformer_lens.model_bridge.sources.transformers  # noqa: F401 (attaches boot_transformers)
+    from transformer_lens.model_bridge import TransformerBridge
+
+    torch.manual_seed(0)
+    config = transformers.LlamaConfig(vocab_size=50, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=32,
+                                      bos_token_id=0, eos_token_id=0, pad_token_id=None)  # fmt: skip
+    transformers.LlamaForCausalLM(config).eval().save_pretrained(tmp_path / "llama")
+    words = Tokenizer(models.WordLevel({f"t{i}": i for i in range(50)}, unk_token="t0"))
+    words.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    transformers.PreTrainedTokenizerFast(tokenizer_object=words, unk_token="t0", bos_token="t0",
+                                         eos_token="t0").save_pretrained(tmp_path / "llama")  # fmt: skip
+    tl_model = TransformerBridge.boot_transformers(str(tmp_path / "llama"), device="cpu")
+    ours = attnlab.load(tmp_path / "llama")
+    ids = torch.randint(50, (2, 10), generator=torch.Generator().manual_seed(1))
+    tl_logits, tl = tl_model.run_with_cache(ids)
+    logits, cache = ours.run_with_cache(ids)
+    assert torch.allclose(logits, tl_logits, atol=1e-5)
+    for i in range(2):
+        for name in ("hook_resid_pre", "hook_resid_mid", "hook_resid_post", "hook_attn_out", "hook_mlp_out",
+                     "attn.hook_pattern", "mlp.hook_pre", "mlp.hook_pre_linear", "mlp.hook_post", "ln1.hook_scale",
+                     "ln1.hook_normalized", "ln2.hook_scale"):  # fmt: skip
+            key = f"blocks.{i}.{name}"
+            assert torch.allclose(cache[key], tl[key], atol=1e-5), key
+        for ours_name, theirs_name in (("hook_q", "hook_rot_q"), ("hook_k", "hook_rot_k"), ("hook_v", "hook_v"),
+                                       ("hook_z", "hook_z")):  # TL: (B, T, H, d); attnlab (B, H, T, d)  # fmt: skip
+            a, b = cache[f"blocks.{i}.attn.{ours_name}"].transpose(1, 2), tl[f"blocks.{i}.attn.{theirs_name}"]
+            assert torch.allclose(a, b, atol=1e-5), ours_name
