@@ -82,8 +82,8 @@ def cpu_name() -> str:
 
 
 def run_claims(names: list[str], ctx: Context, log=print) -> dict[str, Result]:
-    """Check the claims ``names`` in order, each timed; a claim that raises is reported as FAIL
-    ("could not run: …"), never lost with the others."""
+    """Check the claims ``names`` in order, each timed; a claim that raises is reported as ERROR
+    ("could not run: …"), never lost with the others and never counted as the statement failing."""
     ctx.out.mkdir(parents=True, exist_ok=True)
     ctx.work.mkdir(parents=True, exist_ok=True)
     results = {}
@@ -99,6 +99,7 @@ def run_claims(names: list[str], ctx: Context, log=print) -> dict[str, Result]:
                 f"could not run: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}",
                 False,
                 "the check runs",
+                verdict="ERROR",
             )
         r.data = r.data or "; ".join(dict.fromkeys(ctx.cache["data_used"])) or "computed: no data"
         r.seconds = time.perf_counter() - t0
@@ -179,6 +180,8 @@ The verdicts:
   negation here), or, for comparative claims, the 95 % interval over seeds straddles the bar; the
   note says what would decide.
 - **SKIPPED**: the claim's data is absent (it never runs on a substitute).
+- **ERROR**: the check itself could not run (the exception, in one line): no verdict on the
+  statement, unlike FAIL.
 
 Comparative claims train both sides on three seeds at full size (two with `--quick`, which the
 report says) and decide on the 95 % t-interval of the paired differences (each seed sets both
