@@ -1,9 +1,10 @@
 """HuggingFace checkpoint folders <-> attnlab models (no ``transformers`` import needed).
 
-One converter module per family (:mod:`.gpt2`, :mod:`.llama`, :mod:`.vit`, :mod:`.bert`), each
-registering its :class:`Converter` s once: the HuggingFace ``model_type`` it reads, the attnlab ``model_type`` it
-makes, and the two directions. ``load_hf`` / ``export_hf`` and the checkpoint loader find
-converters here; a new one is a new module in this package.
+One converter module per family (:mod:`.gpt2`, :mod:`.llama`, :mod:`.gemma`, :mod:`.gpt_neox`,
+:mod:`.vit`, :mod:`.bert`), each registering its :class:`Converter` s once: the HuggingFace
+``model_type`` it reads, the attnlab ``model_type`` it makes, and the two directions.
+``load_hf`` / ``export_hf`` and the checkpoint loader find converters here; a new one is a new
+module in this package.
 """
 
 from __future__ import annotations
@@ -111,7 +112,8 @@ def read_state(d: Path) -> dict[str, Tensor]:
 def parameters_on_meta():
     """Modules built inside have their parameters on the meta device (no memory, no random
     initialisation: a checkpoint is about to replace them) and their buffers (rotary
-    frequencies, fixed tables) made as usual."""
+    frequencies, fixed tables) made as usual. (It swaps ``nn.Module.register_parameter`` for the
+    block, as accelerate's ``init_empty_weights`` does: not for threads building models at once.)"""
     register = nn.Module.register_parameter
 
     def on_meta(module, name, param):
