@@ -1,7 +1,9 @@
-"""Llama-shaped families (issue 49): HuggingFace Llama, Qwen2, Qwen3 and Mistral models built by
-``transformers`` from their config classes with random weights (no download) are read into
-attnlab's own GPT and give HuggingFace's logits (float32, a left-padded batch) and its greedy
-tokens, and the exported folder loads back into ``transformers`` with the same logits."""
+"""Open models (issue 49): HuggingFace Llama, Qwen2, Qwen3, Mistral, Phi-3, Gemma 2, Gemma 3 and
+GPT-NeoX (Pythia) models built by ``transformers`` from their config classes with random weights
+(no download) are read into attnlab's own GPT and give HuggingFace's logits (float32, a
+left-padded batch) and its greedy tokens, and the exported folder loads back into
+``transformers`` with the same logits; the look-inside kit and TransformerLens's hook values on
+them; sharded bf16 checkpoints."""
 
 import pytest
 import torch
@@ -12,9 +14,10 @@ from attnlab.interop import export_hf, load_hf
 transformers = pytest.importorskip("transformers")
 
 SMALL = dict(vocab_size=97, hidden_size=64, intermediate_size=112, num_hidden_layers=2, max_position_embeddings=128)
-# (family, config class, options): one with grouped-query attention at a ratio other than 1, one with
-# the family's own parts (Qwen3: heads wider than dim / heads; Mistral: a sliding window of 5 keys;
-# Qwen2: q/k/v biases; Llama: biases everywhere, a tied head and another rotary base)
+# (family, config class, options): per family one with grouped-query attention at a ratio other than
+# 1, one with the family's own parts (Qwen3: heads wider than dim / heads; Mistral: a sliding window
+# of 5 keys; Qwen2: q/k/v biases, linear RoPE scaling; Llama: biases everywhere, a tied head and
+# another rotary base, Llama 3's RoPE scaling; Phi-3: partial rotary; Gemma: caps, windows, QK-norm)
 CASES = [
     ("llama", "LlamaConfig", dict(num_attention_heads=4, num_key_value_heads=2)),
     (
