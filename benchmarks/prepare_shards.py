@@ -105,22 +105,15 @@ def first_step_seconds(shards: Path, work: Path) -> float:
 def tokenizer_alone(source: Path, tokenizer_dict: dict) -> float:
     """Seconds ``tokenizers``' own batch encoding takes over the documents of ``source`` (the
     preparation's batches of 8 MiB), counting the encoding calls only."""
-    from attnlab.data.shards import BATCH_BYTES, documents
+    from attnlab.data.shards import document_batches
     from attnlab.tokens import tokenizer_from_dict
 
     tok = tokenizer_from_dict(tokenizer_dict).hf_tokenizer()
-    batch, size, seconds = [], 0, 0.0
-    for _, text, n_bytes in documents(str(source)):
-        batch.append(text)
-        size += n_bytes
-        if size >= BATCH_BYTES:
-            start = time.perf_counter()
-            tok.encode_batch(batch, add_special_tokens=False)
-            seconds += time.perf_counter() - start
-            batch, size = [], 0
-    if batch:
+    seconds = 0.0
+    for batch in document_batches(str(source)):
+        texts = [text for _, text, _ in batch]
         start = time.perf_counter()
-        tok.encode_batch(batch, add_special_tokens=False)
+        tok.encode_batch(texts, add_special_tokens=False)
         seconds += time.perf_counter() - start
     return seconds
 

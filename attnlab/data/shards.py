@@ -241,6 +241,20 @@ def documents(source: str, start: Cursor | None = None) -> Iterator[tuple[Cursor
     return file_documents(source_files(source), start)
 
 
+def document_batches(source: str, start: Cursor | None = None) -> Iterator[list[tuple[Cursor, str, int]]]:
+    """The documents of ``source`` (from ``start`` on) in batches of about :data:`BATCH_BYTES`
+    bytes: what is tokenised at once."""
+    batch, size = [], 0
+    for document in documents(source, start):
+        batch.append(document)
+        size += document[2]
+        if size >= BATCH_BYTES:
+            yield batch
+            batch, size = [], 0
+    if batch:
+        yield batch
+
+
 COMPRESSED = (".gz", ".bz2", ".xz", ".lzma", ".zst")
 
 
@@ -536,14 +550,8 @@ def run_preparation(out: Path, index: dict, tok, progress: bool) -> None:
 
     def read() -> None:
         try:
-            batch, size = [], 0
-            for document in documents(settings["source"], start):
-                batch.append(document)
-                size += document[2]
-                if size >= BATCH_BYTES:
-                    batches.put(batch)
-                    batch, size = [], 0
-            batches.put(batch)
+            for batch in document_batches(settings["source"], start):
+                batches.put(batch)
             batches.put(None)
         except BaseException as e:  # (raised in the main thread)
             batches.put(e)
@@ -553,8 +561,6 @@ def run_preparation(out: Path, index: dict, tok, progress: bool) -> None:
     while (batch := batches.get()) is not None:
         if isinstance(batch, BaseException):
             raise batch
-        if not batch:
-            continue
         for (cursor, _, n_bytes), ids in zip(batch, encode([text for _, text, _ in batch])):
             split = "val" if is_validation(cursor.document - 1, settings["seed"], settings["val_fraction"]) else "train"
             writers[split].write(ids)
@@ -780,13 +786,9 @@ def encoded_text(source: str, tokenizer) -> np.ndarray:
     encode = encoder_for(tokenizer, dtype)
     with tempfile.NamedTemporaryFile(prefix="attnlab-ids-", suffix=".bin", delete=False) as f:
         path = Path(f.name)
-        batch: list[str] = []
-        for _, text, _ in documents(source):
-            batch.append(text)
-            if sum(map(len, batch)) >= BATCH_BYTES:
-                f.writelines(ids.astype(dtype, copy=False).tobytes() for ids in encode(batch))
-                batch = []
-        f.writelines(ids.astype(dtype, copy=False).tobytes() for ids in encode(batch))
+        for batch in document_batches(source):
+            texts = [text for _, text, _ in batch]
+            f.writelines(ids.astype(dtype, copy=False).tobytes() for ids in encode(texts))
     try:
         return np.memmap(path, dtype=dtype, mode="r") if path.stat().st_size else np.empty(0, dtype=dtype)
     finally:
