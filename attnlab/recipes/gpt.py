@@ -711,11 +711,8 @@ def corpus_ids(ckpt, meta: dict, tok, split: str, data: str | None = None, data_
     spec = data if data is not None else meta.get("data_spec")
     if data is None:  # a dataset the run prepared into shards, with this tokenizer
         for folder in sorted((run / "data").glob("shards-*")):
-            if (
-                is_shard_folder(folder)
-                and read_index(folder)["done"]
-                and read_index(folder)["tokenizer"] == tok.to_dict()
-            ):
+            index = read_index(folder) if is_shard_folder(folder) else {}
+            if index.get("done") and index["tokenizer"] == tok.to_dict():
                 shards = open_shards(folder, tok.to_dict())
                 return shards.name, shards.val if split == "val" else shards.train
     if is_shard_folder(spec):  # prepared token shards: memory-mapped, if they use this tokenizer
