@@ -21,6 +21,7 @@ from torch import Tensor, nn
 
 from ..errors import CheckpointError
 from . import Converter, filled, hf_weights, register
+from .llama import decoder_shape, qkv_sizes
 
 ARCHITECTURES = {"gemma2": "Gemma2ForCausalLM", "gemma3_text": "Gemma3ForCausalLM"}
 ACTIVATIONS = {"gelu_pytorch_tanh": "gelu_tanh", "gelu": "gelu"}
@@ -63,8 +64,8 @@ def gemma_config(cfg: dict):
         raise CheckpointError(f"{kind} checkpoint with attention biases is not supported")
     if cfg.get("use_bidirectional_attention"):
         raise CheckpointError(f"{kind} checkpoint with bidirectional attention is not a causal language model")
-    heads = cfg["num_attention_heads"]
-    head_dim = cfg.get("head_dim") or cfg["hidden_size"] // heads
+    shape = decoder_shape(cfg, context=8192)
+    head_dim = shape["head_dim"] or shape["dim"] // shape["heads"]
     every = global_every(
         cfg.get("layer_types"), cfg.get("_sliding_window_pattern") or cfg.get("sliding_window_pattern")
     )
@@ -72,14 +73,7 @@ def gemma_config(cfg: dict):
     base, local = rope_bases(cfg)
     all_global = every == 1 or not window
     return GPTConfig(
-        vocab_size=cfg["vocab_size"],
-        context=cfg.get("max_position_embeddings", 8192),
-        layers=cfg["num_hidden_layers"],
-        heads=heads,
-        kv_heads=cfg.get("num_key_value_heads") or heads,
-        dim=cfg["hidden_size"],
-        head_dim=head_dim if head_dim * heads != cfg["hidden_size"] else None,
-        mlp_hidden=cfg["intermediate_size"],
+        **shape,
         dropout=0.0,
         bias=False,
         pos="rope",
@@ -166,7 +160,7 @@ def export_gemma(model: nn.Module) -> tuple[dict[str, Tensor], dict]:
     out = {hf: (sd[ours] - 1 if gain else sd[ours]).contiguous() for hf, ours, gain in key_map(c.layers, c.qk_norm)}
     d, kv = c.d_head, c.kv_heads or c.heads
     for i in range(c.layers):
-        qkv = sd[f"blocks.{i}.attn.qkv.weight"].split((c.heads * d, kv * d, kv * d))
+        qkv = sd[f"blocks.{i}.attn.qkv.weight"].split(qkv_sizes(c))
         for p, w in zip("qkv", qkv):
             out[f"model.layers.{i}.self_attn.{p}_proj.weight"] = w.contiguous()
     if not c.tie_output:

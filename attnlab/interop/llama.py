@@ -58,6 +58,30 @@ def rope_of(cfg: dict) -> tuple[float, float, str | None]:
     return float(cfg.get("rope_theta") or params.get("rope_theta") or 10000.0), float(fraction), scaling
 
 
+def decoder_shape(cfg: dict, context: int) -> dict:
+    """The GPTConfig sizes every Llama-shaped HuggingFace config gives the same way (Gemma's too):
+    vocabulary, context (``context`` when the config has none), layers, heads, key/value heads,
+    width, head width (when not width / heads) and MLP width."""
+    heads = cfg["num_attention_heads"]
+    head_dim = cfg.get("head_dim") or cfg["hidden_size"] // heads
+    return dict(
+        vocab_size=cfg["vocab_size"],
+        context=cfg.get("max_position_embeddings", context),
+        layers=cfg["num_hidden_layers"],
+        heads=heads,
+        kv_heads=cfg.get("num_key_value_heads") or heads,
+        dim=cfg["hidden_size"],
+        head_dim=head_dim if head_dim * heads != cfg["hidden_size"] else None,
+        mlp_hidden=cfg["intermediate_size"],
+    )
+
+
+def qkv_sizes(c) -> tuple[int, int, int]:
+    """The rows of W_Q, W_K and W_V in attnlab's fused ``qkv`` of the GPTConfig ``c``."""
+    kv = c.kv_heads or c.heads
+    return c.heads * c.d_head, kv * c.d_head, kv * c.d_head
+
+
 def llama_config(cfg: dict):
     """A HuggingFace config.json of a Llama-shaped family as attnlab's GPTConfig."""
     from ..models.gpt import GPTConfig
@@ -66,33 +90,25 @@ def llama_config(cfg: dict):
     act = cfg.get("hidden_act", "silu")
     if act not in ACTIVATIONS:
         raise CheckpointError(f"{kind} activation {act!r} is not supported; attnlab knows {sorted(ACTIVATIONS)}")
-    heads = cfg["num_attention_heads"]
-    head_dim = cfg.get("head_dim") or cfg["hidden_size"] // heads
     window = None
     if kind in ("mistral", "phi3") and cfg.get("sliding_window"):
         window = int(cfg["sliding_window"]) - 1  # (HuggingFace's W keys: the query and the W - 1 before it)
     if kind == "qwen2" and cfg.get("use_sliding_window"):
         raise CheckpointError("qwen2 checkpoint with use_sliding_window: per-layer windows are not built yet")
+    rope_base, rope_fraction, rope_scaling = rope_of(cfg)
     attention_bias = bool(cfg.get("attention_bias") or False)
     mlp_bias = bool(cfg.get("mlp_bias") or False)
     if attention_bias != mlp_bias and kind == "llama":
         raise CheckpointError("llama checkpoint with attention_bias != mlp_bias: attnlab has one --bias for both")
     return GPTConfig(
-        vocab_size=cfg["vocab_size"],
-        context=cfg.get("max_position_embeddings", 2048),
-        layers=cfg["num_hidden_layers"],
-        heads=heads,
-        kv_heads=cfg.get("num_key_value_heads") or heads,
-        dim=cfg["hidden_size"],
-        head_dim=head_dim if head_dim * heads != cfg["hidden_size"] else None,
-        mlp_hidden=cfg["intermediate_size"],
+        **decoder_shape(cfg, context=2048),
         dropout=0.0,
         bias=attention_bias,
         qkv_bias=True if kind == "qwen2" else None,
         pos="rope",
-        rope_base=rope_of(cfg)[0],
-        rope_fraction=rope_of(cfg)[1],
-        rope_scaling=rope_of(cfg)[2],
+        rope_base=rope_base,
+        rope_fraction=rope_fraction,
+        rope_scaling=rope_scaling,
         norm="rms",
         norm_eps=cfg.get("rms_norm_eps", 1e-6),
         gated_mlp=True,
@@ -145,11 +161,10 @@ def unfused(state: dict[str, Tensor], config) -> dict[str, Tensor]:
     """Phi-3's fused ``qkv_proj`` ([W_Q; W_K; W_V]) and ``gate_up_proj`` ([W_gate; W_up]) under
     Llama's separate names (views: nothing is copied)."""
     out = dict(state)
-    d, kv = config.d_head, config.kv_heads or config.heads
     for i in range(config.layers):
         h = f"model.layers.{i}."
         if h + "self_attn.qkv_proj.weight" in out:
-            q, k, v = out.pop(h + "self_attn.qkv_proj.weight").split((config.heads * d, kv * d, kv * d))
+            q, k, v = out.pop(h + "self_attn.qkv_proj.weight").split(qkv_sizes(config))
             out.update({h + "self_attn.q_proj.weight": q, h + "self_attn.k_proj.weight": k,
                         h + "self_attn.v_proj.weight": v})  # fmt: skip
         if h + "mlp.gate_up_proj.weight" in out:
@@ -197,7 +212,7 @@ def export_llama(model: nn.Module) -> tuple[dict[str, Tensor], dict]:
     sd["tok_emb.weight"] = sd["tok_emb.weight"][: c.vocab_size]
     out = {hf: sd[ours].contiguous() for hf, ours in key_map(c.layers, c.qk_norm)}
     d, kv = c.d_head, c.kv_heads or c.heads
-    split = (c.heads * d, kv * d, kv * d)
+    split = qkv_sizes(c)
     for i in range(c.layers):
         h, a = f"model.layers.{i}.", f"blocks.{i}."
         for p, w in zip("qkv", sd[a + "attn.qkv.weight"].split(split)):
