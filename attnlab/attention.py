@@ -38,6 +38,7 @@ __all__ = [
     "DotAttention",
     "local_attention",
     "local_mask",
+    "key_bias",
 ]
 
 
@@ -117,11 +118,22 @@ def _check_broadcast(name: str, m: Tensor, t_q: int, t_k: int, lead: tuple[int, 
 
 
 def _combine(mask: Tensor | None, causal: bool, t_q: int, t_k: int, device) -> Tensor | None:
-    """One boolean 'may attend' mask from an explicit mask and the causal flag."""
-    if causal:
+    """One boolean 'may attend' mask from an explicit mask and the causal flag (a single query,
+    aligned to the end of the keys, may see them all: no causal mask for it)."""
+    if causal and t_q > 1:
         c = causal_mask(t_q, t_k, device)
         mask = c if mask is None else mask & c
     return mask
+
+
+def key_bias(key_mask: Tensor, dtype: torch.dtype) -> Tensor:
+    """A key mask in the additive form the fused kernel takes as it is: bool (B, Tk), True = a real
+    token -> ``dtype`` (B, 1, 1, Tk), 0 at real tokens and −inf at padding. A decoding step builds it
+    once for all layers; each layer would otherwise broadcast the boolean mask and the kernel
+    convert it. Only for queries that each see at least one real key (a row of −inf is NaN, where
+    the boolean mask gives zeros): a decoding step's query sees its own key."""
+    bias = torch.zeros(key_mask.shape, dtype=dtype, device=key_mask.device).masked_fill_(~key_mask, float("-inf"))
+    return bias[:, None, None, :]
 
 
 def scaled_dot_product_attention(

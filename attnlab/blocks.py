@@ -280,10 +280,13 @@ class TransformerBlock(nn.Module):
         *,
         mask: Tensor | None = None,
         key_mask: Tensor | None = None,
+        bias: Tensor | None = None,
         positions: Tensor | None = None,
         cache: KVCache | None = None,
     ) -> Tensor:
-        kw = dict(mask=mask, key_mask=key_mask, positions=positions, cache=cache)
+        """x (B, T, D) -> (B, T, D); ``mask``, ``key_mask``, ``bias`` (float, added to the scores),
+        ``positions`` and ``cache`` go to the attention (:class:`attnlab.attention.MultiHeadAttention`)."""
+        kw = dict(mask=mask, key_mask=key_mask, bias=bias, positions=positions, cache=cache)
         if self.checkpoint_activations and self.training and torch.is_grad_enabled() and cache is None:
             # keep only the block's input; recompute its activations during backward
             return checkpoint(self._forward, x, use_reentrant=False, **kw)

@@ -27,7 +27,7 @@ from torch import Tensor, nn
 
 from .attention import StaticKVCache
 
-__all__ = ["FastDecoder", "fast_decoder", "why_not_fast"]
+__all__ = ["FastDecoder", "fast_decoder", "graph_lines", "why_not_fast"]
 
 
 def why_not_fast(model: nn.Module) -> str | None:
@@ -66,6 +66,7 @@ class FastDecoder:
         self.static = [StaticKVCache(c.k, c.v, self.columns) for c in self.caches]
         self.compiled = compile
         self.step = self._step
+        self._counters_before: dict[str, int] | None = None  # the compile counters before the first step
         if compile:
             cuda = self.device.type == "cuda"
             if cuda:  # the buffers the graph writes stay where they are: CUDA graphs may replay over them
@@ -75,6 +76,28 @@ class FastDecoder:
             self.step = torch.compile(
                 self._step, fullgraph=True, dynamic=False, mode="reduce-overhead" if cuda else None
             )
+
+    def graph_counts(self) -> dict[str, int] | None:
+        """What compiling the step cost, read from torch's compile counters since just before its first
+        call: ``graphs`` compiled (1 when the step compiled once), ``graph_breaks``, ``recompiles`` and
+        ``cudagraph_skips`` (on CUDA: steps inductor would not capture as a CUDA graph, which then
+        launch every kernel from Python). None before the first compiled step, or uncompiled. The
+        counters are the process's: another compilation meanwhile is counted too."""
+        if self._counters_before is None:
+            return None
+        now = _compile_counters()
+        return {name: now[name] - self._counters_before[name] for name in now}
+
+    def graph_line(self) -> str | None:
+        """:meth:`graph_counts` in one line (``attnlab sample --compile`` prints it), or None."""
+        counts = self.graph_counts()
+        if counts is None:
+            return None
+        cuda = "CUDA graphs" if self.device.type == "cuda" else f"no CUDA graphs on {self.device.type}"
+        return (
+            f"compiled decode step: {counts['graphs']} graph(s), {counts['graph_breaks']} graph breaks, "
+            f"{counts['recompiles']} recompiles, {counts['cudagraph_skips']} cudagraph skips ({cuda})"
+        )
 
     def _step(self, ids: Tensor, positions: Tensor, key_mask: Tensor) -> Tensor:
         """ids (B, 1), positions (B, 1), key_mask (B, max_len) -> next-token logits (B, V), fp32."""
@@ -147,12 +170,26 @@ class FastDecoder:
                 continue
             self.columns.fill_(fed)
             key_mask[:, fed] = True
+            if self.compiled and self._counters_before is None:
+                self._counters_before = _compile_counters()
             logits = self.step(nxt[:, None], position[:, None], key_mask)
             position = position + 1
             fed += 1
         if eos_id is not None:
             n = min(n, int(finished_at))
         return text[:, prompt_len : prompt_len + n]
+
+
+def _compile_counters() -> dict[str, int]:
+    """torch's process-wide compile counters that say whether a step compiled once into one graph."""
+    from torch._dynamo.utils import counters
+
+    return {
+        "graphs": counters["stats"]["unique_graphs"],
+        "graph_breaks": sum(counters["graph_break"].values()),
+        "recompiles": sum(counters["recompiles"].values()),
+        "cudagraph_skips": counters["inductor"]["cudagraph_skips"],
+    }
 
 
 _decoders: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
@@ -166,3 +203,9 @@ def fast_decoder(model: nn.Module, batch: int, *, compile: bool = True) -> FastD
     if key not in per_model:
         per_model[key] = FastDecoder(model, batch, compile=compile)
     return per_model[key]
+
+
+def graph_lines(model: nn.Module) -> list[str]:
+    """:meth:`FastDecoder.graph_line` of each compiled decoder ``model`` has run."""
+    lines = (decoder.graph_line() for decoder in _decoders.get(model, {}).values())
+    return [line for line in lines if line is not None]

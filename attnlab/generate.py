@@ -11,7 +11,15 @@ from collections.abc import Callable, Sequence
 import torch
 from torch import Tensor, nn
 
-__all__ = ["sample_next", "next_token_probs", "generate", "generate_text", "speculative_generate", "cut_at_stop"]
+__all__ = [
+    "sample_next",
+    "draw",
+    "next_token_probs",
+    "generate",
+    "generate_text",
+    "speculative_generate",
+    "cut_at_stop",
+]
 
 
 def sample_next(
@@ -29,8 +37,18 @@ def sample_next(
         raise ValueError(f"top_p must be in (0, 1], got {top_p}")
     if temperature == 0:
         return logits.argmax(-1)
-    probs = next_token_probs(logits, temperature=temperature, top_k=top_k, top_p=top_p)
-    return torch.multinomial(probs, 1, generator=generator).squeeze(-1)
+    return draw(next_token_probs(logits, temperature=temperature, top_k=top_k, top_p=top_p), generator)
+
+
+def draw(probs: Tensor, generator: torch.Generator | None = None) -> Tensor:
+    """One token from each row of ``probs`` (..., V) -> ids (...), without a host sync: the
+    exponential race argmaxᵢ pᵢ / Eᵢ with Eᵢ ~ Exp(1) independent (gpt-fast's sampler; the first of
+    V exponential clocks with rates pᵢ to ring is token i with probability pᵢ / Σp). A multinomial
+    draw, the same distribution, may read the device back on a GPU, and a CUDA graph cannot hold
+    that. A clock at exactly 0 (u = 0 in −log(1 − u)) is kept at float32's smallest normal number:
+    0/0 would be NaN, which argmax takes as the largest."""
+    clocks = torch.empty_like(probs, dtype=torch.float32).exponential_(1.0, generator=generator)
+    return (probs.float() / clocks.clamp_min_(torch.finfo(torch.float32).tiny)).argmax(-1)
 
 
 def next_token_probs(
@@ -249,7 +267,7 @@ def speculative_generate(
     def pick(logits, probs):
         if probs is None:
             return int(logits.argmax(-1))
-        return int(torch.multinomial(probs, 1, generator=generator))
+        return int(draw(probs, generator))
 
     new = 0
     while new < max_new_tokens:
@@ -284,7 +302,7 @@ def speculative_generate(
                     last = int(logits[i].argmax())
                 else:
                     residual = (p - q[i]).clamp(min=0)
-                    last = int(torch.multinomial(residual / residual.sum(), 1, generator=generator))
+                    last = int(draw(residual, generator))
                 break
             kept += 1
         else:

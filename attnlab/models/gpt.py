@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor, nn
 
-from ..attention import KVCache, StaticKVCache
+from ..attention import KVCache, StaticKVCache, key_bias
 from ..config import Config
 from ..errors import OptionError
 from ..hooks import HookedModule, HookPoint
@@ -29,6 +29,14 @@ from ..position import (
 )
 
 __all__ = ["GPTConfig", "GPT", "GPT_PRESETS"]
+
+
+def _compute_dtype(x: Tensor) -> torch.dtype:
+    """The dtype the layers' projections give x: autocast's where it is on (bf16 training and
+    decoding), else x's own."""
+    kind = x.device.type
+    return torch.get_autocast_dtype(kind) if torch.is_autocast_enabled(kind) else x.dtype
+
 
 POSITIONS = ("learned", "rope", "alibi", "sinusoidal", "relative")
 
@@ -495,9 +503,18 @@ class GPT(HeadWeights, HookedModule):
         if not 0 <= first <= last <= n:
             raise ValueError(f"start_at_layer {start} / stop_at_layer {stop}: this GPT has layers 0 … {n - 1}")
         rope_positions = positions if self.config.pos == "rope" else None
+        bias = None
+        if caches is not None and key_mask is not None and x.shape[1] == 1:
+            # a decoding step: one query per row, which sees its own (real) key; the key mask in the
+            # kernel's additive form, built once here rather than broadcast and converted per layer
+            bias, key_mask = key_bias(key_mask, _compute_dtype(x)), None
         for i in range(first, last):
             x = self.blocks[i](
-                x, key_mask=key_mask, positions=rope_positions, cache=caches[i] if caches is not None else None
+                x,
+                key_mask=key_mask,
+                bias=bias,
+                positions=rope_positions,
+                cache=caches[i] if caches is not None else None,
             )
         if stop is not None:
             return x

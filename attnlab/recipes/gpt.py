@@ -871,6 +871,11 @@ def sample(args) -> int:
         )
         out.write("\n" if i == args.num_samples - 1 else "\n---------------\n")
         out.flush()
+    if args.compile:  # whether the step really compiled once (and, on CUDA, runs as a CUDA graph)
+        from ..fast_decode import graph_lines
+
+        for line in graph_lines(model):
+            print(line, file=sys.stderr)
     return 0
 
 
