@@ -456,7 +456,8 @@ def distributed_rows(device, quick) -> list[dict]:
             if r.returncode != 0:
                 raise RuntimeError(f"bench {name} run failed: {r.stderr.strip().splitlines()[-1]}")
             records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
-            speeds[name] = records[-1]["items_per_s"]
+            # the median logging window after the first (each window's rate leaves out evaluations)
+            speeds[name] = statistics.median(r["items_per_s"] for r in records[1:] if "items_per_s" in r)
     shape = f"GPT shakespeare-cpu, global batch {batch}"
     return [
         _row(f"{shape}: DDP, {procs} processes", "tokens/s", speeds["ddp"], speeds["one"], "1 process"),

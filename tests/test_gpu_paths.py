@@ -508,3 +508,39 @@ def test_sampling_draws_nothing_back_to_the_host():
         first = sample_next(logits, generator=torch.Generator().manual_seed(3), **kw)
     assert syncs.total == 0
     assert torch.equal(first, sample_next(logits, generator=torch.Generator().manual_seed(3), **kw))
+
+
+def test_throughput_is_measured_over_the_last_logging_window_without_evaluations(data, tmp_path, monkeypatch):
+    """On a clock that advances 0.1 s per training step and 30 s per evaluation (no real timing),
+    every logged items/s after the first window is the step rate, 10 % or closer, also right after
+    each evaluation: a mean since the first step would fold the evaluations in (issue 51)."""
+    import types
+
+    from attnlab.training import trainer as trainer_module
+
+    now = [0.0]
+    monkeypatch.setattr(trainer_module, "time", types.SimpleNamespace(perf_counter=lambda: now[0]))
+    step, evaluate = Trainer.train_step, Trainer.evaluate
+
+    def timed_step(self):
+        now[0] += 0.1
+        return step(self)
+
+    def slow_evaluate(self, *a, **kw):
+        now[0] += 30.0
+        return evaluate(self, *a, **kw)
+
+    monkeypatch.setattr(Trainer, "train_step", timed_step)
+    monkeypatch.setattr(Trainer, "evaluate", slow_evaluate)
+    model = GPT(GPTConfig(vocab_size=data.tokenizer.vocab_size, context=16, layers=1, heads=2, dim=16))
+    cfg = TrainConfig(
+        max_iters=24, batch_size=2, eval_interval=6, eval_iters=1, log_interval=3,
+        progress=False, device="cpu", dtype="fp32", threads=1, compile=False,
+    )  # fmt: skip
+    trainer = Trainer(model, LanguageModelTask(data, 16, 2), cfg, tmp_path / "run")
+    trainer.fit()
+    rate = 2 * 16 / 0.1  # tokens per step / seconds per step
+    speeds = {r["step"]: r["items_per_s"] for r in trainer.history if "items_per_s" in r}
+    assert sorted(speeds) == list(range(3, 25, 3))
+    for s, speed in speeds.items():
+        assert abs(speed / rate - 1) <= 0.10, (s, speed, rate)

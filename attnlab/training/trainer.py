@@ -573,7 +573,8 @@ class Trainer:
             unit="it",
             dynamic_ncols=True,
         )
-        t0, items = time.perf_counter(), 0
+        t0, items = time.perf_counter(), 0  # the logging window's start and the items trained in it
+        warm_at = t0  # when the first step ended (the compile probe's steps are timed from it)
         started, last_line, first_step = time.perf_counter(), time.perf_counter(), self.step
         warm = self.step + 1  # throughput is measured from the end of the first step (compilation, caches)
         # --compile auto: time a few eager steps (on CUDA it is on from the start: nothing to decide)
@@ -604,15 +605,16 @@ class Trainer:
                     for r in earlier:
                         self.log(r)
                     if self.step == decide_at:
-                        if self.decide_compile((time.perf_counter() - t0) / PROBE_STEPS):
+                        if self.decide_compile((time.perf_counter() - warm_at) / PROBE_STEPS):
                             first_compiled, warm = True, self.step + 1  # throughput restarts after compiling
                         if main:
                             bar.write(f"compile: {self.compile_reason}")
                     if self.step == warm:
                         t0, items = time.perf_counter(), 0
+                        warm_at = t0
                     else:
                         items += self.task.items_per_batch * cfg.grad_accum
-                    if logged:
+                    if logged:  # the throughput of this logging window (steps since the last look)
                         dt = time.perf_counter() - t0
                         rec["items_per_s"] = items / dt if dt > 0 else 0.0
                         bar.set_postfix(loss=f"{rec['loss']:.4f}", tok_s=f"{rec['items_per_s']:.0f}")
@@ -629,6 +631,8 @@ class Trainer:
                             break
                     else:
                         self.log(rec)
+                    if logged or evaluating:  # the next window starts now: without evaluations and saves
+                        t0, items = time.perf_counter(), 0
                     bar.update(1)
         except KeyboardInterrupt:
             bar.close()
@@ -665,7 +669,7 @@ class Trainer:
         if main:
             self.plot()
         self.callbacks.on_train_end(self, ended)
-        return {"step": self.step, "best_val": self.best_val, "seconds": time.perf_counter() - t0}
+        return {"step": self.step, "best_val": self.best_val, "seconds": time.perf_counter() - warm_at}
 
     def print_progress(self, rec: dict, seconds_per_step: float) -> None:
         """The plain progress line printed now and then when the output is not a terminal."""
