@@ -13,6 +13,11 @@ def print_table(rows: list[dict], columns: list[str]) -> str:
     return text
 
 
+def print_row(row: dict) -> None:
+    """One measured row, printed at once (a part stopped at its time limit keeps what it printed)."""
+    print("row: " + " | ".join(f"{k}: {v}" for k, v in row.items()), flush=True)
+
+
 def save_json(rows, path: str | None) -> None:
     if path:
         with open(path, "w") as f:

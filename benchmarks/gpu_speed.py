@@ -6,7 +6,13 @@
   now), and a nanoGPT-shaped reference written below (its ``model.py``: loss inside forward);
 * generate: greedy, GPT-2 small, bf16, 256 new tokens, batch 1 and 8: eager ``generate`` against
   ``generate(compile=True)`` (the fixed-shape step, CUDA graphs) and HuggingFace ``generate``;
-* serve: continuous batching of 32 requests on 8 rows against one request at a time.
+* serve: continuous batching of 64 requests on 8 rows against one request at a time (the row names
+  the workload's ceiling: the speed-up if every forward cost the same);
+* trainer (issue 51): ``Trainer.fit`` on random ids of a real 50,257-token vocabulary against
+  nanoGPT's ``train.py`` loop, both timed over 10 steps per synchronisation, with and without the
+  chunked loss.
+
+Every row is printed (``row: ...``) the moment it is measured, then the tables.
 
     python benchmarks/gpu_speed.py                  # on a CUDA machine (about 4 minutes on an H100)
     python benchmarks/gpu_speed.py --smoke          # the same code paths at toy sizes on a CPU (a check, not a measurement)
@@ -15,13 +21,15 @@
 from __future__ import annotations
 
 import argparse
+import statistics
 import time
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from common import matmul_peak, print_table, sync, time_it
+from common import matmul_peak, print_row, print_table, sync, time_it
+from attnlab.fast_decode import fast_decoder
 from attnlab.generate import generate
 from attnlab.models import GPT, GPTConfig
 from attnlab.training.tasks import LanguageModelTask  # noqa: F401  (the task TaskLoss runs in the trainer)
@@ -136,6 +144,102 @@ def train_rows(device, shape, batch, steps, before: bool = True) -> list[dict]:
     return rows
 
 
+class RandomTokens:
+    """The tokenizer of a stream of random token ids, as the trainer's checkpoints record it."""
+
+    def __init__(self, vocab_size: int) -> None:
+        self.vocab_size = vocab_size
+
+    def to_dict(self) -> dict:
+        return {"kind": "random ids", "vocab_size": self.vocab_size}
+
+
+def trainer_rows(device, shape, batch, window, windows, loss_chunk) -> list[dict]:
+    """The trainer itself (``Trainer.fit``: its batches, bf16 autocast, gradient clipping, fused AdamW,
+    the schedule, one read-back per logging window) on a stream of random ids of a real 50,257-token
+    vocabulary, against nanoGPT's training loop (its ``train.py``: a batch drawn from the same
+    stream and moved pinned and non-blocking, autocast, clipping, fused AdamW; its model pads the
+    vocabulary to 50,304 and takes the loss over all of those classes, as attnlab's
+    ``vocab_multiple=64`` head computes them and keeps the 50,257). Both are timed over ``window``
+    steps per synchronisation; each row is printed when measured."""
+    import tempfile
+
+    import numpy as np
+
+    from attnlab.data.text import TokenData
+    from attnlab.training import TrainConfig, Trainer
+    from attnlab.training.tasks import LanguageModelTask
+
+    vocab, context, layers, heads, dim = shape
+    cuda = device.type == "cuda"
+    dtype = torch.bfloat16 if cuda else torch.float32
+    rng = np.random.default_rng(0)
+    n = max(2_000_000, 4 * batch * context)
+    data = TokenData(
+        rng.integers(vocab, size=n, dtype=np.uint16), rng.integers(vocab, size=n // 10, dtype=np.uint16),
+        RandomTokens(vocab), "random ids",
+    )  # fmt: skip
+    padded = -(-vocab // 64) * 64
+    peak = matmul_peak(dtype, device=device)
+    flops_per_token = 6 * (12 * layers * dim * dim + padded * dim) + 12 * layers * dim * context
+    tokens = batch * context
+    rows = []
+
+    def row(name: str, seconds: float, wall_s: float, ref_s: float | None) -> dict:
+        r = {
+            f"train, vocabulary {vocab:,}": name,
+            "ms/step": f"{seconds * 1e3:.1f}",
+            "tokens/s": f"{tokens / seconds:,.0f}",
+            "MFU": f"{100 * tokens / seconds * flops_per_token / peak:.1f} %",
+            "vs nanoGPT": f"{(ref_s or seconds) / seconds:.3f}x",
+            "wall s (compiling too)": f"{wall_s:.0f}",
+        }
+        print_row(r)
+        rows.append(r)
+        return r
+
+    torch.manual_seed(0)
+    ref = NanoGPT(padded, context, layers, heads, dim).to(device)
+    compiled = torch.compile(ref)
+    opt = torch.optim.AdamW(ref.parameters(), lr=6e-4, betas=(0.9, 0.95), weight_decay=0.1, fused=cuda)
+    generator = torch.Generator().manual_seed(0)
+
+    def ref_step():
+        x, y = data.batch("train", batch, context, generator)
+        if cuda:
+            x, y = x.pin_memory().to(device, non_blocking=True), y.pin_memory().to(device, non_blocking=True)
+        with torch.autocast(device.type, dtype=dtype, enabled=cuda):
+            loss = compiled(x, y)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(ref.parameters(), 1.0)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+
+    t0 = time.perf_counter()
+    ref_s = time_it(ref_step, warmup=window, repeat=windows, device=device, per_sync=window)  # (warm-up compiles)
+    row(f"nanoGPT train.py loop, {window} steps per sync", ref_s, time.perf_counter() - t0, None)
+    del ref, compiled, opt
+    for chunk in (0, loss_chunk):
+        torch.manual_seed(0)
+        config = GPTConfig(vocab_size=vocab, vocab_multiple=64, context=context, layers=layers, heads=heads, dim=dim)
+        cfg = TrainConfig(
+            max_iters=window * (windows + 1), batch_size=batch, lr=6e-4, warmup_iters=0, beta2=0.95,
+            eval_interval=10**9, eval_iters=1, log_interval=window, progress=False, device=device.type,
+            dtype="bf16" if cuda else "fp32", compile=True,
+        )  # fmt: skip
+        with tempfile.TemporaryDirectory(prefix="attnlab-trainer-row-") as out:
+            trainer = Trainer(GPT(config), LanguageModelTask(data, context, batch, loss_chunk=chunk), cfg, out)
+            t0 = time.perf_counter()
+            trainer.fit()
+            wall = time.perf_counter() - t0
+        rates = [r["items_per_s"] for r in trainer.history if "items_per_s" in r][1:]  # after the compiling window
+        seconds = tokens / statistics.median(rates)
+        label = "attnlab Trainer" + (f", --loss-chunk {chunk}" if chunk else "") + f", {window} steps per log"
+        row(label, seconds, wall, ref_s)
+        del trainer
+    return rows
+
+
 def generate_rows(device, shape, new_tokens) -> list[dict]:
     vocab, context, layers, heads, dim = shape
     torch.manual_seed(0)
@@ -167,6 +271,8 @@ def generate_rows(device, shape, new_tokens) -> list[dict]:
         same = sum(a == b for a, b in zip(eager, fast))
         print(f"batch {batch}: compile=True {batch * new_tokens / t_fast:,.0f} tokens/s, {same}/{batch} rows "
               "the same tokens as eager", flush=True)  # fmt: skip
+        counts = fast_decoder(model, batch).graph_counts() or {}
+        print(f"batch {batch}: {fast_decoder(model, batch).graph_line()}", flush=True)
         row = {
             "generate (greedy)": f"batch {batch}, {new_tokens} tokens",
             "eager tok/s": f"{batch * new_tokens / t_eager:,.0f}",
@@ -174,12 +280,16 @@ def generate_rows(device, shape, new_tokens) -> list[dict]:
             "speed-up": f"{t_eager / t_fast:.2f}x",
             "same tokens": f"{same}/{batch}",
             "compile s": f"{compile_s:.0f}",
+            "graphs, recompiles, cudagraph skips": ", ".join(
+                str(counts.get(k, "-")) for k in ("graphs", "recompiles", "cudagraph_skips")
+            ),
             "HF tok/s": "-",
         }
         try:
             row["HF tok/s"] = f"{batch * new_tokens / hf_generate_seconds(model, prompts, new_tokens, device):,.0f}"
         except ImportError:
             pass
+        print_row(row)
         rows.append(row)
     return rows
 
@@ -213,7 +323,15 @@ def serve_rows(device, quick) -> list[dict]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--smoke", action="store_true", help="toy sizes (a CPU check of the code paths)")
-    ap.add_argument("--only", nargs="*", default=["train", "generate", "serve"])
+    ap.add_argument(
+        "--only",
+        nargs="*",
+        choices=["trainer", "train", "generate", "serve"],
+        default=["trainer", "train", "generate", "serve"],
+        help="trainer: the trainer against nanoGPT's loop at a real 50,257-token vocabulary; train: one compiled "
+        "step against the nanoGPT-shaped one; generate; serve (default: all)",
+    )
+    ap.add_argument("--window", type=int, default=10, help="trainer: steps per synchronisation (default 10)")
     ap.add_argument(
         "--no-before",
         dest="before",
@@ -228,6 +346,11 @@ def main() -> None:
     gpt2 = (50304, 1024, 12, 12, 768)
     toy = (128, 64, 2, 2, 32)
     shape = toy if args.smoke else gpt2
+    if "trainer" in args.only:
+        trainer_shape = (50257, 64, 2, 2, 32) if args.smoke else (50257, 1024, 12, 12, 768)
+        window, windows = (2, 2) if args.smoke else (args.window, 5)
+        rows = trainer_rows(device, trainer_shape, 2 if args.smoke else 16, window, windows, 64 if args.smoke else 4096)
+        print_table(rows, list(rows[0]))
     if "train" in args.only:
         print_table(train_rows(device, shape, 2 if args.smoke else 16, 3 if args.smoke else 10, args.before), [
             "train step", "ms", "tokens/s", "MFU", "vs reference", "compile s"])  # fmt: skip
@@ -235,9 +358,11 @@ def main() -> None:
         gen_shape = (shape[0] if args.smoke else 50257, *shape[1:])
         print_table(generate_rows(device, gen_shape, 16 if args.smoke else 256), [
             "generate (greedy)", "eager tok/s", "compile=True tok/s", "speed-up", "same tokens", "compile s",
-            "HF tok/s"])  # fmt: skip
+            "graphs, recompiles, cudagraph skips", "HF tok/s"])  # fmt: skip
     if "serve" in args.only:
-        rows = serve_rows(device, args.smoke)
+        rows = serve_rows(device, args.smoke)  # (the three ways are measured together)
+        for row in rows:
+            print_row(row)
         print_table(rows, list(rows[0]))
     print("peak memory", f"{torch.cuda.max_memory_allocated() / 2**30:.1f} GiB" if device.type == "cuda" else "-")
 

@@ -304,3 +304,7 @@ def test_the_serving_benchmark_times_the_same_requests_three_ways():
     for row in t.values():
         assert row["tokens/s"] == pytest.approx(sum(budgets) / row["s"])
         assert 0 < row["mean latency s"] <= row["s"]
+    # the ceiling: forwards one at a time (one per token) over the batcher's (a prefill per request, a step)
+    steps = max(budgets) - 1  # two rows, five requests: at least the longest's steps, at most all of them
+    assert sum(budgets) / (5 + sum(m - 1 for m in budgets)) <= t["continuous"]["ceiling"]
+    assert t["continuous"]["ceiling"] <= sum(budgets) / (5 + steps)

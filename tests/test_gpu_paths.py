@@ -544,3 +544,44 @@ def test_throughput_is_measured_over_the_last_logging_window_without_evaluations
     assert sorted(speeds) == list(range(3, 25, 3))
     for s, speed in speeds.items():
         assert abs(speed / rate - 1) <= 0.10, (s, speed, rate)
+
+
+def test_the_gpu_check_script_prints_every_row_in_its_smoke_run_within_480_seconds_of_limits(tmp_path):
+    """``benchmarks/gpu_check.sh --smoke`` runs every part at toy sizes on the CPU: each part's rows
+    come out (so a GPU run cannot lose one to a format error), the data is found beside the
+    repository, and the parts' limits sum to at most 480 s (a 600 s device call keeps room)."""
+    import os
+    import re
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    env = dict(os.environ, PYTHON=sys.executable, PYTHONPATH=str(root))
+    if (root.parent / "shared" / "data" / "tinyshakespeare" / "input.txt").exists():
+        env.pop("ATTNLAB_DATA", None)  # the script finds ../shared/data itself, as on a GPU machine
+    elif not (Path(env.get("ATTNLAB_DATA", "/nonexistent")) / "tinyshakespeare" / "input.txt").exists():
+        pytest.skip("needs Tiny Shakespeare in ../shared/data or ATTNLAB_DATA")
+    done = subprocess.run(
+        ["bash", str(root / "benchmarks" / "gpu_check.sh"), "--smoke", str(tmp_path / "out")],
+        cwd=root, env=env, capture_output=True, text=True, timeout=900,
+    )  # fmt: skip
+    out = done.stdout
+    assert done.returncode == 0, done.stderr[-2000:]
+    limits = int(re.search(r"their limits sum to (\d+) s", out).group(1))
+    assert limits <= 480
+    every_row = out.split("== every row", 1)[1]
+    for label in (
+        "generate: row: generate (greedy): batch 1,",
+        "generate: row: generate (greedy): batch 8,",
+        "graphs, recompiles, cudagraph skips: 1, 0, 0",
+        "serve: row: row: GPT serve 16 requests",
+        "ceiling",
+        "trainer: row: train, vocabulary 50,257: nanoGPT train.py loop",
+        "trainer: row: train, vocabulary 50,257: attnlab Trainer, 2 steps per log",
+        "trainer: row: train, vocabulary 50,257: attnlab Trainer, --loss-chunk",
+        "speedrun: row: recipe: speedrun preset",
+        "sample: compiled decode step: 1 graph(s), 0 graph breaks, 0 recompiles",
+    ):
+        assert label in every_row, label
+    assert all(f"-- {part}: exit 0" in out for part in ("generate", "serve", "trainer", "speedrun", "sample"))
