@@ -154,6 +154,32 @@ class RandomTokens:
         return {"kind": "random ids", "vocab_size": self.vocab_size}
 
 
+def nanogpt_step(data, shape, batch, device, dtype):
+    """One step of nanoGPT's ``train.py`` loop on :class:`NanoGPT` (compiled), as a function: a batch
+    of ``data``'s training windows (pinned and moved without blocking on CUDA), autocast forward,
+    backward, gradient clipping at 1.0, fused AdamW."""
+    vocab, context, layers, heads, dim = shape
+    cuda = device.type == "cuda"
+    torch.manual_seed(0)
+    model = NanoGPT(vocab, context, layers, heads, dim).to(device)
+    compiled = torch.compile(model)
+    opt = torch.optim.AdamW(model.parameters(), lr=6e-4, betas=(0.9, 0.95), weight_decay=0.1, fused=cuda)
+    generator = torch.Generator().manual_seed(0)
+
+    def step():
+        x, y = data.batch("train", batch, context, generator)
+        if cuda:
+            x, y = x.pin_memory().to(device, non_blocking=True), y.pin_memory().to(device, non_blocking=True)
+        with torch.autocast(device.type, dtype=dtype, enabled=cuda):
+            loss = compiled(x, y)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+
+    return step
+
+
 def trainer_rows(device, shape, batch, window, windows, loss_chunk) -> list[dict]:
     """The trainer itself (``Trainer.fit``: its batches, bf16 autocast, gradient clipping, fused AdamW,
     the schedule, one read-back per logging window) on a stream of random ids of a real 50,257-token
@@ -168,7 +194,6 @@ def trainer_rows(device, shape, batch, window, windows, loss_chunk) -> list[dict
 
     from attnlab.data.text import TokenData
     from attnlab.training import TrainConfig, Trainer
-    from attnlab.training.tasks import LanguageModelTask
 
     vocab, context, layers, heads, dim = shape
     cuda = device.type == "cuda"
@@ -198,27 +223,11 @@ def trainer_rows(device, shape, batch, window, windows, loss_chunk) -> list[dict
         rows.append(r)
         return r
 
-    torch.manual_seed(0)
-    ref = NanoGPT(padded, context, layers, heads, dim).to(device)
-    compiled = torch.compile(ref)
-    opt = torch.optim.AdamW(ref.parameters(), lr=6e-4, betas=(0.9, 0.95), weight_decay=0.1, fused=cuda)
-    generator = torch.Generator().manual_seed(0)
-
-    def ref_step():
-        x, y = data.batch("train", batch, context, generator)
-        if cuda:
-            x, y = x.pin_memory().to(device, non_blocking=True), y.pin_memory().to(device, non_blocking=True)
-        with torch.autocast(device.type, dtype=dtype, enabled=cuda):
-            loss = compiled(x, y)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(ref.parameters(), 1.0)
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-
     t0 = time.perf_counter()
+    ref_step = nanogpt_step(data, (padded, *shape[1:]), batch, device, dtype)
     ref_s = time_it(ref_step, warmup=window, repeat=windows, device=device, per_sync=window)  # (warm-up compiles)
     row(f"nanoGPT train.py loop, {window} steps per sync", ref_s, time.perf_counter() - t0, None)
-    del ref, compiled, opt
+    del ref_step  # (its model and optimizer state leave the device before the trainer's arrive)
     for chunk in (0, loss_chunk):
         torch.manual_seed(0)
         config = GPTConfig(vocab_size=vocab, vocab_multiple=64, context=context, layers=layers, heads=heads, dim=dim)
