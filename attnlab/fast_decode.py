@@ -26,6 +26,7 @@ import torch
 from torch import Tensor, nn
 
 from .attention import StaticKVCache
+from .position import long_rope_from
 
 __all__ = ["FastDecoder", "fast_decoder", "graph_lines", "why_not_fast"]
 
@@ -149,6 +150,7 @@ class FastDecoder:
         finished_at = torch.full((), max_new_tokens, dtype=torch.long, device=device)  # all rows at eos
         fed = min(prompt_len, block)  # the cache columns in use
         logits, position = self._prefill(ids[:, -fed:], mask[:, -fed:], padded, key_mask)
+        long_from, filled_width = long_rope_from(self.model), prompt_len  # (LongRoPE: refill once past N)
         n = 0
         for i in range(max_new_tokens):
             nxt = pick(logits)
@@ -164,8 +166,10 @@ class FastDecoder:
                 break
             if n == max_new_tokens:
                 break
-            if fed >= block:  # the context is full: refill from the last half-context, eagerly
-                end, fed = prompt_len + n, block // 2
+            end = prompt_len + n
+            crossed = long_from is not None and filled_width <= long_from < end
+            if fed >= block or crossed:  # a full context (or LongRoPE's switch): refill, eagerly
+                fed, filled_width = (block // 2 if fed >= block else min(end, block)), end
                 logits, position = self._prefill(text[:, end - fed : end], real[:, end - fed : end], padded, key_mask)
                 continue
             self.columns.fill_(fed)

@@ -11,6 +11,8 @@ from collections.abc import Callable, Sequence
 import torch
 from torch import Tensor, nn
 
+from .position import long_rope_from
+
 __all__ = [
     "sample_next",
     "draw",
@@ -158,14 +160,17 @@ def generate(
     block = model.config.context
     done = torch.zeros(ids.shape[0], dtype=torch.bool, device=device)
     caches, fed = None, 0  # fed: how many columns of ids the cache holds
+    long_from, filled_width = long_rope_from(model), 0  # (the longest row is ids' whole width: left padding)
     for _ in range(max_new_tokens):
         if use_cache:
-            if caches is None or fed >= block:  # (re)fill from the window that fits
-                keep = min(ids.shape[1], block if caches is None else block // 2)
+            full = caches is not None and fed >= block
+            crossed = long_from is not None and filled_width <= long_from < ids.shape[1]  # (LongRoPE's switch)
+            if caches is None or full or crossed:  # (re)fill from the window that fits
+                keep = min(ids.shape[1], block // 2 if full else block)
                 ids_w, mask_w = ids[:, -keep:], mask[:, -keep:]
                 caches = model.new_caches(ids.shape[0], block)
                 logits = _forward(model, ids_w, mask_w, padded, caches, start=0)
-                fed = keep
+                fed, filled_width = keep, ids.shape[1]
             else:
                 logits = _forward(model, ids[:, -1:], mask[:, -fed - 1 :], padded, caches, start=fed)
                 fed += 1
@@ -244,6 +249,14 @@ def speculative_generate(
     # The model's window moves as generate()'s does (when a prediction would need more than its
     # context: to the last half-context), and a round of proposals never crosses such a move, so
     # greedy output equals generate()'s at any length. The draft's window only has to fit.
+    for which, m in (("model", model), ("draft", draft)):
+        long_from = long_rope_from(m)
+        if long_from is not None and len(seq) + max_new_tokens > long_from + 1:
+            raise ValueError(
+                f"the {which} uses LongRoPE, whose rotation changes once the text passes {long_from} tokens, "
+                f"which speculative decoding's rewound caches do not follow; keep the prompt and max_new_tokens "
+                f"within {long_from + 1} tokens or decode without a draft"
+            )
     block, draft_block = model.config.context, draft.config.context
     starts = {"model": len(seq) - min(len(seq), block), "draft": len(seq) - min(len(seq), draft_block)}
     caches = {"model": model.new_caches(1, block), "draft": draft.new_caches(1, draft_block)}

@@ -272,36 +272,86 @@ class RelativePosition(nn.Module):
         return torch.einsum(eq, weights, a)
 
 
-ROPE_SCALINGS = {"linear": ("factor",), "llama3": ("factor", "low_freq_factor", "high_freq_factor", "original_context")}
+ROPE_SCALINGS = {
+    "linear": ("factor",),
+    "llama3": ("factor", "low_freq_factor", "high_freq_factor", "original_context"),
+    "yarn": ("factor", "original_context", "beta_fast", "beta_slow", "attention_factor"),
+    "longrope": ("original_context", "attention_factor", "short_factors", "long_factors"),
+}
+_LISTS = ("short_factors", "long_factors")  # (comma-separated, one per rotated pair)
 
 
-def rope_scaling_parts(spec: str) -> tuple[str, list[float]]:
-    """``linear:FACTOR`` or ``llama3:FACTOR:LOW:HIGH:ORIGINAL_CONTEXT`` -> (kind, numbers); a
-    malformed spec is a ValueError saying the form."""
+def rope_scaling_parts(spec: str) -> tuple[str, list]:
+    """``linear:FACTOR``, ``llama3:FACTOR:LOW:HIGH:ORIGINAL_CONTEXT``,
+    ``yarn:FACTOR:ORIGINAL_CONTEXT:BETA_FAST:BETA_SLOW:ATTENTION_FACTOR`` or
+    ``longrope:ORIGINAL_CONTEXT:ATTENTION_FACTOR:S1,S2,…:L1,L2,…`` -> (kind, its numbers, the
+    longrope factors as lists); a malformed spec is a ValueError saying the forms."""
     kind, *rest = spec.split(":")
     forms = " or ".join(f"{k}:{':'.join(n.upper() for n in names)}" for k, names in ROPE_SCALINGS.items())
+    names = ROPE_SCALINGS.get(kind, ())
     try:
-        numbers = [float(x) for x in rest]
+        numbers = [
+            [float(x) for x in part.split(",")] if name in _LISTS else float(part) for name, part in zip(names, rest)
+        ]
     except ValueError:
         numbers = []
-    if kind not in ROPE_SCALINGS or len(numbers) != len(ROPE_SCALINGS[kind]) or not all(x > 0 for x in numbers):
+    flat = [x for n in numbers for x in (n if isinstance(n, list) else [n])]
+    if not names or len(rest) != len(names) or len(numbers) != len(names) or not all(x > 0 for x in flat):
         raise ValueError(f"--rope-scaling {spec!r}: write {forms} (positive numbers)")
     if kind == "llama3" and not numbers[2] > numbers[1]:
         raise ValueError(f"--rope-scaling {spec!r}: the high-frequency factor must exceed the low one")
+    if kind == "longrope" and len(numbers[2]) != len(numbers[3]):
+        raise ValueError(f"--rope-scaling {spec!r}: give as many long factors as short ones (one per rotated pair)")
     return kind, numbers
 
 
-def rope_frequencies(rotary_dim: int, base: float, scaling: str | None = None) -> Tensor:
+def long_rope_from(model: nn.Module) -> int | None:
+    """For a LongRoPE model (``--rope-scaling longrope:N:…``), N: a forward whose positions reach N
+    rotates every query and key by the long factors, one below N by the short ones. A cache filled
+    below N therefore holds keys a longer text would rotate otherwise: decoding refills it once
+    when the text first grows past N tokens, as HuggingFace's Phi-3 does. None for other models."""
+    config = getattr(model, "config", None)
+    scaling = getattr(config, "rope_scaling", None) if getattr(config, "pos", None) == "rope" else None
+    if not scaling:
+        return None
+    kind, numbers = rope_scaling_parts(scaling)
+    return int(numbers[0]) if kind == "longrope" else None
+
+
+def rope_frequencies(rotary_dim: int, base: float, scaling: str | None = None, *, long: bool = False) -> Tensor:
     """θ_i = base^(-2i/r) for i < r/2, rescaled for contexts longer than training's:
     ``linear:F`` divides every θ_i by F (position interpolation, Chen et al. 2023);
     ``llama3:F:LOW:HIGH:N`` (Llama 3.1) divides the slow frequencies (wavelength above N/LOW) by F,
-    keeps the fast ones (below N/HIGH) and blends those between."""
+    keeps the fast ones (below N/HIGH) and blends those between;
+    ``yarn:F:N:βf:βs:A`` (YaRN, Peng et al. 2023; Qwen's long contexts) divides those that turn fewer
+    than βs times over N positions by F, keeps those turning more than βf times, and ramps linearly
+    between, by dimension index;
+    ``longrope:N:A:S…:L…`` (LongRoPE, Ding et al. 2024; Phi-3 and 3.5 mini) divides each θ_i by its
+    own factor, the short ones S_i, or with ``long`` the long ones L_i (for positions from N on)."""
     inv_freq = base ** (-torch.arange(0, rotary_dim, 2).float() / rotary_dim)
     if not scaling:
         return inv_freq
     kind, numbers = rope_scaling_parts(scaling)
     if kind == "linear":
         return inv_freq / numbers[0]
+    if kind == "longrope":
+        factors = torch.tensor(numbers[3] if long else numbers[2], dtype=torch.float32)
+        if len(factors) != len(inv_freq):
+            raise ValueError(
+                f"--rope-scaling longrope gives {len(factors)} factors for {len(inv_freq)} rotated pairs; give one per pair"
+            )
+        return inv_freq / factors
+    if kind == "yarn":
+        factor, original, beta_fast, beta_slow, _ = numbers
+
+        def dimension_turning(turns: float) -> float:  # the index i whose θ_i turns `turns` times over N positions
+            return rotary_dim * math.log(original / (turns * 2 * math.pi)) / (2 * math.log(base))
+
+        low = max(math.floor(dimension_turning(beta_fast)), 0)
+        high = min(math.ceil(dimension_turning(beta_slow)), rotary_dim - 1)
+        high += 0.001 if high == low else 0  # (HuggingFace's guard against a zero-width ramp)
+        ramp = ((torch.arange(rotary_dim // 2).float() - low) / (high - low)).clamp(0, 1)  # 0: kept, 1: divided
+        return inv_freq / factor * ramp + inv_freq * (1 - ramp)
     factor, low, high, original = numbers
     wavelength = 2 * math.pi / inv_freq
     slow = torch.where(wavelength > original / low, inv_freq / factor, inv_freq)
@@ -327,14 +377,28 @@ class RotaryEmbedding(nn.Module):
             raise ValueError(f"rotary embedding needs an even width up to the head's {head_dim}, got {rotary_dim}")
         self.head_dim, self.rotary_dim = head_dim, rotary_dim
         self.register_buffer("inv_freq", rope_frequencies(rotary_dim, base, scaling), persistent=False)
+        kind, numbers = rope_scaling_parts(scaling) if scaling else (None, [])
+        # YaRN and LongRoPE scale cos and sin by A (so the scores by A²): the attention's temperature
+        self.attention_factor = numbers[-1] if kind == "yarn" else numbers[1] if kind == "longrope" else 1.0
+        self.long_from = int(numbers[0]) if kind == "longrope" else None
+        if self.long_from is not None:
+            self.register_buffer(
+                "inv_freq_long", rope_frequencies(rotary_dim, base, scaling, long=True), persistent=False
+            )
 
     def forward(self, x: Tensor, positions: Tensor) -> Tensor:
         """x (B, H, T, d), positions (T,) or (B, T) -> same shape, rotated."""
-        angles = positions.float()[..., None] * self.inv_freq  # (..., T, r/2)
+        inv_freq = self.inv_freq
+        if self.long_from is not None:  # LongRoPE: the long factors once a position of the call reaches N
+            inv_freq = torch.where(positions.max() >= self.long_from, self.inv_freq_long, self.inv_freq)
+        angles = positions.float()[..., None] * inv_freq  # (..., T, r/2)
         if angles.dim() == 3:
             angles = angles[:, None]  # (B, 1, T, r/2): broadcast over heads
-        cos = torch.cat([angles.cos(), angles.cos()], dim=-1).to(x.dtype)
-        sin = torch.cat([angles.sin(), angles.sin()], dim=-1).to(x.dtype)
+        cos, sin = angles.cos(), angles.sin()
+        if self.attention_factor != 1.0:
+            cos, sin = cos * self.attention_factor, sin * self.attention_factor
+        cos = torch.cat([cos, cos], dim=-1).to(x.dtype)
+        sin = torch.cat([sin, sin], dim=-1).to(x.dtype)
         rotated, passed = x[..., : self.rotary_dim], x[..., self.rotary_dim :]
         x1, x2 = rotated.chunk(2, dim=-1)
         rotated = rotated * cos + torch.cat([-x2, x1], dim=-1) * sin

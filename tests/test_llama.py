@@ -60,6 +60,17 @@ CASES = [
             rope_parameters=dict(rope_type="linear", rope_theta=10000.0, factor=4.0),
         ),
     ),  # fmt: skip
+    # YaRN (Qwen2.5's long contexts): the slow frequencies divided, the fast kept, a ramp between,
+    # cos and sin scaled by its attention factor (here HuggingFace's default from the factor)
+    (
+        "qwen2",
+        "Qwen2Config",
+        dict(
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            rope_parameters=dict(rope_type="yarn", rope_theta=10000.0, factor=4.0, original_max_position_embeddings=32),
+        ),
+    ),  # fmt: skip
     ("qwen3", "Qwen3Config", dict(num_attention_heads=4, num_key_value_heads=2, head_dim=32)),
     ("qwen3", "Qwen3Config", dict(num_attention_heads=8, num_key_value_heads=8, head_dim=8)),
     ("mistral", "MistralConfig", dict(num_attention_heads=4, num_key_value_heads=2, sliding_window=None)),
@@ -69,6 +80,26 @@ CASES = [
         "phi3",
         "Phi3Config",
         dict(num_attention_heads=4, num_key_value_heads=4, partial_rotary_factor=0.75, sliding_window=7),
+    ),  # fmt: skip
+    # LongRoPE (Phi-3/3.5 mini 128k): a factor per rotated pair, the long set once a position of the
+    # call reaches the original context (16: the 20-token batch is past it; generating after the 9-token
+    # prompt crosses it, the cached keys keeping their short rotation, as in HuggingFace)
+    (
+        "phi3",
+        "Phi3Config",
+        dict(
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            original_max_position_embeddings=16,
+            rope_parameters=dict(
+                rope_type="longrope",
+                partial_rotary_factor=1.0,
+                rope_theta=10000.0,
+                original_max_position_embeddings=16,
+                short_factor=[1.0 + 0.1 * i for i in range(8)],
+                long_factor=[1.5 + 0.5 * i for i in range(8)],
+            ),
+        ),
     ),  # fmt: skip
     # Gemma 2: soft-capped scores and logits, a window on every other layer, sandwich norms, GeGLU
     (
@@ -174,12 +205,13 @@ def test_a_family_gives_huggingfaces_logits_and_tokens_both_ways(family, config_
         theirs = hf(input_ids=ids, attention_mask=mask.long(), position_ids=positions).logits
         mine = ours(ids, positions=positions, key_mask=mask)
     torch.testing.assert_close(mine[mask], theirs[mask], atol=1e-4, rtol=1e-4)
-    # 32 greedy tokens, as HuggingFace's generate gives them
-    prompt = ids[0, mask[0]].tolist()
-    with torch.no_grad():
-        expected = hf.generate(torch.tensor([prompt]), attention_mask=torch.ones(1, len(prompt), dtype=torch.long),
-                               max_new_tokens=32, do_sample=False, pad_token_id=0)[0].tolist()  # fmt: skip
-    assert generate(ours, [prompt], 32, temperature=0.0)[0] == expected
+    # 32 greedy tokens, as HuggingFace's generate gives them, after the longest and the shortest prompt
+    for row in (0, 2):
+        prompt = ids[row, mask[row]].tolist()
+        with torch.no_grad():
+            expected = hf.generate(torch.tensor([prompt]), attention_mask=torch.ones(1, len(prompt), dtype=torch.long),
+                                   max_new_tokens=32, do_sample=False, pad_token_id=0)[0].tolist()  # fmt: skip
+        assert generate(ours, [prompt], 32, temperature=0.0)[0] == expected
     # exported back: transformers reads the folder to the same logits
     export_hf(ours, tmp_path / "back")
     again = transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "back").float().eval()
@@ -191,6 +223,35 @@ def test_a_family_gives_huggingfaces_logits_and_tokens_both_ways(family, config_
     with torch.no_grad():
         back = again(input_ids=ids, attention_mask=mask.long(), position_ids=positions).logits
     torch.testing.assert_close(back[mask], theirs[mask], atol=1e-4, rtol=1e-4)
+
+
+def test_longrope_decoding_refills_its_cache_once_past_the_original_context(tmp_path):
+    """A LongRoPE model rotates by its long factors once a text passes N tokens: the fixed-shape
+    decoder refills its cache there, as eager decoding and HuggingFace do (the same 32 greedy
+    tokens after 9); continuous batching, whose rows share one rotation, refuses a request that
+    would pass N and takes one that stays within; speculative decoding refuses to cross N."""
+    from attnlab.batching import ContinuousBatcher, Request
+    from attnlab.fast_decode import FastDecoder
+    from attnlab.generate import speculative_generate
+
+    options = next(o for f, _, o in CASES if f == "phi3" and "rope_parameters" in o)
+    hf = hf_model("Phi3Config", dict(options, rope_parameters=dict(options["rope_parameters"])), seed=11)
+    hf.save_pretrained(tmp_path / "hf")
+    ours = load_hf(tmp_path / "hf").eval()
+    prompt = torch.randint(97, (9,), generator=torch.Generator().manual_seed(2)).tolist()
+    with torch.no_grad():
+        expected = hf.generate(torch.tensor([prompt]), attention_mask=torch.ones(1, 9, dtype=torch.long),
+                               max_new_tokens=32, do_sample=False, pad_token_id=0)[0, 9:]  # fmt: skip
+    ids, mask = torch.tensor([prompt]), torch.ones(1, 9, dtype=torch.bool)
+    fast = FastDecoder(ours, 1, compile=False).generate(ids, mask, 32, lambda logits: logits.argmax(-1))
+    assert fast[0].tolist() == expected.tolist()
+    batcher = ContinuousBatcher(ours, 2)
+    with pytest.raises(ValueError, match=r"LongRoPE.*passes 16 tokens.*at most 8 new tokens"):
+        batcher.submit(Request(prompt, 32, temperature=0))
+    within = batcher.run([Request(prompt, 8, temperature=0)])[0]
+    assert within.tokens == expected[:8].tolist()
+    with pytest.raises(ValueError, match="LongRoPE"):
+        speculative_generate(ours, ours, prompt, 32, temperature=0)
 
 
 INSIDE = {  # a Qwen3 (RMSNorm, SwiGLU, 4 query heads on 2 key/value heads, QK-norm, wider heads), a Gemma 2, a Pythia

@@ -14,11 +14,13 @@ bias (``qkv_bias``), Qwen3 RMS-normalises each head's queries and keys before th
 window, Phi-3 fuses its projections (``qkv_proj``, ``gate_up_proj``) and may rotate part of each
 head (``rope_fraction``). HuggingFace's separate q/k/v projections become attnlab's fused ``qkv`` ([W_Q; W_K; W_V]:
 the same rows, stacked), its ``gate_proj`` / ``up_proj`` / ``down_proj`` the gated MLP's ``gate``
-/ ``fc`` / ``proj``. RoPE scaling: linear and Llama 3's (``rope_scaling``); YaRN and longrope
-are refused, not yet built.
+/ ``fc`` / ``proj``. RoPE scaling (``rope_scaling``): linear, Llama 3's, YaRN (Qwen's long
+contexts) and LongRoPE (Phi-3 and 3.5 mini's 128k models).
 """
 
 from __future__ import annotations
+
+import math
 
 import torch
 from torch import Tensor, nn
@@ -40,19 +42,36 @@ ACTIVATIONS = {"silu": "silu", "gelu_pytorch_tanh": "gelu_tanh", "gelu": "gelu"}
 def rope_of(cfg: dict) -> tuple[float, float, str | None]:
     """(rotary base, rotated fraction of each head, attnlab's --rope-scaling) of a HuggingFace
     config (``rope_theta``, ``partial_rotary_factor`` and ``rope_scaling``, or transformers 5's
-    ``rope_parameters``); a scaling attnlab does not build (YaRN, longrope, dynamic) is refused."""
+    ``rope_parameters``), with HuggingFace's defaults for what a scaling leaves out (YaRN's βs, the
+    attention factors, a factor from the two context lengths); dynamic scaling is refused."""
     params = {**(cfg.get("rope_scaling") or {}), **(cfg.get("rope_parameters") or {})}
     kind = params.get("rope_type", params.get("type", "default"))
+    longest = cfg.get("max_position_embeddings")
+    original = params.get("original_max_position_embeddings") or cfg.get("original_max_position_embeddings") or longest
+    factor = params.get("factor") or (longest / original if kind in ("yarn", "longrope") else None)
     scaling = None
     if kind == "linear":
-        scaling = f"linear:{params['factor']:g}"
+        scaling = f"linear:{params['factor']!r}"
     elif kind == "llama3":
-        original = params.get("original_max_position_embeddings") or cfg.get("max_position_embeddings")
-        scaling = f"llama3:{params['factor']:g}:{params['low_freq_factor']:g}:{params['high_freq_factor']:g}:{original}"
+        scaling = f"llama3:{params['factor']!r}:{params['low_freq_factor']!r}:{params['high_freq_factor']!r}:{original}"
+    elif kind == "yarn":
+        if params.get("truncate", True) is False:
+            raise CheckpointError(f"{cfg.get('model_type')} checkpoint with YaRN truncate=false: not built yet")
+        attention = params.get("attention_factor") or yarn_attention(
+            factor, params.get("mscale"), params.get("mscale_all_dim")
+        )
+        beta_fast, beta_slow = params.get("beta_fast") or 32, params.get("beta_slow") or 1
+        scaling = f"yarn:{float(factor)!r}:{original}:{float(beta_fast)!r}:{float(beta_slow)!r}:{float(attention)!r}"
+    elif kind == "longrope":
+        attention = params.get("attention_factor")
+        if attention is None:  # (LongRoPE's: √(1 + ln F / ln N), none without extension)
+            attention = 1.0 if factor <= 1 else math.sqrt(1 + math.log(factor) / math.log(original))
+        lists = [",".join(repr(float(x)) for x in params[k]) for k in ("short_factor", "long_factor")]
+        scaling = f"longrope:{original}:{float(attention)!r}:{lists[0]}:{lists[1]}"
     elif kind != "default":
         raise CheckpointError(
-            f"{cfg.get('model_type')} checkpoint with RoPE scaling {kind!r}: attnlab builds linear and llama3 "
-            "scaling only so far"
+            f"{cfg.get('model_type')} checkpoint with RoPE scaling {kind!r}: attnlab builds linear, llama3, yarn "
+            "and longrope scaling"
         )
     fraction = cfg.get("partial_rotary_factor") or params.get("partial_rotary_factor") or 1.0
     return float(cfg.get("rope_theta") or params.get("rope_theta") or 10000.0), float(fraction), scaling
@@ -260,8 +279,9 @@ def export_llama(model: nn.Module) -> tuple[dict[str, Tensor], dict]:
     if kind in ("qwen2", "qwen3"):
         config.update(use_sliding_window=False, sliding_window=None)
     if kind == "phi3":
+        original = config["rope_parameters"].get("original_max_position_embeddings", c.context)
         config.update(sliding_window=c.window + 1 if c.window is not None else None,
-                      original_max_position_embeddings=c.context)  # fmt: skip
+                      original_max_position_embeddings=original)  # fmt: skip
         if c.vocab_size <= 32000:  # (Phi3Config's default special ids, 32000, would lie outside the vocabulary)
             config.update(bos_token_id=None, eos_token_id=None, pad_token_id=None)
     return out, config
@@ -274,9 +294,27 @@ def scaling_of(c) -> dict:
     kind, numbers = rope_scaling_parts(c.rope_scaling)
     if kind == "linear":
         return {"rope_type": "linear", "factor": numbers[0]}
+    if kind == "yarn":
+        factor, original, beta_fast, beta_slow, attention = numbers
+        return {"rope_type": "yarn", "factor": factor, "original_max_position_embeddings": int(original),
+                "beta_fast": beta_fast, "beta_slow": beta_slow, "attention_factor": attention}  # fmt: skip
+    if kind == "longrope":
+        original, attention, short, long = numbers
+        return {"rope_type": "longrope", "original_max_position_embeddings": int(original),
+                "attention_factor": attention, "short_factor": short, "long_factor": long}  # fmt: skip
     factor, low, high, original = numbers
     return {"rope_type": "llama3", "factor": factor, "low_freq_factor": low, "high_freq_factor": high,
             "original_max_position_embeddings": int(original)}  # fmt: skip
+
+
+def yarn_attention(factor: float, mscale: float | None, mscale_all_dim: float | None) -> float:
+    """YaRN's attention factor when a config leaves it out: 0.1 ln F + 1 (DeepSeek's form, the ratio
+    of two such with their own multipliers, when both are given); 1 without extension."""
+
+    def scale(m: float = 1.0) -> float:
+        return 1.0 if factor <= 1 else 0.1 * m * math.log(factor) + 1.0
+
+    return scale(mscale) / scale(mscale_all_dim) if mscale and mscale_all_dim else scale()
 
 
 def exports_as(kind: str):

@@ -156,8 +156,11 @@ class GPTConfig(Config):
     rope_scaling: str | None = field(
         default=None,
         metadata={
-            "help": "--pos rope: frequencies rescaled for a longer context: linear:FACTOR, or "
-            "llama3:FACTOR:LOW:HIGH:ORIGINAL_CONTEXT (Llama 3.1 and 3.2: llama3:8:1:4:8192)"
+            "help": "--pos rope: frequencies rescaled for a longer context: linear:FACTOR, "
+            "llama3:FACTOR:LOW:HIGH:ORIGINAL_CONTEXT (Llama 3.1 and 3.2: llama3:8:1:4:8192), "
+            "yarn:FACTOR:ORIGINAL_CONTEXT:BETA_FAST:BETA_SLOW:ATTENTION_FACTOR (Qwen2.5's long contexts: "
+            "yarn:4:32768:32:1:1.1386) or longrope:ORIGINAL_CONTEXT:ATTENTION_FACTOR:S1,S2,...:L1,L2,... "
+            "(Phi-3/3.5 mini 128k: a short and a long factor per rotated pair)"
         },
     )
     rope_fraction: float = field(
@@ -223,10 +226,15 @@ class GPTConfig(Config):
                 raise ValueError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(self, name)}")
         if self.kv_heads is not None and self.heads % self.kv_heads:
             raise ValueError(f"heads={self.heads} is not a multiple of kv_heads={self.kv_heads}; pick a divisor")
-        if self.rope_scaling is not None:
-            rope_scaling_parts(self.rope_scaling)  # (a malformed spec: its form, in one line)
         if not 0 < self.rope_fraction <= 1:
             raise ValueError(f"--rope-fraction must be above 0 and at most 1, got {self.rope_fraction}")
+        if self.rope_scaling is not None:
+            kind, numbers = rope_scaling_parts(self.rope_scaling)  # (a malformed spec: its form, in one line)
+            if kind == "longrope" and len(numbers[2]) != self.rotary_dim // 2:
+                raise ValueError(
+                    f"--rope-scaling longrope gives {len(numbers[2])} factors for {self.rotary_dim // 2} rotated "
+                    "pairs; give one short and one long factor per pair"
+                )
         if self.pos == "rope" and self.rotary_dim % 2:
             raise ValueError(
                 f"--pos rope rotates pairs of a head's dimensions: {self.rotary_dim} of them (head width "
