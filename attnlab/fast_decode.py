@@ -47,15 +47,18 @@ def why_not_fast(model: nn.Module) -> str | None:
 
 class FastDecoder:
     """Decodes ``batch`` rows of ``model`` with a fixed-shape step (compiled unless
-    ``compile=False``). One per model and batch size (:func:`fast_decoder` keeps them): the
-    compiled step is reused across calls of :meth:`generate`."""
+    ``compile=False``). ``max_len``: the cache's columns, the model's context by default; a
+    shorter cache decodes texts of up to ``max_len`` tokens (attention reads every column at every
+    step: a 32k-token context read for a 100-token text would cost 300 times the attention). One
+    per model, batch size and length (:func:`fast_decoder` keeps them): the compiled step is reused
+    across calls of :meth:`generate`."""
 
-    def __init__(self, model: nn.Module, batch: int, *, compile: bool = True) -> None:
+    def __init__(self, model: nn.Module, batch: int, *, compile: bool = True, max_len: int | None = None) -> None:
         why = why_not_fast(model)
         if why is not None:
             raise ValueError(f"the fixed-shape decode step does not support {why}")
         self.model, self.batch = model, batch
-        self.max_len = model.config.context
+        self.max_len = min(max_len or model.config.context, model.config.context)
         param = next(model.parameters())
         self.device = param.device
         # (zeros, not empty: masked columns get weight 0, and 0 x NaN from stale memory is NaN)
@@ -137,6 +140,11 @@ class FastDecoder:
         ``on_step`` does (it sees each step's ids) or ``eos_id`` is set (every 8 tokens)."""
         if ids.shape[0] != self.batch:
             raise ValueError(f"this decoder was built for {self.batch} rows, got {ids.shape[0]}")
+        if self.max_len < self.model.config.context and ids.shape[1] + max_new_tokens > self.max_len:
+            raise ValueError(
+                f"this decoder's cache holds {self.max_len} tokens, fewer than the prompt ({ids.shape[1]}) and "
+                f"max_new_tokens ({max_new_tokens}); build one with max_len at least their sum"
+            )
         self.model.eval()
         block, device = self.max_len, self.device
         padded = not bool(mask.all())
@@ -199,13 +207,17 @@ def _compile_counters() -> dict[str, int]:
 _decoders: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
-def fast_decoder(model: nn.Module, batch: int, *, compile: bool = True) -> FastDecoder:
-    """The :class:`FastDecoder` of ``model`` for ``batch`` rows, built once and kept while the
-    model lives (a new one would compile again)."""
+def fast_decoder(model: nn.Module, batch: int, *, compile: bool = True, length: int | None = None) -> FastDecoder:
+    """The :class:`FastDecoder` of ``model`` for ``batch`` rows and texts of ``length`` tokens
+    (prompt and new tokens; None: the whole context), built once and kept while the model lives (a
+    new one would compile again). Its cache is ``length`` rounded up to a power of two from 256 (or
+    the context, when that is shorter), so that texts of similar lengths share one compiled step."""
+    context = model.config.context
+    max_len = context if length is None else min(context, max(256, 1 << (max(length, 1) - 1).bit_length()))
     per_model = _decoders.setdefault(model, {})
-    key = (batch, compile)
+    key = (batch, compile, max_len)
     if key not in per_model:
-        per_model[key] = FastDecoder(model, batch, compile=compile)
+        per_model[key] = FastDecoder(model, batch, compile=compile, max_len=max_len)
     return per_model[key]
 
 

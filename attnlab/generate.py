@@ -149,7 +149,7 @@ def generate(
             def pick(logits: Tensor) -> Tensor:
                 return sample_next(logits, temperature=temperature, top_k=top_k, top_p=top_p, generator=generator)
 
-            new = fast_decoder(model, ids.shape[0]).generate(
+            new = fast_decoder(model, ids.shape[0], length=ids.shape[1] + max_new_tokens).generate(
                 ids, mask, max_new_tokens, pick, eos_id=eos_id, on_step=on_step
             )
             return [list(p) + tail for p, tail in zip(prompts, new.tolist())]

@@ -347,4 +347,4 @@ def checked_by(declaration: Callable[[], OptionSpecs], *, unchecked: tuple[str, 
 
 # ``--quantize``'s choices (attnlab.quantize implements them; kept here, where no torch is imported,
 # so that building the command line stays fast)
-QUANTIZE_CHOICES = ("int8", "dynamic-int8")
+QUANTIZE_CHOICES = ("int8", "dynamic-int8", "packed")

@@ -280,8 +280,9 @@ def generate_rows(device, shape, new_tokens) -> list[dict]:
         same = sum(a == b for a, b in zip(eager, fast))
         print(f"batch {batch}: compile=True {batch * new_tokens / t_fast:,.0f} tokens/s, {same}/{batch} rows "
               "the same tokens as eager", flush=True)  # fmt: skip
-        counts = fast_decoder(model, batch).graph_counts() or {}
-        print(f"batch {batch}: {fast_decoder(model, batch).graph_line()}", flush=True)
+        decoder = fast_decoder(model, batch, length=8 + new_tokens)  # (the one generate(compile=True) used)
+        counts = decoder.graph_counts() or {}
+        print(f"batch {batch}: {decoder.graph_line()}", flush=True)
         row = {
             "generate (greedy)": f"batch {batch}, {new_tokens} tokens",
             "eager tok/s": f"{batch * new_tokens / t_eager:,.0f}",

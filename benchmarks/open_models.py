@@ -13,13 +13,15 @@ saved as bf16 safetensors shards of 200 MB. Then:
 2. In one process, the same checkpoint as ``transformers`` loads it and as attnlab loads it, both
    in ``--dtype`` (fp32 by default: random weights give near-ties that bf16 rounding breaks
    differently on each side): 64 greedy tokens after a 32-token prompt, each timed (best of 2),
-   by ``transformers``' ``generate``, attnlab's eager ``generate`` and attnlab's compiled
-   fixed-shape decoder (``compile=True``), and the tokens compared.
+   by ``transformers``' ``generate``, attnlab's eager ``generate``, attnlab's compiled
+   fixed-shape decoder (``compile=True``) and attnlab's eager ``generate`` with the weights packed
+   for the CPU's GEMM (``--quantize packed``), and the tokens compared.
 """
 
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import subprocess
 import sys
@@ -77,6 +79,7 @@ def main() -> None:
 
     import attnlab
     from attnlab.generate import generate
+    from attnlab.quantize import quantize
 
     torch.manual_seed(1)
     prompt = torch.randint(CONFIG["vocab_size"], (1, 32))
@@ -89,13 +92,16 @@ def main() -> None:
             return theirs.generate(prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=args.tokens,
                                    min_new_tokens=args.tokens, do_sample=False)[0].tolist()  # fmt: skip
 
-    def attnlab_generate(compile: bool):
+    packed = quantize(copy.deepcopy(ours), "packed")  # (the same weights, packed for the CPU's GEMM)
+
+    def attnlab_generate(model, compile: bool = False):
         with torch.no_grad():
-            return generate(ours, prompt.tolist(), args.tokens, temperature=0.0, compile=compile)[0]
+            return generate(model, prompt.tolist(), args.tokens, temperature=0.0, compile=compile)[0]
 
     timings = {}
-    runs = (("transformers", hf_generate), ("attnlab", lambda: attnlab_generate(False)),
-            ("attnlab compiled", lambda: attnlab_generate(True)))  # fmt: skip
+    runs = (("transformers", hf_generate), ("attnlab", lambda: attnlab_generate(ours)),
+            ("attnlab compiled", lambda: attnlab_generate(ours, True)),
+            ("attnlab --quantize packed", lambda: attnlab_generate(packed)))  # fmt: skip
     for name, run in runs:
         best, tokens = float("inf"), None
         for _ in range(2):  # (the compiled decoder's first run compiles: the best of two is its second)
@@ -105,14 +111,15 @@ def main() -> None:
         timings[name] = (best, tokens)
     hf_s, hf_tokens = timings["transformers"]
     row.update(tokens=args.tokens, threads=torch.get_num_threads(), dtype=args.dtype, transformers_s=hf_s)
-    for name in ("attnlab", "attnlab compiled"):
+    for name in ("attnlab", "attnlab compiled", "attnlab --quantize packed"):
         our_s, our_tokens = timings[name]
         same = sum(a == b for a, b in zip(hf_tokens[32:], our_tokens[32:]))
-        row[name] = {"s": our_s, "speedup": hf_s / our_s, "same_tokens": same}
+        as_eager = sum(a == b for a, b in zip(timings["attnlab"][1][32:], our_tokens[32:]))
+        row[name] = {"s": our_s, "speedup": hf_s / our_s, "same_tokens": same, "same_as_attnlab_eager": as_eager}
         print(f"generate ({args.dtype}, {torch.get_num_threads()} threads): {args.tokens} greedy tokens after 32: "
               f"transformers {hf_s:.2f} s ({args.tokens / hf_s:.1f} tokens/s), {name} {our_s:.2f} s "
               f"({args.tokens / our_s:.1f} tokens/s): {hf_s / our_s:.2f}x; the same token at {same} of "
-              f"{args.tokens} positions", flush=True)  # fmt: skip
+              f"{args.tokens} positions ({as_eager} as attnlab's eager decoding)", flush=True)  # fmt: skip
     if args.json:
         args.json.write_text(json.dumps(row, indent=1))
 

@@ -8,6 +8,7 @@ import torch
 import torch.nn.functional as F
 
 from attnlab.cli import main
+from attnlab.generate import generate
 from attnlab.models import GPT, GPTConfig
 from attnlab.quantize import Int8Linear, quantize
 
@@ -74,3 +75,47 @@ def test_sample_and_eval_with_int8(tmp_path, capsys):
     assert len(capsys.readouterr().out) >= 20
     assert main(["sample", "--ckpt", str(run), "--quantize", "int4"]) != 0
     assert "--quantize" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_packed_weights_compute_the_same_layer_and_decode_the_same_tokens(dtype):
+    """--quantize packed: the same weights in the GEMM library's packed layout give the plain
+    layer's outputs (to the rounding of another summation order), keep the weight and bias
+    parameters (tied head included), and greedy fp32 decoding gives the same tokens."""
+    from attnlab.quantize import PackedLinear, why_not_packed
+
+    if why_not_packed(dtype) is not None:
+        pytest.skip(why_not_packed(dtype))
+    torch.manual_seed(0)
+    linear = torch.nn.Linear(48, 40).to(dtype)
+    packed = PackedLinear(linear)
+    assert packed.weight is linear.weight and packed.bias is linear.bias
+    for x in (torch.randn(1, 48), torch.randn(2, 7, 48)):  # one row (decoding) and a prefill's many
+        x = x.to(dtype)
+        tol = 1e-5 if dtype == torch.float32 else 2e-2
+        torch.testing.assert_close(packed(x), linear(x), atol=tol, rtol=tol)
+    model = GPT(GPTConfig(vocab_size=50, context=64, layers=2, heads=2, dim=32)).eval().to(dtype)
+    plain = generate(model, [[1, 2, 3]], 24, temperature=0)
+    head_tied = model.lm_head.weight is model.tok_emb.weight
+    quantize(model, "packed")
+    assert isinstance(model.blocks[0].attn.qkv, PackedLinear) and isinstance(model.lm_head, PackedLinear)
+    assert (model.lm_head.weight is model.tok_emb.weight) == head_tied
+    if dtype == torch.float32:
+        assert generate(model, [[1, 2, 3]], 24, temperature=0) == plain
+
+
+def test_packing_says_what_this_cpu_or_build_lacks(monkeypatch):
+    """Both sides of the hardware check: without bf16 instructions (or without MKL) packing is
+    refused in one line that says what to do; with them it is allowed."""
+    from attnlab.quantize import PackedLinear, why_not_packed
+
+    monkeypatch.setattr(torch.backends.mkldnn, "is_available", lambda: True)
+    monkeypatch.setattr(torch.ops.mkldnn, "_is_mkldnn_bf16_supported", lambda: False)
+    assert "sample in fp32" in why_not_packed(torch.bfloat16)
+    with pytest.raises(ValueError, match="--quantize packed: this CPU has no bf16"):
+        PackedLinear(torch.nn.Linear(4, 4).to(torch.bfloat16))
+    monkeypatch.setattr(torch.ops.mkldnn, "_is_mkldnn_bf16_supported", lambda: True)
+    assert why_not_packed(torch.bfloat16) is None
+    monkeypatch.setattr(torch.backends.mkl, "is_available", lambda: False)
+    assert "no MKL" in why_not_packed(torch.float32)
+    assert "fp32 and bf16" in why_not_packed(torch.float16)
