@@ -43,14 +43,15 @@ print(before, kb("VmHWM"), sum(p.numel() for p in model.parameters()))
 """
 
 
-def checkpoint(folder: Path) -> int:
+def checkpoint(folder: Path, init_std: float = 0.02) -> int:
     """The checkpoint (made once): its bytes on disk."""
     if not (folder / "model.safetensors.index.json").is_file():
         import torch
         import transformers
 
         torch.manual_seed(0)
-        config = transformers.Qwen2Config(**CONFIG, bos_token_id=None, eos_token_id=None, pad_token_id=None)
+        config = transformers.Qwen2Config(**CONFIG, bos_token_id=None, eos_token_id=None, pad_token_id=None,
+                                          initializer_range=init_std)  # fmt: skip
         model = transformers.AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16)
         model.save_pretrained(folder, max_shard_size="200MB")
     return sum(p.stat().st_size for p in folder.glob("*.safetensors"))
@@ -61,10 +62,18 @@ def main() -> None:
     p.add_argument("--work", type=Path, required=True, help="folder for the checkpoint (about 1 GB)")
     p.add_argument("--tokens", type=int, default=64, help="greedy tokens to generate (default 64)")
     p.add_argument("--dtype", choices=["fp32", "bf16"], default="fp32", help="generation's dtype (default fp32)")
+    p.add_argument(
+        "--init-std",
+        type=float,
+        default=0.02,
+        help="the random weights' standard deviation (transformers' initializer_range, 0.02 by default: "
+        "near-uniform next-token distributions whose near-ties bf16 rounds differently on each side; "
+        "a larger one gives peaked ones, as a trained model's are)",
+    )
     p.add_argument("--json", type=Path, default=None)
     args = p.parse_args()
-    folder = args.work / "qwen2-0.5b-random"
-    n_bytes = checkpoint(folder)
+    folder = args.work / ("qwen2-0.5b-random" + (f"-std{args.init_std:g}" if args.init_std != 0.02 else ""))
+    n_bytes = checkpoint(folder, args.init_std)
     out = subprocess.run([sys.executable, "-c", LOAD, str(folder)], capture_output=True, text=True, check=True)
     before, peak, params = (int(x) for x in out.stdout.split())
     growth = (peak - before) * 1024
