@@ -103,6 +103,7 @@ def test_report_and_command(tmp_path, capsys):
     report = (tmp_path / "rep" / "report.md").read_text()
     assert "2 of 2 claims PASS" in report and "> With q·k₁ = 102" in report
     assert "**Data**: computed: no data" in report and "**Control**: the same attention without dividing" in report
+    assert "- **Deck**: 001_1521457a98367c77.txt:251" in report and "001_1521457a98367c77.txt:292 (“58.9”)" in report
     assert main(["reproduce", "nonsense", "--out", str(tmp_path / "x")]) == 2
     assert "unknown claim" in capsys.readouterr().err
 
@@ -241,6 +242,7 @@ def test_the_docs_page_is_generated_from_the_claims(tmp_path):
     page = write_docs(results, ctx, tmp_path / "reproduce.md", "2 CPU cores (test)").read_text()
     assert "## Attention" in page and "## Positional encodings" in page and "## Vision" not in page
     assert "### `worked-example`: The worked example" in page and "> With q·k₁ = 102" in page
+    assert "- **Deck**: 000_bd2ef584872622f0.txt:388 (“Permutation equivariance”)" in page
     assert "- **Control**: the same attention with a causal mask, still without PE" in page
     assert "each run alone on 2 CPU cores (test)" in page and "its verdict at the tiny size" in page
     assert "[docs/reproduce/full/report.md](reproduce/full/report.md), 20 of 30 claims PASS, 10 FAIL; 3,600 s" in page
@@ -360,3 +362,28 @@ def test_a_budget_claims_verdict_along_its_runs():
     )
     b_short = [{25: 0.6, 50: 0.6, 75: 0.6, 100: 0.6}] * 2  # runs of other lengths: fractions only
     assert along_the_run({"A": a, "B": b_short}, judge).startswith("¼: FAIL, ½: INCONCLUSIVE")
+
+
+def test_every_claim_cites_the_deck_lines_it_checks_or_says_it_is_from_outside_them():
+    """Each claim carries FILE:LINE references into the lecture decks (../shared/lectures) with the
+    words found on that line, checked here against the decks themselves; a claim from outside the
+    decks says so and where it comes from; a claim with neither is refused at registration."""
+    import os
+    from pathlib import Path
+
+    from attnlab.experiments.registry import DECKS, claim
+
+    outside = [n for n, c in CLAIMS.items() if isinstance(c.source, str)]
+    assert outside == ["induction"] and "Olsson" in CLAIMS["induction"].deck_line
+    assert all(CLAIMS[n].source for n in CLAIMS)
+    with pytest.raises(ValueError, match="give its deck lines"):
+        claim("x", "X", "nothing", source=())
+    data = Path(os.environ.get("ATTNLAB_DATA", Path(__file__).resolve().parents[2] / "shared" / "data"))
+    lectures = data.parent / "lectures"
+    if not (lectures / DECKS["001"]).is_file():
+        pytest.skip("the lecture decks are not beside ATTNLAB_DATA (../shared/lectures)")
+    text = {k: (lectures / f).read_text(encoding="utf-8").splitlines() for k, f in DECKS.items()}
+    for name, c in CLAIMS.items():
+        for ref in () if isinstance(c.source, str) else c.source:
+            assert 1 <= ref.line <= len(text[ref.deck]), (name, str(ref))
+            assert ref.words.lower() in text[ref.deck][ref.line - 1].lower(), (name, str(ref))

@@ -10,7 +10,7 @@ import numpy as np
 import torch
 
 from ..inspect.plots import plt, save_figure
-from .registry import Context, Control, Result, claim, markdown_table
+from .registry import Context, Control, Result, claim, deck, markdown_table
 from .runs import gpt_losses, loss_bars
 from .stats import better_verdict, parts_verdict, seeds_for, seeds_note, swapped_labels_control
 
@@ -21,6 +21,7 @@ from .stats import better_verdict, parts_verdict, seeds_for, seeds_note, swapped
     "The worked example",
     "With q·k₁ = 102 and q·k₂ = 99 and d_k = 3, the scaled scores are 58.9 and 57.2 and the softmax "
     "weights 0.85 and 0.15.",
+    source=deck("001:251 q_1 k_1^{\\mathsf{T}} = 102", "001:292 58.9", "001:294 p_{1,1} = 0.85", "001:306 57.2"),
 )
 def worked_example(ctx: Context) -> Result:
     from ..attention import scaled_dot_product_attention
@@ -57,6 +58,9 @@ def worked_example(ctx: Context) -> Result:
     "Rows of P sum to 1; masks are exact",
     "Each row of the attention matrix P is a probability distribution; a causal mask gives future "
     "positions exactly zero weight, and padding is never attended to.",
+    source=deck(
+        "001:155 The softmax is applied on each row", "002:1380 Prevent vectors from looking at future vectors"
+    ),
 )
 def masks(ctx: Context) -> Result:
     from ..attention import MultiHeadAttention
@@ -109,6 +113,7 @@ def _lookup(keys: torch.Tensor, values: torch.Tensor, queries: torch.Tensor) -> 
     "Queries, keys and values come from retrieval: a query that matches one key returns that key's value (a hard "
     "lookup), and as the match softens the result becomes a weighted average of the values, the mean of all of "
     "them when the query matches none better than the others.",
+    source=deck("004:263 Q, K, V are originally from retrieval systems"),
 )
 def soft_lookup(ctx: Context) -> Result:
     g = torch.Generator().manual_seed(0)
@@ -183,6 +188,11 @@ def _saturates(rows: list, t: int) -> bool:
     "Why divide by √d_k",
     "Dot products of d_k-dimensional random vectors have variance d_k; unscaled, the softmax saturates as "
     "d_k grows (near one-hot, vanishing gradients); dividing by √d_k keeps it in range.",
+    source=deck(
+        "001:164 Without scaling: sharp distribution",
+        "002:942 the variance of the logits is higher",
+        "002:945 Divide by \\sqrt{D}",
+    ),
 )
 def scaling(ctx: Context) -> Result:
     torch.manual_seed(0)
@@ -355,6 +365,13 @@ def _table1_checks(sa, local, rnn, conv, m_sa, m_local, m_rnn, m_conv, n_path: i
     "Per layer: self-attention costs O(n²·d), restricted self-attention O(r·n·d), recurrent O(n·d²), "
     "convolutional O(k·n·d²); the maximum path length is O(1), O(n/r), O(n) and O(n/k) (contiguous "
     "kernels; O(log_k n) dilated); sequential operations O(1), O(1), O(n), O(1).",
+    source=deck(
+        "000:65 Table 1: Maximum path lengths",
+        "000:68 Self-Attention",
+        "000:69 Recurrent",
+        "000:70 Convolutional",
+        "000:71 Self-Attention (restricted)",
+    ),
 )
 def table1(ctx: Context) -> Result:
     ns, ds = [128, 256, 512, 1024], [32, 64, 128, 256]
@@ -447,6 +464,7 @@ def _largest_intermediate(fn) -> int:
     "Attention's memory grows as N × M",
     "The attention matrix holds one weight per (query, key) pair: for N queries and M keys the layer's working "
     "memory grows as N × M (quadratically in the length for self-attention), whatever the width.",
+    source=deck("002:1422 Requires a lot of memory", "001:629 Self-attention scales quadratically with token length"),
 )
 def attention_memory(ctx: Context) -> Result:
     from ..attention import scaled_dot_product_attention
@@ -496,6 +514,10 @@ def attention_memory(ctx: Context) -> Result:
     "Queries, keys and values each get their own projection: with W_K = W_Q every score is symmetric (token i "
     "attends to j as much as j to i, before masking), with W_V = W_K what a token offers to be found by is also "
     "what it passes on; either tie makes a worse model.",
+    source=deck(
+        "001:182 W_V , W_K are learned parameters",
+        "004:410 Why can't we fold queries and keys into one representation?",
+    ),
 )
 def three_projections(ctx: Context) -> Result:
     steps = ctx.steps(20, 400, 1500)
@@ -537,6 +559,7 @@ def _both_ties_control(qk_diffs, kv_diffs) -> Control:
     "√d_k makes training converge faster",
     "Without dividing by √d_k the dot products grow with d_k, the softmax saturates and its gradients vanish, so "
     "a model with wide heads learns more slowly than the same model with scaled scores.",
+    source=deck("001:165 vanishing gradients", "001:166 faster convergence"),
 )
 def scaling_convergence(ctx: Context) -> Result:
     steps = ctx.steps(5, 300, 1000)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 
 from ..inspect.plots import plt, save_figure
-from .registry import Context, Control, Result, claim, markdown_table
+from .registry import Context, Control, Result, claim, deck, markdown_table
 from .runs import fit
 
 
@@ -17,6 +17,11 @@ from .runs import fit
     "tell two graphs apart, and attending along the edges only (message passing) still cannot tell graphs apart "
     "that the Weisfeiler-Lehman test cannot. The Laplacian's eigenvectors, as positional encodings, let it "
     "(Dwivedi & Bresson 2021).",
+    source=deck(
+        "000:219 Sets as complete graphs",
+        "000:224 may be viewed as Graph Neural Networks",
+        "000:450 Laplacian positional encodings",
+    ),
 )
 def graphs(ctx: Context) -> Result:
     from ..data.graphs import cycle_graphs

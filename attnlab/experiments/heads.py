@@ -12,7 +12,7 @@ import torch.nn.functional as F
 
 from ..inspect.plots import head_scores_panel, plt, save_figure
 from ..training.tasks import RepeatedSequenceTask
-from .registry import Context, Control, Result, claim, markdown_table
+from .registry import Context, Control, Result, claim, deck, markdown_table
 from .runs import corpus, fit, gpt_losses, gpt_run_name, loss_bars, train_gpt
 from .stats import better_verdict, seeds_for, seeds_note, swapped_labels_control
 
@@ -46,6 +46,10 @@ def head_statistics(model, x, y) -> tuple[np.ndarray, list[tuple[str, float]], f
     "Heads attend differently",
     "Multi-head attention lets different heads attend to different things: their maps differ, and removing "
     "heads one at a time changes the loss by different amounts.",
+    source=deck(
+        '001:443 Run *H* Self-Attention "heads" in parallel',
+        "004:444 We are learning a different transformation per head",
+    ),
 )
 def heads(ctx: Context) -> Result:
     from ..models import GPT
@@ -104,6 +108,7 @@ def heads(ctx: Context) -> Result:
     "Several heads beat one head of the same size",
     "Splitting attention into several heads (each of width d/H, same parameters in total) works better than one "
     "head of full width: the heads can look at different positions at once.",
+    source=deck("004:472 Why multiple heads?", "004:475 It worked better in their paper"),
 )
 def multi_head(ctx: Context) -> Result:
     steps = ctx.steps(20, 400, 1500)
@@ -153,6 +158,7 @@ STABILITY_LR = 1e-2  # 3.3x the other text claims' 3e-3: stability shows where t
     "Several heads train more stably",
     "Several heads stabilise training: at a learning rate that pushes the model, one head of full width makes "
     "the training loss jump back up more often and further than several heads of the same total size.",
+    source=deck("004:478 has to do with training stability"),
 )
 def stability(ctx: Context) -> Result:
     steps = ctx.steps(20, 400, 1500)
@@ -282,6 +288,7 @@ class _UnrepeatedTokens(RepeatedSequenceTask):
     "occurrence of the current one), and the loss on the repeated half falls far below the first half's. The "
     "detected heads are the circuit: ablating them costs more loss on the repeated half than ablating any other "
     "pair of heads in the same layers.",
+    source='Olsson et al. 2022, "In-context learning and induction heads" (a mechanistic-interpretability finding the decks do not state)',
 )
 def induction(ctx: Context) -> Result:
     from ..inspect.detectors import repeated_random_tokens

@@ -8,7 +8,7 @@ import numpy as np
 import torch
 
 from ..inspect.plots import plt, save_figure
-from .registry import Context, Control, Result, claim, markdown_table
+from .registry import Context, Control, Result, claim, deck, markdown_table
 from .runs import corpus, gpt_losses, loss_at, loss_bars, spread_ends, train_gpt
 from .stats import same_verdict, seeds_for, seeds_note
 
@@ -18,6 +18,11 @@ from .stats import same_verdict, seeds_for, seeds_note
     "Attention alone ignores order",
     "Without positional encoding self-attention is permutation-equivariant (permuting the tokens permutes the "
     "outputs) and a mean-pooled output is permutation-invariant; adding positional encodings breaks both.",
+    source=deck(
+        "000:388 Permutation equivariance",
+        "002:1154 Permutation equivariant",
+        "002:1164 invariant to the permutation of Key/Values",
+    ),
 )
 def permutation(ctx: Context) -> Result:
     from ..attention import MultiHeadAttention
@@ -73,6 +78,12 @@ def _requirements(encode) -> dict[str, tuple[bool, float]]:
     "A positional encoding must give every position a unique code, stay bounded however long the input, and "
     "code a position the same way whatever the sequence length; the raw index (unbounded) and the index "
     "divided by the length (inconsistent across lengths) each fail one, and sinusoids meet all three.",
+    source=deck(
+        "002:1259 **unique** encoding",
+        "002:1260 consistent across sentences with different lengths",
+        "002:1261 Its values should be bounded",
+        "002:1262 It must be **deterministic**",
+    ),
 )
 def pe_requirements(ctx: Context) -> Result:
     from ..position import sinusoidal_encoding
@@ -128,6 +139,7 @@ def _offset_fit(pe: torch.Tensor, offsets=(1, 5, 20, 50)) -> tuple[float, float,
     "Sinusoidal positions: offsets are linear maps",
     "For every offset k there is a fixed linear map (a rotation of each sin/cos pair) M_k with "
     "PE(pos + k) = M_k PE(pos) for all pos, so the dot product PE(pos)·PE(pos + k) depends on k only.",
+    source=deck("002:1222 PE_{pos+k} can be represented as a linear function of PE_{pos}"),
 )
 def sinusoidal(ctx: Context) -> Result:
     from ..position import sinusoidal_encoding
@@ -178,6 +190,10 @@ def length_criterion(change: dict, good: tuple[str, str], bad: tuple[str, ...]) 
     "Positional encodings and longer inputs",
     "ALiBi (and relative schemes) let a model trained on short inputs read longer ones; learned absolute "
     "positions cannot go past what they were trained on (Press et al. 2022, fig. 1).",
+    source=deck(
+        "002:1238 difficulties in handling sequences longer than that seen in training",
+        "002:1261 generalize to **longer** sentences",
+    ),
 )
 def length(ctx: Context) -> Result:
     steps = ctx.steps(20, 400, 1500)
@@ -236,6 +252,10 @@ def length(ctx: Context) -> Result:
     "Concatenating [token; position] keeps the two apart but widens every layer's input; adding them works as well "
     "for a fixed width, since in a high-dimensional space the model can keep position and content in nearly "
     "separate directions.",
+    source=deck(
+        "002:1229 Add the positional embedding to the token embedding",
+        "002:1230 Concatenate the positional embedding to the token embedding",
+    ),
 )
 def add_concat(ctx: Context) -> Result:
     steps = ctx.steps(20, 400, 1500)

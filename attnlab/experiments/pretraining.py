@@ -7,7 +7,7 @@ import random
 
 import numpy as np
 
-from .registry import Context, Control, Result, claim, markdown_table
+from .registry import Context, Control, Result, claim, deck, markdown_table
 from .runs import loss_bars, quietly, run_settings
 from .stats import better_verdict, seeds_for, seeds_note
 
@@ -33,6 +33,11 @@ def _random_words(ctx: Context) -> str:
     "Pretrain on unlabelled text, then fine-tune (Devlin et al. 2019)",
     "A BERT-style encoder first trained to fill in masked words of unlabelled text, then fine-tuned on a labelled "
     "task, does better on that task than the same encoder trained on the labelled examples alone.",
+    source=deck(
+        "002:1474 Pretraining:",
+        "002:1478 Train a giant Transformer model for language modeling",
+        "002:1480 Finetuning:",
+    ),
 )
 def mlm_pretraining(ctx: Context) -> Result:
     from .. import api

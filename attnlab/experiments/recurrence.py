@@ -7,7 +7,7 @@ import random
 
 import torch
 
-from .registry import Context, Control, Result, claim, markdown_table
+from .registry import Context, Control, Result, claim, deck, markdown_table
 from .runs import fit, quietly, run_settings
 
 
@@ -17,6 +17,7 @@ from .runs import fit, quietly, run_settings
     "The RNN bottleneck",
     "An encoder-decoder RNN without attention must squeeze the whole input into one vector and fails on long "
     "inputs; with attention (and in the Transformer) accuracy holds up.",
+    source=deck("002:303 Input sequence not bottlenecked through single vector"),
 )
 def bottleneck(ctx: Context) -> Result:
     from .bottleneck import plot, run
@@ -83,6 +84,7 @@ def _bottleneck_checks(acc: dict, short: int, long: int, bottlenecked: str, atte
     "Attention as alignment",
     "A translation model's cross-attention aligns each output word with the input word it translates "
     "(Bahdanau et al. 2015); a captioner's attention falls on the object each word describes (Xu et al. 2015).",
+    source=deck("002:360 Attention figures out different word orders", "002:807 Show, Attend, and Tell"),
 )
 def alignment(ctx: Context) -> Result:
     from ..data.parallel import load_parallel, pad_batch, reorder_alignment, synthetic_pair
@@ -239,6 +241,7 @@ def _holds_up(by_objects: dict, bottlenecked: str, attending: str) -> tuple[bool
     "A captioner that sees the image once, as one vector, must squeeze every object into it, so its captions "
     "suffer as descriptions grow longer; with attention (Show, Attend and Tell) the decoder looks again at the "
     "image for every word, and long descriptions suffer less.",
+    source=deck('002:536 Input is "bottlenecked" through c', "002:540 really long descriptions"),
 )
 def caption_bottleneck(ctx: Context) -> Result:
     runs = {arch: _captioner(ctx, arch) for arch in ("rnn", "rnn-attention")}

@@ -75,6 +75,37 @@ def skipped(what: str, criterion: str) -> Result:
     return Result(f"not run: {what}", False, criterion, verdict="SKIPPED")
 
 
+# the lecture decks (``../shared/lectures``, their README): a claim's deck lines are cited in them
+DECKS = {
+    "000": "000_bd2ef584872622f0.txt",  # COMP547: tokens, attention, the positional-encoding zoo, Table 1, ViT, GPT, graphs
+    "001": "001_1521457a98367c77.txt",  # CS-433: the worked example, √d_k, multi-head, ViT, pretraining
+    "002": "002_a33fead74ad5ceec.txt",  # SUSTech: RNN seq2seq and captioning with attention, positions, BERT
+    "004": "004_a1df5acef988171b.txt",  # EE/CS/CNS148: attention, multi-head, ViT against CNNs
+}
+
+
+@dataclass(frozen=True)
+class DeckLine:
+    """Where a deck says what a claim checks: ``FILE:LINE`` and the words on that line."""
+
+    deck: str  # a key of DECKS
+    line: int
+    words: str  # found on that line (checked against the decks by the tests)
+
+    def __str__(self) -> str:
+        return f"{DECKS[self.deck]}:{self.line} (“{self.words}”)"
+
+
+def deck(*refs: str) -> tuple[DeckLine, ...]:
+    """``deck("001:292 58.9", …)``: each reference as DECK:LINE and the words on that line."""
+    lines = []
+    for ref in refs:
+        where, words = ref.split(" ", 1)
+        name, line = where.split(":")
+        lines.append(DeckLine(name, int(line), words))
+    return tuple(lines)
+
+
 @dataclass
 class Claim:
     name: str
@@ -83,17 +114,29 @@ class Claim:
     check: Callable[[Context], Result]
     command: str = ""
     topic: str = ""  # the module (lecture topic) it lives in
+    # the deck lines it checks, or (a string) why it is from outside the decks and where it comes from
+    source: tuple[DeckLine, ...] | str = ()
+
+    @property
+    def deck_line(self) -> str:
+        """The report's line: the deck references, or that the claim is from outside the decks."""
+        if isinstance(self.source, str):
+            return f"outside the decks: {self.source}"
+        return "; ".join(str(ref) for ref in self.source)
 
 
 CLAIMS: dict[str, Claim] = {}
 
 
-def claim(name: str, title: str, statement: str):
-    """Register ``check(ctx) -> Result`` as the claim ``name`` (``attnlab reproduce NAME``)."""
+def claim(name: str, title: str, statement: str, *, source: tuple[DeckLine, ...] | str):
+    """Register ``check(ctx) -> Result`` as the claim ``name`` (``attnlab reproduce NAME``);
+    ``source``: the deck lines it checks (:func:`deck`), or why it is from outside the decks."""
+    if not source:
+        raise ValueError(f"claim {name!r}: give its deck lines, or say where it comes from if not the decks")
 
     def add(fn):
         topic = fn.__module__.rsplit(".", 1)[-1]
-        CLAIMS[name] = Claim(name, title, statement, fn, f"attnlab reproduce {name}", topic)
+        CLAIMS[name] = Claim(name, title, statement, fn, f"attnlab reproduce {name}", topic, source)
         return fn
 
     return add

@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 
 from ..inspect.plots import plt, save_figure
-from .registry import Context, Control, Result, claim, markdown_table, skipped
+from .registry import Context, Control, Result, claim, deck, markdown_table, skipped
 from .runs import (
     as_the_digits_vit,
     digits,
@@ -42,6 +42,10 @@ def _layout_learned(vit, dist: torch.Tensor, g: int) -> tuple[bool, float, float
     "with depth (some heads attend locally in early layers, all globally late). (The figure's third part, patch "
     "filters resembling basis functions, is drawn but not judged: a 2×2 patch of one channel has 4 pixels, so "
     "any 4 filters span its whole space.)",
+    source=deck(
+        "001:579 edge/color detectors similar to first-layer convolutions",
+        "004:738 ViT early layers (block0, block1) encode both local and global",
+    ),
 )
 def vit_figures(ctx: Context) -> Result:
     from ..inspect import analysis as A
@@ -125,6 +129,10 @@ def _dependence(model, image: torch.Tensor, read) -> float:
     "A ViT sees the whole image after one layer",
     "After a single self-attention layer every patch's representation can depend on every pixel of the image, "
     "where a convolutional layer sees only its kernel's neighbourhood and needs depth to see further.",
+    source=deck(
+        "001:545 The receptive field is the whole image after just one self-attention layer",
+        "004:748 ViT starts incorporating global information much earlier",
+    ),
 )
 def receptive_field(ctx: Context) -> Result:
     from ..models import CNN, CNNConfig, ViT
@@ -194,6 +202,9 @@ def locality_model(kind: str, size: int):
     "A convolution combines only the pixels within its receptive field, so a shallow CNN cannot learn a relation "
     "between two parts of an image that lie farther apart than that, and needs depth for its receptive field to "
     "grow; self-attention relates any two patches in every layer.",
+    source=deck(
+        "000:235 CNNs are built around the idea of locality", "004:740 CNNs only encode local information early on"
+    ),
 )
 def locality(ctx: Context) -> Result:
     from ..data.images import two_dots
@@ -327,6 +338,7 @@ def _attention_as_conv(x: torch.Tensor, kernel: torch.Tensor, alpha: float | Non
     "A multi-head self-attention layer with K² heads and relative positional scores can express any K×K "
     "convolution: each head attends to one offset, and the output projection applies that offset's slice of "
     "the kernel.",
+    source=deck("001:544 Self-attention is more general than convolution and can potentially express it"),
 )
 def conv_expression(ctx: Context) -> Result:
     torch.manual_seed(0)
@@ -388,6 +400,7 @@ def _occlusion(vit, x: torch.Tensor) -> torch.Tensor:
     "One layer's attention weights are a poor explanation of what a prediction rests on, since information also "
     "flows through the residual connections and mixes across layers; attention rollout (each layer's attention "
     "plus the identity, multiplied through the layers) agrees better with the input patches' actual importance.",
+    source=deck("001:584 Attention Rollout", "001:585 mixing of attention across tokens through all layers"),
 )
 def rollout(ctx: Context) -> Result:
     from ..inspect import analysis as A
@@ -441,6 +454,7 @@ def rollout(ctx: Context) -> Result:
     "Class token or global average pooling (Dosovitskiy et al. 2021, appendix D.3)",
     "A ViT can classify from an extra [CLS] token or from the average of its patch tokens (global average "
     "pooling, as CNNs do): both work equally well.",
+    source=deck("004:641 GAP - global average pooling only CLS-Token"),
 )
 def cls_gap(ctx: Context) -> Result:
     seeds = seeds_for(ctx)
@@ -479,6 +493,9 @@ def cls_gap(ctx: Context) -> Result:
     "Without a convolution's built-in locality and translation equivariance a ViT needs more data: trained from "
     "scratch on little data a CNN (ResNet) leads, the lead shrinks as the data grow, and a ViT pretrained on a "
     "larger dataset closes it.",
+    source=deck(
+        "001:546 ViTs require more data than CNNs", "001:547 competitive with CNNs after large-scale pretraining"
+    ),
 )
 def data_hunger(ctx: Context) -> Result:
     from ..data.images import ImageSplits
@@ -617,6 +634,7 @@ def data_hunger(ctx: Context) -> Result:
     "ViT positions: any kind does, none does not (Dosovitskiy et al. 2021, appendix D.4)",
     "Without positions a ViT sees a bag of patches; a learned 1-D table, fixed 2-D sin-cos, Fourier features of the "
     "patch coordinates and 2-D relative positions all give it the layout, and do about equally well.",
+    source=deck("000:420 Fourier positional codes", "002:1240 for image (Bello et al 2019)"),
 )
 def image_positions(ctx: Context) -> Result:
     kinds = ("learned", "sincos", "fourier", "relative")
@@ -667,6 +685,10 @@ def image_positions(ctx: Context) -> Result:
     "ViT vs CNN representations (Raghu et al. 2021)",
     "ViTs have more uniform representations across layers than CNNs: their lower and higher layers are more "
     "similar (higher CKA) than a CNN's.",
+    source=deck(
+        "004:707 Centered Kernel Alignment (CKA)",
+        "004:703 ViT uses a different method to compute low-level representations",
+    ),
 )
 def cka(ctx: Context) -> Result:
     from ..inspect import analysis as A
