@@ -21,7 +21,7 @@ from torch import Tensor, nn
 
 from ..errors import CheckpointError
 from . import Converter, filled, hf_weights, register
-from .llama import decoder_shape, qkv_sizes
+from .llama import decoder_shape, qkv_sizes, shape_entries
 
 ARCHITECTURES = {"gemma2": "Gemma2ForCausalLM", "gemma3_text": "Gemma3ForCausalLM"}
 ACTIVATIONS = {"gelu_pytorch_tanh": "gelu_tanh", "gelu": "gelu"}
@@ -158,7 +158,7 @@ def export_gemma(model: nn.Module) -> tuple[dict[str, Tensor], dict]:
     sd = {k: v.detach().cpu() for k, v in model.state_dict().items()}
     sd["tok_emb.weight"] = sd["tok_emb.weight"][: c.vocab_size]
     out = {hf: (sd[ours] - 1 if gain else sd[ours]).contiguous() for hf, ours, gain in key_map(c.layers, c.qk_norm)}
-    d, kv = c.d_head, c.kv_heads or c.heads
+    d = c.d_head
     for i in range(c.layers):
         qkv = sd[f"blocks.{i}.attn.qkv.weight"].split(qkv_sizes(c))
         for p, w in zip("qkv", qkv):
@@ -169,18 +169,8 @@ def export_gemma(model: nn.Module) -> tuple[dict[str, Tensor], dict]:
     scalar = (c.attn_scale or d**-0.5) ** -2
     base = {"rope_theta": c.rope_base, "rope_type": "default"}
     config = {
-        "architectures": [ARCHITECTURES[kind]],
-        "model_type": kind,
-        "vocab_size": c.vocab_size,
-        "hidden_size": c.dim,
-        "intermediate_size": c.mlp_hidden or 4 * c.dim,
-        "num_hidden_layers": c.layers,
-        "num_attention_heads": c.heads,
-        "num_key_value_heads": kv,
-        "head_dim": d,
+        **shape_entries(c, kind, ARCHITECTURES[kind]),
         "hidden_activation": {v: k for k, v in ACTIVATIONS.items()}[c.activation],
-        "max_position_embeddings": c.context,
-        "rms_norm_eps": c.norm_eps,
         "query_pre_attn_scalar": round(scalar, 6) if abs(scalar - round(scalar)) > 1e-6 else int(round(scalar)),
         "sliding_window": c.window + 1 if c.window is not None else None,
         "layer_types": layer_types,

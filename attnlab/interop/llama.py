@@ -95,6 +95,24 @@ def decoder_shape(cfg: dict, context: int) -> dict:
     )
 
 
+def shape_entries(c, kind: str, architecture: str) -> dict:
+    """:func:`decoder_shape` backwards: the config.json entries every Llama-shaped export (Gemma's
+    too) writes the same way from the GPTConfig ``c``."""
+    return {
+        "architectures": [architecture],
+        "model_type": kind,
+        "vocab_size": c.vocab_size,
+        "hidden_size": c.dim,
+        "intermediate_size": c.mlp_hidden or 4 * c.dim,
+        "num_hidden_layers": c.layers,
+        "num_attention_heads": c.heads,
+        "num_key_value_heads": c.kv_heads or c.heads,
+        "head_dim": c.d_head,
+        "max_position_embeddings": c.context,
+        "rms_norm_eps": c.norm_eps,
+    }
+
+
 def qkv_sizes(c) -> tuple[int, int, int]:
     """The rows of W_Q, W_K and W_V in attnlab's fused ``qkv`` of the GPTConfig ``c``."""
     kv = c.kv_heads or c.heads
@@ -230,7 +248,6 @@ def export_llama(model: nn.Module) -> tuple[dict[str, Tensor], dict]:
     sd = {k: v.detach().cpu() for k, v in model.state_dict().items()}
     sd["tok_emb.weight"] = sd["tok_emb.weight"][: c.vocab_size]
     out = {hf: sd[ours].contiguous() for hf, ours in key_map(c.layers, c.qk_norm)}
-    d, kv = c.d_head, c.kv_heads or c.heads
     split = qkv_sizes(c)
     for i in range(c.layers):
         h, a = f"model.layers.{i}.", f"blocks.{i}."
@@ -253,18 +270,8 @@ def export_llama(model: nn.Module) -> tuple[dict[str, Tensor], dict]:
                 [out.pop(h + f"mlp.{p}_proj.weight") for p in ("gate", "up")]
             )
     config = {
-        "architectures": [ARCHITECTURES[kind]],
-        "model_type": kind,
-        "vocab_size": c.vocab_size,
-        "hidden_size": c.dim,
-        "intermediate_size": c.mlp_hidden or 4 * c.dim,
-        "num_hidden_layers": c.layers,
-        "num_attention_heads": c.heads,
-        "num_key_value_heads": kv,
-        "head_dim": d,
+        **shape_entries(c, kind, ARCHITECTURES[kind]),
         "hidden_act": {v: k for k, v in ACTIVATIONS.items()}[c.activation],
-        "max_position_embeddings": c.context,
-        "rms_norm_eps": c.norm_eps,
         "rope_theta": c.rope_base,
         "partial_rotary_factor": c.rope_fraction,
         "rope_parameters": {"rope_theta": c.rope_base, "partial_rotary_factor": c.rope_fraction, **scaling_of(c)},
