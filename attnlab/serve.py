@@ -652,6 +652,7 @@ def serve_specs() -> OptionSpecs:
     )
     sv.add("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
     sv.add_device("cpu")
+    sv.add_decode_form()
     sv.add(
         "--batch-size",
         type=positive_int,

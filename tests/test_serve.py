@@ -199,3 +199,23 @@ def test_server_bodies_are_checked_by_the_sample_commands_own_specs(server):
             specs.check(name, bad)
         r = httpx.post(url + "/generate", json={"prompt": "to", name: bad}, timeout=30)
         assert r.status_code == 400 and f"field '{name}'" in r.text, (name, r.text)
+
+
+@pytest.mark.parametrize("dtype, quantize", [("bf16", "packed"), ("fp32", "int8")])
+def test_serve_decodes_in_the_form_dtype_and_quantize_ask_for(tmp_path, monkeypatch, dtype, quantize):
+    """`attnlab serve --dtype --quantize` (declared once with `sample`'s): the served model is the
+    loaded one in that dtype with those layers."""
+    import torch
+
+    import attnlab.serve
+    from attnlab.cli import main
+    from attnlab.quantize import Int8Linear, PackedLinear, why_not_packed
+
+    if quantize == "packed" and why_not_packed(torch.bfloat16) is not None:
+        pytest.skip(why_not_packed(torch.bfloat16))
+    served = {}
+    monkeypatch.setattr(attnlab.serve, "serve", lambda model, *a, **kw: served.update(model=model))
+    assert main(["serve", "--ckpt", str(RUN), "--dtype", dtype, "--quantize", quantize]) == 0
+    model = served["model"]
+    assert isinstance(model.blocks[0].attn.qkv, PackedLinear if quantize == "packed" else Int8Linear)
+    assert model.tok_emb.weight.dtype == (torch.bfloat16 if dtype == "bf16" else torch.float32)

@@ -404,8 +404,10 @@ def _serve(args) -> int:
             flush=True,
         )
 
+    from ..recipes.gpt import as_sampled
+
     try:
-        model = load(args.ckpt, device=args.device)
+        model = as_sampled(load(args.ckpt, device=args.device), args)
         serve(model, recipe.explore_kind, args.host, args.port, ready, batch_size=args.batch_size)
     except KeyboardInterrupt:
         print("stopped", file=sys.stderr)

@@ -794,23 +794,7 @@ def sample_specs() -> OptionSpecs:
     s.add("--stop", kind="append", default=[], help="stop a sample at this string (repeatable)")
     s.add("--seed", type=seed_value, default=1337, help="random seed (default 1337)")
     s.add("--no-cache", kind="flag", help="recompute the whole prefix each step instead of using the KV cache")
-    s.add(
-        "--dtype",
-        choices=["fp32", "bf16"],
-        default="fp32",
-        help="weights and activations while sampling; bf16 halves the memory read per token, which "
-        "bounds generation on a CPU (about 1.9x faster here; tokens may differ slightly) "
-        "(default fp32)",
-    )
-    s.add(
-        "--quantize",
-        choices=list(QUANTIZE_CHOICES),
-        default=None,
-        help="CPU: int8 weights for every Linear layer, a quarter of fp32's bytes per token: int8 (weights only; "
-        "3.2x HuggingFace fp32 at GPT-2 small here) or dynamic-int8 (activations too; faster, rounds more); or "
-        "packed: the same fp32/bf16 weights in the GEMM library's packed layout (about 1.6x a Qwen2-0.5B's bf16 "
-        "decoding here)",
-    )
+    s.add_decode_form()
     s.add(
         "--draft",
         default=None,
