@@ -52,26 +52,24 @@ def build_parser() -> argparse.ArgumentParser:
                 )
                 c.set_defaults(func=lambda args, command=command: command.run(args))
 
-    pr = sub.add_parser(
+    option_parser(
+        sub,
         "predict",
+        predict_specs(),
         help="classify images or texts with a trained classifier",
-        epilog=EPILOG,
         description="Image classifiers: the top-k classes of each image file. Text classifiers: "
         "the label of each text, with the top-k probabilities.",
-    )
-    add_options(pr, predict_specs())
-    pr.set_defaults(func=lambda args: _family(args.ckpt).predict(args))
+    ).set_defaults(func=lambda args: _family(args.ckpt).predict(args))
 
-    e = sub.add_parser(
+    option_parser(
+        sub,
         "eval",
+        _eval_options(families, "run folder or checkpoint folder", "print the metrics as one JSON object"),
         help="evaluate a trained model (loss/perplexity, accuracy, BLEU)",
-        epilog=EPILOG,
         description="Language models: loss, perplexity and bits per character/byte on the validation "
         "split. Image classifiers: accuracy on the test split and a confusion-matrix PNG. "
         "Seq2seq: perplexity and sacreBLEU on the test split.",
-    )
-    add_options(e, _eval_options(families, "run folder or checkpoint folder", "print the metrics as one JSON object"))
-    e.set_defaults(func=_evaluate)
+    ).set_defaults(func=_evaluate)
 
     ab = sub.add_parser(
         "ablate",
@@ -89,16 +87,15 @@ def build_parser() -> argparse.ArgumentParser:
     add_options(ab, ablations)
     ab.set_defaults(func=_ablate)
 
-    pa = sub.add_parser(
+    option_parser(
+        sub,
         "patch",
+        patch_specs(),
         help="activation patching: which layer and position (or head) carries an answer",
-        epilog=EPILOG,
         description="Run the corrupted input with one activation at a time taken from the clean run, and draw how "
         "much of the clean preference for --answer (over --wrong) each restores: 1 = all of it, 0 = none. GPTs: "
         "texts of the same token count and single-token answers; ViTs: two image files and class labels.",
-    )
-    add_options(pa, patch_specs())
-    pa.set_defaults(func=_patch)
+    ).set_defaults(func=_patch)
 
     inspections: dict[str, dict[str, list[str]]] = {}  # what -> its help -> the families that offer it so
     for r in families:
@@ -124,56 +121,53 @@ def build_parser() -> argparse.ArgumentParser:
     add_options(ins, inspects)
     ins.set_defaults(func=_inspect)
 
-    ex = sub.add_parser(
+    option_parser(
+        sub,
         "explore",
+        explore_specs(),
         help="write an offline HTML page to explore a model's attention",
-        epilog=EPILOG,
         description="One self-contained HTML file (no network, no server): GPT and text encoders "
         "(--text): head view, model view, next-token distribution; ViT (--image): click a patch, "
         "class-token attention, rollout, attention distance; seq2seq (--src [--tgt]): "
         "cross-attention per layer and head. Every view shows its values and saves PNG and JSON.",
-    )
-    add_options(ex, explore_specs())
-    ex.set_defaults(func=_explore)
+    ).set_defaults(func=_explore)
 
-    sv = sub.add_parser(
+    option_parser(
+        sub,
         "serve",
+        serve_specs(),
         help="serve the explorer locally, with an input box",
-        epilog=EPILOG,
         description="The explorer page of `attnlab explore`, served on this machine: type a text "
         "(GPT, text encoder), upload an image (ViT) or a sentence (seq2seq) and the views are "
         "recomputed. A GPT run also generates text (the page's second box, or POST /generate with "
         'JSON {"prompt": ..., "max_new_tokens": ..., "temperature": ...}), batching the requests that '
         "arrive together. Bound to 127.0.0.1; requests from other origins are refused.",
-    )
-    add_options(sv, serve_specs())
-    sv.set_defaults(func=_serve)
+    ).set_defaults(func=_serve)
 
     from ..experiments import CLAIMS, reproduce_specs
 
-    rp = sub.add_parser(
+    option_parser(
+        sub,
         "reproduce",
+        reproduce_specs(),
         help="check the lectures' claims on real runs; write a report",
-        epilog=EPILOG,
         description="Each claim: the lecture's statement, what was run on which data, the figure or table, "
         "the measured numbers, a stated criterion and a must-fail control run beside it; PASS (the control "
         "fails the criterion), FAIL, INCONCLUSIVE (the control clears it too, or seed noise straddles it) or "
         "SKIPPED (its data is absent), in OUT/report.md with its PNGs. Claims: " + ", ".join(CLAIMS),
-    )
-    add_options(rp, reproduce_specs())
-    rp.set_defaults(func=_reproduce)
+    ).set_defaults(func=_reproduce)
 
     from ..bench import bench_specs
 
-    b = sub.add_parser(
+    option_parser(
+        sub,
         "bench",
+        bench_specs(),
         help="benchmark attnlab against its peers and this machine's peak",
         description="Attention, GPT training and generation, ViT and encoder-decoder training steps, "
         "each against a peer (HuggingFace, torch.nn) measured in the same run, with model FLOPs "
         "utilisation against the matmul peak measured at the start. Runs on CUDA when present.",
-    )
-    add_options(b, bench_specs())
-    b.set_defaults(func=_bench)
+    ).set_defaults(func=_bench)
 
     sae = sub.add_parser(
         "sae",
