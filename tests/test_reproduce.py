@@ -195,13 +195,37 @@ def test_the_reorder_task_and_its_reference_alignment():
         assert tgt == "".join(src[j].upper() for j in order)
 
 
-def test_the_stats_controls():
-    from attnlab.experiments.stats import swapped_labels_control
+def test_the_a_a_control_is_the_claims_own_criterion_on_other_seeds():
+    """A comparison's control runs the better side again with other seeds and hands the difference
+    to the claim's own judging function: a consistent A/A difference clears it (the control can
+    clear), noise around 0 does not."""
+    from attnlab.experiments.stats import aa_control, aa_seeds, better_verdict
 
-    consistent = swapped_labels_control([0.1, 0.12, 0.11], "d")  # a real effect: swapped, it cancels
-    assert not consistent.cleared and "[-" in consistent.measured
-    # differences that follow the seed's parity survive the swap: the control clears (no real effect)
-    assert swapped_labels_control([0.1, -0.1, 0.1], "d").cleared
+    assert aa_seeds((0, 1, 2)) == (1000, 1001, 1002)
+    noise = aa_control(better_verdict([0.01, -0.012, 0.004], "d"))
+    assert not noise.cleared and noise.what.startswith("an A/A run") and "[-" in noise.measured
+    assert aa_control(better_verdict([0.05, 0.06, 0.055], "d")).cleared
+
+
+COMPARISONS = ("three-projections", "scaling-convergence", "multi-head", "stability")
+
+
+@pytest.mark.parametrize("name", COMPARISONS)
+def test_every_comparison_is_controlled_by_an_a_a_run_not_by_relabelling_its_own(name, tiny):
+    _, results = tiny
+    control = results[name].control
+    assert control.what.startswith("an A/A run: the same configuration on both sides"), control.what
+
+
+def test_a_vacuous_criterion_clears_its_a_a_control_and_the_claim_is_inconclusive(tmp_path, monkeypatch):
+    """multi-head judged by a criterion that passes whatever it is given: the A/A control, judged by
+    the same function, clears it too, so the claim is INCONCLUSIVE, not PASS."""
+    from attnlab.experiments import heads
+
+    monkeypatch.setattr(heads, "better_verdict", lambda diffs, what: (True, None, f"{what}: vacuous"))
+    ctx = Context(out=tmp_path / "out", work=tmp_path / "work", size="tiny")
+    result = run_claims(["multi-head"], ctx, log=lambda m: None)["multi-head"]
+    assert result.passed and result.control.cleared and result.status == "INCONCLUSIVE"
 
 
 def test_comparative_claims_decide_on_intervals_over_seeds():

@@ -12,7 +12,7 @@ import torch
 from ..inspect.plots import plt, save_figure
 from .registry import Context, Control, Result, claim, deck, markdown_table
 from .runs import gpt_losses, loss_bars
-from .stats import better_verdict, parts_verdict, seeds_for, seeds_note, swapped_labels_control
+from .stats import aa_control, aa_seeds, better_verdict, parts_verdict, seeds_for, seeds_note
 
 
 # ---- 1-5: attention and positions, computed --------------------------------------------------------
@@ -527,12 +527,20 @@ def three_projections(ctx: Context) -> Result:
     )
     full, qk, kv = (np.array(losses[n]) for n in ("W_Q, W_K, W_V", "W_K = W_Q", "W_V = W_K"))
     loss_bars(losses, ctx.out / "three_projections.png", "own or tied projections")
-    tie_qk = better_verdict(qk - full, "W_K = W_Q loss − three projections'")
-    tie_kv = better_verdict(kv - full, "W_V = W_K loss − three projections'")
-    passed, verdict = parts_verdict((tie_qk, tie_kv))
+
+    def judge(qk_diffs, kv_diffs):  # (the claim's criterion, and its A/A control's)
+        parts = (
+            better_verdict(qk_diffs, "loss difference (W_K = W_Q side − three projections)"),
+            better_verdict(kv_diffs, "loss difference (W_V = W_K side − three projections)"),
+        )
+        return (*parts_verdict(parts), "; ".join(words for _, _, words in parts))
+
+    passed, verdict, intervals = judge(qk - full, kv - full)
+    again, _ = gpt_losses(ctx, {"W_Q, W_K, W_V": {}}, steps, aa_seeds(seeds))
+    aa = np.array(again["W_Q, W_K, W_V"]) - full  # (both ties' A/A side: three projections, other seeds)
     return Result(
         f"validation loss after {steps} steps (means over {len(seeds)} seed(s)): three projections {full.mean():.3f}, "
-        f"W_K = W_Q {qk.mean():.3f}, W_V = W_K {kv.mean():.3f}; {tie_qk[2]}; {tie_kv[2]}",
+        f"W_K = W_Q {qk.mean():.3f}, W_V = W_K {kv.mean():.3f}; {intervals}",
         passed,
         "for each tie, the 95 % interval of the paired loss difference (tied − three projections) above 0",
         "three_projections.png",
@@ -543,15 +551,8 @@ def three_projections(ctx: Context) -> Result:
         note="2-layer 64-wide GPTs with 4 heads and rotary positions, trained alike; a tied model has one "
         "64×64 projection per layer fewer. Loss on 16 fixed windows of 64 validation tokens" + seeds_note(ctx),
         verdict=verdict,
-        control=_both_ties_control(qk - full, kv - full),
+        control=aa_control(judge(aa, aa)),
     )
-
-
-def _both_ties_control(qk_diffs, kv_diffs) -> Control:
-    """Each tie's swapped-labels control; the claim's control clears only if both do."""
-    qk = swapped_labels_control(qk_diffs, "W_K = W_Q")
-    kv = swapped_labels_control(kv_diffs, "W_V = W_K")
-    return Control(qk.what, f"{qk.measured}; {kv.measured}", qk.cleared and kv.cleared)
 
 
 @claim(
@@ -568,8 +569,12 @@ def scaling_convergence(ctx: Context) -> Result:
     losses, _ = gpt_losses(ctx, {"QKᵀ/√d_k": {}, "QKᵀ": {"attn_scale": 1.0}}, steps, seeds, heads=1, dim=128)
     scaled, raw = np.array(losses["QKᵀ/√d_k"]), np.array(losses["QKᵀ"])
     loss_bars(losses, ctx.out / "scaling_convergence.png", f"d_k = 128, {steps} steps, {len(seeds)} seeds")
-    gap = raw - scaled
-    passed, verdict, interval = better_verdict(gap, "unscaled loss − scaled loss")
+
+    def judge(diffs):  # (the claim's criterion, and its A/A control's)
+        return better_verdict(diffs, "loss difference (the other side − scaled)")
+
+    passed, verdict, interval = judge(raw - scaled)
+    again, _ = gpt_losses(ctx, {"QKᵀ/√d_k": {}}, steps, aa_seeds(seeds), heads=1, dim=128)
     return Result(
         f"validation loss after {steps} steps (seeds {', '.join(map(str, seeds))}): scaled "
         f"{', '.join(f'{v:.3f}' for v in scaled)}, unscaled {', '.join(f'{v:.3f}' for v in raw)}; {interval}",
@@ -579,5 +584,5 @@ def scaling_convergence(ctx: Context) -> Result:
         note="2-layer GPTs 128 wide with one head (d_k = 128) and rotary positions; each seed sets both models' "
         "initial weights and batches alike. The computed `scaling` claim shows the mechanism (entropy, gradients)",
         verdict=verdict,
-        control=swapped_labels_control(gap, "unscaled loss − scaled loss"),
+        control=aa_control(judge(np.array(again["QKᵀ/√d_k"]) - scaled)),
     )

@@ -14,7 +14,7 @@ from ..inspect.plots import head_scores_panel, plt, save_figure
 from ..training.tasks import RepeatedSequenceTask
 from .registry import Context, Control, Result, claim, deck, markdown_table
 from .runs import corpus, fit, gpt_losses, gpt_run_name, loss_bars, train_gpt
-from .stats import better_verdict, seeds_for, seeds_note, swapped_labels_control
+from .stats import aa_control, aa_seeds, better_verdict, seeds_for, seeds_note
 
 
 def head_statistics(model, x, y) -> tuple[np.ndarray, list[tuple[str, float]], float]:
@@ -85,7 +85,11 @@ def heads(ctx: Context) -> Result:
         return ok, off.mean(), min(vals), max(vals)
 
     ok, js_mean, low, high = judged(js, deltas)
-    base_ok, js0_mean, low0, high0 = judged(js0, deltas0)
+    # the control: another untrained model (another seed) through the same criterion, against the
+    # first one's bars; only chance, or a vacuous criterion, lets it clear them
+    torch.manual_seed(1)
+    js1, deltas1, _ = head_statistics(GPT(model.config).eval(), x, y)
+    base_ok, js1_mean, low1, high1 = judged(js1, deltas1)
     return Result(
         f"mean JS divergence between two heads of layer 0 {js_mean:.3f} nats, loss increase without one head from "
         f"{low:.4f} to {high:.4f} (spread {high - low:.4f}; base loss {base:.3f})",
@@ -96,8 +100,9 @@ def heads(ctx: Context) -> Result:
         "heads.png",
         note="the ALiBi GPT of the `length` claim, 8 windows of 64 validation tokens",
         control=Control(
-            "the same architecture and seed before training",
-            f"mean JS {js0_mean:.3f}, ablation effects {low0:.4f} to {high0:.4f} (spread {spread0:.4f})",
+            "the same architecture before training, another seed, against the bars the first untrained model set "
+            f"(mean JS {js0[~np.eye(h, dtype=bool)].mean():.3f}, spread {spread0:.4f})",
+            f"mean JS {js1_mean:.3f}, ablation effects {low1:.4f} to {high1:.4f} (spread {high1 - low1:.4f})",
             base_ok,
         ),
     )
@@ -116,8 +121,13 @@ def multi_head(ctx: Context) -> Result:
     one, four = "1 head × 64", "4 heads × 16"
     losses, params = gpt_losses(ctx, {one: {"heads": 1}, four: {"heads": 4}}, steps, seeds)
     loss_bars(losses, ctx.out / "multi_head.png", f"{steps} steps, {len(seeds)} seed(s)")
+
+    def judge(diffs):  # (the claim's criterion, and its A/A control's)
+        return better_verdict(diffs, "loss difference (the other side − 4 heads)")
+
     diffs = np.array(losses[one]) - np.array(losses[four])
-    passed, verdict, interval = better_verdict(diffs, "1-head loss − 4-head loss")
+    passed, verdict, interval = judge(diffs)
+    again, _ = gpt_losses(ctx, {four: {"heads": 4}}, steps, aa_seeds(seeds))
     same_size = params[one] == params[four]
     return Result(
         f"validation loss after {steps} steps: 1 head {np.mean(losses[one]):.3f}, 4 heads {np.mean(losses[four]):.3f} "
@@ -128,7 +138,7 @@ def multi_head(ctx: Context) -> Result:
         note="2-layer 64-wide GPTs with rotary positions, trained alike on the same text; loss on 16 fixed "
         "windows of 64 validation tokens; each seed sets both models' initial weights and batches" + seeds_note(ctx),
         verdict=verdict,
-        control=swapped_labels_control(diffs, "1-head loss − 4-head loss"),
+        control=aa_control(judge(np.array(again[four]) - np.array(losses[four]))),
     )
 
 
@@ -169,15 +179,19 @@ def stability(ctx: Context) -> Result:
     diverged = []
     from ..training.trainer import Diverged
 
+    def rise(heads: int, seed: int, side: str) -> tuple[np.ndarray, float]:
+        try:
+            train_gpt(ctx, "rope", steps, context=64, heads=heads, seed=seed, lr=STABILITY_LR)
+        except Diverged:  # (its metrics up to the last good step stay: the rise so far is measured)
+            diverged.append(f"{side}, seed {seed}")
+        losses = training_losses(ctx, gpt_run_name("rope", steps, 64, 64, heads, seed, STABILITY_LR))
+        return losses, instability(losses)
+
     for side, heads in sides.items():
         for seed in seeds:
-            try:
-                train_gpt(ctx, "rope", steps, context=64, heads=heads, seed=seed, lr=STABILITY_LR)
-            except Diverged:  # (its metrics up to the last good step stay: the rise so far is measured)
-                diverged.append(f"{side}, seed {seed}")
-            losses = training_losses(ctx, gpt_run_name("rope", steps, 64, 64, heads, seed, STABILITY_LR))
+            losses, value = rise(heads, seed, side)
             curves[side].append(losses)
-            rises[side].append(instability(losses))
+            rises[side].append(value)
     fig, ax = plt.subplots(figsize=(5.5, 3), dpi=100, layout="constrained")
     for side, color in zip(sides, ("C3", "C0")):
         for i, losses in enumerate(curves[side]):
@@ -188,8 +202,12 @@ def stability(ctx: Context) -> Result:
     ax.legend(fontsize=8)
     save_figure(fig, ctx.out / "stability.png")
     one, four = np.array(rises["1 head × 64"]), np.array(rises["4 heads × 16"])
-    diffs = one - four
-    passed, verdict, interval = better_verdict(diffs, "1-head rise − 4-head rise")
+
+    def judge(diffs):  # (the claim's criterion, and its A/A control's)
+        return better_verdict(diffs, "difference in mean rise (the other side − 4 heads)")
+
+    passed, verdict, interval = judge(one - four)
+    again = np.array([rise(4, seed, "4 heads × 16 (A/A)")[1] for seed in aa_seeds(seeds)])
     return Result(
         f"mean rise of the training loss above its best so far (steps after the first fifth, {steps} steps at lr "
         f"{STABILITY_LR:g}): 1 head {', '.join(f'{v:.3f}' for v in one)}, 4 heads "
@@ -209,7 +227,7 @@ def stability(ctx: Context) -> Result:
         "both sides' initial weights and batches) with gradients clipped at norm 1 as in every run; the rise is "
         "read from every step's training loss (batch noise counts on both sides alike)" + seeds_note(ctx),
         verdict=verdict,
-        control=swapped_labels_control(diffs, "1-head rise − 4-head rise"),
+        control=aa_control(judge(again - four)),
     )
 
 

@@ -93,11 +93,20 @@ def along_the_run(curves: dict, judge) -> str:
     return ", ".join(words)
 
 
-def swapped_labels_control(diffs, what: str) -> Control:
-    """The must-fail control of a "better" claim: the same runs with the two sides' labels swapped
-    on every other seed. A real, consistent effect then cancels out and the interval straddles 0;
-    a criterion that still passes is reading something other than the difference between the sides."""
-    d = np.asarray(diffs, dtype=float)
-    flipped = d * np.where(np.arange(len(d)) % 2 == 0, 1.0, -1.0)
-    passed, _, words = better_verdict(flipped, what)
-    return Control("the same runs with the sides swapped on every other seed", words, passed)
+AA_SEEDS = 1000  # an A/A run's seeds: the claim's own, each + 1000
+
+
+def aa_seeds(seeds) -> tuple[int, ...]:
+    """The seeds of a comparison's A/A run: others than the claim's own (each + ``AA_SEEDS``)."""
+    return tuple(s + AA_SEEDS for s in seeds)
+
+
+def aa_control(judged: tuple[bool, str | None, str]) -> Control:
+    """The null control of an "A is better than B" claim: the claim's own criterion, applied to an A/A
+    run (``judged``: what its judging function returned on the better side trained again with
+    :func:`aa_seeds` against the better side itself, paired seed by seed as the claim pairs its two
+    sides). Nothing differs but the seeds, so the control should fail; a criterion that clears it
+    reads seed noise (or nothing at all), and the claim is INCONCLUSIVE. It can clear: an A/A
+    interval lies above 0 by chance about once in forty runs, and every time for a vacuous criterion."""
+    passed, _, words = judged
+    return Control("an A/A run: the same configuration on both sides, the second with other seeds", words, passed)
