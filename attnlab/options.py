@@ -194,8 +194,8 @@ class OptionSpecs:
         self.add("--device", type=device_name, default=default, help=f"auto | cpu | cuda{shown}")
 
     def add_decode_form(self) -> None:
-        """``--dtype`` and ``--quantize``: the form a model decodes in (``sample``, ``serve``;
-        ``attnlab.recipes.gpt.as_sampled`` applies them)."""
+        """``--dtype`` and ``--quantize``: the form a model decodes in (``sample``, ``serve``: the
+        model is loaded in that dtype, then ``attnlab.recipes.gpt.as_sampled`` quantizes it)."""
         self.add(
             "--dtype",
             choices=["fp32", "bf16"],

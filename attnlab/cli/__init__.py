@@ -401,7 +401,9 @@ def _serve(args) -> int:
     from ..recipes.gpt import as_sampled
 
     try:
-        model = as_sampled(load(args.ckpt, device=args.device), args)
+        model = as_sampled(
+            load(args.ckpt, device=args.device, dtype=None if args.dtype == "fp32" else args.dtype), args
+        )
         serve(model, recipe.explore_kind, args.host, args.port, ready, batch_size=args.batch_size)
     except KeyboardInterrupt:
         print("stopped", file=sys.stderr)

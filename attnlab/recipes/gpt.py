@@ -816,22 +816,20 @@ def sample(args) -> int:
     """``attnlab sample``: continue a prompt, streaming, through the loaded model's own
     :meth:`GPTVerbs.generate` (one path for the command line and Python); sample i draws with seed
     ``--seed + i``, as the i-th of a list of prompts does in Python."""
-    import torch
-
     from ..training.devices import pick_device
 
     if args.prompts_file:
         return sample_many(args)
     if args.compile and (args.draft or args.no_cache):
         raise OptionError("--compile decodes with the KV cache and no draft: drop --draft and --no-cache")
-    dev = str(pick_device(args.device))
-    model = GPTRecipe().load(args.ckpt, dev)
+    dev, dtype = str(pick_device(args.device)), decode_dtype(args)
+    model = GPTRecipe().load(args.ckpt, dev, dtype)
     if model.tokenizer is None:  # (a HuggingFace folder of weights alone: said before anything else)
         lm_tokenizer({}, model.checkpoint)
     draft = None
     if args.draft:  # (loaded here to take --dtype too)
         draft = load_draft(args.draft, model.tokenizer, model.config.vocab_size, dev)
-        draft = draft.to(torch.bfloat16) if args.dtype == "bf16" else draft
+        draft = draft.to(dtype) if dtype is not None else draft
     model = as_sampled(model, args)
     out = sys.stdout
 
@@ -865,12 +863,16 @@ def sample(args) -> int:
     return 0
 
 
-def as_sampled(model, args):
-    """The model in the form ``--dtype`` and ``--quantize`` ask ``sample`` for."""
+def decode_dtype(args):
+    """The torch dtype ``--dtype`` asks the model to be loaded in (None for fp32: as saved, a
+    HuggingFace checkpoint in float32): a bf16 model is read so, never widened to a float32 copy first."""
     import torch
 
-    if args.dtype == "bf16":
-        model = model.to(torch.bfloat16)
+    return torch.bfloat16 if args.dtype == "bf16" else None
+
+
+def as_sampled(model, args):
+    """The model, loaded in :func:`decode_dtype`, with the layers ``--quantize`` asks ``sample`` for."""
     if args.quantize:
         from ..quantize import quantize
 
@@ -897,7 +899,7 @@ def sample_many(args) -> int:
     prompts = [line for line in lines if line.strip() for _ in range(args.num_samples)]
     if not prompts:
         raise OptionError(f"--prompts-file {args.prompts_file} has no prompt (every line is blank)")
-    model = as_sampled(GPTRecipe().load(args.ckpt, str(pick_device(args.device))), args)
+    model = as_sampled(GPTRecipe().load(args.ckpt, str(pick_device(args.device)), decode_dtype(args)), args)
     texts: dict[int, str] = {}
     shown = [0]
 
