@@ -42,6 +42,11 @@ __all__ = [
 ]
 
 
+# the fused kernel serves grouped-query attention itself (``enable_gqa``, torch 2.5 on): keys and
+# values are read once per group instead of copied to every query head
+KERNEL_GQA = tuple(int(n) for n in torch.__version__.split("+")[0].split(".")[:2]) >= (2, 5)
+
+
 def causal_mask(t_q: int, t_k: int | None = None, device=None) -> Tensor:
     """Boolean (t_q, t_k) mask, True where query i may attend to key j.
 
@@ -225,11 +230,13 @@ def attend(scores: Tensor, v: Tensor, allowed: Tensor | None = None, dropout: fl
 
 def _fast(q, k, v, mask, causal, bias, dropout, scale):
     t_q, t_k = q.shape[-2], k.shape[-2]
+    # (k and v may have fewer heads than q, a divisor of them: grouped-query attention in the kernel)
+    groups = {"enable_gqa": True} if q.dim() > 2 and k.shape[-3] != q.shape[-3] else {}
     if mask is None and bias is None and (not causal or t_q == t_k or t_q == 1):
         # 'is_causal' is top-left aligned, so it is exact only when Tq == Tk; a single
         # new query (KV-cache decoding) may see every cached key.
         return F.scaled_dot_product_attention(
-            q, k, v, dropout_p=dropout, is_causal=causal and t_q == t_k and t_q > 1, scale=scale
+            q, k, v, dropout_p=dropout, is_causal=causal and t_q == t_k and t_q > 1, scale=scale, **groups
         )
     allowed = _combine(mask, causal, t_q, t_k, q.device)
     attn_mask = allowed
@@ -237,7 +244,7 @@ def _fast(q, k, v, mask, causal, bias, dropout, scale):
         attn_mask = bias.to(q.dtype)
         if allowed is not None:
             attn_mask = attn_mask.masked_fill(~allowed, float("-inf"))
-    out = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, dropout_p=dropout, scale=scale)
+    out = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, dropout_p=dropout, scale=scale, **groups)
     if allowed is not None:
         out = out.masked_fill(~allowed.any(-1, keepdim=True), 0.0)
     return out
@@ -596,9 +603,6 @@ class MultiHeadAttention(nn.Module):
         elif cache is not None:
             k, v = cache.append(k, v)
         t_k = k.shape[2]
-        if self.n_kv_heads != self.n_heads:  # grouped-query: each K/V head serves n_heads/n_kv_heads queries
-            rep = self.n_heads // self.n_kv_heads
-            k, v = k.repeat_interleave(rep, dim=1), v.repeat_interleave(rep, dim=1)
         hooked = self.hook_scores.active or self.hook_pattern.active
         banded = (
             self.window is not None
@@ -609,6 +613,12 @@ class MultiHeadAttention(nn.Module):
             and self.position_bias is None
             and not (need_weights or hooked or self.softcap)
         )
+        unfused = need_weights or hooked or self.softcap or getattr(self.position_bias, "value_table", None) is not None
+        masked = any(m is not None for m in (mask, key_mask, bias, self.window, self.position_bias))
+        if self.n_kv_heads != self.n_heads and (banded or unfused or not self._kernel_groups(x, masked)):
+            # grouped-query: each K/V head serves n_heads/n_kv_heads queries
+            rep = self.n_heads // self.n_kv_heads
+            k, v = k.repeat_interleave(rep, dim=1), v.repeat_interleave(rep, dim=1)
         if banded:  # restricted attention block by block: never forms the (Tq, Tk) matrix
             if key_mask is not None:
                 self._full_mask(None, key_mask, x.shape[0], t_q, t_k)  # (checks it)
@@ -656,6 +666,12 @@ class MultiHeadAttention(nn.Module):
                 out = out + value_term(weights).to(out.dtype)
         out = self._output(self.hook_z(out))  # z: (B, H, Tq, d_v)
         return (out, weights) if need_weights else out
+
+    @staticmethod
+    def _kernel_groups(x: Tensor, masked: bool) -> bool:
+        """Whether the fused kernel reads the K/V heads once per group itself: on the CPU, and on a
+        GPU when unmasked (a masked grouped call falls back there to the unfused math kernel)."""
+        return KERNEL_GQA and (x.device.type == "cpu" or not masked)
 
     def _output(self, z: Tensor) -> Tensor:
         """(B, H, Tq, d_v) -> (B, Tq, d_out): the heads concatenated, times W_O. When

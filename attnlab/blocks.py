@@ -125,7 +125,11 @@ class RMSNorm(nn.Module):
     def forward(self, x: Tensor) -> Tensor:
         dtype = x.dtype
         x = x.float()
-        scale = self.hook_scale((x.pow(2).mean(-1, keepdim=True) + self.eps).sqrt())  # (…, 1)
+        mean_square = x.pow(2).mean(-1, keepdim=True)  # (…, 1)
+        if not (self.hook_scale.watched or self.hook_normalized.watched):
+            # (multiplied by the reciprocal square root, as HuggingFace's models do: the same bits in bf16)
+            return self.weight * (x * torch.rsqrt(mean_square + self.eps)).to(dtype)
+        scale = self.hook_scale((mean_square + self.eps).sqrt())  # (…, 1)
         return self.weight * self.hook_normalized(x / scale).to(dtype)
 
 
@@ -185,10 +189,16 @@ class GatedMLP(nn.Module):
         self.proj = nn.Linear(hidden, dim, bias=bias)  # W_down
         self.dropout = nn.Dropout(dropout)
         self.hook_pre, self.hook_pre_linear, self.hook_post = HookPoint(), HookPoint(), HookPoint()
+        # x -> [x W_gate | x W_up] in one product, where attnlab.quantize packed the two as one
+        self.gate_up: nn.Module | None = None
 
     def forward(self, x: Tensor) -> Tensor:
-        gate = _ACTIVATIONS[self.activation](self.hook_pre(self.gate(x)))  # (B, T, hidden)
-        return self.dropout(self.proj(self.hook_post(gate * self.hook_pre_linear(self.fc(x)))))
+        if self.gate_up is not None:
+            gate, up = self.gate_up(x).chunk(2, dim=-1)  # (B, T, hidden) each
+        else:
+            gate, up = self.gate(x), self.fc(x)
+        gate = _ACTIVATIONS[self.activation](self.hook_pre(gate))  # (B, T, hidden)
+        return self.dropout(self.proj(self.hook_post(gate * self.hook_pre_linear(up))))
 
 
 class TransformerBlock(nn.Module):

@@ -328,7 +328,7 @@ def rope_frequencies(rotary_dim: int, base: float, scaling: str | None = None, *
     between, by dimension index;
     ``longrope:N:A:S…:L…`` (LongRoPE, Ding et al. 2024; Phi-3 and 3.5 mini) divides each θ_i by its
     own factor, the short ones S_i, or with ``long`` the long ones L_i (for positions from N on)."""
-    inv_freq = base ** (-torch.arange(0, rotary_dim, 2).float() / rotary_dim)
+    inv_freq = 1.0 / base ** (torch.arange(0, rotary_dim, 2).float() / rotary_dim)  # (as HuggingFace computes it)
     if not scaling:
         return inv_freq
     kind, numbers = rope_scaling_parts(scaling)
@@ -376,6 +376,8 @@ class RotaryEmbedding(nn.Module):
         if rotary_dim % 2 or not 0 < rotary_dim <= head_dim:
             raise ValueError(f"rotary embedding needs an even width up to the head's {head_dim}, got {rotary_dim}")
         self.head_dim, self.rotary_dim = head_dim, rotary_dim
+        self.base, self.scaling = base, scaling
+        self._last = None  # ((positions, its version, dtype), (cos, sin)) of the last call
         self.register_buffer("inv_freq", rope_frequencies(rotary_dim, base, scaling), persistent=False)
         kind, numbers = rope_scaling_parts(scaling) if scaling else (None, [])
         # YaRN and LongRoPE scale cos and sin by A (so the scores by A²): the attention's temperature
@@ -386,8 +388,27 @@ class RotaryEmbedding(nn.Module):
                 "inv_freq_long", rope_frequencies(rotary_dim, base, scaling, long=True), persistent=False
             )
 
-    def forward(self, x: Tensor, positions: Tensor) -> Tensor:
-        """x (B, H, T, d), positions (T,) or (B, T) -> same shape, rotated."""
+    def _apply(self, fn, recurse: bool = True):
+        # θ stays float32 when the model is cast (model.to(torch.bfloat16)): θ rounded to bf16 turns
+        # position 1,000 by up to several radians, and HuggingFace's models keep it in float32
+        super()._apply(fn, recurse)
+        self._last = None
+        for name in ("inv_freq", "inv_freq_long"):
+            buffer = getattr(self, name, None)
+            if buffer is not None and buffer.dtype != torch.float32:
+                exact = rope_frequencies(self.rotary_dim, self.base, self.scaling, long=name == "inv_freq_long")
+                setattr(self, name, exact.to(buffer.device))
+        return self
+
+    def cos_sin(self, positions: Tensor, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
+        """cos(pos·θ) and sin(pos·θ), each (T, r) or (B, 1, T, r), the r/2 angles twice over.
+        Every layer of a model shares one embedding and, in one forward, one ``positions`` tensor:
+        the last call's pair is kept for the next layer's (not while compiling, which traces it)."""
+        compiling = torch.compiler.is_compiling()
+        key = None if compiling else (positions, positions._version, dtype)
+        last = self._last
+        if key is not None and last is not None and last[0][0] is positions and last[0][1:] == key[1:]:
+            return last[1]
         inv_freq = self.inv_freq
         if self.long_from is not None:  # LongRoPE: the long factors once a position of the call reaches N
             inv_freq = torch.where(positions.max() >= self.long_from, self.inv_freq_long, self.inv_freq)
@@ -397,8 +418,17 @@ class RotaryEmbedding(nn.Module):
         cos, sin = angles.cos(), angles.sin()
         if self.attention_factor != 1.0:
             cos, sin = cos * self.attention_factor, sin * self.attention_factor
-        cos = torch.cat([cos, cos], dim=-1).to(x.dtype)
-        sin = torch.cat([sin, sin], dim=-1).to(x.dtype)
+        pair = torch.cat([cos, cos], dim=-1).to(dtype), torch.cat([sin, sin], dim=-1).to(dtype)
+        if key is not None:
+            self._last = (key, pair)
+        return pair
+
+    def forward(self, x: Tensor, positions: Tensor) -> Tensor:
+        """x (B, H, T, d), positions (T,) or (B, T) -> same shape, rotated."""
+        cos, sin = self.cos_sin(positions, x.dtype)
+        if self.rotary_dim == self.head_dim:
+            x1, x2 = x.chunk(2, dim=-1)
+            return x * cos + torch.cat([-x2, x1], dim=-1) * sin
         rotated, passed = x[..., : self.rotary_dim], x[..., self.rotary_dim :]
         x1, x2 = rotated.chunk(2, dim=-1)
         rotated = rotated * cos + torch.cat([-x2, x1], dim=-1) * sin

@@ -114,6 +114,44 @@ class PackedLinear(nn.Linear):
         return f"in_features={self.in_features}, out_features={self.out_features}, packed {self.weight.dtype} weights"
 
 
+class PackedConcat(nn.Module):
+    """Linear layers of one input read as one bf16 product in oneDNN's packed layout,
+    [x W₁ᵀ + b₁ | x W₂ᵀ + b₂ | …]: a gated MLP's gate and up projections, one call where a decoding
+    step would make two. Only the packed copy is held (the layers keep their own weights), so it
+    adds no parameter and no name.
+
+    x (..., in) -> (..., Σ out)."""
+
+    def __init__(self, linears: list[nn.Linear]) -> None:
+        super().__init__()
+        weight = torch.cat([layer.weight.detach() for layer in linears])  # (Σ out, in)
+        self.in_features, self.out_features = weight.shape[1], weight.shape[0]
+        self.packed = torch.ops.mkldnn._reorder_linear_weight(weight, 1)
+        biases = [layer.bias for layer in linears]
+        self.bias = None if biases[0] is None else torch.cat([b.detach() for b in biases])
+
+    @staticmethod
+    def fits(linears: list[nn.Linear]) -> bool:
+        """Whether these layers pack as one: bf16 (fp32's MKL path keeps the plain weight beside its
+        packed one, which would double them), one input width, all with biases or none."""
+        first = linears[0]
+        return (
+            why_not_packed(first.weight.dtype) is None
+            and first.weight.dtype == torch.bfloat16
+            and all(type(layer) is nn.Linear and layer.in_features == first.in_features for layer in linears)
+            and all(layer.weight.dtype == torch.bfloat16 for layer in linears)
+            and len({layer.bias is None for layer in linears}) == 1
+        )
+
+    def forward(self, x: Tensor) -> Tensor:
+        rows = x.reshape(-1, self.in_features).to(torch.bfloat16)
+        y = torch.ops.mkldnn._linear_pointwise(rows, self.packed, self.bias, "none", [], "")
+        return y.reshape(*x.shape[:-1], self.out_features)
+
+    def extra_repr(self) -> str:
+        return f"in_features={self.in_features}, out_features={self.out_features}, packed bf16 weights"
+
+
 def quantize(model: nn.Module, how: str) -> nn.Module:
     """``model`` with its Linear layers in int8 or packed (``how``: one of ``QUANTIZE_CHOICES``), for
     inference on a CPU. The model is changed in place and returned; train nothing after this."""
@@ -128,6 +166,12 @@ def quantize(model: nn.Module, how: str) -> nn.Module:
         with warnings.catch_warnings():  # (torch.ao's eager quantization announces its move to torchao)
             warnings.simplefilter("ignore")
             return quantize_dynamic(model, {nn.Linear}, dtype=torch.qint8, inplace=True)
+    paired = getattr(model, "gate_up", False) is None  # a gated MLP, not yet packed
+    if how == "packed" and paired and PackedConcat.fits([model.gate, model.fc]):
+        model.gate_up = PackedConcat([model.gate, model.fc])  # (its gate and up stay plain layers)
+        if not isinstance(model.proj, PackedLinear):
+            model.proj = PackedLinear(model.proj)
+        return model
     for name, child in list(model.named_children()):
         if isinstance(child, nn.Linear) and not isinstance(child, PackedLinear):
             setattr(model, name, PackedLinear(child) if how == "packed" else Int8Linear(child))

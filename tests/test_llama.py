@@ -341,6 +341,16 @@ def test_a_sharded_bf16_checkpoint_is_read_and_named_layers_need_their_weights(t
     with torch.no_grad():
         torch.testing.assert_close(half(ids).float(), ours(ids), atol=0.15, rtol=0.05)
     assert len(half.generate("abc", max_new_tokens=5, temperature=0)) >= 3
+    # in bf16 on both sides, attnlab's plain layers compute what transformers' do, rounding for
+    # rounding (RoPE's θ kept in float32 when the model is cast): the same logits to the bit and
+    # the same greedy tokens, where near-ties make any other rounding pick others
+    assert all(m.inv_freq.dtype == torch.float32 for m in half.modules() if hasattr(m, "inv_freq"))
+    hf16 = transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "hf", dtype=torch.bfloat16).eval()
+    long = torch.randint(97, (1, 60), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        assert torch.equal(half(long), hf16(long).logits)
+        theirs = hf16.generate(long[:, :8], max_new_tokens=40, do_sample=False, pad_token_id=0)[0, 8:]
+    assert generate(half, long[:, :8], 40, temperature=0)[0][8:] == theirs.tolist()
     from attnlab.errors import OptionError
 
     with pytest.raises(OptionError, match="dtype='int4': choose one of fp32, bf16, fp16"):

@@ -102,6 +102,22 @@ def test_packed_weights_compute_the_same_layer_and_decode_the_same_tokens(dtype)
     assert (model.lm_head.weight is model.tok_emb.weight) == head_tied
     if dtype == torch.float32:
         assert generate(model, [[1, 2, 3]], 24, temperature=0) == plain
+    # a gated MLP's gate and up projections (bf16) are packed as one product, adding no parameter
+    # and no state: the same logits as the plain layers (oneDNN's sums are the plain ones')
+    swiglu = GPTConfig(vocab_size=50, context=64, layers=2, heads=4, kv_heads=2, dim=32, norm="rms", gated_mlp=True,
+                       activation="silu", pos="rope", bias=False)  # fmt: skip
+    model = GPT(swiglu).eval().to(dtype)
+    names, ids = set(model.state_dict()), torch.randint(50, (2, 12), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        before = model(ids)
+        quantize(model, "packed")
+        after = model(ids)
+    assert set(model.state_dict()) == names
+    assert (model.blocks[0].mlp.gate_up is not None) == (dtype == torch.bfloat16)
+    if dtype == torch.bfloat16:
+        assert torch.equal(after, before)
+    else:
+        torch.testing.assert_close(after, before, atol=1e-5, rtol=1e-5)
 
 
 def test_packing_says_what_this_cpu_or_build_lacks(monkeypatch):
