@@ -411,3 +411,28 @@ def test_every_claim_cites_the_deck_lines_it_checks_or_says_it_is_from_outside_t
         for ref in () if isinstance(c.source, str) else c.source:
             assert 1 <= ref.line <= len(text[ref.deck]), (name, str(ref))
             assert ref.words.lower() in text[ref.deck][ref.line - 1].lower(), (name, str(ref))
+
+
+def test_attention_entropy_measures_the_premise_of_scaling_convergence():
+    """The premise check of scaling-convergence: uniform attention (zero query/key projections) gives
+    the hand-computed mean of log(i + 1) / log T; W_Q, W_K ~ N(0, 1/d) with unscaled scores
+    (d_k = 256) leaves the premise's < 0.10 of it, the scaled ones far more."""
+    import math
+
+    from attnlab.experiments.runs import attention_entropy
+    from attnlab.models import GPT, GPTConfig
+
+    windows = torch.randint(50, (4, 64), generator=torch.Generator().manual_seed(0))
+
+    def entropy(std: float, scale: float | None) -> float:
+        torch.manual_seed(0)
+        gpt = GPT(GPTConfig(vocab_size=50, context=64, heads=1, dim=256, layers=2, pos="rope", attn_scale=scale))
+        with torch.no_grad():
+            for block in gpt.blocks:
+                a = block.attn
+                a.qkv.weight[: (a.n_heads + a.n_kv_heads) * a.d_k].normal_(0.0, std)
+        return attention_entropy(gpt, windows)
+
+    uniform = sum(math.log(i + 1) for i in range(1, 64)) / 63 / math.log(64)
+    assert entropy(0.0, 1.0) == pytest.approx(uniform, abs=1e-6)  # (float32 weights)
+    assert entropy(256**-0.5, 1.0) < 0.10 < 0.5 < entropy(256**-0.5, None)

@@ -4,6 +4,7 @@ corpus and small GPTs on it, the embedded digits and the ViT and CNN trained on 
 from __future__ import annotations
 
 import contextlib
+import math
 import io
 from pathlib import Path
 
@@ -90,11 +91,15 @@ def train_gpt(
     heads: int = 4,
     seed: int = 0,
     lr: float = 3e-3,
+    qk_std: float | None = None,
+    callbacks=(),
     **model,
 ):
     """A 2-layer GPT (64 wide unless ``model`` says otherwise) trained on the corpus for ``steps``
     steps of 16 windows of ``window`` tokens at peak learning rate ``lr``; ``model``: more GPTConfig
-    options. Its run folder is ``ctx.work / gpt_run_name(...)`` (its metrics.jsonl: every step's loss)."""
+    options; ``qk_std``: the query and key projections drawn from N(0, qk_std²) instead of the GPT's
+    N(0, 0.02²); ``callbacks``: the trainer's. Its run folder is ``ctx.work / gpt_run_name(...)``
+    (its metrics.jsonl: every step's loss)."""
     from ..models import GPT, GPTConfig
     from ..training import LanguageModelTask
 
@@ -104,13 +109,19 @@ def train_gpt(
     gpt = GPT(
         GPTConfig(vocab_size=data.tokenizer.vocab_size, context=context, heads=heads, pos=pos, dropout=0.0, **shape)
     )
-    name = gpt_run_name(pos, steps, context, window, heads, seed, lr, **model)
+    if qk_std is not None:
+        with torch.no_grad():
+            for block in gpt.blocks:  # the fused projection's rows: [W_Q (H·d_k); W_K (H_kv·d_k); W_V]
+                attn = block.attn
+                attn.qkv.weight[: (attn.n_heads + attn.n_kv_heads) * attn.d_k].normal_(0.0, qk_std)
+    name = gpt_run_name(pos, steps, context, window, heads, seed, lr, **model, **({"qk_std": qk_std} if qk_std else {}))
     fit(
         ctx,
         gpt,
         LanguageModelTask(data, window, 16),
         name,
         steps,
+        callbacks=callbacks,
         batch_size=16,
         lr=lr,
         min_lr=lr / 10,
@@ -222,6 +233,38 @@ class TestAccuracyCurve(Callback):
     def on_train_end(self, trainer, reason: str) -> None:
         if reason == "finished":
             self.final = self.accuracy(trainer)
+
+
+@torch.no_grad()
+def attention_entropy(model, windows: torch.Tensor) -> float:
+    """How spread a causal model's attention is on ``windows`` (N, T) of token ids: each query's
+    entropy over the keys it may see, in nats, averaged over the layers, heads, windows and the
+    queries that see more than one key, as a fraction of log T (the uniform's over all T keys).
+    Near 0: each query puts its weight on one key (the softmax saturated)."""
+    was_training = model.training
+    model.eval()
+    _, cache = model.run_with_cache(windows, names=lambda n: n.endswith("hook_pattern"))
+    model.train(was_training)
+    means = []
+    for pattern in cache.values():  # (N, H, T, T)
+        p = pattern.double()[:, :, 1:]  # (query 0 sees one key: its entropy is 0 whatever the scores)
+        means.append(-(p * torch.log(p.clamp_min(1e-300))).sum(-1).mean())
+    return float(torch.stack(means).mean()) / math.log(windows.shape[1])
+
+
+class EntropyCurve(Callback):
+    """:func:`attention_entropy` of the model being trained on fixed ``windows``, before its first
+    step and at the logged ``steps`` (no gradients, no random numbers drawn): ``curve`` {step: value}."""
+
+    def __init__(self, windows: torch.Tensor, steps) -> None:
+        self.windows, self.steps, self.curve = windows, set(steps), {}
+
+    def on_train_start(self, trainer) -> None:
+        self.curve[0] = attention_entropy(trainer.model, self.windows)
+
+    def on_step(self, trainer, record: dict) -> None:
+        if record["step"] in self.steps:
+            self.curve[record["step"]] = attention_entropy(trainer.model, self.windows)
 
 
 def train_image_classifier(
