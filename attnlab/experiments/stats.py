@@ -96,6 +96,16 @@ def along_the_run(curves: dict, judge) -> str:
 AA_SEEDS = 1000  # an A/A run's seeds: the claim's own, each + 1000
 
 
+def bootstrap_interval(statistic, n: int, reps: int = 1000, seed: int = 0) -> tuple[float, float, float]:
+    """(the statistic on all n items, the 2.5th and the 97.5th percentile of it over ``reps``
+    resamplings of the items with replacement): the sampling error of a measure taken on a test
+    set. ``statistic(index)`` computes it on the items at ``index`` (an int64 array of length n)."""
+    rng = np.random.default_rng(seed)
+    values = [statistic(rng.integers(0, n, n)) for _ in range(reps)]
+    low, high = np.percentile(values, [2.5, 97.5])
+    return float(statistic(np.arange(n))), float(low), float(high)
+
+
 def aa_seeds(seeds) -> tuple[int, ...]:
     """The seeds of a comparison's A/A run: others than the claim's own (each + ``AA_SEEDS``)."""
     return tuple(s + AA_SEEDS for s in seeds)

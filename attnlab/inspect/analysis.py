@@ -111,6 +111,13 @@ def _flat(x: Tensor) -> Tensor:
     return x.reshape(x.shape[0], -1).double()
 
 
+def gram_cka(k: Tensor, l: Tensor) -> float:
+    """CKA from two Gram matrices (n, n) of the same examples: the linear CKA of x and y when
+    k = x xᵀ and l = y yᵀ (equal to :func:`linear_cka`), computed in O(n²) per pair, so that a
+    bootstrap over the examples resamples rows and columns instead of recomputing features."""
+    return float(_hsic(k, l) / (_hsic(k, k).sqrt() * _hsic(l, l).sqrt()))
+
+
 def linear_cka(x: Tensor, y: Tensor) -> float:
     """Linear CKA (Kornblith et al. 2019) between features x (n, ...) and y (n, ...)."""
     x, y = _flat(x), _flat(y)
