@@ -254,3 +254,25 @@ def test_attention_variants_in_the_gpt_refuse_gpt2_export_and_bad_values(tmp_pat
         GPTConfig(attn_tie="vq")
     with pytest.raises(ValueError, match="--attn-scale must be positive"):
         GPTConfig(attn_scale=0.0)
+
+
+def test_post_ln_blocks_normalise_after_each_residual_sum():
+    """--post-ln: each block computes LN₂(m + MLP(m)), m = LN₁(x + Attn(x)) (the original Transformer),
+    checked by hand against the block's own parts; refused beside parallel or sandwich blocks and by
+    every exporter."""
+    import pytest
+
+    from attnlab.errors import CheckpointError
+    from attnlab.interop import export_hf
+
+    torch.manual_seed(0)
+    gpt = GPT(GPTConfig(vocab_size=30, context=16, layers=2, heads=2, dim=16, pos="rope", post_ln=True)).eval()
+    block, x = gpt.blocks[0], torch.randn(2, 5, 16)
+    with torch.no_grad():
+        mid = block.ln1(x + block.attn(x))
+        torch.testing.assert_close(block(x), block.ln2(mid + block.mlp(mid)))
+    for other in ("parallel_residual", "sandwich_norm"):
+        with pytest.raises(ValueError, match="--post-ln"):
+            GPTConfig(vocab_size=30, context=16, layers=2, heads=2, dim=16, post_ln=True, **{other: True})
+    with pytest.raises(CheckpointError):
+        export_hf(GPT(GPTConfig(vocab_size=30, context=16, layers=1, heads=2, dim=16, post_ln=True)), "/nonexistent")

@@ -12,8 +12,8 @@ import torch.nn.functional as F
 
 from ..inspect.plots import head_scores_panel, plt, save_figure
 from ..training.tasks import RepeatedSequenceTask
-from .registry import Context, Control, Result, claim, deck, markdown_table
-from .runs import corpus, fit, gpt_losses, gpt_run_name, loss_bars, train_gpt
+from .registry import Context, Control, Result, claim, deck
+from .runs import corpus, fit, gpt_losses, loss_bars, train_gpt
 from .stats import aa_control, aa_seeds, better_verdict, seeds_for, seeds_note
 
 
@@ -152,15 +152,23 @@ def training_losses(ctx: Context, name: str) -> np.ndarray:
     return losses[np.isfinite(losses)]
 
 
-def instability(losses: np.ndarray, skip: float = 0.2) -> float:
-    """How far the training loss climbs back above its best so far, on average over the steps after
-    the first ``skip`` of the run (warm-up): near 0 for a loss that only falls, batch to batch noise
-    aside; every spike adds its height for as long as it lasts."""
-    start = int(len(losses) * skip)
-    return float((losses - np.minimum.accumulate(losses))[start:].mean())
-
-
-STABILITY_LR = 1e-2  # 3.3x the other text claims' 3e-3: stability shows where training is pushed
+def spike_rate(losses: np.ndarray, steps: int, window: int = 25, k: float = 4.0, skip: float = 0.2) -> float:
+    """The share of a run's steps at which the training loss spikes: it exceeds the median of the
+    ``window`` steps before by more than ``k`` robust standard deviations of those steps (1.4826 ×
+    their median absolute deviation), counted after the first ``skip`` of the run (warm-up).
+    Measured against the loss's own recent level and noise, batch-to-batch noise and slow progress
+    stay near 0 (a Gaussian step exceeds 4 sd about 3 times in 100,000) where a jump counts however
+    the loss trends. ``losses``: every step's training loss up to the last finite one; ``steps``:
+    the run's length, so that the steps a diverged run never reached count as spikes."""
+    start = max(int(steps * skip), window)
+    spikes = 0
+    for t in range(start, len(losses)):
+        recent = losses[t - window : t]
+        median = np.median(recent)
+        spread = 1.4826 * np.median(np.abs(recent - median))
+        spikes += losses[t] > median + k * max(spread, 1e-6)
+    spikes += max(steps - max(len(losses), start), 0)  # (after a divergence: the loss is gone)
+    return spikes / max(steps - start, 1)
 
 
 @claim(
@@ -171,63 +179,24 @@ STABILITY_LR = 1e-2  # 3.3x the other text claims' 3e-3: stability shows where t
     source=deck("004:478 has to do with training stability"),
 )
 def stability(ctx: Context) -> Result:
-    steps = ctx.steps(20, 400, 1500)
-    seeds = seeds_for(ctx)
-    sides = {"1 head × 64": 1, "4 heads × 16": 4}
-    rises: dict[str, list[float]] = {side: [] for side in sides}
-    curves: dict[str, list[np.ndarray]] = {side: [] for side in sides}
-    diverged = []
-    from ..training.trainer import Diverged
-
-    def rise(heads: int, seed: int, side: str) -> tuple[np.ndarray, float]:
-        try:
-            train_gpt(ctx, "rope", steps, context=64, heads=heads, seed=seed, lr=STABILITY_LR)
-        except Diverged:  # (its metrics up to the last good step stay: the rise so far is measured)
-            diverged.append(f"{side}, seed {seed}")
-        losses = training_losses(ctx, gpt_run_name("rope", steps, 64, 64, heads, seed, STABILITY_LR))
-        return losses, instability(losses)
-
-    for side, heads in sides.items():
-        for seed in seeds:
-            losses, value = rise(heads, seed, side)
-            curves[side].append(losses)
-            rises[side].append(value)
-    fig, ax = plt.subplots(figsize=(5.5, 3), dpi=100, layout="constrained")
-    for side, color in zip(sides, ("C3", "C0")):
-        for i, losses in enumerate(curves[side]):
-            ax.plot(losses, color=color, lw=0.6, alpha=0.7, label=side if i == 0 else None)
-    ax.set_xlabel("step")
-    ax.set_ylabel("training loss")
-    ax.set_title(f"lr {STABILITY_LR:g}, {len(seeds)} seed(s) per side", fontsize=9)
-    ax.legend(fontsize=8)
-    save_figure(fig, ctx.out / "stability.png")
-    one, four = np.array(rises["1 head × 64"]), np.array(rises["4 heads × 16"])
-
-    def judge(diffs):  # (the claim's criterion, and its A/A control's)
-        return better_verdict(diffs, "difference in mean rise (the other side − 4 heads)")
-
-    passed, verdict, interval = judge(one - four)
-    again = np.array([rise(4, seed, "4 heads × 16 (A/A)")[1] for seed in aa_seeds(seeds)])
+    # Withdrawn (issue 48), with the numbers that decided it: benchmarks/stability_sweep.py
     return Result(
-        f"mean rise of the training loss above its best so far (steps after the first fifth, {steps} steps at lr "
-        f"{STABILITY_LR:g}): 1 head {', '.join(f'{v:.3f}' for v in one)}, 4 heads "
-        f"{', '.join(f'{v:.3f}' for v in four)} (seeds {', '.join(map(str, seeds))}); {interval}"
-        + (f"; diverged: {', '.join(diverged)}" if diverged else ""),
-        passed,
-        "the 95 % interval of the paired difference in mean rise (1 head − 4 heads) above 0",
-        "stability.png",
-        markdown_table(
-            ["attention", "mean rise per seed", "final training loss per seed"],
-            [
-                [side, ", ".join(f"{v:.3f}" for v in rises[side]), ", ".join(f"{c[-1]:.3f}" for c in curves[side])]
-                for side in sides
-            ],
-        ),
-        note="2-layer 64-wide GPTs with rotary positions, the same parameter count, trained alike (each seed sets "
-        "both sides' initial weights and batches) with gradients clipped at norm 1 as in every run; the rise is "
-        "read from every step's training loss (batch noise counts on both sides alike)" + seeds_note(ctx),
-        verdict=verdict,
-        control=aa_control(judge(again - four)),
+        "withdrawn: this setup cannot test the statement. The deck's reference (Liu et al. 2021) finds multi-head "
+        "attention easier to train because it allows a shallower stack: a deep single-head post-LN Transformer "
+        "is the unstable one. Two same-depth GPTs do not test that. On 8-layer post-LN GPTs (64 wide, "
+        "300 steps, gradients clipped at 1, two seeds), 1 head and 4 heads both train at learning rates up to 5e-3 "
+        "and both collapse to the unigram plateau (training loss 3.2-3.4) from 7e-3 on, seed for seed. Neither "
+        "spikes on the way: spike rates at most 0.025 (1 head) and 0.033 (4 heads) over five learning rates. Deciding needs deep single-head against shallow "
+        "multi-head stacks over a learning-rate sweep, with several seeds: more than a CPU report's budget",
+        False,
+        "none: the claim is withdrawn (the reason is above)",
+        note="The previous measure (the mean rise of the training loss above its best so far, on 2-layer pre-LN "
+        "GPTs) mixed batch noise with progress, and it FAILed on a −0.005 difference. Its replacement, the spike "
+        "rate (`attnlab.experiments.heads.spike_rate`: steps above the median of the 25 before by more than 4 "
+        "robust standard deviations), is validated on synthetic smooth and spiking curves (tests). The sweep's "
+        "numbers: `python benchmarks/stability_sweep.py` (benchmarks/README.md).",
+        verdict="WITHDRAWN",
+        data="none: nothing is run",
     )
 
 

@@ -21,7 +21,7 @@ class Context:
         return {"tiny": tiny, "quick": quick, "full": full}[self.size]
 
 
-VERDICTS = ("PASS", "FAIL", "INCONCLUSIVE", "SKIPPED", "ERROR")
+VERDICTS = ("PASS", "FAIL", "INCONCLUSIVE", "SKIPPED", "ERROR", "WITHDRAWN")
 
 
 @dataclass
@@ -47,7 +47,8 @@ class Result:
     """A claim's outcome. ``status``: PASS (the run clears the criterion and its control does not),
     FAIL (the lecture's statement does not hold here), INCONCLUSIVE (the control clears the
     criterion too, or seed noise straddles the bar: this setup cannot decide), SKIPPED (its data is
-    absent), ERROR (the check itself could not run: no verdict on the statement). ``verdict`` overrides what ``passed`` and the control say (an interval over seeds
+    absent), ERROR (the check itself could not run: no verdict on the statement), WITHDRAWN (this
+    setup cannot test the statement: nothing is run, and the report says why). ``verdict`` overrides what ``passed`` and the control say (an interval over seeds
     that straddles its bar; absent data)."""
 
     measured: str  # the numbers, in a sentence

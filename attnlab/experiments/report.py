@@ -186,6 +186,8 @@ checks, or says it comes from outside the decks. The verdicts:
 - **SKIPPED**: the claim's data is absent (it never runs on a substitute).
 - **ERROR**: the check itself could not run (the exception, in one line): no verdict on the
   statement, unlike FAIL.
+- **WITHDRAWN**: this setup cannot test the statement; nothing is run, and the claim says why and
+  what would decide it.
 
 Comparative claims train both sides on three seeds at full size (two with `--quick`, which the
 report says) and decide on the 95 % t-interval of the paired differences (each seed sets both

@@ -140,7 +140,7 @@ def family_of(c) -> str | None:
     """gemma2 or gemma3_text for a Gemma-shaped attnlab GPTConfig (None: not one)."""
     shaped = c.norm == "rms" and c.gated_mlp and c.pos == "rope" and c.sandwich_norm and c.embed_scale and c.mlp
     plain = not c.bias and not c.qkv_bias and not c.parallel_residual and c.rope_fraction == 1 and c.attn_tie == "none"
-    plain = plain and not c.rope_scaling
+    plain = plain and not c.rope_scaling and not c.post_ln
     if not (shaped and plain and c.pos_combine == "add"):
         return None
     if c.qk_norm:

@@ -109,6 +109,7 @@ def export_gpt2(model: nn.Module) -> tuple[dict[str, Tensor], dict]:
         qkv_bias=(c.qkv_bias if c.qkv_bias is not None else c.bias, True),
         parallel_residual=(c.parallel_residual, False),
         sandwich_norm=(c.sandwich_norm, False),
+        post_ln=(c.post_ln, False),
         attn_softcap=(c.attn_softcap, 0.0),
         rope_scaling=(c.rope_scaling, None),
     )

@@ -114,7 +114,7 @@ def is_neox(c) -> bool:
         and c.qkv_bias in (None, True) and (c.kv_heads or c.heads) == c.heads and c.head_dim in (None, c.dim // c.heads)
         and c.window is None and not c.qk_norm and not c.embed_scale and c.logit_softcap == 0
         and c.attn_scale is None and c.attn_tie == "none" and c.activation in ACTIVATIONS.values()
-        and not c.sandwich_norm and not c.attn_softcap and not c.rope_scaling
+        and not c.sandwich_norm and not c.attn_softcap and not c.rope_scaling and not c.post_ln
     )  # fmt: skip
 
 

@@ -160,6 +160,7 @@ def family_of(c) -> str | None:
     """The HuggingFace family an attnlab GPTConfig exports as (None: not Llama-shaped)."""
     shaped = c.norm == "rms" and c.gated_mlp and c.pos == "rope" and c.mlp and c.attn_tie == "none"
     shaped = shaped and not c.parallel_residual and not c.sandwich_norm and not c.attn_softcap and not c.global_every
+    shaped = shaped and not c.post_ln
     plain = not c.embed_scale and c.logit_softcap == 0 and c.attn_scale is None and c.pos_combine == "add"
     if not (shaped and plain):
         return None

@@ -186,6 +186,13 @@ class GPTConfig(Config):
         default=None,
         metadata={"help": "--pos rope: the rotary base of the windowed layers (Gemma 3: 10,000; default --rope-base)"},
     )
+    post_ln: bool = field(
+        default=False,
+        metadata={
+            "help": "the original Transformer's post-LN blocks, LN(x + sublayer(x)), instead of pre-LN's "
+            "x + sublayer(LN(x)) (Vaswani et al. 2017; deep ones train unstably, Xiong et al. 2020)"
+        },
+    )
     parallel_residual: bool = field(
         default=False,
         metadata={"help": "attention and MLP both read the block's input: x + attn(x) + mlp(x) (GPT-J, Pythia)"},
@@ -248,6 +255,10 @@ class GPTConfig(Config):
             raise ValueError(
                 f"--pos-combine concat joins an absolute position code to the tokens; --pos {self.pos} has none "
                 "(use learned or sinusoidal)"
+            )
+        if self.post_ln and (self.parallel_residual or self.sandwich_norm):
+            raise ValueError(
+                "--post-ln normalises after each residual sum; drop --parallel-residual and --sandwich-norm"
             )
         if self.attn_softcap < 0:
             raise ValueError(f"--attn-softcap must be 0 (off) or positive, got {self.attn_softcap}")
@@ -382,6 +393,7 @@ class GPT(HeadWeights, HookedModule):
                 mlp_hidden=c.mlp_hidden,
                 norm=c.norm,
                 gated=c.gated_mlp,
+                norm_first=not c.post_ln,
                 parallel=c.parallel_residual,
                 sandwich=c.sandwich_norm,
                 attn_softcap=c.attn_softcap,
