@@ -323,12 +323,20 @@ def test_a_withdrawn_claim_runs_nothing_and_says_why(tiny):
 
 
 def test_the_length_criterion_separates_the_encodings_it_names():
+    """By hand: ALiBi and relative flat (within 0.1), learned rising 0.1 beyond both, all trained;
+    models that learned nothing (flat at their untrained loss) fail it, as a learned model rising too
+    little does; sinusoids are not part of it."""
     from attnlab.experiments.positions import length_criterion
 
-    change = {"alibi": -0.01, "relative": 0.05, "sinusoidal": 0.56, "rope": 0.94, "learned": 0.14}
-    assert not length_criterion(change, ("alibi", "relative"), ("sinusoidal", "rope", "learned"))  # learned: < 0.15
-    assert length_criterion({**change, "learned": 0.3}, ("alibi", "relative"), ("sinusoidal", "rope", "learned"))
-    assert not length_criterion(change, ("sinusoidal", "rope"), ("alibi", "relative", "learned"))  # the control
+    good, bad = ("alibi", "relative"), ("learned",)
+    untrained = {"alibi": 4.2, "relative": 4.2, "learned": 4.2, "sinusoidal": 4.2}
+    losses = {"alibi": [2.0, 1.99], "relative": [2.0, 2.05], "learned": [2.0, 2.3], "sinusoidal": [2.0, 3.5]}
+    assert length_criterion(losses, untrained, good, bad)
+    assert not length_criterion({**losses, "learned": [2.0, 2.14]}, untrained, good, bad)  # 0.14 < 0.05 + 0.1
+    flat = {p: [4.2, 4.2] for p in losses}  # learned nothing: flat everywhere, the "good" part met
+    assert not length_criterion(flat, untrained, good, bad)
+    assert not length_criterion(flat, untrained, ("sinusoidal",), ())
+    assert not length_criterion(losses, untrained, ("sinusoidal",), ())  # sinusoids rise 1.5
 
 
 def test_every_claims_training_is_pinned_to_fp32_and_a_fixed_thread_count(tmp_path, monkeypatch):
