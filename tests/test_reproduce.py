@@ -290,6 +290,10 @@ def test_the_docs_page_is_generated_from_the_claims(tmp_path):
     assert "each run alone on 2 CPU cores (test)" in page and "its verdict at the tiny size" in page
     assert "[docs/reproduce/full/report.md](reproduce/full/report.md), 20 of 30 claims PASS, 10 FAIL; 3,600 s" in page
     assert "docs/reproduce/report.md" not in page  # no quick report there: not listed
+    # one table of every bar and margin with its reason
+    table = page[page.index("## Bars and margins") :]
+    assert "| `worked-example` | scores within 0.05 of 58.9" in table and "Half the last digit the deck prints" in table
+    assert table.count("\n| `") == 2
 
 
 def test_the_spike_rate_counts_spikes_not_noise_or_progress():
@@ -449,7 +453,10 @@ def test_every_claim_cites_the_deck_lines_it_checks_or_says_it_is_from_outside_t
     assert outside == ["induction"] and "Olsson" in CLAIMS["induction"].deck_line
     assert all(CLAIMS[n].source for n in CLAIMS)
     with pytest.raises(ValueError, match="give its deck lines"):
-        claim("x", "X", "nothing", source=())
+        claim("x", "X", "nothing", source=(), why="a convention")
+    with pytest.raises(ValueError, match="say why its bars"):
+        claim("x", "X", "nothing", source="outside the decks", why="")
+    assert all(c.why for c in CLAIMS.values())  # every claim says why its bars are what they are
     data = Path(os.environ.get("ATTNLAB_DATA", Path(__file__).resolve().parents[2] / "shared" / "data"))
     lectures = data.parent / "lectures"
     if not (lectures / DECKS["001"]).is_file():

@@ -23,6 +23,7 @@ from .stats import aa_control, aa_seeds, better_verdict, parts_verdict, seeds_fo
     "With q·k₁ = 102 and q·k₂ = 99 and d_k = 3, the scaled scores are 58.9 and 57.2 and the softmax "
     "weights 0.85 and 0.15.",
     source=deck("001:251 q_1 k_1^{\\mathsf{T}} = 102", "001:292 58.9", "001:294 p_{1,1} = 0.85", "001:306 57.2"),
+    why="Half the last digit the deck prints (58.9, 57.2; 0.85): any closer reading is the deck's own rounding.",
 )
 def worked_example(ctx: Context) -> Result:
     from ..attention import scaled_dot_product_attention
@@ -62,6 +63,7 @@ def worked_example(ctx: Context) -> Result:
     source=deck(
         "001:155 The softmax is applied on each row", "002:1380 Prevent vectors from looking at future vectors"
     ),
+    why="1e-6 is a few float32 roundings of a sum of one; masked weights are set to 0, not computed, so exactly 0.",
 )
 def masks(ctx: Context) -> Result:
     from ..attention import MultiHeadAttention
@@ -115,6 +117,7 @@ def _lookup(keys: torch.Tensor, values: torch.Tensor, queries: torch.Tensor) -> 
     "lookup), and as the match softens the result becomes a weighted average of the values, the mean of all of "
     "them when the query matches none better than the others.",
     source=deck("004:263 Q, K, V are originally from retrieval systems"),
+    why="At β = 256 the other keys' weights are e^(−256·gap), far below 1e-3; β = 0 is the uniform average by construction.",
 )
 def soft_lookup(ctx: Context) -> Result:
     g = torch.Generator().manual_seed(0)
@@ -199,6 +202,7 @@ def _saturates(rows: list, t: int) -> bool:
         "002:942 the variance of the logits is higher",
         "002:945 Divide by \\sqrt{D}",
     ),
+    why="10 % of log T: near one-hot (the uniform is 100 %); 50 %: well spread; within 0.5 nats: flat across d_k. The gradient's tenth (an order of magnitude) was set with its value known (its note).",
 )
 def scaling(ctx: Context) -> Result:
     torch.manual_seed(0)
@@ -381,6 +385,7 @@ def _table1_checks(sa, local, rnn, conv, m_sa, m_local, m_rnn, m_conv, n_path: i
         "000:70 Convolutional",
         "000:71 Self-Attention (restricted)",
     ),
+    why="Exponents fitted over a few sizes 2x apart, where lower-order terms bend them: 1.7 and 1.8 for a square, 0.9-1.2 for a line. A convention, not derived.",
 )
 def table1(ctx: Context) -> Result:
     ns, ds = [128, 256, 512, 1024], [32, 64, 128, 256]
@@ -474,6 +479,7 @@ def _largest_intermediate(fn) -> int:
     "The attention matrix holds one weight per (query, key) pair: for N queries and M keys the layer's working "
     "memory grows as N × M (quadratically in the length for self-attention), whatever the width.",
     source=deck("002:1422 Requires a lot of memory", "001:629 Self-attention scales quadratically with token length"),
+    why="±0.1 around the exponents the formulas give, for fits over a few sizes: a convention, as in table1.",
 )
 def attention_memory(ctx: Context) -> Result:
     from ..attention import scaled_dot_product_attention
@@ -527,6 +533,7 @@ def attention_memory(ctx: Context) -> Result:
         "001:182 W_V , W_K are learned parameters",
         "004:410 Why can't we fold queries and keys into one representation?",
     ),
+    why="A 95 % t-interval over seeds above 0: a difference larger than seed noise, of any size; the A/A run tests the same criterion on noise.",
 )
 def three_projections(ctx: Context) -> Result:
     steps = ctx.steps(20, 400, 1500)
@@ -573,6 +580,7 @@ SATURATED = 0.10  # the premise: the mean attention entropy below this fraction 
     "Without dividing by √d_k the dot products grow with d_k, the softmax saturates and its gradients vanish, so "
     "a model with wide heads learns more slowly than the same model with scaled scores.",
     source=deck("001:165 vanishing gradients", "001:166 faster convergence"),
+    why="The premise's 10 % of log T is the issue's bar for a saturated softmax; the difference: a 95 % t-interval over seeds above 0, as every comparison.",
 )
 def scaling_convergence(ctx: Context) -> Result:
     steps = ctx.steps(5, 300, 1000)

@@ -117,6 +117,7 @@ class Claim:
     topic: str = ""  # the module (lecture topic) it lives in
     # the deck lines it checks, or (a string) why it is from outside the decks and where it comes from
     source: tuple[DeckLine, ...] | str = ()
+    why: str = ""  # why its bars and margins are what they are (the docs page's table)
 
     @property
     def deck_line(self) -> str:
@@ -129,15 +130,18 @@ class Claim:
 CLAIMS: dict[str, Claim] = {}
 
 
-def claim(name: str, title: str, statement: str, *, source: tuple[DeckLine, ...] | str):
+def claim(name: str, title: str, statement: str, *, source: tuple[DeckLine, ...] | str, why: str):
     """Register ``check(ctx) -> Result`` as the claim ``name`` (``attnlab reproduce NAME``);
-    ``source``: the deck lines it checks (:func:`deck`), or why it is from outside the decks."""
+    ``source``: the deck lines it checks (:func:`deck`), or why it is from outside the decks; ``why``:
+    the reason for its criterion's bars and margins (or that they are a convention)."""
     if not source:
         raise ValueError(f"claim {name!r}: give its deck lines, or say where it comes from if not the decks")
+    if not why:
+        raise ValueError(f"claim {name!r}: say why its bars and margins are what they are")
 
     def add(fn):
         topic = fn.__module__.rsplit(".", 1)[-1]
-        CLAIMS[name] = Claim(name, title, statement, fn, f"attnlab reproduce {name}", topic, source)
+        CLAIMS[name] = Claim(name, title, statement, fn, f"attnlab reproduce {name}", topic, source, why)
         return fn
 
     return add

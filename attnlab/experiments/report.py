@@ -249,6 +249,17 @@ def write_docs(results: dict[str, Result], ctx: Context, path: str | Path, machi
                 + (f" ({r.note})" if r.status != "PASS" and r.note else ""),
                 "",
             ]
+    lines += [
+        "## Bars and margins",
+        "",
+        "Every claim's criterion (its bars and margins, as judged in this run) and why they are what they are.",
+        "",
+        "| claim | criterion | why these bars |",
+        "|---|---|---|",
+    ]
+    cell = lambda text: text.replace("|", "\\|").replace("\n", " ")  # noqa: E731
+    lines += [f"| `{n}` | {cell(r.criterion)} | {cell(CLAIMS[n].why)} |" for n, r in results.items()]
+    lines.append("")
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("\n".join(lines), encoding="utf-8")
     return path
