@@ -233,6 +233,12 @@ def test_caption_commands_end_to_end(caption_run, tmp_path, capsys):
     assert res["pointing"] is None or 0 <= res["pointing"] <= 1
     if res["pointing"] is not None:  # the random-object control: 1 / (objects in the scene), between 1/3 and 1
         assert all(1 / 3 - 1e-9 <= v <= 1 for v in res["pointing_random_object_by_word"].values())
+        # per word, the leads over the random-object pointer: their means are the rates' differences
+        for kind, leads in res["pointing_leads_by_word"].items():
+            lead = res["pointing_by_word"][kind] - res["pointing_random_object_by_word"][kind]
+            assert np.mean(leads["attention"]) == pytest.approx(lead)
+            chance = res["pointing_chance_by_word"][kind] - res["pointing_random_object_by_word"][kind]
+            assert np.mean(leads["random_cell"]) == pytest.approx(chance)
     assert set(res["by_objects"]) <= {"1", "2", "3"}
     png = tmp_path / "grid.png"
     assert main(["inspect", "caption", "--ckpt", str(caption_run), "--image", str(img), "--out", str(png)]) == 0

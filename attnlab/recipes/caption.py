@@ -443,7 +443,7 @@ def evaluate_captioner(
         res["by_objects"] = by_count
         res["pointing"], res["pointing_by_word"], res["pointing_objects"] = None, None, 0
         res["pointing_chance_by_word"] = None
-        res["pointing_random_object_by_word"] = None
+        res["pointing_random_object_by_word"] = res["pointing_leads_by_word"] = None
         if model.config.arch != "rnn":
             hits: dict[str, list[bool]] = {"size": [], "colour": [], "shape": []}
             chance: dict[str, list[float]] = {"size": [], "colour": [], "shape": []}
@@ -464,6 +464,16 @@ def evaluate_captioner(
                 # a random cell's hit rate on the same words: what the pointing is measured against
                 res["pointing_chance_by_word"] = {k: sum(v) / len(v) for k, v in chance.items() if v}
                 res["pointing_random_object_by_word"] = {k: sum(v) / len(v) for k, v in random_object.items() if v}
+                # per word, the pointing's lead over the random-object pointer and the random cell's (for
+                # intervals over the words: reproduce's alignment claim)
+                res["pointing_leads_by_word"] = {
+                    k: {
+                        "attention": [float(h) - r for h, r in zip(hits[k], random_object[k])],
+                        "random_cell": [c - r for c, r in zip(chance[k], random_object[k])],
+                    }
+                    for k in hits
+                    if hits[k]
+                }
                 res["pointing_objects"] = len(hits["shape"])
     return res
 
