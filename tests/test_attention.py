@@ -141,6 +141,32 @@ def test_grouped_query_attention_equals_repeated_heads():
     assert torch.allclose(gqa(x), full(x), atol=1e-5)
 
 
+@pytest.mark.parametrize("in_kernel", [True, False])
+def test_grouped_query_attention_in_the_kernel_or_by_copied_heads(in_kernel, monkeypatch):
+    """Both sides of the choice: the fused kernel's grouped-query attention (torch 2.5 on, on the CPU,
+    and on a GPU when unmasked) and K/V heads copied to every query head give the same outputs,
+    causal and with padding; a masked call on another device copies (its kernel would fall back)."""
+    import attnlab.attention as A
+
+    if in_kernel and not A.KERNEL_GQA:
+        pytest.skip("this torch has no enable_gqa")
+    monkeypatch.setattr(A, "KERNEL_GQA", in_kernel)
+    torch.manual_seed(0)
+    gqa = MultiHeadAttention(32, 4, n_kv_heads=2, causal=True).eval()
+    x, keep = torch.randn(2, 6, 32), torch.tensor([[True] * 6, [False, False] + [True] * 4])
+    with torch.no_grad():
+        monkeypatch.setattr(A, "KERNEL_GQA", False)
+        copied = gqa(x), gqa(x, key_mask=keep)
+        monkeypatch.setattr(A, "KERNEL_GQA", in_kernel)
+        got = gqa(x), gqa(x, key_mask=keep)
+    for a, b in zip(got, copied):
+        torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-5)
+    meta = torch.empty(1, device="meta")
+    assert MultiHeadAttention._kernel_groups(meta, masked=True) is False
+    assert MultiHeadAttention._kernel_groups(meta, masked=False) is in_kernel
+    assert MultiHeadAttention._kernel_groups(x, masked=True) is in_kernel
+
+
 @pytest.mark.parametrize("n_kv_heads", [None, 2])
 def test_kv_cache_decoding_equals_full_forward(n_kv_heads):
     mha = MultiHeadAttention(32, 4, causal=True, n_kv_heads=n_kv_heads).eval()

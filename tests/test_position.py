@@ -216,3 +216,23 @@ def test_concatenated_positions_start_as_the_sum_and_can_learn_otherwise():
     torch.testing.assert_close(cache["hook_embed"], want)
     with pytest.raises(ValueError, match="--pos rope has none"):
         GPTConfig(pos="rope", pos_combine="concat")
+
+
+def test_rope_keeps_theta_in_float32_and_its_cos_sin_follow_the_positions():
+    """θ is not rounded when the model is cast (bf16 θ turns position 31 by up to 0.03 rad); the cos
+    and sin shared by the layers of one forward are recomputed when the positions change in place,
+    or the dtype does."""
+    rope = RotaryEmbedding(64, base=1e6)
+    exact = rope.inv_freq.clone()
+    rope.to(torch.bfloat16)
+    assert rope.inv_freq.dtype == torch.float32 and torch.equal(rope.inv_freq, exact)
+    x, positions = torch.randn(1, 2, 4, 64), torch.arange(4)
+
+    def fresh(x, positions):  # what the rotation gives with nothing kept from an earlier call
+        return RotaryEmbedding(64, base=1e6)(x, positions)
+
+    torch.testing.assert_close(rope(x, positions), fresh(x, positions))
+    positions += 100  # (in place: the same tensor, another version)
+    torch.testing.assert_close(rope(x, positions), fresh(x, positions))
+    assert rope(x.bfloat16(), positions).dtype == torch.bfloat16
+    torch.testing.assert_close(rope(x, positions), fresh(x, positions))
