@@ -77,7 +77,12 @@ def complete_bash(words: list[str]) -> list[str]:
 def test_bash_completes_commands_options_and_choices():
     assert complete_bash(["attnlab", "tr"]) == ["train", "translate"]
     assert complete_bash(["attnlab", "train", "v"]) == ["vit"]
-    assert set(complete_bash(["attnlab", "train", "gpt", "--po"])) == {"--pos", "--position", "--pos-combine", "--post-ln"}
+    assert set(complete_bash(["attnlab", "train", "gpt", "--po"])) == {
+        "--pos",
+        "--position",
+        "--pos-combine",
+        "--post-ln",
+    }
     assert complete_bash(["attnlab", "train", "gpt", "--pos", "r"]) == ["rope", "relative"]
     assert complete_bash(["attnlab", "train", "vit", "--pos", "s"]) == ["sincos"]  # (the ViT's own choices)
     assert complete_bash(["attnlab", "train", "gpt", "--no-com"]) == ["--no-compile"]

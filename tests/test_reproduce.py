@@ -319,6 +319,14 @@ def test_the_spike_rate_counts_spikes_not_noise_or_progress():
     assert old > 0.2  # batch noise alone read as a large rise
 
 
+def test_the_quick_report_says_it_is_a_smoke_run(tmp_path):
+    r = Result("m", True, "c")
+    (tmp_path / "q").mkdir(), (tmp_path / "f").mkdir()
+    quick = write_report({"worked-example": r}, Context(out=tmp_path / "q", work=tmp_path / "w", size="quick"))
+    full = write_report({"worked-example": r}, Context(out=tmp_path / "f", work=tmp_path / "w", size="full"))
+    assert "The quick size is a smoke run" in quick.read_text() and "smoke" not in full.read_text()
+
+
 def test_a_withdrawn_claim_runs_nothing_and_says_why(tiny):
     _, results = tiny
     r = results["stability"]

@@ -124,6 +124,16 @@ def write_report(results: dict[str, Result], ctx: Context) -> Path:
         "must-fail control beside it (PASS: the run clears the criterion and the control fails it; INCONCLUSIVE: "
         "the control clears it too, or seed noise straddles the bar).",
         "",
+        *(
+            [
+                "**The quick size is a smoke run of the claims**: two seeds where the full size runs three, and "
+                "a quarter to two fifths of its training steps. It shows that every claim runs and what it measures; its "
+                "verdicts can differ from the full size's, which decide.",
+                "",
+            ]
+            if ctx.size == "quick"
+            else []
+        ),
         "| claim | result | control | data | seconds |",
         "|---|---|---|---|---|",
     ]
