@@ -404,11 +404,16 @@ class RotaryEmbedding(nn.Module):
         """cos(pos·θ) and sin(pos·θ), each (T, r) or (B, 1, T, r), the r/2 angles twice over.
         Every layer of a model shares one embedding and, in one forward, one ``positions`` tensor:
         the last call's pair is kept for the next layer's (not while compiling, which traces it)."""
-        compiling = torch.compiler.is_compiling()
-        key = None if compiling else (positions, positions._version, dtype)
-        last = self._last
-        if key is not None and last is not None and last[0][0] is positions and last[0][1:] == key[1:]:
+        if torch.compiler.is_compiling():  # (a traced graph reads no Python-side state)
+            return self._cos_sin(positions, dtype)
+        key, last = (positions, positions._version, dtype), self._last
+        if last is not None and last[0][0] is positions and last[0][1:] == key[1:]:
             return last[1]
+        pair = self._cos_sin(positions, dtype)
+        self._last = (key, pair)
+        return pair
+
+    def _cos_sin(self, positions: Tensor, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
         inv_freq = self.inv_freq
         if self.long_from is not None:  # LongRoPE: the long factors once a position of the call reaches N
             inv_freq = torch.where(positions.max() >= self.long_from, self.inv_freq_long, self.inv_freq)
@@ -418,10 +423,7 @@ class RotaryEmbedding(nn.Module):
         cos, sin = angles.cos(), angles.sin()
         if self.attention_factor != 1.0:
             cos, sin = cos * self.attention_factor, sin * self.attention_factor
-        pair = torch.cat([cos, cos], dim=-1).to(dtype), torch.cat([sin, sin], dim=-1).to(dtype)
-        if key is not None:
-            self._last = (key, pair)
-        return pair
+        return torch.cat([cos, cos], dim=-1).to(dtype), torch.cat([sin, sin], dim=-1).to(dtype)
 
     def forward(self, x: Tensor, positions: Tensor) -> Tensor:
         """x (B, H, T, d), positions (T,) or (B, T) -> same shape, rotated."""
