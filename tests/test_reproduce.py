@@ -226,6 +226,16 @@ def test_the_a_a_control_is_the_claims_own_criterion_on_other_seeds():
     assert aa_control(better_verdict([0.05, 0.06, 0.055], "d")).cleared
 
 
+def test_no_control_relabels_the_measured_run(tiny, tmp_path):
+    """Every control is a run of its own (untrained models, the mechanism removed, an A/A run, a
+    null layer), never the measured run with its labels swapped."""
+    _, results = tiny
+    computed = run_claims(COMPUTED, Context(out=tmp_path / "out", work=tmp_path / "work", size="tiny"), log=print)
+    for name, r in {**results, **computed}.items():
+        if r.control is not None:
+            assert "swapped" not in r.control.what and "labels" not in r.control.what, (name, r.control.what)
+
+
 COMPARISONS = ("three-projections", "scaling-convergence", "multi-head")
 
 

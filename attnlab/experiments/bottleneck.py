@@ -60,17 +60,25 @@ def run(
     out: Path | None = None,
     small: bool = False,
     progress: bool = False,
+    only: tuple[str, ...] | None = None,
+    seed: int = 0,
     **train_options,
 ) -> dict:
-    """Train the three models of ``make_models`` on reversal up to ``max(lengths)`` and return each
-    one's sequence accuracy per length at the end and along the run (``{name: {"accuracy":
-    {length: acc}, "curve": {step: {length: acc}}, ...}}``); ``train_options``: TrainConfig fields to
-    set as well (``device="cpu", dtype="fp32"``)."""
+    """Train the three models of ``make_models`` (or the ``only`` ones) on reversal up to
+    ``max(lengths)`` and return each one's sequence accuracy per length at the end and along the
+    run (``{name: {"accuracy": {length: acc}, "curve": {step: {length: acc}}, ...}}``); ``seed``:
+    the initial weights and the batches (0: the trainer's default batches); ``train_options``:
+    TrainConfig fields to set as well (``device="cpu", dtype="fp32"``)."""
     min_len, max_len = min(lengths), max(lengths)
     data = load_parallel("reverse", min_len=min_len, max_len=max_len)
     results = {}
     for name, model in make_models(data.src_vocab.size, 2 * max_len + 4, small).items():
-        torch.manual_seed(0)
+        if only is not None and name not in only:
+            continue
+        if seed:  # another draw of the initial weights (seed 0: make_models' own)
+            torch.manual_seed(seed)
+            model = type(model)(model.config)
+        torch.manual_seed(seed)
         cfg = TrainConfig(
             max_iters=steps,
             batch_size=batch_size,
@@ -81,9 +89,11 @@ def run(
             eval_interval=steps,
             eval_iters=2,
             progress=progress,
+            **({"seed": 1337 + seed} if seed else {}),
             **train_options,
         )
         folder = (out or Path("runs/bottleneck")) / name.replace(" ", "_").replace("(", "").replace(")", "")
+        folder = folder.with_name(folder.name + (f"_seed{seed}" if seed else ""))
         t0 = time.perf_counter()
         along = MeasureAtSteps(
             model,

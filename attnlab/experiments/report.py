@@ -181,11 +181,11 @@ attnlab reproduce scaling table1 length        # some of them, full size
 Each claim is a function in `attnlab.experiments.<topic>` registered with `@claim` (the topics are
 the lectures': attention, positions, recurrence, vision, pretraining, heads, graphs). It computes or trains
 what it needs, then judges the lecture's statement against a stated criterion **and** runs a
-must-fail control beside it: the same measurement where the statement is made false (the model
-before training, the mechanism removed, positions removed, the labels swapped, a random pointer),
-or, for a claim that one side beats another, an A/A run: the better side trained again with other
-seeds and judged against itself by the claim's own criterion, which only noise or a vacuous
-criterion lets clear. Each claim names the deck lines (FILE:LINE in the four lecture decks) it
+must-fail control beside it, judged by the claim's own criterion: a run where the statement is made
+false (the models before training, the mechanism removed, positions removed, a random pointer), or,
+for a claim that one side beats another, an A/A run: the better side trained again with other seeds
+and judged against itself, which only noise or a vacuous criterion lets clear. No control
+relabels the measured run. Each claim names the deck lines (FILE:LINE in the four lecture decks) it
 checks, or says it comes from outside the decks. The verdicts:
 
 - **PASS**: the run clears the criterion and the control fails it.
