@@ -204,14 +204,19 @@ class OptionSpecs:
             "bounds generation on a CPU (about 1.9x faster here; tokens may differ slightly) "
             "(default fp32)",
         )
+        self.add_quantize()
+
+    def add_quantize(self, prefix: str = "") -> None:
+        """``--quantize``: the Linear layers a model runs with (``sample``, ``serve``, ``eval``);
+        ``prefix``: the command's own words before the shared help."""
         self.add(
             "--quantize",
             choices=list(QUANTIZE_CHOICES),
             default=None,
-            help="CPU: int8 weights for every Linear layer, a quarter of fp32's bytes per token: int8 (weights "
-            "only; 3.2x HuggingFace fp32 at GPT-2 small here) or dynamic-int8 (activations too; faster, rounds "
-            "more); or packed: the same fp32/bf16 weights in the GEMM library's packed layout (about 1.5x "
-            "transformers on a Qwen2-0.5B's bf16 decoding here)",
+            help=prefix + "CPU: int8 weights for every Linear layer, a quarter of fp32's bytes per token: int8 "
+            "(weights only; 3.2x HuggingFace fp32 at GPT-2 small here) or dynamic-int8 (activations too; faster, "
+            "rounds more); or packed: the same fp32/bf16 weights in the GEMM library's packed layout (about 1.4x "
+            "transformers on a Qwen2-0.5B's bf16 decoding here, the same tokens)",
         )
 
     def group(self, title: str) -> "OptionSpecs":

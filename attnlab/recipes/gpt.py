@@ -26,7 +26,6 @@ from ..errors import OptionError, a
 from ..options import (
     checked_by,
     MAX_COUNT,
-    QUANTIZE_CHOICES,
     Command,
     OptionSpecs,
     named,
@@ -474,12 +473,7 @@ class GPTRecipe(Recipe):
             default=200_000,
             help="language models: evaluate at most this many tokens (default 200000)",
         )
-        group.add(
-            "--quantize",
-            choices=list(QUANTIZE_CHOICES),
-            default=None,
-            help="language models: evaluate with int8 or packed Linear layers (as attnlab sample --quantize runs them)",
-        )
+        group.add_quantize("language models, evaluated as attnlab sample --quantize runs them. ")
 
     def evaluate(self, args) -> tuple[dict, str]:
         import numpy as np
