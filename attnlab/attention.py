@@ -44,7 +44,7 @@ __all__ = [
 
 # the fused kernel serves grouped-query attention itself (``enable_gqa``, torch 2.5 on): keys and
 # values are read once per group instead of copied to every query head
-KERNEL_GQA = tuple(int(n) for n in torch.__version__.split("+")[0].split(".")[:2]) >= (2, 5)
+KERNEL_GQA = torch.__version__ >= (2, 5)
 
 
 def causal_mask(t_q: int, t_k: int | None = None, device=None) -> Tensor:
@@ -613,9 +613,13 @@ class MultiHeadAttention(nn.Module):
             and self.position_bias is None
             and not (need_weights or hooked or self.softcap)
         )
-        unfused = need_weights or hooked or self.softcap or getattr(self.position_bias, "value_table", None) is not None
+        # Shaw's value term needs the weights: Σ_j α_ij aⱽ_ij is added to the output
+        value_term = (
+            self.position_bias.value_term if getattr(self.position_bias, "value_table", None) is not None else None
+        )
+        formed = need_weights or hooked or value_term is not None  # the reference path, which forms P
         masked = any(m is not None for m in (mask, key_mask, bias, self.window, self.position_bias))
-        if self.n_kv_heads != self.n_heads and (banded or unfused or not self._kernel_groups(x, masked)):
+        if self.n_kv_heads != self.n_heads and (banded or formed or self.softcap or not self._kernel_groups(x, masked)):
             # grouped-query: each K/V head serves n_heads/n_kv_heads queries
             rep = self.n_heads // self.n_kv_heads
             k, v = k.repeat_interleave(rep, dim=1), v.repeat_interleave(rep, dim=1)
@@ -640,11 +644,6 @@ class MultiHeadAttention(nn.Module):
         if self.position_bias is not None:
             pb = self.position_bias(q, t_k)  # (H, Tq, Tk) or (B, H, Tq, Tk)
             bias = pb if bias is None else bias + pb
-        # Shaw's value term needs the weights: Σ_j α_ij aⱽ_ij is added to the output
-        value_term = (
-            self.position_bias.value_term if getattr(self.position_bias, "value_table", None) is not None else None
-        )
-        formed = need_weights or hooked or value_term is not None
         out = scaled_dot_product_attention(
             q,
             k,

@@ -77,6 +77,13 @@ def why_not_packed(dtype: torch.dtype) -> str | None:
     return f"{dtype} weights (fp32 and bf16 pack)"
 
 
+def packed_bf16_product(x: Tensor, packed: Tensor, bias: Tensor | None) -> Tensor:
+    """x (..., in) times a bf16 weight in oneDNN's packed layout (``packed``, reordered from (out, in)),
+    plus ``bias``: (..., out), in bf16."""
+    y = torch.ops.mkldnn._linear_pointwise(x.reshape(-1, x.shape[-1]).to(torch.bfloat16), packed, bias, "none", [], "")
+    return y.reshape(*x.shape[:-1], y.shape[-1])
+
+
 class PackedLinear(nn.Linear):
     """A Linear layer whose weight is also held in the CPU GEMM library's packed layout, reordered
     once (fp32: MKL's ``_mkl_linear``; bf16: oneDNN's ``_linear_pointwise``). ``weight`` and
@@ -102,13 +109,11 @@ class PackedLinear(nn.Linear):
         )
 
     def forward(self, x: Tensor) -> Tensor:
-        lead = x.shape[:-1]
-        rows = x.reshape(-1, self.in_features).to(self.weight.dtype)
         if self.bf16:
-            y = torch.ops.mkldnn._linear_pointwise(rows, self.packed, self.bias, "none", [], "")
-        else:
-            y = torch.ops.mkl._mkl_linear(rows, self.packed, self.weight, self.bias, 1)
-        return y.reshape(*lead, self.out_features)
+            return packed_bf16_product(x, self.packed, self.bias)
+        rows = x.reshape(-1, self.in_features).to(self.weight.dtype)
+        y = torch.ops.mkl._mkl_linear(rows, self.packed, self.weight, self.bias, 1)
+        return y.reshape(*x.shape[:-1], self.out_features)
 
     def extra_repr(self) -> str:
         return f"in_features={self.in_features}, out_features={self.out_features}, packed {self.weight.dtype} weights"
@@ -136,17 +141,18 @@ class PackedConcat(nn.Module):
         packed one, which would double them), one input width, all with biases or none."""
         first = linears[0]
         return (
-            why_not_packed(first.weight.dtype) is None
-            and first.weight.dtype == torch.bfloat16
-            and all(type(layer) is nn.Linear and layer.in_features == first.in_features for layer in linears)
-            and all(layer.weight.dtype == torch.bfloat16 for layer in linears)
+            why_not_packed(torch.bfloat16) is None
+            and all(
+                type(layer) is nn.Linear
+                and layer.weight.dtype == torch.bfloat16
+                and layer.in_features == first.in_features
+                for layer in linears
+            )
             and len({layer.bias is None for layer in linears}) == 1
         )
 
     def forward(self, x: Tensor) -> Tensor:
-        rows = x.reshape(-1, self.in_features).to(torch.bfloat16)
-        y = torch.ops.mkldnn._linear_pointwise(rows, self.packed, self.bias, "none", [], "")
-        return y.reshape(*x.shape[:-1], self.out_features)
+        return packed_bf16_product(x, self.packed, self.bias)
 
     def extra_repr(self) -> str:
         return f"in_features={self.in_features}, out_features={self.out_features}, packed bf16 weights"
