@@ -30,7 +30,7 @@ import torch
 from torch import Tensor, nn
 
 from .generate import cut_at_stop, sample_next
-from .position import long_rope_from
+from .position import rotation_changes_from
 from .syncs import to_host_list
 
 __all__ = ["Request", "ContinuousBatcher", "generate_batched", "text_request", "request_text"]
@@ -122,12 +122,13 @@ class ContinuousBatcher:
                 f"the prompt ({n} tokens) and max_new_tokens {new} exceed the model's context of {self.context} "
                 f"tokens (a batched request keeps both within it, with no sliding window); {fix}"
             )
-        long_from = long_rope_from(self.model)
-        if long_from is not None and n + new > long_from + 1:
+        changing = rotation_changes_from(self.model)
+        if changing is not None and n + new > changing[1] + 1:
+            name, limit = changing
             raise ValueError(
-                f"the model uses LongRoPE, whose rotation changes for every row once one passes {long_from} tokens; "
-                f"a batched request keeps the prompt ({n} tokens) and max_new_tokens within {long_from + 1} tokens: "
-                f"ask for at most {max(long_from + 1 - n, 0)} new tokens, or generate it alone"
+                f"the model uses {name}, whose rotation changes for every row once one passes {limit} tokens; "
+                f"a batched request keeps the prompt ({n} tokens) and max_new_tokens within {limit + 1} tokens: "
+                f"ask for at most {max(limit + 1 - n, 0)} new tokens, or generate it alone"
             )
         vocab = self.model.config.vocab_size
         if min(request.prompt) < 0 or max(request.prompt) >= vocab:

@@ -11,7 +11,7 @@ from collections.abc import Callable, Sequence
 import torch
 from torch import Tensor, nn
 
-from .position import long_rope_from
+from .position import long_rope_from, rotation_changes_from
 
 __all__ = [
     "sample_next",
@@ -250,12 +250,13 @@ def speculative_generate(
     # context: to the last half-context), and a round of proposals never crosses such a move, so
     # greedy output equals generate()'s at any length. The draft's window only has to fit.
     for which, m in (("model", model), ("draft", draft)):
-        long_from = long_rope_from(m)
-        if long_from is not None and len(seq) + max_new_tokens > long_from + 1:
+        changing = rotation_changes_from(m)
+        if changing is not None and len(seq) + max_new_tokens > changing[1] + 1:
+            name, limit = changing
             raise ValueError(
-                f"the {which} uses LongRoPE, whose rotation changes once the text passes {long_from} tokens, "
-                f"which speculative decoding's rewound caches do not follow; keep the prompt and max_new_tokens "
-                f"within {long_from + 1} tokens or decode without a draft"
+                f"the {which} uses {name}, whose rotation changes once the text passes {limit} tokens, "
+                f"which speculative decoding's verified rounds do not follow; keep the prompt and max_new_tokens "
+                f"within {limit + 1} tokens or decode without a draft"
             )
     block, draft_block = model.config.context, draft.config.context
     starts = {"model": len(seq) - min(len(seq), block), "draft": len(seq) - min(len(seq), draft_block)}

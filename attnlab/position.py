@@ -277,18 +277,25 @@ ROPE_SCALINGS = {
     "llama3": ("factor", "low_freq_factor", "high_freq_factor", "original_context"),
     "yarn": ("factor", "original_context", "beta_fast", "beta_slow", "attention_factor"),
     "longrope": ("original_context", "attention_factor", "short_factors", "long_factors"),
+    "dynamic": ("factor", "original_context"),
 }
 _LISTS = ("short_factors", "long_factors")  # (comma-separated, one per rotated pair)
+UNTRUNCATED = "untruncated"  # (YaRN's optional last word: the ramp's ends not rounded to whole dimensions)
 
 
 def rope_scaling_parts(spec: str) -> tuple[str, list]:
     """``linear:FACTOR``, ``llama3:FACTOR:LOW:HIGH:ORIGINAL_CONTEXT``,
     ``yarn:FACTOR:ORIGINAL_CONTEXT:BETA_FAST:BETA_SLOW:ATTENTION_FACTOR`` or
-    ``longrope:ORIGINAL_CONTEXT:ATTENTION_FACTOR:S1,S2,…:L1,L2,…`` -> (kind, its numbers, the
-    longrope factors as lists); a malformed spec is a ValueError saying the forms."""
+    ``longrope:ORIGINAL_CONTEXT:ATTENTION_FACTOR:S1,S2,…:L1,L2,…`` or ``dynamic:FACTOR:ORIGINAL_CONTEXT``
+    -> (kind, its numbers, the longrope factors as lists; YaRN's a sixth, 1.0 when its ramp's ends
+    are rounded to whole dimensions, as by default, 0.0 after ``:untruncated``); a malformed spec is
+    a ValueError saying the forms."""
     kind, *rest = spec.split(":")
     forms = " or ".join(f"{k}:{':'.join(n.upper() for n in names)}" for k, names in ROPE_SCALINGS.items())
+    forms += f" (yarn: optionally :{UNTRUNCATED})"
     names = ROPE_SCALINGS.get(kind, ())
+    truncate = not (kind == "yarn" and rest and rest[-1] == UNTRUNCATED)
+    rest = rest if truncate else rest[:-1]
     try:
         numbers = [
             [float(x) for x in part.split(",")] if name in _LISTS else float(part) for name, part in zip(names, rest)
@@ -302,7 +309,20 @@ def rope_scaling_parts(spec: str) -> tuple[str, list]:
         raise ValueError(f"--rope-scaling {spec!r}: the high-frequency factor must exceed the low one")
     if kind == "longrope" and len(numbers[2]) != len(numbers[3]):
         raise ValueError(f"--rope-scaling {spec!r}: give as many long factors as short ones (one per rotated pair)")
-    return kind, numbers
+    return kind, numbers + [float(truncate)] if kind == "yarn" else numbers
+
+
+def rotation_changes_from(model: nn.Module) -> tuple[str, int] | None:
+    """For a model whose rotation depends on the longest position of a call (LongRoPE, dynamic NTK),
+    (its name, N): a call reaching past N tokens rotates every row otherwise, so rows batched
+    together or tokens verified together past N are not rotated as each would be alone. None for
+    other models."""
+    config = getattr(model, "config", None)
+    scaling = getattr(config, "rope_scaling", None) if getattr(config, "pos", None) == "rope" else None
+    if not scaling:
+        return None
+    kind, numbers = rope_scaling_parts(scaling)
+    return {"longrope": ("LongRoPE", int(numbers[0])), "dynamic": ("dynamic NTK scaling", int(numbers[1]))}.get(kind)
 
 
 def long_rope_from(model: nn.Module) -> int | None:
@@ -327,13 +347,17 @@ def rope_frequencies(rotary_dim: int, base: float, scaling: str | None = None, *
     than βs times over N positions by F, keeps those turning more than βf times, and ramps linearly
     between, by dimension index;
     ``longrope:N:A:S…:L…`` (LongRoPE, Ding et al. 2024; Phi-3 and 3.5 mini) divides each θ_i by its
-    own factor, the short ones S_i, or with ``long`` the long ones L_i (for positions from N on)."""
+    own factor, the short ones S_i, or with ``long`` the long ones L_i (for positions from N on);
+    ``dynamic:F:N`` (dynamic NTK) keeps θ up to N tokens and raises the base past them, per call
+    (:meth:`RotaryEmbedding.dynamic_frequencies`): here the θ up to N."""
     inv_freq = 1.0 / base ** (torch.arange(0, rotary_dim, 2).float() / rotary_dim)  # (as HuggingFace computes it)
     if not scaling:
         return inv_freq
     kind, numbers = rope_scaling_parts(scaling)
     if kind == "linear":
         return inv_freq / numbers[0]
+    if kind == "dynamic":
+        return inv_freq
     if kind == "longrope":
         factors = torch.tensor(numbers[3] if long else numbers[2], dtype=torch.float32)
         if len(factors) != len(inv_freq):
@@ -342,13 +366,15 @@ def rope_frequencies(rotary_dim: int, base: float, scaling: str | None = None, *
             )
         return inv_freq / factors
     if kind == "yarn":
-        factor, original, beta_fast, beta_slow, _ = numbers
+        factor, original, beta_fast, beta_slow, _, truncate = numbers
 
         def dimension_turning(turns: float) -> float:  # the index i whose θ_i turns `turns` times over N positions
             return rotary_dim * math.log(original / (turns * 2 * math.pi)) / (2 * math.log(base))
 
-        low = max(math.floor(dimension_turning(beta_fast)), 0)
-        high = min(math.ceil(dimension_turning(beta_slow)), rotary_dim - 1)
+        low, high = dimension_turning(beta_fast), dimension_turning(beta_slow)
+        if truncate:  # (whole dimensions, as YaRN's paper and HuggingFace's default round them)
+            low, high = math.floor(low), math.ceil(high)
+        low, high = max(low, 0), min(high, rotary_dim - 1)
         high += 0.001 if high == low else 0  # (HuggingFace's guard against a zero-width ramp)
         ramp = ((torch.arange(rotary_dim // 2).float() - low) / (high - low)).clamp(0, 1)  # 0: kept, 1: divided
         return inv_freq / factor * ramp + inv_freq * (1 - ramp)
@@ -381,8 +407,9 @@ class RotaryEmbedding(nn.Module):
         self.register_buffer("inv_freq", rope_frequencies(rotary_dim, base, scaling), persistent=False)
         kind, numbers = rope_scaling_parts(scaling) if scaling else (None, [])
         # YaRN and LongRoPE scale cos and sin by A (so the scores by A²): the attention's temperature
-        self.attention_factor = numbers[-1] if kind == "yarn" else numbers[1] if kind == "longrope" else 1.0
+        self.attention_factor = numbers[4] if kind == "yarn" else numbers[1] if kind == "longrope" else 1.0
         self.long_from = int(numbers[0]) if kind == "longrope" else None
+        self.dynamic = (numbers[0], int(numbers[1])) if kind == "dynamic" else None  # (F, N)
         if self.long_from is not None:
             self.register_buffer(
                 "inv_freq_long", rope_frequencies(rotary_dim, base, scaling, long=True), persistent=False
@@ -417,6 +444,8 @@ class RotaryEmbedding(nn.Module):
         inv_freq = self.inv_freq
         if self.long_from is not None:  # LongRoPE: the long factors once a position of the call reaches N
             inv_freq = torch.where(positions.max() >= self.long_from, self.inv_freq_long, self.inv_freq)
+        if self.dynamic is not None:
+            inv_freq = self.dynamic_frequencies(positions)
         angles = positions.float()[..., None] * inv_freq  # (..., T, r/2)
         if angles.dim() == 3:
             angles = angles[:, None]  # (B, 1, T, r/2): broadcast over heads
@@ -424,6 +453,20 @@ class RotaryEmbedding(nn.Module):
         if self.attention_factor != 1.0:
             cos, sin = cos * self.attention_factor, sin * self.attention_factor
         return torch.cat([cos, cos], dim=-1).to(dtype), torch.cat([sin, sin], dim=-1).to(dtype)
+
+    def dynamic_frequencies(self, positions: Tensor) -> Tensor:
+        """Dynamic NTK scaling (``dynamic:F:N``; Reddit's bloc97 and emozilla, 2023): a call whose
+        positions reach L > N tokens rotates by θ_i with the base raised to
+        base · (F·L/N - (F - 1))^(r/(r-2)), so the slowest pair still turns less than once over L; up
+        to N, the plain θ. Computed as HuggingFace computes it (float32, on the device: no host sync).
+        HuggingFace keeps the largest L seen until a call falls back under N; here each call's own L
+        counts, which is the same while a text grows, as in generation. (r/2,)"""
+        factor, original = self.dynamic
+        length = positions.max() + 1
+        grown = torch.maximum(length, torch.tensor(original, dtype=length.dtype, device=length.device))
+        base = self.base * ((factor * grown / original) - (factor - 1)) ** (self.rotary_dim / (self.rotary_dim - 2))
+        exponents = torch.arange(0, self.rotary_dim, 2, device=positions.device).float() / self.rotary_dim
+        return torch.where(length > original, 1.0 / base**exponents, self.inv_freq)
 
     def forward(self, x: Tensor, positions: Tensor) -> Tensor:
         """x (B, H, T, d), positions (T,) or (B, T) -> same shape, rotated."""

@@ -50,6 +50,18 @@ CASES = [
         ),
     ),  # fmt: skip
     ("qwen2", "Qwen2Config", dict(num_attention_heads=8, num_key_value_heads=2)),
+    # dynamic NTK: the base raised once a call passes max_position_embeddings (18: the 20-token
+    # batch and the 32 greedy tokens after either prompt pass it; attnlab's context is 3 x 18)
+    (
+        "llama",
+        "LlamaConfig",
+        dict(
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            max_position_embeddings=18,
+            rope_parameters=dict(rope_type="dynamic", rope_theta=10000.0, factor=3.0),
+        ),
+    ),  # fmt: skip
     (
         "qwen2",
         "Qwen2Config",
@@ -71,7 +83,38 @@ CASES = [
             rope_parameters=dict(rope_type="yarn", rope_theta=10000.0, factor=4.0, original_max_position_embeddings=32),
         ),
     ),  # fmt: skip
+    # Qwen2's windows on the layers from max_window_layers on
+    (
+        "qwen2",
+        "Qwen2Config",
+        dict(
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            num_hidden_layers=3,
+            use_sliding_window=True,
+            sliding_window=5,
+            max_window_layers=1,
+        ),
+    ),  # fmt: skip
     ("qwen3", "Qwen3Config", dict(num_attention_heads=4, num_key_value_heads=2, head_dim=32)),
+    # YaRN with the ramp's ends unrounded (truncate: false), as some of Qwen3's long-context configs ask
+    (
+        "qwen3",
+        "Qwen3Config",
+        dict(
+            num_attention_heads=4,
+            num_key_value_heads=1,
+            max_position_embeddings=72,
+            rope_parameters=dict(
+                rope_type="yarn",
+                rope_theta=10000.0,
+                factor=3.0,
+                original_max_position_embeddings=24,
+                truncate=False,
+                beta_fast=16.0,
+            ),
+        ),
+    ),  # fmt: skip
     ("qwen3", "Qwen3Config", dict(num_attention_heads=8, num_key_value_heads=8, head_dim=8)),
     ("mistral", "MistralConfig", dict(num_attention_heads=4, num_key_value_heads=2, sliding_window=None)),
     ("mistral", "MistralConfig", dict(num_attention_heads=4, num_key_value_heads=1, sliding_window=5)),
@@ -127,7 +170,8 @@ CASES = [
             num_hidden_layers=2,
         ),
     ),  # fmt: skip
-    # Gemma 3: QK-norm, a global layer every 3rd, windowed layers rotating with another base
+    # Gemma 3: QK-norm, a global layer every 3rd whose RoPE is scaled (linear, as in Gemma 3 4B and
+    # above), windowed layers rotating unscaled with another base
     (
         "gemma3_text",
         "Gemma3TextConfig",
@@ -138,6 +182,10 @@ CASES = [
             sliding_window=6,
             num_hidden_layers=3,
             layer_types=["sliding_attention", "sliding_attention", "full_attention"],
+            rope_parameters={
+                "full_attention": dict(rope_type="linear", rope_theta=1000000.0, factor=8.0),
+                "sliding_attention": dict(rope_type="default", rope_theta=10000.0),
+            },
         ),
     ),  # fmt: skip
     (
@@ -252,6 +300,51 @@ def test_longrope_decoding_refills_its_cache_once_past_the_original_context(tmp_
     assert within.tokens == expected[:8].tolist()
     with pytest.raises(ValueError, match="LongRoPE"):
         speculative_generate(ours, ours, prompt, 32, temperature=0)
+
+
+def test_dynamic_ntk_decoding_follows_each_calls_length_and_batched_paths_refuse_past_it(tmp_path):
+    """Dynamic NTK rotates by a base raised from the call's own length: the fixed-shape decoder,
+    one token a call, gives HuggingFace's 32 greedy tokens across the original context (18) without
+    refilling; continuous batching (rows sharing one rotation) and speculative decoding (several
+    tokens verified in one call) refuse to pass it, and take what stays within."""
+    from attnlab.batching import ContinuousBatcher, Request
+    from attnlab.fast_decode import FastDecoder
+    from attnlab.generate import speculative_generate
+
+    options = next(o for f, _, o in CASES if o.get("rope_parameters", {}).get("rope_type") == "dynamic")
+    hf = hf_model("LlamaConfig", dict(options, rope_parameters=dict(options["rope_parameters"])), seed=5)
+    hf.save_pretrained(tmp_path / "hf")
+    ours = load_hf(tmp_path / "hf").eval()
+    assert ours.config.rope_scaling == "dynamic:3.0:18" and ours.config.context == 54
+    prompt = torch.randint(97, (9,), generator=torch.Generator().manual_seed(3)).tolist()
+    with torch.no_grad():
+        expected = hf.generate(torch.tensor([prompt]), attention_mask=torch.ones(1, 9, dtype=torch.long),
+                               max_new_tokens=32, do_sample=False, pad_token_id=0)[0, 9:]  # fmt: skip
+    ids, mask = torch.tensor([prompt]), torch.ones(1, 9, dtype=torch.bool)
+    fast = FastDecoder(ours, 1, compile=False).generate(ids, mask, 32, lambda logits: logits.argmax(-1))
+    assert fast[0].tolist() == expected.tolist()
+    batcher = ContinuousBatcher(ours, 2)
+    with pytest.raises(ValueError, match=r"dynamic NTK scaling.*passes 18 tokens.*at most 10 new tokens"):
+        batcher.submit(Request(prompt, 32, temperature=0))
+    assert batcher.run([Request(prompt, 10, temperature=0)])[0].tokens == expected[:10].tolist()
+    with pytest.raises(ValueError, match="dynamic NTK scaling"):
+        speculative_generate(ours, ours, prompt, 32, temperature=0)
+
+
+def test_rope_scaling_specs_parse_and_refuse_in_one_line():
+    from attnlab.models.gpt import GPTConfig
+    from attnlab.position import rope_scaling_parts
+
+    assert rope_scaling_parts("yarn:4:32768:32:1:1.1")[1][-1] == 1.0  # (rounded ends by default)
+    assert rope_scaling_parts("yarn:4:32768:32:1:1.1:untruncated")[1] == [4.0, 32768.0, 32.0, 1.0, 1.1, 0.0]
+    assert rope_scaling_parts("dynamic:2:4096") == ("dynamic", [2.0, 4096.0])
+    for bad in ("dynamic:2", "dynamic:2:0", "linear:2:untruncated", "ntk:2"):
+        with pytest.raises(ValueError, match=r"--rope-scaling .*dynamic:FACTOR:ORIGINAL_CONTEXT"):
+            rope_scaling_parts(bad)
+    with pytest.raises(ValueError, match="rotate more than 2"):
+        GPTConfig(dim=8, heads=4, pos="rope", rope_scaling="dynamic:2:16")
+    with pytest.raises(ValueError, match="--window-from .* give the --window"):
+        GPTConfig(window_from=2)
 
 
 INSIDE = {  # a Qwen3 (RMSNorm, SwiGLU, 4 query heads on 2 key/value heads, QK-norm, wider heads), a Gemma 2, a Pythia

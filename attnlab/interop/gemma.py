@@ -21,7 +21,7 @@ from torch import Tensor, nn
 
 from ..errors import CheckpointError
 from . import Converter, filled, hf_weights, register
-from .llama import decoder_shape, qkv_sizes, shape_entries
+from .llama import decoder_shape, qkv_sizes, rope_of, scaling_of, shape_entries
 
 ARCHITECTURES = {"gemma2": "Gemma2ForCausalLM", "gemma3_text": "Gemma3ForCausalLM"}
 ACTIVATIONS = {"gelu_pytorch_tanh": "gelu_tanh", "gelu": "gelu"}
@@ -39,18 +39,31 @@ def global_every(layer_types: list[str] | None, pattern: int | None) -> int:
     return n
 
 
-def rope_bases(cfg: dict) -> tuple[float, float | None]:
-    """(the global layers' rotary base, the windowed layers' or None) of a Gemma config, as
-    transformers 5 writes it (per layer type) or as older configs do; scaled RoPE is refused."""
+def gemma_rope(cfg: dict) -> tuple[float, float | None, str | None]:
+    """(the global layers' rotary base, the windowed layers' when they rotate otherwise, the global
+    layers' --rope-scaling) of a Gemma config, as transformers 5 writes it (per layer type) or as
+    older configs do (Gemma 3: ``rope_scaling`` for the global layers, ``rope_local_base_freq``
+    unscaled for the windowed ones; Gemma 2: one rotation for all)."""
     params = cfg.get("rope_parameters") or {}
     per_type = params if "full_attention" in params else {"full_attention": params or cfg.get("rope_scaling") or {}}
-    for p in per_type.values():
-        kind = (p or {}).get("rope_type", (p or {}).get("type", "default"))
-        if kind != "default":
-            raise CheckpointError(f"{cfg['model_type']} checkpoint with RoPE scaling {kind!r}: not built yet")
-    base = per_type["full_attention"].get("rope_theta") or cfg.get("rope_theta") or 10000.0
-    local = (per_type.get("sliding_attention") or {}).get("rope_theta") or cfg.get("rope_local_base_freq")
-    return float(base), float(local) if local is not None else None
+
+    def rotation(p: dict | None, theta: float | None) -> tuple[float, str | None]:
+        base, _, scaling = rope_of({**cfg, "rope_theta": None, "rope_scaling": None,
+                                    "rope_parameters": {"rope_theta": theta or 10000.0, **(p or {})}})  # fmt: skip
+        return base, scaling
+
+    base, scaling = rotation(per_type["full_attention"], cfg.get("rope_theta"))
+    if "sliding_attention" in per_type:
+        local = rotation(per_type["sliding_attention"], cfg.get("rope_local_base_freq"))
+    elif cfg["model_type"] == "gemma3_text" and cfg.get("rope_local_base_freq"):
+        local = (float(cfg["rope_local_base_freq"]), None)
+    else:
+        local = (base, scaling)
+    if local == (base, scaling):
+        return base, None, scaling
+    if local[1] is not None:
+        raise CheckpointError(f"{cfg['model_type']} checkpoint whose windowed layers scale RoPE otherwise: not built")
+    return base, local[0], scaling
 
 
 def gemma_config(cfg: dict):
@@ -64,13 +77,13 @@ def gemma_config(cfg: dict):
         raise CheckpointError(f"{kind} checkpoint with attention biases is not supported")
     if cfg.get("use_bidirectional_attention"):
         raise CheckpointError(f"{kind} checkpoint with bidirectional attention is not a causal language model")
-    shape = decoder_shape(cfg, context=8192)
+    base, local, scaling = gemma_rope(cfg)
+    shape = decoder_shape(cfg, context=8192, scaling=scaling)
     head_dim = shape["head_dim"] or shape["dim"] // shape["heads"]
     every = global_every(
         cfg.get("layer_types"), cfg.get("_sliding_window_pattern") or cfg.get("sliding_window_pattern")
     )
     window = cfg.get("sliding_window")
-    base, local = rope_bases(cfg)
     all_global = every == 1 or not window
     return GPTConfig(
         **shape,
@@ -78,7 +91,8 @@ def gemma_config(cfg: dict):
         bias=False,
         pos="rope",
         rope_base=base,
-        rope_local_base=None if all_global or local == base else local,
+        rope_local_base=None if all_global else local,
+        rope_scaling=scaling,
         norm="rms",
         norm_eps=cfg.get("rms_norm_eps", 1e-6),
         gated_mlp=True,
@@ -140,7 +154,7 @@ def family_of(c) -> str | None:
     """gemma2 or gemma3_text for a Gemma-shaped attnlab GPTConfig (None: not one)."""
     shaped = c.norm == "rms" and c.gated_mlp and c.pos == "rope" and c.sandwich_norm and c.embed_scale and c.mlp
     plain = not c.bias and not c.qkv_bias and not c.parallel_residual and c.rope_fraction == 1 and c.attn_tie == "none"
-    plain = plain and not c.rope_scaling and not c.post_ln
+    plain = plain and not c.post_ln and not c.window_from
     if not (shaped and plain and c.pos_combine == "add"):
         return None
     if c.qk_norm:
@@ -167,7 +181,7 @@ def export_gemma(model: nn.Module) -> tuple[dict[str, Tensor], dict]:
         out["lm_head.weight"] = sd["lm_head.weight"][: c.vocab_size].contiguous()
     layer_types = ["sliding_attention" if c.layer_window(i) is not None else "full_attention" for i in range(c.layers)]
     scalar = (c.attn_scale or d**-0.5) ** -2
-    base = {"rope_theta": c.rope_base, "rope_type": "default"}
+    rotation = {"rope_theta": c.rope_base, **scaling_of(c)}
     config = {
         **shape_entries(c, kind, ARCHITECTURES[kind]),
         "hidden_activation": {v: k for k, v in ACTIVATIONS.items()}[c.activation],
@@ -183,12 +197,12 @@ def export_gemma(model: nn.Module) -> tuple[dict[str, Tensor], dict]:
         "pad_token_id": None,
         "torch_dtype": "float32",
     }
-    if kind == "gemma3_text":
-        local = {"rope_theta": c.rope_local_base or c.rope_base, "rope_type": "default"}
-        config.update(rope_parameters={"full_attention": base, "sliding_attention": local},
+    if kind == "gemma3_text":  # (the windowed layers unscaled with their own base, or rotating as the others)
+        local = {"rope_theta": c.rope_local_base, "rope_type": "default"} if c.rope_local_base else rotation
+        config.update(rope_parameters={"full_attention": rotation, "sliding_attention": local},
                       rope_theta=c.rope_base, rope_local_base_freq=local["rope_theta"])  # fmt: skip
     else:
-        config.update(rope_parameters=base, rope_theta=c.rope_base)
+        config.update(rope_parameters=rotation, rope_theta=c.rope_base)
     return out, config
 
 

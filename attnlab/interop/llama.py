@@ -43,7 +43,7 @@ def rope_of(cfg: dict) -> tuple[float, float, str | None]:
     """(rotary base, rotated fraction of each head, attnlab's --rope-scaling) of a HuggingFace
     config (``rope_theta``, ``partial_rotary_factor`` and ``rope_scaling``, or transformers 5's
     ``rope_parameters``), with HuggingFace's defaults for what a scaling leaves out (YaRN's βs, the
-    attention factors, a factor from the two context lengths); dynamic scaling is refused."""
+    attention factors, a factor from the two context lengths)."""
     params = {**(cfg.get("rope_scaling") or {}), **(cfg.get("rope_parameters") or {})}
     kind = params.get("rope_type", params.get("type", "default"))
     longest = cfg.get("max_position_embeddings")
@@ -55,13 +55,14 @@ def rope_of(cfg: dict) -> tuple[float, float, str | None]:
     elif kind == "llama3":
         scaling = f"llama3:{params['factor']!r}:{params['low_freq_factor']!r}:{params['high_freq_factor']!r}:{original}"
     elif kind == "yarn":
-        if params.get("truncate", True) is False:
-            raise CheckpointError(f"{cfg.get('model_type')} checkpoint with YaRN truncate=false: not built yet")
         attention = params.get("attention_factor") or yarn_attention(
             factor, params.get("mscale"), params.get("mscale_all_dim")
         )
         beta_fast, beta_slow = params.get("beta_fast") or 32, params.get("beta_slow") or 1
         scaling = f"yarn:{float(factor)!r}:{original}:{float(beta_fast)!r}:{float(beta_slow)!r}:{float(attention)!r}"
+        scaling += "" if params.get("truncate", True) else ":untruncated"
+    elif kind == "dynamic":  # (HuggingFace's N is max_position_embeddings itself)
+        scaling = f"dynamic:{float(params['factor'])!r}:{longest}"
     elif kind == "longrope":
         attention = params.get("attention_factor")
         if attention is None:  # (LongRoPE's: √(1 + ln F / ln N), none without extension)
@@ -70,22 +71,26 @@ def rope_of(cfg: dict) -> tuple[float, float, str | None]:
         scaling = f"longrope:{original}:{float(attention)!r}:{lists[0]}:{lists[1]}"
     elif kind != "default":
         raise CheckpointError(
-            f"{cfg.get('model_type')} checkpoint with RoPE scaling {kind!r}: attnlab builds linear, llama3, yarn "
-            "and longrope scaling"
+            f"{cfg.get('model_type')} checkpoint with RoPE scaling {kind!r}: attnlab builds linear, llama3, yarn, "
+            "longrope and dynamic scaling"
         )
     fraction = cfg.get("partial_rotary_factor") or params.get("partial_rotary_factor") or 1.0
     return float(cfg.get("rope_theta") or params.get("rope_theta") or 10000.0), float(fraction), scaling
 
 
-def decoder_shape(cfg: dict, context: int) -> dict:
+def decoder_shape(cfg: dict, context: int, scaling: str | None = None) -> dict:
     """The GPTConfig sizes every Llama-shaped HuggingFace config gives the same way (Gemma's too):
-    vocabulary, context (``context`` when the config has none), layers, heads, key/value heads,
-    width, head width (when not width / heads) and MLP width."""
+    vocabulary, context (``context`` when the config has none; F times it under dynamic NTK scaling
+    ``scaling``, whose max_position_embeddings is the context it extends), layers, heads, key/value
+    heads, width, head width (when not width / heads) and MLP width."""
     heads = cfg["num_attention_heads"]
     head_dim = cfg.get("head_dim") or cfg["hidden_size"] // heads
+    context = cfg.get("max_position_embeddings", context)
+    if scaling and scaling.startswith("dynamic:"):
+        context = int(context * rope_scaling_parts(scaling)[1][0])
     return dict(
         vocab_size=cfg["vocab_size"],
-        context=cfg.get("max_position_embeddings", context),
+        context=context,
         layers=cfg["num_hidden_layers"],
         heads=heads,
         kv_heads=cfg.get("num_key_value_heads") or heads,
@@ -95,12 +100,13 @@ def decoder_shape(cfg: dict, context: int) -> dict:
     )
 
 
-def shape_entries(c, kind: str, architecture: str) -> dict:
+def shape_entries(c, family: str, architecture: str) -> dict:
     """:func:`decoder_shape` backwards: the config.json entries every Llama-shaped export (Gemma's
     too) writes the same way from the GPTConfig ``c``."""
+    kind, numbers = rope_scaling_parts(c.rope_scaling) if c.rope_scaling else (None, [])
     return {
         "architectures": [architecture],
-        "model_type": kind,
+        "model_type": family,
         "vocab_size": c.vocab_size,
         "hidden_size": c.dim,
         "intermediate_size": c.mlp_hidden or 4 * c.dim,
@@ -108,7 +114,7 @@ def shape_entries(c, kind: str, architecture: str) -> dict:
         "num_attention_heads": c.heads,
         "num_key_value_heads": c.kv_heads or c.heads,
         "head_dim": c.d_head,
-        "max_position_embeddings": c.context,
+        "max_position_embeddings": int(numbers[1]) if kind == "dynamic" else c.context,  # (dynamic NTK's N)
         "rms_norm_eps": c.norm_eps,
     }
 
@@ -127,18 +133,18 @@ def llama_config(cfg: dict):
     act = cfg.get("hidden_act", "silu")
     if act not in ACTIVATIONS:
         raise CheckpointError(f"{kind} activation {act!r} is not supported; attnlab knows {sorted(ACTIVATIONS)}")
-    window = None
+    window, window_from = None, 0
     if kind in ("mistral", "phi3") and cfg.get("sliding_window"):
         window = int(cfg["sliding_window"]) - 1  # (HuggingFace's W keys: the query and the W - 1 before it)
-    if kind == "qwen2" and cfg.get("use_sliding_window"):
-        raise CheckpointError("qwen2 checkpoint with use_sliding_window: per-layer windows are not built yet")
+    if kind in ("qwen2", "qwen3"):
+        window, window_from = qwen_window(cfg)
     rope_base, rope_fraction, rope_scaling = rope_of(cfg)
     attention_bias = bool(cfg.get("attention_bias") or False)
     mlp_bias = bool(cfg.get("mlp_bias") or False)
     if attention_bias != mlp_bias and kind == "llama":
         raise CheckpointError("llama checkpoint with attention_bias != mlp_bias: attnlab has one --bias for both")
     return GPTConfig(
-        **decoder_shape(cfg, context=2048),
+        **decoder_shape(cfg, context=2048, scaling=rope_scaling),
         dropout=0.0,
         bias=attention_bias,
         qkv_bias=True if kind == "qwen2" else None,
@@ -152,8 +158,28 @@ def llama_config(cfg: dict):
         activation=ACTIVATIONS[act],
         qk_norm=kind == "qwen3",
         window=window,
+        window_from=window_from,
         tie_output=bool(cfg.get("tie_word_embeddings", False)),
     )
+
+
+def qwen_window(cfg: dict) -> tuple[int | None, int]:
+    """(window, window_from) of a Qwen2 or Qwen3 config: with ``use_sliding_window``, the layers from
+    ``max_window_layers`` on attend within the last ``sliding_window`` keys (or as ``layer_types``
+    says, when it follows that pattern); (None, 0) without."""
+    layers, size = cfg["num_hidden_layers"], cfg.get("sliding_window")
+    if not cfg.get("use_sliding_window") or not size:
+        return None, 0
+    types = cfg.get("layer_types")
+    if types is None:
+        first = min(int(cfg.get("max_window_layers", layers)), layers)
+        types = ["full_attention"] * first + ["sliding_attention"] * (layers - first)
+    first = types.index("sliding_attention") if "sliding_attention" in types else layers
+    if types != ["full_attention"] * first + ["sliding_attention"] * (layers - first):
+        raise CheckpointError(
+            f"{cfg['model_type']} layer_types {types}: attnlab windows the layers from one index on, not this pattern"
+        )
+    return (int(size) - 1, first) if first < layers else (None, 0)  # (HuggingFace's W keys: the query and W - 1)
 
 
 def family_of(c) -> str | None:
@@ -165,10 +191,12 @@ def family_of(c) -> str | None:
     if not (shaped and plain):
         return None
     partial = c.rope_fraction < 1  # (of these, only Phi-3's modelling rotates part of a head)
-    if c.qk_norm:
-        return "qwen3" if c.window is None and not c.bias and not c.qkv_bias and not partial else None
+    if c.qk_norm:  # (Qwen's windows: on the layers from --window-from on)
+        return "qwen3" if not c.bias and not c.qkv_bias and not partial else None
     if c.qkv_bias and not c.bias:
-        return "qwen2" if c.window is None and not partial else None
+        return "qwen2" if not partial else None
+    if c.window_from:
+        return None
     if c.qkv_bias not in (None, c.bias):
         return None
     if partial:
@@ -285,7 +313,11 @@ def export_llama(model: nn.Module) -> tuple[dict[str, Tensor], dict]:
     if kind == "mistral":
         config["sliding_window"] = c.window + 1
     if kind in ("qwen2", "qwen3"):
-        config.update(use_sliding_window=False, sliding_window=None)
+        windowed = c.window is not None
+        config.update(use_sliding_window=windowed, sliding_window=c.window + 1 if windowed else None,
+                      max_window_layers=c.window_from if windowed else c.layers,
+                      layer_types=["full_attention" if c.layer_window(i) is None else "sliding_attention"
+                                   for i in range(c.layers)])  # fmt: skip
     if kind == "phi3":
         original = config["rope_parameters"].get("original_max_position_embeddings", c.context)
         config.update(sliding_window=c.window + 1 if c.window is not None else None,
@@ -303,9 +335,12 @@ def scaling_of(c) -> dict:
     if kind == "linear":
         return {"rope_type": "linear", "factor": numbers[0]}
     if kind == "yarn":
-        factor, original, beta_fast, beta_slow, attention = numbers
+        factor, original, beta_fast, beta_slow, attention, truncate = numbers
         return {"rope_type": "yarn", "factor": factor, "original_max_position_embeddings": int(original),
-                "beta_fast": beta_fast, "beta_slow": beta_slow, "attention_factor": attention}  # fmt: skip
+                "beta_fast": beta_fast, "beta_slow": beta_slow, "attention_factor": attention,
+                "truncate": bool(truncate)}  # fmt: skip
+    if kind == "dynamic":
+        return {"rope_type": "dynamic", "factor": numbers[0]}
     if kind == "longrope":
         original, attention, short, long = numbers
         return {"rope_type": "longrope", "original_max_position_embeddings": int(original),

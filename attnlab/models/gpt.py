@@ -159,8 +159,10 @@ class GPTConfig(Config):
             "help": "--pos rope: frequencies rescaled for a longer context: linear:FACTOR, "
             "llama3:FACTOR:LOW:HIGH:ORIGINAL_CONTEXT (Llama 3.1 and 3.2: llama3:8:1:4:8192), "
             "yarn:FACTOR:ORIGINAL_CONTEXT:BETA_FAST:BETA_SLOW:ATTENTION_FACTOR (Qwen2.5's long contexts: "
-            "yarn:4:32768:32:1:1.1386) or longrope:ORIGINAL_CONTEXT:ATTENTION_FACTOR:S1,S2,...:L1,L2,... "
-            "(Phi-3/3.5 mini 128k: a short and a long factor per rotated pair)"
+            "yarn:4:32768:32:1:1.1386; a last :untruncated leaves the ramp's ends unrounded), "
+            "longrope:ORIGINAL_CONTEXT:ATTENTION_FACTOR:S1,S2,...:L1,L2,... (Phi-3/3.5 mini 128k: a short and a "
+            "long factor per rotated pair) or dynamic:FACTOR:ORIGINAL_CONTEXT (dynamic NTK: the base raised "
+            "past the original context)"
         },
     )
     rope_fraction: float = field(
@@ -182,9 +184,19 @@ class GPTConfig(Config):
             "(Gemma 2: 2, Gemma 3: 6; 0: every layer windowed)"
         },
     )
+    window_from: int = field(
+        default=0,
+        metadata={
+            "help": "with --window: the first N layers attend to all earlier tokens, the later ones within the "
+            "window (Qwen2's max_window_layers; 0: every layer windowed)"
+        },
+    )
     rope_local_base: float | None = field(
         default=None,
-        metadata={"help": "--pos rope: the rotary base of the windowed layers (Gemma 3: 10,000; default --rope-base)"},
+        metadata={
+            "help": "--pos rope: the rotary base of the windowed layers, which --rope-scaling leaves unscaled "
+            "(Gemma 3: 10,000; default: as the other layers, --rope-base and --rope-scaling)"
+        },
     )
     post_ln: bool = field(
         default=False,
@@ -242,6 +254,8 @@ class GPTConfig(Config):
                     f"--rope-scaling longrope gives {len(numbers[2])} factors for {self.rotary_dim // 2} rotated "
                     "pairs; give one short and one long factor per pair"
                 )
+            if kind == "dynamic" and self.rotary_dim <= 2:
+                raise ValueError("--rope-scaling dynamic raises the base by a power r/(r-2): rotate more than 2 dims")
         if self.pos == "rope" and self.rotary_dim % 2:
             raise ValueError(
                 f"--pos rope rotates pairs of a head's dimensions: {self.rotary_dim} of them (head width "
@@ -266,6 +280,10 @@ class GPTConfig(Config):
             raise ValueError(f"--global-every must be 0 (every layer windowed) or positive, got {self.global_every}")
         if self.global_every and self.window is None:
             raise ValueError("--global-every alternates windowed and global layers: give the --window too")
+        if self.window_from < 0:
+            raise ValueError(f"--window-from must be 0 (every layer windowed) or positive, got {self.window_from}")
+        if self.window_from and self.window is None:
+            raise ValueError("--window-from says which layers are windowed: give the --window too")
         if self.rope_local_base is not None and not self.rope_local_base > 1:
             raise ValueError(f"--rope-local-base must be above 1, got {self.rope_local_base}")
         if self.logit_softcap < 0:
@@ -288,7 +306,7 @@ class GPTConfig(Config):
 
     def layer_window(self, layer: int) -> int | None:
         """The attention window of block ``layer`` (None: all earlier tokens)."""
-        if self.global_every and (layer + 1) % self.global_every == 0:
+        if self.global_every and (layer + 1) % self.global_every == 0 or layer < self.window_from:
             return None
         return self.window
 
