@@ -37,8 +37,8 @@ def sample_next(
         raise ValueError(f"temperature must be >= 0, got {temperature}")
     if top_p is not None and not 0 < top_p <= 1:
         raise ValueError(f"top_p must be in (0, 1], got {top_p}")
-    if temperature == 0:
-        return logits.argmax(-1)
+    if temperature == 0:  # (in float32: the CPU's bf16 argmax is 3x slower, and the values are the same)
+        return logits.float().argmax(-1)
     return draw(next_token_probs(logits, temperature=temperature, top_k=top_k, top_p=top_p), generator)
 
 
