@@ -218,6 +218,31 @@ def test_concatenated_positions_start_as_the_sum_and_can_learn_otherwise():
         GPTConfig(pos="rope", pos_combine="concat")
 
 
+def test_concatenated_positions_with_a_width_of_their_own_keep_their_own_dims():
+    """--pos-dim P: the stream is [E(token); P(pos)], the token embedding D - P wide: a position's
+    code sits in the last P dims alone, a token's in the first D - P; W_E and W_pos are what each
+    writes into the stream."""
+    from attnlab.models import GPT, GPTConfig
+
+    torch.manual_seed(0)
+    c = GPTConfig(vocab_size=20, context=8, layers=1, heads=2, dim=8, pos_combine="concat", pos_dim=3,
+                  tie_output=False)  # fmt: skip
+    model = GPT(c)
+    assert model.tok_emb.weight.shape == (20, 5) and model.pos_emb.weight.shape == (8, 3) and model.pos_mix is None
+    x = torch.randint(0, 20, (2, 8))
+    _, cache = model.run_with_cache(x)
+    torch.testing.assert_close(cache["hook_embed"][..., :5], model.tok_emb(x))
+    torch.testing.assert_close(cache["hook_embed"][..., 5:], model.pos_emb.weight.expand(2, 8, 3))
+    torch.testing.assert_close(cache["hook_embed"], model.W_E[x] + model.W_pos[:8])
+    for bad, match in (
+        (dict(pos_combine="concat", pos_dim=8), "between 1 and 7"),
+        (dict(pos_dim=3, tie_output=False), "--pos-combine concat"),
+        (dict(pos_combine="concat", pos_dim=3), "--no-tie-output"),
+    ):
+        with pytest.raises(ValueError, match=match):
+            GPTConfig(vocab_size=20, context=8, layers=1, heads=2, dim=8, pos="learned", **bad)
+
+
 def test_rope_keeps_theta_in_float32_and_its_cos_sin_follow_the_positions():
     """θ is not rounded when the model is cast (bf16 θ turns position 31 by up to 0.03 rad); the cos
     and sin shared by the layers of one forward are recomputed when the positions change in place,

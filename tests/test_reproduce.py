@@ -192,6 +192,42 @@ def test_gram_cka_and_the_bootstrap_interval():
     assert high - low == pytest.approx(2 * 1.96 * se, rel=0.15)
 
 
+def test_an_accuracy_interval_holds_the_test_sets_sampling_error_beside_the_seeds():
+    """Per-item differences (seeds, N): the half-width is the seeds' t half-width and the items'
+    1.96 standard errors added in quadrature (hand-computed); a difference the seeds agree on
+    exactly but that rests on 3 of 400 items is not significant."""
+    from attnlab.experiments.stats import T95, better_verdict, paired_interval
+
+    rng = np.random.default_rng(0)
+    items = (rng.random((3, 400)) < 0.8).astype(float) - (rng.random((3, 400)) < 0.75).astype(float)
+    mean, low, high = paired_interval(None, items=items)
+    seeds = T95[2] * items.mean(1).std(ddof=1) / np.sqrt(3)
+    tests = 1.96 * items.mean(0).std(ddof=1) / np.sqrt(400)
+    assert mean == pytest.approx(items.mean()) and (high - low) / 2 == pytest.approx(np.hypot(seeds, tests))
+    few = np.zeros((3, 400))
+    few[:, :3] = 1.0  # every seed right on the same 3 items more: +0.0075 each, no seed spread
+    assert better_verdict(few.mean(1), "x", resolution=0.0)[0]  # (seeds alone: significant)
+    passed, verdict, words = better_verdict(None, "x", items=few)
+    assert not passed and verdict == "INCONCLUSIVE" and "400 test items" in words
+
+
+def test_data_hungers_pretraining_task_labels_each_image_by_its_turn_not_its_class():
+    """The pretext task: every image turned by k quarter turns and labelled k, a quarter of each k;
+    the digits' classes appear nowhere in it."""
+    from attnlab.data.images import ImageSplits
+    from attnlab.experiments.runs import ROTATIONS, rotation_task
+
+    g = torch.Generator().manual_seed(0)
+    part = lambda n: (torch.rand(n, 1, 8, 8, generator=g), torch.randint(10, (n,), generator=g))  # noqa: E731
+    digits = ImageSplits("digits", part(40), part(8), part(12), [str(i) for i in range(10)])
+    task = rotation_task(digits)
+    assert task.labels == ROTATIONS and task.train[0].shape == (40, 1, 8, 8)
+    for (x, _), (turned, turns) in zip((digits.train, digits.test), (task.train, task.test)):
+        assert torch.bincount(turns, minlength=4).tolist() == [len(x) // 4] * 4
+        for img, out, k in zip(x, turned, turns):
+            assert torch.equal(out, torch.rot90(img, int(k), dims=(-2, -1)))
+
+
 def test_a_claim_whose_data_is_absent_is_skipped_not_run_on_a_substitute(tmp_path, monkeypatch):
     monkeypatch.setattr("attnlab.experiments.vision.mnist_as_digits", lambda ctx: None)
     ctx = Context(out=tmp_path / "out", work=tmp_path / "work", size="tiny")

@@ -12,7 +12,7 @@ import torch.nn.functional as F
 
 from ..inspect.plots import head_scores_panel, plt, save_figure
 from ..training.tasks import RepeatedSequenceTask
-from .registry import Context, Control, Result, claim, deck
+from .registry import Context, Control, Result, claim, deck, markdown_table
 from .runs import corpus, fit, gpt_losses, loss_bars, train_gpt
 from .stats import aa_control, aa_seeds, better_verdict, seeds_for, seeds_note
 
@@ -55,14 +55,21 @@ def head_statistics(model, x, y) -> tuple[np.ndarray, list[tuple[str, float]], f
 def heads(ctx: Context) -> Result:
     from ..models import GPT
 
-    model = ctx.cache.get("gpt_alibi") or train_gpt(ctx, "alibi", ctx.steps(20, 400, 1500))[0]
-    torch.manual_seed(0)
-    untrained = GPT(model.config).eval()  # the baseline: the same model before training, which must fail
     data = corpus(ctx)
     ids = torch.from_numpy(np.asarray(data.val[: 8 * 64 + 1], dtype=np.int64))
     x, y = ids[:-1].reshape(8, 64), ids[1:].reshape(8, 64)
-    js, deltas, base = head_statistics(model, x, y)
-    js0, deltas0, _ = head_statistics(untrained, x, y)
+    seeds, runs = seeds_for(ctx), []
+    for seed in seeds:  # each seed's trained ALiBi GPT, against the same model before training
+        name = "gpt_alibi" + (f"_s{seed}" if seed else "")
+        model = ctx.cache.get(name) or train_gpt(ctx, "alibi", ctx.steps(20, 400, 1500), seed=seed)[0]
+        torch.manual_seed(seed)
+        untrained = GPT(model.config).eval()  # the baseline: the same model before training, which must fail
+        # the control: another untrained model (another seed) through the same criterion, against the
+        # first one's bars; only chance, or a vacuous criterion, lets it clear them
+        torch.manual_seed(aa_seeds([seed])[0])
+        other = GPT(model.config).eval()
+        runs.append([head_statistics(m, x, y) for m in (model, untrained, other)])
+    (js, deltas, base), (js0, _, _), _ = runs[0]  # (drawn: seed 0's)
     fig, axes = plt.subplots(1, 2, figsize=(8, 3), dpi=100)
     axes[0].imshow(js, cmap="viridis")
     axes[0].set_title("layer 0: JS divergence between heads", fontsize=9)
@@ -70,14 +77,15 @@ def heads(ctx: Context) -> Result:
     axes[1].set_ylabel("loss increase without the head")
     axes[1].tick_params(axis="x", labelrotation=90, labelsize=7)
     save_figure(fig, ctx.out / "heads.png")
-    h = js.shape[0]
+    off_diagonal = ~np.eye(js.shape[0], dtype=bool)
 
-    spread0 = max(d[1] for d in deltas0) - min(d[1] for d in deltas0)  # the untrained model's
-
-    def judged(js, deltas) -> tuple[bool, float, float, float]:
-        off, vals = js[~np.eye(h, dtype=bool)], [d[1] for d in deltas]
+    def judged(js, deltas, js0, deltas0) -> tuple[bool, float, float, float]:
+        """Against the untrained model's (js0, deltas0): (the criterion holds, mean JS, the smallest
+        and the largest ablation effect)."""
+        off, vals = js[off_diagonal], [d[1] for d in deltas]
+        spread0 = max(d[1] for d in deltas0) - min(d[1] for d in deltas0)
         ok = (
-            off.mean() > 1.1 * js0[~np.eye(h, dtype=bool)].mean()
+            off.mean() > 1.1 * js0[off_diagonal].mean()
             and max(vals) > 0.05
             # different amounts: the effects spread over more than 0.05 nats and more than twice the
             # untrained model's spread (a bar of their own, not a ratio to a near-zero smallest effect)
@@ -85,26 +93,32 @@ def heads(ctx: Context) -> Result:
         )
         return ok, off.mean(), min(vals), max(vals)
 
-    ok, js_mean, low, high = judged(js, deltas)
-    # the control: another untrained model (another seed) through the same criterion, against the
-    # first one's bars; only chance, or a vacuous criterion, lets it clear them
-    torch.manual_seed(1)
-    js1, deltas1, _ = head_statistics(GPT(model.config).eval(), x, y)
-    base_ok, js1_mean, low1, high1 = judged(js1, deltas1)
+    trained = [judged(*run[0][:2], *run[1][:2]) for run in runs]
+    controls = [judged(*run[2][:2], *run[1][:2]) for run in runs]
+    rows = [
+        [seed, f"{t[1]:.3f}", f"{run[1][0][off_diagonal].mean():.3f}", f"{t[2]:.4f} to {t[3]:.4f}",
+         "holds" if t[0] else "fails", "clears" if c[0] else "fails"]
+        for seed, t, c, run in zip(seeds, trained, controls, runs)
+    ]  # fmt: skip
+    ok, js_mean, low, high = trained[0]
     return Result(
-        f"mean JS divergence between two heads of layer 0 {js_mean:.3f} nats, loss increase without one head from "
-        f"{low:.4f} to {high:.4f} (spread {high - low:.4f}; base loss {base:.3f})",
-        ok,
-        "heads differ more than the untrained model's (mean JS at least 10 % above its value, which ALiBi's "
-        "per-head slopes make large from the start); some head matters (removing it costs > 0.05 nats) and the "
-        "ablation effects spread over more than 0.05 nats and more than twice the untrained model's spread",
+        f"seed 0's model: mean JS divergence between two heads of layer 0 {js_mean:.3f} nats, loss increase without "
+        f"one head from {low:.4f} to {high:.4f} (spread {high - low:.4f}; base loss {base:.3f}); the criterion "
+        f"holds in {sum(t[0] for t in trained)} of {len(seeds)} seeds' models",
+        all(t[0] for t in trained),
+        "in every seed's model: heads differ more than the untrained model's (mean JS at least 10 % above its "
+        "value, which ALiBi's per-head slopes make large from the start); some head matters (removing it costs > "
+        "0.05 nats) and the ablation effects spread over more than 0.05 nats and more than twice the untrained "
+        "model's spread",
         "heads.png",
-        note="the ALiBi GPT of the `length` claim, 8 windows of 64 validation tokens",
+        markdown_table(["seed", "mean JS", "untrained mean JS", "ablation effects", "criterion", "control"], rows),
+        note="the ALiBi GPTs of the `length` claim (one per seed), 8 windows of 64 validation tokens" + seeds_note(ctx),
         control=Control(
-            "the same architecture before training, another seed, against the bars the first untrained model set "
-            f"(mean JS {js0[~np.eye(h, dtype=bool)].mean():.3f}, spread {spread0:.4f})",
-            f"mean JS {js1_mean:.3f}, ablation effects {low1:.4f} to {high1:.4f} (spread {high1 - low1:.4f})",
-            base_ok,
+            "per seed, the same architecture before training with another seed, against the bars that seed's "
+            f"untrained model set (seed 0's: mean JS {js0[off_diagonal].mean():.3f})",
+            f"clears them in {sum(c[0] for c in controls)} of {len(seeds)} seeds (seed 0's: mean JS "
+            f"{controls[0][1]:.3f}, ablation effects {controls[0][2]:.4f} to {controls[0][3]:.4f})",
+            all(c[0] for c in controls),
         ),
     )
 
@@ -203,11 +217,12 @@ def stability(ctx: Context) -> Result:
     )
 
 
-def _induction_model(ctx: Context, task, name: str, vocab: int, length: int):
-    """The claim's 2-layer attention-only GPT, trained on ``task``."""
+def _induction_model(ctx: Context, task, name: str, vocab: int, length: int, seed: int = 0):
+    """The claim's 2-layer attention-only GPT, trained on ``task`` (``seed``: its initial weights and
+    batches)."""
     from ..models import GPT, GPTConfig
 
-    torch.manual_seed(0)
+    torch.manual_seed(seed)
     model = GPT(GPTConfig(vocab_size=vocab, context=length, layers=2, heads=4, dim=64, pos="rope", mlp=False))
     fit(
         ctx,
@@ -223,6 +238,7 @@ def _induction_model(ctx: Context, task, name: str, vocab: int, length: int):
         beta2=0.999,
         grad_clip=0.0,
         compile=False,
+        seed=1337 + seed,
     )
     return model.eval()
 
@@ -285,12 +301,17 @@ def induction(ctx: Context) -> Result:
     from ..inspect.detectors import repeated_random_tokens
 
     vocab, length, half = 64, 40, 20
-    steps = ctx.steps(20, 1000, 2500)
-    model = _induction_model(ctx, RepeatedSequenceTask(vocab, length, 64), "induction", vocab, length)
-    # the control: the same model trained as long on random tokens that never repeat (no copying to learn)
-    unrepeated = _induction_model(ctx, _UnrepeatedTokens(vocab, length, 64), "induction_control", vocab, length)
+    steps, seeds = ctx.steps(20, 1000, 2500), seeds_for(ctx)
     x = repeated_random_tokens(32, half, vocab, torch.Generator().manual_seed(1234))  # the first half, then again
-    m, c = _induction_measures(model, x, half), _induction_measures(unrepeated, x, half)
+    runs, controls = [], []  # the measures of every seed's model; the control: each trained as long on random
+    for seed in seeds:  # tokens that never repeat (no copying to learn)
+        for tasks, kind, suffix in ((runs, RepeatedSequenceTask, ""), (controls, _UnrepeatedTokens, "_control")):
+            name = f"induction{suffix}" + (f"_s{seed}" if seed else "")
+            trained = _induction_model(ctx, kind(vocab, length, 64), name, vocab, length, seed)
+            tasks.append(_induction_measures(trained, x, half))
+    # the criterion holds in every seed's model (each its own circuit), for the claim as for its control
+    ok, control_ok = all(m["ok"] for m in runs), all(c["ok"] for c in controls)
+    m, c = runs[0], controls[0]  # (drawn: seed 0's)
     ind, prev, per_token, circuit = m["ind"], m["prev"], m["per_token"], m["circuit"]
     fig, axes = plt.subplots(1, 3, figsize=(12, 3.2), dpi=100, layout="constrained")
     for ax, (name, s) in zip(axes[:2], (("previous-token score", prev), ("induction score", ind))):
@@ -303,26 +324,53 @@ def induction(ctx: Context) -> Result:
     axes[2].legend(fontsize=8)
     axes[2].set_title("loss per position: the second copy is predicted", fontsize=9)
     save_figure(fig, ctx.out / "induction.png")
+    span = lambda key, ms: "–".join(f"{v:.3f}" for v in sorted({min(d[key] for d in ms), max(d[key] for d in ms)}))  # noqa: E731
     return Result(
-        f"loss on the repeated half {m['repeat']:.3f} vs {m['first']:.3f} on the first (ln {vocab} = "
-        f"{math.log(vocab):.3f}); best induction score in layer 1 {m['best_l1']:.3f} (head {int(ind[1].argmax())}), "
-        f"in layer 0 {m['best_l0']:.3f}; best previous-token score in layer 0 {m['prev_best']:.3f}; ablating those "
-        f"two heads (L0.H{circuit[0][1]}, L1.H{circuit[1][1]}) raises the repeated-half loss by {m['cost']:+.3f}, "
-        f"any pair of other heads in those layers by at most {m['others']:+.3f}",
-        m["ok"],
-        "repeated-half loss below half the first half's, an induction score above 0.3 in layer 1 (higher than "
+        f"over {len(seeds)} seed(s), each its own model (ranges): loss on the repeated half {span('repeat', runs)} vs "
+        f"{span('first', runs)} on the first (ln {vocab} = {math.log(vocab):.3f}); best induction score in layer 1 "
+        f"{span('best_l1', runs)}, in layer 0 {span('best_l0', runs)}; best previous-token score in layer 0 "
+        f"{span('prev_best', runs)}; ablating each model's two detected heads raises the repeated-half loss by "
+        f"{span('cost', runs)}, any pair of other heads in those layers by at most {span('others', runs)}; the "
+        f"criterion holds in {sum(d['ok'] for d in runs)} of {len(seeds)} (seed 0's circuit: L0.H{circuit[0][1]}, "
+        f"L1.H{circuit[1][1]})",
+        ok,
+        "in every seed's model: repeated-half loss below half the first half's, an induction score above 0.3 in layer 1 (higher than "
         "layer 0's), a previous-token head (score above 0.3) in layer 0 (scores: TransformerLens's definitions; "
         "a perfect head scores 0.5 here, since only the second half can attend to an earlier copy), and zero-"
         "ablating those two heads costs more repeated-half loss than zero-ablating any pair of other heads in the "
         "same two layers",
         "induction.png",
+        markdown_table(
+            [
+                "seed",
+                "repeated / first-half loss",
+                "induction score L1",
+                "previous-token score L0",
+                "circuit cost",
+                "other pairs at most",
+                "criterion",
+            ],
+            [
+                [
+                    s,
+                    f"{d['repeat']:.3f} / {d['first']:.3f}",
+                    d["best_l1"],
+                    d["prev_best"],
+                    d["cost"],
+                    d["others"],
+                    "holds" if d["ok"] else "fails",
+                ]
+                for s, d in zip(seeds, runs)
+            ],
+        ),  # fmt: skip
         note=f"2 layers x 4 heads, 64 wide, attention only, rotary positions; {steps} steps of 64 sequences of "
-        f"{length} tokens whose repeat distance changes per batch (so no fixed positional offset can do the copying)",
+        f"{length} tokens whose repeat distance changes per batch (so no fixed positional offset can do the "
+        "copying); each seed its own initial weights and batches, drawn: seed 0's" + seeds_note(ctx),
         control=Control(
-            f"the same model trained {steps} steps on random tokens that never repeat",
-            f"repeated-half loss {c['repeat']:.3f} vs {c['first']:.3f}; best induction score in layer 1 "
-            f"{c['best_l1']:.3f}, previous-token score in layer 0 {c['prev_best']:.3f}",
-            c["ok"],
+            f"the same model trained {steps} steps on random tokens that never repeat, per seed",
+            f"repeated-half loss {span('repeat', controls)} vs {span('first', controls)}; best induction score in "
+            f"layer 1 {span('best_l1', controls)}, previous-token score in layer 0 {span('prev_best', controls)}",
+            control_ok,
         ),
         data="generated: random tokens, a segment repeated once",
     )

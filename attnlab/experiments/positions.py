@@ -198,28 +198,74 @@ LENGTHS = [64, 128, 256, 512]
 LENGTH_ENCODINGS = ("learned", "sinusoidal", "rope", "alibi", "relative")
 
 
-def length_losses(ctx: Context) -> tuple[dict, dict, int]:
-    """(encoding -> [loss at each of LENGTHS], the same for the untrained models, steps): one GPT per
-    encoding built for 512 positions and trained on 64-token windows (once per report), each length
-    predicting the same 8 spans of 64 validation tokens with more preceding context."""
+def length_losses(ctx: Context) -> tuple[list[dict], list[dict], int]:
+    """(per seed, encoding -> [loss at each of LENGTHS]; the same for the untrained models; steps):
+    one GPT per encoding and seed (its initial weights and batches) built for 512 positions and
+    trained on 64-token windows (once per report), each length predicting the same 8 spans of 64
+    validation tokens with more preceding context."""
     if "length_losses" not in ctx.cache:
         from ..models import GPT
 
         steps = ctx.steps(20, 400, 1500)
         data = corpus(ctx)
         ends = spread_ends(len(data.val), max(LENGTHS), 8)  # 8 fixed target spans
-        losses, untrained = {}, {}
-        for pos in LENGTH_ENCODINGS:
-            # built for 512 positions and trained on 64: the learned table's rows past 63 never receive
-            # a gradient, so reading a longer input asks it about positions it never learned
-            model, data = train_gpt(ctx, pos, steps, context=512)
-            ctx.cache[f"gpt_{pos}"] = model
-            losses[pos] = [loss_at(model, data, n, ends) for n in LENGTHS]
-            torch.manual_seed(0)  # the null: the same model untrained
-            null = GPT(model.config).eval()
-            untrained[pos] = [loss_at(null, data, n, ends) for n in LENGTHS]
-        ctx.cache["length_losses"] = losses, untrained, steps
+        runs, nulls = [], []
+        for seed in seeds_for(ctx):
+            losses, untrained = {}, {}
+            for pos in LENGTH_ENCODINGS:
+                # built for 512 positions and trained on 64: the learned table's rows past 63 never receive
+                # a gradient, so reading a longer input asks it about positions it never learned
+                model, data = train_gpt(ctx, pos, steps, context=512, seed=seed)
+                ctx.cache[f"gpt_{pos}" + (f"_s{seed}" if seed else "")] = model  # (the heads claim reads ALiBi's)
+                losses[pos] = [loss_at(model, data, n, ends) for n in LENGTHS]
+                torch.manual_seed(seed)  # the null: the same model untrained
+                null = GPT(model.config).eval()
+                untrained[pos] = [loss_at(null, data, n, ends) for n in LENGTHS]
+            runs.append(losses)
+            nulls.append(untrained)
+        ctx.cache["length_losses"] = runs, nulls, steps
     return ctx.cache["length_losses"]
+
+
+def length_verdicts(runs: list[dict], nulls: list[dict], good: tuple[str, ...], bad: tuple[str, ...]):
+    """(the criterion holds for every seed's models, for every seed's untrained ones): the length
+    criterion judged seed by seed, each seed's models against its own untrained ones."""
+
+    def every(measured: list[dict]) -> bool:
+        return all(
+            length_criterion(m, {p: ys[0] for p, ys in null.items()}, good, bad) for m, null in zip(measured, nulls)
+        )
+
+    return every(runs), every(nulls)
+
+
+def mean_over_seeds(runs: list[dict]) -> dict:
+    """encoding -> [mean loss over seeds at each of LENGTHS]."""
+    return {p: list(np.mean([r[p] for r in runs], axis=0)) for p in runs[0]}
+
+
+def change_of(runs: list[dict], pos: str) -> str:
+    """An encoding's change from 64 to 512 tokens: its mean over seeds and, with several, the range."""
+    changes = [r[pos][-1] - r[pos][0] for r in runs]
+    spread = f" [{min(changes):+.2f}, {max(changes):+.2f}]" if len(changes) > 1 else ""
+    return f"{np.mean(changes):+.2f}{spread}"
+
+
+def change_words(runs: list[dict], encodings) -> str:
+    return ", ".join(f"{p} {change_of(runs, p)}" for p in encodings)
+
+
+def length_figure(ctx: Context, runs: list[dict]) -> None:
+    fig, ax = plt.subplots(figsize=(4.8, 3.2), dpi=100)
+    for pos, ys in mean_over_seeds(runs).items():
+        line = ax.plot(LENGTHS, ys, "o-", label=pos)[0]
+        for r in runs if len(runs) > 1 else ():  # every seed, when there are several
+            ax.plot(LENGTHS, r[pos], ".", color=line.get_color(), ms=3)
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("window length (trained at 64); the same 8 x 64 targets")
+    ax.set_ylabel("loss on the last 64 tokens")
+    ax.legend(fontsize=8)
+    save_figure(fig, ctx.out / "length.png")
 
 
 @claim(
@@ -228,48 +274,37 @@ def length_losses(ctx: Context) -> tuple[dict, dict, int]:
     "ALiBi (and relative schemes) let a model trained on short inputs read longer ones; learned absolute "
     "positions cannot go past what they were trained on (Press et al. 2022, fig. 1).",
     source=deck("002:1238 difficulties in handling sequences longer than that seen in training"),
-    why="0.1 nats: about twice the spread of a 2-layer GPT's loss on these targets from seed to seed (0.02-0.05 in the comparisons' runs); 0.5 below the untrained loss: the model learned (unigram text alone lowers it by about 0.9).",
+    why="0.1 nats: about twice the spread of a 2-layer GPT's loss on these targets from seed to seed (0.02-0.05 in the comparisons' runs); 0.5 below the untrained loss: the model learned (unigram text alone lowers it by about 0.9); every seed's models must meet both.",
 )
 def length(ctx: Context) -> Result:
-    losses, untrained, steps = length_losses(ctx)
-    fig, ax = plt.subplots(figsize=(4.8, 3.2), dpi=100)
-    for pos, ys in losses.items():
-        ax.plot(LENGTHS, ys, "o-", label=pos)
-    ax.set_xscale("log", base=2)
-    ax.set_xlabel("window length (trained at 64); the same 8 x 64 targets")
-    ax.set_ylabel("loss on the last 64 tokens")
-    ax.legend(fontsize=8)
-    save_figure(fig, ctx.out / "length.png")
-    rows = [[pos, *ys] for pos, ys in losses.items()]
-    # each encoding judged on its own change from the trained length (a model worse everywhere
-    # is not thereby worse at length)
-    change = {pos: ys[-1] - ys[0] for pos, ys in losses.items()}
+    runs, nulls, steps = length_losses(ctx)
+    length_figure(ctx, runs)
+    mean = mean_over_seeds(runs)
+    rows = [[pos, *ys] for pos, ys in mean.items()]
+    # each encoding judged on its own change from the trained length (a model worse everywhere is not
+    # thereby worse at length), seed by seed; the null: the same models untrained, by the same criterion
+    # (flat at every length, having learned nothing: a criterion that only asked for flat losses would pass them)
     judged = ("alibi", "relative"), ("learned",)
-    at_64 = {p: ys[0] for p, ys in untrained.items()}
-    ok = length_criterion(losses, at_64, *judged)
-    # the null: the same models untrained, judged by the same criterion (flat at every length, having
-    # learned nothing: a criterion that only asked for flat losses would pass them)
-    null = length_criterion(untrained, at_64, *judged)
-    shown = ", ".join(f"{p} {v[0]:.2f} → {v[-1]:.2f}" for p, v in losses.items())
+    ok, null = length_verdicts(runs, nulls, *judged)
+    shown = ", ".join(f"{p} {v[0]:.2f} → {v[-1]:.2f}" for p, v in mean.items())
     return Result(
-        f"loss at 64 → 512 tokens: {shown}; change from the trained length: "
-        + ", ".join(f"{p} {c:+.2f}" for p, c in change.items()),
+        f"loss at 64 → 512 tokens (means over {len(runs)} seed(s)): {shown}; change from the trained length "
+        "(mean [range over seeds]): " + change_words(runs, mean),
         ok,
-        "ALiBi's and relative positions' (Shaw, clipped at 16) loss at 512 within 0.1 of their own loss at 64, and "
-        "learned positions' rising by more than 0.1 beyond both; each trained (its loss at 64 at least 0.5 below "
-        "the untrained model's). Sinusoids and RoPE are not judged here: the deck's own statement about sinusoids "
-        "is the `sinusoid-length` claim",
+        "for every seed's models: ALiBi's and relative positions' (Shaw, clipped at 16) loss at 512 within 0.1 of "
+        "their own loss at 64, and learned positions' rising by more than 0.1 beyond both; each trained (its loss "
+        "at 64 at least 0.5 below the untrained model's). Sinusoids and RoPE are not judged here: the deck's own "
+        "statement about sinusoids is the `sinusoid-length` claim",
         "length.png",
-        markdown_table(["positions", *map(str, LENGTHS)], rows),
-        note=f"2-layer 64-wide GPTs built for 512 positions, {steps} steps of 64-token windows. Every length "
-        "predicts the same 8 spans of 64 validation tokens, with more preceding context as the window grows. The "
-        "learned table's rows 64-511 never trained (a model whose table holds only 64 rows refuses a longer "
-        "input outright: `sequence of 128 tokens is longer than the model's context`). One training run per "
-        "encoding",
+        markdown_table(["positions (mean over seeds)", *map(str, LENGTHS)], rows),
+        note=f"2-layer 64-wide GPTs built for 512 positions, {steps} steps of 64-token windows, one per encoding "
+        "and seed. Every length predicts the same 8 spans of 64 validation tokens, with more preceding context as "
+        "the window grows. The learned table's rows 64-511 never trained (a model whose table holds only 64 rows "
+        "refuses a longer input outright: `sequence of 128 tokens is longer than the model's context`)"
+        + seeds_note(ctx),
         control=Control(
             "the same models untrained, by the same criterion",
-            "change from 64 to 512 tokens: "
-            + ", ".join(f"{p} {ys[-1] - ys[0]:+.2f}" for p, ys in untrained.items() if p in (*judged[0], *judged[1])),
+            "change from 64 to 512 tokens: " + change_words(nulls, (*judged[0], *judged[1])),
             null,
         ),
     )
@@ -281,41 +316,42 @@ def length(ctx: Context) -> Result:
     "A positional encoding should generalise to longer sentences without any effort; the fixed sinusoids are "
     "built to (a model trained on short inputs reads longer ones as well).",
     source=deck("002:1261 generalize to **longer** sentences"),
-    why="As length's: 0.1 nats flat, 0.5 below the untrained model's loss.",
+    why="As length's: 0.1 nats flat, 0.5 below the untrained model's loss, in every seed's model.",
 )
 def sinusoid_length(ctx: Context) -> Result:
-    losses, untrained, steps = length_losses(ctx)
-    at_64 = {p: ys[0] for p, ys in untrained.items()}
-    ok = length_criterion(losses, at_64, ("sinusoidal",), ())
-    null = length_criterion(untrained, at_64, ("sinusoidal",), ())
-    ys = losses["sinusoidal"]
+    runs, nulls, steps = length_losses(ctx)
+    ok, null = length_verdicts(runs, nulls, ("sinusoidal",), ())
+    ys = mean_over_seeds(runs)["sinusoidal"]
     return Result(
-        "sinusoidal positions' loss at 64, 128, 256, 512 tokens: "
+        f"sinusoidal positions' loss at 64, 128, 256, 512 tokens (means over {len(runs)} seed(s)): "
         + ", ".join(f"{v:.2f}" for v in ys)
-        + f" (change {ys[-1] - ys[0]:+.2f}; ALiBi's {losses['alibi'][-1] - losses['alibi'][0]:+.2f} on the same "
-        "targets)",
+        + f" (change {change_of(runs, 'sinusoidal')}; ALiBi's {change_of(runs, 'alibi')} on the same targets)",
         ok,
-        "the sinusoidal model's loss at 512 tokens within 0.1 of its loss at the trained 64, having trained (its loss "
-        "at 64 at least 0.5 below the untrained model's)",
+        "for every seed's model: the sinusoidal model's loss at 512 tokens within 0.1 of its loss at the trained 64, "
+        "having trained (its loss at 64 at least 0.5 below the untrained model's)",
         "length.png",
-        note=f"The `length` claim's sinusoidal GPT (2 layers, 64 wide, built for 512 positions, {steps} steps of "
-        "64-token windows) on the same 8 spans of validation tokens. Sinusoids give every position a code, but the "
-        "layers only ever saw the codes of positions 0-63: the deck's desirable property is a property of the code, "
-        "and whether a trained model reads the unseen codes is what this measures. One training run",
+        note=f"The `length` claim's sinusoidal GPTs (2 layers, 64 wide, built for 512 positions, {steps} steps of "
+        "64-token windows, one per seed) on the same 8 spans of validation tokens. Sinusoids give every position a "
+        "code, but the layers only ever saw the codes of positions 0-63: the deck's desirable property is a "
+        "property of the code, and whether a trained model reads the unseen codes is what this measures"
+        + seeds_note(ctx),
         control=Control(
-            "the same model untrained, by the same criterion",
-            f"change {untrained['sinusoidal'][-1] - untrained['sinusoidal'][0]:+.2f}",
+            "the same models untrained, by the same criterion",
+            f"change {change_of(nulls, 'sinusoidal')}",
             null,
         ),
     )
 
 
+CONCAT_POSITION_DIMS = 16  # (add-concat: a quarter of the 64-wide stream for the positions, ample for 64 of them)
+
+
 @claim(
     "add-concat",
     "Add or concatenate the positional encoding",
-    "Concatenating [token; position] keeps the two apart but widens every layer's input; adding them works as well "
-    "for a fixed width, since in a high-dimensional space the model can keep position and content in nearly "
-    "separate directions.",
+    "Concatenating [token; position] keeps the two in dimensions of their own, which costs width; adding them into "
+    "the same dimensions works as well at a fixed width, since in a high-dimensional space the model can keep "
+    "position and content in nearly separate directions.",
     source=deck(
         "002:1229 Add the positional embedding to the token embedding",
         "002:1230 Concatenate the positional embedding to the token embedding",
@@ -325,21 +361,23 @@ def sinusoid_length(ctx: Context) -> Result:
 def add_concat(ctx: Context) -> Result:
     steps = ctx.steps(20, 400, 1500)
     seeds = seeds_for(ctx)
-    losses, params = gpt_losses(
-        ctx, {"add": {"pos": "learned"}, "concat": {"pos": "learned", "pos_combine": "concat"}}, steps, seeds
-    )
+    # the same 64-wide stream: added, tokens and positions share all 64 dims; concatenated, the tokens
+    # get 48 and the positions 16 of their own (untied heads on both: the 48-wide table cannot be one)
+    added = {"pos": "learned", "tie_output": False}
+    concatenated = {**added, "pos_combine": "concat", "pos_dim": CONCAT_POSITION_DIMS}
+    losses, params = gpt_losses(ctx, {"add": added, "concat": concatenated}, steps, seeds)
     add, concat = np.array(losses["add"]), np.array(losses["concat"])
     loss_bars(losses, ctx.out / "add_concat.png", "learned positions: added or concatenated")
     passed, verdict, interval = same_verdict(concat - add, 0.03, "concatenated loss − added loss")
     # the control: a model known to be worse, the added one trained half the steps, must not count as
     # "working as well" (else the margin and seeds could not see a real gap)
-    half, _ = gpt_losses(ctx, {"add, half the steps": {"pos": "learned"}}, max(1, steps // 2), seeds)
+    half, _ = gpt_losses(ctx, {"add, half the steps": added}, max(1, steps // 2), seeds)
     control_passed, _, control_words = same_verdict(
         np.array(half["add, half the steps"]) - add, 0.03, "half-trained loss − added loss"
     )
     return Result(
         f"validation loss after {steps} steps (means over {len(seeds)} seed(s)): added {add.mean():.3f}, "
-        f"concatenated and projected back {concat.mean():.3f}; {interval}",
+        f"concatenated {concat.mean():.3f}; {interval}",
         passed,
         "the 95 % interval of the paired loss difference (concatenated − added) inside ±0.03",
         "add_concat.png",
@@ -347,9 +385,10 @@ def add_concat(ctx: Context) -> Result:
             ["positions", "parameters", "validation loss (mean)"],
             [[n, params[n], float(np.mean(losses[n]))] for n in params],
         ),
-        note="2-layer 64-wide GPTs with learned positions; concat makes the input [E(token); P(pos)] (128 wide) and "
-        "projects it back to 64 with a learned matrix that starts as the sum [I I], so it is the added model plus "
-        "a mixing matrix, not a wider one" + seeds_note(ctx),
+        note="2-layer GPTs with a 64-wide stream, learned positions and untied output heads. Added: x = E(token) + "
+        f"P(pos), both 64 wide. Concatenated (`--pos-combine concat --pos-dim {CONCAT_POSITION_DIMS}`): x = "
+        f"[E(token); P(pos)], {64 - CONCAT_POSITION_DIMS} + {CONCAT_POSITION_DIMS} wide, each in dimensions of "
+        "its own" + seeds_note(ctx),
         verdict=verdict,
         control=Control(f"the added model trained {max(1, steps // 2)} steps", control_words, control_passed),
     )

@@ -26,7 +26,11 @@ def reproduce_specs() -> OptionSpecs:
     """`attnlab reproduce`'s options, and :func:`reproduce`'s keywords: declared once."""
     r = OptionSpecs()
     r.add("names", nargs="*", metavar="NAME", help="claims to check (default: all)")
-    r.add("--quick", kind="flag", help="small runs: all claims in about 10 minutes on 2 CPU cores")
+    r.add(
+        "--quick",
+        kind="flag",
+        help="small runs, a smoke test of the claims (its verdicts are not the full report's): all claims in about 35 minutes on 2 CPU cores",
+    )
     r.add("--out", default="reproduce", help="report folder (default: reproduce/)")
     r.add("--data-dir", default=None, help="folder holding named datasets (default: $ATTNLAB_DATA)")
     r.add(

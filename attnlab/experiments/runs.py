@@ -213,10 +213,12 @@ def curve_panel(ax, curves: dict) -> None:
 class TestAccuracyCurve(Callback):
     """The test accuracy of the model being trained at the logged ``steps`` (the model in eval
     mode, no gradients, no random numbers drawn: the run goes on as it would without it), then at
-    its end: ``curve`` {step: accuracy} and ``final``."""
+    its end: ``curve`` {step: accuracy}, ``final`` and ``correct`` (N,) whether each test item was
+    right at the end (for intervals that include the test set's own sampling error)."""
 
     def __init__(self, steps) -> None:
         self.steps, self.curve, self.final = set(steps), {}, float("nan")
+        self.correct = np.zeros(0, dtype=bool)
 
     def accuracy(self, trainer) -> float:
         was_training = trainer.model.training
@@ -224,7 +226,8 @@ class TestAccuracyCurve(Callback):
         with torch.no_grad():
             pred, y = trainer.task.predict(trainer.model, "test", device=trainer.device)
         trainer.model.train(was_training)
-        return (pred == y).float().mean().item()
+        self.correct = (pred == y).cpu().numpy()
+        return float(self.correct.mean())
 
     def on_step(self, trainer, record: dict) -> None:
         if record["step"] in self.steps:
@@ -288,8 +291,20 @@ def train_image_classifier(
     task = recipe.image_task(splits, train["batch_size"], like=like, **augment)
     curve = TestAccuracyCurve(quarter_steps(steps)[:-1])
     fit(ctx, model, task, name, steps, callbacks=[curve], **train)
-    ctx.cache.setdefault("curves", {})[name] = {**curve.curve, steps: curve.final}
+    keep_curve(ctx, name, curve, steps)
     return curve.final
+
+
+def keep_curve(ctx: Context, name: str, curve: TestAccuracyCurve, steps: int) -> None:
+    """A run's learning curve in ``ctx.cache["curves"][name]`` and which test items it got right at
+    its end in ``ctx.cache["correct"][name]`` (:func:`correct_items`)."""
+    ctx.cache.setdefault("curves", {})[name] = {**curve.curve, steps: curve.final}
+    ctx.cache.setdefault("correct", {})[name] = curve.correct
+
+
+def correct_items(ctx: Context, names: list[str]) -> np.ndarray:
+    """(runs, N) 1.0 where run ``names[i]`` classified test item j right at its end."""
+    return np.stack([ctx.cache["correct"][name] for name in names]).astype(float)
 
 
 def as_the_digits_vit() -> dict:
@@ -370,7 +385,7 @@ def digits_vit(ctx: Context, pos: str = "learned", seed: int = 0, steps: int | N
             callbacks=[curve],
             **digits_vit_options(ctx, pos, seed, steps, **options),
         )
-        ctx.cache.setdefault("curves", {})[key] = {**curve.curve, steps: curve.final}
+        keep_curve(ctx, key, curve, steps)
         ctx.cache[key] = (run.model.eval(), curve.final)
     return ctx.cache[key]
 
@@ -398,6 +413,28 @@ def image_models(ctx: Context):
         ctx.cache["digits_x"] = normalize(splits.test[0], splits.mean, splits.std)
     vit, ctx.cache["vit_acc"] = digits_vit(ctx)
     return vit, ctx.cache["cnn"], ctx.cache["digits_x"]
+
+
+ROTATIONS = ["0°", "90°", "180°", "270°"]
+
+
+def rotation_task(splits):
+    """``splits``' images each turned by 0, 90, 180 or 270 degrees (a quarter of them each, in a
+    fixed draw), labelled by the turn: a pretext task whose labels are disjoint from the images'
+    own classes (Gidaris et al. 2018), to pretrain on without learning the downstream labels."""
+    from ..data.images import ImageSplits
+
+    g = torch.Generator().manual_seed(0)
+
+    def turned(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        turns = torch.arange(len(x)) % 4
+        turns = turns[torch.randperm(len(x), generator=g)]
+        return torch.stack([torch.rot90(img, int(k), dims=(-2, -1)) for img, k in zip(x, turns)]), turns
+
+    return ImageSplits(
+        f"{splits.name}-rotations", *(turned(x) for x, _ in (splits.train, splits.val, splits.test)), ROTATIONS,
+        note=f"{splits.note}, each image turned by a multiple of 90 degrees and labelled by the turn",
+    )  # fmt: skip
 
 
 def mnist_as_digits(ctx: Context):

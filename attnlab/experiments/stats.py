@@ -22,41 +22,61 @@ def seeds_note(ctx: Context) -> str:
     return {"tiny": " (tiny: one seed, no interval)", "quick": " (--quick: two seeds)", "full": ""}[ctx.size]
 
 
-def paired_interval(diffs, resolution: float = 0.0) -> tuple[float, float, float]:
+def paired_interval(diffs, resolution: float = 0.0, items=None) -> tuple[float, float, float]:
     """(mean, low, high): the 95 % t-interval of the mean of paired differences (one per seed: each
     seed sets both models' initial weights and batches); (mean, nan, nan) for a single seed.
     ``resolution``: the measurement's step (1/N for an accuracy on N test items): the spread is
     taken as at least one step, since equal differences on a coarse scale (two seeds that both
-    differ by 5 of 144 texts) say nothing about the noise being zero."""
+    differ by 5 of 144 texts) say nothing about the noise being zero. ``items`` (seeds, N): each
+    seed's difference item by item on a test set (``diffs`` its rows' means): the test set is one
+    draw of N items that every seed shares, so its sampling error, the standard error of the
+    items' seed-averaged differences, joins the seeds' (the two half-widths added in quadrature)."""
+    if items is not None:
+        items = np.asarray(items, dtype=float)
+        diffs = items.mean(1)
     d = np.asarray(diffs, dtype=float)
     if len(d) < 2:
         return float(d.mean()), float("nan"), float("nan")
     half = T95.get(len(d) - 1, 1.96) * max(d.std(ddof=1), resolution) / math.sqrt(len(d))
+    if items is not None:
+        per_item = items.mean(0)  # (N,)
+        half = math.hypot(half, 1.96 * per_item.std(ddof=1) / math.sqrt(len(per_item)))
     return float(d.mean()), float(d.mean() - half), float(d.mean() + half)
 
 
-def better_verdict(diffs, what: str, unit: str = "seeds", resolution: float = 0.0) -> tuple[bool, str | None, str]:
+def better_verdict(
+    diffs, what: str, unit: str = "seeds", resolution: float = 0.0, items=None
+) -> tuple[bool, str | None, str]:
     """A "A is better than B" claim on paired differences ``diffs`` (B's loss − A's, per seed, or
     per ``unit``): PASS when the interval lies above 0, FAIL when it lies below, INCONCLUSIVE when
     it straddles 0 or there is one seed. Returns (passed, verdict or None, the interval in words);
-    ``resolution``: as for :func:`paired_interval`."""
-    mean, low, high = paired_interval(diffs, resolution)
+    ``resolution`` and ``items`` (which then gives the differences): as for :func:`paired_interval`."""
+    mean, low, high = paired_interval(diffs, resolution, items)
+    n = len(diffs) if items is None else len(items)
     if math.isnan(low):
         return False, "INCONCLUSIVE", f"{what}: {mean:+.3f} (one seed: no interval; full size runs three)"
-    words = f"{what}: {mean:+.3f}, 95 % interval [{low:+.3f}, {high:+.3f}] over {len(diffs)} {unit}"
+    words = f"{what}: {mean:+.3f}, 95 % interval [{low:+.3f}, {high:+.3f}] over {n} {unit}{items_words(items)}"
     if low > 0:
         return True, None, words
     return False, ("FAIL" if high < 0 else "INCONCLUSIVE"), words
 
 
-def same_verdict(diffs, margin: float, what: str, resolution: float = 0.0) -> tuple[bool, str | None, str]:
+def items_words(items) -> str:
+    return "" if items is None else f" and the {np.shape(items)[1]} test items"
+
+
+def same_verdict(diffs, margin: float, what: str, resolution: float = 0.0, items=None) -> tuple[bool, str | None, str]:
     """A "works as well" claim: PASS when the interval of the paired differences lies inside
-    ±``margin``, FAIL when it lies wholly outside, else INCONCLUSIVE (``resolution``: as for
-    :func:`paired_interval`)."""
-    mean, low, high = paired_interval(diffs, resolution)
+    ±``margin``, FAIL when it lies wholly outside, else INCONCLUSIVE (``resolution`` and
+    ``items``: as for :func:`paired_interval`)."""
+    mean, low, high = paired_interval(diffs, resolution, items)
+    n = len(diffs) if items is None else len(items)
     if math.isnan(low):
         return False, "INCONCLUSIVE", f"{what}: {mean:+.3f} (one seed: no interval; full size runs three)"
-    words = f"{what}: {mean:+.3f}, 95 % interval [{low:+.3f}, {high:+.3f}] over {len(diffs)} seeds (margin ±{margin})"
+    words = (
+        f"{what}: {mean:+.3f}, 95 % interval [{low:+.3f}, {high:+.3f}] over {n} seeds{items_words(items)} "
+        f"(margin ±{margin})"
+    )
     if -margin <= low and high <= margin:
         return True, None, words
     return False, ("FAIL" if low > margin or high < -margin else "INCONCLUSIVE"), words

@@ -19,7 +19,9 @@ from .runs import (
     curve_panel,
     image_models,
     loss_bars,
+    correct_items,
     mnist_as_digits,
+    rotation_task,
     train_image_classifier,
 )
 from .stats import (
@@ -216,7 +218,7 @@ def locality_model(kind: str, size: int):
     source=deck(
         "000:235 CNNs are built around the idea of locality", "004:740 CNNs only encode local information early on"
     ),
-    why="0.1 of accuracy on the far dots: a gap larger than the digits' test-set noise (±0.03 at 360 items); the intervals are over seeds.",
+    why="0.1 of accuracy on the far dots: a gap larger than the digits' test-set noise (±0.03 at 360 items); the intervals are over seeds and test items.",
 )
 def locality(ctx: Context) -> Result:
     from ..data.images import two_dots
@@ -226,32 +228,38 @@ def locality(ctx: Context) -> Result:
     recipe = {**as_the_digits_vit(), "label_smoothing": 0.0, "pad": 0, "rotate": 0.0}
     kinds = {"far": tuple(LOCALITY_MODELS), "near": ("shallow CNN", "ViT")}  # near: the control's two models
     acc: dict[tuple[str, str], np.ndarray] = {}
+    right: dict[tuple[str, str], np.ndarray] = {}  # (seeds, N): each run right or wrong on each test item
     curves: dict[str, list[dict]] = {}
     splits = {where: two_dots(size, near=where == "near") for where in kinds}
     for where, models in kinds.items():
         for kind in models:
-            values = []
+            values, names = [], []
             for seed in seeds:
                 torch.manual_seed(seed)
-                name = f"dots_{where}_{kind.replace(' ', '_')}_s{seed}"
+                names.append(f"dots_{where}_{kind.replace(' ', '_')}_s{seed}")
                 model = locality_model(kind, size)
-                values.append(train_image_classifier(ctx, model, splits[where], steps, name, seed=seed, **recipe))
+                values.append(train_image_classifier(ctx, model, splits[where], steps, names[-1], seed=seed, **recipe))
                 if where == "far":
-                    curves.setdefault(kind, []).append(ctx.cache["curves"][name])
-            acc[where, kind] = np.array(values)
+                    curves.setdefault(kind, []).append(ctx.cache["curves"][names[-1]])
+            acc[where, kind], right[where, kind] = np.array(values), correct_items(ctx, names)
     step = 1 / len(splits["far"].test[1])  # an accuracy moves in steps of one test image
 
-    def judged(at: dict[tuple[str, str], np.ndarray], where: str = "far"):
+    def judged(at: dict[tuple[str, str], np.ndarray], where: str = "far", items: dict | None = None):
+        """Both parts on paired differences over seeds (and, with ``items``, over the test items)."""
+
+        def over_items(a: tuple, b: tuple):
+            return None if items is None else items[a] - items[b] - 0.1
+
         return (
             better_verdict(at[where, "ViT"] - at[where, "shallow CNN"] - 0.1, f"ViT − shallow CNN − 0.1 ({where} dots)",
-                           resolution=step),
+                           resolution=step, items=over_items((where, "ViT"), (where, "shallow CNN"))),
             better_verdict(at["far", "deep CNN"] - at["far", "shallow CNN"] - 0.1, "deep CNN − shallow CNN − 0.1 (far dots)",
-                           resolution=step),
+                           resolution=step, items=over_items(("far", "deep CNN"), ("far", "shallow CNN"))),
         )  # fmt: skip
 
-    parts = judged(acc)
+    parts = judged(acc, items=right)
     passed, verdict = parts_verdict(parts)
-    control_passed, _, control_words = judged(acc, "near")[0]
+    control_passed, _, control_words = judged(acc, "near", right)[0]
     # the budget: the verdict on the far dots at a quarter, half and three quarters of each run
     along = along_the_run({("far", k): cs for k, cs in curves.items()}, lambda at: parts_verdict(judged(at)))
     fig, axes = plt.subplots(1, 3, figsize=(11, 3.2), dpi=100, layout="constrained", width_ratios=(1, 1.4, 1.4))
@@ -285,7 +293,7 @@ def locality(ctx: Context) -> Result:
     return Result(
         f"test accuracy (means over seeds {', '.join(map(str, seeds))}), {means}; " + "; ".join(w for _, _, w in parts),
         passed,
-        "on dots farther apart than the shallow CNN's 5×5 receptive field, the 95 % intervals over seeds of the "
+        "on dots farther apart than the shallow CNN's 5×5 receptive field, the 95 % intervals over seeds and test items of the "
         "paired accuracy differences ViT − shallow CNN and deep CNN − shallow CNN above 0.1",
         "locality.png",
         markdown_table(
@@ -480,20 +488,25 @@ def cls_gap(ctx: Context) -> Result:
     }
     cls, gap = np.array(acc["class token"]), np.array(acc["average pooling"])
     step = 1 / len(splits.test[1])  # an accuracy moves in steps of one test image
-    passed, verdict, words = same_verdict(gap - cls, 0.02, "average pooling − class token accuracy", resolution=step)
+    # (paired seed by seed and test item by test item: the interval holds the test set's sampling error too)
+    right = lambda **options: correct_items(ctx, [digits_vit_run(ctx, seed=s, **options) for s in seeds])  # noqa: E731
+    passed, verdict, words = same_verdict(
+        gap - cls, 0.02, "average pooling − class token accuracy", resolution=step,
+        items=right(pool="mean") - right(),
+    )  # fmt: skip
     # the control: a model known to be worse, the class-token ViT trained an eighth of the steps, must not
     # count as working as well
     short = max(1, steps // 8)
     weak = np.array([digits_vit(ctx, seed=s, steps=short)[1] for s in seeds])
     control_passed, _, control_words = same_verdict(
-        weak - cls, 0.02, f"{short}-step − class token accuracy", resolution=step
+        weak - cls, 0.02, f"{short}-step − class token accuracy", resolution=step, items=right(steps=short) - right()
     )
     loss_bars(acc, ctx.out / "cls_gap.png", f"ViT on 8×8 digits, {len(seeds)} seed(s)", ylabel="test accuracy")
     return Result(
         f"test accuracy after {steps} steps: class token {cls.mean():.3f}, average pooling {gap.mean():.3f} (means "
         f"over {len(seeds)} seed(s)); {words}",
         passed,
-        "the 95 % interval of the paired accuracy difference (average pooling − class token) inside ±0.02",
+        "the 95 % interval (over seeds and test items) of the paired accuracy difference (average pooling − class token) inside ±0.02",
         "cls_gap.png",
         note="the digits ViT (4 layers, 64 wide, 2×2 patches, learned positions, no PEG), the same recipe for both; "
         "each seed sets both models' initial weights and batches" + seeds_note(ctx),
@@ -519,22 +532,24 @@ def data_hunger(ctx: Context) -> Result:
 
     splits, steps = digits(ctx)
     fractions = {"tiny": (0.1, 1.0), "quick": (0.1, 1.0), "full": (0.05, 0.1, 0.3, 1.0)}[ctx.size]
-    tune_steps = ctx.steps(5, 300, 600)
     vit_config = digits_vit_config(splits)
-    pretrain = mnist_as_digits(ctx)
-    if pretrain is None:  # the pretraining half of the statement needs MNIST: never judged on half the claim
+    mnist = mnist_as_digits(ctx)
+    if mnist is None:  # the pretraining half of the statement needs MNIST: never judged on half the claim
         return skipped(
             "MNIST (the pretraining set) is not in the data directory; set ATTNLAB_DATA or --data-dir",
             "the whole statement, pretraining included",
         )
+    # pretraining on other labels (each MNIST image's rotation, not its digit), a fresh head fine-tuned on
+    # the digits: transfer, not more labelled data for the same task
+    pretrain = rotation_task(mnist)
     seeds = seeds_for(ctx)
     pretrained, pre_acc = {}, []  # a pretraining per seed (its weights and batches), each fine-tuned on that seed
     for seed in seeds:
         torch.manual_seed(seed)
-        pretrained[seed] = ViT(vit_config)
+        pretrained[seed] = ViT(digits_vit_config(splits, num_classes=len(pretrain.labels), labels=pretrain.labels))
         pre_acc.append(
             train_image_classifier(
-                ctx, pretrained[seed], pretrain, steps, f"hunger_pretrain_s{seed}", seed=seed, like="digits"
+                ctx, pretrained[seed], pretrain, steps, f"hunger_rotations_s{seed}", seed=seed, like="digits"
             )
         )
     step = 1 / len(splits.test[1])  # an accuracy moves in steps of one test image
@@ -564,15 +579,18 @@ def data_hunger(ctx: Context) -> Result:
             resnet_acc = train_image_classifier(
                 ctx, resnet, part, steps, f"hunger_resnet_{n}_s{seed}", seed=seed, **as_the_digits_vit()
             )
-            tuned = ViT(vit_config)
-            tuned.load_state_dict(pretrained[seed].state_dict())
+            torch.manual_seed(seed)
+            tuned = ViT(vit_config)  # (its 10-class head fresh, the rest the pretrained body)
+            tuned.load_state_dict(
+                {k: v for k, v in pretrained[seed].state_dict().items() if not k.startswith("head.")}, strict=False
+            )
             tuned_acc = train_image_classifier(
-                ctx, tuned, part, tune_steps, f"hunger_tuned_{n}_s{seed}", seed=seed, lr=5e-4
+                ctx, tuned, part, steps, f"hunger_rotations_tuned_{n}_s{seed}", seed=seed
             )
             for kind, value, run in (
                 ("vit", vit_acc, vit_run),
                 ("resnet", resnet_acc, f"hunger_resnet_{n}_s{seed}"),
-                ("pretrained", tuned_acc, f"hunger_tuned_{n}_s{seed}"),
+                ("pretrained", tuned_acc, f"hunger_rotations_tuned_{n}_s{seed}"),
             ):
                 acc.setdefault((kind, frac), []).append(value)
                 run_names.setdefault((kind, frac), []).append(run)
@@ -580,25 +598,31 @@ def data_hunger(ctx: Context) -> Result:
     small, large = fractions[0], fractions[-1]
     lead = {f: a["resnet", f] - a["vit", f] for f in fractions}  # per seed
 
-    def judged(at: dict) -> tuple:  # each part of the statement on paired differences over seeds
-        lead_small, lead_large = at["resnet", small] - at["vit", small], at["resnet", large] - at["vit", large]
-        leads = better_verdict(lead_small - 0.02, f"ResNet − ViT − 0.02 with {sizes[0]} images", resolution=step)
-        shrinks = better_verdict(
-            lead_small - lead_large, f"lead with {sizes[0]} − lead with {sizes[-1]}", resolution=step
-        )
-        closes = better_verdict(
-            at["pretrained", small] - at["resnet", small] + 0.01,
-            f"pretrained ViT − ResNet + 0.01 with {sizes[0]} images", resolution=step,
-        )  # fmt: skip
+    def judged(at: dict, items: dict | None = None) -> tuple:
+        """Each part of the statement on paired differences over seeds (``at``: accuracies per seed),
+        with ``items`` (each key's (seeds, N) right-or-wrong per test item) over the test items too."""
+
+        def on(combine):  # a part's differences: per seed, and (seeds, N) per test item when given
+            return combine(at), (combine(items) if items is not None else None)
+
+        lead_small = lambda v: v["resnet", small] - v["vit", small]  # noqa: E731
+        lead_large = lambda v: v["resnet", large] - v["vit", large]  # noqa: E731
+        d, i = on(lambda v: lead_small(v) - 0.02)
+        leads = better_verdict(d, f"ResNet − ViT − 0.02 with {sizes[0]} images", resolution=step, items=i)
+        d, i = on(lambda v: lead_small(v) - lead_large(v))
+        shrinks = better_verdict(d, f"lead with {sizes[0]} − lead with {sizes[-1]}", resolution=step, items=i)
+        d, i = on(lambda v: v["pretrained", small] - v["resnet", small] + 0.01)
+        closes = better_verdict(d, f"pretrained ViT − ResNet + 0.01 with {sizes[0]} images", resolution=step, items=i)
         return leads, shrinks, closes
 
-    parts = judged(a)
+    right = {key: correct_items(ctx, names) for key, names in run_names.items()}
+    parts = judged(a, right)
     passed, verdict = parts_verdict(parts)
     curves = {key: [ctx.cache["curves"][run] for run in names] for key, names in run_names.items()}
     along = along_the_run(curves, lambda at: parts_verdict(judged(at)))
     control_passed, _, control_words = better_verdict(
         a["vit", small] - a["resnet", small] + 0.01, f"ViT from scratch − ResNet + 0.01 with {sizes[0]} images",
-        resolution=step,
+        resolution=step, items=right["vit", small] - right["resnet", small] + 0.01,
     )  # fmt: skip
     fig, (ax, right) = plt.subplots(1, 2, figsize=(9, 3.2), dpi=100, layout="constrained")
     for kind, label in (("vit", "ViT from scratch"), ("resnet", "ResNet"), ("pretrained", "ViT pretrained on MNIST")):
@@ -620,12 +644,12 @@ def data_hunger(ctx: Context) -> Result:
     return Result(
         f"test accuracy with {sizes[0]} → {sizes[-1]} training digits (means over seeds {', '.join(map(str, seeds))}): "
         f"ViT {a['vit', small].mean():.3f} → {a['vit', large].mean():.3f}, ResNet {a['resnet', small].mean():.3f} → "
-        f"{a['resnet', large].mean():.3f}; pretrained ViT (MNIST test accuracy after pretraining: {np.mean(pre_acc):.3f}) with {sizes[0]} images "
+        f"{a['resnet', large].mean():.3f}; pretrained ViT (rotation accuracy on MNIST's test split after pretraining: {np.mean(pre_acc):.3f}) with {sizes[0]} images "
         f"{a['pretrained', small].mean():.3f}; " + "; ".join(w for _, _, w in parts),
         passed,
-        f"the 95 % intervals over seeds (paired: each seed sets every model's initial weights and batches) of: the "
+        f"the 95 % intervals over seeds and test items (paired: each seed sets every model's initial weights and batches) of: the "
         f"ResNet's lead over the ViT with {sizes[0]} images above 0.02; that lead minus the lead with {sizes[-1]} "
-        f"above 0 (it shrinks); the ViT pretrained on MNIST (8×8) and fine-tuned on the {sizes[0]} images minus the "
+        f"above 0 (it shrinks); the ViT pretrained on MNIST's rotations (8×8) and fine-tuned on the {sizes[0]} images minus the "
         "ResNet above −0.01 (it closes the gap, which the ViT from scratch, the control, must not)",
         "data_hunger.png",
         markdown_table(["training images", "ViT", "ResNet", "ResNet lead", "ViT pretrained"], rows),
@@ -635,12 +659,14 @@ def data_hunger(ctx: Context) -> Result:
             control_passed,
         ),
         verdict=verdict,
-        data=f"the embedded 8×8 digits; MNIST ({len(pretrain.train[0]):,} images at 8×8) for pretraining",
+        data=f"the embedded 8×8 digits; MNIST ({len(pretrain.train[0]):,} images at 8×8, labelled by their rotation) for pretraining",
         note=f"embedded 8×8 digits, the first N of the shuffled training split, the same test split; each model "
         f"{steps} steps of 64 with the ViT digits recipe (lr 2e-3, label smoothing 0.1, ±10° rotations, ±10 % "
         f"scale); ViT: 4 layers 64 wide, 16 patches, no convolution (no PEG); ResNet: basic blocks, widths "
         f"16/32/64. Pretraining (one per seed, each fine-tuned on its own seed): {steps} steps on {len(pretrain.train[0]):,} MNIST images cropped "
-        f"to 20×20 and resized to 8×8, then {tune_steps} steps at lr 5e-4 on the digits. The verdict along the runs "
+        f"to 20×20 and resized to 8×8, each turned by 0, 90, 180 or 270° and labelled by the turn (labels disjoint "
+        "from the digits': the pretraining never sees a digit's class); then a fresh 10-class head and "
+        "the from-scratch ViT's training on the digits (its steps and learning rate: only the initial weights differ). The verdict along the runs "
         f"(each at that fraction of its own steps): {along}" + seeds_note(ctx),
     )
 
@@ -664,23 +690,36 @@ def image_positions(ctx: Context) -> Result:
         acc, ctx.out / "image_positions.png", f"ViT on 8×8 digits: --pos, {len(seeds)} seed(s)", "test accuracy", curves
     )
 
-    def judged(at: dict) -> tuple:  # each part on paired differences over seeds
-        helps = [better_verdict(at[k] - at["none"], f"{k} − none", resolution=step) for k in kinds]
-        alike = [same_verdict(at[k] - at["learned"], 0.03, f"{k} − learned", resolution=step) for k in kinds[1:]]
-        return (*helps, *alike)  # every kind beats none; the other kinds do as well as learned
+    def judged(at: dict, items: dict | None = None) -> tuple:
+        """Each part on paired differences over seeds (with ``items``, each kind's (seeds, N) right or
+        wrong per test item: over the test items too): every kind beats none; the others do as well
+        as learned."""
 
-    parts = judged(acc)
+        def minus(a: str, b: str):
+            return None if items is None else items[a] - items[b]
+
+        helps = [
+            better_verdict(at[k] - at["none"], f"{k} − none", resolution=step, items=minus(k, "none")) for k in kinds
+        ]
+        alike = [
+            same_verdict(at[k] - at["learned"], 0.03, f"{k} − learned", resolution=step, items=minus(k, "learned"))
+            for k in kinds[1:]
+        ]
+        return (*helps, *alike)
+
+    right = {pos: correct_items(ctx, [digits_vit_run(ctx, pos, seed=s) for s in seeds]) for pos in acc}
+    parts = judged(acc, right)
     passed, verdict = parts_verdict(parts)
     along = along_the_run(curves, lambda at: parts_verdict(judged(at)))
     # the control: no positions judged as a fifth kind that does as well as learned (it must not)
     control_passed, _, control_words = same_verdict(
-        acc["none"] - acc["learned"], 0.03, "none − learned", resolution=step
+        acc["none"] - acc["learned"], 0.03, "none − learned", resolution=step, items=right["none"] - right["learned"]
     )
     means = ", ".join(f"{k} {v.mean():.3f}" for k, v in acc.items())
     return Result(
         f"test accuracy (means over seeds {', '.join(map(str, seeds))}): {means}; " + "; ".join(w for _, _, w in parts),
         passed,
-        "for each of the four kinds the 95 % interval of the paired accuracy difference (kind − none) above 0, and "
+        "for each of the four kinds the 95 % interval (over seeds and test items) of the paired accuracy difference (kind − none) above 0, and "
         "for sin-cos, Fourier and relative that of (kind − learned) inside ±0.03",
         "image_positions.png",
         markdown_table(

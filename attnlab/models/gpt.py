@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 import torch
 from torch import Tensor, nn
+from torch.nn import functional as F
 
 from ..attention import KVCache, StaticKVCache, key_bias
 from ..config import Config
@@ -78,7 +79,15 @@ class GPTConfig(Config):
         default="add",
         metadata={
             "help": "absolute positions: add them to the token embeddings (add), or concatenate [token; position] "
-            "and project back to dim with a learned matrix that starts as the sum (concat)"
+            "(concat: see --pos-dim)"
+        },
+    )
+    pos_dim: int = field(
+        default=0,
+        metadata={
+            "help": "--pos-combine concat: the position code's width; the token embedding is dim - POS_DIM wide "
+            "and [token; position] is the stream (0: both dim wide, joined and projected back to dim by a "
+            "learned matrix that starts as their sum)"
         },
     )
     rel_distance: int = field(
@@ -265,6 +274,16 @@ class GPTConfig(Config):
             raise ValueError(f"--rope-base must be above 1, got {self.rope_base}")
         if self.rel_distance < 1:
             raise ValueError(f"--rel-distance must be at least 1, got {self.rel_distance}")
+        if self.pos_dim and not (self.pos_combine == "concat" and 0 < self.pos_dim < self.dim):
+            raise ValueError(
+                f"--pos-dim {self.pos_dim} splits the stream's {self.dim} dims between tokens and positions: give "
+                f"--pos-combine concat and a width between 1 and {self.dim - 1}"
+            )
+        if self.pos_dim and self.tie_output:
+            raise ValueError(
+                "--pos-dim makes the token embedding narrower than the stream, so the output head cannot reuse "
+                "it: add --no-tie-output"
+            )
         if self.pos_combine == "concat" and self.pos not in ("learned", "sinusoidal"):
             raise ValueError(
                 f"--pos-combine concat joins an absolute position code to the tokens; --pos {self.pos} has none "
@@ -368,13 +387,14 @@ class GPT(HeadWeights, HookedModule):
     def __init__(self, config: GPTConfig) -> None:
         super().__init__()
         self.config = c = config
-        self.tok_emb = nn.Embedding(c.vocab_rows, c.dim)
+        self.tok_emb = nn.Embedding(c.vocab_rows, c.dim - c.pos_dim)
         # absolute positions are added to the tokens; rotary and ALiBi act inside attention
         # (one parameter-free module shared by all layers)
         absolute = {"learned": LearnedPosition, "sinusoidal": SinusoidalPosition}.get(c.pos)
-        self.pos_emb = absolute(c.dim, c.context) if absolute else None
-        # concat: x = W [E(token); P(pos)], W (dim, 2·dim) (set to [I I] below: it starts as the sum)
-        self.pos_mix = nn.Linear(2 * c.dim, c.dim, bias=False) if c.pos_combine == "concat" else None
+        # concat with --pos-dim P: x = [E(token); P(pos)], D − P and P wide; without: x = W [E(token); P(pos)],
+        # W (dim, 2·dim) (set to [I I] below: it starts as the sum)
+        self.pos_emb = absolute(c.pos_dim or c.dim, c.context) if absolute else None
+        self.pos_mix = nn.Linear(2 * c.dim, c.dim, bias=False) if c.pos_combine == "concat" and not c.pos_dim else None
         self.drop = nn.Dropout(c.dropout)
         rotary = RotaryEmbedding(c.d_head, c.rope_base, c.rotary_dim, c.rope_scaling) if c.pos == "rope" else None
         # (Gemma 3: the windowed layers rotate with another base)
@@ -521,9 +541,11 @@ class GPT(HeadWeights, HookedModule):
         x = self.tok_emb(idx)  # (B, T, C)
         if self.config.embed_scale:
             x = x * math.sqrt(self.config.dim)  # E·√d_model (Vaswani et al. 3.4)
-        if self.pos_mix is not None:  # concatenate the position code, project back to dim
-            pe = self.pos_emb(torch.zeros_like(x), offset=offset, positions=positions, check=not unchecked)  # (B, T, C)
-            x = self.pos_mix(torch.cat([x, pe], dim=-1))
+        if self.config.pos_combine == "concat":  # the position code beside the token's
+            pe = self.pos_emb(x.new_zeros(*x.shape[:-1], self.pos_emb.dim), offset=offset, positions=positions,
+                              check=not unchecked)  # (B, T, P)  # fmt: skip
+            x = torch.cat([x, pe], dim=-1)  # (B, T, D) with --pos-dim, else (B, T, 2D) projected back to D
+            x = self.pos_mix(x) if self.pos_mix is not None else x
         elif self.pos_emb is not None:
             x = self.pos_emb(x, offset=offset, positions=positions, check=not unchecked)
         x = self.hook_embed(self.drop(x))
@@ -582,15 +604,18 @@ class GPT(HeadWeights, HookedModule):
 
     @property
     def W_E(self) -> Tensor:
-        """(vocab, D): the token embeddings (a padded vocabulary's real rows)."""
-        return self.tok_emb.weight[: self.config.vocab_size]
+        """(vocab, D): the token embeddings (a padded vocabulary's real rows); with --pos-dim P, as they
+        enter the stream: zero in its last P dims, the positions' own."""
+        e = self.tok_emb.weight[: self.config.vocab_size]
+        return F.pad(e, (0, self.config.pos_dim)) if self.config.pos_dim else e
 
     @property
     def W_pos(self) -> Tensor:
         """(context, D): the learned or sinusoidal position table (other schemes have none)."""
         if self.pos_emb is None:
             raise ValueError(f"--pos {self.config.pos} adds no position vectors to the stream: there is no W_pos")
-        return self.pos_emb.weight if hasattr(self.pos_emb, "weight") else self.pos_emb.pe[: self.config.context]
+        table = self.pos_emb.weight if hasattr(self.pos_emb, "weight") else self.pos_emb.pe[: self.config.context]
+        return F.pad(table, (self.config.dim - self.config.pos_dim, 0)) if self.config.pos_dim else table
 
     @property
     def W_U(self) -> Tensor:
