@@ -46,20 +46,25 @@ def mlm_pretraining(ctx: Context) -> Result:
     pre_steps, tune_steps = ctx.steps(5, 400, 2000), ctx.steps(5, 150, 300)
     seeds = seeds_for(ctx)
     common = dict(run_settings(), compile=False)
-    pretrained = quietly(api.train, "encoder", task="mlm", out=ctx.work / "mlm", max_iters=pre_steps, **common)
-    # the control: the same pretraining on words in random order (nothing to learn but the word list)
-    noise = quietly(
-        api.train,
-        "encoder",
-        task="mlm",
-        data=_random_words(ctx),
-        out=ctx.work / "mlm_random",
-        max_iters=pre_steps,
-        **common,
-    )
     acc: dict[str, list[float]] = {"from scratch": [], "pretrained": [], "pretrained on random words": []}
     texts = 0
-    for seed in seeds:
+    for seed in seeds:  # every seed its own pipeline: the pretraining's weights and batches too
+        tag = f"_s{seed}" if seed else ""
+        pretrained = quietly(
+            api.train, "encoder", task="mlm", out=ctx.work / f"mlm{tag}", max_iters=pre_steps, seed=1337 + seed,
+            **common,
+        )  # fmt: skip
+        # the control: the same pretraining on words in random order (nothing to learn but the word list)
+        noise = quietly(
+            api.train,
+            "encoder",
+            task="mlm",
+            data=_random_words(ctx),
+            out=ctx.work / f"mlm_random{tag}",
+            max_iters=pre_steps,
+            seed=1337 + seed,
+            **common,
+        )
         for name, init in (
             ("from scratch", None),
             ("pretrained", pretrained.out),
@@ -94,10 +99,11 @@ def mlm_pretraining(ctx: Context) -> Result:
         markdown_table(["encoder", *(f"seed {s}" for s in seeds)], [[n, *v] for n, v in acc.items()]),
         note="the default `attnlab train encoder` model; pretraining `--task mlm` on the Python help pages, "
         "fine-tuning `--task classify --init` on which section of the documentation a paragraph comes from (the "
-        "from-scratch model trains its own tokenizer on the labelled text). One pretraining run; each seed sets the "
-        "fine-tuning's initial head and batches" + seeds_note(ctx),
+        "from-scratch model trains its own tokenizer on the labelled text). Each seed is its own pipeline: it sets "
+        "the pretraining's initial weights and batches (the claim's and the control's) and the fine-tuning's"
+        + seeds_note(ctx),
         control=Control(
-            f"the same pretraining on the corpus's words in random order ({pre_steps} steps)",
+            f"the same pretraining on the corpus's words in random order ({pre_steps} steps, one per seed)",
             control_words,
             control_passed,
         ),
