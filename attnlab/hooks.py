@@ -163,6 +163,18 @@ def _matcher(names: NameFilter) -> Callable[[str], bool]:
     return match
 
 
+@contextlib.contextmanager
+def in_mode(model: nn.Module, training: bool = False) -> Iterator[nn.Module]:
+    """``model`` in eval mode (dropout off; ``training=True``: train mode) for what runs inside, back
+    in its own mode after, however that ends."""
+    was_training = model.training
+    model.train(training)
+    try:
+        yield model
+    finally:
+        model.train(was_training)
+
+
 class HookedModule(nn.Module):
     """The hook methods every attnlab model has (mixed in by the model classes)."""
 

@@ -4,14 +4,15 @@ corpus and small GPTs on it, the embedded digits and the ViT and CNN trained on 
 from __future__ import annotations
 
 import contextlib
-import math
 import io
+import math
 from pathlib import Path
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 
+from ..hooks import in_mode
 from ..inspect.plots import plt, save_figure
 from ..training.callbacks import Callback, quarter_steps
 from .registry import Context
@@ -19,9 +20,8 @@ from .registry import Context
 
 def corpus(ctx: Context):
     """Tiny Shakespeare from the data directory, or the embedded corpus when it is not there."""
-    from ..data.text import prepare
-
     from ..data import sources
+    from ..data.text import prepare
 
     if "corpus" not in ctx.cache:
         try:  # only from the data directory or the cache: a report never waits on a download
@@ -221,11 +221,8 @@ class TestAccuracyCurve(Callback):
         self.correct = np.zeros(0, dtype=bool)
 
     def accuracy(self, trainer) -> float:
-        was_training = trainer.model.training
-        trainer.model.eval()
-        with torch.no_grad():
+        with in_mode(trainer.model), torch.no_grad():
             pred, y = trainer.task.predict(trainer.model, "test", device=trainer.device)
-        trainer.model.train(was_training)
         self.correct = (pred == y).cpu().numpy()
         return float(self.correct.mean())
 
@@ -244,10 +241,8 @@ def attention_entropy(model, windows: torch.Tensor) -> float:
     entropy over the keys it may see, in nats, averaged over the layers, heads, windows and the
     queries that see more than one key, as a fraction of log T (the uniform's over all T keys).
     Near 0: each query puts its weight on one key (the softmax saturated)."""
-    was_training = model.training
-    model.eval()
-    _, cache = model.run_with_cache(windows, names=lambda n: n.endswith("hook_pattern"))
-    model.train(was_training)
+    with in_mode(model):
+        _, cache = model.run_with_cache(windows, names=lambda n: n.endswith("hook_pattern"))
     means = []
     for pattern in cache.values():  # (N, H, T, T)
         p = pattern.double()[:, :, 1:]  # (query 0 sees one key: its entropy is 0 whatever the scores)

@@ -17,9 +17,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from ..errors import AttnlabError, CheckpointError, OptionError, a, one_line
-from ..options import Command, Options, OptionSpecs, checked_by, nonneg_int, positive_int
 from ..data.fingerprint import check_same_data, fingerprint
+from ..errors import AttnlabError, CheckpointError, OptionError, a, one_line
+from ..hooks import in_mode
+from ..options import Command, Options, OptionSpecs, checked_by, nonneg_int, positive_int
 from ..runoptions import write_options
 
 
@@ -447,7 +448,7 @@ class Verbs:
                 parts = {"heads": [tuple(h) for h in ablate], "neurons": [], "outputs": []}
             check_parts(self, how=ablation, **parts)  # before any work
             values["intervene"] = lambda model: ablated(model, how=ablation, **parts)
-        with in_eval_mode(self), as_option_errors():
+        with in_mode(self), as_option_errors():
             return recipe.evaluate_checkpoint(Options(**values))[0]
 
     def inspect(self, what: str, out: str | Path, **options) -> Path:
@@ -465,7 +466,7 @@ class Verbs:
 
         out = output_file(out, ".png", "out=")
         values.update(what=what, ckpt=self.checkpoint, out=str(out), device=str(self.device), loaded=self)
-        with in_eval_mode(self), as_option_errors():
+        with in_mode(self), as_option_errors():
             recipe.inspect(Options(**values))
         return out
 
@@ -493,7 +494,7 @@ class Verbs:
         options = Options(
             ckpt=self.checkpoint, device=str(self.device), generate=generate, loaded=self, sae=sae, **values
         )
-        with in_eval_mode(self), as_option_errors():
+        with in_mode(self), as_option_errors():
             data = self.family_recipe().explore(options)
         return Exploration(data, f"attnlab explorer: {Path(self.checkpoint).name}")
 
@@ -508,17 +509,6 @@ def as_option_errors():
         if isinstance(e, AttnlabError):
             raise
         raise OptionError(one_line(e)) from None
-
-
-@contextlib.contextmanager
-def in_eval_mode(model):
-    """``model`` in eval mode for a verb that reads it (dropout off), back in its own mode after."""
-    was_training = model.training
-    model.eval()
-    try:
-        yield model
-    finally:
-        model.train(was_training)
 
 
 _WITH_VERBS: dict[tuple[type, type], type] = {}

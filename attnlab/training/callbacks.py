@@ -27,6 +27,8 @@ from typing import Any, Protocol
 
 import torch
 
+from ..hooks import in_mode
+
 
 class Trainer(Protocol):
     """What a callback reads of :class:`attnlab.training.trainer.Trainer` (which imports this
@@ -129,11 +131,8 @@ class MeasureAtSteps(Callback):
 
     def on_step(self, trainer: Trainer, record: dict) -> None:
         if record["step"] in self.steps:
-            was_training = self.model.training
-            self.model.eval()
-            with torch.no_grad():
+            with in_mode(self.model), torch.no_grad():
                 self.curve[record["step"]] = self.measure()
-            self.model.train(was_training)
 
 
 def quarter_steps(steps: int, log_interval: int = 10) -> list[int]:

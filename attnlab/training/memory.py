@@ -17,6 +17,7 @@ import torch
 from torch import nn
 
 from ..errors import OptionError
+from ..hooks import in_mode
 
 # a run is refused only when even the optimistic reading (bf16 activations, half of fp32's)
 # does not fit: the estimate must never turn away a run that would have trained
@@ -38,13 +39,8 @@ def activation_bytes_per_example(model: nn.Module, task) -> int:
         return t
 
     batch = task.batch("train", 1, torch.Generator().manual_seed(0))
-    was_training = model.training
-    model.train()
-    try:
-        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-            task.loss(model, batch)
-    finally:
-        model.train(was_training)
+    with in_mode(model, training=True), torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        task.loss(model, batch)
     return total
 
 

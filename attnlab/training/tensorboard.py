@@ -21,6 +21,7 @@ import torch
 
 from ..checkpoint import unwrap_model
 from ..errors import OptionError
+from ..hooks import in_mode
 from .callbacks import Callback
 
 FOLDER = "tensorboard"
@@ -121,11 +122,6 @@ def probe_patterns(model, task, batch) -> dict[str, torch.Tensor]:
     """The attention patterns of the first example of ``batch`` (every ``*hook_pattern`` point the
     model passes while the task computes its loss), {name: (H, T, S)}; empty for models without
     attention (the CNN)."""
-    was_training = model.training
-    model.eval()
-    try:
-        with torch.no_grad(), model.caching("*hook_pattern") as cache:
-            task.loss(model, batch)
-    finally:
-        model.train(was_training)
+    with in_mode(model), torch.no_grad(), model.caching("*hook_pattern") as cache:
+        task.loss(model, batch)
     return {name: cache[name][0] for name in cache}
