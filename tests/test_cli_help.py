@@ -81,6 +81,7 @@ def test_bash_completes_commands_options_and_choices():
         "--pos",
         "--position",
         "--pos-combine",
+        "--pos-dim",
         "--post-ln",
     }
     assert complete_bash(["attnlab", "train", "gpt", "--pos", "r"]) == ["rope", "relative"]
