@@ -211,6 +211,14 @@ def test_an_accuracy_interval_holds_the_test_sets_sampling_error_beside_the_seed
     assert not passed and verdict == "INCONCLUSIVE" and "400 test items" in words
 
 
+def test_a_threshold_judged_per_seed_passes_in_all_fails_in_none_and_is_undecided_between():
+    from attnlab.experiments.stats import seeds_verdict
+
+    assert seeds_verdict([True, True, True]) == (True, None)
+    assert seeds_verdict([False, False]) == (False, "FAIL")
+    assert seeds_verdict(h for h in (True, False, True)) == (False, "INCONCLUSIVE")
+
+
 def test_data_hungers_pretraining_task_labels_each_image_by_its_turn_not_its_class():
     """The pretext task: every image turned by k quarter turns and labelled k, a quarter of each k;
     the digits' classes appear nowhere in it."""

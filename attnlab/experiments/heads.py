@@ -14,7 +14,7 @@ from ..inspect.plots import head_scores_panel, plt, save_figure
 from ..training.tasks import RepeatedSequenceTask
 from .registry import Context, Control, Result, claim, deck, markdown_table
 from .runs import corpus, fit, gpt_losses, loss_bars, train_gpt
-from .stats import aa_control, aa_seeds, better_verdict, seeds_for, seeds_note
+from .stats import aa_control, aa_seeds, better_verdict, seeds_for, seeds_note, seeds_verdict
 
 
 def head_statistics(model, x, y) -> tuple[np.ndarray, list[tuple[str, float]], float]:
@@ -100,13 +100,14 @@ def heads(ctx: Context) -> Result:
          "holds" if t[0] else "fails", "clears" if c[0] else "fails"]
         for seed, t, c, run in zip(seeds, trained, controls, runs)
     ]  # fmt: skip
-    ok, js_mean, low, high = trained[0]
+    passed, verdict = seeds_verdict(t[0] for t in trained)
+    _, js_mean, low, high = trained[0]
     return Result(
         f"seed 0's model: mean JS divergence between two heads of layer 0 {js_mean:.3f} nats, loss increase without "
         f"one head from {low:.4f} to {high:.4f} (spread {high - low:.4f}; base loss {base:.3f}); the criterion "
         f"holds in {sum(t[0] for t in trained)} of {len(seeds)} seeds' models",
-        all(t[0] for t in trained),
-        "in every seed's model: heads differ more than the untrained model's (mean JS at least 10 % above its "
+        passed,
+        "in every seed's model (INCONCLUSIVE when the seeds disagree): heads differ more than the untrained model's (mean JS at least 10 % above its "
         "value, which ALiBi's per-head slopes make large from the start); some head matters (removing it costs > "
         "0.05 nats) and the ablation effects spread over more than 0.05 nats and more than twice the untrained "
         "model's spread",
@@ -120,6 +121,7 @@ def heads(ctx: Context) -> Result:
             f"{controls[0][1]:.3f}, ablation effects {controls[0][2]:.4f} to {controls[0][3]:.4f})",
             all(c[0] for c in controls),
         ),
+        verdict=verdict,
     )
 
 
@@ -310,7 +312,7 @@ def induction(ctx: Context) -> Result:
             trained = _induction_model(ctx, kind(vocab, length, 64), name, vocab, length, seed)
             tasks.append(_induction_measures(trained, x, half))
     # the criterion holds in every seed's model (each its own circuit), for the claim as for its control
-    ok, control_ok = all(m["ok"] for m in runs), all(c["ok"] for c in controls)
+    (ok, verdict), control_ok = seeds_verdict(m["ok"] for m in runs), all(c["ok"] for c in controls)
     m, c = runs[0], controls[0]  # (drawn: seed 0's)
     ind, prev, per_token, circuit = m["ind"], m["prev"], m["per_token"], m["circuit"]
     fig, axes = plt.subplots(1, 3, figsize=(12, 3.2), dpi=100, layout="constrained")
@@ -334,7 +336,7 @@ def induction(ctx: Context) -> Result:
         f"criterion holds in {sum(d['ok'] for d in runs)} of {len(seeds)} (seed 0's circuit: L0.H{circuit[0][1]}, "
         f"L1.H{circuit[1][1]})",
         ok,
-        "in every seed's model: repeated-half loss below half the first half's, an induction score above 0.3 in layer 1 (higher than "
+        "in every seed's model (INCONCLUSIVE when the seeds disagree): repeated-half loss below half the first half's, an induction score above 0.3 in layer 1 (higher than "
         "layer 0's), a previous-token head (score above 0.3) in layer 0 (scores: TransformerLens's definitions; "
         "a perfect head scores 0.5 here, since only the second half can attend to an earlier copy), and zero-"
         "ablating those two heads costs more repeated-half loss than zero-ablating any pair of other heads in the "
@@ -372,5 +374,6 @@ def induction(ctx: Context) -> Result:
             f"layer 1 {span('best_l1', controls)}, previous-token score in layer 0 {span('prev_best', controls)}",
             control_ok,
         ),
+        verdict=verdict,
         data="generated: random tokens, a segment repeated once",
     )

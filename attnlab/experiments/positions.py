@@ -10,7 +10,7 @@ import torch
 from ..inspect.plots import plt, save_figure
 from .registry import Context, Control, Result, claim, deck, markdown_table
 from .runs import corpus, gpt_losses, loss_at, loss_bars, spread_ends, train_gpt
-from .stats import same_verdict, seeds_for, seeds_note
+from .stats import same_verdict, seeds_for, seeds_note, seeds_verdict
 
 
 @claim(
@@ -228,15 +228,17 @@ def length_losses(ctx: Context) -> tuple[list[dict], list[dict], int]:
 
 
 def length_verdicts(runs: list[dict], nulls: list[dict], good: tuple[str, ...], bad: tuple[str, ...]):
-    """(the criterion holds for every seed's models, for every seed's untrained ones): the length
-    criterion judged seed by seed, each seed's models against its own untrained ones."""
+    """The length criterion judged seed by seed, each seed's models against its own untrained ones:
+    (passed, verdict or None) as :func:`seeds_verdict` gives them for the trained models, and
+    whether it holds in every seed's untrained ones (the control)."""
 
-    def every(measured: list[dict]) -> bool:
-        return all(
+    def per_seed(measured: list[dict]) -> list[bool]:
+        return [
             length_criterion(m, {p: ys[0] for p, ys in null.items()}, good, bad) for m, null in zip(measured, nulls)
-        )
+        ]
 
-    return every(runs), every(nulls)
+    passed, verdict = seeds_verdict(per_seed(runs))
+    return passed, verdict, all(per_seed(nulls))
 
 
 def mean_over_seeds(runs: list[dict]) -> dict:
@@ -285,13 +287,13 @@ def length(ctx: Context) -> Result:
     # thereby worse at length), seed by seed; the null: the same models untrained, by the same criterion
     # (flat at every length, having learned nothing: a criterion that only asked for flat losses would pass them)
     judged = ("alibi", "relative"), ("learned",)
-    ok, null = length_verdicts(runs, nulls, *judged)
+    ok, verdict, null = length_verdicts(runs, nulls, *judged)
     shown = ", ".join(f"{p} {v[0]:.2f} → {v[-1]:.2f}" for p, v in mean.items())
     return Result(
         f"loss at 64 → 512 tokens (means over {len(runs)} seed(s)): {shown}; change from the trained length "
         "(mean [range over seeds]): " + change_words(runs, mean),
         ok,
-        "for every seed's models: ALiBi's and relative positions' (Shaw, clipped at 16) loss at 512 within 0.1 of "
+        "in every seed's models (INCONCLUSIVE when the seeds disagree): ALiBi's and relative positions' (Shaw, clipped at 16) loss at 512 within 0.1 of "
         "their own loss at 64, and learned positions' rising by more than 0.1 beyond both; each trained (its loss "
         "at 64 at least 0.5 below the untrained model's). Sinusoids and RoPE are not judged here: the deck's own "
         "statement about sinusoids is the `sinusoid-length` claim",
@@ -307,6 +309,7 @@ def length(ctx: Context) -> Result:
             "change from 64 to 512 tokens: " + change_words(nulls, (*judged[0], *judged[1])),
             null,
         ),
+        verdict=verdict,
     )
 
 
@@ -320,14 +323,14 @@ def length(ctx: Context) -> Result:
 )
 def sinusoid_length(ctx: Context) -> Result:
     runs, nulls, steps = length_losses(ctx)
-    ok, null = length_verdicts(runs, nulls, ("sinusoidal",), ())
+    ok, verdict, null = length_verdicts(runs, nulls, ("sinusoidal",), ())
     ys = mean_over_seeds(runs)["sinusoidal"]
     return Result(
         f"sinusoidal positions' loss at 64, 128, 256, 512 tokens (means over {len(runs)} seed(s)): "
         + ", ".join(f"{v:.2f}" for v in ys)
         + f" (change {change_of(runs, 'sinusoidal')}; ALiBi's {change_of(runs, 'alibi')} on the same targets)",
         ok,
-        "for every seed's model: the sinusoidal model's loss at 512 tokens within 0.1 of its loss at the trained 64, "
+        "in every seed's model (INCONCLUSIVE when the seeds disagree): the sinusoidal model's loss at 512 tokens within 0.1 of its loss at the trained 64, "
         "having trained (its loss at 64 at least 0.5 below the untrained model's)",
         "length.png",
         note=f"The `length` claim's sinusoidal GPTs (2 layers, 64 wide, built for 512 positions, {steps} steps of "
@@ -340,6 +343,7 @@ def sinusoid_length(ctx: Context) -> Result:
             f"change {change_of(nulls, 'sinusoidal')}",
             null,
         ),
+        verdict=verdict,
     )
 
 

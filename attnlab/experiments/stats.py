@@ -82,6 +82,16 @@ def same_verdict(diffs, margin: float, what: str, resolution: float = 0.0, items
     return False, ("FAIL" if low > margin or high < -margin else "INCONCLUSIVE"), words
 
 
+def seeds_verdict(holds) -> tuple[bool, str | None]:
+    """A threshold criterion judged in every seed's own run (``holds``: per seed, whether it holds):
+    it passes when it holds in every seed, FAILs when in none, and is INCONCLUSIVE when the seeds
+    disagree (seed noise straddles the bar). Returns (passed, verdict or None)."""
+    holds = [bool(h) for h in holds]
+    if all(holds):
+        return True, None
+    return False, ("INCONCLUSIVE" if any(holds) else "FAIL")
+
+
 def parts_verdict(parts) -> tuple[bool, str | None]:
     """A statement judged part by part (each part a :func:`better_verdict` or :func:`same_verdict`
     answer): it passes when every part does; else FAIL when some part fails, INCONCLUSIVE when none
