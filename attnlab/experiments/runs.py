@@ -394,20 +394,26 @@ def digits_vit_run(ctx: Context, pos: str = "learned", seed: int = 0, steps: int
     return key + ("" if (seed, steps) == (0, default_steps) else f"_{steps}st_s{seed}")
 
 
-def image_models(ctx: Context):
-    """A ViT and a CNN trained alike on the embedded digits (once), and the test images."""
-    if "cnn" not in ctx.cache:
+def image_models(ctx: Context, seed: int = 0):
+    """A ViT and a CNN trained alike on the embedded digits (once per ``seed``: their initial weights
+    and batches), and the test images. Seed 0's test accuracies: ``ctx.cache["vit_acc"]`` and
+    ``["cnn_acc"]`` (other seeds': ``["cnn_acc_s1"]`` …)."""
+    tag = f"_s{seed}" if seed else ""
+    if f"cnn{tag}" not in ctx.cache:
         from ..data.images import normalize
         from ..models import CNN, CNNConfig
 
         splits, steps = digits(ctx)
-        torch.manual_seed(0)
+        torch.manual_seed(seed)
         cnn = CNN(CNNConfig(num_classes=10, in_chans=1, labels=splits.labels, image_size=8, widths=(32, 64)))
-        ctx.cache["cnn_acc"] = train_image_classifier(ctx, cnn, splits, steps, "cnn", **as_the_digits_vit())
-        ctx.cache["cnn"] = cnn.eval()
+        ctx.cache[f"cnn_acc{tag}"] = train_image_classifier(
+            ctx, cnn, splits, steps, f"cnn{tag}", seed=seed, **as_the_digits_vit()
+        )
+        ctx.cache[f"cnn{tag}"] = cnn.eval()
         ctx.cache["digits_x"] = normalize(splits.test[0], splits.mean, splits.std)
-    vit, ctx.cache["vit_acc"] = digits_vit(ctx)
-    return vit, ctx.cache["cnn"], ctx.cache["digits_x"]
+    vit, accuracy = digits_vit(ctx, seed=seed)
+    ctx.cache[f"vit_acc{tag}"] = accuracy
+    return vit, ctx.cache[f"cnn{tag}"], ctx.cache["digits_x"]
 
 
 ROTATIONS = ["0°", "90°", "180°", "270°"]

@@ -82,14 +82,17 @@ def same_verdict(diffs, margin: float, what: str, resolution: float = 0.0, items
     return False, ("FAIL" if low > margin or high < -margin else "INCONCLUSIVE"), words
 
 
-def seeds_verdict(holds) -> tuple[bool, str | None]:
-    """A threshold criterion judged in every seed's own run (``holds``: per seed, whether it holds):
-    it passes when it holds in every seed, FAILs when in none, and is INCONCLUSIVE when the seeds
-    disagree (seed noise straddles the bar). Returns (passed, verdict or None)."""
+def seeds_verdict(holds, fails=None) -> tuple[bool, str | None]:
+    """A criterion judged in every seed's own run (``holds``: per seed, whether it holds; ``fails``:
+    whether it clearly fails, when a seed can also be undecided, as an interval straddling its bar;
+    by default every seed where it does not hold): it passes when it holds in every seed, FAILs when
+    it fails in every one, and is INCONCLUSIVE otherwise (seed noise straddles the bar). Returns
+    (passed, verdict or None)."""
     holds = [bool(h) for h in holds]
+    fails = [not h for h in holds] if fails is None else [bool(f) for f in fails]
     if all(holds):
         return True, None
-    return False, ("INCONCLUSIVE" if any(holds) else "FAIL")
+    return False, ("FAIL" if all(fails) else "INCONCLUSIVE")
 
 
 def parts_verdict(parts) -> tuple[bool, str | None]:

@@ -33,6 +33,7 @@ from .stats import (
     same_verdict,
     seeds_for,
     seeds_note,
+    seeds_verdict,
 )
 
 
@@ -754,14 +755,27 @@ def cka(ctx: Context) -> Result:
 
     from ..models import CNN, ViT
 
-    vit, cnn, x = image_models(ctx)
-    torch.manual_seed(0)  # the mechanism removed: the same two models before any training
-    models = {"vit": vit, "cnn": cnn, "untrained vit": ViT(vit.config).eval(), "untrained cnn": CNN(cnn.config).eval()}
-    feats = {}
-    for name, model in models.items():
-        with capture_features(model) as f, torch.no_grad():
-            model(x[:256])
-        feats[name] = [f[k].reshape(len(f[k]), -1).double() for k in f]  # each layer (256, features)
+    def features(seed: int) -> dict:
+        """Every layer's (256, features) of seed ``seed``'s trained ViT and CNN and of the same two
+        before any training (the mechanism, learning, removed)."""
+        vit, cnn, x = image_models(ctx, seed)
+        torch.manual_seed(seed)
+        models = {
+            "vit": vit,
+            "cnn": cnn,
+            "untrained vit": ViT(vit.config).eval(),
+            "untrained cnn": CNN(cnn.config).eval(),
+        }
+        feats = {}
+        for name, model in models.items():
+            with capture_features(model) as f, torch.no_grad():
+                model(x[:256])
+            feats[name] = [f[k].reshape(len(f[k]), -1).double() for k in f]
+        return feats
+
+    seeds = seeds_for(ctx)
+    per_seed = {seed: features(seed) for seed in seeds}
+    feats = per_seed[seeds[0]]  # (drawn: seed 0's)
     mats = {}
     for a, b in (("vit", "vit"), ("cnn", "cnn"), ("vit", "cnn")):
         mats[(a, b)] = np.array([[A.linear_cka(u, v) for v in feats[b]] for u in feats[a]])
@@ -780,7 +794,7 @@ def cka(ctx: Context) -> Result:
     n_v, n_c = len(feats["vit"]), len(feats["cnn"])
     vit_layers = [max(round((i + 1) / n_c * n_v) - 1, 0) for i in range(n_c)]
 
-    def judge(vit_feats, cnn_feats):  # (the claim's criterion, and its control's)
+    def judge(vit_feats, cnn_feats):  # (the claim's criterion in one seed's models, and its control's)
         grams = [f @ f.T for f in (vit_feats[vit_layers[0]], vit_feats[vit_layers[-1]], cnn_feats[0], cnn_feats[-1])]
 
         def gap(index):  # CKA(ViT) − CKA(CNN) on the images at index
@@ -788,32 +802,39 @@ def cka(ctx: Context) -> Result:
             return A.gram_cka(g[0], g[1]) - A.gram_cka(g[2], g[3])
 
         mean, low, high = bootstrap_interval(gap, len(grams[0]), reps=400)
-        words = (
-            f"CKA(ViT) − CKA(CNN) between the first and the last matched layer: {mean:+.3f}, 95 % bootstrap "
-            f"interval [{low:+.3f}, {high:+.3f}] over the {len(grams[0])} test images"
-        )
-        return low > 0, (None if low > 0 else "FAIL" if high < 0 else "INCONCLUSIVE"), words
+        return low > 0, high < 0, f"{mean:+.3f} [{low:+.3f}, {high:+.3f}]"
 
-    passed, verdict, words = judge(feats["vit"], feats["cnn"])
-    control_passed, _, control_words = judge(feats["untrained vit"], feats["untrained cnn"])
+    def over_seeds(vit_name: str, cnn_name: str) -> tuple[bool, str | None, str]:
+        """The criterion in every seed's models: (passed, verdict or None, the intervals in words)."""
+        judged = [judge(per_seed[s][vit_name], per_seed[s][cnn_name]) for s in seeds]
+        passed, verdict = seeds_verdict((j[0] for j in judged), fails=(j[1] for j in judged))
+        words = (
+            "CKA(ViT) − CKA(CNN) between the first and the last matched layer, with its 95 % bootstrap interval over "
+            "the 256 test images, per seed: " + ", ".join(f"seed {s} {j[2]}" for s, j in zip(seeds, judged))
+        )
+        return passed, verdict, words
+
+    passed, verdict, words = over_seeds("vit", "cnn")
+    control_passed, _, control_words = over_seeds("untrained vit", "untrained cnn")
     pair = lambda name, i, j: float(A.linear_cka(feats[name][i], feats[name][j]))  # noqa: E731
     return Result(
-        f"{words}. CKA of the matched pair: ViT (blocks {vit_layers[0] + 1} and {vit_layers[-1] + 1} of {n_v}) "
+        f"{words}. Seed 0's models: CKA of the matched pair: ViT (blocks {vit_layers[0] + 1} and {vit_layers[-1] + 1} of {n_v}) "
         f"{pair('vit', vit_layers[0], vit_layers[-1]):.2f}, CNN (stages 1 and {n_c}) {pair('cnn', 0, -1):.2f}; "
         f"untrained {pair('untrained vit', vit_layers[0], vit_layers[-1]):.2f} and "
         f"{pair('untrained cnn', 0, -1):.2f} (test accuracy ViT {ctx.cache['vit_acc']:.3f}, "
         f"CNN {ctx.cache['cnn_acc']:.3f})",
         passed,
-        "the ViT's layers more similar (higher linear CKA) than the CNN's at matched relative depths: the 95 % "
-        "bootstrap interval of the difference above 0",
+        "in every seed's models (INCONCLUSIVE when the seeds disagree), the ViT's layers more similar (higher linear "
+        "CKA) than the CNN's at matched relative depths: the 95 % bootstrap interval of the difference above 0",
         "cka_vit.png",
         note="Figures: cka_vit.png, cka_cnn.png, cka_vit_cnn.png (256 test digits). Each side's pair spans the same "
         "share of its network: the CNN's stages and the ViT's blocks at the same relative depths. The control is "
         "the same two architectures untrained, judged by the same criterion: a residual stream carries the first "
         "layer's features to the last before any learning (an untrained ViT's layers are alike), and when that "
         "alone clears the bar the measure cannot tell learned uniformity from the architecture's, and the claim is "
-        "INCONCLUSIVE. One training run of each model (the digits' ViT and CNN that other claims share); the "
-        "interval is the test images' sampling error, not the seeds'.",
+        "INCONCLUSIVE. The digits' ViT and CNN that other claims share, one pair per seed (each seed sets both "
+        "models' initial weights and batches); each interval is that pair's test images' sampling error; the "
+        "figures are seed 0's" + seeds_note(ctx) + ".",
         control=Control(
             "the same ViT and CNN untrained (the mechanism, learning, removed), by the same criterion",
             control_words,
