@@ -457,8 +457,8 @@ class RotaryEmbedding(nn.Module):
     def dynamic_frequencies(self, positions: Tensor) -> Tensor:
         """Dynamic NTK scaling (``dynamic:F:N``; Reddit's bloc97 and emozilla, 2023): a call whose
         positions reach L > N tokens rotates by θ_i with the base raised to
-        base · (F·L/N - (F - 1))^(r/(r-2)), so the slowest pair still turns less than once over L; up
-        to N, the plain θ. Computed as HuggingFace computes it (float32, on the device: no host sync).
+        base · s^(r/(r-2)), s = F·L/N - (F - 1): the fastest pair turns as before, the slowest s times
+        slower, those between in geometric steps; up to N, the plain θ. Computed as HuggingFace computes it (float32, on the device: no host sync).
         HuggingFace keeps the largest L seen until a call falls back under N; here each call's own L
         counts, which is the same while a text grows, as in generation. (r/2,)"""
         factor, original = self.dynamic
