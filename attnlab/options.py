@@ -215,7 +215,7 @@ class OptionSpecs:
             default=None,
             help=prefix + "CPU: int8 weights for every Linear layer, a quarter of fp32's bytes per token: int8 "
             "(weights only; 3.2x HuggingFace fp32 at GPT-2 small here) or dynamic-int8 (activations too; faster, "
-            "rounds more); or packed: the same fp32/bf16 weights in the GEMM library's packed layout (about 1.4x "
+            "rounds more); or packed: the same fp32/bf16 weights in the GEMM library's packed layout (1.6-1.9x "
             "transformers on a Qwen2-0.5B's bf16 decoding here, the same tokens)",
         )
 

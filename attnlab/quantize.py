@@ -79,9 +79,11 @@ def why_not_packed(dtype: torch.dtype) -> str | None:
 
 def packed_bf16_product(x: Tensor, packed: Tensor, bias: Tensor | None) -> Tensor:
     """x (..., in) times a bf16 weight in oneDNN's packed layout (``packed``, reordered from (out, in)),
-    plus ``bias``: (..., out), in bf16."""
-    y = torch.ops.mkldnn._linear_pointwise(x.reshape(-1, x.shape[-1]).to(torch.bfloat16), packed, bias, "none", [], "")
-    return y.reshape(*x.shape[:-1], y.shape[-1])
+    plus ``bias``: (..., out), in bf16. (oneDNN takes the leading dims as they are, with the same bits
+    as flattened rows: no reshape either way, which decoding would pay twice per layer and token.)"""
+    return torch.ops.mkldnn._linear_pointwise(
+        x if x.dtype == torch.bfloat16 else x.to(torch.bfloat16), packed, bias, "none", [], ""
+    )
 
 
 class PackedLinear(nn.Linear):
