@@ -347,7 +347,9 @@ def test_rope_scaling_specs_parse_and_refuse_in_one_line():
         GPTConfig(window_from=2)
 
 
-INSIDE = {  # a Qwen3 (RMSNorm, SwiGLU, 4 query heads on 2 key/value heads, QK-norm, wider heads), a Gemma 2, a Pythia
+INSIDE = {  # a Llama and a Qwen3 (RMSNorm, SwiGLU, 4 query heads on 2 key/value heads, wider heads; Qwen3's
+    # QK-norm), a Gemma 2, a Pythia
+    "llama": ("LlamaConfig", dict(num_attention_heads=4, num_key_value_heads=2, head_dim=32)),
     "qwen3": ("Qwen3Config", dict(num_attention_heads=4, num_key_value_heads=2, head_dim=32)),
     "gemma2": ("Gemma2Config", dict(num_attention_heads=4, num_key_value_heads=2, head_dim=32, sliding_window=4)),
     "gpt_neox": ("GPTNeoXConfig", dict(num_attention_heads=4, partial_rotary_factor=0.25)),
