@@ -330,12 +330,8 @@ def long_rope_from(model: nn.Module) -> int | None:
     rotates every query and key by the long factors, one below N by the short ones. A cache filled
     below N therefore holds keys a longer text would rotate otherwise: decoding refills it once
     when the text first grows past N tokens, as HuggingFace's Phi-3 does. None for other models."""
-    config = getattr(model, "config", None)
-    scaling = getattr(config, "rope_scaling", None) if getattr(config, "pos", None) == "rope" else None
-    if not scaling:
-        return None
-    kind, numbers = rope_scaling_parts(scaling)
-    return int(numbers[0]) if kind == "longrope" else None
+    changing = rotation_changes_from(model)
+    return changing[1] if changing is not None and changing[0] == "LongRoPE" else None
 
 
 def rope_frequencies(rotary_dim: int, base: float, scaling: str | None = None, *, long: bool = False) -> Tensor:

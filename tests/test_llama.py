@@ -273,20 +273,35 @@ def test_a_family_gives_huggingfaces_logits_and_tokens_both_ways(family, config_
     torch.testing.assert_close(back[mask], theirs[mask], atol=1e-4, rtol=1e-4)
 
 
-def test_longrope_decoding_refills_its_cache_once_past_the_original_context(tmp_path):
-    """A LongRoPE model rotates by its long factors once a text passes N tokens: the fixed-shape
-    decoder refills its cache there, as eager decoding and HuggingFace do (the same 32 greedy
-    tokens after 9); continuous batching, whose rows share one rotation, refuses a request that
-    would pass N and takes one that stays within; speculative decoding refuses to cross N."""
+# (config class, rope_type, seeds of the weights and the prompt, the name a refusal gives, N, the most new
+# tokens a batched request of 9 may ask for)
+ROTATION_CHANGES = [
+    ("Phi3Config", "longrope", 11, 2, "LongRoPE", 16, 8),
+    ("LlamaConfig", "dynamic", 5, 3, "dynamic NTK scaling", 18, 10),
+]
+
+
+@pytest.mark.parametrize("config_class, kind, seed, prompt_seed, name, limit, within", ROTATION_CHANGES)
+def test_a_rotation_that_changes_past_n_decodes_as_huggingface_and_batched_paths_refuse_past_n(
+    config_class, kind, seed, prompt_seed, name, limit, within, tmp_path
+):
+    """LongRoPE rotates by its long factors once a text passes N tokens: the fixed-shape decoder
+    refills its cache there, as eager decoding and HuggingFace do. Dynamic NTK rotates by a base
+    raised from each call's own length: one token a call, the fixed-shape decoder follows it without
+    refilling. Either way it gives HuggingFace's 32 greedy tokens after 9, across N. Continuous
+    batching, whose rows share one rotation, refuses a request that would pass N and takes one that
+    stays within; speculative decoding, which verifies several tokens in one call, refuses to cross N."""
     from attnlab.batching import ContinuousBatcher, Request
     from attnlab.fast_decode import FastDecoder
     from attnlab.generate import speculative_generate
 
-    options = next(o for f, _, o in CASES if f == "phi3" and "rope_parameters" in o)
-    hf = hf_model("Phi3Config", dict(options, rope_parameters=dict(options["rope_parameters"])), seed=11)
+    options = next(o for _, _, o in CASES if o.get("rope_parameters", {}).get("rope_type") == kind)
+    hf = hf_model(config_class, dict(options, rope_parameters=dict(options["rope_parameters"])), seed=seed)
     hf.save_pretrained(tmp_path / "hf")
     ours = load_hf(tmp_path / "hf").eval()
-    prompt = torch.randint(97, (9,), generator=torch.Generator().manual_seed(2)).tolist()
+    if kind == "dynamic":  # (HuggingFace's max_position_embeddings is the N it extends, by F = 3)
+        assert ours.config.rope_scaling == "dynamic:3.0:18" and ours.config.context == 54
+    prompt = torch.randint(97, (9,), generator=torch.Generator().manual_seed(prompt_seed)).tolist()
     with torch.no_grad():
         expected = hf.generate(torch.tensor([prompt]), attention_mask=torch.ones(1, 9, dtype=torch.long),
                                max_new_tokens=32, do_sample=False, pad_token_id=0)[0, 9:]  # fmt: skip
@@ -294,40 +309,10 @@ def test_longrope_decoding_refills_its_cache_once_past_the_original_context(tmp_
     fast = FastDecoder(ours, 1, compile=False).generate(ids, mask, 32, lambda logits: logits.argmax(-1))
     assert fast[0].tolist() == expected.tolist()
     batcher = ContinuousBatcher(ours, 2)
-    with pytest.raises(ValueError, match=r"LongRoPE.*passes 16 tokens.*at most 8 new tokens"):
+    with pytest.raises(ValueError, match=rf"{name}.*passes {limit} tokens.*at most {within} new tokens"):
         batcher.submit(Request(prompt, 32, temperature=0))
-    within = batcher.run([Request(prompt, 8, temperature=0)])[0]
-    assert within.tokens == expected[:8].tolist()
-    with pytest.raises(ValueError, match="LongRoPE"):
-        speculative_generate(ours, ours, prompt, 32, temperature=0)
-
-
-def test_dynamic_ntk_decoding_follows_each_calls_length_and_batched_paths_refuse_past_it(tmp_path):
-    """Dynamic NTK rotates by a base raised from the call's own length: the fixed-shape decoder,
-    one token a call, gives HuggingFace's 32 greedy tokens across the original context (18) without
-    refilling; continuous batching (rows sharing one rotation) and speculative decoding (several
-    tokens verified in one call) refuse to pass it, and take what stays within."""
-    from attnlab.batching import ContinuousBatcher, Request
-    from attnlab.fast_decode import FastDecoder
-    from attnlab.generate import speculative_generate
-
-    options = next(o for f, _, o in CASES if o.get("rope_parameters", {}).get("rope_type") == "dynamic")
-    hf = hf_model("LlamaConfig", dict(options, rope_parameters=dict(options["rope_parameters"])), seed=5)
-    hf.save_pretrained(tmp_path / "hf")
-    ours = load_hf(tmp_path / "hf").eval()
-    assert ours.config.rope_scaling == "dynamic:3.0:18" and ours.config.context == 54
-    prompt = torch.randint(97, (9,), generator=torch.Generator().manual_seed(3)).tolist()
-    with torch.no_grad():
-        expected = hf.generate(torch.tensor([prompt]), attention_mask=torch.ones(1, 9, dtype=torch.long),
-                               max_new_tokens=32, do_sample=False, pad_token_id=0)[0, 9:]  # fmt: skip
-    ids, mask = torch.tensor([prompt]), torch.ones(1, 9, dtype=torch.bool)
-    fast = FastDecoder(ours, 1, compile=False).generate(ids, mask, 32, lambda logits: logits.argmax(-1))
-    assert fast[0].tolist() == expected.tolist()
-    batcher = ContinuousBatcher(ours, 2)
-    with pytest.raises(ValueError, match=r"dynamic NTK scaling.*passes 18 tokens.*at most 10 new tokens"):
-        batcher.submit(Request(prompt, 32, temperature=0))
-    assert batcher.run([Request(prompt, 10, temperature=0)])[0].tokens == expected[:10].tolist()
-    with pytest.raises(ValueError, match="dynamic NTK scaling"):
+    assert batcher.run([Request(prompt, within, temperature=0)])[0].tokens == expected[:within].tolist()
+    with pytest.raises(ValueError, match=name):
         speculative_generate(ours, ours, prompt, 32, temperature=0)
 
 
