@@ -322,7 +322,9 @@ def rotation_changes_from(model: nn.Module) -> tuple[str, int] | None:
     if not scaling:
         return None
     kind, numbers = rope_scaling_parts(scaling)
-    return {"longrope": ("LongRoPE", int(numbers[0])), "dynamic": ("dynamic NTK scaling", int(numbers[1]))}.get(kind)
+    if kind == "longrope":
+        return "LongRoPE", int(numbers[0])
+    return ("dynamic NTK scaling", int(numbers[1])) if kind == "dynamic" else None
 
 
 def long_rope_from(model: nn.Module) -> int | None:

@@ -323,6 +323,16 @@ def test_rope_scaling_specs_parse_and_refuse_in_one_line():
     assert rope_scaling_parts("yarn:4:32768:32:1:1.1")[1][-1] == 1.0  # (rounded ends by default)
     assert rope_scaling_parts("yarn:4:32768:32:1:1.1:untruncated")[1] == [4.0, 32768.0, 32.0, 1.0, 1.1, 0.0]
     assert rope_scaling_parts("dynamic:2:4096") == ("dynamic", [2.0, 4096.0])
+    # which scalings make a call's rotation depend on its longest position (batching and speculative
+    # decoding ask every model; the others have fewer numbers than these two)
+    from attnlab.models import GPT
+    from attnlab.position import rotation_changes_from
+
+    for spec, changes in (("linear:2", None), ("llama3:8:1:4:64", None), ("yarn:4:32:32:1:1.1", None),
+                          ("dynamic:2:16", ("dynamic NTK scaling", 16)),
+                          ("longrope:16:1.0:1,1,1,1:2,2,2,2", ("LongRoPE", 16))):  # fmt: skip
+        model = GPT(GPTConfig(vocab_size=20, context=64, layers=1, heads=2, dim=16, pos="rope", rope_scaling=spec))
+        assert rotation_changes_from(model) == changes, spec
     for bad in ("dynamic:2", "dynamic:2:0", "linear:2:untruncated", "ntk:2"):
         with pytest.raises(ValueError, match=r"--rope-scaling .*dynamic:FACTOR:ORIGINAL_CONTEXT"):
             rope_scaling_parts(bad)
