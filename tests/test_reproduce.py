@@ -108,6 +108,30 @@ def test_report_and_command(tmp_path, capsys):
     assert "unknown claim" in capsys.readouterr().err
 
 
+def test_a_stopped_report_resumes_with_the_claims_it_had_judged(tmp_path, capsys, monkeypatch):
+    """Each result is saved in OUT/results.json as its claim ends; --resume keeps those (not run
+    again, numbers and control as they were) and runs the rest; a file of the other size is refused."""
+    import json
+
+    out = tmp_path / "rep"
+    assert main(["reproduce", "worked-example", "--quick", "--out", str(out)]) == 0
+    saved = json.loads((out / "results.json").read_text())
+    assert saved["size"] == "quick" and list(saved["claims"]) == ["worked-example"]
+    first = saved["claims"]["worked-example"]
+    ran = []
+    original = CLAIMS["worked-example"].check
+    monkeypatch.setattr(CLAIMS["worked-example"], "check", lambda ctx: ran.append(1) or original(ctx))
+    assert main(["reproduce", "worked-example", "masks", "--quick", "--resume", "--out", str(out)]) == 0
+    assert not ran and "kept from" in capsys.readouterr().err
+    again = json.loads((out / "results.json").read_text())["claims"]
+    assert list(again) == ["worked-example", "masks"] and again["worked-example"] == first
+    assert "2 of 2 claims PASS" in (out / "report.md").read_text()
+    assert main(["reproduce", "masks", "--resume", "--out", str(out)]) == 2  # full size on quick results
+    assert "holds quick-size results" in capsys.readouterr().err
+    assert main(["reproduce", "worked-example", "--quick", "--out", str(out)]) == 0  # no --resume: runs again
+    assert ran and list(json.loads((out / "results.json").read_text())["claims"]) == ["worked-example"]
+
+
 def test_a_check_that_cannot_run_is_reported_as_an_error_not_raised(tmp_path, monkeypatch):
     """A check that raises is ERROR ("could not run: ..." in one line), counted apart from FAIL:
     no verdict on the lecture's statement."""
@@ -219,6 +243,44 @@ def test_a_threshold_judged_per_seed_passes_in_all_fails_in_none_and_is_undecide
     assert seeds_verdict(h for h in (True, False, True)) == (False, "INCONCLUSIVE")
 
 
+def test_the_filters_smoothness_is_their_leading_components_low_frequency_share():
+    """By hand: filters that are multiples of a constant image have one component, all of it at
+    DCT (0, 0): share 1; multiples of a checkerboard: nearly all at the highest frequencies, share under 0.01; a horizontal ramp's
+    energy sits at u = 0 and odd v, 99 % of it at v = 1, so above 0.9; white-noise filters sit near the low coefficients' share, 6 of 49."""
+    from attnlab.experiments.vision import low_frequency_share
+
+    scale = torch.linspace(-1, 1, 16)[:, None, None, None]
+    checker = (torch.arange(7)[:, None] + torch.arange(7)[None, :]) % 2 * 2.0 - 1
+    ramp = torch.arange(7.0).expand(7, 7) - 3
+    assert low_frequency_share(scale * torch.ones(1, 7, 7), n=1) == pytest.approx(1.0)  # (one component: rank 1)
+    assert low_frequency_share(scale * checker[None], n=1) < 0.01
+    assert low_frequency_share(scale * ramp[None], n=1) > 0.9
+    noise = [
+        low_frequency_share(torch.randn(64, 1, 7, 7, generator=torch.Generator().manual_seed(s))) for s in range(20)
+    ]
+    assert np.mean(noise) == pytest.approx(6 / 49, abs=0.03)
+
+
+SINGLE_MODEL_ONCE = ("bottleneck", "alignment", "caption-bottleneck", "rollout", "vit-figures")
+
+
+def test_claims_that_rested_on_one_model_judge_every_seeds_own(tmp_path, monkeypatch):
+    """Given two seeds, each of these claims trains its models again for the second and reports
+    that seed's measures (its verdict needs both: seeds_verdict)."""
+    from attnlab.experiments import recurrence, vision
+
+    for module in (recurrence, vision):
+        monkeypatch.setattr(module, "seeds_for", lambda ctx: (0, 1))
+    ctx = Context(out=tmp_path / "out", work=tmp_path / "work", size="tiny")
+    results = run_claims(list(SINGLE_MODEL_ONCE), ctx, log=lambda m: None)
+    for name, r in results.items():
+        assert not r.measured.startswith("could not run"), r.measured
+        assert "seed 1" in r.measured or "seeds 0, 1" in r.measured, (name, r.measured)
+    trained = {p.name for p in (tmp_path / "work").rglob("*") if p.is_dir()}
+    assert {"align_s1", "captioner_rnn_s1", "captioner_rnn-attention_s1", "mnist_vit_s1"} <= trained, trained
+    assert any(n.endswith("_s1") and n.startswith("RNN") for n in trained), trained
+
+
 def test_data_hungers_pretraining_task_labels_each_image_by_its_turn_not_its_class():
     """The pretext task: every image turned by k quarter turns and labelled k, a quarter of each k;
     the digits' classes appear nowhere in it."""
@@ -280,7 +342,7 @@ def test_no_control_relabels_the_measured_run(tiny, tmp_path):
             assert "swapped" not in r.control.what and "labels" not in r.control.what, (name, r.control.what)
 
 
-COMPARISONS = ("three-projections", "scaling-convergence", "multi-head")
+COMPARISONS = ("three-projections", "scaling-convergence", "multi-head", "caption-bottleneck")
 
 
 @pytest.mark.parametrize("name", COMPARISONS)

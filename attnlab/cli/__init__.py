@@ -416,7 +416,9 @@ def _reproduce(args) -> int:
     from ..experiments import reproduce
 
     log = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
-    results = reproduce(args.names, quick=args.quick, out=args.out, data_dir=args.data_dir, docs=args.docs, log=log)
+    results = reproduce(
+        args.names, quick=args.quick, out=args.out, resume=args.resume, data_dir=args.data_dir, docs=args.docs, log=log
+    )
     passed = sum(r.status == "PASS" for r in results.values())
     print(f"{passed} of {len(results)} claims PASS; report: {Path(args.out) / 'report.md'}")
     return 0 if passed == len(results) else 1

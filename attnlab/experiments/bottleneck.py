@@ -17,6 +17,7 @@ from ..recipes.base import fit_model
 from ..training import TrainConfig
 from ..training.callbacks import MeasureAtSteps, quarter_steps
 from ..training.tasks import Seq2SeqTask
+from .stats import seed_suffix
 
 
 def make_models(vocab: int, max_len: int, small: bool) -> dict:
@@ -93,7 +94,7 @@ def run(
             **train_options,
         )
         folder = (out or Path("runs/bottleneck")) / name.replace(" ", "_").replace("(", "").replace(")", "")
-        folder = folder.with_name(folder.name + (f"_seed{seed}" if seed else ""))
+        folder = folder.with_name(folder.name + seed_suffix(seed))
         t0 = time.perf_counter()
         along = MeasureAtSteps(
             model,

@@ -9,7 +9,7 @@ import torch
 from ..inspect.plots import plt, save_figure
 from .registry import Context, Control, Result, claim, deck, markdown_table
 from .runs import fit
-from .stats import seeds_for, seeds_note, seeds_verdict
+from .stats import seed_suffix, seeds_for, seeds_note, seeds_verdict
 
 
 @claim(
@@ -43,7 +43,7 @@ def graphs(ctx: Context) -> Result:
                 ctx,
                 model,
                 task,
-                f"graphs_{pos}_{attend}" + (f"_s{seed}" if seed else ""),
+                f"graphs_{pos}_{attend}" + seed_suffix(seed),
                 steps,
                 batch_size=32,
                 lr=3e-3,

@@ -14,7 +14,7 @@ from ..inspect.plots import head_scores_panel, plt, save_figure
 from ..training.tasks import RepeatedSequenceTask
 from .registry import Context, Control, Result, claim, deck, markdown_table
 from .runs import corpus, fit, gpt_losses, loss_bars, train_gpt
-from .stats import aa_control, aa_seeds, better_verdict, seeds_for, seeds_note, seeds_verdict
+from .stats import aa_control, aa_seeds, better_verdict, seed_suffix, seeds_for, seeds_note, seeds_verdict
 
 
 def head_statistics(model, x, y) -> tuple[np.ndarray, list[tuple[str, float]], float]:
@@ -60,7 +60,7 @@ def heads(ctx: Context) -> Result:
     x, y = ids[:-1].reshape(8, 64), ids[1:].reshape(8, 64)
     seeds, runs = seeds_for(ctx), []
     for seed in seeds:  # each seed's trained ALiBi GPT, against the same model before training
-        name = "gpt_alibi" + (f"_s{seed}" if seed else "")
+        name = "gpt_alibi" + seed_suffix(seed)
         model = ctx.cache.get(name) or train_gpt(ctx, "alibi", ctx.steps(20, 400, 1500), seed=seed)[0]
         torch.manual_seed(seed)
         untrained = GPT(model.config).eval()  # the baseline: the same model before training, which must fail
@@ -308,7 +308,7 @@ def induction(ctx: Context) -> Result:
     runs, controls = [], []  # the measures of every seed's model; the control: each trained as long on random
     for seed in seeds:  # tokens that never repeat (no copying to learn)
         for tasks, kind, suffix in ((runs, RepeatedSequenceTask, ""), (controls, _UnrepeatedTokens, "_control")):
-            name = f"induction{suffix}" + (f"_s{seed}" if seed else "")
+            name = f"induction{suffix}" + seed_suffix(seed)
             trained = _induction_model(ctx, kind(vocab, length, 64), name, vocab, length, seed)
             tasks.append(_induction_measures(trained, x, half))
     # the criterion holds in every seed's model (each its own circuit), for the claim as for its control

@@ -10,7 +10,7 @@ import torch
 from ..inspect.plots import plt, save_figure
 from .registry import Context, Control, Result, claim, deck, markdown_table
 from .runs import corpus, gpt_losses, loss_at, loss_bars, spread_ends, train_gpt
-from .stats import same_verdict, seeds_for, seeds_note, seeds_verdict
+from .stats import same_verdict, seed_suffix, seeds_for, seeds_note, seeds_verdict
 
 
 @claim(
@@ -216,7 +216,7 @@ def length_losses(ctx: Context) -> tuple[list[dict], list[dict], int]:
                 # built for 512 positions and trained on 64: the learned table's rows past 63 never receive
                 # a gradient, so reading a longer input asks it about positions it never learned
                 model, data = train_gpt(ctx, pos, steps, context=512, seed=seed)
-                ctx.cache[f"gpt_{pos}" + (f"_s{seed}" if seed else "")] = model  # (the heads claim reads ALiBi's)
+                ctx.cache[f"gpt_{pos}" + seed_suffix(seed)] = model  # (the heads claim reads ALiBi's)
                 losses[pos] = [loss_at(model, data, n, ends) for n in LENGTHS]
                 torch.manual_seed(seed)  # the null: the same model untrained
                 null = GPT(model.config).eval()

@@ -9,7 +9,7 @@ import numpy as np
 
 from .registry import Context, Control, Result, claim, deck, markdown_table
 from .runs import loss_bars, quietly, run_settings
-from .stats import better_verdict, seeds_for, seeds_note
+from .stats import better_verdict, seed_suffix, seeds_for, seeds_note
 
 
 def _random_words(ctx: Context) -> str:
@@ -49,7 +49,7 @@ def mlm_pretraining(ctx: Context) -> Result:
     acc: dict[str, list[float]] = {"from scratch": [], "pretrained": [], "pretrained on random words": []}
     texts = 0
     for seed in seeds:  # every seed its own pipeline: the pretraining's weights and batches too
-        tag = f"_s{seed}" if seed else ""
+        tag = seed_suffix(seed)
         pretrained = quietly(
             api.train, "encoder", task="mlm", out=ctx.work / f"mlm{tag}", max_iters=pre_steps, seed=1337 + seed,
             **common,

@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 
 from ..options import OptionSpecs, checked_by
-from .registry import CLAIMS, VERDICTS, Context, Result
+from .registry import CLAIMS, VERDICTS, Context, Control, Result
 
 TOPICS = {
     "attention": "Attention",
@@ -32,6 +32,12 @@ def reproduce_specs() -> OptionSpecs:
         help="small runs, a smoke test of the claims (its verdicts are not the full report's): all claims in about 35 minutes on 2 CPU cores",
     )
     r.add("--out", default="reproduce", help="report folder (default: reproduce/)")
+    r.add(
+        "--resume",
+        kind="flag",
+        help="keep the claims already judged at this size in OUT/results.json (each claim's result is saved there "
+        "as it ends, so a stopped run continues where it stopped) and run the others",
+    )
     r.add("--data-dir", default=None, help="folder holding named datasets (default: $ATTNLAB_DATA)")
     r.add(
         "--docs",
@@ -48,13 +54,16 @@ def reproduce(
     *,
     quick: bool = False,
     out: str | Path = "reproduce",
+    resume: bool = False,
     data_dir: str | None = None,
     docs: str | Path | None = None,
     log=print,
 ) -> dict[str, Result]:
     """Check the claims ``names`` (default all; "all" too) at the full size (``quick``: small runs),
     in a temporary work folder; write ``out/report.md`` with its figures (and the documentation
-    page ``docs`` when given); ``log``: where each claim's progress line goes. Returns {name: Result}."""
+    page ``docs`` when given); ``log``: where each claim's progress line goes. Each result is saved
+    in ``out/results.json`` as its claim ends; ``resume``: keep those already there at this size
+    and run only the others. Returns {name: Result}."""
     import os
     import platform
     import tempfile
@@ -67,9 +76,11 @@ def reproduce(
     if unknown:
         raise OptionError(f"unknown claim {unknown[0]!r}; choose from {', '.join(CLAIMS)} (or all)")
     docs = output_file(docs, ".md", "--docs") if docs else None  # checked before the runs, not after
+    size = "quick" if quick else "full"
+    saved = load_results(Path(out), size) if resume else {}
     with tempfile.TemporaryDirectory(prefix="attnlab-reproduce-") as work:
-        ctx = Context(out=Path(out), work=Path(work), size="quick" if quick else "full", data_dir=data_dir)
-        results = run_claims(names, ctx, log=log)
+        ctx = Context(out=Path(out), work=Path(work), size=size, data_dir=data_dir)
+        results = run_claims(names, ctx, log=log, saved=saved)
     write_report(results, ctx)
     if docs is not None:
         write_docs(results, ctx, docs, f"{os.cpu_count() or 1} CPU cores ({cpu_name() or platform.machine()})")
@@ -85,13 +96,61 @@ def cpu_name() -> str:
         return ""
 
 
-def run_claims(names: list[str], ctx: Context, log=print) -> dict[str, Result]:
+RESULTS = "results.json"  # in the report folder: every claim's result at one size, saved as each ends
+
+
+def load_results(out: Path, size: str) -> dict[str, Result]:
+    """The results saved in ``out/results.json`` at ``size`` ({} when there are none); a file of
+    another size is refused in one line (its runs are not this size's)."""
+    import json
+
+    from ..errors import OptionError
+
+    path = out / RESULTS
+    if not path.is_file():
+        return {}
+    try:
+        saved = json.loads(path.read_text(encoding="utf-8"))
+        results = {
+            name: Result(**{**r, "control": Control(**r["control"]) if r.get("control") else None})
+            for name, r in saved["claims"].items()
+            if name in CLAIMS
+        }
+    except (ValueError, KeyError, TypeError) as e:
+        raise OptionError(f"--resume: {path} is not a results file ({e}); drop --resume to run every claim again")
+    if saved.get("size") != size:
+        raise OptionError(
+            f"--resume: {path} holds {saved.get('size')}-size results, not {size}-size ones; give "
+            f"{'--quick' if saved.get('size') == 'quick' else 'the full size (no --quick)'} or drop --resume"
+        )
+    return results
+
+
+def save_results(out: Path, size: str, results: dict[str, Result]) -> Path:
+    """``results`` in ``out/results.json``, written whole or not at all."""
+    import dataclasses
+    import json
+
+    from ..outputs import atomic_write_text
+
+    claims = {name: dataclasses.asdict(r) for name, r in results.items()}
+    return atomic_write_text(out / RESULTS, json.dumps({"size": size, "claims": claims}, indent=1, ensure_ascii=False))
+
+
+def run_claims(names: list[str], ctx: Context, log=print, saved: dict[str, Result] | None = None) -> dict[str, Result]:
     """Check the claims ``names`` in order, each timed; a claim that raises is reported as ERROR
-    ("could not run: …"), never lost with the others and never counted as the statement failing."""
+    ("could not run: …"), never lost with the others and never counted as the statement failing.
+    ``saved``: results kept from an earlier run (:func:`load_results`), not run again. Every result,
+    kept and new, is saved in ``ctx.out/results.json`` as each claim ends."""
     ctx.out.mkdir(parents=True, exist_ok=True)
     ctx.work.mkdir(parents=True, exist_ok=True)
-    results = {}
+    saved = saved or {}
+    results = {n: r for n, r in saved.items() if n not in names}  # (kept in the file, not in this report)
     for name in names:
+        if name in saved:
+            results[name] = saved[name]
+            log(f"[{name}] {saved[name].status}: kept from {ctx.out / RESULTS}")
+            continue
         c = CLAIMS[name]
         t0 = time.perf_counter()
         log(f"[{name}] {c.title} …")
@@ -108,8 +167,9 @@ def run_claims(names: list[str], ctx: Context, log=print) -> dict[str, Result]:
         r.data = r.data or "; ".join(dict.fromkeys(ctx.cache["data_used"])) or "computed: no data"
         r.seconds = time.perf_counter() - t0
         results[name] = r
+        save_results(ctx.out, ctx.size, results)
         log(f"[{name}] {r.status} ({r.seconds:.0f}s): {r.measured}")
-    return results
+    return {n: results[n] for n in names}
 
 
 def _counts(results: dict[str, Result]) -> str:
@@ -180,6 +240,7 @@ DOCS_INTRO = """\
 ```bash
 attnlab reproduce --quick --out reproduce/     # every claim, small runs, on 2 CPU cores
 attnlab reproduce scaling table1 length        # some of them, full size
+attnlab reproduce --resume                     # a stopped run: keeps the claims it judged, runs the rest
 ```
 
 Each claim is a function in `attnlab.experiments.<topic>` registered with `@claim` (the topics are
@@ -203,9 +264,10 @@ checks, or says it comes from outside the decks. The verdicts:
 - **WITHDRAWN**: this setup cannot test the statement; nothing is run, and the claim says why and
   what would decide it.
 
-Comparative claims train both sides on three seeds at full size (two with `--quick`, which the
-report says) and decide on the 95 % t-interval of the paired differences (each seed sets both
-models' initial weights and batches). The claims whose verdict can turn on the training budget
+Every trained claim runs three seeds at full size (two with `--quick`, which the report says), each
+seed its own pipeline, pretraining included. Comparative claims decide on the 95 % t-interval of the
+paired differences (each seed sets both models' initial weights and batches); threshold claims are
+judged in every seed's models (PASS in all, FAIL in all, INCONCLUSIVE when the seeds disagree). The claims whose verdict can turn on the training budget
 (bottleneck, locality, data-hunger, image-positions) measure along their runs as well and state
 the verdict at a quarter, half, three quarters and all of them, with the curve in their figure. `OUT/report.md` names the data of every claim; the exit
 code is 0 only when every claim passes. The committed reports, each run alone on {machine}:

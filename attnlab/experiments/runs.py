@@ -16,6 +16,7 @@ from ..hooks import in_mode
 from ..inspect.plots import plt, save_figure
 from ..training.callbacks import Callback, quarter_steps
 from .registry import Context
+from .stats import seed_suffix
 
 
 def corpus(ctx: Context):
@@ -398,7 +399,7 @@ def image_models(ctx: Context, seed: int = 0):
     """A ViT and a CNN trained alike on the embedded digits (once per ``seed``: their initial weights
     and batches), and the test images. Seed 0's test accuracies: ``ctx.cache["vit_acc"]`` and
     ``["cnn_acc"]`` (other seeds': ``["cnn_acc_s1"]`` …)."""
-    tag = f"_s{seed}" if seed else ""
+    tag = seed_suffix(seed)
     if f"cnn{tag}" not in ctx.cache:
         from ..data.images import normalize
         from ..models import CNN, CNNConfig

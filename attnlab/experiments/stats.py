@@ -18,6 +18,11 @@ def seeds_for(ctx: Context) -> tuple[int, ...]:
     return {"tiny": (0,), "quick": (0, 1), "full": (0, 1, 2)}[ctx.size]
 
 
+def seed_suffix(seed: int) -> str:
+    """A seed's run name suffix: '' for seed 0 (the default run), then "_s1", "_s2" …"""
+    return f"_s{seed}" if seed else ""
+
+
 def seeds_note(ctx: Context) -> str:
     return {"tiny": " (tiny: one seed, no interval)", "quick": " (--quick: two seeds)", "full": ""}[ctx.size]
 

@@ -12,6 +12,7 @@ from ..inspect.plots import plt, save_figure
 from .registry import Context, Control, Result, claim, deck, markdown_table, skipped
 from .runs import (
     as_the_digits_vit,
+    DIGITS_STEPS,
     digits,
     digits_vit,
     digits_vit_config,
@@ -21,8 +22,11 @@ from .runs import (
     loss_bars,
     correct_items,
     mnist_as_digits,
+    quietly,
     rotation_task,
+    run_settings,
     train_image_classifier,
+    warmup_for,
 )
 from .stats import (
     along_the_run,
@@ -31,6 +35,7 @@ from .stats import (
     paired_interval,
     parts_verdict,
     same_verdict,
+    seed_suffix,
     seeds_for,
     seeds_note,
     seeds_verdict,
@@ -47,86 +52,197 @@ def _layout_learned(vit, dist: torch.Tensor, g: int) -> tuple[bool, float, float
     return near - far > 0.1, near, far, sim
 
 
+def low_frequency_share(weight: torch.Tensor, n: int = 4) -> float:
+    """How smooth a patch embedding's filters are: the mean, over the ``n`` leading principal
+    components of the filters ``weight`` (D, C, P, P) (as :func:`attnlab.inspect.analysis.
+    embedding_components` draws them), of the share of each component's energy in the lowest
+    spatial frequencies: orthonormal 2-D DCT-II coefficients (u, v) with u + v < ⌊P/2⌋. A constant
+    image scores 1, a checkerboard nearly 0, white noise the share of those coefficients (6 of 49 at P = 7)."""
+    from ..inspect import analysis as A
+
+    comps, _ = A.embedding_components(weight, n)
+    size = comps.shape[-1]
+    k = torch.arange(size, dtype=torch.float64)
+    dct = torch.cos(torch.pi * (k[None, :] + 0.5) * k[:, None] / size) * (2 / size) ** 0.5  # (P, P): row u, pixel x
+    dct[0] /= 2**0.5
+    energy = (dct @ comps.double() @ dct.T) ** 2  # (n, C, P, P): each component's spectrum, channel by channel
+    low = (k[:, None] + k[None, :]) < size // 2
+    return (energy[..., low].sum((-1, -2)) / energy.sum((-1, -2, -3))).mean().item()
+
+
+def mnist_vit(ctx: Context, seed: int = 0):
+    """A ViT of the digits' shape trained on 28×28 MNIST in 7×7 patches (49 pixels: room for its
+    filters to take a shape, where a 2×2 patch's 4 pixels are spanned by any 4 filters), as
+    `attnlab train vit --data mnist --patch-size 7 --layers 4 --no-peg` trains it for the digits'
+    steps (once per context and ``seed``); None when MNIST is absent from the data directory."""
+    from .. import api
+    from ..data.images import mnist
+    from ..errors import DataError
+
+    key = "mnist_vit" + seed_suffix(seed)
+    if key not in ctx.cache:
+        try:
+            mnist(ctx.data_dir)
+        except DataError:
+            return None
+        steps = ctx.steps(*DIGITS_STEPS)
+        run = quietly(
+            api.train,
+            "vit",
+            out=ctx.work / key,
+            data="mnist",
+            data_dir=ctx.data_dir,
+            patch_size=7,
+            layers=4,
+            peg=False,
+            max_iters=steps,
+            warmup_iters=warmup_for(steps),
+            eval_interval=steps,
+            eval_iters=2,
+            seed=1337 + seed,
+            **run_settings(),
+        )
+        ctx.cache[key] = run.model.eval()
+    ctx.cache.setdefault("data_used", []).append("MNIST (28×28, 7×7 patches) for the patch filters")
+    return ctx.cache[key]
+
+
+FILTER_BAR = 2.0  # × white noise's low-frequency share
+
+
 @claim(
     "vit-figures",
     "ViT: what the embeddings learn (Dosovitskiy et al., fig. 7)",
-    "Position embeddings learn the 2-D layout (nearby patches have similar embeddings); attention distance grows "
-    "with depth (some heads attend locally in early layers, all globally late). (The figure's third part, patch "
-    "filters resembling basis functions, is drawn but not judged: a 2×2 patch of one channel has 4 pixels, so "
-    "any 4 filters span its whole space.)",
+    "The patch-embedding filters become smooth basis images, edge and blob detectors like first-layer "
+    "convolutions; position embeddings learn the 2-D layout (nearby patches have similar embeddings); attention "
+    "distance grows with depth (some heads attend locally in early layers, all globally late).",
     source=deck(
         "001:579 edge/color detectors similar to first-layer convolutions",
         "004:738 ViT early layers (block0, block1) encode both local and global",
     ),
-    why="0.1 of cosine similarity and 10 % of attention distance: visible in the paper's figures; conventions.",
+    why="Twice white noise's low-frequency share: smooth filters where the untrained ones are noise; 0.1 of cosine "
+    "similarity and 10 % of attention distance: visible in the paper's figures; conventions.",
 )
 def vit_figures(ctx: Context) -> Result:
     from ..inspect import analysis as A
-    from ..inspect import capture_attention
     from ..inspect import plots as P
 
-    vit, _, x = image_models(ctx)
-    comps, var = A.embedding_components(vit.patch_embed.proj.weight.detach(), 4)
-    P.components_png(comps.numpy(), var.numpy(), ctx.out / "vit_embeddings.png")
-    g = vit.grid[0]
+    seeds = seeds_for(ctx)
+    _, _, x = image_models(ctx)
+    vit0 = digits_vit(ctx)[0]
+    g = vit0.grid[0]
     rr, cc = torch.meshgrid(torch.arange(g), torch.arange(g), indexing="ij")
     dist = ((rr.reshape(-1, 1) - rr.reshape(1, -1)).abs() + (cc.reshape(-1, 1) - cc.reshape(1, -1)).abs()).float()
-    positions_ok, near, far, sim = _layout_learned(vit, dist, g)
-    P.position_similarity_png(sim.numpy(), vit.grid, ctx.out / "vit_positions.png")
-    with capture_attention(vit) as rec, torch.no_grad():
-        vit(x[:256])
-    maps = rec.layers()
-    d = torch.stack([A.mean_attention_distance(m, vit.grid, vit.config.patch_size, vit.n_prefix) for m in maps])
-    P.attention_distance_png(d.numpy(), ctx.out / "vit_distance.png", image_size=vit.config.image_size)
-    first, last = d[0].mean().item(), d[-1].mean().item()
-    uniform = (
-        A.mean_attention_distance(
-            torch.full_like(maps[0][:1], 1.0 / maps[0].shape[-1]), vit.grid, vit.config.patch_size, vit.n_prefix
-        )
-        .mean()
-        .item()
-    )  # the distance of attention spread evenly over the image: the grid's own scale
-    distance_ok = last > 1.1 * first
-    # the control: the same ViT before training (a random position table, attention it was never taught)
-    torch.manual_seed(0)
-    fresh = type(vit)(vit.config).eval()
-    fresh_positions, near0, far0, _ = _layout_learned(fresh, dist, g)
-    with capture_attention(fresh) as rec0, torch.no_grad():
-        fresh(x[:256])
-    d0 = torch.stack(
-        [A.mean_attention_distance(m, vit.grid, vit.config.patch_size, vit.n_prefix) for m in rec0.layers()]
-    )
-    fresh_distance = d0[-1].mean().item() > 1.1 * d0[0].mean().item()
-    # a grid too small to show the trend: every layer's attention as far-reaching as uniform attention's
-    undecidable = not distance_ok and min(first, last) > 0.9 * uniform
+    white = ((torch.arange(7)[:, None] + torch.arange(7)[None, :]) < 3).float().mean().item()  # 6 / 49
+
+    def measures(vit, filters) -> dict:
+        """Each part of the statement on one model: its position layout, its attention distance by
+        layer, and (``filters``: an MNIST ViT's, or None) its patch filters' smoothness."""
+        positions, near, far, sim = _layout_learned(vit, dist, g)
+        d = _attention_distances(vit, x[:256])
+        first, last = d[0].mean().item(), d[-1].mean().item()
+        share = low_frequency_share(filters.patch_embed.proj.weight.detach()) if filters is not None else None
+        return dict(positions=positions, near=near, far=far, sim=sim, d=d, first=first, last=last,
+                    distance=last > 1.1 * first, share=share,
+                    filters=share is not None and share >= FILTER_BAR * white)  # fmt: skip
+
+    trained, fresh = [], []
+    for seed in seeds:
+        filters = mnist_vit(ctx, seed)
+        trained.append(measures(digits_vit(ctx, seed=seed)[0], filters))
+        # the control: the same ViTs before training (a random position table and filters, attention never taught)
+        torch.manual_seed(seed)
+        untrained = type(vit0)(vit0.config).eval()
+        fresh.append(measures(untrained, type(filters)(filters.config).eval() if filters is not None else None))
+    m0 = trained[0]
+    mnist0 = mnist_vit(ctx)
+    if mnist0 is not None:
+        comps, var = A.embedding_components(mnist0.patch_embed.proj.weight.detach(), 14)
+        P.components_png(comps.numpy(), var.numpy(), ctx.out / "vit_embeddings.png")
+    P.position_similarity_png(m0["sim"].numpy(), vit0.grid, ctx.out / "vit_positions.png")
+    P.attention_distance_png(m0["d"].numpy(), ctx.out / "vit_distance.png", image_size=vit0.config.image_size)
+    uniform = _attention_distances(vit0, x[:1], uniform=True).mean().item()  # spread evenly: the grid's own scale
+    holds = [m["positions"] and m["distance"] and m["filters"] for m in trained]
+    # a grid too small to show the distance trend: every layer's attention as far-reaching as uniform attention's
+    undecidable = [
+        m["positions"] and m["filters"] and not m["distance"] and min(m["first"], m["last"]) > 0.9 * uniform
+        for m in trained
+    ]
+    passed, verdict = seeds_verdict(holds, fails=[not (h or u) for h, u in zip(holds, undecidable)])
+    control, _ = seeds_verdict(m["positions"] and m["distance"] and m["filters"] for m in fresh)
+    share = lambda m: "no MNIST" if m["share"] is None else f"{m['share']:.2f}"  # noqa: E731
+    rows = [
+        [seed, kind, share(m), f"{m['near']:.2f} / {m['far']:.2f}", f"{m['first']:.2f} → {m['last']:.2f}"]
+        for seed, t, f in zip(seeds, trained, fresh)
+        for kind, m in (("trained", t), ("untrained", f))
+    ]
     return Result(
-        f"test accuracy {ctx.cache['vit_acc']:.3f}; position similarity of neighbouring patches {near:.2f} "
-        f"against {far:.2f} for distant ones; mean attention distance {first:.2f} px in layer 0, {last:.2f} px in "
-        f"the last layer (uniform attention: {uniform:.2f} px; per head in layer 0: "
-        f"{', '.join(f'{v:.1f}' for v in d[0].tolist())}): positions {'learned' if positions_ok else 'not learned'}, "
-        f"distance {'grows' if distance_ok else 'does not grow'} with depth",
-        positions_ok and distance_ok,
-        "neighbouring patches' position embeddings more similar than distant ones' by more than 0.1; mean attention "
-        "distance in the last layer more than 10 % above layer 0's",
+        "per seed: "
+        + "; ".join(
+            f"seed {s}: filters' low-frequency share {share(m)} (white noise {white:.2f}), position similarity "
+            f"near {m['near']:.2f} against far {m['far']:.2f}, attention distance {m['first']:.2f} → {m['last']:.2f} "
+            f"px: filters {'smooth' if m['filters'] else 'not smooth'}, positions "
+            f"{'learned' if m['positions'] else 'not learned'}, distance {'grows' if m['distance'] else 'does not grow'}"
+            for s, m in zip(seeds, trained)
+        )
+        + f" (uniform attention: {uniform:.2f} px; test accuracy of seed 0's digits ViT {ctx.cache['vit_acc']:.3f})",
+        passed,
+        f"in every seed's models (INCONCLUSIVE when the seeds disagree): the 4 leading principal components of the "
+        f"MNIST ViT's patch filters hold at least {FILTER_BAR:g}× white noise's share of their energy in the lowest "
+        "spatial frequencies (DCT u + v < ⌊P/2⌋ = 3); the digits ViT's neighbouring patches' position embeddings more "
+        "similar than distant ones' by more than 0.1; its mean attention distance in the last layer more than 10 % "
+        "above layer 0's",
         "vit_positions.png",
-        note="Figures: vit_embeddings.png, vit_positions.png, vit_distance.png; the digits ViT (4 layers, 2×2 "
-        "patches of 8×8 digits: a 4×4 grid)."
+        markdown_table(
+            [
+                "seed",
+                "model",
+                "filters' low-frequency share",
+                "position similarity near / far",
+                "attention distance, first → last layer (px)",
+            ],
+            rows,
+        ),  # fmt: skip
+        note="Figures: vit_embeddings.png (the MNIST ViT's leading filter components: the 4 judged carry what "
+        "training put there, beyond them this 64-wide model's components are mostly its random initial weights), "
+        "vit_positions.png, vit_distance.png. The filters are judged on a ViT trained on 28×28 MNIST in 7×7 patches, "
+        "since the digits ViT's 2×2 patches have 4 pixels, spanned by any 4 filters; the positions and distances on "
+        "the digits ViT (4 layers, a 4×4 grid)"
+        + seeds_note(ctx)
+        + "."
         + (
             " INCONCLUSIVE: every layer attends about as far as uniform attention does, so this 4×4 grid cannot "
             "show distance growing with depth (the paper's trend comes from 14×14 grids and large-scale pretraining); "
             "deciding needs larger images or smaller patches and far more data."
-            if undecidable
+            if any(undecidable)
             else ""
         ),
         control=Control(
-            "the same ViT before training",
-            f"position similarity {near0:.2f} near against {far0:.2f} far; attention distance "
-            f"{d0[0].mean().item():.2f} → {d0[-1].mean().item():.2f} px",
-            fresh_positions and fresh_distance,
+            "the same ViTs before training, by the same criterion",
+            "; ".join(
+                f"seed {s}: filters' share {share(m)}, position similarity {m['near']:.2f} near against "
+                f"{m['far']:.2f} far, attention distance {m['first']:.2f} → {m['last']:.2f} px"
+                for s, m in zip(seeds, fresh)
+            ),
+            control,
         ),
-        verdict="INCONCLUSIVE" if undecidable and positions_ok and not fresh_positions else None,
+        verdict=verdict if mnist0 is not None or not passed else "INCONCLUSIVE",
         data="the embedded 8×8 digits",
     )
+
+
+def _attention_distances(vit, x: torch.Tensor, uniform: bool = False) -> torch.Tensor:
+    """The mean attention distance (pixels) of each layer's heads on the images ``x``: (layers, heads);
+    ``uniform``: of attention spread evenly over the image instead (1, heads)."""
+    from ..inspect import analysis as A
+    from ..inspect import capture_attention
+
+    with capture_attention(vit) as rec, torch.no_grad():
+        vit(x)
+    maps = rec.layers()
+    if uniform:
+        maps = [torch.full_like(maps[0], 1.0 / maps[0].shape[-1])]
+    return torch.stack([A.mean_attention_distance(m, vit.grid, vit.config.patch_size, vit.n_prefix) for m in maps])
 
 
 def _dependence(model, image: torch.Tensor, read) -> float:
@@ -429,45 +545,60 @@ def rollout(ctx: Context) -> Result:
     from ..inspect import analysis as A
     from ..inspect import capture_attention
 
-    vit, _, x = image_models(ctx)
+    seeds = seeds_for(ctx)
+    _, _, x = image_models(ctx)
     x = x[:256]
-    importance = _occlusion(vit, x)  # (N, P): the reference, by removing each patch
-    with capture_attention(vit) as rec, torch.no_grad():
-        vit(x)
-    maps = rec.layers()
-    cls_rollout = A.rollout(maps, n_prefix=vit.n_prefix)[:, 0, vit.n_prefix :]  # (N, P)
-    cls_last = maps[-1].mean(1)[:, 0, vit.n_prefix :]  # the last layer's class-token row, heads averaged
-    r_rollout, r_last = _spearman(cls_rollout, importance), _spearman(cls_last, importance)
 
-    def judged(r: torch.Tensor) -> tuple[bool, str | None, str]:
+    def correlations(vit) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Per image (N,): the rank correlation of the occlusion importance with rollout's, the last
+        layer's, and the rollout's shuffled over each image's patches (an attribution that knows nothing)."""
+        importance = _occlusion(vit, x)  # (N, P): the reference, by removing each patch
+        with capture_attention(vit) as rec, torch.no_grad():
+            vit(x)
+        maps = rec.layers()
+        cls_rollout = A.rollout(maps, n_prefix=vit.n_prefix)[:, 0, vit.n_prefix :]  # (N, P)
+        cls_last = maps[-1].mean(1)[:, 0, vit.n_prefix :]  # the last layer's class-token row, heads averaged
+        g = torch.Generator().manual_seed(0)
+        shuffled = torch.stack([row[torch.randperm(len(row), generator=g)] for row in cls_rollout])
+        return tuple(_spearman(a, importance) for a in (cls_rollout, cls_last, shuffled))
+
+    def judged(r: torch.Tensor, r_last: torch.Tensor) -> tuple[bool, str | None, str]:
         """Agrees with the importance (its correlation's interval above 0) and better than the last layer."""
         agrees, _, agree_words = better_verdict(r.numpy(), "rank correlation with occlusion", "images")
         beats, verdict, beat_words = better_verdict((r - r_last).numpy(), "minus the last layer's", "images")
         return agrees and beats, verdict if agrees else (verdict or "FAIL"), f"{agree_words}; {beat_words}"
 
-    passed, verdict, words = judged(r_rollout)
-    # the control: the rollout's scores shuffled over the patches of each image (an attribution that knows
-    # nothing): it must not agree with the importance
-    g = torch.Generator().manual_seed(0)
-    shuffled = torch.stack([row[torch.randperm(len(row), generator=g)] for row in cls_rollout])
-    r_shuffled = _spearman(shuffled, importance)
-    control_passed, _, control_words = judged(r_shuffled)
+    per_seed = [correlations(digits_vit(ctx, seed=s)[0]) for s in seeds]  # each seed's trained ViT
+    trained = [judged(r, last) for r, last, _ in per_seed]
+    passed, verdict = seeds_verdict((t[0] for t in trained), fails=(t[1] == "FAIL" for t in trained))
+    # the control: each seed's rollout shuffled over the patches, by the same criterion: it must not agree
+    controls = [judged(shuffled, last) for _, last, shuffled in per_seed]
+    control_passed, _ = seeds_verdict(c[0] for c in controls)
     mean = lambda t: paired_interval(t.numpy())  # noqa: E731
     rows = [
-        [name, *(f"{v:+.3f}" for v in mean(r))]
-        for name, r in (("rollout", r_rollout), ("last layer", r_last), ("shuffled rollout", r_shuffled))
+        [seed, name, *(f"{v:+.3f}" for v in mean(r))]
+        for seed, rs in zip(seeds, per_seed)
+        for name, r in zip(("rollout", "last layer", "shuffled rollout"), rs)
     ]
     return Result(
-        f"rank correlation with the patches' occlusion importance over {len(x)} test digits: rollout "
-        f"{r_rollout.mean():+.3f}, the last layer's attention {r_last.mean():+.3f}; rollout's {words}",
+        f"rank correlation with the patches' occlusion importance over {len(x)} test digits, per seed's ViT: "
+        + "; ".join(
+            f"seed {s}: rollout {r.mean():+.3f}, the last layer's attention {last.mean():+.3f}; rollout's {t[2]}"
+            for s, (r, last, _), t in zip(seeds, per_seed, trained)
+        ),
         passed,
-        "the 95 % intervals over images of the rollout's rank correlation with the occlusion importance, and of "
-        "its difference from the last layer's, both above 0",
-        table=markdown_table(["attribution", "mean rank correlation", "95 % low", "95 % high"], rows),
-        note="The digits ViT (4 layers, 16 patches of 2×2, class token); occlusion sets a patch to the mean image and "
-        "measures the fall in the predicted class's log-probability; rollout as `attnlab inspect` draws it "
-        "(heads averaged, 0.5·A + 0.5·I). The interval is over images, of one trained model",
-        control=Control("the rollout's scores shuffled over each image's patches", control_words, control_passed),
+        "in every seed's ViT (INCONCLUSIVE when the seeds disagree): the 95 % intervals over images of the "
+        "rollout's rank correlation with the occlusion importance, and of its difference from the last layer's, "
+        "both above 0",
+        table=markdown_table(["seed", "attribution", "mean rank correlation", "95 % low", "95 % high"], rows),
+        note="The digits ViTs (4 layers, 16 patches of 2×2, class token), one per seed; occlusion sets a patch to the "
+        "mean image and measures the fall in the predicted class's log-probability; rollout as `attnlab inspect` "
+        "draws it (heads averaged, 0.5·A + 0.5·I). Each interval is over images, of one seed's model" + seeds_note(ctx),
+        control=Control(
+            "each seed's rollout scores shuffled over each image's patches, by the same criterion",
+            "; ".join(f"seed {s}: {c[2]}" for s, c in zip(seeds, controls)),
+            control_passed,
+        ),
         verdict=verdict,
     )
 
