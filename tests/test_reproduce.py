@@ -132,6 +132,34 @@ def test_a_stopped_report_resumes_with_the_claims_it_had_judged(tmp_path, capsys
     assert ran and list(json.loads((out / "results.json").read_text())["claims"]) == ["worked-example"]
 
 
+def test_ctrl_c_in_a_claims_training_stops_the_report_and_resume_reruns_what_could_not_run(
+    tmp_path, capsys, monkeypatch
+):
+    """Ctrl-C inside a claim's training stops the whole report (exit 130, never an ERROR for that
+    claim), saying where the judged claims are and how to continue; a claim that could not run
+    (ERROR) is not kept by --resume: it runs again."""
+    import json
+
+    from attnlab.training.trainer import TrainingInterrupted
+
+    out, masks = tmp_path / "rep", CLAIMS["masks"].check
+
+    def interrupted(ctx):
+        raise TrainingInterrupted(3, tmp_path / "run")
+
+    monkeypatch.setattr(CLAIMS["masks"], "check", interrupted)
+    assert main(["reproduce", "worked-example", "masks", "soft-lookup", "--quick", "--out", str(out)]) == 130
+    err = capsys.readouterr().err
+    assert "stopped: the 1 claim(s) judged so far are saved in" in err and "with --resume continues" in err
+    assert list(json.loads((out / "results.json").read_text())["claims"]) == ["worked-example"]
+    monkeypatch.setattr(CLAIMS["masks"], "check", lambda ctx: 1 / 0)  # a check that cannot run: ERROR
+    assert main(["reproduce", "worked-example", "masks", "--quick", "--resume", "--out", str(out)]) == 1
+    assert json.loads((out / "results.json").read_text())["claims"]["masks"]["verdict"] == "ERROR"
+    monkeypatch.setattr(CLAIMS["masks"], "check", masks)
+    assert main(["reproduce", "worked-example", "masks", "--quick", "--resume", "--out", str(out)]) == 0
+    assert json.loads((out / "results.json").read_text())["claims"]["masks"]["verdict"] is None  # run again: PASS
+
+
 def test_a_check_that_cannot_run_is_reported_as_an_error_not_raised(tmp_path, monkeypatch):
     """A check that raises is ERROR ("could not run: ..." in one line), counted apart from FAIL:
     no verdict on the lecture's statement."""

@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 from ..options import OptionSpecs, checked_by
+from ..training.trainer import TrainingInterrupted
 from .registry import CLAIMS, VERDICTS, Context, Control, Result
 
 TOPICS = {
@@ -78,9 +79,17 @@ def reproduce(
     docs = output_file(docs, ".md", "--docs") if docs else None  # checked before the runs, not after
     size = "quick" if quick else "full"
     saved = load_results(Path(out), size) if resume else {}
-    with tempfile.TemporaryDirectory(prefix="attnlab-reproduce-") as work:
-        ctx = Context(out=Path(out), work=Path(work), size=size, data_dir=data_dir)
-        results = run_claims(names, ctx, log=log, saved=saved)
+    try:
+        with tempfile.TemporaryDirectory(prefix="attnlab-reproduce-") as work:
+            ctx = Context(out=Path(out), work=Path(work), size=size, data_dir=data_dir)
+            results = run_claims(names, ctx, log=log, saved=saved)
+    except (KeyboardInterrupt, TrainingInterrupted):  # (a claim's own training checkpoint went with its folder)
+        judged = len(load_results(Path(out), size))
+        log(
+            f"stopped: the {judged} claim(s) judged so far are saved in {Path(out) / RESULTS}; the same command "
+            "with --resume continues from the claim that was running"
+        )
+        raise KeyboardInterrupt from None
     write_report(results, ctx)
     if docs is not None:
         write_docs(results, ctx, docs, f"{os.cpu_count() or 1} CPU cores ({cpu_name() or platform.machine()})")
@@ -100,8 +109,9 @@ RESULTS = "results.json"  # in the report folder: every claim's result at one si
 
 
 def load_results(out: Path, size: str) -> dict[str, Result]:
-    """The results saved in ``out/results.json`` at ``size`` ({} when there are none); a file of
-    another size is refused in one line (its runs are not this size's)."""
+    """The results saved in ``out/results.json`` at ``size`` ({} when there are none), less those
+    that could not run (ERROR: they run again); a file of another size is refused in one line (its
+    runs are not this size's)."""
     import json
 
     from ..errors import OptionError
@@ -114,7 +124,7 @@ def load_results(out: Path, size: str) -> dict[str, Result]:
         results = {
             name: Result(**{**r, "control": Control(**r["control"]) if r.get("control") else None})
             for name, r in saved["claims"].items()
-            if name in CLAIMS
+            if name in CLAIMS and r["verdict"] != "ERROR"
         }
     except (ValueError, KeyError, TypeError) as e:
         raise OptionError(f"--resume: {path} is not a results file ({e}); drop --resume to run every claim again")
@@ -157,6 +167,8 @@ def run_claims(names: list[str], ctx: Context, log=print, saved: dict[str, Resul
         ctx.cache["data_used"] = []  # what the shared runs read for this claim (runs.corpus, runs.digits)
         try:
             r = c.check(ctx)
+        except TrainingInterrupted:  # Ctrl-C in a claim's training: the report stops (it is not the claim's error)
+            raise
         except Exception as e:  # one claim failing to run must not lose the others
             r = Result(
                 f"could not run: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}",
