@@ -348,18 +348,18 @@ def digits_vit_options(ctx: Context, pos: str = "learned", seed: int = 0, steps:
     train :func:`digits_vit`'s model: the family's own run on the digits, without a PEG, for the
     claim's steps, with the settings every claim shares (:func:`run_settings`)."""
     steps = steps or ctx.steps(*DIGITS_STEPS)
-    return dict(
-        data="digits",
-        peg=False,
-        pos=pos,
-        **options,
-        max_iters=steps,
-        warmup_iters=warmup_for(steps),
-        eval_interval=steps,
-        eval_iters=2,
-        seed=1337 + seed,
+    return {
+        "data": "digits",
+        "peg": False,
+        "pos": pos,
+        **options,  # (another dataset too: `data` and its `data_dir`, with their own shape)
+        "max_iters": steps,
+        "warmup_iters": warmup_for(steps),
+        "eval_interval": steps,
+        "eval_iters": 2,
+        "seed": 1337 + seed,
         **run_settings(),
-    )
+    }
 
 
 def digits_vit(ctx: Context, pos: str = "learned", seed: int = 0, steps: int | None = None, **options):

@@ -12,10 +12,10 @@ from ..inspect.plots import plt, save_figure
 from .registry import Context, Control, Result, claim, deck, markdown_table, skipped
 from .runs import (
     as_the_digits_vit,
-    DIGITS_STEPS,
     digits,
     digits_vit,
     digits_vit_config,
+    digits_vit_options,
     digits_vit_run,
     curve_panel,
     image_models,
@@ -24,9 +24,7 @@ from .runs import (
     mnist_as_digits,
     quietly,
     rotation_task,
-    run_settings,
     train_image_classifier,
-    warmup_for,
 )
 from .stats import (
     along_the_run,
@@ -85,23 +83,8 @@ def mnist_vit(ctx: Context, seed: int = 0):
             mnist(ctx.data_dir)
         except DataError:
             return None
-        steps = ctx.steps(*DIGITS_STEPS)
-        run = quietly(
-            api.train,
-            "vit",
-            out=ctx.work / key,
-            data="mnist",
-            data_dir=ctx.data_dir,
-            patch_size=7,
-            layers=4,
-            peg=False,
-            max_iters=steps,
-            warmup_iters=warmup_for(steps),
-            eval_interval=steps,
-            eval_iters=2,
-            seed=1337 + seed,
-            **run_settings(),
-        )
+        options = digits_vit_options(ctx, seed=seed, data="mnist", data_dir=ctx.data_dir, patch_size=7, layers=4)
+        run = quietly(api.train, "vit", out=ctx.work / key, **options)
         ctx.cache[key] = run.model.eval()
     ctx.cache.setdefault("data_used", []).append("MNIST (28×28, 7×7 patches) for the patch filters")
     return ctx.cache[key]
