@@ -527,78 +527,11 @@ def create_app(model, kind: str, *, slots: int = 8, port_ref: list | None = None
         ident, created = f"cmpl-{uuid.uuid4().hex[:24]}", int(time.time())
         if b.stream:
             return StreamingResponse(
-                _stream(w, prompts[0], b, sampling, ident, created), media_type="text/event-stream"
+                _completion_events(w, name, prompts[0], b, sampling, ident, created), media_type="text/event-stream"
             )
         jobs = [w.job(p, b.max_tokens, stop=b.stop, **sampling) for p in prompts]  # (all checked before any waits)
         answers = [await run_in_threadpool(w.answer, j) for j in jobs]
-        prompt_tokens = sum(len(j.request.prompt) for j in jobs)
-        completion_tokens = sum(a["tokens"] for a in answers)
-        return JSONResponse(
-            {
-                "id": ident,
-                "object": "text_completion",
-                "created": created,
-                "model": name,
-                "choices": [
-                    {
-                        "text": a["text"],
-                        "index": i,
-                        "logprobs": None,
-                        "finish_reason": _openai_reason(a["finish_reason"]),
-                    }
-                    for i, a in enumerate(answers)
-                ],
-                "usage": {
-                    "prompt_tokens": prompt_tokens,
-                    "completion_tokens": completion_tokens,
-                    "total_tokens": prompt_tokens + completion_tokens,
-                },
-            }
-        )
-
-    async def _stream(w, prompt, b, sampling, ident, created):
-        """Server-sent events: a chunk per piece of text as the tokens come, then the finish
-        reason, then ``data: [DONE]`` (OpenAI's streaming format)."""
-        loop = asyncio.get_running_loop()
-        tokens: asyncio.Queue = asyncio.Queue()
-        job = w.job(
-            prompt,
-            b.max_tokens,
-            stop=b.stop,
-            on_token=lambda t: loop.call_soon_threadsafe(tokens.put_nowait, t),
-            **sampling,
-        )
-        done = loop.run_in_executor(None, job.finished.wait, GENERATE_TIMEOUT_S)
-        tok, sent = w.model.tokenizer, ""
-
-        def chunk(text: str, reason: str | None) -> str:
-            choice = {"text": text, "index": 0, "logprobs": None, "finish_reason": reason}
-            return (
-                "data: "
-                + json.dumps(
-                    {"id": ident, "object": "text_completion", "created": created, "model": name, "choices": [choice]}
-                )
-                + "\n\n"
-            )
-
-        while True:
-            getter = asyncio.ensure_future(tokens.get())
-            finished, _ = await asyncio.wait({getter, done}, return_when=asyncio.FIRST_COMPLETED)
-            if getter not in finished:
-                getter.cancel()
-            if job.error is not None:
-                yield "data: " + json.dumps({"error": {"message": job.error, "type": "server_error"}}) + "\n\n"
-                break
-            from .generate import cut_at_stop
-
-            text = cut_at_stop(tok.decode(job.request.tokens), job.stop)
-            if text.startswith(sent) and len(text) > len(sent) and not text.endswith("\ufffd"):
-                yield chunk(text[len(sent) :], None)
-                sent = text
-            if done in finished and tokens.empty():
-                yield chunk("", _openai_reason(job.request.finish_reason))
-                break
-        yield "data: [DONE]\n\n"
+        return JSONResponse(_completion(name, ident, created, jobs, answers))
 
     async def reload(request):
         """Read the checkpoint again (after training went on) and serve it from now on."""
@@ -630,6 +563,68 @@ def create_app(model, kind: str, *, slots: int = 8, port_ref: list | None = None
 
 def _openai_reason(reason: str | None) -> str:
     return {"length": "length", "eos": "stop", "stop": "stop"}.get(reason or "", "stop")
+
+
+def _completion(name: str, ident: str, created: int, jobs: list, answers: list[dict]) -> dict:
+    """The body of an OpenAI ``text_completion`` for ``jobs`` and their ``answers``."""
+    prompt_tokens = sum(len(j.request.prompt) for j in jobs)
+    completion_tokens = sum(a["tokens"] for a in answers)
+    choices = [
+        {"text": a["text"], "index": i, "logprobs": None, "finish_reason": _openai_reason(a["finish_reason"])}
+        for i, a in enumerate(answers)
+    ]
+    return {
+        "id": ident,
+        "object": "text_completion",
+        "created": created,
+        "model": name,
+        "choices": choices,
+        "usage": {
+            "prompt_tokens": prompt_tokens,
+            "completion_tokens": completion_tokens,
+            "total_tokens": prompt_tokens + completion_tokens,
+        },
+    }
+
+
+async def _completion_events(w, name: str, prompt: str, b, sampling: dict, ident: str, created: int):
+    """Server-sent events: a chunk per piece of text as the tokens come, then the finish reason,
+    then ``data: [DONE]`` (OpenAI's streaming format)."""
+    from .generate import cut_at_stop
+
+    loop = asyncio.get_running_loop()
+    tokens: asyncio.Queue = asyncio.Queue()
+    job = w.job(
+        prompt,
+        b.max_tokens,
+        stop=b.stop,
+        on_token=lambda t: loop.call_soon_threadsafe(tokens.put_nowait, t),
+        **sampling,
+    )
+    done = loop.run_in_executor(None, job.finished.wait, GENERATE_TIMEOUT_S)
+    tok, sent = w.model.tokenizer, ""
+
+    def chunk(text: str, reason: str | None) -> str:
+        choice = {"text": text, "index": 0, "logprobs": None, "finish_reason": reason}
+        event = {"id": ident, "object": "text_completion", "created": created, "model": name, "choices": [choice]}
+        return "data: " + json.dumps(event) + "\n\n"
+
+    while True:
+        getter = asyncio.ensure_future(tokens.get())
+        finished, _ = await asyncio.wait({getter, done}, return_when=asyncio.FIRST_COMPLETED)
+        if getter not in finished:
+            getter.cancel()
+        if job.error is not None:
+            yield "data: " + json.dumps({"error": {"message": job.error, "type": "server_error"}}) + "\n\n"
+            break
+        text = cut_at_stop(tok.decode(job.request.tokens), job.stop)
+        if text.startswith(sent) and len(text) > len(sent) and not text.endswith("\ufffd"):
+            yield chunk(text[len(sent) :], None)
+            sent = text
+        if done in finished and tokens.empty():
+            yield chunk("", _openai_reason(job.request.finish_reason))
+            break
+    yield "data: [DONE]\n\n"
 
 
 @dataclass

@@ -13,7 +13,7 @@ import torch.nn.functional as F
 from ..inspect.plots import head_scores_panel, plt, save_figure
 from ..training.tasks import RepeatedSequenceTask
 from .registry import Context, Control, Result, claim, deck, markdown_table
-from .runs import corpus, fit, gpt_losses, loss_bars, train_gpt
+from .runs import corpus, fit, gpt_losses, length_gpt, loss_bars
 from .stats import aa_control, aa_seeds, better_verdict, seed_suffix, seeds_for, seeds_note, seeds_verdict
 
 
@@ -60,8 +60,7 @@ def heads(ctx: Context) -> Result:
     x, y = ids[:-1].reshape(8, 64), ids[1:].reshape(8, 64)
     seeds, runs = seeds_for(ctx), []
     for seed in seeds:  # each seed's trained ALiBi GPT, against the same model before training
-        name = "gpt_alibi" + seed_suffix(seed)
-        model = ctx.cache.get(name) or train_gpt(ctx, "alibi", ctx.steps(20, 400, 1500), seed=seed)[0]
+        model = length_gpt(ctx, "alibi", seed)[0]
         torch.manual_seed(seed)
         untrained = GPT(model.config).eval()  # the baseline: the same model before training, which must fail
         # the control: another untrained model (another seed) through the same criterion, against the

@@ -9,8 +9,8 @@ import torch
 
 from ..inspect.plots import plt, save_figure
 from .registry import Context, Control, Result, claim, deck, markdown_table
-from .runs import corpus, gpt_losses, loss_at, loss_bars, spread_ends, train_gpt
-from .stats import same_verdict, seed_suffix, seeds_for, seeds_note, seeds_verdict
+from .runs import corpus, gpt_losses, length_gpt, loss_at, loss_bars, spread_ends
+from .stats import same_verdict, seeds_for, seeds_note, seeds_verdict
 
 
 @claim(
@@ -215,8 +215,7 @@ def length_losses(ctx: Context) -> tuple[list[dict], list[dict], int]:
             for pos in LENGTH_ENCODINGS:
                 # built for 512 positions and trained on 64: the learned table's rows past 63 never receive
                 # a gradient, so reading a longer input asks it about positions it never learned
-                model, data = train_gpt(ctx, pos, steps, context=512, seed=seed)
-                ctx.cache[f"gpt_{pos}" + seed_suffix(seed)] = model  # (the heads claim reads ALiBi's)
+                model, data = length_gpt(ctx, pos, seed)
                 losses[pos] = [loss_at(model, data, n, ends) for n in LENGTHS]
                 torch.manual_seed(seed)  # the null: the same model untrained
                 null = GPT(model.config).eval()

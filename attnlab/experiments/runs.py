@@ -133,6 +133,16 @@ def train_gpt(
     return gpt.eval(), data
 
 
+def length_gpt(ctx: Context, pos: str, seed: int):
+    """(model, corpus): the ``length`` claim's GPT with positions ``pos`` for ``seed``, built for 512
+    positions and trained on 64-token windows, trained once per report (the heads claim reads the
+    ALiBi ones)."""
+    key = f"gpt_{pos}" + seed_suffix(seed)
+    if key not in ctx.cache:
+        ctx.cache[key] = train_gpt(ctx, pos, ctx.steps(20, 400, 1500), context=512, seed=seed)
+    return ctx.cache[key]
+
+
 def gpt_run_name(pos: str, steps: int, context: int, window: int, heads: int, seed: int, lr: float, **model) -> str:
     """The folder under ``ctx.work`` of :func:`train_gpt`'s run with these arguments (every one in
     the name: a run of another length or shape never resumes another's folder)."""

@@ -562,7 +562,6 @@ class Trainer:
             else:  # drop lines logged after the checkpoint we resumed from
                 rewrite_metrics(self.out / "metrics.jsonl", self.history)
         self.callbacks.on_train_start(self)
-        sharded = self.sharded
         # a progress bar on a terminal; into a pipe or a log file, a plain line now and then instead of
         # hundreds of carriage-return redraws
         plain = cfg.progress and main and not sys.stderr.isatty()
@@ -636,20 +635,9 @@ class Trainer:
                     bar.update(1)
         except KeyboardInterrupt:
             bar.close()
-            why = term.reason or "interrupted"
-            path = self.out / "last"
-            # the steps not yet logged are logged (and checked: a diverged one saves nothing), so that
-            # the checkpoint about to be saved and metrics.jsonl agree (a resumed run has one line per step)
-            for r in self.flush_pending():
-                self.log(r)
-            if main:  # (the interrupt may have come between a record's history entry and its line)
-                rewrite_metrics(self.out / "metrics.jsonl", self.history)
-            if not sharded:  # (a sharded save would need every rank at the same point)
-                path = self.save("last")
-            if main:
-                self.plot()
+            interrupted = self.save_interrupted(term.reason or "interrupted")
             ended = "interrupted"
-            raise TrainingInterrupted(self.step, path, why, saved=not sharded) from None
+            raise interrupted from None
         except BaseException as e:
             ended = f"failed: {one_line(e)}"
             raise
@@ -658,18 +646,38 @@ class Trainer:
             if ended != "finished" and not ended.startswith("stopped"):
                 self.callbacks.on_train_end(self, ended)  # (a run that diverged keeps its events too)
         bar.close()
-        if self.ema is not None:  # the run's model is its average, as its checkpoints are
+        self.final_model()
+        self.callbacks.on_train_end(self, ended)
+        return {"step": self.step, "best_val": self.best_val, "seconds": time.perf_counter() - warm_at}
+
+    def save_interrupted(self, why: str) -> TrainingInterrupted:
+        """After Ctrl-C or SIGTERM: the steps not yet logged logged (and checked: a diverged one saves
+        nothing), so that the checkpoint about to be saved and metrics.jsonl agree (a resumed run has
+        one line per step), then ``last`` saved; the error that says so, to raise."""
+        main, path = self.dist.main, self.out / "last"
+        for r in self.flush_pending():
+            self.log(r)
+        if main:  # (the interrupt may have come between a record's history entry and its line)
+            rewrite_metrics(self.out / "metrics.jsonl", self.history)
+        if not self.sharded:  # (a sharded save would need every rank at the same point)
+            path = self.save("last")
+        if main:
+            self.plot()
+        return TrainingInterrupted(self.step, path, why, saved=not self.sharded)
+
+    def final_model(self) -> None:
+        """The run's model once it ends: its average when it keeps one (as its checkpoints are), and
+        whole on rank 0 after a sharded run; the run's plot drawn."""
+        if self.ema is not None:
             self.model.load_state_dict(self.ema.module.state_dict())
-        if sharded:
+        if self.sharded:
             # what follows the run on rank 0 alone (a test accuracy, a sample) needs the whole model:
             # a sharded one would wait forever for the other ranks' shards
             full = D.full_state_dict(self._wrapped())
-            if main:
+            if self.dist.main:
                 self.model = _fresh_copy(self.model, full).to(self.device)
-        if main:
+        if self.dist.main:
             self.plot()
-        self.callbacks.on_train_end(self, ended)
-        return {"step": self.step, "best_val": self.best_val, "seconds": time.perf_counter() - warm_at}
 
     def print_progress(self, rec: dict, seconds_per_step: float) -> None:
         """The plain progress line printed now and then when the output is not a terminal."""
