@@ -9,7 +9,7 @@ import torch
 
 from ..inspect.plots import plt, save_figure
 from .registry import Context, Control, Result, claim, deck, markdown_table
-from .runs import corpus, gpt_losses, length_gpt, loss_at, loss_bars, spread_ends
+from .runs import LENGTH_STEPS, corpus, gpt_losses, length_gpt, loss_at, loss_bars, spread_ends
 from .stats import same_verdict, seeds_for, seeds_note, seeds_verdict
 
 
@@ -206,7 +206,7 @@ def length_losses(ctx: Context) -> tuple[list[dict], list[dict], int]:
     if "length_losses" not in ctx.cache:
         from ..models import GPT
 
-        steps = ctx.steps(20, 400, 1500)
+        steps = ctx.steps(*LENGTH_STEPS)
         data = corpus(ctx)
         ends = spread_ends(len(data.val), max(LENGTHS), 8)  # 8 fixed target spans
         runs, nulls = [], []

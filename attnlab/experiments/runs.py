@@ -133,13 +133,16 @@ def train_gpt(
     return gpt.eval(), data
 
 
+LENGTH_STEPS = (20, 400, 1500)  # the steps of the length claim's GPTs: tiny, --quick, full size
+
+
 def length_gpt(ctx: Context, pos: str, seed: int):
     """(model, corpus): the ``length`` claim's GPT with positions ``pos`` for ``seed``, built for 512
     positions and trained on 64-token windows, trained once per report (the heads claim reads the
     ALiBi ones)."""
     key = f"gpt_{pos}" + seed_suffix(seed)
     if key not in ctx.cache:
-        ctx.cache[key] = train_gpt(ctx, pos, ctx.steps(20, 400, 1500), context=512, seed=seed)
+        ctx.cache[key] = train_gpt(ctx, pos, ctx.steps(*LENGTH_STEPS), context=512, seed=seed)
     return ctx.cache[key]
 
 
