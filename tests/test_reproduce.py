@@ -296,6 +296,7 @@ def test_claims_that_rested_on_one_model_judge_every_seeds_own(tmp_path, monkeyp
     """Given two seeds, each of these claims trains its models again for the second and reports
     that seed's measures (its verdict needs both: seeds_verdict)."""
     from attnlab.experiments import recurrence, vision
+    from attnlab.experiments.runs import mnist_as_digits
 
     for module in (recurrence, vision):
         monkeypatch.setattr(module, "seeds_for", lambda ctx: (0, 1))
@@ -305,7 +306,10 @@ def test_claims_that_rested_on_one_model_judge_every_seeds_own(tmp_path, monkeyp
         assert not r.measured.startswith("could not run"), r.measured
         assert "seed 1" in r.measured or "seeds 0, 1" in r.measured, (name, r.measured)
     trained = {p.name for p in (tmp_path / "work").rglob("*") if p.is_dir()}
-    assert {"align_s1", "captioner_rnn_s1", "captioner_rnn-attention_s1", "mnist_vit_s1"} <= trained, trained
+    expected = {"align_s1", "captioner_rnn_s1", "captioner_rnn-attention_s1"}
+    if mnist_as_digits(ctx) is not None:  # vit-figures' filters are trained on MNIST where it is found
+        expected.add("mnist_vit_s1")
+    assert expected <= trained, trained
     assert any(n.endswith("_s1") and n.startswith("RNN") for n in trained), trained
 
 
