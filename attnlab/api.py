@@ -89,25 +89,8 @@ def train(
     alias_of = {f.lstrip("-").replace("-", "_"): s.dest for s in specs for f in s.flags}  # every flag's name -> option
     options = {**{k: v for k, v in PYTHON_DEFAULTS.items() if k in specs and config is None}, **options}
     if config is not None:
-        from .runoptions import NOT_REPLAYED, read_options
-
-        defaults = recipe.default_values()
-        from_file = read_options(config, family, tuple(recipe.models), tuple(specs.specs))
-        unknown = sorted(k for k in from_file if k not in alias_of and k not in NOT_REPLAYED)
-        if unknown:
-            raise OptionError(
-                f"--config {config}: train {family} has no option {unknown[0]!r}; "
-                f"attnlab.train_options({family!r}) lists them"
-            )
-        if data is None:
-            data = from_file.get("data")
-        # a value the run would take anyway is left out: it stays what the family decides (a
-        # default --target that this data has no metric for, a caption --heads its --arch lacks)
-        from_file = {
-            k: v
-            for k, v in from_file.items()
-            if k not in ("data", *NOT_REPLAYED) and not (k in defaults and defaults[k] == v)
-        }
+        file_data, from_file = _config_options(recipe, family, config, tuple(specs.specs), alias_of)
+        data = file_data if data is None else data
         options = {**{k: v for k, v in PYTHON_DEFAULTS.items() if k in specs}, **from_file, **options}
     values: dict[str, Any] = {n: s.default for n, s in specs.specs.items()}
     for name, value in options.items():
@@ -156,6 +139,31 @@ def train(
         raise
     result.model.eval()
     return Run(family, Path(opts.out), result.step, result.best_val, result.model)
+
+
+def _config_options(
+    recipe: Recipe, family: str, config: str | Path, names: tuple[str, ...], alias_of: dict[str, str]
+) -> tuple[Any, dict[str, Any]]:
+    """What a ``config`` file (or a run folder's options.json) gives ``train(family)``, whose
+    options are ``names``: (its ``data``, its other options). A value the run would take anyway is
+    left out: it stays what the family decides (a default --target that this data has no metric
+    for, a caption --heads its --arch lacks)."""
+    from .runoptions import NOT_REPLAYED, read_options
+
+    defaults = recipe.default_values()
+    from_file = read_options(config, family, tuple(recipe.models), names)
+    unknown = sorted(k for k in from_file if k not in alias_of and k not in NOT_REPLAYED)
+    if unknown:
+        raise OptionError(
+            f"--config {config}: train {family} has no option {unknown[0]!r}; "
+            f"attnlab.train_options({family!r}) lists them"
+        )
+    kept = {
+        k: v
+        for k, v in from_file.items()
+        if k not in ("data", *NOT_REPLAYED) and not (k in defaults and defaults[k] == v)
+    }
+    return from_file.get("data"), kept
 
 
 @dataclass

@@ -201,6 +201,72 @@ def _forward(model, ids, mask, padded, caches, start):
     return model(ids, caches=caches, positions=positions, key_mask=mask)
 
 
+class _Window:
+    """One model's KV cache over a window of the text, ``seq[start:]``, from which it predicts what follows."""
+
+    def __init__(self, net: nn.Module, seq: list[int], device) -> None:
+        self.net, self.seq, self.device = net, seq, device
+        self.block = net.config.context
+        self.start = len(seq) - min(len(seq), self.block)
+        self.caches = net.new_caches(1, self.block)
+
+    def feed(self, tokens: list[int]) -> Tensor:
+        """The logits (len(tokens), V) after the cached text and ``tokens``, which join the cache."""
+        ids = torch.tensor([tokens], dtype=torch.long, device=self.device)
+        return self.net(ids, caches=self.caches)[0].float()
+
+    def unseen(self) -> list[int]:
+        """The text's tokens that are not in the cache yet."""
+        return self.seq[self.start + self.caches[0].length :]
+
+    def move_to(self, start: int) -> None:
+        self.start = start
+        for c in self.caches:
+            c.length = 0
+
+    def forget_after(self, end: int) -> None:
+        """Keep ``seq[start:end]`` in the cache (a preallocated cache only moves its length back)."""
+        for c in self.caches:
+            c.length = min(c.length, end - self.start)
+
+
+def _check_speculative(model: nn.Module, draft: nn.Module, prompt, max_new_tokens: int, draft_tokens: int) -> None:
+    if draft_tokens < 1:
+        raise ValueError(f"draft_tokens must be at least 1, got {draft_tokens}")
+    if not prompt:
+        raise ValueError("every prompt needs at least one token")
+    if model.config.vocab_size != draft.config.vocab_size:
+        raise ValueError(
+            f"the draft's vocabulary ({draft.config.vocab_size} tokens) differs from the model's "
+            f"({model.config.vocab_size}); the draft must use the model's tokenizer"
+        )
+    for which, m in (("model", model), ("draft", draft)):
+        changing = rotation_changes_from(m)
+        if changing is not None and len(prompt) + max_new_tokens > changing[1] + 1:
+            name, limit = changing
+            raise ValueError(
+                f"the {which} uses {name}, whose rotation changes once the text passes {limit} tokens, "
+                f"which speculative decoding's verified rounds do not follow; keep the prompt and max_new_tokens "
+                f"within {limit + 1} tokens or decode without a draft"
+            )
+
+
+def _verified(proposals: list[int], q: list, logits: Tensor, dist, generator) -> tuple[int, int]:
+    """(how many of the draft's ``proposals`` the model keeps, the token that follows them): a
+    proposal x drawn from q is kept with probability min(1, p(x)/q(x)) (greedy: while it is the
+    model's argmax); the first refused is replaced by a draw from max(0, p − q) renormalised (greedy:
+    the argmax); if all are kept, one more token comes from p. ``logits`` (k + 1, V): the model's."""
+    for i, x in enumerate(proposals):
+        p = dist(logits[i])
+        if p is None:
+            if int(logits[i].argmax()) != x:
+                return i, int(logits[i].argmax())
+        elif not bool(torch.rand((), generator=generator, device=p.device) * q[i][x] <= p[x]):
+            return i, int(draw((p - q[i]).clamp(min=0), generator))
+    p = dist(logits[-1])
+    return len(proposals), int(logits[-1].argmax(-1)) if p is None else int(draw(p, generator))
+
+
 @torch.no_grad()
 def speculative_generate(
     model: nn.Module,
@@ -232,111 +298,49 @@ def speculative_generate(
     :func:`generate` does, at the same tokens.
     ``on_step(ids)`` sees each accepted token as a (1,) tensor; ``stats`` (a dict) receives
     ``proposed``, ``accepted`` and ``rounds``. Returns prompt + continuation."""
-    if draft_tokens < 1:
-        raise ValueError(f"draft_tokens must be at least 1, got {draft_tokens}")
-    if not prompt:
-        raise ValueError("every prompt needs at least one token")
-    if model.config.vocab_size != draft.config.vocab_size:
-        raise ValueError(
-            f"the draft's vocabulary ({draft.config.vocab_size} tokens) differs from the model's "
-            f"({model.config.vocab_size}); the draft must use the model's tokenizer"
-        )
+    _check_speculative(model, draft, prompt, max_new_tokens, draft_tokens)
     model.eval()
     draft.eval()
     device = next(model.parameters()).device
     seq = list(prompt)
-    # Each model's cache holds a window of seq, seq[start:], from which it predicts what follows.
     # The model's window moves as generate()'s does (when a prediction would need more than its
     # context: to the last half-context), and a round of proposals never crosses such a move, so
     # greedy output equals generate()'s at any length. The draft's window only has to fit.
-    for which, m in (("model", model), ("draft", draft)):
-        changing = rotation_changes_from(m)
-        if changing is not None and len(seq) + max_new_tokens > changing[1] + 1:
-            name, limit = changing
-            raise ValueError(
-                f"the {which} uses {name}, whose rotation changes once the text passes {limit} tokens, "
-                f"which speculative decoding's verified rounds do not follow; keep the prompt and max_new_tokens "
-                f"within {limit + 1} tokens or decode without a draft"
-            )
-    block, draft_block = model.config.context, draft.config.context
-    starts = {"model": len(seq) - min(len(seq), block), "draft": len(seq) - min(len(seq), draft_block)}
-    caches = {"model": model.new_caches(1, block), "draft": draft.new_caches(1, draft_block)}
+    target, drafter = _Window(model, seq, device), _Window(draft, seq, device)
     counts = {"proposed": 0, "accepted": 0, "rounds": 0}
-
-    def feed(which, net, tokens):
-        ids = torch.tensor([tokens], dtype=torch.long, device=device)
-        return net(ids, caches=caches[which])[0].float()  # (len(tokens), V)
-
-    def unseen(which):
-        return seq[starts[which] + caches[which][0].length :]
-
-    def move_window(which, to):
-        starts[which] = to
-        for c in caches[which]:
-            c.length = 0
 
     def dist(logits):
         return None if temperature == 0 else next_token_probs(logits, temperature=temperature, top_k=top_k, top_p=top_p)
 
-    def pick(logits, probs):
-        if probs is None:
-            return int(logits.argmax(-1))
-        return int(draw(probs, generator))
-
     new = 0
     while new < max_new_tokens:
         m = len(seq)  # the index this round predicts first
-        if new > 0 and (m - 1) - starts["model"] >= block:  # generate() would refill here
-            move_window("model", m - block // 2)
+        if new > 0 and (m - 1) - target.start >= target.block:  # generate() would refill here
+            target.move_to(m - target.block // 2)
         # proposals whose predictions would need a refill wait for the next round
-        k = min(draft_tokens, max_new_tokens - new - 1, block - (m - starts["model"]))
-        if m - starts["draft"] + k > draft_block:
-            move_window("draft", m - draft_block // 2)
+        k = min(draft_tokens, max_new_tokens - new - 1, target.block - (m - target.start))
+        if m - drafter.start + k > drafter.block:
+            drafter.move_to(m - drafter.block // 2)
         # 1. the draft proposes k tokens, each from its own distribution q_i
-        proposals, q = [], []
-        pending = unseen("draft")
+        proposals, q, pending = [], [], drafter.unseen()
         for _ in range(k):
-            logits = feed("draft", draft, pending)[-1]
+            logits = drafter.feed(pending)[-1]
             q.append(dist(logits))
-            proposals.append(pick(logits, q[-1]))
+            proposals.append(int(logits.argmax(-1)) if q[-1] is None else int(draw(q[-1], generator)))
             pending = [proposals[-1]]
-        # 2. the model scores them all at once: p_1..p_{k+1}
-        logits = feed("model", model, unseen("model") + proposals)[-(k + 1) :]
-        # 3. keep the longest acceptable prefix, then one token of the model's own
-        kept = 0
-        for i, x in enumerate(proposals):
-            p = dist(logits[i])
-            if p is None:
-                ok = int(logits[i].argmax()) == x
-            else:
-                u = torch.rand((), generator=generator, device=p.device)
-                ok = bool(u * q[i][x] <= p[x])  # accept with probability min(1, p(x)/q(x))
-            if not ok:
-                if p is None:
-                    last = int(logits[i].argmax())
-                else:
-                    residual = (p - q[i]).clamp(min=0)
-                    last = int(draw(residual, generator))
-                break
-            kept += 1
-        else:
-            last = pick(logits[k], dist(logits[k]))
-        accepted = proposals[:kept] + [last]
-        counts["proposed"] += k
-        counts["accepted"] += kept
-        counts["rounds"] += 1
-        # the caches forget what was not kept: a preallocated cache only moves its length back
-        for which in caches:
-            for c in caches[which]:
-                c.length = min(c.length, m - starts[which] + kept)
-        stop = False
-        for t in accepted[: max_new_tokens - new]:
+        # 2. the model scores them all at once: p_1..p_{k+1}; 3. it keeps a prefix and adds a token
+        kept, last = _verified(proposals, q, target.feed(target.unseen() + proposals)[-(k + 1) :], dist, generator)
+        counts.update(proposed=counts["proposed"] + k, accepted=counts["accepted"] + kept, rounds=counts["rounds"] + 1)
+        for window in (target, drafter):  # the caches forget what was not kept
+            window.forget_after(m + kept)
+        stopped = False
+        for t in (proposals[:kept] + [last])[: max_new_tokens - new]:
             seq.append(t)
             new += 1
-            if on_step is not None and on_step(torch.tensor([t], device=device)):
-                stop = True
+            stopped = on_step is not None and bool(on_step(torch.tensor([t], device=device)))
+            if stopped:
                 break
-        if stop:
+        if stopped:
             break
     if stats is not None:
         stats.update(counts)

@@ -425,48 +425,44 @@ async def _plain(send, status: int, text: str) -> None:
     await send({"type": "http.response.body", "body": data})
 
 
-def create_app(model, kind: str, *, slots: int = 8, port_ref: list | None = None):
-    """The ASGI application of ``attnlab serve`` for ``model`` (loaded by :func:`attnlab.load`),
-    its explorer of ``kind`` (text, image, cross); a GPT also generates, ``slots`` requests at a
-    time. ``port_ref``: [the port], for the Host check (filled in once listening)."""
-    try:
-        from starlette.applications import Starlette
-        from starlette.concurrency import run_in_threadpool
-        from starlette.responses import HTMLResponse, JSONResponse, PlainTextResponse, StreamingResponse
-        from starlette.routing import Route
-    except ImportError:
-        from .errors import OptionError
+class _Routes:
+    """The handlers of ``attnlab serve`` for one served model: the page, the explorer's views,
+    generation (ours and OpenAI's completions) and reloading the checkpoint."""
 
-        raise OptionError("attnlab serve runs on FastAPI and uvicorn: pip install 'attnlab[serve]'") from None
+    def __init__(self, model, kind: str, slots: int) -> None:
+        from starlette import concurrency, responses
 
-    Explore, Generate, Completion = _models()
-    port_ref = port_ref if port_ref is not None else [8000]
-    lock = threading.Lock()  # one computation on the model at a time: its hook points are its state
-    state: dict[str, Any] = {"model": model}
-    generates = callable(getattr(model, "generate", None)) and getattr(model, "tokenizer", None) is not None
-    worker = GenerationWorker(model, lock, slots) if generates else None
-    name = Path(model.checkpoint).name
+        self.http, self.in_thread = responses, concurrency.run_in_threadpool
+        self.model, self.kind, self.checkpoint = model, kind, model.checkpoint
+        self.name = Path(model.checkpoint).name
+        self.lock = threading.Lock()  # one computation on the model at a time: its hook points are its state
+        generates = callable(getattr(model, "generate", None)) and getattr(model, "tokenizer", None) is not None
+        self.worker = GenerationWorker(model, self.lock, slots) if generates else None
+        self.Explore, self.Generate, self.Completion = _models()
 
-    def error(e: RequestError, openai: bool = False):
-        if openai:
-            kind_ = "invalid_request_error" if e.status < 500 else "server_error"
-            return JSONResponse({"error": {"message": str(e), "type": kind_, "code": e.status}}, status_code=e.status)
-        return PlainTextResponse(f"error: {e}", status_code=e.status)
+    def html(self, text: str):
+        return self.http.HTMLResponse(
+            text, headers={"Content-Security-Policy": "default-src 'self' 'unsafe-inline' data: blob:"}
+        )
 
-    async def refused(request, e: RequestError):
-        return error(e, request.url.path.startswith("/v1/"))
+    async def refused(self, request, e: RequestError):
+        if request.url.path.startswith("/v1/"):  # OpenAI's error object
+            kind = "invalid_request_error" if e.status < 500 else "server_error"
+            body = {"error": {"message": str(e), "type": kind, "code": e.status}}
+            return self.http.JSONResponse(body, status_code=e.status)
+        return self.http.PlainTextResponse(f"error: {e}", status_code=e.status)
 
-    async def page(request):
-        what, fields = FIELDS[kind]
-        generate_form = "" if worker is None else GENERATE_FORM.format(slots=worker.slots)
-        html = FORM.format(name=name, what=what, fields=fields, kind=json.dumps(kind), generate=generate_form)
-        return HTMLResponse(html, headers={"Content-Security-Policy": "default-src 'self' 'unsafe-inline' data: blob:"})
+    async def page(self, request):
+        what, fields = FIELDS[self.kind]
+        generate_form = "" if self.worker is None else GENERATE_FORM.format(slots=self.worker.slots)
+        kind = json.dumps(self.kind)
+        return self.html(FORM.format(name=self.name, what=what, fields=fields, kind=kind, generate=generate_form))
 
-    async def explore(request):
+    async def explore(self, request):
         from .errors import one_line
 
-        body = parse_body(await request.body(), Explore)
-        allowed = set(INPUTS[kind])
+        body = parse_body(await request.body(), self.Explore)
+        allowed = set(INPUTS[self.kind])
         given = {k for k, v in body.model_dump().items() if v is not None}
         if given - allowed:
             raise RequestError(
@@ -482,42 +478,36 @@ def create_app(model, kind: str, *, slots: int = 8, port_ref: list | None = None
                         inputs["image"].write_bytes(base64.b64decode(body.image, validate=True))
                     except (ValueError, binascii.Error):
                         raise RequestError(400, "field 'image' is not base64") from None
-                with lock:
-                    return state["model"].explore(**inputs).html()
+                with self.lock:
+                    return self.model.explore(**inputs).html()
 
         try:
-            html = await run_in_threadpool(compute)
+            return self.html(await self.in_thread(compute))
         except RequestError:
             raise
         except Exception as e:  # noqa: BLE001 - a bad input is the user's to fix: say what, keep serving
             raise RequestError(400, one_line(e)) from None
-        return HTMLResponse(html, headers={"Content-Security-Policy": "default-src 'self' 'unsafe-inline' data: blob:"})
 
-    def need_worker():
-        if worker is None:
-            raise RequestError(404, f"not found: generation needs a GPT run, and {name} is not one")
-        return worker
+    def generator(self) -> GenerationWorker:
+        if self.worker is None:
+            raise RequestError(404, f"not found: generation needs a GPT run, and {self.name} is not one")
+        return self.worker
 
-    async def generate(request):
-        w = need_worker()
-        b = parse_body(await request.body(), Generate)
-        job = w.job(
-            b.prompt,
-            b.max_new_tokens,
-            stop=b.stop,
-            seed=b.seed,
-            temperature=b.temperature,
-            top_k=b.top_k or None,
-            top_p=b.top_p,
+    async def generate(self, request):
+        w = self.generator()
+        b = parse_body(await request.body(), self.Generate)
+        sampling = dict(seed=b.seed, temperature=b.temperature, top_k=b.top_k or None, top_p=b.top_p)
+        job = w.job(b.prompt, b.max_new_tokens, stop=b.stop, **sampling)
+        return self.http.JSONResponse(await self.in_thread(w.answer, job))
+
+    async def models(self, request):
+        return self.http.JSONResponse(
+            {"object": "list", "data": [{"id": self.name, "object": "model", "owned_by": "attnlab"}]}
         )
-        return JSONResponse(await run_in_threadpool(w.answer, job))
 
-    async def models(request):
-        return JSONResponse({"object": "list", "data": [{"id": name, "object": "model", "owned_by": "attnlab"}]})
-
-    async def completions(request):
-        w = need_worker()
-        b = parse_body(await request.body(), Completion)
+    async def completions(self, request):
+        w = self.generator()
+        b = parse_body(await request.body(), self.Completion)
         prompts = [b.prompt] if isinstance(b.prompt, str) else list(b.prompt)
         if not prompts:
             raise RequestError(400, "field 'prompt': give a string or a non-empty list of them")
@@ -526,39 +516,52 @@ def create_app(model, kind: str, *, slots: int = 8, port_ref: list | None = None
         sampling = dict(temperature=b.temperature, top_p=None if b.top_p >= 1 else b.top_p, top_k=None, seed=b.seed)
         ident, created = f"cmpl-{uuid.uuid4().hex[:24]}", int(time.time())
         if b.stream:
-            return StreamingResponse(
-                _completion_events(w, name, prompts[0], b, sampling, ident, created), media_type="text/event-stream"
-            )
+            events = _completion_events(w, self.name, prompts[0], b, sampling, ident, created)
+            return self.http.StreamingResponse(events, media_type="text/event-stream")
         jobs = [w.job(p, b.max_tokens, stop=b.stop, **sampling) for p in prompts]  # (all checked before any waits)
-        answers = [await run_in_threadpool(w.answer, j) for j in jobs]
-        return JSONResponse(_completion(name, ident, created, jobs, answers))
+        answers = [await self.in_thread(w.answer, j) for j in jobs]
+        return self.http.JSONResponse(_completion(self.name, ident, created, jobs, answers))
 
-    async def reload(request):
+    async def reload(self, request):
         """Read the checkpoint again (after training went on) and serve it from now on."""
         from .api import load
 
         def read():
-            fresh = load(model.checkpoint, device=str(state["model"].device))
-            with lock:
-                state["model"] = fresh
-            if worker is not None:
-                worker.replace_model(fresh)
-            return {"reloaded": str(model.checkpoint)}
+            fresh = load(self.checkpoint, device=str(self.model.device))
+            with self.lock:
+                self.model = fresh
+            if self.worker is not None:
+                self.worker.replace_model(fresh)
+            return {"reloaded": str(self.checkpoint)}
 
-        return JSONResponse(await run_in_threadpool(read))
+        return self.http.JSONResponse(await self.in_thread(read))
 
+
+def create_app(model, kind: str, *, slots: int = 8, port_ref: list | None = None):
+    """The ASGI application of ``attnlab serve`` for ``model`` (loaded by :func:`attnlab.load`),
+    its explorer of ``kind`` (text, image, cross); a GPT also generates, ``slots`` requests at a
+    time. ``port_ref``: [the port], for the Host check (filled in once listening)."""
+    try:
+        from starlette.applications import Starlette
+        from starlette.routing import Route
+    except ImportError:
+        from .errors import OptionError
+
+        raise OptionError("attnlab serve runs on FastAPI and uvicorn: pip install 'attnlab[serve]'") from None
+
+    r = _Routes(model, kind, slots)
     routes = [
-        Route("/", page, methods=["GET"]),
-        Route("/index.html", page, methods=["GET"]),
-        Route("/explore", explore, methods=["POST"]),
-        Route("/generate", generate, methods=["POST"]),
-        Route("/v1/models", models, methods=["GET"]),
-        Route("/v1/completions", completions, methods=["POST"]),
-        Route("/reload", reload, methods=["POST"]),
+        Route("/", r.page, methods=["GET"]),
+        Route("/index.html", r.page, methods=["GET"]),
+        Route("/explore", r.explore, methods=["POST"]),
+        Route("/generate", r.generate, methods=["POST"]),
+        Route("/v1/models", r.models, methods=["GET"]),
+        Route("/v1/completions", r.completions, methods=["POST"]),
+        Route("/reload", r.reload, methods=["POST"]),
     ]
-    app = Starlette(routes=routes, exception_handlers={RequestError: refused})
-    app.state.worker = worker
-    return Guard(app, port_ref)
+    app = Starlette(routes=routes, exception_handlers={RequestError: r.refused})
+    app.state.worker = r.worker
+    return Guard(app, port_ref if port_ref is not None else [8000])
 
 
 def _openai_reason(reason: str | None) -> str:

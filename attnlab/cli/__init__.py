@@ -15,14 +15,15 @@ import sys
 
 from .. import __version__
 from ..errors import AttnlabError, a, one_line
-from ..options import OptionSpecs
-from .parser import EPILOG, Parser, add_options, option_parser
+from ..options import Command, OptionSpecs
+from .parser import EPILOG, Parser, option_parser
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The ``attnlab`` parser: ``train FAMILY`` from the registry of recipes, the families' own
+    commands, then the commands every model shares (:func:`_commands`), each from its declaration."""
     from ..recipes import recipes
-    from ..recipes.base import explore_specs, patch_specs, predict_specs
-    from ..serve import serve_specs
+    from ..sae import eval_specs, features_specs, train_specs
 
     p = Parser(
         prog="attnlab",
@@ -32,195 +33,146 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--version", action="version", version=f"attnlab {__version__}")
     sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
     families = recipes()
-
-    train = sub.add_parser(
-        "train",
-        help=f"train a model ({', '.join(r.name for r in families)})",
-        description="Train a model with the shared trainer.",
-        epilog=EPILOG,
-    )
-    tsub = train.add_subparsers(dest="model", metavar="MODEL", parser_class=Parser)
-    for r in families:
-        t = option_parser(tsub, r.name, r.train_specs(), help=r.help, description=r.description)
-        t.set_defaults(func=lambda args, r=r: _train(r, args))
-
+    train = [
+        Command(r.name, r.help, r.description, r.train_specs(), lambda args, r=r: _train(r, args)) for r in families
+    ]
+    _group(sub, "train", "model", f"train a model ({', '.join(r.name for r in families)})", train,
+           description="Train a model with the shared trainer.")  # fmt: skip
     for r in families:
         for command in r.commands():
             if command.name not in sub.choices:  # a family built on another shares its commands
-                c = option_parser(
-                    sub, command.name, command.options, help=command.help, description=command.description
-                )
-                c.set_defaults(func=lambda args, command=command: command.run(args))
+                _command(sub, command)
+    for command in _commands(families):
+        if command.name == "inspect":  # (its description lists every family's inspections, a line each)
+            _command(sub, command, formatter_class=argparse.RawDescriptionHelpFormatter)
+        else:
+            _command(sub, command)
+    sae = [
+        Command("train", "train an SAE on one hook point", "Train a sparse autoencoder.", train_specs(), _sae_train),
+        Command("eval", "L0, explained variance, dead latents, loss recovered", None, eval_specs(), _sae_eval),
+        Command("features", "an offline HTML page of the SAE's features", None, features_specs(), _sae_features),
+    ]
+    _group(sub, "sae", "sae_command", "sparse autoencoders: train one on a hook point, evaluate it, draw its features",
+           sae, metavar="WHAT", description=SAE_DESCRIPTION)  # fmt: skip
+    from ..data.shards import prepare_specs
 
-    option_parser(
-        sub,
-        "predict",
-        predict_specs(),
-        help="classify images or texts with a trained classifier",
-        description="Image classifiers: the top-k classes of each image file. Text classifiers: "
-        "the label of each text, with the top-k probabilities.",
-    ).set_defaults(func=lambda args: _family(args.ckpt).predict(args))
+    prepare = Command("prepare", "stream a corpus into token shards", DATA_DESCRIPTION, prepare_specs(), _data_prepare)
+    _group(sub, "data", "data_command", "prepare a corpus larger than memory into token shards", [prepare],
+           metavar="WHAT", description=DATA_DESCRIPTION)  # fmt: skip
+    shells = OptionSpecs()
+    shells.add("shell", choices=["bash", "zsh", "fish"], help="the shell to complete in")
+    _command(sub, Command("completion", "print a shell completion script (bash, zsh or fish)", COMPLETION_DESCRIPTION,
+                          shells, _completion))  # fmt: skip
+    return p
 
-    option_parser(
-        sub,
-        "eval",
-        _eval_options(families, "run folder or checkpoint folder", "print the metrics as one JSON object"),
-        help="evaluate a trained model (loss/perplexity, accuracy, BLEU)",
-        description="Language models: loss, perplexity and bits per character/byte on the validation "
-        "split. Image classifiers: accuracy on the test split and a confusion-matrix PNG. "
-        "Seq2seq: perplexity and sacreBLEU on the test split.",
-    ).set_defaults(func=_evaluate)
 
-    ab = sub.add_parser(
-        "ablate",
-        help="how much a metric changes when heads, neurons or sublayers are silenced",
-        epilog=EPILOG,
-        description="Evaluates the model as `attnlab eval` does, then again with the --heads, --neurons and "
-        "--sublayers writing nothing (--how zero) or their mean over each batch (--how mean), and prints both and "
-        "the change. GPTs: loss and perplexity; image classifiers: accuracy. Give at least one of the three.",
-    )
+def _command(sub, command: Command, **kw) -> None:
+    """``command`` as a subcommand of ``sub``: its flags from its declared options."""
+    parser = option_parser(sub, command.name, command.options, help=command.help, description=command.description, **kw)
+    parser.set_defaults(func=command.run)
+
+
+def _group(sub, name: str, dest: str, help: str, commands: list[Command], metavar: str | None = None, **kw) -> None:
+    """A command ``name`` whose subcommands are ``commands`` (``attnlab train gpt``, ``attnlab sae eval``)."""
+    group = sub.add_parser(name, help=help, epilog=EPILOG, **kw)
+    inner = group.add_subparsers(dest=dest, metavar=metavar or dest.upper(), parser_class=Parser)
+    for command in commands:
+        _command(inner, command)
+
+
+SAE_DESCRIPTION = (
+    "A sparse autoencoder (ReLU with an L1 penalty, or top-k) trained on a GPT's activations at one hook point, "
+    "streamed from its run's text; evaluated by L0, explained variance, dead latents and the next-token loss with the "
+    "SAE spliced in (against the clean model and zero-ablation); its features as an offline HTML page (top activating "
+    "contexts, logit effects)."
+)
+DATA_DESCRIPTION = (
+    "Text files, folders, globs, compressed files (.gz, .bz2, .xz, .zst) or hf:NAME streamed, tokenised in batches "
+    "and written as fixed-size token shards with an index (token counts, document starts, SHA-256s); memory stays "
+    "bounded whatever the corpus's size, and a stopped preparation finishes where it stopped with the same bytes. "
+    "Train on the folder with attnlab train gpt --data DIR."
+)
+COMPLETION_DESCRIPTION = (
+    "Commands, options and option values completed with Tab. bash: 'eval \"$(attnlab completion bash)\"' in "
+    "~/.bashrc; zsh: the same with zsh in ~/.zshrc; fish: 'attnlab completion fish > "
+    "~/.config/fish/completions/attnlab.fish'."
+)
+
+
+def _commands(families) -> list[Command]:
+    """The commands every model shares, each with its declared options and its run."""
+    from ..bench import bench_specs
+    from ..experiments import CLAIMS, reproduce_specs
+    from ..recipes.base import explore_specs, patch_specs, predict_specs
+    from ..serve import serve_specs
+
     ablations = _eval_options(families, "run folder of a GPT or a ViT", "print both results and the change as JSON")
     ablations.add("--heads", default=None, help="attention heads: LAYER.HEAD, comma-separated (0.1,2.3)")
     ablations.add("--neurons", default=None, help="MLP neurons after the activation: LAYER.NEURON, comma-separated")
     ablations.add("--sublayers", default=None, help="whole sublayer outputs: LAYER.attn or LAYER.mlp, comma-separated")
     ablations.add("--how", choices=["zero", "mean"], default="zero", help="zero (default) or mean ablation")
-    add_options(ab, ablations)
-    ab.set_defaults(func=_ablate)
-
-    option_parser(
-        sub,
-        "patch",
-        patch_specs(),
-        help="activation patching: which layer and position (or head) carries an answer",
-        description="Run the corrupted input with one activation at a time taken from the clean run, and draw how "
-        "much of the clean preference for --answer (over --wrong) each restores: 1 = all of it, 0 = none. GPTs: "
-        "texts of the same token count and single-token answers; ViTs: two image files and class labels.",
-    ).set_defaults(func=_patch)
-
     inspections: dict[str, dict[str, list[str]]] = {}  # what -> its help -> the families that offer it so
     for r in families:
         for what, h in r.inspections.items():
             inspections.setdefault(what, {}).setdefault(h, []).append(r.name)
-    ins = sub.add_parser(
-        "inspect",
-        help="look inside a trained model (PNG + raw numbers)",
-        epilog=EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-        description="Each inspection writes a PNG and its numbers (.npz) beside it.\n\n"
-        + "\n".join(
-            f"{what} ({', '.join(names)}): {h}" for what, helps in inspections.items() for h, names in helps.items()
-        ),
-    )
-    ins.add_argument("what", choices=list(inspections), help="what to draw")
-    ins.add_argument("--ckpt", required=True, help="run folder")
-    ins.add_argument("--out", required=True, help="PNG file to write")
-    ins.add_argument("--data-dir", default=None, help="folder holding named datasets (default: $ATTNLAB_DATA)")
     inspects = OptionSpecs()
+    inspects.add("what", choices=list(inspections), help="what to draw")
+    inspects.add("--ckpt", required=True, help="run folder")
+    inspects.add("--out", required=True, help="PNG file to write")
+    inspects.add("--data-dir", default=None, help="folder holding named datasets (default: $ATTNLAB_DATA)")
     for r in families:
         r.add_inspect_arguments(inspects)
-    add_options(ins, inspects)
-    ins.set_defaults(func=_inspect)
-
-    option_parser(
-        sub,
-        "explore",
-        explore_specs(),
-        help="write an offline HTML page to explore a model's attention",
-        description="One self-contained HTML file (no network, no server): GPT and text encoders "
-        "(--text): head view, model view, next-token distribution; ViT (--image): click a patch, "
-        "class-token attention, rollout, attention distance; seq2seq (--src [--tgt]): "
-        "cross-attention per layer and head. Every view shows its values and saves PNG and JSON.",
-    ).set_defaults(func=_explore)
-
-    option_parser(
-        sub,
-        "serve",
-        serve_specs(),
-        help="serve the explorer locally, with an input box",
-        description="The explorer page of `attnlab explore`, served on this machine: type a text "
-        "(GPT, text encoder), upload an image (ViT) or a sentence (seq2seq) and the views are "
-        "recomputed. A GPT run also generates text (the page's second box, or POST /generate with "
-        'JSON {"prompt": ..., "max_new_tokens": ..., "temperature": ...}), batching the requests that '
-        "arrive together. Bound to 127.0.0.1; requests from other origins are refused.",
-    ).set_defaults(func=_serve)
-
-    from ..experiments import CLAIMS, reproduce_specs
-
-    option_parser(
-        sub,
-        "reproduce",
-        reproduce_specs(),
-        help="check the lectures' claims on real runs; write a report",
-        description="Each claim: the lecture's statement, what was run on which data, the figure or table, "
-        "the measured numbers, a stated criterion and a must-fail control run beside it; PASS (the control "
-        "fails the criterion), FAIL, INCONCLUSIVE (the control clears it too, or seed noise straddles it) or "
-        "SKIPPED (its data is absent), in OUT/report.md with its PNGs. Claims: " + ", ".join(CLAIMS),
-    ).set_defaults(func=_reproduce)
-
-    from ..bench import bench_specs
-
-    option_parser(
-        sub,
-        "bench",
-        bench_specs(),
-        help="benchmark attnlab against its peers and this machine's peak",
-        description="Attention, GPT training and generation, ViT and encoder-decoder training steps, "
-        "each against a peer (HuggingFace, torch.nn) measured in the same run, with model FLOPs "
-        "utilisation against the matmul peak measured at the start. Runs on CUDA when present.",
-    ).set_defaults(func=_bench)
-
-    sae = sub.add_parser(
-        "sae",
-        help="sparse autoencoders: train one on a hook point, evaluate it, draw its features",
-        epilog=EPILOG,
-        description="A sparse autoencoder (ReLU with an L1 penalty, or top-k) trained on a GPT's activations "
-        "at one hook point, streamed from its run's text; evaluated by L0, explained variance, dead latents "
-        "and the next-token loss with the SAE spliced in (against the clean model and zero-ablation); its "
-        "features as an offline HTML page (top activating contexts, logit effects).",
-    )
-    sae_sub = sae.add_subparsers(dest="sae_command", metavar="WHAT", parser_class=Parser)
-    from ..sae import eval_specs, features_specs, train_specs
-
-    st = train_specs()
-    c = option_parser(
-        sae_sub, "train", st, help="train an SAE on one hook point", description="Train a sparse autoencoder."
-    )
-    c.set_defaults(func=_sae_train)
-    se = eval_specs()
-    c = option_parser(sae_sub, "eval", se, help="L0, explained variance, dead latents, loss recovered")
-    c.set_defaults(func=_sae_eval)
-    sf = features_specs()
-    c = option_parser(sae_sub, "features", sf, help="an offline HTML page of the SAE's features")
-    c.set_defaults(func=_sae_features)
-
-    from ..data.shards import prepare_specs
-
-    data = sub.add_parser(
-        "data",
-        help="prepare a corpus larger than memory into token shards",
-        epilog=EPILOG,
-        description="Text files, folders, globs, compressed files (.gz, .bz2, .xz, .zst) or hf:NAME streamed, "
-        "tokenised in batches and written as fixed-size token shards with an index (token counts, document "
-        "starts, SHA-256s); memory stays bounded whatever the corpus's size, and a stopped preparation "
-        "finishes where it stopped with the same bytes. Train on the folder with attnlab train gpt --data DIR.",
-    )
-    data_sub = data.add_subparsers(dest="data_command", metavar="WHAT", parser_class=Parser)
-    c = option_parser(
-        data_sub, "prepare", prepare_specs(), help="stream a corpus into token shards", description=data.description
-    )
-    c.set_defaults(func=_data_prepare)
-
-    co = sub.add_parser(
-        "completion",
-        help="print a shell completion script (bash, zsh or fish)",
-        epilog=EPILOG,
-        description="Commands, options and option values completed with Tab. bash: "
-        "'eval \"$(attnlab completion bash)\"' in ~/.bashrc; zsh: the same with zsh in ~/.zshrc; fish: "
-        "'attnlab completion fish > ~/.config/fish/completions/attnlab.fish'.",
-    )
-    co.add_argument("shell", choices=["bash", "zsh", "fish"], help="the shell to complete in")
-    co.set_defaults(func=_completion)
-    return p
+    return [
+        Command("predict", "classify images or texts with a trained classifier",
+                "Image classifiers: the top-k classes of each image file. Text classifiers: the label of each text, "
+                "with the top-k probabilities.",
+                predict_specs(), lambda args: _family(args.ckpt).predict(args)),
+        Command("eval", "evaluate a trained model (loss/perplexity, accuracy, BLEU)",
+                "Language models: loss, perplexity and bits per character/byte on the validation split. Image "
+                "classifiers: accuracy on the test split and a confusion-matrix PNG. Seq2seq: perplexity and "
+                "sacreBLEU on the test split.",
+                _eval_options(families, "run folder or checkpoint folder", "print the metrics as one JSON object"),
+                _evaluate),
+        Command("ablate", "how much a metric changes when heads, neurons or sublayers are silenced",
+                "Evaluates the model as `attnlab eval` does, then again with the --heads, --neurons and --sublayers "
+                "writing nothing (--how zero) or their mean over each batch (--how mean), and prints both and the "
+                "change. GPTs: loss and perplexity; image classifiers: accuracy. Give at least one of the three.",
+                ablations, _ablate),
+        Command("patch", "activation patching: which layer and position (or head) carries an answer",
+                "Run the corrupted input with one activation at a time taken from the clean run, and draw how much of "
+                "the clean preference for --answer (over --wrong) each restores: 1 = all of it, 0 = none. GPTs: texts "
+                "of the same token count and single-token answers; ViTs: two image files and class labels.",
+                patch_specs(), _patch),
+        Command("inspect", "look inside a trained model (PNG + raw numbers)",
+                "Each inspection writes a PNG and its numbers (.npz) beside it.\n\n" + "\n".join(
+                    f"{what} ({', '.join(names)}): {h}" for what, helps in inspections.items()
+                    for h, names in helps.items()),
+                inspects, _inspect),
+        Command("explore", "write an offline HTML page to explore a model's attention",
+                "One self-contained HTML file (no network, no server): GPT and text encoders (--text): head view, "
+                "model view, next-token distribution; ViT (--image): click a patch, class-token attention, rollout, "
+                "attention distance; seq2seq (--src [--tgt]): cross-attention per layer and head. Every view shows "
+                "its values and saves PNG and JSON.",
+                explore_specs(), _explore),
+        Command("serve", "serve the explorer locally, with an input box",
+                "The explorer page of `attnlab explore`, served on this machine: type a text (GPT, text encoder), "
+                "upload an image (ViT) or a sentence (seq2seq) and the views are recomputed. A GPT run also "
+                "generates text (the page's second box, or POST /generate with JSON {\"prompt\": ..., "
+                "\"max_new_tokens\": ..., \"temperature\": ...}), batching the requests that arrive together. Bound "
+                "to 127.0.0.1; requests from other origins are refused.",
+                serve_specs(), _serve),
+        Command("reproduce", "check the lectures' claims on real runs; write a report",
+                "Each claim: the lecture's statement, what was run on which data, the figure or table, the measured "
+                "numbers, a stated criterion and a must-fail control run beside it; PASS (the control fails the "
+                "criterion), FAIL, INCONCLUSIVE (the control clears it too, or seed noise straddles it) or SKIPPED "
+                "(its data is absent), in OUT/report.md with its PNGs. Claims: " + ", ".join(CLAIMS),
+                reproduce_specs(), _reproduce),
+        Command("bench", "benchmark attnlab against its peers and this machine's peak",
+                "Attention, GPT training and generation, ViT and encoder-decoder training steps, each against a peer "
+                "(HuggingFace, torch.nn) measured in the same run, with model FLOPs utilisation against the matmul "
+                "peak measured at the start. Runs on CUDA when present.",
+                bench_specs(), _bench),
+    ]  # fmt: skip
 
 
 def _eval_options(families, ckpt_help: str, json_help: str) -> OptionSpecs:

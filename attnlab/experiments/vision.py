@@ -4,6 +4,8 @@ representations."""
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import torch
 import torch.nn.functional as F
@@ -642,12 +644,10 @@ def cls_gap(ctx: Context) -> Result:
     why="0.02 of accuracy: above the test-set sampling error; the shrinking lead and the pretraining gain: intervals above 0.",
 )
 def data_hunger(ctx: Context) -> Result:
-    from ..data.images import ImageSplits
-    from ..models import CNN, CNNConfig, ViT
+    from ..models import ViT
 
     splits, steps = digits(ctx)
     fractions = {"tiny": (0.1, 1.0), "quick": (0.1, 1.0), "full": (0.05, 0.1, 0.3, 1.0)}[ctx.size]
-    vit_config = digits_vit_config(splits)
     mnist = mnist_as_digits(ctx)
     if mnist is None:  # the pretraining half of the statement needs MNIST: never judged on half the claim
         return skipped(
@@ -667,69 +667,12 @@ def data_hunger(ctx: Context) -> Result:
                 ctx, pretrained[seed], pretrain, steps, f"hunger_rotations_s{seed}", seed=seed, like="digits"
             )
         )
-    step = 1 / len(splits.test[1])  # an accuracy moves in steps of one test image
-    acc: dict[tuple[str, float], list[float]] = {}
-    run_names: dict[tuple[str, float], list[str]] = {}  # the run names, whose learning curves ctx.cache["curves"] keeps
-    sizes = []
-    for frac in fractions:
-        n = max(20, round(len(splits.train[0]) * frac))
-        sizes.append(n)
-        part = ImageSplits(
-            splits.name, (splits.train[0][:n], splits.train[1][:n]), splits.val, splits.test, splits.labels
-        )
-        for seed in seeds:
-            if frac == 1.0:  # all of the training set: the ViT the other image claims use
-                vit_run = digits_vit_run(ctx, seed=seed)
-                vit_acc = digits_vit(ctx, seed=seed)[1]
-            else:
-                torch.manual_seed(seed)
-                vit_run = f"hunger_vit_{n}_s{seed}"
-                vit_acc = train_image_classifier(ctx, ViT(vit_config), part, steps, vit_run, seed=seed)
-            torch.manual_seed(seed)
-            resnet = CNN(
-                CNNConfig(
-                    num_classes=10, in_chans=1, labels=splits.labels, image_size=8, widths=(16, 32, 64), arch="resnet"
-                )
-            )
-            resnet_acc = train_image_classifier(
-                ctx, resnet, part, steps, f"hunger_resnet_{n}_s{seed}", seed=seed, **as_the_digits_vit()
-            )
-            torch.manual_seed(seed)
-            tuned = ViT(vit_config)  # (its 10-class head fresh, the rest the pretrained body)
-            tuned.load_state_dict(
-                {k: v for k, v in pretrained[seed].state_dict().items() if not k.startswith("head.")}, strict=False
-            )
-            tuned_acc = train_image_classifier(
-                ctx, tuned, part, steps, f"hunger_rotations_tuned_{n}_s{seed}", seed=seed
-            )
-            for kind, value, run in (
-                ("vit", vit_acc, vit_run),
-                ("resnet", resnet_acc, f"hunger_resnet_{n}_s{seed}"),
-                ("pretrained", tuned_acc, f"hunger_rotations_tuned_{n}_s{seed}"),
-            ):
-                acc.setdefault((kind, frac), []).append(value)
-                run_names.setdefault((kind, frac), []).append(run)
+    sizes, acc, run_names = _data_hunger_runs(ctx, splits, steps, fractions, pretrained)
     a = {key: np.array(v) for key, v in acc.items()}
     small, large = fractions[0], fractions[-1]
     lead = {f: a["resnet", f] - a["vit", f] for f in fractions}  # per seed
-
-    def judged(at: dict, items: dict | None = None) -> tuple:
-        """Each part of the statement on paired differences over seeds (``at``: accuracies per seed),
-        with ``items`` (each key's (seeds, N) right-or-wrong per test item) over the test items too."""
-
-        def on(combine):  # a part's differences: per seed, and (seeds, N) per test item when given
-            return combine(at), (combine(items) if items is not None else None)
-
-        lead_small = lambda v: v["resnet", small] - v["vit", small]  # noqa: E731
-        lead_large = lambda v: v["resnet", large] - v["vit", large]  # noqa: E731
-        d, i = on(lambda v: lead_small(v) - 0.02)
-        leads = better_verdict(d, f"ResNet − ViT − 0.02 with {sizes[0]} images", resolution=step, items=i)
-        d, i = on(lambda v: lead_small(v) - lead_large(v))
-        shrinks = better_verdict(d, f"lead with {sizes[0]} − lead with {sizes[-1]}", resolution=step, items=i)
-        d, i = on(lambda v: v["pretrained", small] - v["resnet", small] + 0.01)
-        closes = better_verdict(d, f"pretrained ViT − ResNet + 0.01 with {sizes[0]} images", resolution=step, items=i)
-        return leads, shrinks, closes
-
+    step = 1 / len(splits.test[1])  # an accuracy moves in steps of one test image
+    judged = functools.partial(_data_hunger_parts, sizes=sizes, small=small, large=large, step=step)
     right = {key: correct_items(ctx, names) for key, names in run_names.items()}
     parts = judged(a, right)
     passed, verdict = parts_verdict(parts)
@@ -739,19 +682,7 @@ def data_hunger(ctx: Context) -> Result:
         a["vit", small] - a["resnet", small] + 0.01, f"ViT from scratch − ResNet + 0.01 with {sizes[0]} images",
         resolution=step, items=right["vit", small] - right["resnet", small] + 0.01,
     )  # fmt: skip
-    fig, (ax, right) = plt.subplots(1, 2, figsize=(9, 3.2), dpi=100, layout="constrained")
-    for kind, label in (("vit", "ViT from scratch"), ("resnet", "ResNet"), ("pretrained", "ViT pretrained on MNIST")):
-        ax.plot(sizes, [a[kind, f].mean() for f in fractions], "o-", label=label)
-        for n, f in zip(sizes, fractions):  # every seed, when there are several
-            ax.plot([n] * len(a[kind, f]), a[kind, f], ".", color=ax.lines[-1].get_color(), ms=3)
-    ax.set_xscale("log")
-    ax.set_xlabel("training images")
-    ax.set_ylabel("test accuracy")
-    ax.legend(fontsize=8)
-    labels = {"vit": "ViT from scratch", "resnet": "ResNet", "pretrained": "ViT pretrained, fine-tuned"}
-    curve_panel(right, {labels[kind]: cs for (kind, f), cs in curves.items() if f == small})
-    right.set_title(f"with {sizes[0]} training images, along each run", fontsize=8)
-    save_figure(fig, ctx.out / "data_hunger.png")
+    _data_hunger_figure(a, curves, sizes, fractions, ctx.out / "data_hunger.png")
     rows = [
         [n, a["vit", f].mean(), a["resnet", f].mean(), lead[f].mean(), a["pretrained", f].mean()]
         for n, f in zip(sizes, fractions)
@@ -784,6 +715,91 @@ def data_hunger(ctx: Context) -> Result:
         "the from-scratch ViT's training on the digits (its steps and learning rate: only the initial weights differ). The verdict along the runs "
         f"(each at that fraction of its own steps): {along}" + seeds_note(ctx),
     )
+
+
+def _data_hunger_runs(ctx: Context, splits, steps: int, fractions, pretrained: dict) -> tuple[list, dict, dict]:
+    """Per fraction of the digits' training split and per seed: a ViT from scratch, a ResNet and the
+    seed's ``pretrained`` ViT body with a fresh head, trained alike. Returns (the training-set
+    sizes, {(kind, fraction): test accuracy per seed}, {(kind, fraction): run name per seed})."""
+    from ..data.images import ImageSplits
+    from ..models import CNN, CNNConfig, ViT
+
+    vit_config = digits_vit_config(splits)
+    acc: dict[tuple[str, float], list[float]] = {}
+    run_names: dict[tuple[str, float], list[str]] = {}  # the run names, whose learning curves ctx.cache["curves"] keeps
+    sizes = []
+    for frac in fractions:
+        n = max(20, round(len(splits.train[0]) * frac))
+        sizes.append(n)
+        part = ImageSplits(
+            splits.name, (splits.train[0][:n], splits.train[1][:n]), splits.val, splits.test, splits.labels
+        )
+        for seed in seeds_for(ctx):
+            if frac == 1.0:  # all of the training set: the ViT the other image claims use
+                vit_run = digits_vit_run(ctx, seed=seed)
+                vit_acc = digits_vit(ctx, seed=seed)[1]
+            else:
+                torch.manual_seed(seed)
+                vit_run = f"hunger_vit_{n}_s{seed}"
+                vit_acc = train_image_classifier(ctx, ViT(vit_config), part, steps, vit_run, seed=seed)
+            torch.manual_seed(seed)
+            resnet = CNN(
+                CNNConfig(
+                    num_classes=10, in_chans=1, labels=splits.labels, image_size=8, widths=(16, 32, 64), arch="resnet"
+                )
+            )
+            resnet_run, tuned_run = f"hunger_resnet_{n}_s{seed}", f"hunger_rotations_tuned_{n}_s{seed}"
+            resnet_acc = train_image_classifier(ctx, resnet, part, steps, resnet_run, seed=seed, **as_the_digits_vit())
+            torch.manual_seed(seed)
+            tuned = ViT(vit_config)  # (its 10-class head fresh, the rest the pretrained body)
+            tuned.load_state_dict(
+                {k: v for k, v in pretrained[seed].state_dict().items() if not k.startswith("head.")}, strict=False
+            )
+            tuned_acc = train_image_classifier(ctx, tuned, part, steps, tuned_run, seed=seed)
+            for kind, value, run in (
+                ("vit", vit_acc, vit_run),
+                ("resnet", resnet_acc, resnet_run),
+                ("pretrained", tuned_acc, tuned_run),
+            ):
+                acc.setdefault((kind, frac), []).append(value)
+                run_names.setdefault((kind, frac), []).append(run)
+    return sizes, acc, run_names
+
+
+def _data_hunger_parts(at: dict, items: dict | None = None, *, sizes, small, large, step) -> tuple:
+    """Each part of the data-hunger statement on paired differences over seeds (``at``: accuracies
+    per seed), with ``items`` (each key's (seeds, N) right-or-wrong per test item) over the test items too."""
+
+    def on(combine):  # a part's differences: per seed, and (seeds, N) per test item when given
+        return combine(at), (combine(items) if items is not None else None)
+
+    lead_small = lambda v: v["resnet", small] - v["vit", small]  # noqa: E731
+    lead_large = lambda v: v["resnet", large] - v["vit", large]  # noqa: E731
+    d, i = on(lambda v: lead_small(v) - 0.02)
+    leads = better_verdict(d, f"ResNet − ViT − 0.02 with {sizes[0]} images", resolution=step, items=i)
+    d, i = on(lambda v: lead_small(v) - lead_large(v))
+    shrinks = better_verdict(d, f"lead with {sizes[0]} − lead with {sizes[-1]}", resolution=step, items=i)
+    d, i = on(lambda v: v["pretrained", small] - v["resnet", small] + 0.01)
+    closes = better_verdict(d, f"pretrained ViT − ResNet + 0.01 with {sizes[0]} images", resolution=step, items=i)
+    return leads, shrinks, closes
+
+
+def _data_hunger_figure(a: dict, curves: dict, sizes: list, fractions, path) -> None:
+    """Test accuracy against the training set's size (every seed a dot), and the learning curves
+    at the smallest size."""
+    fig, (ax, right) = plt.subplots(1, 2, figsize=(9, 3.2), dpi=100, layout="constrained")
+    for kind, label in (("vit", "ViT from scratch"), ("resnet", "ResNet"), ("pretrained", "ViT pretrained on MNIST")):
+        ax.plot(sizes, [a[kind, f].mean() for f in fractions], "o-", label=label)
+        for n, f in zip(sizes, fractions):  # every seed, when there are several
+            ax.plot([n] * len(a[kind, f]), a[kind, f], ".", color=ax.lines[-1].get_color(), ms=3)
+    ax.set_xscale("log")
+    ax.set_xlabel("training images")
+    ax.set_ylabel("test accuracy")
+    ax.legend(fontsize=8)
+    labels = {"vit": "ViT from scratch", "resnet": "ResNet", "pretrained": "ViT pretrained, fine-tuned"}
+    curve_panel(right, {labels[kind]: cs for (kind, f), cs in curves.items() if f == fractions[0]})
+    right.set_title(f"with {sizes[0]} training images, along each run", fontsize=8)
+    save_figure(fig, path)
 
 
 @claim(

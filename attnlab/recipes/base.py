@@ -684,37 +684,16 @@ def train(recipe: Recipe, args) -> TrainResult:
         recipe.check_new(args, model_over)
     saved = run_config(out, args.resume, tuple(recipe.models))
     if saved:
-        saved_cfg = recipe.models[saved["model_type"]].config_class.from_dict(saved["model"])
-        refuse_model_changes(out, saved_cfg, model_over, recipe.run_options(args, saved))
-        given_data = getattr(args, "data", None)
-        data_now = fingerprint(given_data if given_data is not None else saved.get("data_spec"))
-        if "data_fingerprint" in saved:  # (runs written before fingerprints are not checked)
-            if saved["data_fingerprint"] is None and given_data is not None:
-                raise CheckpointError(
-                    f"--resume {out}: it trained on the family's default data, not --data {given_data}; drop --data "
-                    "to resume it, or start a new run in another --out"
-                )
-            check_same_data(out, saved["data_fingerprint"], data_now)
-        asked_iters = given(args, args.train_fields).get("max_iters")
-        if asked_iters is not None and asked_iters < saved.get("step", 0):  # (it would exit 0 having done nothing)
-            raise OptionError(
-                f"--max-iters {asked_iters}: the run in {out} is at step {saved['step']} already; give --max-iters "
-                f"above {saved['step']} to train it further (sample or eval use it as it is)"
-            )
+        check_resumable(recipe, args, saved, model_over)
         tcfg = train_config(args, saved)
-    if (
-        recipe.default_seconds
-        and not saved
-        and getattr(args, "data", None) is None
-        and not model_over
-        and not given(args, args.train_fields)
-    ):
-        secs = recipe.default_seconds
-        expect = f"{secs} seconds" if secs < 120 else f"{secs / 60:.1f} minutes"
-        print(
-            f"the embedded default run: expect about {expect} on 2 CPU cores (measured on a 2-core AMD EPYC)",
-            file=sys.stderr,
-        )
+    elif recipe.default_seconds and getattr(args, "data", None) is None and not model_over:
+        if not given(args, args.train_fields):
+            secs = recipe.default_seconds
+            expect = f"{secs} seconds" if secs < 120 else f"{secs / 60:.1f} minutes"
+            print(
+                f"the embedded default run: expect about {expect} on 2 CPU cores (measured on a 2-core AMD EPYC)",
+                file=sys.stderr,
+            )
     asked = given(args, args.train_fields).get("target")  # (a family's default target is for the data it suits)
     if asked is not None and asked > 1 and not recipe.target_is_loss:
         raise OptionError(f"--target must be in [0, 1] for a {recipe.name} run (a fraction: accuracy, exact match)")
@@ -757,6 +736,29 @@ def train(recipe: Recipe, args) -> TrainResult:
         finished=finished,
     )
     return TrainResult(trainer.model, trainer, run, result["step"], result["best_val"])
+
+
+def check_resumable(recipe: Recipe, args, saved: dict, model_over: dict) -> None:
+    """Refuse to resume the run ``saved`` (its config.json) with other model or data options, other
+    data, or a --max-iters it has already passed."""
+    out = Path(args.out)
+    saved_cfg = recipe.models[saved["model_type"]].config_class.from_dict(saved["model"])
+    refuse_model_changes(out, saved_cfg, model_over, recipe.run_options(args, saved))
+    given_data = getattr(args, "data", None)
+    data_now = fingerprint(given_data if given_data is not None else saved.get("data_spec"))
+    if "data_fingerprint" in saved:  # (runs written before fingerprints are not checked)
+        if saved["data_fingerprint"] is None and given_data is not None:
+            raise CheckpointError(
+                f"--resume {out}: it trained on the family's default data, not --data {given_data}; drop --data "
+                "to resume it, or start a new run in another --out"
+            )
+        check_same_data(out, saved["data_fingerprint"], data_now)
+    asked_iters = given(args, args.train_fields).get("max_iters")
+    if asked_iters is not None and asked_iters < saved.get("step", 0):  # (it would exit 0 having done nothing)
+        raise OptionError(
+            f"--max-iters {asked_iters}: the run in {out} is at step {saved['step']} already; give --max-iters "
+            f"above {saved['step']} to train it further (sample or eval use it as it is)"
+        )
 
 
 def fit_model(model, task, tcfg, out, *, meta=None, callbacks=None, started=None, finished=None) -> tuple[Any, dict]:

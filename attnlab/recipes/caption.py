@@ -384,10 +384,6 @@ def evaluate_captioner(
     import sacrebleu
 
     from ..data.captions import load_captions
-    from ..data.images import normalize
-    from ..data.parallel import pad_batch
-    from ..inspect.analysis import pointing_chance, pointing_hit
-    from ..losses import cross_entropy
 
     model, vocab, meta, dev = load_captioner(ckpt, device, loaded)
     spec = data or meta.get("data_spec")
@@ -405,28 +401,18 @@ def evaluate_captioner(
     norm_refs = [[" ".join(vocab.tokenizer.tokens(r)) for r in rs] for rs in refs]  # as the model writes them
     streams = [[rs[k] if k < len(rs) else None for rs in norm_refs] for k in range(max(map(len, norm_refs)))]
     bleus = [sacrebleu.BLEU(max_ngram_order=n) for n in (1, 2, 3, 4)]
-    scores = [b.corpus_score(hyps, streams).score for b in bleus]
     exact = [h in rs for h, rs in zip(hyps, norm_refs)]
-    total, count = 0.0, 0
-    with torch.no_grad():  # word perplexity under teacher forcing, over every reference
-        for i in range(0, len(images), batch_size):
-            pairs = [(j, e) for j in range(i, min(i + batch_size, len(images))) for e in ds.encoded[split][j]]
-            x = normalize(images[[j for j, _ in pairs]], meta["mean"], meta["std"]).to(dev)
-            c = model.config
-            tin, _ = pad_batch([[c.bos_id] + e[: c.context - 1] for _, e in pairs], c.pad_id)
-            tout, _ = pad_batch([e[: c.context - 1] + [c.eos_id] for _, e in pairs], c.pad_id)
-            total += cross_entropy(model(x, tin.to(dev)), tout.to(dev), ignore_index=c.pad_id, reduction="sum").item()
-            count += int((tout != c.pad_id).sum())
+    loss = _teacher_forced_loss(model, images, ds.encoded[split], meta, dev, batch_size)
     res = {
         "data": ds.name,
         "split": split,
         "images": len(hyps),
         "beam": beam,
-        "bleu": scores,
+        "bleu": [b.corpus_score(hyps, streams).score for b in bleus],
         "bleu_signature": str(bleus[3].get_signature()),
         "exact": sum(exact) / len(exact),
-        "loss": total / count,
-        "perplexity": math.exp(total / count),
+        "loss": loss,
+        "perplexity": math.exp(loss),
         "examples": list(zip(hyps[:5], refs[:5])),
     }
     objects = (ds.objects.get(split) or [])[: len(images)]
@@ -434,48 +420,80 @@ def evaluate_captioner(
         by_count = {}
         for k in sorted({len(o) for o in objects}):
             sel = [i for i, o in enumerate(objects) if len(o) == k]
-            sub_streams = [[s[i] for i in sel] for s in streams]
             by_count[k] = {
                 "images": len(sel),
                 "exact": sum(exact[i] for i in sel) / len(sel),
-                "bleu4": bleus[3].corpus_score([hyps[i] for i in sel], sub_streams).score,
+                "bleu4": bleus[3].corpus_score([hyps[i] for i in sel], [[s[i] for i in sel] for s in streams]).score,
             }
         res["by_objects"] = by_count
         res["pointing"], res["pointing_by_word"], res["pointing_objects"] = None, None, 0
         res["pointing_chance_by_word"] = None
         res["pointing_random_object_by_word"] = res["pointing_leads_by_word"] = None
         if model.config.arch != "rnn":
-            hits: dict[str, list[bool]] = {"size": [], "colour": [], "shape": []}
-            chance: dict[str, list[float]] = {"size": [], "colour": [], "shape": []}
-            # a pointer that picks one of the scene's objects at random: right with 1 / (its objects)
-            random_object: dict[str, list[float]] = {"size": [], "colour": [], "shape": []}
-            for i in range(0, len(images), batch_size):
-                att, _ = word_attention(model, images[i : i + batch_size], meta, ids[i : i + batch_size])
-                for j, cap in enumerate(ids[i : i + batch_size]):
-                    for kind, step, obj in object_words(vocab, cap, objects[i + j]):
-                        grid = att[j][step]
-                        hits[kind].append(pointing_hit(grid, obj.box, model.config.image_size))
-                        chance[kind].append(pointing_chance(tuple(grid.shape), obj.box, model.config.image_size))
-                        random_object[kind].append(1 / len(objects[i + j]))
-            if hits["shape"]:
-                every = hits["size"] + hits["colour"] + hits["shape"]
-                res["pointing"] = sum(every) / len(every)  # over every word that names an object
-                res["pointing_by_word"] = {k: sum(v) / len(v) for k, v in hits.items()}
-                # a random cell's hit rate on the same words: what the pointing is measured against
-                res["pointing_chance_by_word"] = {k: sum(v) / len(v) for k, v in chance.items() if v}
-                res["pointing_random_object_by_word"] = {k: sum(v) / len(v) for k, v in random_object.items() if v}
-                # per word, the pointing's lead over the random-object pointer and the random cell's (for
-                # intervals over the words: reproduce's alignment claim)
-                res["pointing_leads_by_word"] = {
-                    k: {
-                        "attention": [float(h) - r for h, r in zip(hits[k], random_object[k])],
-                        "random_cell": [c - r for c, r in zip(chance[k], random_object[k])],
-                    }
-                    for k in hits
-                    if hits[k]
-                }
-                res["pointing_objects"] = len(hits["shape"])
+            res.update(_pointing_game(model, vocab, images, ids, objects, meta, batch_size))
     return res
+
+
+def _teacher_forced_loss(model, images, encoded, meta: dict, dev, batch_size: int) -> float:
+    """The mean cross-entropy per word under teacher forcing, over every reference caption of
+    every image (``encoded``: each image's references as token ids)."""
+    from ..data.images import normalize
+    from ..data.parallel import pad_batch
+    from ..losses import cross_entropy
+
+    c = model.config
+    total, count = 0.0, 0
+    with torch.no_grad():
+        for i in range(0, len(images), batch_size):
+            pairs = [(j, e) for j in range(i, min(i + batch_size, len(images))) for e in encoded[j]]
+            x = normalize(images[[j for j, _ in pairs]], meta["mean"], meta["std"]).to(dev)
+            tin, _ = pad_batch([[c.bos_id] + e[: c.context - 1] for _, e in pairs], c.pad_id)
+            tout, _ = pad_batch([e[: c.context - 1] + [c.eos_id] for _, e in pairs], c.pad_id)
+            total += cross_entropy(model(x, tin.to(dev)), tout.to(dev), ignore_index=c.pad_id, reduction="sum").item()
+            count += int((tout != c.pad_id).sum())
+    return total / count
+
+
+def _pointing_game(model, vocab, images, ids, objects, meta: dict, batch_size: int) -> dict:
+    """The pointing game on scenes: for every word of a caption that names an object (its size,
+    colour, shape), whether the attention's peak while writing it falls in that object's box;
+    against a random cell's and a random object's hit rates on the same words."""
+    from ..inspect.analysis import pointing_chance, pointing_hit
+
+    size = model.config.image_size
+    hits: dict[str, list[bool]] = {"size": [], "colour": [], "shape": []}
+    chance: dict[str, list[float]] = {k: [] for k in hits}
+    random_object: dict[str, list[float]] = {k: [] for k in hits}  # one of the scene's objects at random
+    for i in range(0, len(images), batch_size):
+        att, _ = word_attention(model, images[i : i + batch_size], meta, ids[i : i + batch_size])
+        for j, cap in enumerate(ids[i : i + batch_size]):
+            for kind, step, obj in object_words(vocab, cap, objects[i + j]):
+                grid = att[j][step]
+                hits[kind].append(pointing_hit(grid, obj.box, size))
+                chance[kind].append(pointing_chance(tuple(grid.shape), obj.box, size))
+                random_object[kind].append(1 / len(objects[i + j]))
+    if not hits["shape"]:
+        return {}
+    mean = lambda v: sum(v) / len(v)  # noqa: E731
+    every = hits["size"] + hits["colour"] + hits["shape"]
+    return {
+        "pointing": mean(every),  # over every word that names an object
+        "pointing_by_word": {k: mean(v) for k, v in hits.items()},
+        # a random cell's hit rate on the same words: what the pointing is measured against
+        "pointing_chance_by_word": {k: mean(v) for k, v in chance.items() if v},
+        "pointing_random_object_by_word": {k: mean(v) for k, v in random_object.items() if v},
+        # per word, the pointing's lead over the random-object pointer and the random cell's (for
+        # intervals over the words: reproduce's alignment claim)
+        "pointing_leads_by_word": {
+            k: {
+                "attention": [float(h) - r for h, r in zip(hits[k], random_object[k])],
+                "random_cell": [c - r for c, r in zip(chance[k], random_object[k])],
+            }
+            for k in hits
+            if hits[k]
+        },
+        "pointing_objects": len(hits["shape"]),
+    }
 
 
 def object_words(vocab, ids: list[int], objects) -> list[tuple[str, int, object]]:

@@ -202,21 +202,9 @@ class GPTVerbs(Verbs):
         from ..generate import generate_text
 
         many = isinstance(prompt, (list, tuple))
-        if many and not all(isinstance(p, str) for p in prompt):
-            raise OptionError("prompt must be text or a list of texts")
-        if not many and not isinstance(prompt, str):
-            raise OptionError(f"prompt must be text, got {type(prompt).__name__}")
-
-        # (the `sample` command's declarations checked the values given; None is off where an option has one)
         needed = dict(max_new_tokens=max_new_tokens, temperature=temperature, batch_size=batch_size,
                       draft_tokens=draft_tokens, stop=stop)  # fmt: skip
-        for name, value in needed.items():
-            if value is None:
-                raise OptionError(f"{named(name, None)}: give a value ({name} has no 'off')")
-        if not isinstance(use_cache, bool):
-            raise OptionError(f"use_cache={use_cache!r}: must be True or False")
-        if any(s == "" for s in stop):
-            raise OptionError(f"{named('stop', '')}: would stop before the first token; give non-empty strings")
+        _check_generate_call(prompt, needed, use_cache)
         if self.tokenizer is None:
             lm_tokenizer({}, self.checkpoint)  # says what is missing
         from ..training.memory import check_cache_fits
@@ -272,6 +260,24 @@ class GPTVerbs(Verbs):
             raise OptionError(f"draft= must be a loaded GPT or its run folder, got {type(draft).__name__}")
         draft = load_draft(draft, self.tokenizer, self.config.vocab_size, str(self.device))
         return {"draft": draft, "draft_tokens": draft_tokens}
+
+
+def _check_generate_call(prompt, needed: dict, use_cache) -> None:
+    """What ``generate``'s declaration does not check: the prompt's type, the options that have no
+    'off' (``needed``, given None), ``use_cache`` and empty ``stop`` strings (the `sample` command's
+    declarations check the values given)."""
+    many = isinstance(prompt, (list, tuple))
+    if many and not all(isinstance(p, str) for p in prompt):
+        raise OptionError("prompt must be text or a list of texts")
+    if not many and not isinstance(prompt, str):
+        raise OptionError(f"prompt must be text, got {type(prompt).__name__}")
+    for name, value in needed.items():
+        if value is None:
+            raise OptionError(f"{named(name, None)}: give a value ({name} has no 'off')")
+    if not isinstance(use_cache, bool):
+        raise OptionError(f"use_cache={use_cache!r}: must be True or False")
+    if any(s == "" for s in needed["stop"]):
+        raise OptionError(f"{named('stop', '')}: would stop before the first token; give non-empty strings")
 
 
 @register
