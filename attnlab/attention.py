@@ -585,24 +585,8 @@ class MultiHeadAttention(nn.Module):
         columns, attention runs over all of its columns, ``key_mask`` (B, max_len) says which
         hold tokens and ``positions`` must be given (one new query per row: causal by the mask).
         """
-        q, k, v = self._project(x, context)
-        if self.q_norm is not None:  # (in fp32: under bf16 autocast RMSNorm would mix dtypes)
-            q, k = self.q_norm(q.float()).to(q.dtype), self.k_norm(k.float()).to(k.dtype)
-        t_q = q.shape[2]
-        static = isinstance(cache, StaticKVCache)
-        offset = cache.length if cache is not None and not static else 0
-        if self.rotary is not None:
-            if positions is None:
-                positions = torch.arange(offset, offset + t_q, device=x.device)
-            q = self.rotary(q, positions)
-            if not self.cross:
-                k = self.rotary(k, positions)
-        q, k, v = self.hook_q(q), self.hook_k(k), self.hook_v(v)
-        if static:
-            k, v = cache.write(k, v)
-        elif cache is not None:
-            k, v = cache.append(k, v)
-        t_k = k.shape[2]
+        q, k, v = self._queries_keys_values(x, context, positions, cache)
+        t_q, t_k = q.shape[2], k.shape[2]
         hooked = self.hook_scores.active or self.hook_pattern.active
         banded = (
             self.window is not None
@@ -626,16 +610,9 @@ class MultiHeadAttention(nn.Module):
         if banded:  # restricted attention block by block: never forms the (Tq, Tk) matrix
             if key_mask is not None:
                 self._full_mask(None, key_mask, x.shape[0], t_q, t_k)  # (checks it)
-            out = local_attention(
-                q,
-                k,
-                v,
-                self.window,
-                causal=self.causal,
-                key_mask=key_mask,
-                dropout=self.dropout if self.training else 0.0,
-                scale=self.scale,
-            )
+            dropout = self.dropout if self.training else 0.0
+            out = local_attention(q, k, v, self.window, causal=self.causal, key_mask=key_mask, dropout=dropout,
+                                  scale=self.scale)  # fmt: skip
             return self._output(self.hook_z(out))  # z: (B, H, Tq, d_v)
         if self.window is not None:  # the band, joined with any mask the caller gave
             band = local_mask(t_q, t_k, self.window, device=x.device)
@@ -665,6 +642,28 @@ class MultiHeadAttention(nn.Module):
                 out = out + value_term(weights).to(out.dtype)
         out = self._output(self.hook_z(out))  # z: (B, H, Tq, d_v)
         return (out, weights) if need_weights else out
+
+    def _queries_keys_values(self, x: Tensor, context: Tensor | None, positions: Tensor | None, cache):
+        """The heads' queries (B, H, Tq, d_k), keys (B, Hkv, Tk, d_k) and values (B, Hkv, Tk, d_v):
+        projected, normalised (``qk_norm``), rotated (RoPE), through their hook points, and the
+        keys and values joined with the ``cache``'s (Tk counts the cached ones)."""
+        q, k, v = self._project(x, context)
+        if self.q_norm is not None:  # (in fp32: under bf16 autocast RMSNorm would mix dtypes)
+            q, k = self.q_norm(q.float()).to(q.dtype), self.k_norm(k.float()).to(k.dtype)
+        static = isinstance(cache, StaticKVCache)
+        if self.rotary is not None:
+            if positions is None:
+                offset = cache.length if cache is not None and not static else 0
+                positions = torch.arange(offset, offset + q.shape[2], device=x.device)
+            q = self.rotary(q, positions)
+            if not self.cross:
+                k = self.rotary(k, positions)
+        q, k, v = self.hook_q(q), self.hook_k(k), self.hook_v(v)
+        if static:
+            k, v = cache.write(k, v)
+        elif cache is not None:
+            k, v = cache.append(k, v)
+        return q, k, v
 
     @staticmethod
     def _kernel_groups(x: Tensor, masked: bool) -> bool:

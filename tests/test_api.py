@@ -89,6 +89,25 @@ def test_a_loaded_models_verbs_act_on_its_weights_in_memory(family, tmp_path, ti
         assert np.allclose(probs, 1 / model.config.vocab_size, atol=1e-5)
 
 
+@pytest.mark.parametrize("family", FAMILIES)
+def test_every_command_reads_the_model_through_the_one_loader(family, tiny_run):
+    """load_model (what eval, inspect, explore and the families' helpers read a checkpoint with) gives
+    what attnlab.load gives: the family's class with its verbs, its folder and config.json, and what
+    the verbs read from it (the same tokenizer or vocabularies), with the same weights."""
+    from attnlab.recipes import load_model
+
+    run = tiny_run(family)
+    read, loaded = load_model(run.out, device="cpu"), attnlab.load(run.out)
+    assert type(read) is type(loaded) and isinstance(read, type(run.model))
+    assert read.checkpoint == loaded.checkpoint and read.run_meta == loaded.run_meta
+    for name in ("tokenizer", "vocab", "src_vocab", "tgt_vocab"):  # (each encodes text alike)
+        if getattr(loaded, name, None) is not None:
+            assert getattr(read, name).encode("ab ab") == getattr(loaded, name).encode("ab ab"), name
+    for name in ("mean", "std", "labels"):  # (image statistics, class names)
+        assert getattr(read, name, None) == getattr(loaded, name, None), name
+    torch.testing.assert_close(dict(read.state_dict()), dict(loaded.state_dict()))
+
+
 def _image_file(tmp_path, model):
     from PIL import Image
 

@@ -14,7 +14,7 @@ import pkgutil
 from pathlib import Path
 
 from ..errors import CheckpointError, a, does_not_fit
-from .base import Recipe, TrainingRun, train
+from .base import Recipe, TrainingRun, Verbs, train, with_verbs
 
 __all__ = [
     "Recipe",
@@ -112,7 +112,6 @@ def load_model(
     with_meta: bool = False,
     needs: str | None = None,
     loaded=None,
-    with_class=None,
     dtype=None,
 ):
     """A ready model (eval mode) from an attnlab run/checkpoint folder or a HuggingFace directory;
@@ -121,7 +120,12 @@ def load_model(
     ``loaded``: the model :func:`attnlab.load` made from ``path``, whose own verbs (``evaluate``,
     ``inspect``, ``explore``) are asking: it is used as it is in memory (weights changed since
     loading included) instead of reading the folder again; on another ``device`` a copy is moved.
-    ``with_class(model class)``: the class to build (:meth:`Recipe.load`: the family's verbs on it)."""
+
+    The one loader: :func:`attnlab.load`, the commands and the families' helpers all read a model
+    here. It is built as its family's class with the family's verbs (``Recipe.verbs``: no class is
+    swapped later), knowing its folder (``checkpoint``), its config.json (``run_meta``) and what
+    its verbs read from it (``attach``: the tokenizer, vocabularies or image statistics).
+    ``dtype``: a torch dtype for the weights (default: as saved; HuggingFace's in float32)."""
     from ..checkpoint import find_checkpoint, load_weights, read_config
 
     p = Path(path)
@@ -136,10 +140,11 @@ def load_model(
         return (model, loaded.run_meta) if with_meta else model
     wanted = (expect,) if isinstance(expect, str) else expect
     mtype = checkpoint_model_type(p)
-    recipe_for(mtype)  # an unknown model type is named as such
+    recipe = recipe_for(mtype)  # an unknown model type is named as such
     if wanted is not None and mtype not in wanted:
         needs = needs or f"a {' or '.join(wanted)} model"
         raise CheckpointError(f"{path} holds {a(mtype)} model, but this command needs {needs}")
+    with_class = lambda cls: with_verbs(cls, recipe.verbs or Verbs)  # noqa: E731
     if _is_huggingface(p):
         from ..interop import load_hf
 
@@ -154,4 +159,6 @@ def load_model(
     model.eval()
     if device:
         model.to(device)
+    model.checkpoint, model.run_meta = str(path), meta
+    model.attach(meta)
     return (model, meta) if with_meta else model

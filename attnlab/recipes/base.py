@@ -253,18 +253,7 @@ class Recipe:
         run (its weights in ``dtype``, a torch dtype; default as saved, HuggingFace's in float32)."""
         from . import load_model
 
-        verbs = self.verbs or Verbs
-        model, meta = load_model(
-            path,
-            expect=tuple(self.models),
-            device=device,
-            dtype=dtype,
-            with_meta=True,
-            with_class=lambda cls: with_verbs(cls, verbs),  # built as its family's verbs class: no class swap
-        )
-        model.checkpoint, model.run_meta = str(path), meta
-        model.attach(meta)
-        return model
+        return load_model(path, expect=tuple(self.models), device=device, dtype=dtype)
 
     def predict(self, args) -> int:
         """``attnlab predict`` for this family's checkpoints (classifiers)."""

@@ -287,20 +287,12 @@ class CaptionRecipe(Recipe):
 def load_captioner(ckpt: str, device: str = "auto", loaded=None):
     """(model, word vocabulary, config.json dict, device) of a captioning run (``loaded``: that model
     as it is in memory, see :func:`load_model`)."""
-    from ..data.parallel import Vocab
     from ..training.devices import pick_device
     from . import load_model
 
-    dev = pick_device(device)
-    model, meta = load_model(
-        ckpt,
-        expect="captioner",
-        device=str(dev),
-        with_meta=True,
-        needs="a captioner (trained with `attnlab train caption`)",
-        loaded=loaded,
-    )
-    return model, Vocab.from_dict(meta["vocab"]), meta, dev
+    needs = "a captioner (trained with `attnlab train caption`)"
+    model = load_model(ckpt, expect="captioner", device=str(pick_device(device)), needs=needs, loaded=loaded)
+    return model, model.vocab, model.run_meta, model.device
 
 
 def caption_ids(

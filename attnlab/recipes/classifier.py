@@ -426,18 +426,10 @@ def load_classifier(ckpt: str, device: str, loaded=None):
     from . import load_model, recipes
 
     types = tuple(t for r in recipes() if isinstance(r, ImageClassifierRecipe) for t in r.models)
-    dev = pick_device(device)
-    model, meta = load_model(
-        ckpt,
-        expect=types,
-        device=str(dev),
-        with_meta=True,
-        needs=f"an image classifier ({' or '.join(types)})",
-        loaded=loaded,
-    )
-    if "mean" not in meta:  # HuggingFace folders: their processor's statistics
-        meta = {**meta, "mean": [0.5] * model.config.in_chans, "std": [0.5] * model.config.in_chans}
-    return model, meta, dev
+    needs = f"an image classifier ({' or '.join(types)})"
+    model = load_model(ckpt, expect=types, device=str(pick_device(device)), needs=needs, loaded=loaded)
+    # (HuggingFace folders: their processor's statistics, as the loaded model's attach reads them)
+    return model, {**model.run_meta, "mean": model.mean, "std": model.std}, model.device
 
 
 def test_images(args, meta, n: int) -> torch.Tensor:

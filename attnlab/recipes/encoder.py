@@ -409,16 +409,12 @@ def load_text_encoder(ckpt: str, device: str = "auto", loaded=None):
     from ..training.devices import pick_device
     from . import load_model
 
-    dev = pick_device(device)
-    model, meta = load_model(
-        ckpt,
-        expect="text-encoder",
-        device=str(dev),
-        with_meta=True,
-        needs="a text encoder (trained with `attnlab train encoder`, or a HuggingFace BERT folder)",
-        loaded=loaded,
-    )
-    return model, encoder_tokenizer(meta, ckpt, model.config.vocab_size), meta, dev
+    needs = "a text encoder (trained with `attnlab train encoder`, or a HuggingFace BERT folder)"
+    model = load_model(ckpt, expect="text-encoder", device=str(pick_device(device)), needs=needs, loaded=loaded)
+    tok = model.tokenizer
+    if tok is None:  # (the reason: no tokenizer, or one that does not fit)
+        tok = encoder_tokenizer(model.run_meta, ckpt, model.config.vocab_size)
+    return model, tok, model.run_meta, model.device
 
 
 def encoder_tokenizer(meta: dict, ckpt, vocab_size: int):

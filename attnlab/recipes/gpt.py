@@ -732,9 +732,10 @@ def load_lm(ckpt: str, device: str, loaded=None):
     from ..training.devices import pick_device
     from . import load_model
 
-    dev = pick_device(device)
-    model, meta = load_model(ckpt, expect="gpt", device=str(dev), with_meta=True, loaded=loaded)
-    return model, tokenizer_that_fits(lm_tokenizer(meta, ckpt), model.config.vocab_size, ckpt), meta, dev
+    model = load_model(ckpt, expect="gpt", device=str(pick_device(device)), loaded=loaded)
+    if model.tokenizer is None:
+        lm_tokenizer({}, ckpt)  # says what is missing
+    return model, model.tokenizer, model.run_meta, model.device
 
 
 def tokenizer_that_fits(tokenizer, vocab_size: int, ckpt):

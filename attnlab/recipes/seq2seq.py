@@ -344,20 +344,13 @@ def load_data(spec: str, opts: dict, data_dir, vocab: dict | None = None):
 def load_seq2seq(ckpt: str, device: str = "auto", loaded=None):
     """(model, source vocabulary, target vocabulary, config.json dict, device) of a seq2seq run
     (``loaded``: that model as it is in memory, see :func:`load_model`)."""
-    from ..data.parallel import Vocab
     from ..training.devices import pick_device
     from . import load_model
 
-    dev = pick_device(device)
-    model, meta = load_model(
-        ckpt,
-        expect=tuple(Seq2SeqRecipe.models),
-        device=str(dev),
-        with_meta=True,
-        needs="a seq2seq model (trained with `attnlab train seq2seq`)",
-        loaded=loaded,
-    )
-    return model, Vocab.from_dict(meta["vocab"]["src"]), Vocab.from_dict(meta["vocab"]["tgt"]), meta, dev
+    needs = "a seq2seq model (trained with `attnlab train seq2seq`)"
+    expect = tuple(Seq2SeqRecipe.models)
+    model = load_model(ckpt, expect=expect, device=str(pick_device(device)), needs=needs, loaded=loaded)
+    return model, model.src_vocab, model.tgt_vocab, model.run_meta, model.device
 
 
 def translate_texts(model, sv, tv, texts, *, beam=5, alpha=1.0, max_len=None, device="cpu", batch_size=64):
