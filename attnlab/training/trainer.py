@@ -552,26 +552,31 @@ class Trainer:
                 f"{free / 1e6:.0f} MB is free; free some space or choose another --out"
             )
 
+    def open_run_folder(self) -> None:
+        """The run folder made (with room checked), its metrics.jsonl started afresh, or, when resuming,
+        cut back to the lines of the steps up to the checkpoint resumed from (main process only)."""
+        if not self.dist.main:
+            return
+        self.out.mkdir(parents=True, exist_ok=True)
+        self.check_space()
+        if self.step == 0:
+            (self.out / "metrics.jsonl").write_text("")
+        else:  # drop lines logged after the checkpoint we resumed from
+            rewrite_metrics(self.out / "metrics.jsonl", self.history)
+
     def fit(self) -> dict:
+        """Train from the current step to ``max_iters``, logging, evaluating and saving on the way
+        (a callback may end it early: ``--target``, early stopping; a diverged loss raises
+        ``Diverged``; Ctrl-C or SIGTERM saves the run and re-raises).
+        Returns {"step", "best_val", "seconds"}."""
         cfg, main = self.cfg, self.dist.main
-        if main:
-            self.out.mkdir(parents=True, exist_ok=True)
-            self.check_space()
-            if self.step == 0:
-                (self.out / "metrics.jsonl").write_text("")
-            else:  # drop lines logged after the checkpoint we resumed from
-                rewrite_metrics(self.out / "metrics.jsonl", self.history)
+        self.open_run_folder()
         self.callbacks.on_train_start(self)
         # a progress bar on a terminal; into a pipe or a log file, a plain line now and then instead of
         # hundreds of carriage-return redraws
         plain = cfg.progress and main and not sys.stderr.isatty()
-        bar = tqdm(
-            total=cfg.max_iters,
-            initial=self.step,
-            disable=not (cfg.progress and main) or plain,
-            unit="it",
-            dynamic_ncols=True,
-        )
+        bar = tqdm(total=cfg.max_iters, initial=self.step, disable=not (cfg.progress and main) or plain, unit="it",
+                   dynamic_ncols=True)  # fmt: skip
         t0, items = time.perf_counter(), 0  # the logging window's start and the items trained in it
         warm_at = t0  # when the first step ended (the compile probe's steps are timed from it)
         started, last_line, first_step = time.perf_counter(), time.perf_counter(), self.step
