@@ -13,6 +13,19 @@ PINNED_TRAINING = dict(device="cpu", dtype="fp32", threads=1, compile=False)
 PINNED_FLAGS = ["--device", "cpu", "--dtype", "fp32", "--threads", "1", "--no-compile"]
 
 
+def tiny_run_flags(**over) -> list[str]:
+    """The flags of the tiny run every family shares (``attnlab.recipes.base.TINY_RUN``: two steps
+    of four examples on the CPU, quietly), with the options ``over`` changed: one declaration for
+    the tests' quick command-line runs too."""
+    from attnlab.recipes.base import TINY_RUN
+
+    flags = []
+    for name, value in {**TINY_RUN, **over}.items():
+        flag = "--" + name.replace("_", "-")
+        flags += [flag if value else f"--no-{flag[2:]}"] if isinstance(value, bool) else [flag, str(value)]
+    return flags
+
+
 def copy_attention(ours: MultiHeadAttention, theirs: torch.nn.MultiheadAttention) -> None:
     """Copy attnlab attention weights into torch.nn.MultiheadAttention (packed in_proj = [W_Q; W_K; W_V])."""
     with torch.no_grad():

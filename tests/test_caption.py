@@ -15,6 +15,7 @@ from attnlab.decode import beam_search, greedy_decode
 from attnlab.errors import DataError
 from attnlab.inspect.analysis import pointing_hit
 from attnlab.models.caption import CaptionConfig, Captioner, doubly_stochastic_penalty
+from helpers import tiny_run_flags
 
 ARCHS = ["rnn", "rnn-attention", "transformer"]
 TINY = dict(
@@ -32,19 +33,7 @@ TINY = dict(
     context=12,
     dropout=0.0,
 )
-FAST = [
-    "--max-iters",
-    "2",
-    "--eval-interval",
-    "2",
-    "--eval-iters",
-    "1",
-    "--batch-size",
-    "4",
-    "--no-progress",
-    "--device",
-    "cpu",
-]
+FAST = tiny_run_flags()
 
 
 def _model(arch, encoder="cnn"):

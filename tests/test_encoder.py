@@ -10,22 +10,11 @@ import attnlab
 from attnlab.cli import main
 from attnlab.models.encoder import TextEncoder, TextEncoderConfig, mean_pool
 from attnlab.training.tasks import bert_mask
+from helpers import tiny_run_flags
 
 transformers = pytest.importorskip("transformers")
 
-FAST = [
-    "--max-iters",
-    "3",
-    "--eval-interval",
-    "3",
-    "--eval-iters",
-    "1",
-    "--batch-size",
-    "4",
-    "--no-progress",
-    "--device",
-    "cpu",
-]
+FAST = tiny_run_flags(max_iters=3, eval_interval=3)
 SMALL = ["--layers", "1", "--heads", "2", "--dim", "16", "--mlp-dim", "32", "--context", "32", "--vocab-size", "200"]
 
 

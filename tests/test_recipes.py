@@ -12,21 +12,10 @@ from PIL import Image
 import attnlab
 from attnlab.cli import build_parser, main
 from attnlab.models import GPTConfig, RNNConfig, TransformerConfig, ViTConfig
+from helpers import tiny_run_flags
 
 FIXTURE = Path(__file__).parent / "fixtures" / "runs_v0_1"  # written by attnlab 0.1 (see its expected_*.*)
-FAST = [
-    "--max-iters",
-    "2",
-    "--eval-interval",
-    "2",
-    "--eval-iters",
-    "1",
-    "--batch-size",
-    "4",
-    "--no-progress",
-    "--device",
-    "cpu",
-]
+FAST = tiny_run_flags()
 
 
 @pytest.fixture
