@@ -49,8 +49,22 @@ def build_parser() -> argparse.ArgumentParser:
             _command(sub, command)
     sae = [
         Command("train", "train an SAE on one hook point", "Train a sparse autoencoder.", train_specs(), _sae_train),
-        Command("eval", "L0, explained variance, dead latents, loss recovered", None, eval_specs(), _sae_eval),
-        Command("features", "an offline HTML page of the SAE's features", None, features_specs(), _sae_features),
+        Command(
+            "eval",
+            "L0, explained variance, dead latents, loss recovered",
+            "Evaluate a sparse autoencoder: L0, explained variance, dead latents, and the next-token loss with "
+            "the SAE spliced in against the clean model's and zero-ablation's.",
+            eval_specs(),
+            _sae_eval,
+        ),
+        Command(
+            "features",
+            "an offline HTML page of the SAE's features",
+            "Write an offline HTML page of the SAE's features: each latent's top activating contexts and "
+            "its logit effects.",
+            features_specs(),
+            _sae_features,
+        ),
     ]
     _group(sub, "sae", "sae_command", "sparse autoencoders: train one on a hook point, evaluate it, draw its features",
            sae, metavar="WHAT", description=SAE_DESCRIPTION)  # fmt: skip
