@@ -330,7 +330,9 @@ def speculative_generate(
             pending = [proposals[-1]]
         # 2. the model scores them all at once: p_1..p_{k+1}; 3. it keeps a prefix and adds a token
         kept, last = _verified(proposals, q, target.feed(target.unseen() + proposals)[-(k + 1) :], dist, generator)
-        counts.update(proposed=counts["proposed"] + k, accepted=counts["accepted"] + kept, rounds=counts["rounds"] + 1)
+        counts["proposed"] += k
+        counts["accepted"] += kept
+        counts["rounds"] += 1
         for window in (target, drafter):  # the caches forget what was not kept
             window.forget_after(m + kept)
         stopped = False

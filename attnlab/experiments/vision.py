@@ -667,7 +667,7 @@ def data_hunger(ctx: Context) -> Result:
                 ctx, pretrained[seed], pretrain, steps, f"hunger_rotations_s{seed}", seed=seed, like="digits"
             )
         )
-    sizes, acc, run_names = _data_hunger_runs(ctx, splits, steps, fractions, pretrained)
+    sizes, acc, run_names = _data_hunger_runs(ctx, splits, steps, fractions, seeds, pretrained)
     a = {key: np.array(v) for key, v in acc.items()}
     small, large = fractions[0], fractions[-1]
     lead = {f: a["resnet", f] - a["vit", f] for f in fractions}  # per seed
@@ -717,8 +717,8 @@ def data_hunger(ctx: Context) -> Result:
     )
 
 
-def _data_hunger_runs(ctx: Context, splits, steps: int, fractions, pretrained: dict) -> tuple[list, dict, dict]:
-    """Per fraction of the digits' training split and per seed: a ViT from scratch, a ResNet and the
+def _data_hunger_runs(ctx: Context, splits, steps: int, fractions, seeds, pretrained: dict) -> tuple[list, dict, dict]:
+    """Per fraction of the digits' training split and per seed of ``seeds``: a ViT from scratch, a ResNet and the
     seed's ``pretrained`` ViT body with a fresh head, trained alike. Returns (the training-set
     sizes, {(kind, fraction): test accuracy per seed}, {(kind, fraction): run name per seed})."""
     from ..data.images import ImageSplits
@@ -734,7 +734,7 @@ def _data_hunger_runs(ctx: Context, splits, steps: int, fractions, pretrained: d
         part = ImageSplits(
             splits.name, (splits.train[0][:n], splits.train[1][:n]), splits.val, splits.test, splits.labels
         )
-        for seed in seeds_for(ctx):
+        for seed in seeds:
             if frac == 1.0:  # all of the training set: the ViT the other image claims use
                 vit_run = digits_vit_run(ctx, seed=seed)
                 vit_acc = digits_vit(ctx, seed=seed)[1]

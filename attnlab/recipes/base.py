@@ -660,7 +660,7 @@ def train(recipe: Recipe, args) -> TrainResult:
     if not str(args.out).strip():  # (Path("") is the current folder: the run would land among other files)
         raise OptionError("--out '' names no folder; give the run folder to write (e.g. runs/gpt)")
     out = Path(args.out)
-    model_over = given(args, args.model_fields)
+    model_over, training_over = given(args, args.model_fields), given(args, args.train_fields)
     restarts = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
     if restarts and not args.resume and (out / "last" / "config.json").is_file():
         # torchrun's elastic agent restarted the workers after a failure (--max-restarts): the
@@ -675,15 +675,14 @@ def train(recipe: Recipe, args) -> TrainResult:
     if saved:
         check_resumable(recipe, args, saved, model_over)
         tcfg = train_config(args, saved)
-    elif recipe.default_seconds and getattr(args, "data", None) is None and not model_over:
-        if not given(args, args.train_fields):
-            secs = recipe.default_seconds
-            expect = f"{secs} seconds" if secs < 120 else f"{secs / 60:.1f} minutes"
-            print(
-                f"the embedded default run: expect about {expect} on 2 CPU cores (measured on a 2-core AMD EPYC)",
-                file=sys.stderr,
-            )
-    asked = given(args, args.train_fields).get("target")  # (a family's default target is for the data it suits)
+    elif recipe.default_seconds and getattr(args, "data", None) is None and not (model_over or training_over):
+        secs = recipe.default_seconds
+        expect = f"{secs} seconds" if secs < 120 else f"{secs / 60:.1f} minutes"
+        print(
+            f"the embedded default run: expect about {expect} on 2 CPU cores (measured on a 2-core AMD EPYC)",
+            file=sys.stderr,
+        )
+    asked = training_over.get("target")  # (a family's default target is for the data it suits)
     if asked is not None and asked > 1 and not recipe.target_is_loss:
         raise OptionError(f"--target must be in [0, 1] for a {recipe.name} run (a fraction: accuracy, exact match)")
     run = recipe.prepare(args, saved, model_over, tcfg)

@@ -45,6 +45,13 @@ class GPTVerbs(Verbs):
     """A GPT loaded by :func:`attnlab.load`: ``tokenizer``, ``generate``, ``patch``, ``logit_lens``,
     ``attribute``."""
 
+    def require_tokenizer(self):
+        """The model's tokenizer, or the one-line error that says what its folder lacks (a
+        HuggingFace folder may hold the weights alone: the model still runs on token ids)."""
+        if self.tokenizer is None:
+            lm_tokenizer({}, self.checkpoint)  # (raises, naming what is missing)
+        return self.tokenizer
+
     def token_ids(self, text: str, what: str = "text"):
         """``text`` as a batch of one (1, T) of token ids, refused in one line (naming it ``what``)
         when empty, not encodable or longer than the context."""
@@ -52,9 +59,7 @@ class GPTVerbs(Verbs):
 
         if not isinstance(text, str) or not text:
             raise OptionError(f"{what} must be a non-empty text")
-        if self.tokenizer is None:
-            lm_tokenizer({}, self.checkpoint)  # says what is missing
-        ids = self.tokenizer.encode(text)
+        ids = self.require_tokenizer().encode(text)
         if len(ids) > self.config.context:
             raise OptionError(f"{what} is {len(ids)} tokens, more than the model's context of {self.config.context}")
         return torch.tensor([ids], device=self.device)
@@ -62,8 +67,7 @@ class GPTVerbs(Verbs):
     def to_str_tokens(self, text) -> list[str]:
         """TransformerLens's ``to_str_tokens``: ``text`` (or token ids: a list, or a (T,) / (1, T)
         tensor) as the string of each of its tokens."""
-        if self.tokenizer is None:
-            lm_tokenizer({}, self.checkpoint)  # says what is missing
+        self.require_tokenizer()
         import torch
 
         ids = self.token_ids(text, "text")[0].tolist() if isinstance(text, str) else text
@@ -161,9 +165,7 @@ class GPTVerbs(Verbs):
     def corpus_ids(self, split: str = "train", data: str | None = None, data_dir: str | None = None):
         """(the corpus's name, the token ids of its ``split`` as a 1-D array): the run's own data,
         or ``data`` encoded with this model's tokenizer (what ``evaluate`` and SAEs read)."""
-        if self.tokenizer is None:
-            lm_tokenizer({}, self.checkpoint)  # says what is missing
-        return corpus_ids(self.checkpoint, self.run_meta, self.tokenizer, split, data, data_dir)
+        return corpus_ids(self.checkpoint, self.run_meta, self.require_tokenizer(), split, data, data_dir)
 
     @checked_by(lambda: sample_specs(), unchecked=("prompt", "draft"))
     def generate(
@@ -205,8 +207,7 @@ class GPTVerbs(Verbs):
         needed = dict(max_new_tokens=max_new_tokens, temperature=temperature, batch_size=batch_size,
                       draft_tokens=draft_tokens, stop=stop)  # fmt: skip
         _check_generate_call(prompt, needed, use_cache)
-        if self.tokenizer is None:
-            lm_tokenizer({}, self.checkpoint)  # says what is missing
+        self.require_tokenizer()
         from ..training.memory import check_cache_fits
 
         check_cache_fits(self, min(batch_size, len(prompt)) if many else 1)
@@ -618,9 +619,8 @@ class GPTRecipe(Recipe):
         if not args.text:
             raise ValueError('explore a GPT with --text "some text"')
         loaded = getattr(args, "loaded", None)
-        model, tok = (loaded, loaded.tokenizer) if loaded is not None else load_lm(args.ckpt, args.device)[:2]
-        if tok is None:
-            lm_tokenizer({}, args.ckpt)  # says what is missing
+        model = loaded if loaded is not None else load_lm(args.ckpt, args.device)[0]
+        tok = model.require_tokenizer()
         tok.encode(args.text)  # unknown characters fail here, with a clear message
         sae = None
         if getattr(args, "sae", None):
@@ -733,9 +733,7 @@ def load_lm(ckpt: str, device: str, loaded=None):
     from . import load_model
 
     model = load_model(ckpt, expect="gpt", device=str(pick_device(device)), loaded=loaded)
-    if model.tokenizer is None:
-        lm_tokenizer({}, ckpt)  # says what is missing
-    return model, model.tokenizer, model.run_meta, model.device
+    return model, model.require_tokenizer(), model.run_meta, model.device
 
 
 def tokenizer_that_fits(tokenizer, vocab_size: int, ckpt):
@@ -825,8 +823,7 @@ def sample(args) -> int:
         raise OptionError("--compile decodes with the KV cache and no draft: drop --draft and --no-cache")
     dev, dtype = str(pick_device(args.device)), decode_dtype(args)
     model = GPTRecipe().load(args.ckpt, dev, dtype)
-    if model.tokenizer is None:  # (a HuggingFace folder of weights alone: said before anything else)
-        lm_tokenizer({}, model.checkpoint)
+    model.require_tokenizer()  # (a HuggingFace folder of weights alone: said before anything else)
     draft = None
     if args.draft:  # (loaded here to take --dtype too)
         draft = load_draft(args.draft, model.tokenizer, model.config.vocab_size, dev)
