@@ -36,7 +36,6 @@ FORM = """<!doctype html><html lang="en"><head><meta charset="utf-8"><title>attn
 <form id="f">{fields}<p><button type="submit">explore</button> <span id="msg"></span></p></form>
 {generate}<script>
 "use strict";
-const kind = {kind};
 document.getElementById("f").addEventListener("submit", async (e) => {{
   e.preventDefault();
   const body = {{}};
@@ -77,28 +76,10 @@ document.getElementById("g").addEventListener("submit", async (e) => {{
 }});
 </script>"""
 
-FIELDS = {
-    "text": (
-        "Type a text: the page shows its attention.",
-        '<textarea data-field="text" placeholder="some text"></textarea>',
-    ),
-    "image": (
-        "Choose an image: the page shows where each patch attends.",
-        '<input type="file" accept="image/*" data-field="image">',
-    ),
-    "cross": (
-        "Type a source sentence (and, if you like, its translation).",
-        '<p><input size="60" data-field="src" placeholder="source"></p><p><input size="60" data-field="tgt" '
-        'placeholder="target (default: the model\'s translation)"></p>',
-    ),
-}
-
-
 MAX_BODY = 20_000_000  # bytes: an uploaded image, base64-encoded, with room to spare
 BODY_TIMEOUT_S = 15.0  # a client has this long to send its whole body (slow clients get 408)
 GENERATE_TIMEOUT_S = 600  # a request waits this long for its text, then gets 503
 MAX_CONNECTIONS = 512  # open connections beyond this are answered 503 at once (uvicorn's limit_concurrency)
-INPUTS = {"text": ("text",), "image": ("image",), "cross": ("src", "tgt")}  # the JSON fields each kind reads
 
 
 class RequestError(Exception):
@@ -249,12 +230,14 @@ def spec_type(spec):
     return Annotated[kind, Field(**limits, **({"allow_inf_nan": False} if kind is float else {}))]
 
 
-def _models():
-    """The request models (pydantic is imported with the server, not with attnlab), their sampling
-    fields typed from the ``sample`` command's option specs: one declaration for both surfaces."""
+def _models(form):
+    """The request models (pydantic is imported with the server, not with attnlab): the explorer's
+    fields are the inputs ``form`` (the family's :class:`~attnlab.recipes.base.ExplorerForm`) declares,
+    the sampling fields are typed from the ``sample`` command's option specs: one declaration for
+    both surfaces."""
     from typing import Literal
 
-    from pydantic import BaseModel, ConfigDict
+    from pydantic import BaseModel, ConfigDict, create_model
 
     from .recipes.gpt import sample_specs
 
@@ -264,12 +247,8 @@ def _models():
     TopK, TopP, Seed = spec_type(sample["top_k"]), spec_type(sample["top_p"]), spec_type(sample["seed"])
     Stop = spec_type(sample["stop"])
 
-    class Explore(BaseModel):
-        model_config = strict
-        text: str | None = None
-        image: str | None = None  # base64 of an image file
-        src: str | None = None
-        tgt: str | None = None
+    # the explorer reads the inputs its family declares (a file as base64), each optional
+    Explore = create_model("Explore", __config__=strict, **{i.name: (str | None, None) for i in form.inputs})
 
     class Generate(BaseModel):
         model_config = strict
@@ -425,20 +404,32 @@ async def _plain(send, status: int, text: str) -> None:
     await send({"type": "http.response.body", "body": data})
 
 
+def _box(i) -> str:
+    """The page's box for one of the family's explorer inputs (:class:`attnlab.recipes.base.ExploreInput`)."""
+    from html import escape
+
+    hint = escape(i.placeholder, quote=True)
+    if i.box == "file":
+        return f'<p><input type="file" accept="image/*" data-field="{i.name}"></p>'
+    if i.box == "line":
+        return f'<p><input size="60" data-field="{i.name}" placeholder="{hint}"></p>'
+    return f'<textarea data-field="{i.name}" placeholder="{hint}"></textarea>'
+
+
 class _Routes:
     """The handlers of ``attnlab serve`` for one served model: the page, the explorer's views,
     generation (ours and OpenAI's completions) and reloading the checkpoint."""
 
-    def __init__(self, model, kind: str, slots: int) -> None:
+    def __init__(self, model, form, slots: int) -> None:
         from starlette import concurrency, responses
 
         self.http, self.in_thread = responses, concurrency.run_in_threadpool
-        self.model, self.kind, self.checkpoint = model, kind, model.checkpoint
+        self.model, self.form, self.checkpoint = model, form, model.checkpoint
         self.name = Path(model.checkpoint).name
         self.lock = threading.Lock()  # one computation on the model at a time: its hook points are its state
         generates = callable(getattr(model, "generate", None)) and getattr(model, "tokenizer", None) is not None
         self.worker = GenerationWorker(model, self.lock, slots) if generates else None
-        self.Explore, self.Generate, self.Completion = _models()
+        self.Explore, self.Generate, self.Completion = _models(form)
 
     def html(self, text: str):
         return self.http.HTMLResponse(
@@ -453,31 +444,25 @@ class _Routes:
         return self.http.PlainTextResponse(f"error: {e}", status_code=e.status)
 
     async def page(self, request):
-        what, fields = FIELDS[self.kind]
         generate_form = "" if self.worker is None else GENERATE_FORM.format(slots=self.worker.slots)
-        kind = json.dumps(self.kind)
-        return self.html(FORM.format(name=self.name, what=what, fields=fields, kind=kind, generate=generate_form))
+        fields = "".join(_box(i) for i in self.form.inputs)
+        return self.html(FORM.format(name=self.name, what=self.form.hint, fields=fields, generate=generate_form))
 
     async def explore(self, request):
         from .errors import one_line
 
         body = parse_body(await request.body(), self.Explore)
-        allowed = set(INPUTS[self.kind])
-        given = {k for k, v in body.model_dump().items() if v is not None}
-        if given - allowed:
-            raise RequestError(
-                400, f"unknown field {sorted(given - allowed)[0]!r}; this request reads {', '.join(sorted(allowed))}"
-            )
 
         def compute() -> str:
-            inputs = {k: getattr(body, k) for k in ("text", "src", "tgt")}
+            inputs = body.model_dump()
             with tempfile.TemporaryDirectory() as tmp:
-                if body.image:
-                    inputs["image"] = Path(tmp) / "upload"
-                    try:
-                        inputs["image"].write_bytes(base64.b64decode(body.image, validate=True))
-                    except (ValueError, binascii.Error):
-                        raise RequestError(400, "field 'image' is not base64") from None
+                for i in self.form.inputs:
+                    if i.box == "file" and inputs[i.name] is not None:  # an upload: the family reads a file
+                        path = inputs[i.name] = Path(tmp) / i.name
+                        try:
+                            path.write_bytes(base64.b64decode(getattr(body, i.name), validate=True))
+                        except (ValueError, binascii.Error):
+                            raise RequestError(400, f"field {i.name!r} is not base64") from None
                 with self.lock:
                     return self.model.explore(**inputs).html()
 
@@ -537,19 +522,22 @@ class _Routes:
         return self.http.JSONResponse(await self.in_thread(read))
 
 
-def create_app(model, kind: str, *, slots: int = 8, port_ref: list | None = None):
-    """The ASGI application of ``attnlab serve`` for ``model`` (loaded by :func:`attnlab.load`),
-    its explorer of ``kind`` (text, image, cross); a GPT also generates, ``slots`` requests at a
-    time. ``port_ref``: [the port], for the Host check (filled in once listening)."""
+def create_app(model, *, slots: int = 8, port_ref: list | None = None):
+    """The ASGI application of ``attnlab serve`` for ``model`` (loaded by :func:`attnlab.load`): its
+    explorer, asking for the inputs its family declares (``explorer_form()``); a GPT also generates,
+    ``slots`` requests at a time. ``port_ref``: [the port], for the Host check (filled in once listening)."""
+    from .errors import CheckpointError, OptionError, a
+
     try:
         from starlette.applications import Starlette
         from starlette.routing import Route
     except ImportError:
-        from .errors import OptionError
-
         raise OptionError("attnlab serve runs on FastAPI and uvicorn: pip install 'attnlab[serve]'") from None
-
-    r = _Routes(model, kind, slots)
+    recipe = model.family_recipe()
+    form = recipe.explorer_form()
+    if form is None:
+        raise CheckpointError(f"{model.checkpoint} holds {a(recipe.name)} model, which the explorer does not show yet")
+    r = _Routes(model, form, slots)
     routes = [
         Route("/", r.page, methods=["GET"]),
         Route("/index.html", r.page, methods=["GET"]),
@@ -670,24 +658,26 @@ def serve(
     batch_size: int = 8,
     slots: int | None = None,
 ) -> None:
-    """Serve the explorer of ``model`` (a model from :func:`attnlab.load`; ``kind``: its family's
-    explorer kind unless given) until interrupted (uvicorn). ``ready(server)`` is called once
+    """Serve the explorer of ``model`` (a model from :func:`attnlab.load`) until interrupted
+    (uvicorn); its page asks for what the model's family declares. ``ready(server)`` is called once
     listening, with a :class:`RunningServer` (tests use port 0). A GPT also generates,
-    ``batch_size`` requests at a time (``slots``: its old name)."""
+    ``batch_size`` requests at a time (``slots``: its old name). ``kind``: the family's
+    ``explore_kind``, which older calls gave (another is refused)."""
     import socket
+
+    from .errors import OptionError
 
     try:
         import uvicorn
     except ImportError:
-        from .errors import OptionError
-
         raise OptionError("attnlab serve runs on FastAPI and uvicorn: pip install 'attnlab[serve]'") from None
-    if kind is None:
-        kind = model.family_recipe().explore_kind
+    family_kind = model.family_recipe().explore_kind
+    if kind is not None and kind != family_kind:
+        raise OptionError(f"kind={kind!r}: this model's explorer is {family_kind!r}; leave kind out")
     if slots is not None:
         batch_size = serve_specs().check("batch_size", slots)
     port_ref = [port]
-    app = create_app(model, kind, slots=batch_size, port_ref=port_ref)
+    app = create_app(model, slots=batch_size, port_ref=port_ref)
     try:
         sock = socket.create_server((host, port), backlog=2048, reuse_port=False)
     except OSError as e:

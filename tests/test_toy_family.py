@@ -14,6 +14,7 @@ from attnlab.config import Config
 from attnlab.hooks import HookedModule, HookPoint
 from attnlab.losses import cross_entropy
 from attnlab.recipes import Recipe, TrainingRun, load_model
+from attnlab.recipes.base import ExploreInput, ExplorerForm
 
 from helpers import PINNED_FLAGS
 
@@ -83,7 +84,8 @@ class RepeatRecipe(Recipe):
     help = "a toy classifier: does the first token come again?"
     description = "Train a one-layer attention classifier on random sequences (a test's own family)."
     models = {"repeat": RepeatClassifier}
-    explore_kind = "text"
+    # what the server's page asks for: the family's own (no table of the server's names it)
+    explore_form = ExplorerForm("Type digits 0 to 7: the page shows their attention.", (ExploreInput("text", "line"),))
     train_defaults = dict(max_iters=30, eval_interval=30, eval_iters=2, batch_size=32, lr=3e-3)
     tiny = dict(max_iters=4, eval_interval=4, eval_iters=1, batch_size=8, progress=False, device="cpu")
 
@@ -149,13 +151,16 @@ def test_a_family_in_one_file_through_the_cli_the_api_and_the_server(repeat_fami
     started, box = threading.Event(), {}
     thread = threading.Thread(
         target=serve,
-        args=(attnlab.load(out), RepeatRecipe.explore_kind, "127.0.0.1", 0, lambda s: (box.update(s=s), started.set())),
+        args=(attnlab.load(out),),
+        kwargs=dict(host="127.0.0.1", port=0, ready=lambda s: (box.update(s=s), started.set())),
         daemon=True,
     )
     thread.start()
     assert started.wait(20)
     try:
         url = f"http://127.0.0.1:{box['s'].server_address[1]}"
+        page = httpx.get(url, timeout=30).text
+        assert "Type digits 0 to 7" in page and '<input size="60" data-field="text"' in page
         answer = httpx.post(f"{url}/explore", json={"text": "3213"}, headers={"Origin": url}, timeout=30)
         assert answer.status_code == 200 and "explorerReady" in answer.text, answer.text
         refused = httpx.post(f"{url}/explore", json={"image": "x"}, headers={"Origin": url}, timeout=30)

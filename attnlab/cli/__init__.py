@@ -353,7 +353,7 @@ def _serve(args) -> int:
     from ..serve import serve
 
     recipe = _family(args.ckpt)
-    if recipe.explore_kind is None:
+    if recipe.explorer_form() is None:
         raise CheckpointError(f"{args.ckpt} holds {a(recipe.name)} model, which the explorer does not show yet")
 
     def ready(server):
@@ -370,7 +370,7 @@ def _serve(args) -> int:
         model = as_sampled(
             load(args.ckpt, device=args.device, dtype=None if args.dtype == "fp32" else args.dtype), args
         )
-        serve(model, recipe.explore_kind, args.host, args.port, ready, batch_size=args.batch_size)
+        serve(model, host=args.host, port=args.port, ready=ready, batch_size=args.batch_size)
     except KeyboardInterrupt:
         print("stopped", file=sys.stderr)
     return 0

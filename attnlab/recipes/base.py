@@ -41,6 +41,40 @@ class TrainingRun:
 TINY_RUN = dict(max_iters=2, eval_interval=2, eval_iters=1, batch_size=4, progress=False, device="cpu")
 
 
+@dataclass(frozen=True)
+class ExploreInput:
+    """One input of a family's explorer: an ``explore()`` keyword (an option of :func:`explore_specs`),
+    which is also the JSON field ``attnlab serve`` reads, and the box its page shows for it."""
+
+    name: str
+    box: str = "text"  # text (several lines) | line (one line) | file (an upload, sent as base64)
+    placeholder: str = ""
+
+
+@dataclass(frozen=True)
+class ExplorerForm:
+    """What the page of ``attnlab serve`` asks for: one line saying it, then the inputs' boxes."""
+
+    hint: str
+    inputs: tuple[ExploreInput, ...]
+
+
+# the forms of the three standard explorers (a family's ``explore_kind``); a family may declare its own
+EXPLORER_FORMS = {
+    "text": ExplorerForm("Type a text: the page shows its attention.", (ExploreInput("text", "text", "some text"),)),
+    "image": ExplorerForm(
+        "Choose an image: the page shows where each patch attends.", (ExploreInput("image", "file"),)
+    ),
+    "cross": ExplorerForm(
+        "Type a source sentence (and, if you like, its translation).",
+        (
+            ExploreInput("src", "line", "source"),
+            ExploreInput("tgt", "line", "target (default: the model's translation)"),
+        ),
+    ),
+}
+
+
 class Recipe:
     """One model family. Subclasses fill in the class attributes and override the hooks."""
 
@@ -54,6 +88,7 @@ class Recipe:
     train_defaults: dict = {}  # TrainConfig values that differ from its defaults for this family
     inspections: dict[str, str] = {}  # `attnlab inspect WHAT` -> help
     explore_kind: str | None = None  # what `attnlab explore` / `serve` show: text | image | cross
+    explore_form: ExplorerForm | None = None  # what `serve`'s page asks for (None: its explore_kind's)
     default_seconds: int | None = None  # wall time of the embedded default run, measured on 2 CPU cores
     target_is_loss = False  # --target is a validation loss (reached from above), not a fraction
     ablatable = False  # its evaluate() applies ``options.intervene`` (``attnlab ablate``, ``evaluate(ablate=)``)
@@ -240,6 +275,10 @@ class Recipe:
 
     def inspect(self, args) -> int:
         raise CheckpointError(f"{self.name} models offer no inspections")
+
+    def explorer_form(self) -> ExplorerForm | None:
+        """What ``attnlab serve``'s page asks for (None: this family is not explored)."""
+        return self.explore_form or EXPLORER_FORMS.get(self.explore_kind or "")
 
     def explore(self, args) -> dict:
         """The data of ``attnlab explore`` for this family (see :mod:`attnlab.inspect.explorer`)."""
