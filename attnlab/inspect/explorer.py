@@ -325,11 +325,17 @@ class Exploration(dict):
 
 
 def page_html(data: dict, title: str) -> str:
-    """The self-contained explorer page for ``data`` (from one of the functions above), as HTML text."""
-    from .explorer_page import TEMPLATE
+    """The self-contained explorer page for ``data`` (from one of the functions above), as HTML text:
+    ``explorer.html`` (HTML, CSS and JavaScript, no external resource) with the data in place of
+    ``__DATA__``. Its views draw on canvases; a head's weights are decoded from base64 the first
+    time it is shown. Its element ``#status`` mirrors what is selected (data-layer, data-head,
+    data-query, data-top: the most attended positions, best first), so that tests and scripts can
+    read the page's state."""
+    from importlib import resources
 
+    template = resources.files(__package__).joinpath("explorer.html").read_text(encoding="utf-8")
     payload = json.dumps(page_payload(data, title), separators=(",", ":"), allow_nan=False).replace("</", "<\\/")
-    return TEMPLATE.replace("__TITLE__", title.replace("<", "&lt;")).replace("__DATA__", payload)
+    return template.replace("__TITLE__", title.replace("<", "&lt;")).replace("__DATA__", payload)
 
 
 def write_page(data: dict, path: str | Path, title: str) -> Path:
