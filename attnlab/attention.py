@@ -375,7 +375,7 @@ class StaticKVCache:
     shared by every layer), attention always over all ``max_len`` columns with a key mask of the
     written ones. No Python number changes from one token to the next, so one compiled graph
     (and, on CUDA, one CUDA graph) serves every step. Its buffers are usually a
-    :class:`KVCache`'s, which the prompt filled (``attnlab.fast_decode``)."""
+    :class:`KVCache`'s, which the prompt filled (``attnlab.generate.fast``)."""
 
     k: Tensor
     v: Tensor

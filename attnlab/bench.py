@@ -237,10 +237,10 @@ def generation_rows(device, quick) -> list[dict]:
     t_hf = time_it(hf_gen, warmup=1, repeat=3, device=device)
     shape = f"{cfg.layers}/{cfg.heads}/{cfg.dim}"
     rows = [_row(f"GPT generate {new} tokens {shape} greedy", "tokens/s", new / t_ours, new / t_hf, "HF generate")]
-    if device.type == "cpu":  # int8 weights: a quarter of the bytes each token reads (attnlab.quantize)
+    if device.type == "cpu":  # int8 weights: a quarter of the bytes each token reads (attnlab.generate.quantize)
         import copy
 
-        from .quantize import QUANTIZE_CHOICES, quantize
+        from .generate.quantize import QUANTIZE_CHOICES, quantize
 
         for how in QUANTIZE_CHOICES:
             small = quantize(copy.deepcopy(ours), how)
@@ -271,9 +271,9 @@ def time_serving(model, prompts, budgets, slots: int) -> dict[str, dict]:
     """The same requests (all arriving at once), served three ways, greedy: one at a time
     (:func:`~attnlab.generate.generate`), in fixed batches of ``slots`` (each batch runs until its
     longest request is done, as a batched ``generate`` call does) and by the
-    :class:`~attnlab.batching.ContinuousBatcher` with ``slots`` rows. For each: wall seconds, the
+    :class:`~attnlab.generate.batching.ContinuousBatcher` with ``slots`` rows. For each: wall seconds, the
     requested tokens per second and the mean time until a request is done."""
-    from .batching import ContinuousBatcher, Request
+    from .generate.batching import ContinuousBatcher, Request
     from .generate import generate
 
     def serve_one_by_one(done):

@@ -189,7 +189,7 @@ class GatedMLP(nn.Module):
         self.proj = nn.Linear(hidden, dim, bias=bias)  # W_down
         self.dropout = nn.Dropout(dropout)
         self.hook_pre, self.hook_pre_linear, self.hook_post = HookPoint(), HookPoint(), HookPoint()
-        # x -> [x W_gate | x W_up] in one product, where attnlab.quantize packed the two as one
+        # x -> [x W_gate | x W_up] in one product, where attnlab.generate.quantize packed the two as one
         self.gate_up: nn.Module | None = None
 
     def forward(self, x: Tensor) -> Tensor:

@@ -371,6 +371,6 @@ def checked_by(declaration: Callable[[], OptionSpecs], *, unchecked: tuple[str, 
     return wrap
 
 
-# ``--quantize``'s choices (attnlab.quantize implements them; kept here, where no torch is imported,
+# ``--quantize``'s choices (attnlab.generate.quantize implements them; kept here, where no torch is imported,
 # so that building the command line stays fast)
 QUANTIZE_CHOICES = ("int8", "dynamic-int8", "packed")

@@ -92,19 +92,19 @@ class RequestError(Exception):
 
 @dataclass
 class GenerationJob:
-    request: object  # attnlab.batching.Request
+    request: object  # attnlab.generate.batching.Request
     stop: list
     finished: threading.Event = field(default_factory=threading.Event)
     error: str | None = None
 
 
 class GenerationWorker:
-    """One thread decodes every generation request through a :class:`~attnlab.batching.ContinuousBatcher`;
+    """One thread decodes every generation request through a :class:`~attnlab.generate.batching.ContinuousBatcher`;
     the requests hand it their prompts and wait. Each step holds ``lock`` (the explorer's: its
     hook points are the model's state), so explorations run between steps."""
 
     def __init__(self, model, lock: threading.Lock, slots: int = 8):
-        from .batching import ContinuousBatcher
+        from .generate.batching import ContinuousBatcher
 
         self.model, self.lock, self.slots = model, lock, slots
         self.batcher = ContinuousBatcher(model, slots)
@@ -114,7 +114,7 @@ class GenerationWorker:
     def job(self, prompt: str | None, max_new_tokens: int | None, *, stop=(), seed=None, on_token=None, **sampling):
         """A checked :class:`GenerationJob` (RequestError 400 for one that cannot run), queued.
         ``max_new_tokens`` None: 100, or what the context leaves after the prompt."""
-        from .batching import text_request
+        from .generate.batching import text_request
         from .errors import one_line
         from .recipes.gpt import default_prompt
 
@@ -142,7 +142,7 @@ class GenerationWorker:
 
     def answer(self, job: GenerationJob) -> dict:
         """Wait for ``job`` (in a worker thread) -> its ``text``, ``tokens``, ``finish_reason``."""
-        from .batching import request_text
+        from .generate.batching import request_text
 
         if not job.finished.wait(GENERATE_TIMEOUT_S):
             raise RequestError(503, f"no answer within {GENERATE_TIMEOUT_S} s; the server is busy, try again later")
@@ -157,7 +157,7 @@ class GenerationWorker:
 
     def replace_model(self, model) -> None:
         """Serve ``model`` from the next step on (``POST /reload``); requests in flight finish on the old one."""
-        from .batching import ContinuousBatcher
+        from .generate.batching import ContinuousBatcher
 
         with self.lock:
             self.model, self.batcher = model, ContinuousBatcher(model, self.slots)
@@ -167,7 +167,7 @@ class GenerationWorker:
         self.inbox.put(None)
 
     def _loop(self) -> None:
-        from .batching import ContinuousBatcher
+        from .generate.batching import ContinuousBatcher
         from .errors import one_line
 
         running: list[GenerationJob] = []
@@ -230,14 +230,22 @@ def spec_type(spec):
     return Annotated[kind, Field(**limits, **({"allow_inf_nan": False} if kind is float else {}))]
 
 
-def _models(form):
-    """The request models (pydantic is imported with the server, not with attnlab): the explorer's
-    fields are the inputs ``form`` (the family's :class:`~attnlab.recipes.base.ExplorerForm`) declares,
-    the sampling fields are typed from the ``sample`` command's option specs: one declaration for
-    both surfaces."""
+def explore_model(form):
+    """The request model of ``POST /explore``: the inputs ``form`` (the family's
+    :class:`~attnlab.recipes.base.ExplorerForm`) declares, each optional (a file as base64)."""
+    from pydantic import ConfigDict, create_model
+
+    fields: dict = {i.name: (str | None, None) for i in form.inputs}
+    return create_model("Explore", __config__=ConfigDict(extra="forbid", strict=True), **fields)
+
+
+def generation_models():
+    """The request models of ``/generate`` and ``/v1/completions`` (pydantic is imported with the
+    server, not with attnlab), their sampling fields typed from the ``sample`` command's option
+    specs: one declaration for both surfaces."""
     from typing import Literal
 
-    from pydantic import BaseModel, ConfigDict, create_model
+    from pydantic import BaseModel, ConfigDict
 
     from .recipes.gpt import sample_specs
 
@@ -246,9 +254,6 @@ def _models(form):
     Tokens, Temperature = spec_type(sample["max_new_tokens"]), spec_type(sample["temperature"])
     TopK, TopP, Seed = spec_type(sample["top_k"]), spec_type(sample["top_p"]), spec_type(sample["seed"])
     Stop = spec_type(sample["stop"])
-
-    # the explorer reads the inputs its family declares (a file as base64), each optional
-    Explore = create_model("Explore", __config__=strict, **{i.name: (str | None, None) for i in form.inputs})
 
     class Generate(BaseModel):
         model_config = strict
@@ -275,7 +280,7 @@ def _models(form):
         echo: Literal[False] = False
         logprobs: None = None
 
-    return Explore, Generate, Completion
+    return Generate, Completion
 
 
 def parse_body(raw: bytes, model_cls):
@@ -429,7 +434,7 @@ class _Routes:
         self.lock = threading.Lock()  # one computation on the model at a time: its hook points are its state
         generates = callable(getattr(model, "generate", None)) and getattr(model, "tokenizer", None) is not None
         self.worker = GenerationWorker(model, self.lock, slots) if generates else None
-        self.Explore, self.Generate, self.Completion = _models(form)
+        self.Explore, (self.Generate, self.Completion) = explore_model(form), generation_models()
 
     def html(self, text: str):
         return self.http.HTMLResponse(

@@ -29,7 +29,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from common import matmul_peak, print_row, print_table, sync, time_it
-from attnlab.fast_decode import fast_decoder
+from attnlab.generate.fast import fast_decoder
 from attnlab.generate import generate
 from attnlab.models import GPT, GPTConfig
 from attnlab.training.tasks import LanguageModelTask  # noqa: F401  (the task TaskLoss runs in the trainer)

@@ -91,7 +91,7 @@ def main() -> None:
 
     import attnlab
     from attnlab.generate import generate
-    from attnlab.quantize import quantize
+    from attnlab.generate.quantize import quantize
 
     torch.manual_seed(1)
     prompt = torch.randint(CONFIG["vocab_size"], (1, 32))

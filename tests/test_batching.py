@@ -1,4 +1,4 @@
-"""Continuous batching (attnlab.batching): each request's tokens are those it gets alone from
+"""Continuous batching (attnlab.generate.batching): each request's tokens are those it gets alone from
 attnlab.generate.generate, however requests of different ages, lengths and settings share rows,
 join, leave and shift the KV cache's timeline."""
 
@@ -7,7 +7,7 @@ import random
 import pytest
 import torch
 
-from attnlab.batching import ContinuousBatcher, Request, generate_batched
+from attnlab.generate.batching import ContinuousBatcher, Request, generate_batched
 from attnlab.generate import generate
 from attnlab.models import GPT, GPTConfig
 

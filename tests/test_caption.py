@@ -11,7 +11,7 @@ from PIL import Image
 
 from attnlab.cli import main
 from attnlab.data.captions import COLORS, load_captions, make_scenes, read_tsv
-from attnlab.decode import beam_search, greedy_decode
+from attnlab.generate.beam import beam_search, greedy_decode
 from attnlab.errors import DataError
 from attnlab.inspect.analysis import pointing_hit
 from attnlab.models.caption import CaptionConfig, Captioner, doubly_stochastic_penalty

@@ -11,7 +11,7 @@ from torch import Tensor
 from torch._dynamo.utils import counters
 
 from attnlab.data.text import prepare
-from attnlab.fast_decode import FastDecoder, why_not_fast
+from attnlab.generate.fast import FastDecoder, why_not_fast
 from attnlab.generate import generate
 from attnlab.models import GPT, GPTConfig
 from attnlab.models.gpt import SPEEDRUN_CHANGES
@@ -214,7 +214,7 @@ def test_continuous_batching_reads_the_device_back_once_per_step():
     """8 requests on 4 rows, greedy and sampled rows mixed, one with an end id: each decoding step
     reads its rows' tokens back in one transfer; admissions add one read per request (its first
     token); the tokens are those of generating each prompt alone."""
-    from attnlab.batching import ContinuousBatcher, Request
+    from attnlab.generate.batching import ContinuousBatcher, Request
 
     model = _gpt(context=32, vocab=40)
 
@@ -279,7 +279,7 @@ def test_a_vanishing_temperature_or_top_p_is_greedy_and_poisons_no_batch():
     """temperature 1e-300 (0 in float32) and top_p 1e-300 made every row of a batch fail with
     "probability tensor contains inf, nan"; now they draw the greedy token, and the other requests
     of the batch get what they get alone."""
-    from attnlab.batching import ContinuousBatcher, Request
+    from attnlab.generate.batching import ContinuousBatcher, Request
     from attnlab.generate import next_token_probs
 
     logits = torch.randn(4, 30)
@@ -427,7 +427,7 @@ def test_a_step_of_eight_batched_rows_dispatches_at_most_15_percent_more_ops_tha
     one single-row KV-cache step: the key mask reaches the kernel in its additive form, built once
     per step, so no layer builds a causal mask for its single query, broadcasts or converts the
     mask, or fills empty rows (issue 51: ≤ 1.15×). The fixed-shape step does none of it either."""
-    from attnlab.batching import ContinuousBatcher, Request
+    from attnlab.generate.batching import ContinuousBatcher, Request
 
     torch.manual_seed(0)
     model = GPT(GPTConfig(vocab_size=65, context=64, layers=12, heads=4, dim=64, pos=pos)).eval()

@@ -101,11 +101,13 @@ LAYERS = [
     {"tokens", "attention", "position", "blocks", "hooks", "losses"},  # the model core
     {"models"},  # the models, built from the core
     # what is done with a model: data in, training, generation and decoding, conversion
-    {"data", "training", "generate", "fast_decode", "batching", "decode", "quantize", "interop"},
+    {"data", "training", "generate", "interop"},
     {"inspect"},  # looking inside a model
     {"recipes"},  # the families: a model, its data, its training, its verbs
     {"api", "sae", "serve", "experiments", "bench"},  # applications of the families
     {"cli", "__main__", "attnlab"},  # the command line and the package's public names
+    # the old names of modules of attnlab.generate (each line: `sys.modules[name] = the module`)
+    {"fast_decode", "batching", "decode", "quantize"},
 ]
 
 
@@ -146,3 +148,17 @@ def test_the_docs_extra_holds_what_the_site_build_imports():
     imported = {m.split(".")[0] for m, _, _ in _imports("docs.hooks", tree, False, top_level_only=False) if m}
     third_party = {m for m in imported if m not in sys.stdlib_module_names and m not in ("attnlab", "docs")}
     assert third_party and third_party <= declared, f"docs/hooks.py imports {sorted(third_party - declared)}"
+
+
+def test_the_generation_modules_old_names_import_the_same_modules():
+    """Generation lives together in attnlab.generate; the old top-level module names (docs and user
+    code of 0.1 import them) give the same module objects, so a class is one class under both."""
+    import importlib
+
+    moved = {"fast_decode": "fast", "batching": "batching", "decode": "beam", "quantize": "quantize"}
+    for old, new in moved.items():
+        assert importlib.import_module(f"attnlab.{old}") is importlib.import_module(f"attnlab.generate.{new}")
+    from attnlab.batching import ContinuousBatcher
+    from attnlab.generate.batching import ContinuousBatcher as same
+
+    assert ContinuousBatcher is same

@@ -291,8 +291,8 @@ def test_a_rotation_that_changes_past_n_decodes_as_huggingface_and_batched_paths
     refilling. Either way it gives HuggingFace's 32 greedy tokens after 9, across N. Continuous
     batching, whose rows share one rotation, refuses a request that would pass N and takes one that
     stays within; speculative decoding, which verifies several tokens in one call, refuses to cross N."""
-    from attnlab.batching import ContinuousBatcher, Request
-    from attnlab.fast_decode import FastDecoder
+    from attnlab.generate.batching import ContinuousBatcher, Request
+    from attnlab.generate.fast import FastDecoder
     from attnlab.generate import speculative_generate
 
     options = next(o for _, _, o in CASES if o.get("rope_parameters", {}).get("rope_type") == kind)

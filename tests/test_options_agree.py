@@ -66,11 +66,11 @@ def test_the_flag_the_keyword_and_the_server_field_refuse_the_same_values(name, 
     pytest.importorskip("pydantic")
     from pydantic import ValidationError
 
-    from attnlab.serve import _models
+    from attnlab.serve import generation_models
 
     bad, good = edges(name)
     gpt = tiny_run("gpt").load()
-    _, generate_body, _ = _models()
+    generate_body, _ = generation_models()
     flag = SAMPLE.specs[name].flags[0]
     for value in bad:
         assert main(["sample", "--ckpt", "unused", flag, str(value)]) == 2  # (refused while parsing)
@@ -148,7 +148,7 @@ CLI_ONLY = {
     "prompts_file": "the call takes the prompts themselves",
     "no_cache": "use_cache=False",
     "dtype": "the model's own dtype (model.to(torch.bfloat16))",
-    "quantize": "attnlab.quantize on the model",
+    "quantize": "attnlab.generate.quantize on the model",
     "sae": "the SAE itself (attnlab.sae.load)",
 }
 OUTPUT_FILE = ("patch", "explore", "embed", "sae features")  # the call returns what the command writes to --out

@@ -10,7 +10,7 @@ import torch.nn.functional as F
 from attnlab.cli import main
 from attnlab.generate import generate
 from attnlab.models import GPT, GPTConfig
-from attnlab.quantize import Int8Linear, quantize
+from attnlab.generate.quantize import Int8Linear, quantize
 
 
 def test_int8_weights_round_each_row_to_its_own_scale():
@@ -82,7 +82,7 @@ def test_packed_weights_compute_the_same_layer_and_decode_the_same_tokens(dtype)
     """--quantize packed: the same weights in the GEMM library's packed layout give the plain
     layer's outputs (to the rounding of another summation order), keep the weight and bias
     parameters (tied head included), and greedy fp32 decoding gives the same tokens."""
-    from attnlab.quantize import PackedLinear, why_not_packed
+    from attnlab.generate.quantize import PackedLinear, why_not_packed
 
     if why_not_packed(dtype) is not None:
         pytest.skip(why_not_packed(dtype))
@@ -123,7 +123,7 @@ def test_packed_weights_compute_the_same_layer_and_decode_the_same_tokens(dtype)
 def test_packing_says_what_this_cpu_or_build_lacks(monkeypatch):
     """Both sides of the hardware check: without bf16 instructions (or without MKL) packing is
     refused in one line that says what to do; with them it is allowed."""
-    from attnlab.quantize import PackedLinear, why_not_packed
+    from attnlab.generate.quantize import PackedLinear, why_not_packed
 
     monkeypatch.setattr(torch.backends.mkldnn, "is_available", lambda: True)
     monkeypatch.setattr(torch.ops.mkldnn, "_is_mkldnn_bf16_supported", lambda: False)

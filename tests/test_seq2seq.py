@@ -6,7 +6,7 @@ import torch
 from torch import nn
 
 from attnlab.attention import causal_mask
-from attnlab.decode import beam_search, greedy_decode
+from attnlab.generate.beam import beam_search, greedy_decode
 from attnlab.models import RNNConfig, RNNSeq2Seq, Transformer, TransformerConfig
 from helpers import PINNED_FLAGS, copy_attention, train_tiny_gpt
 

@@ -209,7 +209,7 @@ def test_serve_decodes_in_the_form_dtype_and_quantize_ask_for(tmp_path, monkeypa
 
     import attnlab.serve
     from attnlab.cli import main
-    from attnlab.quantize import Int8Linear, PackedLinear, why_not_packed
+    from attnlab.generate.quantize import Int8Linear, PackedLinear, why_not_packed
 
     if quantize == "packed" and why_not_packed(torch.bfloat16) is not None:
         pytest.skip(why_not_packed(torch.bfloat16))

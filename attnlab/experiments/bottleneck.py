@@ -11,7 +11,7 @@ from pathlib import Path
 import torch
 
 from ..data.parallel import load_parallel, pad_batch, synthetic_pair
-from ..decode import greedy_decode
+from ..generate.beam import greedy_decode
 from ..models import RNNConfig, RNNSeq2Seq, Transformer, TransformerConfig
 from ..recipes.base import fit_model
 from ..training import TrainConfig

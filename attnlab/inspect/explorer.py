@@ -161,7 +161,7 @@ def cross_attention(model, src_vocab, tgt_vocab, src: str, tgt: str | None = Non
     """A seq2seq model's cross-attention: every decoder layer and head (L, H, T_tgt, T_src) for the
     translation of ``src`` (or for the given target ``tgt``, teacher-forced)."""
     from ..data.parallel import pad_batch
-    from ..decode import greedy_decode
+    from ..generate.beam import greedy_decode
 
     ids = src_vocab.encode(src)[: model.config.context]
     if not ids:

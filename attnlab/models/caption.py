@@ -16,7 +16,7 @@ and a decoder writes the caption word by word.
   GPT-style decoder with cross-attention (:class:`attnlab.blocks.Decoder`).
 
 All three share the decoding interface of the seq2seq models (``encode``, ``start``, ``step``,
-``reorder``), so greedy and beam search are :mod:`attnlab.decode`'s.
+``reorder``), so greedy and beam search are :mod:`attnlab.generate.beam`'s.
 """
 
 from __future__ import annotations

@@ -492,7 +492,7 @@ class GPT(HeadWeights, HookedModule):
         ``caches`` (from :meth:`new_caches`) make this an incremental step: idx holds only
         the new tokens. ``positions`` (B, T) and ``key_mask`` (B, T_total, True = real
         token) support left-padded batches of prompts of different lengths.
-        :class:`StaticKVCache` s make it a fixed-shape decode step (``attnlab.fast_decode``):
+        :class:`StaticKVCache` s make it a fixed-shape decode step (``attnlab.generate.fast``):
         ``positions`` and ``key_mask`` (B, max_len) are then required and are not checked here
         (that would read them back from the device at every token): the decoder checks once.
         ``check_positions=False`` skips that check for given ``positions`` too (a caller that
@@ -528,7 +528,7 @@ class GPT(HeadWeights, HookedModule):
         static = cached and isinstance(caches[0], StaticKVCache)
         unchecked = static or (positions is not None and not check_positions)
         if static and (positions is None or key_mask is None):
-            raise ValueError("a static KV cache needs positions= and key_mask= (see attnlab.fast_decode)")
+            raise ValueError("a static KV cache needs positions= and key_mask= (see attnlab.generate.fast)")
         offset = caches[0].length if cached and not static else 0
         # the furthest position: a cache's column count, unless positions are given (a batch whose
         # rows start at different columns, as in continuous batching, counts each row's own tokens)

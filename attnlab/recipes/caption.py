@@ -300,7 +300,7 @@ def caption_ids(
 ) -> list[list[int]]:
     """Word ids of the generated caption of each image ((N, 3, H, W) in [0, 1]), without specials."""
     from ..data.images import normalize
-    from ..decode import beam_search, greedy_decode
+    from ..generate.beam import beam_search, greedy_decode
 
     out = []
     max_len = model.config.context - 1

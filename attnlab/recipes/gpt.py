@@ -192,11 +192,11 @@ class GPTVerbs(Verbs):
         distribution, fewer reads of this model's weights).
 
         A list of prompts gives a list of continuations, generated ``batch_size`` at a time by
-        continuous batching (:class:`attnlab.batching.ContinuousBatcher`: a prompt takes the row of
+        continuous batching (:class:`attnlab.generate.batching.ContinuousBatcher`: a prompt takes the row of
         one that finished); prompt i draws with seed ``seed + i``, so its text does not depend on
         the others. Each prompt and its ``max_new_tokens`` must then fit the model's context.
         ``compile=True``: one prompt decodes through a fixed-shape step compiled once
-        (:mod:`attnlab.fast_decode`; CUDA graphs on a GPU), with the same tokens. ``stream``: called
+        (:mod:`attnlab.generate.fast`; CUDA graphs on a GPU), with the same tokens. ``stream``: called
         with each piece of new text as it is generated (one prompt; what ``attnlab sample`` prints),
         or, for a list of prompts, with (i, continuation of prompt i) as each one finishes."""
         import torch
@@ -495,7 +495,7 @@ class GPTRecipe(Recipe):
         if args.quantize:  # (in place: on a copy, the loaded model in memory stays as it is)
             import copy
 
-            from ..quantize import quantize
+            from ..generate.quantize import quantize
 
             model = quantize(copy.deepcopy(model), args.quantize)
         context = model.config.context
@@ -642,7 +642,7 @@ def generate_texts(
     ``slots`` at a time; prompt i draws with seed ``seed + i``. ``on_done(i, text)`` is called as
     each finishes. Returns the continuations in the prompts' order; a prompt that does not fit the
     context with ``max_new_tokens`` is refused in one line, before anything runs."""
-    from ..batching import ContinuousBatcher, request_text, text_request
+    from ..generate.batching import ContinuousBatcher, request_text, text_request
 
     device = next(model.parameters()).device
     batcher = ContinuousBatcher(model, slots)
@@ -854,7 +854,7 @@ def sample(args) -> int:
         out.write("\n" if i == args.num_samples - 1 else "\n---------------\n")
         out.flush()
     if args.compile:  # whether the step really compiled once (and, on CUDA, runs as a CUDA graph)
-        from ..fast_decode import graph_lines
+        from ..generate.fast import graph_lines
 
         for line in graph_lines(model):
             print(line, file=sys.stderr)
@@ -872,7 +872,7 @@ def decode_dtype(args):
 def as_sampled(model, args):
     """The model, loaded in :func:`decode_dtype`, with the layers ``--quantize`` asks ``sample`` for."""
     if args.quantize:
-        from ..quantize import quantize
+        from ..generate.quantize import quantize
 
         model = quantize(model, args.quantize)
     return model

@@ -356,7 +356,7 @@ def load_seq2seq(ckpt: str, device: str = "auto", loaded=None):
 def translate_texts(model, sv, tv, texts, *, beam=5, alpha=1.0, max_len=None, device="cpu", batch_size=64):
     """Translate ``texts`` (greedy for beam 1), in batches; one string per input."""
     from ..data.parallel import pad_batch
-    from ..decode import beam_search, greedy_decode
+    from ..generate.beam import beam_search, greedy_decode
 
     limit = model.config.context
     max_len = max_len or min(limit - 1, 100)

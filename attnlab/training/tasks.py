@@ -209,7 +209,7 @@ class Seq2SeqTask:
         if not self.data.synthetic:
             return {}
         from ..data.parallel import pad_batch
-        from ..decode import greedy_decode
+        from ..generate.beam import greedy_decode
 
         model = unwrap_model(model).eval()  # decoding needs the model's own methods (not a DDP wrapper)
         pairs = self.data.pairs["val"][:200]

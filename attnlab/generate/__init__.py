@@ -11,7 +11,7 @@ from collections.abc import Callable, Sequence
 import torch
 from torch import Tensor, nn
 
-from .position import long_rope_from, rotation_changes_from
+from ..position import long_rope_from, rotation_changes_from
 
 __all__ = [
     "sample_next",
@@ -118,7 +118,7 @@ def generate(
     slides: the cache is refilled from the last half-context of tokens. With a ``draft`` model
     the tokens come from :func:`speculative_generate` (one prompt), same distribution, fewer
     passes over the model's weights. ``compile=True``: a fixed-shape decode step compiled once
-    (:mod:`attnlab.fast_decode`; CUDA graphs on a GPU), the same tokens; models it does not
+    (:mod:`attnlab.generate.fast`; CUDA graphs on a GPU), the same tokens; models it does not
     support (ALiBi, relative positions, --window) decode as without it, with a warning.
     """
     if isinstance(prompts, Tensor):
@@ -141,7 +141,7 @@ def generate(
     device = next(model.parameters()).device
     ids, mask = _left_pad(prompts, 0, device)
     if compile and use_cache and max_new_tokens > 0:
-        from .fast_decode import fast_decoder, why_not_fast
+        from .fast import fast_decoder, why_not_fast
 
         why = why_not_fast(model)
         if why is None:

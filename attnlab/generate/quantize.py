@@ -1,0 +1,188 @@
+"""Int8 linear layers for generation, where a step reads every weight once for one token.
+
+At batch 1 a GPT step is bound by memory traffic, not arithmetic: GPT-2 small reads ~500 MB of
+fp32 weights per token. Int8 weights read a quarter of that. Two PyTorch-maintained paths, no
+kernel of ours:
+
+* ``int8`` (weight-only): each output row of W is stored as int8 with one scale,
+  W ≈ diag(s)·Q, s_i = max_j |W_ij| / 127; y = (x Qᵀ)·s + b runs in ATen's
+  ``_weight_int8pack_mm`` kernel (the one torchao and gpt-fast use on CPUs) with bf16
+  activations. Only the weights are rounded.
+* ``dynamic-int8``: ``torch.ao.quantization.quantize_dynamic``: the activations are quantised
+  to int8 too, per call (fbgemm's int8 GEMM); faster on x86 CPUs, rounds more.
+
+Both quantise the model's Linear layers (the output head included; embeddings stay as they are,
+they are read one row per token). A third choice rounds nothing:
+
+* ``packed``: each Linear layer's fp32 or bf16 weight is also stored once in the layout the
+  CPU's GEMM library reads fastest (MKL's packed format for fp32, oneDNN's blocked one for bf16,
+  the reorder inductor's weight prepacking does), so a one-row step streams it at close to
+  the memory's bandwidth where the plain layout reaches about half of it here (a 151,936 × 896
+  bf16 head: 25 against 13 GB/s on 2 cores). Same weights; the sums may round differently.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import torch
+from torch import Tensor, nn
+
+from ..options import QUANTIZE_CHOICES
+
+__all__ = ["Int8Linear", "PackedLinear", "quantize", "QUANTIZE_CHOICES", "why_not_packed"]
+
+
+class Int8Linear(nn.Module):
+    """A Linear layer with int8 weights and one scale per output feature.
+
+    x (..., in) -> (..., out) in x's dtype; computed with bf16 activations."""
+
+    def __init__(self, linear: nn.Linear) -> None:
+        super().__init__()
+        w = linear.weight.detach().float()  # (out, in)
+        # the kernel takes bf16 scales: round each up (bf16 keeps 8 bits), so that the row's largest
+        # weight still fits in ±127 and every weight is off by at most half a step of its row's scale
+        scale = (w.abs().amax(dim=1).clamp(min=1e-12) / 127.0 * (1 + 2**-7)).to(torch.bfloat16)  # (out,)
+        q = torch.round(w / scale.float()[:, None]).clamp(-127, 127).to(torch.int8)
+        self.register_buffer("weight_int8", q)
+        self.register_buffer("scale", scale)
+        self.register_buffer("bias", None if linear.bias is None else linear.bias.detach().clone())
+        self.in_features, self.out_features = linear.in_features, linear.out_features
+
+    def dequantized(self) -> Tensor:
+        """The weight these int8 numbers stand for, (out, in) float32."""
+        return self.weight_int8.float() * self.scale.float()[:, None]
+
+    def forward(self, x: Tensor) -> Tensor:
+        lead = x.shape[:-1]
+        y = torch.ops.aten._weight_int8pack_mm(x.reshape(-1, self.in_features).bfloat16(), self.weight_int8, self.scale)
+        y = y.reshape(*lead, self.out_features).to(x.dtype)
+        return y if self.bias is None else y + self.bias.to(x.dtype)
+
+    def extra_repr(self) -> str:
+        return f"in_features={self.in_features}, out_features={self.out_features}, int8 weights"
+
+
+def why_not_packed(dtype: torch.dtype) -> str | None:
+    """Why this PyTorch build or CPU cannot pack weights of ``dtype``, or None when it can."""
+    if dtype == torch.float32:
+        return None if torch.backends.mkl.is_available() else "this PyTorch has no MKL (x86 builds do)"
+    if dtype == torch.bfloat16:
+        if not torch.backends.mkldnn.is_available():
+            return "this PyTorch has no oneDNN"
+        if not torch.ops.mkldnn._is_mkldnn_bf16_supported():
+            return "this CPU has no bf16 instructions oneDNN uses (AVX512-BF16, AMX); sample in fp32"
+        return None
+    return f"{dtype} weights (fp32 and bf16 pack)"
+
+
+def packed_bf16_product(x: Tensor, packed: Tensor, bias: Tensor | None) -> Tensor:
+    """x (..., in) times a bf16 weight in oneDNN's packed layout (``packed``, reordered from (out, in)),
+    plus ``bias``: (..., out), in bf16. (oneDNN takes the leading dims as they are, with the same bits
+    as flattened rows: no reshape either way, which decoding would pay twice per layer and token.)"""
+    return torch.ops.mkldnn._linear_pointwise(
+        x if x.dtype == torch.bfloat16 else x.to(torch.bfloat16), packed, bias, "none", [], ""
+    )
+
+
+class PackedLinear(nn.Linear):
+    """A Linear layer whose weight is also held in the CPU GEMM library's packed layout, reordered
+    once (fp32: MKL's ``_mkl_linear``; bf16: oneDNN's ``_linear_pointwise``). ``weight`` and
+    ``bias`` stay the layer's own, so names, hooks and exports see the same model; a weight
+    changed afterwards is not repacked (a copy for decoding, as the int8 ones are).
+
+    x (..., in) -> (..., out), in the weight's dtype."""
+
+    def __init__(self, linear: nn.Linear) -> None:
+        nn.Module.__init__(self)
+        self.in_features, self.out_features = linear.in_features, linear.out_features
+        self.weight, self.bias = linear.weight, linear.bias
+        w = linear.weight.detach()
+        why = why_not_packed(w.dtype)
+        if why is not None:
+            raise ValueError(f"--quantize packed: {why}")
+        self.bf16 = w.dtype == torch.bfloat16
+        # (laid out for one row at a time, what a decoding step multiplies; other row counts work too)
+        self.packed = (
+            torch.ops.mkldnn._reorder_linear_weight(w, 1)
+            if self.bf16
+            else torch.ops.mkl._mkl_reorder_linear_weight(w, 1)
+        )
+
+    def forward(self, x: Tensor) -> Tensor:
+        if self.bf16:
+            return packed_bf16_product(x, self.packed, self.bias)
+        rows = x.reshape(-1, self.in_features).to(self.weight.dtype)
+        y = torch.ops.mkl._mkl_linear(rows, self.packed, self.weight, self.bias, 1)
+        return y.reshape(*x.shape[:-1], self.out_features)
+
+    def extra_repr(self) -> str:
+        return f"in_features={self.in_features}, out_features={self.out_features}, packed {self.weight.dtype} weights"
+
+
+class PackedConcat(nn.Module):
+    """Linear layers of one input read as one bf16 product in oneDNN's packed layout,
+    [x W₁ᵀ + b₁ | x W₂ᵀ + b₂ | …]: a gated MLP's gate and up projections, one call where a decoding
+    step would make two. Only the packed copy is held (the layers keep their own weights), so it
+    adds no parameter and no name.
+
+    x (..., in) -> (..., Σ out)."""
+
+    def __init__(self, linears: list[nn.Linear]) -> None:
+        super().__init__()
+        weight = torch.cat([layer.weight.detach() for layer in linears])  # (Σ out, in)
+        self.in_features, self.out_features = weight.shape[1], weight.shape[0]
+        self.packed = torch.ops.mkldnn._reorder_linear_weight(weight, 1)
+        biases = [layer.bias for layer in linears]
+        self.bias = None if biases[0] is None else torch.cat([b.detach() for b in biases])
+
+    @staticmethod
+    def fits(linears: list[nn.Linear]) -> bool:
+        """Whether these layers pack as one: bf16 (fp32's MKL path keeps the plain weight beside its
+        packed one, which would double them), one input width, all with biases or none."""
+        first = linears[0]
+        return (
+            why_not_packed(torch.bfloat16) is None
+            and all(
+                type(layer) is nn.Linear
+                and layer.weight.dtype == torch.bfloat16
+                and layer.in_features == first.in_features
+                for layer in linears
+            )
+            and len({layer.bias is None for layer in linears}) == 1
+        )
+
+    def forward(self, x: Tensor) -> Tensor:
+        return packed_bf16_product(x, self.packed, self.bias)
+
+    def extra_repr(self) -> str:
+        return f"in_features={self.in_features}, out_features={self.out_features}, packed bf16 weights"
+
+
+def quantize(model: nn.Module, how: str) -> nn.Module:
+    """``model`` with its Linear layers in int8 or packed (``how``: one of ``QUANTIZE_CHOICES``), for
+    inference on a CPU. The model is changed in place and returned; train nothing after this."""
+    if how not in QUANTIZE_CHOICES:
+        raise ValueError(f"unknown quantization {how!r}; choose one of {QUANTIZE_CHOICES}")
+    if any(p.device.type != "cpu" for p in model.parameters()):
+        raise ValueError(f"--quantize {how} runs on the CPU; load the model with --device cpu")
+    model.eval()
+    if how == "dynamic-int8":
+        from torch.ao.quantization import quantize_dynamic
+
+        with warnings.catch_warnings():  # (torch.ao's eager quantization announces its move to torchao)
+            warnings.simplefilter("ignore")
+            return quantize_dynamic(model, {nn.Linear}, dtype=torch.qint8, inplace=True)
+    paired = getattr(model, "gate_up", False) is None  # a gated MLP, not yet packed
+    if how == "packed" and paired and PackedConcat.fits([model.gate, model.fc]):
+        model.gate_up = PackedConcat([model.gate, model.fc])  # (its gate and up stay plain layers)
+        if not isinstance(model.proj, PackedLinear):
+            model.proj = PackedLinear(model.proj)
+        return model
+    for name, child in list(model.named_children()):
+        if isinstance(child, nn.Linear) and not isinstance(child, PackedLinear):
+            setattr(model, name, PackedLinear(child) if how == "packed" else Int8Linear(child))
+        else:
+            quantize(child, how)
+    return model
