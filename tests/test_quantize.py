@@ -10,6 +10,7 @@ import torch.nn.functional as F
 from attnlab.cli import main
 from attnlab.generate import generate
 from attnlab.models import GPT, GPTConfig
+from attnlab.errors import OptionError
 from attnlab.generate.quantize import Int8Linear, quantize
 
 
@@ -135,3 +136,20 @@ def test_packing_says_what_this_cpu_or_build_lacks(monkeypatch):
     monkeypatch.setattr(torch.backends.mkl, "is_available", lambda: False)
     assert "no MKL" in why_not_packed(torch.float32)
     assert "fp32 and bf16" in why_not_packed(torch.float16)
+
+
+def test_generate_quantize_decodes_a_quantized_copy_as_sample_quantize_does(tiny_run, capsys):
+    """generate(quantize=) is the sample command's --quantize as a keyword of the one generate: the
+    same greedy text as `attnlab sample --quantize int8`, from a copy (the model keeps its layers)."""
+    run = tiny_run("gpt")
+    model = run.load()
+    plain = model.generate("to", 12, temperature=0)
+    int8 = model.generate("to", 12, temperature=0, quantize="int8")
+    capsys.readouterr()
+    assert main(["sample", "--ckpt", str(run.out), "--prompt", "to", "--max-new-tokens", "12",
+                 "--temperature", "0", "--quantize", "int8", "--device", "cpu"]) == 0  # fmt: skip
+    assert capsys.readouterr().out.strip() == ("to" + int8).strip()
+    assert not any(isinstance(m, Int8Linear) for m in model.modules())  # (the copy was quantized)
+    assert model.generate("to", 12, temperature=0) == plain
+    with pytest.raises(OptionError, match="quantize="):
+        model.generate("to", 2, quantize="int4")

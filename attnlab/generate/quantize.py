@@ -186,3 +186,11 @@ def quantize(model: nn.Module, how: str) -> nn.Module:
         else:
             quantize(child, how)
     return model
+
+
+def quantized_copy(model: nn.Module, how: str) -> nn.Module:
+    """A copy of ``model`` with its Linear layers ``how`` (:func:`quantize`); ``model`` itself stays
+    as it is (what ``eval --quantize`` and ``generate(quantize=)`` run on a loaded model)."""
+    import copy
+
+    return quantize(copy.deepcopy(model), how)

@@ -183,6 +183,7 @@ class GPTVerbs(Verbs):
         draft_tokens: int = 4,
         batch_size: int = 8,
         compile: bool = False,
+        quantize: str | None = None,
         stream: Callable[[str], None] | None = None,
     ) -> str | list[str]:
         """The continuation of ``prompt`` (text; empty: start a new line), as ``attnlab sample``
@@ -196,7 +197,10 @@ class GPTVerbs(Verbs):
         one that finished); prompt i draws with seed ``seed + i``, so its text does not depend on
         the others. Each prompt and its ``max_new_tokens`` must then fit the model's context.
         ``compile=True``: one prompt decodes through a fixed-shape step compiled once
-        (:mod:`attnlab.generate.fast`; CUDA graphs on a GPU), with the same tokens. ``stream``: called
+        (:mod:`attnlab.generate.fast`; CUDA graphs on a GPU), with the same tokens. ``quantize``
+        (int8, dynamic-int8, packed; on the CPU): decode with a copy of this model whose Linear layers
+        are so, as ``attnlab sample --quantize`` does (for many calls, quantize the model once with
+        :func:`attnlab.generate.quantize.quantize`). ``stream``: called
         with each piece of new text as it is generated (one prompt; what ``attnlab sample`` prints),
         or, for a list of prompts, with (i, continuation of prompt i) as each one finishes."""
         import torch
@@ -211,6 +215,13 @@ class GPTVerbs(Verbs):
         from ..training.memory import check_cache_fits
 
         check_cache_fits(self, min(batch_size, len(prompt)) if many else 1)
+        model = self
+        if quantize is not None:  # (on a copy: this model in memory stays as it is)
+            from ..generate.quantize import quantized_copy
+
+            if self.device.type != "cpu":
+                raise OptionError(f"quantize={quantize!r} runs on the CPU; move the model there with model.to('cpu')")
+            model = quantized_copy(self, quantize)
         if many:
             if draft is not None or not use_cache or compile:
                 raise OptionError(
@@ -219,7 +230,7 @@ class GPTVerbs(Verbs):
                 )
             sampling = dict(temperature=temperature, top_k=top_k or None, top_p=top_p)
             return generate_texts(
-                self,
+                model,
                 self.tokenizer,
                 prompt,
                 max_new_tokens,
@@ -236,7 +247,7 @@ class GPTVerbs(Verbs):
             gen = torch.Generator(device=self.device).manual_seed(seed)
         with torch.no_grad():
             return generate_text(
-                self,
+                model,
                 self.tokenizer,
                 text,
                 max_new_tokens,
@@ -492,12 +503,10 @@ class GPTRecipe(Recipe):
             raise ValueError("language models have train and val splits; use --split val or train")
         split = args.split or "val"
         model, tok, meta, dev = load_lm(args.ckpt, args.device, getattr(args, "loaded", None))
-        if args.quantize:  # (in place: on a copy, the loaded model in memory stays as it is)
-            import copy
+        if args.quantize:  # (on a copy: the loaded model in memory stays as it is)
+            from ..generate.quantize import quantized_copy
 
-            from ..generate.quantize import quantize
-
-            model = quantize(copy.deepcopy(model), args.quantize)
+            model = quantized_copy(model, args.quantize)
         context = model.config.context
         block = args.block_size or context
         if block > context:
