@@ -881,7 +881,7 @@ def image_positions(ctx: Context) -> Result:
 def cka(ctx: Context) -> Result:
     from ..inspect import analysis as A
     from ..inspect import plots as P
-    from ..inspect.hooks import capture_features
+    from ..inspect.capture import capture_features
 
     from ..models import CNN, ViT
 

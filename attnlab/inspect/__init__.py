@@ -1,5 +1,5 @@
 """Looking inside: attention capture (one hook mechanism for every model) and plots."""
 
-from .hooks import AttentionRecord, capture_attention, capture_features
+from .capture import AttentionRecord, capture_attention, capture_features
 
 __all__ = ["AttentionRecord", "capture_attention", "capture_features"]

@@ -22,7 +22,7 @@ import numpy as np
 import torch
 
 from . import analysis as A
-from .hooks import capture_attention
+from .capture import capture_attention
 
 DENSE_MAX = 256
 TOP_K = 32

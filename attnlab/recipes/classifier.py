@@ -464,7 +464,7 @@ def cka(args, model, meta, out: Path) -> dict[str, np.ndarray]:
     from ..data.images import denormalize, normalize
     from ..inspect import analysis as A
     from ..inspect import plots as P
-    from ..inspect.hooks import capture_features
+    from ..inspect.capture import capture_features
 
     other = None
     if args.compare:
