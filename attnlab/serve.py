@@ -414,7 +414,7 @@ def _box(i) -> str:
     from html import escape
 
     hint = escape(i.placeholder, quote=True)
-    if i.box == "file":
+    if i.box == "image":
         return f'<p><input type="file" accept="image/*" data-field="{i.name}"></p>'
     if i.box == "line":
         return f'<p><input size="60" data-field="{i.name}" placeholder="{hint}"></p>'
@@ -450,8 +450,11 @@ class _Routes:
 
     async def page(self, request):
         generate_form = "" if self.worker is None else GENERATE_FORM.format(slots=self.worker.slots)
+        from html import escape
+
         fields = "".join(_box(i) for i in self.form.inputs)
-        return self.html(FORM.format(name=self.name, what=self.form.hint, fields=fields, generate=generate_form))
+        what, name = escape(self.form.hint), escape(self.name)
+        return self.html(FORM.format(name=name, what=what, fields=fields, generate=generate_form))
 
     async def explore(self, request):
         from .errors import one_line
@@ -462,7 +465,7 @@ class _Routes:
             inputs = body.model_dump()
             with tempfile.TemporaryDirectory() as tmp:
                 for i in self.form.inputs:
-                    if i.box == "file" and inputs[i.name] is not None:  # an upload: the family reads a file
+                    if i.box == "image" and inputs[i.name]:  # an upload: the family reads a file
                         path = inputs[i.name] = Path(tmp) / i.name
                         try:
                             path.write_bytes(base64.b64decode(getattr(body, i.name), validate=True))

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 import attnlab
+from attnlab.recipes import recipes
 
 pytest.importorskip("starlette")
 pytest.importorskip("uvicorn")
@@ -219,3 +220,56 @@ def test_serve_decodes_in_the_form_dtype_and_quantize_ask_for(tmp_path, monkeypa
     model = served["model"]
     assert isinstance(model.blocks[0].attn.qkv, PackedLinear if quantize == "packed" else Int8Linear)
     assert model.tok_emb.weight.dtype == (torch.bfloat16 if dtype == "bf16" else torch.float32)
+
+
+EXPLORED = [r.name for r in recipes() if r.explorer_form() is not None]
+
+
+@pytest.mark.parametrize("family", EXPLORED)
+def test_the_served_page_and_explore_read_the_inputs_the_family_declares(family, tiny_run, tmp_path):
+    """The server keeps no table of families: its page shows a box for each input the family's
+    ``explorer_form()`` declares, ``POST /explore`` reads those fields (an image as base64) and
+    refuses any other, for every family with an explorer."""
+    import asyncio
+    import base64
+
+    from attnlab.serve import create_app
+
+    model = tiny_run(family).load()
+    form = model.family_recipe().explorer_form()
+    first = form.inputs[0]  # (what every family's explorer needs; the others are optional)
+    given = {"text": "ab ab", "line": "abc"}.get(first.box)
+    if first.box == "image":
+        given = base64.b64encode(_image_bytes(model)).decode()
+    app = create_app(model, port_ref=[8000])
+
+    async def ask():
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1:8000", timeout=60) as client:
+            page = await client.get("/")
+            explored = await client.post("/explore", json={first.name: given})
+            refused = await client.post("/explore", json={"colour": "red"})
+            return page, explored, refused
+
+    try:
+        page, explored, refused = asyncio.run(ask())
+    finally:
+        if app.app.state.worker is not None:
+            app.app.state.worker.close()
+    assert form.hint in page.text and all(f'data-field="{i.name}"' in page.text for i in form.inputs)
+    assert ('type="file"' in page.text) == any(i.box == "image" for i in form.inputs)
+    assert explored.status_code == 200 and "explorerReady" in explored.text, explored.text
+    assert refused.status_code == 400 and "unknown field 'colour'" in refused.text, refused.text
+
+
+def _image_bytes(model) -> bytes:
+    import io
+
+    import numpy as np
+    from PIL import Image
+
+    c = model.config
+    pixels = (np.random.default_rng(0).random((c.image_size, c.image_size)) * 255).astype("uint8")
+    out = io.BytesIO()
+    Image.fromarray(pixels, "L").convert("L" if c.in_chans == 1 else "RGB").save(out, format="PNG")
+    return out.getvalue()

@@ -47,8 +47,12 @@ class ExploreInput:
     which is also the JSON field ``attnlab serve`` reads, and the box its page shows for it."""
 
     name: str
-    box: str = "text"  # text (several lines) | line (one line) | file (an upload, sent as base64)
+    box: str = "text"  # text (several lines) | line (one line) | image (an image file, uploaded as base64)
     placeholder: str = ""
+
+    def __post_init__(self) -> None:
+        if self.box not in ("text", "line", "image"):
+            raise ValueError(f"ExploreInput {self.name!r}: box {self.box!r} is not text, line or image")
 
 
 @dataclass(frozen=True)
@@ -63,7 +67,7 @@ class ExplorerForm:
 EXPLORER_FORMS = {
     "text": ExplorerForm("Type a text: the page shows its attention.", (ExploreInput("text", "text", "some text"),)),
     "image": ExplorerForm(
-        "Choose an image: the page shows where each patch attends.", (ExploreInput("image", "file"),)
+        "Choose an image: the page shows where each patch attends.", (ExploreInput("image", "image"),)
     ),
     "cross": ExplorerForm(
         "Type a source sentence (and, if you like, its translation).",
