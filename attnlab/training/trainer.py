@@ -17,7 +17,7 @@ import signal
 import sys
 import threading
 import time
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable, Protocol
 
@@ -98,6 +98,26 @@ class TaskLoss(nn.Module):
 
     def forward(self, *batch: Tensor) -> Tensor:
         return self.task.loss(self.model, list(batch))
+
+
+@dataclass
+class Meter:
+    """A run's progress while it trains: its bar, and the logging window its throughput is measured
+    over (from ``t0``, ``items`` trained since). Throughput counts from the end of step ``warm`` (the
+    first: compilation, caches); ``decide_at``: the step at which ``--compile auto`` decides, timed
+    from ``warm_at``; ``compile_next``: the next step compiles (falling back to eager if it cannot)."""
+
+    bar: tqdm
+    plain: bool  # a plain line every PLAIN_PROGRESS_S instead of the bar (the output is no terminal)
+    t0: float
+    warm_at: float
+    warm: int
+    decide_at: int | None
+    compile_next: bool
+    started: float
+    last_line: float
+    first_step: int
+    items: int = 0
 
 
 class TrainingInterrupted(Exception):
@@ -565,81 +585,28 @@ class Trainer:
             rewrite_metrics(self.out / "metrics.jsonl", self.history)
 
     def fit(self) -> dict:
-        """Train from the current step to ``max_iters``, logging, evaluating and saving on the way
-        (a callback may end it early: ``--target``, early stopping; a diverged loss raises
-        ``Diverged``; Ctrl-C or SIGTERM saves the run and re-raises).
-        Returns {"step", "best_val", "seconds"}."""
-        cfg, main = self.cfg, self.dist.main
+        """Train from the current step to ``max_iters``: a step (:meth:`train_step`), then what is due
+        after it (:meth:`after_step`: log, evaluate and save). A callback may end it early
+        (``--target``, early stopping); a diverged loss raises ``Diverged``; Ctrl-C or SIGTERM saves
+        the run and re-raises. Returns {"step", "best_val", "seconds"}."""
         self.open_run_folder()
         self.callbacks.on_train_start(self)
-        # a progress bar on a terminal; into a pipe or a log file, a plain line now and then instead of
-        # hundreds of carriage-return redraws
-        plain = cfg.progress and main and not sys.stderr.isatty()
-        bar = tqdm(total=cfg.max_iters, initial=self.step, disable=not (cfg.progress and main) or plain, unit="it",
-                   dynamic_ncols=True)  # fmt: skip
-        t0, items = time.perf_counter(), 0  # the logging window's start and the items trained in it
-        warm_at = t0  # when the first step ended (the compile probe's steps are timed from it)
-        started, last_line, first_step = time.perf_counter(), time.perf_counter(), self.step
-        warm = self.step + 1  # throughput is measured from the end of the first step (compilation, caches)
-        # --compile auto: time a few eager steps (on CUDA it is on from the start: nothing to decide)
-        decide_at = warm + PROBE_STEPS if cfg.compile is None and not self.compile_from_start else None
-        # a compiled first step falls back to eager if compiling fails (asked for with --compile: it raises)
-        first_compiled = self.compile_from_start and cfg.compile is None
+        meter = self.start_meter()
         term = _sigterm_as_interrupt()
         ended = "finished"
         try:
             with term:
-                while self.step < cfg.max_iters:
-                    self._train_step_or_eager() if first_compiled else self.train_step()
-                    first_compiled = False
-                    # a compiled graph is guarded on the thread count: changing it would recompile (once per
-                    # count, ~30 s each), so the count stays as it was when compiling began
-                    threads = self.cpu_share.poll() if self._compiled is None else None
-                    if threads is not None and main:
-                        bar.write(f"threads: {self.cpu_share.describe()}")
-                    logged = self.step % cfg.log_interval == 0 or self.step == cfg.max_iters
-                    evaluating = self.step % cfg.eval_interval == 0 or self.step == cfg.max_iters
-                    if not (logged or evaluating or self.step in (warm, decide_at)):
-                        items += self.task.items_per_batch * cfg.grad_accum
-                        bar.update(1)
-                        continue
-                    # read the steps since the last look back from the device: the one host sync,
-                    # which also makes the timings below wall-clock times of finished work
-                    *earlier, rec = self.flush_pending()
-                    for r in earlier:
-                        self.log(r)
-                    if self.step == decide_at:
-                        if self.decide_compile((time.perf_counter() - warm_at) / PROBE_STEPS):
-                            first_compiled, warm = True, self.step + 1  # throughput restarts after compiling
-                        if main:
-                            bar.write(f"compile: {self.compile_reason}")
-                    if self.step == warm:
-                        t0, items = time.perf_counter(), 0
-                        warm_at = t0
+                while self.step < self.cfg.max_iters:
+                    if meter.compile_next:  # (a compiled step falls back to eager if compiling fails)
+                        meter.compile_next = False
+                        self._train_step_or_eager()
                     else:
-                        items += self.task.items_per_batch * cfg.grad_accum
-                    if logged:  # the throughput of this logging window (steps since the last look)
-                        dt = time.perf_counter() - t0
-                        rec["items_per_s"] = items / dt if dt > 0 else 0.0
-                        bar.set_postfix(loss=f"{rec['loss']:.4f}", tok_s=f"{rec['items_per_s']:.0f}")
-                        now = time.perf_counter()
-                        if plain and now - last_line >= PLAIN_PROGRESS_S:
-                            last_line = now
-                            self.print_progress(rec, (now - started) / max(1, self.step - first_step))
-                    if evaluating:
-                        self.evaluate_and_save(rec, bar.write)
-                        if self.stop_reason is not None:
-                            if main:
-                                bar.write(f"step {self.step}: {self.stop_reason}")
-                            ended = f"stopped: {self.stop_reason}"
-                            break
-                    else:
-                        self.log(rec)
-                    if logged or evaluating:  # the next window starts now: without evaluations and saves
-                        t0, items = time.perf_counter(), 0
-                    bar.update(1)
+                        self.train_step()
+                    if self.after_step(meter):
+                        ended = f"stopped: {self.stop_reason}"
+                        break
         except KeyboardInterrupt:
-            bar.close()
+            meter.bar.close()
             interrupted = self.save_interrupted(term.reason or "interrupted")
             ended = "interrupted"
             raise interrupted from None
@@ -650,10 +617,83 @@ class Trainer:
             self.cpu_share.restore()
             if ended != "finished" and not ended.startswith("stopped"):
                 self.callbacks.on_train_end(self, ended)  # (a run that diverged keeps its events too)
-        bar.close()
+        meter.bar.close()
         self.final_model()
         self.callbacks.on_train_end(self, ended)
-        return {"step": self.step, "best_val": self.best_val, "seconds": time.perf_counter() - warm_at}
+        return {"step": self.step, "best_val": self.best_val, "seconds": time.perf_counter() - meter.warm_at}
+
+    def start_meter(self) -> Meter:
+        """The progress and throughput of the steps from now on (:class:`Meter`)."""
+        cfg, main = self.cfg, self.dist.main
+        # a progress bar on a terminal; into a pipe or a log file, a plain line now and then instead of
+        # hundreds of carriage-return redraws
+        plain = bool(cfg.progress and main and not sys.stderr.isatty())
+        bar = tqdm(total=cfg.max_iters, initial=self.step, disable=not (cfg.progress and main) or plain, unit="it",
+                   dynamic_ncols=True)  # fmt: skip
+        now, warm = time.perf_counter(), self.step + 1
+        return Meter(
+            bar,
+            plain,
+            now,
+            warm_at=now,
+            warm=warm,
+            # --compile auto: time a few eager steps (on CUDA it is on from the start: nothing to decide)
+            decide_at=warm + PROBE_STEPS if cfg.compile is None and not self.compile_from_start else None,
+            compile_next=self.compile_from_start and cfg.compile is None,
+            started=now,
+            last_line=now,
+            first_step=self.step,
+        )
+
+    def after_step(self, m: Meter) -> bool:
+        """What is due after a step: at a logging or evaluation step (or one that ``m`` times), the
+        steps since the last look read back from the device (the one host sync, which also makes the
+        timings wall-clock times of finished work), logged, the throughput shown, and at an
+        evaluation step :meth:`evaluate_and_save`. True when a callback stopped the run there."""
+        cfg, main = self.cfg, self.dist.main
+        # a compiled graph is guarded on the thread count: changing it would recompile (once per
+        # count, ~30 s each), so the count stays as it was when compiling began
+        threads = self.cpu_share.poll() if self._compiled is None else None
+        if threads is not None and main:
+            m.bar.write(f"threads: {self.cpu_share.describe()}")
+        logged = self.step % cfg.log_interval == 0 or self.step == cfg.max_iters
+        evaluating = self.step % cfg.eval_interval == 0 or self.step == cfg.max_iters
+        if not (logged or evaluating or self.step in (m.warm, m.decide_at)):
+            m.items += self.task.items_per_batch * cfg.grad_accum
+            m.bar.update(1)
+            return False
+        *earlier, rec = self.flush_pending()
+        for r in earlier:
+            self.log(r)
+        if self.step == m.decide_at:
+            if self.decide_compile((time.perf_counter() - m.warm_at) / PROBE_STEPS):
+                m.compile_next, m.warm = True, self.step + 1  # throughput restarts after compiling
+            if main:
+                m.bar.write(f"compile: {self.compile_reason}")
+        if self.step == m.warm:  # throughput is measured from the end of the first step (compilation, caches)
+            m.t0 = m.warm_at = time.perf_counter()
+            m.items = 0
+        else:
+            m.items += self.task.items_per_batch * cfg.grad_accum
+        if logged:  # the throughput of this logging window (steps since the last look)
+            dt = time.perf_counter() - m.t0
+            rec["items_per_s"] = m.items / dt if dt > 0 else 0.0
+            m.bar.set_postfix(loss=f"{rec['loss']:.4f}", tok_s=f"{rec['items_per_s']:.0f}")
+            now = time.perf_counter()
+            if m.plain and now - m.last_line >= PLAIN_PROGRESS_S:
+                m.last_line = now
+                self.print_progress(rec, (now - m.started) / max(1, self.step - m.first_step))
+        if evaluating:
+            self.evaluate_and_save(rec, m.bar.write)
+            if self.stop_reason is not None:
+                if main:
+                    m.bar.write(f"step {self.step}: {self.stop_reason}")
+                return True
+        else:
+            self.log(rec)
+        m.t0, m.items = time.perf_counter(), 0  # the next window starts now: without evaluations and saves
+        m.bar.update(1)
+        return False
 
     def save_interrupted(self, why: str) -> TrainingInterrupted:
         """After Ctrl-C or SIGTERM: the steps not yet logged logged (and checked: a diverged one saves
