@@ -530,6 +530,19 @@ class _Routes:
         return self.http.JSONResponse(await self.in_thread(read))
 
 
+def served_family(model):
+    """The family (:class:`~attnlab.recipes.base.Recipe`) of a model from :func:`attnlab.load`: what
+    the server asks for its explorer's inputs; any other model is refused in one line."""
+    from .errors import OptionError
+
+    if not callable(getattr(model, "family_recipe", None)):
+        raise OptionError(
+            f"serve takes a model loaded from its run (attnlab.load(run)), not {type(model).__name__!r}: "
+            "the server reads the run's family, tokenizer and folder"
+        )
+    return model.family_recipe()
+
+
 def create_app(model, *, slots: int = 8, port_ref: list | None = None):
     """The ASGI application of ``attnlab serve`` for ``model`` (loaded by :func:`attnlab.load`): its
     explorer, asking for the inputs its family declares (``explorer_form()``); a GPT also generates,
@@ -541,7 +554,7 @@ def create_app(model, *, slots: int = 8, port_ref: list | None = None):
         from starlette.routing import Route
     except ImportError:
         raise OptionError("attnlab serve runs on FastAPI and uvicorn: pip install 'attnlab[serve]'") from None
-    recipe = model.family_recipe()
+    recipe = served_family(model)
     form = recipe.explorer_form()
     if form is None:
         raise CheckpointError(f"{model.checkpoint} holds {a(recipe.name)} model, which the explorer does not show yet")
@@ -679,7 +692,7 @@ def serve(
         import uvicorn
     except ImportError:
         raise OptionError("attnlab serve runs on FastAPI and uvicorn: pip install 'attnlab[serve]'") from None
-    family_kind = model.family_recipe().explore_kind
+    family_kind = served_family(model).explore_kind
     if kind is not None and kind != family_kind:
         raise OptionError(f"kind={kind!r}: this model's explorer is {family_kind!r}; leave kind out")
     if slots is not None:

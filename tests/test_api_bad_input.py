@@ -133,3 +133,16 @@ def test_the_families_verbs_refuse_in_one_attnlab_line(gpt, vit, tiny_run):
     refused(lambda: tiny_run("seq2seq").load().translate(3), "translate needs a string or a list", "int")
     refused(lambda: tiny_run("encoder").load().embed(None), "embed needs a string or a list", "NoneType")
     refused(lambda: attnlab.sae.train(gpt, [], steps=1), "hook=[]", "must be a string")
+
+
+def test_serve_takes_a_model_loaded_from_its_run(gpt):
+    """A model built in Python has no run to serve (it was an AttributeError); a loaded one's
+    family answers the server."""
+    pytest.importorskip("starlette")
+    from attnlab.models import GPT
+    from attnlab.serve import create_app, serve
+
+    plain = GPT(gpt.config)
+    refused(lambda: serve(plain, port=0), "attnlab.load(run)", "'GPT'")
+    refused(lambda: create_app(plain), "attnlab.load(run)")
+    refused(lambda: serve(gpt, "image", port=0), "kind='image'", "'text'")
