@@ -1,7 +1,10 @@
 from attnlab.experiments.bottleneck import plot, run
+import pytest
+
 from helpers import PINNED_TRAINING
 
 
+@pytest.mark.slow
 def test_small_bottleneck_experiment(tmp_path):
     res = run(lengths=(3, 8), steps=250, batch_size=32, out=tmp_path, small=True, **PINNED_TRAINING)
     assert set(res) == {"RNN (no attention)", "RNN + attention", "Transformer"}

@@ -8,6 +8,8 @@ import pytest
 from safetensors.torch import load_file
 import torch
 
+pytestmark = pytest.mark.slow  # (each test starts processes: tens of seconds)
+
 TEXT = "It is a truth universally acknowledged, that a single man in possession of a good fortune. " * 60
 
 

@@ -85,6 +85,7 @@ def _usable(out) -> int:
     return json.loads((ckpt / "config.json").read_text())["step"]
 
 
+@pytest.mark.slow
 def test_kill_9_at_random_moments_leaves_a_usable_run(tmp_path):
     corpus = tmp_path / "c.txt"
     corpus.write_text(TEXT)
@@ -223,6 +224,7 @@ def _spawn_family(family, out, *extra):
     return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("family", sorted(NEWER))
 def test_newer_families_survive_sigterm_and_kill_9(tmp_path, family):
     out = tmp_path / "run"

@@ -69,6 +69,7 @@ def train_calls(draw):
     return family, options
 
 
+@pytest.mark.slow
 @settings(max_examples=EXAMPLES, deadline=None, derandomize=not os.environ.get("ATTNLAB_FUZZ_RANDOM"),
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])  # fmt: skip
 @given(call=train_calls())

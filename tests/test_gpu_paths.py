@@ -546,6 +546,7 @@ def test_throughput_is_measured_over_the_last_logging_window_without_evaluations
         assert abs(speed / rate - 1) <= 0.10, (s, speed, rate)
 
 
+@pytest.mark.slow
 def test_the_gpu_check_script_prints_every_row_in_its_smoke_run_within_480_seconds_of_limits(tmp_path):
     """``benchmarks/gpu_check.sh --smoke`` runs every part at toy sizes on the CPU: each part's rows
     come out (so a GPU run cannot lose one to a format error), the data is found beside the

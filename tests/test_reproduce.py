@@ -52,6 +52,7 @@ def tiny(tmp_path_factory):
     return ctx, run_claims(TRAINED, ctx, log=lambda m: None)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", TRAINED)
 def test_every_trained_claim_runs_its_control_and_reports_at_the_tiny_size(name, tiny):
     ctx, results = tiny
@@ -292,6 +293,7 @@ def test_the_filters_smoothness_is_their_leading_components_low_frequency_share(
 SINGLE_MODEL_ONCE = ("bottleneck", "alignment", "caption-bottleneck", "rollout", "vit-figures")
 
 
+@pytest.mark.slow
 def test_claims_that_rested_on_one_model_judge_every_seeds_own(tmp_path, monkeypatch):
     """Given two seeds, each of these claims trains its models again for the second and reports
     that seed's measures (its verdict needs both: seeds_verdict)."""
@@ -499,6 +501,7 @@ def test_the_length_criterion_separates_the_encodings_it_names():
     assert not length_criterion(losses, untrained, ("sinusoidal",), ())  # sinusoids rise 1.5
 
 
+@pytest.mark.slow
 def test_every_claims_training_is_pinned_to_fp32_and_a_fixed_thread_count(tmp_path, monkeypatch):
     """--dtype auto would pick bf16 on some CPUs only, and --threads auto changes the count (and so
     the order of float sums) with the machine's load: a claim's numbers would depend on both."""

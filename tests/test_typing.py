@@ -23,6 +23,7 @@ cb: attnlab.Callback = attnlab.EarlyStopping(patience="2")
 """
 
 
+@pytest.mark.slow
 def test_type_checkers_see_the_real_signatures(tmp_path):
     pytest.importorskip("mypy")
     snippet = tmp_path / "use.py"
