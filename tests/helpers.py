@@ -70,3 +70,17 @@ def train_tiny_gpt(main, tmp_path):
         == 0
     )
     return run
+
+
+def image_png(model) -> bytes:
+    """A random PNG of the size and channels ``model`` (an image model) reads, seeded."""
+    import io
+
+    import numpy as np
+    from PIL import Image
+
+    c = model.config
+    pixels = (np.random.default_rng(0).random((c.image_size, c.image_size)) * 255).astype("uint8")
+    out = io.BytesIO()
+    Image.fromarray(pixels, "L").convert("L" if c.in_chans == 1 else "RGB").save(out, format="PNG")
+    return out.getvalue()

@@ -7,6 +7,7 @@ import torch
 import attnlab
 from attnlab.errors import AttnlabError, OptionError
 from attnlab.recipes import recipes
+from helpers import image_png
 
 FAMILIES = [r.name for r in recipes()]
 QUICK_EVAL = {"gpt": {"max_tokens": 500}, "seq2seq": {"max_sentences": 10}}  # seconds, not minutes
@@ -42,7 +43,8 @@ def test_every_family_trains_loads_evaluates_and_explores_from_python(family, tm
     if recipe.explore_kind is not None:
         inputs = {"text": {"text": "ab ab"}, "cross": {"src": "abc"}}.get(recipe.explore_kind)
         if recipe.explore_kind == "image":
-            inputs = {"image": _image_file(tmp_path, model)}
+            (tmp_path / "x.png").write_bytes(image_png(model))
+            inputs = {"image": tmp_path / "x.png"}
         page = model.explore(**inputs)
         assert page["attention"].ndim == 4
         html = page._repr_html_()
@@ -106,16 +108,6 @@ def test_every_command_reads_the_model_through_the_one_loader(family, tiny_run):
     for name in ("mean", "std", "labels"):  # (image statistics, class names)
         assert getattr(read, name, None) == getattr(loaded, name, None), name
     torch.testing.assert_close(dict(read.state_dict()), dict(loaded.state_dict()))
-
-
-def _image_file(tmp_path, model):
-    from PIL import Image
-
-    c = model.config
-    arr = (np.random.default_rng(0).random((c.image_size, c.image_size)) * 255).astype("uint8")
-    path = tmp_path / "x.png"
-    Image.fromarray(arr, "L" if c.in_chans == 1 else None).convert("L" if c.in_chans == 1 else "RGB").save(path)
-    return path
 
 
 def test_verbs_resume_and_hooks_from_python(tmp_path, monkeypatch, tiny_run):

@@ -12,6 +12,7 @@ import pytest
 
 import attnlab
 from attnlab.recipes import recipes
+from helpers import image_png
 
 pytest.importorskip("starlette")
 pytest.importorskip("uvicorn")
@@ -240,7 +241,7 @@ def test_the_served_page_and_explore_read_the_inputs_the_family_declares(family,
     first = form.inputs[0]  # (what every family's explorer needs; the others are optional)
     given = {"text": "ab ab", "line": "abc"}.get(first.box)
     if first.box == "image":
-        given = base64.b64encode(_image_bytes(model)).decode()
+        given = base64.b64encode(image_png(model)).decode()
     app = create_app(model, port_ref=[8000])
 
     async def ask():
@@ -260,16 +261,3 @@ def test_the_served_page_and_explore_read_the_inputs_the_family_declares(family,
     assert ('type="file"' in page.text) == any(i.box == "image" for i in form.inputs)
     assert explored.status_code == 200 and "explorerReady" in explored.text, explored.text
     assert refused.status_code == 400 and "unknown field 'colour'" in refused.text, refused.text
-
-
-def _image_bytes(model) -> bytes:
-    import io
-
-    import numpy as np
-    from PIL import Image
-
-    c = model.config
-    pixels = (np.random.default_rng(0).random((c.image_size, c.image_size)) * 255).astype("uint8")
-    out = io.BytesIO()
-    Image.fromarray(pixels, "L").convert("L" if c.in_chans == 1 else "RGB").save(out, format="PNG")
-    return out.getvalue()
