@@ -238,12 +238,10 @@ def generation_rows(device, quick) -> list[dict]:
     shape = f"{cfg.layers}/{cfg.heads}/{cfg.dim}"
     rows = [_row(f"GPT generate {new} tokens {shape} greedy", "tokens/s", new / t_ours, new / t_hf, "HF generate")]
     if device.type == "cpu":  # int8 weights: a quarter of the bytes each token reads (attnlab.generate.quantize)
-        import copy
-
-        from .generate.quantize import QUANTIZE_CHOICES, quantize
+        from .generate.quantize import QUANTIZE_CHOICES, quantized_copy
 
         for how in QUANTIZE_CHOICES:
-            small = quantize(copy.deepcopy(ours), how)
+            small = quantized_copy(ours, how)
             t = time_it(lambda: generate(small, prompt.tolist(), new, temperature=0), warmup=1, repeat=3)
             rows.append(
                 _row(

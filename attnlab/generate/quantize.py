@@ -30,7 +30,7 @@ from torch import Tensor, nn
 
 from ..options import QUANTIZE_CHOICES
 
-__all__ = ["Int8Linear", "PackedLinear", "quantize", "QUANTIZE_CHOICES", "why_not_packed"]
+__all__ = ["Int8Linear", "PackedLinear", "quantize", "quantized_copy", "QUANTIZE_CHOICES", "why_not_packed"]
 
 
 class Int8Linear(nn.Module):
