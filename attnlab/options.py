@@ -354,15 +354,18 @@ def checked_by(declaration: Callable[[], OptionSpecs], *, unchecked: tuple[str, 
 
     def wrap(verb: Verb) -> Verb:  # (typed so: type checkers see the verb's own signature)
         signature = inspect.signature(verb)
+        # (a ``**keywords`` parameter: the declared options it receives are checked as the named ones)
+        rest = next((p.name for p in signature.parameters.values() if p.kind is p.VAR_KEYWORD), None)
 
         @functools.wraps(verb)
         def checked(*args, **kwargs):
             bound = signature.bind(*args, **kwargs)
             specs = declaration()
-            for name, value in bound.arguments.items():
-                spec = specs.specs.get(name)
-                if spec is not None and not spec.positional and name not in unchecked and value is not None:
-                    bound.arguments[name] = specs.check(name, value)
+            for values in (bound.arguments, bound.arguments.get(rest, {})):
+                for name, value in values.items():
+                    spec = specs.specs.get(name)
+                    if spec is not None and not spec.positional and name not in unchecked and value is not None:
+                        values[name] = specs.check(name, value)
             return verb(*bound.args, **bound.kwargs)
 
         checked.declaration = declaration  # type: ignore[attr-defined]

@@ -192,7 +192,8 @@ def test_a_commands_flags_and_its_calls_keywords_agree_with_its_one_declaration(
             elif spec.kind != "append":
                 assert python == spec.default, (command, name, python, spec.default)
         # a value the declaration refuses is refused by the flag and by the keyword, naming both
-        first = [p for p in keywords.values() if p.default is inspect.Parameter.empty][1 if "self" in keywords else 0 :]
+        positional = [p for p in keywords.values() if p.default is p.empty and p.kind not in (p.VAR_KEYWORD,)]
+        first = positional[1 if "self" in keywords else 0 :]
         for name, spec in declared.specs.items():
             if name not in keywords or spec.positional:
                 continue

@@ -11,6 +11,7 @@ from torch import Tensor, nn
 import attnlab
 from attnlab.blocks import Encoder
 from attnlab.config import Config
+from attnlab.errors import OptionError
 from attnlab.hooks import HookedModule, HookPoint
 from attnlab.losses import cross_entropy
 from attnlab.recipes import Recipe, TrainingRun, load_model
@@ -84,8 +85,12 @@ class RepeatRecipe(Recipe):
     help = "a toy classifier: does the first token come again?"
     description = "Train a one-layer attention classifier on random sequences (a test's own family)."
     models = {"repeat": RepeatClassifier}
-    # what the server's page asks for: the family's own (no table of the server's names it)
-    explore_form = ExplorerForm("Type digits 0 to 7: the page shows their attention.", (ExploreInput("text", "line"),))
+    # what the explorer reads, under a name no other family uses: `attnlab explore --digits`,
+    # explore(digits=...) and the server's page and JSON field all come from this one declaration
+    explore_form = ExplorerForm(
+        "Type digits 0 to 7: the page shows their attention.",
+        (ExploreInput("digits", "line", help="digits 0 to 7 to look at"),),
+    )
     train_defaults = dict(max_iters=30, eval_interval=30, eval_iters=2, batch_size=32, lr=3e-3)
     tiny = dict(max_iters=4, eval_interval=4, eval_iters=1, batch_size=8, progress=False, device="cpu")
 
@@ -102,7 +107,7 @@ class RepeatRecipe(Recipe):
 
     def explore(self, args) -> dict:
         model = getattr(args, "loaded", None) or load_model(args.ckpt, expect="repeat", device="cpu")
-        ids = torch.tensor([[int(ch) % model.config.vocab_size for ch in args.text[: model.config.context]]])
+        ids = torch.tensor([[int(ch) % model.config.vocab_size for ch in args.digits[: model.config.context]]])
         with torch.no_grad():
             _, cache = model.run_with_cache(ids, names="encoder.blocks.*.attn.hook_pattern")
         return {
@@ -130,7 +135,9 @@ def test_a_family_in_one_file_through_the_cli_the_api_and_the_server(repeat_fami
     model = attnlab.load(run.out)
     assert isinstance(model, RepeatClassifier) and run.step == 4
     assert 0 <= model.evaluate()["accuracy"] <= 1
-    assert model.explore(text="1231")["attention"].shape == (1, 2, 4, 4)
+    assert model.explore(digits="1231")["attention"].shape == (1, 2, 4, 4)
+    with pytest.raises(OptionError, match=r"^text= is not read by repeat models; give digits=$"):
+        model.explore(text="1231")
     assert attnlab.train_options("repeat")["heads"] == 2  # (the config's field, at its default)
     # the command line: its flags come from the config's fields and the trainer's
     out = tmp_path / "cli"
@@ -139,8 +146,10 @@ def test_a_family_in_one_file_through_the_cli_the_api_and_the_server(repeat_fami
     capsys.readouterr()
     assert main(["eval", "--ckpt", str(out), "--json"]) == 0
     assert '"accuracy"' in capsys.readouterr().out
-    assert main(["explore", "--ckpt", str(out), "--text", "12341", "--out", str(tmp_path / "page.html")]) == 0
+    assert main(["explore", "--ckpt", str(out), "--digits", "12341", "--out", str(tmp_path / "page.html")]) == 0
     assert (tmp_path / "page.html").read_text().lower().startswith("<!doctype html>")
+    assert main(["explore", "--ckpt", str(out), "--text", "12", "--out", str(tmp_path / "page.html")]) == 2
+    assert "--text is not read by repeat models; give --digits" in capsys.readouterr().err
     # the server (`attnlab serve`): the explorer's data for new input, over HTTP
     httpx = pytest.importorskip("httpx")
     pytest.importorskip("starlette")
@@ -160,11 +169,11 @@ def test_a_family_in_one_file_through_the_cli_the_api_and_the_server(repeat_fami
     try:
         url = f"http://127.0.0.1:{box['s'].server_address[1]}"
         page = httpx.get(url, timeout=30).text
-        assert "Type digits 0 to 7" in page and '<input size="60" data-field="text"' in page
-        answer = httpx.post(f"{url}/explore", json={"text": "3213"}, headers={"Origin": url}, timeout=30)
+        assert "Type digits 0 to 7" in page and '<input size="60" data-field="digits"' in page
+        answer = httpx.post(f"{url}/explore", json={"digits": "3213"}, headers={"Origin": url}, timeout=30)
         assert answer.status_code == 200 and "explorerReady" in answer.text, answer.text
-        refused = httpx.post(f"{url}/explore", json={"image": "x"}, headers={"Origin": url}, timeout=30)
-        assert refused.status_code == 400 and refused.text.startswith("error:")  # (a text family reads text)
+        refused = httpx.post(f"{url}/explore", json={"text": "x"}, headers={"Origin": url}, timeout=30)
+        assert refused.status_code == 400 and refused.text.startswith("error:")  # (it reads digits only)
     finally:
         box["s"].shutdown()
         thread.join(10)

@@ -337,8 +337,11 @@ def _explore(args) -> int:
     from ..inspect.explorer import write_page
     from ..outputs import output_file
 
+    from ..recipes.base import explore_inputs, explored_inputs
+
     args.out = str(output_file(args.out, ".html", also=(".htm",)))
     recipe = _family(args.ckpt)
+    explored_inputs(recipe, {name: getattr(args, name) for name in explore_inputs()}, "--")
     if args.sae and recipe.name != "gpt":
         raise OptionError(f"--sae shows an SAE's latents on a GPT's text; {args.ckpt} holds {a(recipe.name)} model")
     data = recipe.explore(args)

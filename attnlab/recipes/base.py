@@ -43,12 +43,14 @@ TINY_RUN = dict(max_iters=2, eval_interval=2, eval_iters=1, batch_size=4, progre
 
 @dataclass(frozen=True)
 class ExploreInput:
-    """One input of a family's explorer: an ``explore()`` keyword (an option of :func:`explore_specs`),
-    which is also the JSON field ``attnlab serve`` reads, and the box its page shows for it."""
+    """One input of a family's explorer, declared once: the ``explore()`` keyword and the flag of
+    ``attnlab explore`` (:func:`explore_specs` gathers every family's), the JSON field ``attnlab
+    serve`` reads, and the box its page shows for it."""
 
     name: str
     box: str = "text"  # text (several lines) | line (one line) | image (an image file, uploaded as base64)
     placeholder: str = ""
+    help: str = "the text to look at"  # the flag's help (explore_specs names the families that read it)
 
     def __post_init__(self) -> None:
         if self.box not in ("text", "line", "image"):
@@ -67,16 +69,18 @@ class ExplorerForm:
 EXPLORER_FORMS = {
     "text": ExplorerForm("Type a text: the page shows its attention.", (ExploreInput("text", "text", "some text"),)),
     "image": ExplorerForm(
-        "Choose an image: the page shows where each patch attends.", (ExploreInput("image", "image"),)
+        "Choose an image: the page shows where each patch attends.",
+        (ExploreInput("image", "image", help="the image to look at"),),
     ),
     "cross": ExplorerForm(
         "Type a source sentence (and, if you like, its translation).",
         (
-            ExploreInput("src", "line", "source"),
-            ExploreInput("tgt", "line", "target (default: the model's translation)"),
+            ExploreInput("src", "line", "source", "the source sentence"),
+            ExploreInput("tgt", "line", "target (default: the model's translation)", "a target sentence (default: "
+                         "the model's translation)"),
         ),
     ),
-}
+}  # fmt: skip
 
 
 class Recipe:
@@ -342,14 +346,26 @@ def patch_specs() -> OptionSpecs:
     return p
 
 
+def explore_inputs() -> dict[str, tuple[ExploreInput, list[str]]]:
+    """Every explorer input a registered family declares -> (its first declaration, the families
+    that read it), in the registry's order."""
+    from . import recipes
+
+    inputs: dict[str, tuple[ExploreInput, list[str]]] = {}
+    for recipe in recipes():
+        form = recipe.explorer_form()
+        for i in form.inputs if form else ():
+            inputs.setdefault(i.name, (i, []))[1].append(recipe.name)
+    return inputs
+
+
 def explore_specs() -> OptionSpecs:
-    """`attnlab explore`'s options, and ``explore()``'s keywords."""
+    """`attnlab explore`'s options, and ``explore()``'s keywords: the families' explorer inputs
+    (:meth:`Recipe.explorer_form`), each one flag, then the GPT's own."""
     e = OptionSpecs()
     e.add("--ckpt", required=True, help="run folder (or HuggingFace folder)")
-    e.add("--text", default=None, help="GPT / text encoder: the text to look at")
-    e.add("--image", default=None, help="ViT: the image to look at")
-    e.add("--src", default=None, help="seq2seq: the source sentence")
-    e.add("--tgt", default=None, help="seq2seq: a target sentence (default: the model's translation)")
+    for name, (declared, families) in explore_inputs().items():
+        e.add(f"--{name.replace('_', '-')}", default=None, help=f"{', '.join(families)}: {declared.help}")
     e.add(
         "--generate",
         type=nonneg_int,
@@ -512,23 +528,44 @@ class Verbs:
         tgt: str | None = None,
         generate: int = 0,
         sae: str | Path | None = None,
+        **inputs: str | None,
     ):
         """What ``attnlab explore`` shows, as an :class:`attnlab.inspect.explorer.Exploration`
         (inline in Jupyter; ``.save("page.html")``): GPT and text encoders ``text=``; ViT ``image=``
-        (a file); seq2seq ``src=`` (and ``tgt=`` to force a target). GPTs: ``generate=N`` continues
+        (a file); seq2seq ``src=`` (and ``tgt=`` to force a target); another family the inputs its
+        explorer form declares (``inputs``). GPTs: ``generate=N`` continues
         the text by N greedy tokens and shows the attention of each as it was produced. ``sae``: a
         folder written by ``attnlab sae train`` on this GPT: each position lists its most active latents."""
         from ..inspect.explorer import Exploration
 
-        values = dict(text=text, image=image, src=src, tgt=tgt)
+        recipe = self.family_recipe()
+        values = explored_inputs(recipe, dict(text=text, image=image, src=src, tgt=tgt, **inputs), "=")
         # the views are computed on this model itself (a server's one loaded model), not a fresh
         # copy read from its checkpoint, which may have changed since
         options = Options(
             ckpt=self.checkpoint, device=str(self.device), generate=generate, loaded=self, sae=sae, **values
         )
         with in_mode(self), as_option_errors():
-            data = self.family_recipe().explore(options)
+            data = recipe.explore(options)
         return Exploration(data, f"attnlab explorer: {Path(self.checkpoint).name}")
+
+
+def explored_inputs(recipe: Recipe, given: dict[str, Any], spelling: str) -> dict[str, Any]:
+    """Every explorer input of every family -> its value in ``given`` (None where not given), once
+    the inputs given are checked to be ones ``recipe``'s explorer reads (``spelling``: "=" names
+    them as keywords, "--" as flags): what `attnlab explore` and ``explore()`` pass the family."""
+    form = recipe.explorer_form()
+    reads = [i.name for i in form.inputs] if form else []
+    known = explore_inputs()
+    for name, value in given.items():
+        if value is None:
+            continue
+        shown = f"--{name.replace('_', '-')}" if spelling == "--" else f"{name}="
+        if name not in reads:
+            takes = ", ".join(f"--{n.replace('_', '-')}" if spelling == "--" else f"{n}=" for n in reads)
+            what = "is no explorer input of any family" if name not in known else f"is not read by {recipe.name} models"
+            raise OptionError(f"{shown} {what}; give {takes or 'nothing: they are not explored'}")
+    return {name: given.get(name) for name in known}
 
 
 @contextlib.contextmanager
