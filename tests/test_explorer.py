@@ -11,6 +11,7 @@ import json
 import numpy as np
 import pytest
 
+import attnlab
 from attnlab.cli import main
 from attnlab.inspect.explorer import DENSE_MAX, encode_head, write_page
 
@@ -88,13 +89,12 @@ def _argmax(row: np.ndarray) -> int:
 
 def test_text_page(browser, tmp_path):
     from attnlab.inspect.explorer import text_attention
-    from attnlab.recipes.gpt import load_lm
 
     html = tmp_path / "gpt.html"
     text = "The attention"
     assert main(["explore", "--ckpt", str(RUNS / "gpt"), "--text", text, "--out", str(html)]) == 0
-    model, tok, _, _ = load_lm(str(RUNS / "gpt"), "cpu")
-    data = text_attention(model, tok, text)  # the Python API: the same numbers as the page
+    model = attnlab.load(RUNS / "gpt")
+    data = text_attention(model, model.tokenizer, text)  # the Python API: the same numbers as the page
     page, errors, requests = _open(browser, html)
     assert page.locator("#thumbs canvas").count() == data["attention"].shape[0] * data["attention"].shape[1]
     first = page.locator("#thumbs canvas").first  # head-detector scores on the thumbnails
@@ -132,15 +132,14 @@ def test_image_page(browser, tmp_path):
 
     from attnlab.data.images import load_image
     from attnlab.inspect.explorer import image_attention
-    from attnlab.recipes.classifier import load_classifier
 
     img_path = tmp_path / "digit.png"
     Image.fromarray((np.arange(64).reshape(8, 8) * 4).astype(np.uint8)).save(img_path)
     html = tmp_path / "vit.html"
     assert main(["explore", "--ckpt", str(RUNS / "vit"), "--image", str(img_path), "--out", str(html)]) == 0
-    model, meta, _ = load_classifier(str(RUNS / "vit"), "cpu")
+    model = attnlab.load(RUNS / "vit")
     img, _ = load_image(img_path, 1, 8)
-    data = image_attention(model, img, meta["mean"], meta["std"])
+    data = image_attention(model, img, model.mean, model.std)
     page, errors, requests = _open(browser, html)
     box = page.locator("#view").bounding_box()
     gh, gw = data["grid"]
@@ -167,12 +166,11 @@ def test_image_page(browser, tmp_path):
 
 def test_cross_page(browser, tmp_path):
     from attnlab.inspect.explorer import cross_attention
-    from attnlab.recipes.seq2seq import load_seq2seq
 
     html = tmp_path / "s2s.html"
     assert main(["explore", "--ckpt", str(RUNS / "s2s"), "--src", "abcdef", "--tgt", "fedcba", "--out", str(html)]) == 0
-    model, sv, tv, _, _ = load_seq2seq(str(RUNS / "s2s"), "cpu")
-    data = cross_attention(model, sv, tv, "abcdef", "fedcba")
+    model = attnlab.load(RUNS / "s2s")
+    data = cross_attention(model, model.src_vocab, model.tgt_vocab, "abcdef", "fedcba")
     page, errors, requests = _open(browser, html)
     page.select_option("#head", "avg")
     box = page.locator("#view").bounding_box()
@@ -223,7 +221,6 @@ def test_long_inputs_are_stored_sparsely_and_stay_usable(browser, tmp_path):
 def _serve_in_thread(ckpt):
     import threading
 
-    import attnlab
     from attnlab.serve import serve
     from attnlab.recipes import checkpoint_recipe
 
@@ -290,11 +287,10 @@ def test_serve_says_when_the_port_is_taken(capsys):
 def test_explore_generated_tokens(browser, tmp_path, capsys):
     """--generate N: the text continued greedily, the generated tokens marked, and each one's row
     the attention it had when it was produced (causal: later tokens cannot change it)."""
-    import attnlab
     from attnlab.inspect.explorer import text_attention
-    from attnlab.recipes.gpt import load_lm
 
-    model, tok, _, _ = load_lm(str(RUNS / "gpt"), "cpu")
+    model = attnlab.load(RUNS / "gpt")
+    tok = model.tokenizer
     data = text_attention(model, tok, "The ca", generate=5)
     assert len(data["tokens"]) == 11 and data["generated_from"] == 6
     longer = text_attention(model, tok, "The ca", generate=7)
@@ -319,7 +315,6 @@ def test_the_explorer_lists_an_saes_active_latents(browser, tmp_path):
     (latent, activation) pairs as the SAE computes on the cached stream."""
     import torch
 
-    import attnlab
     from attnlab.inspect.sae import SAEConfig, SparseAutoencoder
 
     model = attnlab.load(RUNS / "gpt")

@@ -294,6 +294,25 @@ class Recipe:
 
     # ---- the Python API's loaded model --------------------------------------------------------
     verbs: type | None = None  # the family's verbs (a mixin of Verbs): generate, translate, ...
+    needs: str = ""  # a command's words for this family's models when given another's ("a captioner (...)")
+
+    @classmethod
+    def model_types(cls) -> tuple[str, ...]:
+        """The model types (config.json's ``model_type``) this family's commands read."""
+        return tuple(cls.models)
+
+    @classmethod
+    def model_of(cls, ckpt, device: str | None = "auto", loaded=None):
+        """The model in ``ckpt`` (one of :meth:`model_types`; another is refused in one line saying
+        what is needed) through the one loader (:func:`attnlab.recipes.load_model`), with its verbs
+        and what they read (``tokenizer``, ``vocab``, ``mean`` / ``std``, ``run_meta``, ``device``).
+        ``loaded``: that model as it is in memory, when a loaded model's own verbs ask (``device``
+        None: where it is; a model read from disk stays on the CPU)."""
+        from ..training.devices import pick_device
+        from . import load_model
+
+        where = str(pick_device(device)) if device else None
+        return load_model(ckpt, expect=cls.model_types(), device=where, needs=cls.needs or None, loaded=loaded)
 
     def load(self, path, device: str = "cpu", dtype=None):
         """:func:`attnlab.load`: the model, its class extended by this family's verbs, knowing its

@@ -81,6 +81,7 @@ class CaptionRecipe(Recipe):
         "bottleneck), rnn-attention is Show, Attend and Tell, transformer decodes with cross-attention."
     )
     models = {"captioner": Captioner}
+    needs = "a captioner (trained with `attnlab train caption`)"
     set_by_data = ("vocab_size", "in_chans", "pad_id", "bos_id", "eos_id")
     follows_data = ("context",)  # the longest caption, <bos> and <eos> included
     train_defaults = dict(
@@ -253,7 +254,8 @@ class CaptionRecipe(Recipe):
 
         if not args.image:
             raise ValueError(f"inspect {args.what} needs --image FILE (the image to caption)")
-        model, vocab, meta, dev = load_captioner(args.ckpt, "cpu", getattr(args, "loaded", None))
+        model = self.model_of(args.ckpt, "cpu", getattr(args, "loaded", None))
+        vocab, meta, dev = model.vocab, model.run_meta, model.device
         if model.config.arch == "rnn" and args.what == "caption":
             raise ValueError(
                 "this captioner has no attention (--arch rnn): it reads the image once, through h0, so "
@@ -284,17 +286,6 @@ class CaptionRecipe(Recipe):
 
 
 # ---- the pieces, usable from Python ------------------------------------------------------------------
-def load_captioner(ckpt: str, device: str = "auto", loaded=None):
-    """(model, word vocabulary, config.json dict, device) of a captioning run (``loaded``: that model
-    as it is in memory, see :func:`load_model`)."""
-    from ..training.devices import pick_device
-    from . import load_model
-
-    needs = "a captioner (trained with `attnlab train caption`)"
-    model = load_model(ckpt, expect="captioner", device=str(pick_device(device)), needs=needs, loaded=loaded)
-    return model, model.vocab, model.run_meta, model.device
-
-
 def caption_ids(
     model, images, meta, device="cpu", *, beam: int = 1, alpha: float = 1.0, batch_size: int = 64
 ) -> list[list[int]]:
@@ -377,7 +368,8 @@ def evaluate_captioner(
 
     from ..data.captions import load_captions
 
-    model, vocab, meta, dev = load_captioner(ckpt, device, loaded)
+    model = CaptionRecipe.model_of(ckpt, device, loaded)
+    vocab, meta, dev = model.vocab, model.run_meta, model.device
     spec = data or meta.get("data_spec")
     ds = load_captions(
         spec,
@@ -511,7 +503,8 @@ def caption_command(args) -> int:
     from ..data.captions import image_files
     from ..data.images import load_image
 
-    model, vocab, meta, dev = load_captioner(args.ckpt, args.device)
+    model = CaptionRecipe.model_of(args.ckpt, args.device)
+    vocab, meta, dev = model.vocab, model.run_meta, model.device
     for path in image_files(args.images):
         img, note = load_image(path, 3, model.config.image_size)
         if note:

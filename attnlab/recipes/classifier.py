@@ -98,6 +98,7 @@ class ImageClassifierRecipe(Recipe):
     ablatable = True
 
     verbs = ImageClassifierVerbs
+    needs = "an image classifier (attnlab train vit or cnn, or a HuggingFace ViT folder)"
     tiny = dict(TINY_RUN)
 
     set_by_data = ("num_classes", "in_chans", "labels")
@@ -164,6 +165,13 @@ class ImageClassifierRecipe(Recipe):
     def new_config(self, args, splits, model_over: dict):
         raise NotImplementedError
 
+    @classmethod
+    def model_types(cls) -> tuple[str, ...]:
+        """Every image classifier's (a run fine-tuned, or compared by CKA, may be of another family)."""
+        from . import recipes
+
+        return tuple(t for r in recipes() if isinstance(r, ImageClassifierRecipe) for t in r.models)
+
     def check_new(self, args, model_over) -> None:
         if args.freeze and not args.init:
             raise ValueError("--freeze keeps a pretrained body fixed; give the model to start from with --init")
@@ -179,7 +187,7 @@ class ImageClassifierRecipe(Recipe):
     def init_from(self, args, splits, model_over):
         """(model type, config, weights to load) of a run fine-tuned from ``--init``: the pretrained
         shape, with this data's classes; the old head dropped when the classes differ."""
-        pretrained, _, _ = load_classifier(args.init, "cpu")
+        pretrained = self.model_of(args.init, "cpu")
         mtype = pretrained.model_type
         if mtype not in self.models:
             raise ValueError(f"--init {args.init} holds {a(mtype)} model; fine-tune it with attnlab train {mtype}")
@@ -286,7 +294,8 @@ class ImageClassifierRecipe(Recipe):
         from ..outputs import output_file
 
         out = output_file(args.out, ".png") if args.out else None  # (refused before any work)
-        model, meta, dev = load_classifier(args.ckpt, args.device, getattr(args, "loaded", None))
+        model = self.model_of(args.ckpt, args.device, getattr(args, "loaded", None))
+        meta, dev = model.run_meta, model.device
         spec = args.data or meta.get("data_spec") or meta.get("data")
         splits = load_images(spec, args.data_dir)
         split = args.split or "test"
@@ -308,7 +317,7 @@ class ImageClassifierRecipe(Recipe):
         with torch.no_grad(), intervene(model):
             pred = torch.cat(
                 [
-                    model(normalize(x[i : i + args.batch_size], meta["mean"], meta["std"]).to(dev)).argmax(-1).cpu()
+                    model(normalize(x[i : i + args.batch_size], model.mean, model.std).to(dev)).argmax(-1).cpu()
                     for i in eval_starts(len(x), args, f"eval {split}")
                 ]
             )
@@ -340,23 +349,23 @@ class ImageClassifierRecipe(Recipe):
         group.add("--batch-size", type=at_least(4), default=128, help="cka: minibatch size (default 128)")
 
     def inspect(self, args) -> int:
-        model, meta, _ = load_classifier(args.ckpt, "cpu", getattr(args, "loaded", None))
+        model = self.model_of(args.ckpt, "cpu", getattr(args, "loaded", None))
         out = Path(args.out)
         out.parent.mkdir(parents=True, exist_ok=True)
-        return inspection_written(out, self.inspection(args, model, meta, out))
+        return inspection_written(out, self.inspection(args, model, out))
 
-    def inspection(self, args, model, meta, out: Path) -> dict[str, np.ndarray]:
+    def inspection(self, args, model, out: Path) -> dict[str, np.ndarray]:
         """Draw ``args.what`` to ``out``; return the numbers behind it."""
         if args.what == "attribution":
             from ..inspect.plots import maps_png
 
-            img, _ = one_image(args, model, meta)
+            img, _ = one_image(args, model)
             labels = class_labels(model.config)
             res = image_attribution(
                 model,
                 labels,
-                meta["mean"],
-                meta["std"],
+                model.mean,
+                model.std,
                 img,
                 args.target,
                 method=args.method,
@@ -369,7 +378,7 @@ class ImageClassifierRecipe(Recipe):
             gap = "" if res["delta"] is None else f" (completeness gap {float(res['delta']):+.3f})"
             maps_png(img, maps, out, title=f"why class {res['target']!r}{gap}")
             return {k.replace(" ", "_"): v.numpy() for k, v in maps.items()}
-        return cka(args, model, meta, out)
+        return cka(args, model, out)
 
 
 def class_labels(config) -> list[str]:
@@ -407,7 +416,7 @@ def image_attribution(
     return {"target": labels[index], "pixels": res["pixels"][0].cpu(), "delta": delta, "rollout": rollout}
 
 
-def one_image(args, model, meta):
+def one_image(args, model):
     """(the image in [0, 1], the normalised batch of one) from --image."""
     from ..data.images import load_image, normalize
 
@@ -416,50 +425,38 @@ def one_image(args, model, meta):
     x, note = load_image(args.image, model.config.in_chans, model.config.image_size)
     if note:
         print(f"note: {note}", file=sys.stderr)
-    return x, normalize(x[None], meta["mean"], meta["std"])
+    return x, normalize(x[None], model.mean, model.std)
 
 
-def load_classifier(ckpt: str, device: str, loaded=None):
-    """(model, config.json dict with normalisation statistics, device) of an image classifier
-    (``loaded``: that model as it is in memory, see :func:`load_model`)."""
-    from ..training.devices import pick_device
-    from . import load_model, recipes
-
-    types = tuple(t for r in recipes() if isinstance(r, ImageClassifierRecipe) for t in r.models)
-    needs = f"an image classifier ({' or '.join(types)})"
-    model = load_model(ckpt, expect=types, device=str(pick_device(device)), needs=needs, loaded=loaded)
-    # (HuggingFace folders: their processor's statistics, as the loaded model's attach reads them)
-    return model, {**model.run_meta, "mean": model.mean, "std": model.std}, model.device
-
-
-def test_images(args, meta, n: int) -> torch.Tensor:
-    """The first ``n`` test images of the run's data, normalised as in training."""
+def test_images(args, model, n: int) -> torch.Tensor:
+    """The first ``n`` test images of ``model``'s run's data, normalised as in training."""
     from ..data.images import load_images, normalize
 
+    meta = model.run_meta
     splits = load_images(meta.get("data_spec") or meta.get("data"), args.data_dir)
-    return normalize(splits.test[0][:n], meta["mean"], meta["std"])
+    return normalize(splits.test[0][:n], model.mean, model.std)
 
 
 def predict(args) -> int:
     """``attnlab predict``: the top-k classes of each image."""
     from ..data.images import load_image, normalize
 
-    model, meta, dev = load_classifier(args.ckpt, args.device)
-    c = model.config
+    model = ImageClassifierRecipe.model_of(args.ckpt, args.device)
+    c, dev = model.config, model.device
     labels = class_labels(c)
     for path in args.inputs:
         x, note = load_image(path, c.in_chans, c.image_size)
         if note:
             print(f"note: {note}", file=sys.stderr)
         with torch.no_grad():
-            probs = model(normalize(x[None], meta["mean"], meta["std"]).to(dev)).softmax(-1)[0].cpu()
+            probs = model(normalize(x[None], model.mean, model.std).to(dev)).softmax(-1)[0].cpu()
         top = probs.topk(min(args.top_k, len(probs)))
         shown = ", ".join(f"{labels[i]} {p:.3f}" for p, i in zip(top.values.tolist(), top.indices.tolist()))
         print(f"{path}: {shown}")
     return 0
 
 
-def cka(args, model, meta, out: Path) -> dict[str, np.ndarray]:
+def cka(args, model, out: Path) -> dict[str, np.ndarray]:
     """CKA between every layer of ``model`` (and of ``--compare``), on test images."""
     from ..data.images import denormalize, normalize
     from ..inspect import analysis as A
@@ -468,10 +465,10 @@ def cka(args, model, meta, out: Path) -> dict[str, np.ndarray]:
 
     other = None
     if args.compare:
-        other, meta_b, _ = load_classifier(args.compare, "cpu")
+        other = ImageClassifierRecipe.model_of(args.compare, "cpu")
         if (other.config.image_size, other.config.in_chans) != (model.config.image_size, model.config.in_chans):
             raise ValueError("--compare model takes images of another size or channel count; CKA needs the same inputs")
-    x = test_images(args, meta, args.n_images)
+    x = test_images(args, model, args.n_images)
     names_a = names_b = None
     mb = None
     full_a, full_b = [], []
@@ -483,7 +480,7 @@ def cka(args, model, meta, out: Path) -> dict[str, np.ndarray]:
             model(xb)
         fb = fa
         if other is not None:  # the same images, normalised as the other model was trained
-            xb_b = normalize(denormalize(xb, meta["mean"], meta["std"]), meta_b["mean"], meta_b["std"])
+            xb_b = normalize(denormalize(xb, model.mean, model.std), other.mean, other.std)
             with capture_features(other) as fb, torch.no_grad():
                 other(xb_b)
         names_a, names_b = list(fa), list(fb)

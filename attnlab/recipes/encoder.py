@@ -46,8 +46,14 @@ class TextEncoderVerbs(Verbs):
         except (CheckpointError, DataError, OSError):
             self.tokenizer = None
 
-    def _tokenizer(self):
+    def require_tokenizer(self):
+        """The model's tokenizer, or the one-line error that says why it has none (a HuggingFace
+        folder may hold the weights alone: the model still runs on token ids)."""
         if self.tokenizer is None:
+            try:
+                encoder_tokenizer(self.run_meta, self.checkpoint, self.config.vocab_size)  # (raises the reason)
+            except OSError:
+                pass
             raise CheckpointError(f"{self.checkpoint} has no tokenizer (no tokenizer in config.json, no vocab.txt)")
         return self.tokenizer
 
@@ -60,7 +66,7 @@ class TextEncoderVerbs(Verbs):
             return super().embed(texts, attention_mask)
         single = isinstance(texts, str)
         texts = _texts(texts, "embed")
-        vectors = embed_texts(self, self._tokenizer(), texts, self.device, batch_size)
+        vectors = embed_texts(self, self.require_tokenizer(), texts, self.device, batch_size)
         return vectors[0] if single else vectors
 
     @checked_by(predict_specs)
@@ -81,7 +87,7 @@ class TextEncoderVerbs(Verbs):
             return out[0] if single else out
         top_labels(torch.zeros(1, 1), [""], top_k)  # a bad top_k fails before any text is encoded
         single = isinstance(texts, str)
-        ids, mask = encode_texts(self._tokenizer(), _texts(texts, "predict"), self.config.context)
+        ids, mask = encode_texts(self.require_tokenizer(), _texts(texts, "predict"), self.config.context)
         with torch.no_grad():
             probs = self.classify(ids.to(self.device), mask.to(self.device)).float().softmax(-1).cpu()
         out = top_labels(probs, list(self.config.labels or range(self.config.num_classes)), top_k)
@@ -90,7 +96,7 @@ class TextEncoderVerbs(Verbs):
     def _tag_words(self, words: list[str]) -> list[tuple[str, str, float]]:
         from ..data.tagged import encode_tagged
 
-        ids, _, firsts, cut = encode_tagged(self._tokenizer(), words, None, {}, self.config.context)
+        ids, _, firsts, cut = encode_tagged(self.require_tokenizer(), words, None, {}, self.config.context)
         if cut:
             print(
                 f"warning: the text is longer than the model's context of {self.config.context} tokens; "
@@ -131,6 +137,7 @@ class TextEncoderRecipe(Recipe):
         "tag start from scratch or from --init (an attnlab run or a HuggingFace BERT folder)."
     )
     models = {"text-encoder": TextEncoder}
+    needs = "a text encoder (trained with `attnlab train encoder`, or a HuggingFace BERT folder)"
     presets = ENCODER_PRESETS
     set_by_data = ("vocab_size", "num_classes", "labels", "pad_id", "mlm_head", "per_token")
     explore_kind = "text"
@@ -234,7 +241,8 @@ class TextEncoderRecipe(Recipe):
             tokenizer = tokenizer_from_dict(saved["tokenizer"])
             classes = cfg.labels if supervised else None
         elif args.init:
-            pretrained, tokenizer, _, _ = load_text_encoder(args.init, "cpu")
+            pretrained = self.model_of(args.init, "cpu")
+            tokenizer = pretrained.require_tokenizer()
             cfg = TextEncoderConfig(
                 **{
                     **pretrained.config.to_dict(),
@@ -367,7 +375,8 @@ class TextEncoderRecipe(Recipe):
 
         if not args.text:
             raise ValueError('inspect lens needs --text "some text" (with [MASK] where the model should guess)')
-        model, tok, _, dev = load_text_encoder(args.ckpt, "cpu", getattr(args, "loaded", None))
+        model = self.model_of(args.ckpt, "cpu", getattr(args, "loaded", None))
+        tok, dev = model.require_tokenizer(), model.device
         if model.mlm is None:
             raise ValueError(f"{args.ckpt} has no masked-LM head (a classifier): the lens reads an --task mlm run")
         ids, mask = encode_texts(tok, [args.text], model.config.context)
@@ -383,11 +392,8 @@ class TextEncoderRecipe(Recipe):
 
         if not args.text:
             raise ValueError('explore a text encoder with --text "some text"')
-        loaded = getattr(args, "loaded", None)
-        if loaded is not None:
-            model, tok, dev = loaded, loaded._tokenizer(), loaded.device
-        else:
-            model, tok, _, dev = load_text_encoder(args.ckpt, args.device)
+        model = self.model_of(args.ckpt, args.device, getattr(args, "loaded", None))
+        tok, dev = model.require_tokenizer(), model.device
         ids, mask = encode_texts(tok, [args.text], model.config.context)
         neuron = ids.shape[1] <= NEURON_VIEW_MAX  # the neuron view (q, k, q·k) for short texts
         names = ["encoder.blocks.*.attn.hook_pattern", *(neuron_view_points("encoder.blocks") if neuron else [])]
@@ -401,20 +407,6 @@ class TextEncoderRecipe(Recipe):
             "detectors": {k: v.numpy() for k, v in pattern_scores(patterns, ids).items()},
             **(neuron_view(cache) if neuron else {}),
         }
-
-
-def load_text_encoder(ckpt: str, device: str = "auto", loaded=None):
-    """(model, tokenizer, config.json dict, device) of an attnlab run or a HuggingFace BERT folder
-    (``loaded``: that model as it is in memory, see :func:`load_model`)."""
-    from ..training.devices import pick_device
-    from . import load_model
-
-    needs = "a text encoder (trained with `attnlab train encoder`, or a HuggingFace BERT folder)"
-    model = load_model(ckpt, expect="text-encoder", device=str(pick_device(device)), needs=needs, loaded=loaded)
-    tok = model.tokenizer
-    if tok is None:  # (the reason: no tokenizer, or one that does not fit)
-        tok = encoder_tokenizer(model.run_meta, ckpt, model.config.vocab_size)
-    return model, tok, model.run_meta, model.device
 
 
 def encoder_tokenizer(meta: dict, ckpt, vocab_size: int):
@@ -472,7 +464,8 @@ def embed_command(args) -> int:
     from ..outputs import output_file
 
     out = output_file(args.out, ".npy") if args.out else None
-    model, tok, _, dev = load_text_encoder(args.ckpt, args.device)
+    model = TextEncoderRecipe.model_of(args.ckpt, args.device)
+    tok, dev = model.require_tokenizer(), model.device
     texts = input_lines(args.text, args.file)
     if not texts or any(not t.strip() for t in texts):
         raise DataError("embed needs non-empty lines of text (an empty line has no tokens to pool)")
@@ -521,7 +514,8 @@ def evaluate_encoder(args) -> dict:
 
     if getattr(args, "out", None):
         output_file(args.out, ".png")  # (refused before any work: the confusion matrix is a PNG)
-    model, tok, meta, dev = load_text_encoder(args.ckpt, args.device, getattr(args, "loaded", None))
+    model = TextEncoderRecipe.model_of(args.ckpt, args.device, getattr(args, "loaded", None))
+    tok, meta, dev = model.require_tokenizer(), model.run_meta, model.device
     spec = args.data or meta.get("data_spec")
     c = model.config
     if c.per_token:

@@ -404,8 +404,8 @@ class GPTRecipe(Recipe):
             data = prepare(spec, out / "data", data_dir=args.data_dir, existing_tokenizer=saved["tokenizer"],
                            progress=tcfg.progress)  # fmt: skip
         elif args.init:  # fine-tuning: the pretrained model's shape, weights and tokenizer
-            pretrained, tok, _, _ = load_lm(args.init, "cpu")
-            base = pretrained.config
+            pretrained = self.model_of(args.init, "cpu")
+            tok, base = pretrained.require_tokenizer(), pretrained.config
             if model_over.get("context", base.context) > base.context:
                 raise ValueError(
                     f"--context {model_over['context']} is longer than {args.init}'s {base.context}: "
@@ -502,7 +502,8 @@ class GPTRecipe(Recipe):
         if args.split == "test":
             raise ValueError("language models have train and val splits; use --split val or train")
         split = args.split or "val"
-        model, tok, meta, dev = load_lm(args.ckpt, args.device, getattr(args, "loaded", None))
+        model = self.model_of(args.ckpt, args.device, getattr(args, "loaded", None))
+        tok, meta, dev = model.require_tokenizer(), model.run_meta, model.device
         if args.quantize:  # (on a copy: the loaded model in memory stays as it is)
             from ..generate.quantize import quantized_copy
 
@@ -557,8 +558,7 @@ class GPTRecipe(Recipe):
 
         from ..inspect import plots as P
 
-        model = getattr(args, "loaded", None)
-        model = model if model is not None else self.load(args.ckpt)
+        model = self.model_of(args.ckpt, None, getattr(args, "loaded", None))
         out = Path(args.out)
         if args.what == "heads":
             from ..inspect.detectors import head_scores, repeated_random_tokens
@@ -627,8 +627,7 @@ class GPTRecipe(Recipe):
 
         if not args.text:
             raise ValueError('explore a GPT with --text "some text"')
-        loaded = getattr(args, "loaded", None)
-        model = loaded if loaded is not None else load_lm(args.ckpt, args.device)[0]
+        model = self.model_of(args.ckpt, args.device, getattr(args, "loaded", None))
         tok = model.require_tokenizer()
         tok.encode(args.text)  # unknown characters fail here, with a clear message
         sae = None
@@ -694,8 +693,8 @@ def load_draft(draft, tokenizer, vocab_size: int, device: str):
                 f"{vocab_size}; the draft must share this model's tokenizer"
             )
         return draft.to(device)
-    small, small_tok, _, _ = load_lm(draft, device)
-    if small_tok.to_dict() != tokenizer.to_dict():
+    small = GPTRecipe.model_of(draft, device)
+    if small.require_tokenizer().to_dict() != tokenizer.to_dict():
         raise OptionError(f"--draft {draft} has another tokenizer than --ckpt; train the draft on the same one")
     return small
 
@@ -733,16 +732,6 @@ def corpus_ids(ckpt, meta: dict, tok, split: str, data: str | None = None, data_
     name, text = load_corpus(spec, data_dir)
     train_ids, val_ids = split_ids(tok.encode(text))
     return name, np.asarray(val_ids if split == "val" else train_ids)
-
-
-def load_lm(ckpt: str, device: str, loaded=None):
-    """(model, tokenizer, config.json dict, device) of a GPT run or HuggingFace GPT-2 folder (``loaded``:
-    that model as it is in memory, see :func:`load_model`)."""
-    from ..training.devices import pick_device
-    from . import load_model
-
-    model = load_model(ckpt, expect="gpt", device=str(pick_device(device)), loaded=loaded)
-    return model, model.require_tokenizer(), model.run_meta, model.device
 
 
 def tokenizer_that_fits(tokenizer, vocab_size: int, ckpt):

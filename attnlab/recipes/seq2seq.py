@@ -97,6 +97,7 @@ class Seq2SeqRecipe(Recipe):
         "synthetic task generated on the fly (reverse)."
     )
     models = {"transformer": Transformer, "rnn": RNNSeq2Seq}
+    needs = "a seq2seq model (trained with `attnlab train seq2seq`)"
     set_by_data = ("src_vocab", "tgt_vocab", "pad_id", "bos_id", "eos_id")
     explore_kind = "cross"
     # synthetic tasks stop once 99 % of held-out sequences come out exactly right (val_exact)
@@ -258,7 +259,8 @@ class Seq2SeqRecipe(Recipe):
         from ..data.parallel import collate
         from ..losses import cross_entropy
 
-        model, sv, tv, meta, dev = load_seq2seq(args.ckpt, args.device, getattr(args, "loaded", None))
+        model = self.model_of(args.ckpt, args.device, getattr(args, "loaded", None))
+        sv, tv, meta, dev = model.src_vocab, model.tgt_vocab, model.run_meta, model.device
         # the run's own data, or --data encoded with the run's vocabulary
         data = load_data(args.data or meta.get("data_spec"), meta.get("data_opts", {}), args.data_dir, meta["vocab"])
         split = args.split or "test"
@@ -310,8 +312,8 @@ class Seq2SeqRecipe(Recipe):
 
         if not args.text:
             raise ValueError('inspect alignment needs --text "a source sentence"')
-        model, sv, tv, _, _ = load_seq2seq(args.ckpt, "cpu", getattr(args, "loaded", None))
-        src_tokens, tgt_tokens, maps = alignment(model, sv, tv, args.text)
+        model = self.model_of(args.ckpt, "cpu", getattr(args, "loaded", None))
+        src_tokens, tgt_tokens, maps = alignment(model, model.src_vocab, model.tgt_vocab, args.text)
         out = Path(args.out)
         alignment_png(src_tokens, tgt_tokens, maps, out)
         return inspection_written(out, {k.replace(" ", "_"): v.numpy() for k, v in maps.items()})
@@ -321,12 +323,8 @@ class Seq2SeqRecipe(Recipe):
 
         if not args.src:
             raise ValueError('explore a seq2seq model with --src "a source sentence" [--tgt "its translation"]')
-        loaded = getattr(args, "loaded", None)
-        if loaded is not None:
-            model, sv, tv = loaded, loaded.src_vocab, loaded.tgt_vocab
-        else:
-            model, sv, tv, _, _ = load_seq2seq(args.ckpt, args.device)
-        return cross_attention(model, sv, tv, args.src, args.tgt)
+        model = self.model_of(args.ckpt, args.device, getattr(args, "loaded", None))
+        return cross_attention(model, model.src_vocab, model.tgt_vocab, args.src, args.tgt)
 
 
 def load_data(spec: str, opts: dict, data_dir, vocab: dict | None = None):
@@ -339,18 +337,6 @@ def load_data(spec: str, opts: dict, data_dir, vocab: dict | None = None):
     for w in caught:
         print(f"warning: {w.message}", file=sys.stderr)
     return data
-
-
-def load_seq2seq(ckpt: str, device: str = "auto", loaded=None):
-    """(model, source vocabulary, target vocabulary, config.json dict, device) of a seq2seq run
-    (``loaded``: that model as it is in memory, see :func:`load_model`)."""
-    from ..training.devices import pick_device
-    from . import load_model
-
-    needs = "a seq2seq model (trained with `attnlab train seq2seq`)"
-    expect = tuple(Seq2SeqRecipe.models)
-    model = load_model(ckpt, expect=expect, device=str(pick_device(device)), needs=needs, loaded=loaded)
-    return model, model.src_vocab, model.tgt_vocab, model.run_meta, model.device
 
 
 def translate_texts(model, sv, tv, texts, *, beam=5, alpha=1.0, max_len=None, device="cpu", batch_size=64):
@@ -391,7 +377,8 @@ def translate_texts(model, sv, tv, texts, *, beam=5, alpha=1.0, max_len=None, de
 
 def translate(args) -> int:
     """``attnlab translate``: one translation per input line."""
-    model, sv, tv, _, dev = load_seq2seq(args.ckpt, args.device)
+    model = Seq2SeqRecipe.model_of(args.ckpt, args.device)
+    sv, tv, dev = model.src_vocab, model.tgt_vocab, model.device
     texts = input_lines(args.text, args.file)
     if not any(t.strip() for t in texts):
         raise ValueError("no sentences to translate: give them as arguments, with --file, or on standard input")

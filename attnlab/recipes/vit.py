@@ -100,14 +100,14 @@ class ViTRecipe(ImageClassifierRecipe):
             "--discard-ratio", type=below_one, default=0.0, help="rollout: drop this fraction of the weakest weights"
         )
 
-    def inspection(self, args, model, meta, out: Path) -> dict[str, np.ndarray]:
+    def inspection(self, args, model, out: Path) -> dict[str, np.ndarray]:
         from ..inspect import analysis as A
         from ..inspect import plots as P
 
         if args.what in ImageClassifierRecipe.inspections:
-            return super().inspection(args, model, meta, out)
+            return super().inspection(args, model, out)
         if args.what in ("attention", "rollout"):
-            img, x = one_image(args, model, meta)
+            img, x = one_image(args, model)
             maps = attention_maps(model, x)  # L x (1, H, T, T)
             g, npre = model.grid, model.n_prefix
             if args.what == "attention":
@@ -130,7 +130,7 @@ class ViTRecipe(ImageClassifierRecipe):
         if args.what == "lens":
             from ..inspect.lens import class_lens
 
-            img, x = one_image(args, model, meta)
+            img, x = one_image(args, model)
             probs = class_lens(model, x)[:, 0].float().softmax(-1)  # (L, classes)
             labels = class_labels(model.config)
             shown = probs[-1].topk(min(10, probs.shape[-1])).indices.tolist()  # the final top classes
@@ -145,7 +145,7 @@ class ViTRecipe(ImageClassifierRecipe):
             P.position_similarity_png(sim.numpy(), model.grid, out)
             return {"similarity": sim.numpy()}
         # distance
-        maps = attention_maps(model, test_images(args, meta, args.n_images))
+        maps = attention_maps(model, test_images(args, model, args.n_images))
         dist = torch.stack(
             [A.mean_attention_distance(m, model.grid, model.config.patch_size, model.n_prefix) for m in maps]
         )  # (L, H)
@@ -155,21 +155,16 @@ class ViTRecipe(ImageClassifierRecipe):
     def explore(self, args) -> dict:
         from ..data.images import load_image
         from ..inspect.explorer import image_attention
-        from .classifier import load_classifier
 
         if not args.image:
             raise ValueError("explore a ViT with --image FILE")
-        loaded = getattr(args, "loaded", None)
-        if loaded is not None:
-            model, meta = loaded, {"mean": loaded.mean, "std": loaded.std}
-        else:
-            model, meta, _ = load_classifier(args.ckpt, args.device)
+        model = self.model_of(args.ckpt, args.device, getattr(args, "loaded", None))
         if model.model_type != "vit":
             raise ValueError(f"{args.ckpt} holds {a(model.model_type)} model, which has no attention to explore")
         img, note = load_image(args.image, model.config.in_chans, model.config.image_size)
         if note:
             print(f"note: {note}", file=sys.stderr)
-        return image_attention(model, img, meta["mean"], meta["std"])
+        return image_attention(model, img, model.mean, model.std)
 
 
 def attention_maps(model, x) -> list[torch.Tensor]:
