@@ -116,7 +116,7 @@ class GenerationWorker:
         ``max_new_tokens`` None: 100, or what the context leaves after the prompt."""
         from .generate.batching import text_request
         from .errors import one_line
-        from .recipes.gpt import default_prompt
+        from .generate import default_prompt
 
         stop = [stop] if isinstance(stop, str) else list(stop or ())
         if not all(isinstance(x, str) and x for x in stop):

@@ -21,6 +21,7 @@ __all__ = [
     "generate_text",
     "speculative_generate",
     "cut_at_stop",
+    "default_prompt",
 ]
 
 
@@ -396,3 +397,9 @@ def cut_at_stop(text: str, stop: Sequence[str]) -> str:
     """``text`` up to the first of the ``stop`` strings in it (all of it when none is)."""
     cut = min((text.find(s) for s in stop if s and s in text), default=-1)
     return text if cut < 0 else text[:cut]
+
+
+def default_prompt(tokenizer) -> str:
+    """What an empty prompt starts from: a newline where the vocabulary has one (the start of a
+    line), else the first token."""
+    return "\n" if "\n" in getattr(tokenizer, "stoi", {"\n": 0}) else tokenizer.decode([0])

@@ -29,11 +29,12 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor, nn
 
-from . import cut_at_stop, sample_next
+from . import cut_at_stop, default_prompt, sample_next
+from ..errors import OptionError
 from ..position import rotation_changes_from
 from ..syncs import to_host_list
 
-__all__ = ["Request", "ContinuousBatcher", "generate_batched", "text_request", "request_text"]
+__all__ = ["Request", "ContinuousBatcher", "generate_batched", "generate_texts", "text_request", "request_text"]
 
 
 @dataclass(eq=False)  # a request is itself, not its fields (two may ask the same)
@@ -319,16 +320,51 @@ def text_request(
     device=None,
     **sampling,
 ) -> Request:
-    """A :class:`Request` for text: ``prompt`` encoded, ending at the first of the ``stop`` strings
-    its continuation contains; ``seed`` gives it its own generator; ``sampling``: temperature,
-    top_k, top_p. :func:`request_text` turns the finished request back into text."""
+    """A :class:`Request` for text: ``prompt`` encoded (an empty one: :func:`default_prompt`),
+    ending at the first of the ``stop`` strings its continuation contains; ``seed`` gives it its own
+    generator; ``sampling``: temperature, top_k, top_p. :func:`request_text` turns the finished
+    request back into text."""
     if any(s == "" for s in stop):
         raise ValueError("a stop string '' would stop before the first token; give non-empty strings")
     gen = None if seed is None else torch.Generator(device=device or "cpu").manual_seed(seed)
     should_stop = (lambda tokens: any(s in tokenizer.decode(tokens) for s in stop)) if stop else None
-    return Request(tokenizer.encode(prompt), max_new_tokens, generator=gen, should_stop=should_stop, **sampling)
+    ids = tokenizer.encode(prompt or default_prompt(tokenizer))
+    return Request(ids, max_new_tokens, generator=gen, should_stop=should_stop, **sampling)
 
 
 def request_text(tokenizer, request: Request, stop: Sequence[str] = ()) -> str:
     """The continuation a finished ``request`` generated, as text, cut at the first stop string."""
     return cut_at_stop(tokenizer.decode(request.tokens), stop)
+
+
+def generate_texts(
+    model, tokenizer, prompts, max_new_tokens: int, *, slots: int, stop=(), seed=None, on_done=None, **sampling
+) -> list[str]:
+    """Continue every prompt (texts; an empty one starts a new line) by continuous batching,
+    ``slots`` at a time; prompt i draws with seed ``seed + i``. ``on_done(i, text)`` is called as
+    each finishes. Returns the continuations in the prompts' order; a prompt that does not fit the
+    context with ``max_new_tokens`` is refused in one line, before anything runs."""
+    device = next(model.parameters()).device
+    batcher = ContinuousBatcher(model, slots)
+    requests = []
+    for i, p in enumerate(prompts):
+        r = text_request(
+            tokenizer,
+            p,
+            max_new_tokens,
+            stop=stop,
+            seed=None if seed is None else seed + i,
+            device=device,
+            **sampling,
+        )
+        try:
+            batcher.submit(r)
+        except ValueError as e:
+            raise OptionError(f"prompt {i + 1}: {e}") from None
+        requests.append(r)
+    index = {r: i for i, r in enumerate(requests)}
+    while batcher.busy:
+        for r in batcher.step():
+            if on_done is not None:
+                on_done(index[r], request_text(tokenizer, r, stop))
+    return [request_text(tokenizer, r, stop) for r in requests]

@@ -205,7 +205,8 @@ class GPTVerbs(Verbs):
         or, for a list of prompts, with (i, continuation of prompt i) as each one finishes."""
         import torch
 
-        from ..generate import generate_text
+        from ..generate import default_prompt, generate_text
+        from ..generate.batching import generate_texts
 
         many = isinstance(prompt, (list, tuple))
         needed = dict(max_new_tokens=max_new_tokens, temperature=temperature, batch_size=batch_size,
@@ -454,7 +455,7 @@ class GPTRecipe(Recipe):
         if args.sample_chars > 0:
             import torch
 
-            from ..generate import generate_text
+            from ..generate import default_prompt, generate_text
 
             torch.manual_seed(trainer.cfg.seed)
             trainer.model.eval()
@@ -636,46 +637,6 @@ class GPTRecipe(Recipe):
 
             sae = load_sae(args.sae, str(next(model.parameters()).device))[0]
         return text_attention(model, tok, args.text, generate=getattr(args, "generate", 0) or 0, sae=sae)
-
-
-def default_prompt(tok) -> str:
-    """A newline where the vocabulary has one (the start of a line), else the first token."""
-    return "\n" if "\n" in getattr(tok, "stoi", {"\n": 0}) else tok.decode([0])
-
-
-def generate_texts(
-    model, tokenizer, prompts, max_new_tokens: int, *, slots: int, stop=(), seed=None, on_done=None, **sampling
-) -> list[str]:
-    """Continue every prompt (texts; an empty one starts a new line) by continuous batching,
-    ``slots`` at a time; prompt i draws with seed ``seed + i``. ``on_done(i, text)`` is called as
-    each finishes. Returns the continuations in the prompts' order; a prompt that does not fit the
-    context with ``max_new_tokens`` is refused in one line, before anything runs."""
-    from ..generate.batching import ContinuousBatcher, request_text, text_request
-
-    device = next(model.parameters()).device
-    batcher = ContinuousBatcher(model, slots)
-    requests = []
-    for i, p in enumerate(prompts):
-        r = text_request(
-            tokenizer,
-            p or default_prompt(tokenizer),
-            max_new_tokens,
-            stop=stop,
-            seed=None if seed is None else seed + i,
-            device=device,
-            **sampling,
-        )
-        try:
-            batcher.submit(r)
-        except ValueError as e:
-            raise OptionError(f"prompt {i + 1}: {e}") from None
-        requests.append(r)
-    index = {r: i for i, r in enumerate(requests)}
-    while batcher.busy:
-        for r in batcher.step():
-            if on_done is not None:
-                on_done(index[r], request_text(tokenizer, r, stop))
-    return [request_text(tokenizer, r, stop) for r in requests]
 
 
 def load_draft(draft, tokenizer, vocab_size: int, device: str):
