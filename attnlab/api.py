@@ -209,14 +209,13 @@ def load(path: str | Path, *, device: str | None = None, dtype: str | None = Non
     import torch
 
     from .hub import resolve
-    from .training.devices import pick_device
 
     if dtype is not None and dtype not in LOAD_DTYPES:
         raise OptionError(f"dtype={dtype!r}: choose one of {', '.join(LOAD_DTYPES)} (or None: as saved)")
     path = resolve(path_argument(path, "path"))  # (a HuggingFace hub name: its folder in the hub cache)
     recipe = checkpoint_recipe(path)
     torch_dtype = getattr(torch, LOAD_DTYPES[dtype]) if dtype else None
-    return recipe.load(path, str(pick_device(device or "cpu")), torch_dtype)
+    return recipe.model_of(path, device or "cpu", dtype=torch_dtype)
 
 
 def _loaded(model_or_path: Verbs | str | Path) -> Verbs:

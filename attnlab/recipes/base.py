@@ -302,24 +302,20 @@ class Recipe:
         return tuple(cls.models)
 
     @classmethod
-    def model_of(cls, ckpt, device: str | None = "auto", loaded=None):
+    def model_of(cls, ckpt, device: str | None = "auto", loaded=None, dtype=None):
         """The model in ``ckpt`` (one of :meth:`model_types`; another is refused in one line saying
         what is needed) through the one loader (:func:`attnlab.recipes.load_model`), with its verbs
-        and what they read (``tokenizer``, ``vocab``, ``mean`` / ``std``, ``run_meta``, ``device``).
-        ``loaded``: that model as it is in memory, when a loaded model's own verbs ask (``device``
-        None: where it is; a model read from disk stays on the CPU)."""
+        and what they read (``tokenizer``, ``vocab``, ``mean`` / ``std``, ``run_meta``, ``device``):
+        what :func:`attnlab.load` and the family's commands read. ``loaded``: that model as it is in
+        memory, when a loaded model's own verbs ask (``device`` None: where it is; a model read from
+        disk stays on the CPU). ``dtype``: a torch dtype for the weights (default: as saved,
+        HuggingFace's in float32)."""
         from ..training.devices import pick_device
         from . import load_model
 
         where = str(pick_device(device)) if device else None
-        return load_model(ckpt, expect=cls.model_types(), device=where, needs=cls.needs or None, loaded=loaded)
-
-    def load(self, path, device: str = "cpu", dtype=None):
-        """:func:`attnlab.load`: the model, its class extended by this family's verbs, knowing its
-        run (its weights in ``dtype``, a torch dtype; default as saved, HuggingFace's in float32)."""
-        from . import load_model
-
-        return load_model(path, expect=tuple(self.models), device=device, dtype=dtype)
+        needs = cls.needs or None
+        return load_model(ckpt, expect=cls.model_types(), device=where, needs=needs, loaded=loaded, dtype=dtype)
 
     def predict(self, args) -> int:
         """``attnlab predict`` for this family's checkpoints (classifiers)."""
@@ -576,14 +572,11 @@ def explored_inputs(recipe: Recipe, given: dict[str, Any], spelling: str) -> dic
     form = recipe.explorer_form()
     reads = [i.name for i in form.inputs] if form else []
     known = explore_inputs()
-    for name, value in given.items():
-        if value is None:
-            continue
-        shown = f"--{name.replace('_', '-')}" if spelling == "--" else f"{name}="
-        if name not in reads:
-            takes = ", ".join(f"--{n.replace('_', '-')}" if spelling == "--" else f"{n}=" for n in reads)
-            what = "is no explorer input of any family" if name not in known else f"is not read by {recipe.name} models"
-            raise OptionError(f"{shown} {what}; give {takes or 'nothing: they are not explored'}")
+    spelled = (lambda n: f"--{n.replace('_', '-')}") if spelling == "--" else (lambda n: f"{n}=")
+    for name in (n for n, value in given.items() if value is not None and n not in reads):
+        what = "is no explorer input of any family" if name not in known else f"is not read by {recipe.name} models"
+        takes = ", ".join(map(spelled, reads)) or "nothing: they are not explored"
+        raise OptionError(f"{spelled(name)} {what}; give {takes}")
     return {name: given.get(name) for name in known}
 
 

@@ -781,7 +781,7 @@ def sample(args) -> int:
     if args.compile and (args.draft or args.no_cache):
         raise OptionError("--compile decodes with the KV cache and no draft: drop --draft and --no-cache")
     dev, dtype = str(pick_device(args.device)), decode_dtype(args)
-    model = GPTRecipe().load(args.ckpt, dev, dtype)
+    model = GPTRecipe.model_of(args.ckpt, dev, dtype=dtype)
     model.require_tokenizer()  # (a HuggingFace folder of weights alone: said before anything else)
     draft = None
     if args.draft:  # (loaded here to take --dtype too)
@@ -841,8 +841,6 @@ def sample_many(args) -> int:
     """``attnlab sample --prompts-file``: every line's continuation by continuous batching (the
     loaded model's ``generate`` of a list), each printed (prompt, then continuation) as soon as it
     and those before it are done."""
-    from ..training.devices import pick_device
-
     given_flags = (("--prompt", args.prompt), ("--draft", args.draft), ("--no-cache", args.no_cache))
     if args.compile:  # (continuous batching's rows change every step: its step is not the fixed-shape one)
         raise OptionError("--prompts-file batches prompts by continuous batching, which --compile does not cover yet")
@@ -856,7 +854,7 @@ def sample_many(args) -> int:
     prompts = [line for line in lines if line.strip() for _ in range(args.num_samples)]
     if not prompts:
         raise OptionError(f"--prompts-file {args.prompts_file} has no prompt (every line is blank)")
-    model = as_sampled(GPTRecipe().load(args.ckpt, str(pick_device(args.device)), decode_dtype(args)), args)
+    model = as_sampled(GPTRecipe.model_of(args.ckpt, args.device, dtype=decode_dtype(args)), args)
     texts: dict[int, str] = {}
     shown = [0]
 
