@@ -130,3 +130,19 @@ def beam_search(
                     seq = tokens[i * k + j].tolist()
                     finished[i].append(Hypothesis(seq, s / length_penalty(len(seq), alpha), s))
     return [sorted(f, key=lambda h: h.score, reverse=True)[: n_best or k] for f in finished]
+
+
+def decode(
+    model: nn.Module,
+    src: Tensor,
+    src_mask: Tensor | None = None,
+    *,
+    beam: int = 1,
+    max_len: int = 100,
+    alpha: float = 1.0,
+) -> list[list[int]]:
+    """One token list per source, without <bos> and <eos>: :func:`greedy_decode` for ``beam`` 1,
+    else the best hypothesis of :func:`beam_search` (what `translate`, `caption` and `eval` print)."""
+    if beam <= 1:
+        return greedy_decode(model, src, src_mask, max_len=max_len)
+    return [h[0].tokens for h in beam_search(model, src, src_mask, beam=beam, max_len=max_len, alpha=alpha)]

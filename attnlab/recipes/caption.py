@@ -291,16 +291,13 @@ def caption_ids(
 ) -> list[list[int]]:
     """Word ids of the generated caption of each image ((N, 3, H, W) in [0, 1]), without specials."""
     from ..data.images import normalize
-    from ..generate.beam import beam_search, greedy_decode
+    from ..generate.beam import decode
 
     out = []
     max_len = model.config.context - 1
     for i in range(0, len(images), batch_size):
         x = normalize(images[i : i + batch_size], meta["mean"], meta["std"]).to(device)
-        if beam <= 1:
-            out += greedy_decode(model, x, None, max_len=max_len)
-        else:
-            out += [h[0].tokens for h in beam_search(model, x, None, beam=beam, max_len=max_len, alpha=alpha)]
+        out += decode(model, x, None, beam=beam, max_len=max_len, alpha=alpha)
     return out
 
 

@@ -342,7 +342,7 @@ def load_data(spec: str, opts: dict, data_dir, vocab: dict | None = None):
 def translate_texts(model, sv, tv, texts, *, beam=5, alpha=1.0, max_len=None, device="cpu", batch_size=64):
     """Translate ``texts`` (greedy for beam 1), in batches; one string per input."""
     from ..data.parallel import pad_batch
-    from ..generate.beam import beam_search, greedy_decode
+    from ..generate.beam import decode
 
     limit = model.config.context
     max_len = max_len or min(limit - 1, 100)
@@ -368,10 +368,7 @@ def translate_texts(model, sv, tv, texts, *, beam=5, alpha=1.0, max_len=None, de
             ids.append(e)
         src, mask = pad_batch(ids, sv.pad_id)
         src, mask = src.to(device), mask.to(device)
-        if beam <= 1:
-            outs += greedy_decode(model, src, mask, max_len=max_len)
-        else:
-            outs += [h[0].tokens for h in beam_search(model, src, mask, beam=beam, max_len=max_len, alpha=alpha)]
+        outs += decode(model, src, mask, beam=beam, max_len=max_len, alpha=alpha)
     return [tv.decode(o) for o in outs]
 
 
