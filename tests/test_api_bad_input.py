@@ -134,6 +134,7 @@ def test_the_families_verbs_refuse_in_one_attnlab_line(gpt, vit, tiny_run):
     refused(lambda: gpt.explore(text="ab", image="x.png"), "image= is not read by gpt models; give text=")
     refused(lambda: vit.explore(query="ab"), "query= is no explorer input of any family; give image=")
     refused(lambda: gpt.explore(src=3), "src=3", "must be a string")
+    refused(lambda: tiny_run("caption").load().explore(image="x.png"), "does not show caption models")
     refused(lambda: tiny_run("seq2seq").load().translate(3), "translate needs a string or a list", "int")
     refused(lambda: tiny_run("encoder").load().embed(None), "embed needs a string or a list", "NoneType")
     refused(lambda: attnlab.sae.train(gpt, [], steps=1), "hook=[]", "must be a string")

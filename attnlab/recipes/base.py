@@ -570,13 +570,14 @@ def explored_inputs(recipe: Recipe, given: dict[str, Any], spelling: str) -> dic
     the inputs given are checked to be ones ``recipe``'s explorer reads (``spelling``: "=" names
     them as keywords, "--" as flags): what `attnlab explore` and ``explore()`` pass the family."""
     form = recipe.explorer_form()
-    reads = [i.name for i in form.inputs] if form else []
+    if form is None:
+        raise CheckpointError(f"attnlab explore does not show {recipe.name} models yet")
+    reads = [i.name for i in form.inputs]
     known = explore_inputs()
     spelled = (lambda n: f"--{n.replace('_', '-')}") if spelling == "--" else (lambda n: f"{n}=")
     for name in (n for n, value in given.items() if value is not None and n not in reads):
         what = "is no explorer input of any family" if name not in known else f"is not read by {recipe.name} models"
-        takes = ", ".join(map(spelled, reads)) or "nothing: they are not explored"
-        raise OptionError(f"{spelled(name)} {what}; give {takes}")
+        raise OptionError(f"{spelled(name)} {what}; give {', '.join(map(spelled, reads))}")
     return {name: given.get(name) for name in known}
 
 
