@@ -374,6 +374,16 @@ def checked_by(declaration: Callable[[], OptionSpecs], *, unchecked: tuple[str, 
     return wrap
 
 
+def keywords_of(verb: Callable, args: Any, **computed: Any) -> dict[str, Any]:
+    """What a command passes its Python call: every parsed option of ``args`` that ``verb`` takes
+    by the same name (its declaration names both, :func:`checked_by`), then the values the command
+    ``computed`` itself. So an option declared once reaches the call without being named a third
+    time, where a list written out by hand could forget one."""
+    taken = inspect.signature(verb).parameters
+    names = {n for n, p in taken.items() if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
+    return {**{n: v for n, v in vars(args).items() if n in names}, **computed}
+
+
 # ``--quantize``'s choices (attnlab.generate.quantize implements them; kept here, where no torch is imported,
 # so that building the command line stays fast)
 QUANTIZE_CHOICES = ("int8", "dynamic-int8", "packed")

@@ -5,8 +5,10 @@ run's ``options.json`` entry and ``--config`` key (train), the server's request 
 the declaration refuses is refused by the flag and the keyword alike, naming both."""
 
 import argparse
+import functools
 import inspect
 import json
+from pathlib import Path
 
 import pytest
 
@@ -274,3 +276,68 @@ def test_none_is_an_option_not_given():
             assert specs.check(name, None) == spec.default, (recipe.name, name)
     seq2seq = next(r for r in recipes() if r.name == "seq2seq").train_specs()
     assert seq2seq.check("label_smoothing", None) == 0.1
+
+
+# ---- every option a command declares reaches its Python call ------------------------------------------
+# the command -> the module and name of the call its handler makes (patched there)
+CALLED = {
+    "sae train": ("attnlab.sae", "train"),
+    "data prepare": ("attnlab.data.shards", "prepare"),
+    "bench": ("attnlab.bench", "run"),
+    "reproduce": ("attnlab.experiments", "reproduce"),
+}
+FIXED_WORDS = {"ckpt": [str(Path(__file__).parent / "fixtures" / "runs_v0_1" / "gpt")], "device": ["cpu"]}
+
+
+class Called(Exception):
+    """Raised by a patched call with the keywords it was given (nothing runs)."""
+
+
+def other_words(spec) -> list[str]:
+    """The words after ``spec``'s flag that give it a value other than its default."""
+    if spec.kind in ("flag", "bool"):
+        return []
+    if spec.choices:
+        return [next(str(c) for c in spec.choices if c != spec.default)]
+    bounds = getattr(spec.type, "bounds", None)
+    if bounds is None:
+        return ["7"]
+    kind, low, _, high = bounds
+    if kind is float and high is not None:
+        return [str(((low or 0) + high) / 2)]  # (strictly inside)
+    return [str(kind((spec.default if spec.default is not None else low or 0) + 1))]
+
+
+@pytest.mark.parametrize("command", list(CALLED))
+def test_every_declared_option_reaches_the_commands_python_call(command, monkeypatch):
+    """Each option the command declares and its call takes, given a value other than its default,
+    arrives at the call with that value (``attnlab sae train --grad-clip`` was parsed and dropped)."""
+    import importlib
+
+    module, name = CALLED[command]
+    verb = getattr(importlib.import_module(module), name)
+    declared = verb.declaration()
+    argv = command.split()
+    for option, spec in declared.specs.items():
+        words = FIXED_WORDS.get(option) or other_words(spec)
+        if spec.positional:
+            argv += words
+        elif spec.kind == "bool" and spec.default is True:
+            argv.append("--no-" + spec.flags[0][2:])
+        else:
+            argv += [spec.flags[0], *words]
+    expected = vars(build_parser().parse_args(argv))
+
+    @functools.wraps(verb)  # (its signature: the handler asks it which options to pass)
+    def record(*args, **kwargs):
+        raise Called(kwargs)
+
+    monkeypatch.setattr(importlib.import_module(module), name, record)
+    monkeypatch.setenv("ATTNLAB_DEBUG", "1")  # (the command line lets an unforeseen exception through)
+    with pytest.raises(Called) as call:
+        main(argv)
+    received = call.value.args[0]
+    for option, spec in declared.specs.items():
+        if option in inspect.signature(verb).parameters:
+            assert option in received, f"attnlab {command} {spec.flags[0]} does not reach {name}()"
+            assert received[option] == expected[option] != spec.default, (command, option)

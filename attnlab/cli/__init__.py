@@ -15,7 +15,7 @@ import sys
 
 from .. import __version__
 from ..errors import AttnlabError, a, one_line
-from ..options import Command, OptionSpecs
+from ..options import Command, OptionSpecs, keywords_of
 from .parser import EPILOG, Parser, option_parser
 
 
@@ -385,9 +385,7 @@ def _reproduce(args) -> int:
     from ..experiments import reproduce
 
     log = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
-    results = reproduce(
-        args.names, quick=args.quick, out=args.out, resume=args.resume, data_dir=args.data_dir, docs=args.docs, log=log
-    )
+    results = reproduce(**keywords_of(reproduce, args, log=log))
     passed = sum(r.status == "PASS" for r in results.values())
     print(f"{passed} of {len(results)} claims PASS; report: {Path(args.out) / 'report.md'}")
     return 0 if passed == len(results) else 1
@@ -396,31 +394,14 @@ def _reproduce(args) -> int:
 def _bench(args) -> int:
     from ..bench import run
 
-    run(
-        quick=args.quick,
-        compile=args.compile,
-        json_path=args.json_path,
-        markdown_path=args.markdown_path,
-        device=args.device,
-        only=args.only,
-    )
+    run(**keywords_of(run, args))
     return 0
 
 
 def _data_prepare(args) -> int:
     from ..data.shards import prepare
 
-    prepare(
-        args.source,
-        args.out,
-        tokenizer=args.tokenizer,
-        vocab_size=args.vocab_size,
-        sample_mb=args.sample_mb,
-        shard_tokens=args.shard_tokens,
-        val_fraction=args.val_fraction,
-        seed=args.seed,
-        progress=args.progress,
-    )
+    prepare(**keywords_of(prepare, args))
     print(f"wrote {args.out}: train on it with attnlab train gpt --data {args.out}")
     return 0
 
@@ -439,22 +420,7 @@ def _sae_train(args) -> int:
     from .. import sae
     from ..api import load
 
-    run = sae.train(
-        load(args.ckpt, device=args.device),
-        args.hook,
-        data=args.data,
-        kind=args.kind,
-        latents=args.latents,
-        expansion=args.expansion,
-        k=args.k,
-        l1_coefficient=args.l1_coefficient,
-        steps=args.steps,
-        batch_tokens=args.batch_tokens,
-        lr=args.lr,
-        resamples=args.resamples,
-        seed=args.seed,
-        out=args.out,
-    )
+    run = sae.train(load(args.ckpt, device=args.device), **keywords_of(sae.train, args))
     from ..inspect.sae import describe
 
     print(describe(run.metrics))
