@@ -336,7 +336,6 @@ def _explore(args) -> int:
     from ..errors import OptionError
     from ..inspect.explorer import write_page
     from ..outputs import output_file
-
     from ..recipes.base import explore_inputs, explored_inputs
 
     args.out = str(output_file(args.out, ".html", also=(".htm",)))
