@@ -329,10 +329,8 @@ class TextEncoderRecipe(Recipe):
 
     def predict(self, args) -> int:
         """``attnlab predict`` of a text classifier: the loaded model's ``predict``, printed."""
-        from ..training.devices import pick_device
-
         texts = _texts(args.inputs, "predict")  # an empty text is refused before the model loads
-        model = self.load(args.ckpt, str(pick_device(args.device)))
+        model = self.model_of(args.ckpt, args.device)
         if model.head is None:
             raise CheckpointError(
                 f"{args.ckpt} is a pretrained encoder without a classifier; fine-tune it with "
