@@ -285,8 +285,15 @@ CALLED = {
     "data prepare": ("attnlab.data.shards", "prepare"),
     "bench": ("attnlab.bench", "run"),
     "reproduce": ("attnlab.experiments", "reproduce"),
+    "serve": ("attnlab.serve", "serve"),
 }
-FIXED_WORDS = {"ckpt": [str(Path(__file__).parent / "fixtures" / "runs_v0_1" / "gpt")], "device": ["cpu"]}
+# values the handler itself must be able to use (a model to load, the form it is loaded in)
+FIXED_WORDS = {
+    "ckpt": [str(Path(__file__).parent / "fixtures" / "runs_v0_1" / "gpt")],
+    "device": ["cpu"],
+    "dtype": ["fp32"],
+    "quantize": ["int8"],
+}
 
 
 class Called(Exception):

@@ -372,7 +372,7 @@ def _serve(args) -> int:
         model = as_sampled(
             load(args.ckpt, device=args.device, dtype=None if args.dtype == "fp32" else args.dtype), args
         )
-        serve(model, host=args.host, port=args.port, ready=ready, batch_size=args.batch_size)
+        serve(model, **keywords_of(serve, args, ready=ready))
     except KeyboardInterrupt:
         print("stopped", file=sys.stderr)
     return 0
