@@ -547,18 +547,14 @@ def create_app(model, *, slots: int = 8, port_ref: list | None = None):
     """The ASGI application of ``attnlab serve`` for ``model`` (loaded by :func:`attnlab.load`): its
     explorer, asking for the inputs its family declares (``explorer_form()``); a GPT also generates,
     ``slots`` requests at a time. ``port_ref``: [the port], for the Host check (filled in once listening)."""
-    from .errors import CheckpointError, OptionError, a
+    from .errors import OptionError
 
     try:
         from starlette.applications import Starlette
         from starlette.routing import Route
     except ImportError:
         raise OptionError("attnlab serve runs on FastAPI and uvicorn: pip install 'attnlab[serve]'") from None
-    recipe = served_family(model)
-    form = recipe.explorer_form()
-    if form is None:
-        raise CheckpointError(f"{model.checkpoint} holds {a(recipe.name)} model, which the explorer does not show yet")
-    r = _Routes(model, form, slots)
+    r = _Routes(model, served_family(model).required_explorer_form(model.checkpoint), slots)
     routes = [
         Route("/", r.page, methods=["GET"]),
         Route("/index.html", r.page, methods=["GET"]),

@@ -340,7 +340,7 @@ def _explore(args) -> int:
 
     args.out = str(output_file(args.out, ".html", also=(".htm",)))
     recipe = _family(args.ckpt)
-    explored_inputs(recipe, {name: getattr(args, name) for name in explore_inputs()}, "--")
+    explored_inputs(recipe, args.ckpt, {name: getattr(args, name) for name in explore_inputs()}, "--")
     if args.sae and recipe.name != "gpt":
         raise OptionError(f"--sae shows an SAE's latents on a GPT's text; {args.ckpt} holds {a(recipe.name)} model")
     data = recipe.explore(args)
@@ -351,12 +351,9 @@ def _explore(args) -> int:
 
 def _serve(args) -> int:
     from ..api import load
-    from ..errors import CheckpointError
     from ..serve import serve
 
-    recipe = _family(args.ckpt)
-    if recipe.explorer_form() is None:
-        raise CheckpointError(f"{args.ckpt} holds {a(recipe.name)} model, which the explorer does not show yet")
+    _family(args.ckpt).required_explorer_form(args.ckpt)  # (refused before the model is loaded)
 
     def ready(server):
         host, port = server.server_address[:2]

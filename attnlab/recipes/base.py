@@ -288,6 +288,16 @@ class Recipe:
         """What ``attnlab serve``'s page asks for (None: this family is not explored)."""
         return self.explore_form or EXPLORER_FORMS.get(self.explore_kind or "")
 
+    def required_explorer_form(self, ckpt) -> ExplorerForm:
+        """:meth:`explorer_form` for the model in ``ckpt``, or the one-line refusal of a family the
+        explorer does not show (what `explore`, ``explore()`` and `serve` say alike)."""
+        form = self.explorer_form()
+        if form is None:
+            raise CheckpointError(
+                f"{ckpt} holds {a(self.name)} model; the explorer does not show {self.name} models yet"
+            )
+        return form
+
     def explore(self, args) -> dict:
         """The data of ``attnlab explore`` for this family (see :mod:`attnlab.inspect.explorer`)."""
         raise CheckpointError(f"attnlab explore does not show {self.name} models yet")
@@ -554,7 +564,8 @@ class Verbs:
         from ..inspect.explorer import Exploration
 
         recipe = self.family_recipe()
-        values = explored_inputs(recipe, dict(text=text, image=image, src=src, tgt=tgt, **inputs), "=")
+        given = dict(text=text, image=image, src=src, tgt=tgt, **inputs)
+        values = explored_inputs(recipe, self.checkpoint, given, "=")
         # the views are computed on this model itself (a server's one loaded model), not a fresh
         # copy read from its checkpoint, which may have changed since
         options = Options(
@@ -565,14 +576,12 @@ class Verbs:
         return Exploration(data, f"attnlab explorer: {Path(self.checkpoint).name}")
 
 
-def explored_inputs(recipe: Recipe, given: dict[str, Any], spelling: str) -> dict[str, Any]:
+def explored_inputs(recipe: Recipe, ckpt, given: dict[str, Any], spelling: str) -> dict[str, Any]:
     """Every explorer input of every family -> its value in ``given`` (None where not given), once
-    the inputs given are checked to be ones ``recipe``'s explorer reads (``spelling``: "=" names
-    them as keywords, "--" as flags): what `attnlab explore` and ``explore()`` pass the family."""
-    form = recipe.explorer_form()
-    if form is None:
-        raise CheckpointError(f"attnlab explore does not show {recipe.name} models yet")
-    reads = [i.name for i in form.inputs]
+    the inputs given are checked to be ones ``recipe``'s explorer reads for the model in ``ckpt``
+    (``spelling``: "=" names them as keywords, "--" as flags): what `attnlab explore` and
+    ``explore()`` pass the family."""
+    reads = [i.name for i in recipe.required_explorer_form(ckpt).inputs]
     known = explore_inputs()
     spelled = (lambda n: f"--{n.replace('_', '-')}") if spelling == "--" else (lambda n: f"{n}=")
     for name in (n for n, value in given.items() if value is not None and n not in reads):
