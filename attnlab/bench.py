@@ -7,6 +7,7 @@ utilisation against the matmul peak measured at the start of the run."""
 from __future__ import annotations
 
 import json
+from typing import Annotated, Literal, get_args
 import os
 import statistics
 import sys
@@ -17,7 +18,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from .options import OptionSpecs, checked_by
+from .options import Arg, Device, checked
 from .training.devices import autocast
 
 
@@ -522,33 +523,24 @@ def sharing_rows(device, quick) -> list[dict]:
     ]
 
 
-ROW_GROUPS = ("attention", "gpt", "generate", "serving", "vit", "encdec", "distributed", "sharing")
+ROW_GROUP = Literal["attention", "gpt", "generate", "serving", "vit", "encdec", "distributed", "sharing"]
+ROW_GROUPS = get_args(ROW_GROUP)
 
 
-def bench_specs() -> OptionSpecs:
-    """`attnlab bench`'s options, and :func:`run`'s keywords: declared once."""
-    b = OptionSpecs()
-    b.add("--quick", kind="flag", help="small shapes: about a minute on 2 CPU cores")
-    b.add(
-        "--compile",
-        kind="bool",
-        help="add torch.compile rows (default: on with CUDA, off on CPU where compiling takes minutes)",
-    )
-    b.add("--only", nargs="+", choices=ROW_GROUPS, help="run only these row groups (default: all)")
-    b.add("--json", dest="json_path", metavar="JSON", help="write the table as JSON to this file")
-    b.add("--markdown", dest="markdown_path", metavar="MARKDOWN", help="write the table as Markdown to this file")
-    b.add_device()
-    return b
-
-
-@checked_by(bench_specs)
+@checked
 def run(
-    quick: bool = False,
-    compile: bool | None = None,
-    json_path: str | None = None,
-    markdown_path: str | None = None,
-    device: str = "auto",
-    only: list[str] | None = None,
+    quick: Annotated[bool, Arg("small shapes: about a minute on 2 CPU cores")] = False,
+    compile: Annotated[
+        bool | None, Arg("add torch.compile rows (default: on with CUDA, off on CPU where compiling takes minutes)")
+    ] = None,
+    json_path: Annotated[
+        str | None, Arg("write the table as JSON to this file", flags=("--json",), metavar="JSON")
+    ] = None,
+    markdown_path: Annotated[
+        str | None, Arg("write the table as Markdown to this file", flags=("--markdown",), metavar="MARKDOWN")
+    ] = None,
+    device: Device = "auto",
+    only: Annotated[list[ROW_GROUP] | None, Arg("run only these row groups (default: all)", nargs="+")] = None,
 ) -> list[dict]:
     """The benchmark table (``attnlab bench``): ``only``: some of the row groups (:data:`ROW_GROUPS`;
     default all); ``json_path`` / ``markdown_path``: files to write it to as well."""

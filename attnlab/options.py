@@ -11,13 +11,15 @@ declarations into ``argparse`` flags. Nothing here knows ``argparse``: a value c
 
 from __future__ import annotations
 
+import collections.abc
 import functools
 import inspect
 import math
 import types
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, TypeVar, cast
+import typing
+from typing import Annotated, Any, Callable, Literal, TypeVar, cast
 
 from .errors import OptionError
 from .outputs import is_path
@@ -193,31 +195,11 @@ class OptionSpecs:
         shown = "" if default == "auto" else f" (default {default})"
         self.add("--device", type=device_name, default=default, help=f"auto | cpu | cuda{shown}")
 
-    def add_decode_form(self) -> None:
-        """``--dtype`` and ``--quantize``: the form a model decodes in (``sample``, ``serve``: the
-        model is loaded in that dtype, then ``attnlab.recipes.gpt.as_sampled`` quantizes it)."""
-        self.add(
-            "--dtype",
-            choices=["fp32", "bf16"],
-            default="fp32",
-            help="weights and activations while decoding; bf16 halves the memory read per token, which "
-            "bounds generation on a CPU (about 1.9x faster here; tokens may differ slightly) "
-            "(default fp32)",
-        )
-        self.add_quantize()
-
     def add_quantize(self, prefix: str = "") -> None:
-        """``--quantize``: the Linear layers a model runs with (``sample``, ``serve``, ``eval``);
-        ``prefix``: the command's own words before the shared help."""
-        self.add(
-            "--quantize",
-            choices=list(QUANTIZE_CHOICES),
-            default=None,
-            help=prefix + "CPU: int8 weights for every Linear layer, a quarter of fp32's bytes per token: int8 "
-            "(weights only; 3.2x HuggingFace fp32 at GPT-2 small here) or dynamic-int8 (activations too; faster, "
-            "rounds more); or packed: the same fp32/bf16 weights in the GEMM library's packed layout (1.6-1.9x "
-            "transformers on a Qwen2-0.5B's bf16 decoding here, the same tokens)",
-        )
+        """``--quantize``: the Linear layers a model runs with (``eval``); ``prefix``: the
+        command's own words before the shared help (``sample`` and ``serve`` declare it as
+        :data:`Quantize` in their signatures)."""
+        self.add("--quantize", choices=list(QUANTIZE_CHOICES), default=None, help=prefix + QUANTIZE_HELP)
 
     def group(self, title: str) -> "OptionSpecs":
         """The same options, the ones added through the returned view shown under ``title`` in --help."""
@@ -331,59 +313,187 @@ class Options(types.SimpleNamespace):
 
 @dataclass
 class Command:
-    """A command a family adds (``attnlab sample``, ``translate``, ``caption``, ``embed``): its help,
-    its options, and ``run(options) -> exit code``, which reads the checked options and prints."""
+    """A command (``attnlab sample``, ``translate``, ``bench`` ...): its help, and ``run``, a typed
+    function whose signature declares the command's own options (:class:`Arg`) and which receives
+    them, and those of ``verbs`` (the Python calls it makes, whose signatures declare theirs), as
+    keywords: its flags are :func:`declared` ``(run, *verbs)``. ``specs``: the options of a command
+    not yet declared by signatures (``train``, ``eval``, ``inspect``, ``ablate``, ``explore``),
+    whose ``run`` then reads them as one namespace."""
 
     name: str
     help: str
     description: str
-    options: OptionSpecs
-    run: Callable[[Options], int | None]
+    run: Callable[..., int | None]
+    verbs: tuple[Callable, ...] = ()
+    specs: OptionSpecs | None = None
+
+    @property
+    def options(self) -> OptionSpecs:
+        return self.specs if self.specs is not None else declared(self.run, *self.verbs)
 
 
 Verb = TypeVar("Verb", bound=Callable[..., Any])
 
 
-def checked_by(declaration: Callable[[], OptionSpecs], *, unchecked: tuple[str, ...] = ()) -> Callable[[Verb], Verb]:
-    """Decorate a Python verb whose keywords are the options of a command: each keyword the command
-    declares in ``declaration()`` (``--beam`` for ``beam=``) is checked by that declaration, with its
-    bounds, choices and words, before the verb runs (``unchecked``: keywords that take another form
-    in Python than on the command line, a list where the flag takes text). The verb keeps
-    ``declaration`` (``verb.declaration``): the command line builds its flags from the same one, and
-    tests/test_options_agree.py checks the keyword's defaults against it."""
+# ---- a verb's typed signature is its declaration ---------------------------------------------------
+@dataclass(frozen=True)
+class Arg:
+    """What a verb's parameter says beyond its type and default, as ``Annotated[int, Arg(...)]``:
+    its help, the checker of its value (bounds and the words of a refusal) and, where the flag is
+    not ``--the-name``, the flag's names (a bare name: a positional argument). A parameter so
+    annotated is an option: the command line's flag, the keyword the verb checks (:func:`checked`)
+    and the server's field are all made from the signature (:func:`declared`), so its default is
+    written once, in the signature."""
 
-    def wrap(verb: Verb) -> Verb:  # (typed so: type checkers see the verb's own signature)
-        signature = inspect.signature(verb)
-        # (a ``**keywords`` parameter: the declared options it receives are checked as the named ones)
-        rest = next((p.name for p in signature.parameters.values() if p.kind is p.VAR_KEYWORD), None)
-
-        @functools.wraps(verb)
-        def checked(*args, **kwargs):
-            bound = signature.bind(*args, **kwargs)
-            specs = declaration()
-            for values in (bound.arguments, bound.arguments.get(rest, {})):
-                for name, value in values.items():
-                    spec = specs.specs.get(name)
-                    if spec is not None and not spec.positional and name not in unchecked and value is not None:
-                        values[name] = specs.check(name, value)
-            return verb(*bound.args, **bound.kwargs)
-
-        checked.declaration = declaration  # type: ignore[attr-defined]
-        return cast(Verb, checked)
-
-    return wrap
+    help: str = ""
+    check: Callable[[str], Any] | None = None
+    flags: tuple[str, ...] = ()
+    metavar: str | None = None
+    nargs: str | None = None
 
 
-def keywords_of(verb: Callable, args: Any, **computed: Any) -> dict[str, Any]:
-    """What a command passes its Python call: every parsed option of ``args`` that ``verb`` takes
-    by the same name (its declaration names both, :func:`checked_by`), then the values the command
-    ``computed`` itself. So an option declared once reaches the call without being named a third
-    time, where a list written out by hand could forget one."""
-    taken = inspect.signature(verb).parameters
-    names = {n for n, p in taken.items() if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
-    return {**{n: v for n, v in vars(args).items() if n in names}, **computed}
+Device = Annotated[str, Arg("auto | cpu | cuda", device_name)]
+
+
+def _shown_default(value: Any) -> str:
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    if isinstance(value, float):
+        return f"{value:g}"
+    return f"{value:,}" if isinstance(value, int) and value >= 10_000 else str(value)
+
+
+def declared_parameters(verb: Callable) -> list[tuple[inspect.Parameter, Any, Arg]]:
+    """(parameter, its type without the annotation, its :class:`Arg`) for each parameter of ``verb``
+    annotated with an Arg, in the signature's order."""
+    verb = inspect.unwrap(verb)
+    found = []
+    for param in inspect.signature(verb).parameters.values():
+        annotation = param.annotation
+        if isinstance(annotation, str):
+            try:
+                annotation = eval(annotation, verb.__globals__)  # noqa: S307 (the verb's own annotation)
+            except Exception:  # (a name imported for type checkers only: no option is declared so)
+                if "Arg(" in annotation:
+                    raise
+                continue
+        if typing.get_origin(annotation) is not Annotated:
+            continue
+        base, *extras = typing.get_args(annotation)
+        arg = next((e for e in extras if isinstance(e, Arg)), None)
+        if arg is not None:
+            found.append((param, base, arg))
+    return found
+
+
+def _choices(base: Any) -> tuple | None:
+    """The values of a Literal type (within an Optional or a list too), else None."""
+    if typing.get_origin(base) is Literal:
+        return typing.get_args(base)
+    for inner in typing.get_args(base):
+        found = _choices(inner)
+        if found:
+            return found
+    return None
+
+
+def _is_list(base: Any) -> bool:
+    sequences = (list, tuple, collections.abc.Sequence)
+    return typing.get_origin(base) in sequences or any(typing.get_origin(a) in sequences for a in typing.get_args(base))
+
+
+def _scalar(base: Any) -> type | None:
+    """int, float or bool of a parameter's type (None, a list's items and Optional unwrapped)."""
+    if base in (int, float, bool, str):
+        return base
+    for inner in typing.get_args(base):
+        if inner is not type(None):
+            found = _scalar(inner)
+            if found is not None:
+                return found
+    return None
+
+
+def declared(*verbs: Callable) -> OptionSpecs:
+    """The options of ``verbs`` (a command's own stub first, then the Python call it makes): one
+    per parameter annotated with an :class:`Arg`, its flag ``--the-name``, its default the
+    signature's (its help says it), its choices a ``Literal``'s, a bool an on/off flag, a list a
+    repeatable flag (``nargs`` "+" or "*": several values after one flag). The same parameter in
+    two verbs is declared once."""
+    specs = OptionSpecs()
+    for verb in verbs:
+        for param, base, arg in declared_parameters(verb):
+            name = param.name
+            required = param.default is param.empty
+            default = None if required else param.default
+            scalar = _scalar(base)
+            flags = arg.flags or (f"--{name.replace('_', '-')}",)
+            shown = "" if default in (None, False, "", (), []) else f" (default {_shown_default(default)})"
+            kw: dict[str, Any] = dict(dest=name, help=arg.help + shown, metavar=arg.metavar)
+            if scalar is bool:
+                kw["kind"] = "flag" if default is False and not arg.flags else "bool"
+            else:
+                many = _is_list(base)
+                kw.update(
+                    type=arg.check or {int: integer, float: finite}.get(scalar or str),
+                    choices=_choices(base),
+                    nargs=arg.nargs,
+                    kind="append" if many and arg.nargs is None else "value",
+                )
+                if many and isinstance(default, tuple):
+                    default = list(default)
+            positional = not flags[0].startswith("-")
+            specs.add(*flags, default=default, required=required and not positional, **kw)
+    return specs
+
+
+def checked(verb: Verb) -> Verb:
+    """Decorate a verb whose signature declares its options (:class:`Arg`): each keyword so
+    declared is checked, with its bounds, choices and words, before the verb runs (None is "not
+    given": the default). ``**keywords`` receiving declared options of other verbs are not checked
+    here. The command line builds its flags from the same signature (:func:`declared`)."""
+    signature = inspect.signature(verb)
+
+    @functools.wraps(verb)
+    def checked_verb(*args, **kwargs):
+        bound = signature.bind(*args, **kwargs)
+        specs = _declared_once(verb)
+        for name, value in bound.arguments.items():
+            spec = specs.specs.get(name)
+            if spec is not None and not spec.positional and value is not None:
+                bound.arguments[name] = specs.check(name, value)
+        return verb(*bound.args, **bound.kwargs)
+
+    return cast(Verb, checked_verb)
+
+
+@functools.lru_cache(maxsize=None)
+def _declared_once(verb: Callable) -> OptionSpecs:
+    return declared(verb)
 
 
 # ``--quantize``'s choices (attnlab.generate.quantize implements them; kept here, where no torch is imported,
 # so that building the command line stays fast)
 QUANTIZE_CHOICES = ("int8", "dynamic-int8", "packed")
+QUANTIZE_HELP = (
+    "CPU: int8 weights for every Linear layer, a quarter of fp32's bytes per token: int8 (weights only; 3.2x "
+    "HuggingFace fp32 at GPT-2 small here) or dynamic-int8 (activations too; faster, rounds more); or packed: the "
+    "same fp32/bf16 weights in the GEMM library's packed layout (1.6-1.9x transformers on a Qwen2-0.5B's bf16 "
+    "decoding here, the same tokens)"
+)
+Quantize = Annotated[Literal["int8", "dynamic-int8", "packed"] | None, Arg(QUANTIZE_HELP)]
+DecodeDtype = Annotated[
+    Literal["fp32", "bf16"],
+    Arg("weights and activations while decoding; bf16 halves the memory read per token, which bounds generation on "
+        "a CPU (about 1.9x faster here; tokens may differ slightly)"),
+]  # fmt: skip
+
+
+# (attnlab.inspect.patching.PATCH_TARGETS less head_position, whose result is 3-D: written out here so
+# that declaring the command imports no torch; tests/test_lens.py keeps the two equal)
+PATCH_OVER = ("resid_pre", "resid_mid", "resid_post", "attn_out", "mlp_out", "head", "q", "k", "v", "pattern")
+PatchOver = Annotated[
+    Literal[PATCH_OVER],
+    Arg("resid_pre, resid_mid, resid_post, attn_out, mlp_out: layer x position; head (each head's output), q, k, v, "
+        "pattern: layer x head"),
+]  # fmt: skip

@@ -13,59 +13,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Literal
 
 from .errors import OptionError
-from .options import OptionSpecs, checked_by, nonneg_float, nonneg_int, positive_float, positive_int
+from .options import Arg, checked, nonneg_float, nonneg_int, positive_float, positive_int
 from .inspect.sae import SAEConfig, SAETraining, SparseAutoencoder, load_sae
 from .inspect import sae as method
 
 __all__ = ["train", "evaluate", "features", "write_features", "load", "SAERun", "SparseAutoencoder", "SAEConfig"]
-
-
-# ---- the options of `attnlab sae train | eval | features`, and the keywords of train / evaluate / features -
-def train_specs() -> OptionSpecs:
-    st = OptionSpecs()
-    st.add("--ckpt", required=True, help="run folder of a GPT")
-    st.add("--hook", required=True, help="the hook point to read, e.g. blocks.1.hook_resid_post")
-    st.add("--out", required=True, help="folder for sae.safetensors, sae.json and metrics.json")
-    st.add("--kind", choices=["relu", "topk"], default="relu", help="relu: an L1 penalty; topk: k latents per token")
-    st.add("--latents", type=positive_int, default=None, help="dictionary size (default: --expansion x the width)")
-    st.add("--expansion", type=positive_int, default=8, help="latents per activation dimension (default 8)")
-    st.add("--k", type=positive_int, default=32, help="topk: latents active per token (default 32)")
-    st.add("--l1", dest="l1_coefficient", type=nonneg_float, default=2.0, help="relu: the L1 coefficient (default 2)")
-    st.add("--steps", type=positive_int, default=2000, help="training steps (default 2000)")
-    st.add("--batch-tokens", type=positive_int, default=1024, help="activations per step (default 1024)")
-    st.add("--lr", type=positive_float, default=4e-4, help="Adam's learning rate (default 4e-4)")
-    st.add("--resamples", type=nonneg_int, default=3, help="relu: times dead latents are resampled (default 3)")
-    st.add("--grad-clip", type=nonneg_float, default=0.0,
-           help="clip the gradient's norm at this every step (SAELens's SAETrainer: 1; default 0: no clipping)")  # fmt: skip
-    st.add("--seed", type=nonneg_int, default=0, help="random seed (default 0)")
-    st.add("--data", default=None, help="train on this text instead of the run's own")
-    st.add_device()
-    return st
-
-
-def eval_specs() -> OptionSpecs:
-    se = OptionSpecs()
-    se.add("--sae", required=True, help="folder written by attnlab sae train")
-    se.add("--ckpt", default=None, help="the GPT (default: the run the SAE was trained on)")
-    se.add("--data", default=None, help="evaluate on this text instead of the run's validation text")
-    se.add("--json", kind="flag", help="print the metrics as one JSON object")
-    se.add_device()
-    return se
-
-
-def features_specs() -> OptionSpecs:
-    sf = OptionSpecs()
-    sf.add("--sae", required=True, help="folder written by attnlab sae train")
-    sf.add("--out", required=True, help="HTML file to write")
-    sf.add("--ckpt", default=None, help="the GPT (default: the run the SAE was trained on)")
-    sf.add("--latents", default=None, help="which latents, comma-separated (default: the --count most frequent)")
-    sf.add("--count", type=positive_int, default=24, help="latents shown without --latents (default 24)")
-    sf.add("--data", default=None, help="read contexts from this text instead of the run's validation text")
-    sf.add_device()
-    return sf
 
 
 @dataclass
@@ -111,24 +66,30 @@ def _images(model: Any, split: str, data: str | None = None) -> tuple[tuple[Any,
     return (normalize(x, model.mean, model.std), y), x
 
 
-@checked_by(train_specs)
+Data = Annotated[str | None, Arg("read this text instead of the run's own")]
+
+
+@checked
 def train(
     model_or_path: Any,
-    hook: str,
+    hook: Annotated[str, Arg("the hook point to read, e.g. blocks.1.hook_resid_post")],
     *,
-    data: str | None = None,
-    kind: str = "relu",
-    latents: int | None = None,
-    expansion: int = 8,
-    k: int = 32,
-    l1_coefficient: float = 2.0,
-    steps: int = 2000,
-    batch_tokens: int = 1024,
-    lr: float = 4e-4,
-    resamples: int = 3,
-    grad_clip: float = 0.0,
-    seed: int = 0,
-    out: str | Path | None = None,
+    data: Data = None,
+    kind: Annotated[Literal["relu", "topk"], Arg("relu: an L1 penalty; topk: k latents per token")] = "relu",
+    latents: Annotated[int | None, Arg("dictionary size (default: --expansion x the width)", positive_int)] = None,
+    expansion: Annotated[int, Arg("latents per activation dimension", positive_int)] = 8,
+    k: Annotated[int, Arg("topk: latents active per token", positive_int)] = 32,
+    l1_coefficient: Annotated[float, Arg("relu: the L1 coefficient", nonneg_float, flags=("--l1",))] = 2.0,
+    steps: Annotated[int, Arg("training steps", positive_int)] = 2000,
+    batch_tokens: Annotated[int, Arg("activations per step", positive_int)] = 1024,
+    lr: Annotated[float, Arg("Adam's learning rate", positive_float)] = 4e-4,
+    resamples: Annotated[int, Arg("relu: times dead latents are resampled", nonneg_int)] = 3,
+    grad_clip: Annotated[
+        float,
+        Arg("clip the gradient's norm at this every step (SAELens's SAETrainer: 1; 0: no clipping)", nonneg_float),
+    ] = 0.0,
+    seed: Annotated[int, Arg("random seed", nonneg_int)] = 0,
+    out: Annotated[str | Path | None, Arg("folder for sae.safetensors, sae.json and metrics.json")] = None,
     progress: bool = True,
 ) -> SAERun:
     """Train a ``kind`` SAE ("relu": L1 penalty at ``l1_coefficient``; "topk": ``k`` latents per
@@ -162,21 +123,21 @@ def train(
     return SAERun(sae, metrics, history, Path(out) if out is not None else None)
 
 
-@checked_by(eval_specs, unchecked=("sae",))
-def evaluate(model_or_path: Any, sae: SparseAutoencoder, *, data: str | None = None, batches: int = 8) -> dict:
+@checked
+def evaluate(model_or_path: Any, sae: SparseAutoencoder, *, data: Data = None, batches: int = 8) -> dict:
     """:func:`attnlab.inspect.sae.evaluate` on the model's validation text (or ``data``)."""
     model = _model(model_or_path)
     return method.evaluate(model, sae.to(model.device), _source(model, "val", data), batches=batches)
 
 
-@checked_by(features_specs, unchecked=("sae", "latents"))
+@checked
 def features(
     model_or_path: Any,
     sae: SparseAutoencoder,
     *,
     latents: list[int] | None = None,
-    count: int = 24,
-    data: str | None = None,
+    count: Annotated[int, Arg("latents shown without --latents", positive_int)] = 24,
+    data: Data = None,
 ) -> list[dict]:
     """:func:`attnlab.inspect.sae.features` on the model's validation text (or ``data``); for a ViT,
     :func:`attnlab.inspect.sae.image_features` on its test images."""

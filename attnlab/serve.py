@@ -26,9 +26,9 @@ import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
-from .options import OptionSpecs, checked_by, number, positive_int
+from .options import Arg, checked, declared, number, positive_int
 
 FORM = """<!doctype html><html lang="en"><head><meta charset="utf-8"><title>attnlab serve: {name}</title>
 <style>body{{font:14px system-ui,sans-serif;margin:24px}}textarea{{width:40em;height:5em}}</style></head>
@@ -113,7 +113,7 @@ class GenerationWorker:
 
     def job(self, prompt: str | None, max_new_tokens: int | None, *, stop=(), seed=None, on_token=None, **sampling):
         """A checked :class:`GenerationJob` (RequestError 400 for one that cannot run), queued.
-        ``max_new_tokens`` None: 100, or what the context leaves after the prompt."""
+        ``max_new_tokens`` None: ``generate()``'s default, or what the context leaves after the prompt."""
         from .generate.batching import text_request
         from .errors import one_line
         from .generate import default_prompt
@@ -125,7 +125,8 @@ class GenerationWorker:
         try:
             text = prompt or default_prompt(tok)
             if max_new_tokens is None:
-                max_new_tokens = max(1, min(100, self.model.config.context - len(tok.encode(text))))
+                most = default_new_tokens()
+                max_new_tokens = max(1, min(most, self.model.config.context - len(tok.encode(text))))
             request = text_request(
                 tok, text, max_new_tokens, stop=stop, seed=seed, device=next(self.model.parameters()).device, **sampling
             )
@@ -239,17 +240,26 @@ def explore_model(form):
     return create_model("Explore", __config__=ConfigDict(extra="forbid", strict=True), **fields)
 
 
+def default_new_tokens() -> int:
+    """``max_new_tokens``'s default in :meth:`attnlab.recipes.gpt.GPTVerbs.generate`'s signature."""
+    from .recipes.gpt import GPTVerbs
+
+    return declared(GPTVerbs.generate).specs["max_new_tokens"].default
+
+
 def generation_models():
     """The request models of ``/generate`` and ``/v1/completions`` (pydantic is imported with the
-    server, not with attnlab), their sampling fields typed from the ``sample`` command's option
-    specs: one declaration for both surfaces."""
+    server, not with attnlab), their sampling fields typed from the signature of
+    :meth:`attnlab.recipes.gpt.GPTVerbs.generate`, and ``/generate``'s defaults its defaults: one
+    declaration for the command line, Python and the server. (``/v1/completions`` keeps OpenAI's
+    own defaults: 16 tokens at temperature 1, what its clients expect.)"""
     from typing import Literal
 
     from pydantic import BaseModel, ConfigDict
 
-    from .recipes.gpt import sample_specs
+    from .recipes.gpt import GPTVerbs
 
-    sample = sample_specs().specs
+    sample = declared(GPTVerbs.generate).specs
     strict = ConfigDict(extra="forbid", strict=True)
     Tokens, Temperature = spec_type(sample["max_new_tokens"]), spec_type(sample["temperature"])
     TopK, TopP, Seed = spec_type(sample["top_k"]), spec_type(sample["top_p"]), spec_type(sample["seed"])
@@ -258,12 +268,12 @@ def generation_models():
     class Generate(BaseModel):
         model_config = strict
         prompt: str | None = None
-        max_new_tokens: Tokens | None = None  # None: 100, or what the context leaves
-        temperature: Temperature = 0.8
-        top_k: TopK = 200
-        top_p: TopP | None = None
+        max_new_tokens: Tokens | None = None  # None: generate()'s default, or what the context leaves
+        temperature: Temperature = sample["temperature"].default
+        top_k: TopK = sample["top_k"].default
+        top_p: TopP | None = sample["top_p"].default
         stop: Stop = []
-        seed: Seed | None = None
+        seed: Seed | None = sample["seed"].default
 
     class Completion(BaseModel):  # OpenAI's /v1/completions (the fields attnlab can honour)
         model_config = ConfigDict(extra="forbid", strict=True)
@@ -646,33 +656,16 @@ class RunningServer:
         self._server.should_exit = True
 
 
-def serve_specs() -> OptionSpecs:
-    """`attnlab serve`'s options, and :func:`serve`'s keywords: declared once."""
-    sv = OptionSpecs()
-    sv.add("--ckpt", required=True, help="run folder (or HuggingFace folder)")
-    sv.add(
-        "--port", type=number(int, 0, True, 65535, what="from 0 to 65535"), default=8000, help="TCP port (default 8000)"
-    )
-    sv.add("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
-    sv.add_device("cpu")
-    sv.add_decode_form()
-    sv.add(
-        "--batch-size",
-        type=positive_int,
-        default=8,
-        help="GPT: /generate requests decoded together; one that finishes gives its row to the next (default 8)",
-    )
-    return sv
-
-
-@checked_by(serve_specs)
+@checked
 def serve(
     model,
     kind: str | None = None,
-    host: str = "127.0.0.1",
-    port: int = 8000,
+    host: Annotated[str, Arg("address to bind (127.0.0.1: this machine only)")] = "127.0.0.1",
+    port: Annotated[int, Arg("TCP port", number(int, 0, True, 65535, what="from 0 to 65535"))] = 8000,
     ready=None,
-    batch_size: int = 8,
+    batch_size: Annotated[
+        int, Arg("GPT: /generate requests decoded together; one that finishes gives its row to the next", positive_int)
+    ] = 8,
     slots: int | None = None,
 ) -> None:
     """Serve the explorer of ``model`` (a model from :func:`attnlab.load`) until interrupted
@@ -692,7 +685,7 @@ def serve(
     if kind is not None and kind != family_kind:
         raise OptionError(f"kind={kind!r}: this model's explorer is {family_kind!r}; leave kind out")
     if slots is not None:
-        batch_size = serve_specs().check("batch_size", slots)
+        batch_size = declared(serve).check("batch_size", slots)
     port_ref = [port]
     app = create_app(model, slots=batch_size, port_ref=port_ref)
     try:

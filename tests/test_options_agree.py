@@ -1,8 +1,11 @@
-"""One declaration, every surface (issue 47): each option of every command is declared once (an
-OptionSpecs beside the verb that uses it), and the surfaces derived from it agree with it: the command
-line's flag (name, default, choices), the Python call's keyword (name, default, required or not), the
-run's ``options.json`` entry and ``--config`` key (train), the server's request field (sample); a value
-the declaration refuses is refused by the flag and the keyword alike, naming both."""
+"""One declaration, every surface (issue 64): a command's options are the typed signatures of the
+function it runs and of the Python calls it makes (``Annotated[int, Arg(...)]``), and every surface
+derived from them agrees with them, checked over every command without a list kept by hand: the
+flag (name, default, choices, the default its --help states), the keyword of each Python call that
+takes the option (its default), the server's request field (``/generate``); a value the declaration
+refuses is refused by the flag and the keyword alike, naming both. ``train``, ``eval``, ``ablate``,
+``inspect`` and ``explore`` still declare their options as data (:class:`attnlab.options.OptionSpecs`):
+the tests after those cover them."""
 
 import argparse
 import functools
@@ -14,17 +17,13 @@ import pytest
 
 import attnlab
 from attnlab.cli import build_parser, main
-from attnlab.errors import AttnlabError
+from attnlab.errors import AttnlabError, OptionError
+from attnlab.options import declared, declared_parameters
 from attnlab.recipes import recipes
-from attnlab.recipes.gpt import GPTVerbs, sample_specs
+from attnlab.recipes.gpt import GPTVerbs
 from attnlab.runoptions import NOT_REPLAYED
 
-SAMPLE = sample_specs()
-# generate()'s keywords that have a `sample` flag (the others are Python's own: prompt, use_cache, draft, compile)
-GENERATE = [n for n in inspect.signature(GPTVerbs.generate).parameters if n in SAMPLE.specs]
-# where Python's default differs from the command line's, on purpose: a call returns text to a
-# program (200 tokens, no fixed seed), where a command prints a sample to read (500 tokens, seed 1337)
-PYTHON_DEFAULT_DIFFERS = {"max_new_tokens": (200, 500), "seed": (None, 1337)}
+SAMPLE = declared(GPTVerbs.generate)
 
 
 def subparser(parser: argparse.ArgumentParser, *path: str) -> argparse.ArgumentParser:
@@ -32,6 +31,31 @@ def subparser(parser: argparse.ArgumentParser, *path: str) -> argparse.ArgumentP
     for name in path:
         parser = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices[name]
     return parser
+
+
+def subparsers(parser: argparse.ArgumentParser) -> dict:
+    return next((a.choices for a in parser._actions if isinstance(a, argparse._SubParsersAction)), {})
+
+
+def commands() -> dict[str, tuple[argparse.ArgumentParser, object]]:
+    """Every command of the command line whose options are declared by signatures -> (its parser,
+    its :class:`attnlab.options.Command`)."""
+    found = {}
+    for name, parser in subparsers(build_parser()).items():
+        inner = subparsers(parser)
+        for path, p in ({f"{name} {n}": q for n, q in inner.items()} if inner else {name: parser}).items():
+            command = p.get_default("declaration")
+            if command is not None and command.specs is None:
+                found[path] = (p, command)
+    return found
+
+
+COMMANDS = commands()
+
+
+def test_the_commands_declared_by_signatures():
+    assert {"sample", "translate", "caption", "embed", "predict", "patch", "serve", "reproduce", "bench",
+            "sae train", "sae eval", "sae features", "data prepare", "completion"} <= set(COMMANDS)  # fmt: skip
 
 
 def edges(name: str):
@@ -44,23 +68,49 @@ def edges(name: str):
 
 
 BOUNDED = [
-    n for n in GENERATE if getattr(SAMPLE.specs[n].type, "bounds", None) and SAMPLE.specs[n].type.bounds[1] is not None
+    n
+    for n in SAMPLE.specs
+    if getattr(SAMPLE.specs[n].type, "bounds", None) and SAMPLE.specs[n].type.bounds[1] is not None
 ]
 
 
-def test_generate_takes_every_sampling_option_under_the_flags_name_and_default():
-    assert {"max_new_tokens", "temperature", "top_k", "top_p", "seed", "stop", "batch_size", "draft_tokens"} <= set(
-        GENERATE
-    )
-    signature = inspect.signature(GPTVerbs.generate).parameters
-    for name in GENERATE:
-        python, cli = signature[name].default, SAMPLE.specs[name].default
-        if name in PYTHON_DEFAULT_DIFFERS:
-            assert (python, cli) == PYTHON_DEFAULT_DIFFERS[name]
-        elif name == "stop":
-            assert list(python) == cli == []
-        else:
-            assert python == cli, (name, python, cli)
+@pytest.mark.parametrize("command", list(COMMANDS))
+def test_a_flags_default_is_its_signatures_in_help_and_in_every_call_that_takes_it(command):
+    """Generated over every command: each option's flag default is the default of the signature
+    that declares it, its --help says so, and every Python call the command makes (``verbs``)
+    that takes a keyword of that name defaults to the same (``attnlab sample --max-new-tokens``
+    defaulted to 500 where ``model.generate`` took 200)."""
+    parser, declaration = COMMANDS[command]
+    flags = {a.dest: a for a in parser._actions if a.dest not in ("help", "declaration")}
+    assert set(flags) == set(declaration.options.specs), command
+    for function in (declaration.run, *declaration.verbs):
+        for param, _, _ in declared_parameters(function):
+            flag = flags[param.name]
+            if param.default is param.empty:
+                assert flag.required or not flag.option_strings, (command, param.name)
+                continue
+            default = list(param.default) if isinstance(param.default, tuple) else param.default
+            assert flag.default == default, (command, function.__qualname__, param.name, flag.default, default)
+            if default not in (None, False, "", []):
+                assert "(default " in flag.help, (command, param.name, flag.help)
+    # a keyword of the same name in a call it makes, declared or not, takes the same default
+    for verb in declaration.verbs:
+        for name, param in inspect.signature(verb).parameters.items():
+            if name in flags and param.default is not param.empty and flags[name].option_strings:
+                default = list(param.default) if isinstance(param.default, tuple) else param.default
+                assert default == flags[name].default, (command, verb.__qualname__, name)
+
+
+def test_the_servers_generate_fields_default_to_generates_signature():
+    pytest.importorskip("pydantic")
+    from attnlab.serve import default_new_tokens, generation_models
+
+    generate_body, _ = generation_models()
+    for name, field in generate_body.model_fields.items():
+        if name in SAMPLE.specs and name != "max_new_tokens":
+            expected = SAMPLE.specs[name].default
+            assert field.default == (list(expected) if isinstance(expected, tuple) else expected), name
+    assert default_new_tokens() == inspect.signature(GPTVerbs.generate).parameters["max_new_tokens"].default
 
 
 @pytest.mark.parametrize("name", BOUNDED)
@@ -110,109 +160,31 @@ def test_every_train_option_is_a_flag_a_keyword_and_an_options_json_entry(family
             assert name in written, f"{family}'s options.json has no {name}"
 
 
-# ---- every other command: its flags and its Python call's keywords from one declaration -----------------
-from attnlab import bench, sae  # noqa: E402
-from attnlab.data import shards  # noqa: E402
-from attnlab.errors import OptionError  # noqa: E402
-from attnlab.experiments import reproduce  # noqa: E402
-from attnlab.recipes.base import Verbs  # noqa: E402
-from attnlab.recipes.caption import CaptionerVerbs  # noqa: E402
-from attnlab.recipes.classifier import ImageClassifierVerbs  # noqa: E402
-from attnlab.recipes.encoder import TextEncoderVerbs  # noqa: E402
-from attnlab.recipes.seq2seq import Seq2SeqVerbs  # noqa: E402
-from attnlab.serve import serve  # noqa: E402
-
-# every command but train, eval, ablate and inspect (whose options are each family's: the tests
-# above and below) -> the Python calls that take its options as keywords
-VERBS = {
-    "sample": [GPTVerbs.generate],
-    "caption": [CaptionerVerbs.caption],
-    "translate": [Seq2SeqVerbs.translate],
-    "embed": [TextEncoderVerbs.embed],
-    "predict": [ImageClassifierVerbs.predict, TextEncoderVerbs.predict],
-    "patch": [GPTVerbs.patch, ImageClassifierVerbs.patch],
-    "explore": [Verbs.explore],
-    "serve": [serve],
-    "reproduce": [reproduce],
-    "bench": [bench.run],
-    "sae train": [sae.train],
-    "sae eval": [sae.evaluate],
-    "sae features": [sae.features],
-    "data prepare": [shards.prepare],
-}
-# options that are no keyword of the Python call, and why
-CLI_ONLY = {
-    "ckpt": "the call is the loaded model's method, or takes the model (or its run) first",
-    "device": "the call runs where the model is",
-    "json": "the call returns the values",
-    "file": "the call takes the texts themselves",
-    "num_samples": "a list of prompts (or several calls) gives several samples",
-    "prompts_file": "the call takes the prompts themselves",
-    "no_cache": "use_cache=False",
-    "dtype": "the model's own dtype (model.to(torch.bfloat16))",
-    "sae": "the SAE itself (attnlab.sae.load)",
-}
-# ... and those that are a keyword of some commands' calls but not of this one's
-CLI_ONLY_HERE = {("serve", "quantize"): "serve() serves the model as given: quantize(model, how) it first"}
-OUTPUT_FILE = ("patch", "explore", "embed", "sae features")  # the call returns what the command writes to --out
-COMMANDS_WITHOUT_A_CALL = {"train", "eval", "ablate", "inspect", "completion"}
-
-
-def test_every_command_has_its_python_call():
-    commands = set()
-    for name, parser in subparsers(build_parser()).items():
-        inner = subparsers(parser)
-        commands |= {f"{name} {n}" for n in inner} if inner and name != "train" else {name}
-    assert commands - COMMANDS_WITHOUT_A_CALL == set(VERBS)
-
-
-def subparsers(parser: argparse.ArgumentParser) -> dict:
-    return next((a.choices for a in parser._actions if isinstance(a, argparse._SubParsersAction)), {})
-
-
-@pytest.mark.parametrize("command", list(VERBS))
-def test_a_commands_flags_and_its_calls_keywords_agree_with_its_one_declaration(command, capsys):
-    parser = subparser(build_parser(), *command.split())
-    for verb in VERBS[command]:
-        declared = verb.declaration()
-        flags = {a.dest: a for a in parser._actions if a.dest != "help"}
-        assert set(flags) == set(declared.specs), command  # the flags are the declaration's
+@pytest.mark.parametrize("command", list(COMMANDS))
+def test_a_value_a_commands_declaration_refuses_is_refused_by_the_flag_and_the_keyword(command, capsys):
+    """Generated over every command: each bounded or chosen option of each Python call the command
+    makes, given a value just outside what it takes, is refused by the call (naming the keyword) and
+    by the flag (naming the flag, exit 2)."""
+    parser, declaration = COMMANDS[command]
+    for verb in declaration.verbs:
         keywords = inspect.signature(verb).parameters
-        for name, spec in declared.specs.items():
-            flag = flags[name]
-            assert (flag.default, tuple(flag.choices or ()) or None) == (spec.default, spec.choices), name
-            if spec.positional or name in CLI_ONLY or (command, name) in CLI_ONLY_HERE:
-                continue
-            if name == "out" and command in OUTPUT_FILE:
-                continue
-            assert name in keywords, f"{verb.__qualname__} has no keyword {name} (attnlab {command} --{name})"
-            python = keywords[name].default
-            if spec.required and (command, name) != ("sae train", "out"):  # (Python saves it when out= is given)
-                assert python is inspect.Parameter.empty, (command, name)
-            elif (command, name) in PYTHON_DEFAULT_DIFFERS_BY_COMMAND:
-                assert (python, spec.default) == PYTHON_DEFAULT_DIFFERS_BY_COMMAND[command, name]
-            elif spec.kind != "append":
-                assert python == spec.default, (command, name, python, spec.default)
-        # a value the declaration refuses is refused by the flag and by the keyword, naming both
-        positional = [p for p in keywords.values() if p.default is p.empty and p.kind not in (p.VAR_KEYWORD,)]
-        first = positional[1 if "self" in keywords else 0 :]
-        for name, spec in declared.specs.items():
-            if name not in keywords or spec.positional:
-                continue
+        first = [p for p in keywords.values() if p.default is p.empty and p.kind is not p.VAR_KEYWORD]
+        first = first[1 if "self" in keywords else 0 :]
+        for param, _, _ in declared_parameters(verb):
+            spec = declaration.options.specs[param.name]
             bad = refused_value(spec)
-            if bad is None:
+            if bad is None or spec.positional or param.default is param.empty:
                 continue
             args = [None] * ("self" in keywords) + ["x"] * len(first)
-            with pytest.raises(OptionError, match=f"{name}="):
-                verb(*args, **{name: bad})
-            flag = spec.flags[0]
-            argv = [*command.split(), flag, *(bad if isinstance(bad, list) else [str(bad)])]
+            with pytest.raises(OptionError, match=f"{param.name}="):
+                verb(*args, **{param.name: bad})
+            argv = [spec.flags[0], *(bad if isinstance(bad, list) else [str(bad)])]
             with pytest.raises(SystemExit) as exit_code:
-                parser.parse_args(argv[len(command.split()) :])
-            assert exit_code.value.code == 2 and flag in capsys.readouterr().err, (command, name)
+                parser.parse_args(argv)
+            assert exit_code.value.code == 2 and spec.flags[0] in capsys.readouterr().err, (command, param.name)
 
 
-PYTHON_DEFAULT_DIFFERS_BY_COMMAND = {("sample", k): v for k, v in PYTHON_DEFAULT_DIFFERS.items()}
+CLI_ONLY = ("ckpt", "device", "json")  # (options of the command line that no Python keyword shares)
 
 
 def refused_value(spec):
@@ -323,9 +295,9 @@ def test_every_declared_option_reaches_the_commands_python_call(command, monkeyp
 
     module, name = CALLED[command]
     verb = getattr(importlib.import_module(module), name)
-    declared = verb.declaration()
+    options = COMMANDS[command][1].options
     argv = command.split()
-    for option, spec in declared.specs.items():
+    for option, spec in options.specs.items():
         words = FIXED_WORDS.get(option) or other_words(spec)
         if spec.positional:
             argv += words
@@ -335,7 +307,7 @@ def test_every_declared_option_reaches_the_commands_python_call(command, monkeyp
             argv += [spec.flags[0], *words]
     expected = vars(build_parser().parse_args(argv))
 
-    @functools.wraps(verb)  # (its signature: the handler asks it which options to pass)
+    @functools.wraps(verb)
     def record(*args, **kwargs):
         raise Called(kwargs)
 
@@ -344,7 +316,7 @@ def test_every_declared_option_reaches_the_commands_python_call(command, monkeyp
     with pytest.raises(Called) as call:
         main(argv)
     received = call.value.args[0]
-    for option, spec in declared.specs.items():
+    for option, spec in options.specs.items():
         if option in inspect.signature(verb).parameters:
             assert option in received, f"attnlab {command} {spec.flags[0]} does not reach {name}()"
             assert received[option] == expected[option] != spec.default, (command, option)

@@ -10,20 +10,22 @@ attnlab bench [--quick]
 from __future__ import annotations
 
 import argparse
+import inspect
 import os
 import sys
+from typing import Annotated, Any, Literal
 
 from .. import __version__
 from ..errors import AttnlabError, a, one_line
-from ..options import Command, OptionSpecs, keywords_of
+from ..options import Arg, Command, DecodeDtype, Device, OptionSpecs, PatchOver, Quantize
 from .parser import EPILOG, Parser, option_parser
 
 
 def build_parser() -> argparse.ArgumentParser:
     """The ``attnlab`` parser: ``train FAMILY`` from the registry of recipes, the families' own
     commands, then the commands every model shares (:func:`_commands`), each from its declaration."""
+    from .. import sae
     from ..recipes import recipes
-    from ..sae import eval_specs, features_specs, train_specs
 
     p = Parser(
         prog="attnlab",
@@ -34,7 +36,8 @@ def build_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
     families = recipes()
     train = [
-        Command(r.name, r.help, r.description, r.train_specs(), lambda args, r=r: _train(r, args)) for r in families
+        Command(r.name, r.help, r.description, lambda args, r=r: _train(r, args), specs=r.train_specs())
+        for r in families
     ]
     _group(sub, "train", "model", f"train a model ({', '.join(r.name for r in families)})", train,
            description="Train a model with the shared trainer.")  # fmt: skip
@@ -47,43 +50,71 @@ def build_parser() -> argparse.ArgumentParser:
             _command(sub, command, formatter_class=argparse.RawDescriptionHelpFormatter)
         else:
             _command(sub, command)
-    sae = [
-        Command("train", "train an SAE on one hook point", "Train a sparse autoencoder.", train_specs(), _sae_train),
+    sae_commands = [
+        Command(
+            "train", "train an SAE on one hook point", "Train a sparse autoencoder.", _sae_train, verbs=(sae.train,)
+        ),
         Command(
             "eval",
             "L0, explained variance, dead latents, loss recovered",
             "Evaluate a sparse autoencoder: L0, explained variance, dead latents, and the next-token loss with "
             "the SAE spliced in against the clean model's and zero-ablation's.",
-            eval_specs(),
             _sae_eval,
+            verbs=(sae.evaluate,),
         ),
         Command(
             "features",
             "an offline HTML page of the SAE's features",
             "Write an offline HTML page of the SAE's features: each latent's top activating contexts and "
             "its logit effects.",
-            features_specs(),
             _sae_features,
+            verbs=(sae.features,),
         ),
     ]
-    _group(sub, "sae", "sae_command", "sparse autoencoders: train one on a hook point, evaluate it, draw its features",
-           sae, metavar="WHAT", description=SAE_DESCRIPTION)  # fmt: skip
-    from ..data.shards import prepare_specs
+    _group(
+        sub,
+        "sae",
+        "sae_command",
+        "sparse autoencoders: train one on a hook point, evaluate it, draw its features",
+        sae_commands,
+        metavar="WHAT",
+        description=SAE_DESCRIPTION,
+    )
+    from ..data.shards import prepare
 
-    prepare = Command("prepare", "stream a corpus into token shards", DATA_DESCRIPTION, prepare_specs(), _data_prepare)
-    _group(sub, "data", "data_command", "prepare a corpus larger than memory into token shards", [prepare],
-           metavar="WHAT", description=DATA_DESCRIPTION)  # fmt: skip
-    shells = OptionSpecs()
-    shells.add("shell", choices=["bash", "zsh", "fish"], help="the shell to complete in")
-    _command(sub, Command("completion", "print a shell completion script (bash, zsh or fish)", COMPLETION_DESCRIPTION,
-                          shells, _completion))  # fmt: skip
-    return p
+    prepare_command = Command(
+        "prepare", "stream a corpus into token shards", DATA_DESCRIPTION, _data_prepare, verbs=(prepare,)
+    )
+    _group(
+        sub,
+        "data",
+        "data_command",
+        "prepare a corpus larger than memory into token shards",
+        [prepare_command],
+        metavar="WHAT",
+        description=DATA_DESCRIPTION,
+    )
+    _command(
+        sub,
+        Command(
+            "completion", "print a shell completion script (bash, zsh or fish)", COMPLETION_DESCRIPTION, _completion
+        ),
+    )
+    return p  # fmt: skip
 
 
 def _command(sub, command: Command, **kw) -> None:
     """``command`` as a subcommand of ``sub``: its flags from its declared options."""
-    parser = option_parser(sub, command.name, command.options, help=command.help, description=command.description, **kw)
-    parser.set_defaults(func=command.run)
+    options = command.options
+    parser = option_parser(sub, command.name, options, help=command.help, description=command.description, **kw)
+    parser.set_defaults(declaration=command)  # (tests read each command's declaration from its parser)
+    if command.specs is not None:  # (a command not yet declared by signatures: it reads the namespace)
+        parser.set_defaults(func=command.run)
+        return
+    taken = inspect.signature(command.run).parameters
+    takes_all = any(p.kind is p.VAR_KEYWORD for p in taken.values())
+    names = [n for n in options.specs if takes_all or n in taken]
+    parser.set_defaults(func=lambda args: command.run(**{n: getattr(args, n) for n in names}))
 
 
 def _group(sub, name: str, dest: str, help: str, commands: list[Command], metavar: str | None = None, **kw) -> None:
@@ -115,10 +146,12 @@ COMPLETION_DESCRIPTION = (
 
 def _commands(families) -> list[Command]:
     """The commands every model shares, each with its declared options and its run."""
-    from ..bench import bench_specs
-    from ..experiments import CLAIMS, reproduce_specs
-    from ..recipes.base import explore_specs, patch_specs, predict_specs
-    from ..serve import serve_specs
+    from .. import bench
+    from ..experiments import CLAIMS, reproduce
+    from ..recipes.base import explore_specs, predict
+    from ..recipes.classifier import ImageClassifierVerbs
+    from ..recipes.gpt import GPTVerbs
+    from ..serve import serve
 
     ablations = _eval_options(families, "run folder of a GPT or a ViT", "print both results and the change as JSON")
     ablations.add("--heads", default=None, help="attention heads: LAYER.HEAD, comma-separated (0.1,2.3)")
@@ -140,52 +173,52 @@ def _commands(families) -> list[Command]:
         Command("predict", "classify images or texts with a trained classifier",
                 "Image classifiers: the top-k classes of each image file. Text classifiers: the label of each text, "
                 "with the top-k probabilities.",
-                predict_specs(), lambda args: _family(args.ckpt).predict(args)),
+                predict),
         Command("eval", "evaluate a trained model (loss/perplexity, accuracy, BLEU)",
                 "Language models: loss, perplexity and bits per character/byte on the validation split. Image "
                 "classifiers: accuracy on the test split and a confusion-matrix PNG. Seq2seq: perplexity and "
                 "sacreBLEU on the test split.",
-                _eval_options(families, "run folder or checkpoint folder", "print the metrics as one JSON object"),
-                _evaluate),
+                _evaluate,
+                specs=_eval_options(families, "run folder or checkpoint folder", "print the metrics as one JSON object")),
         Command("ablate", "how much a metric changes when heads, neurons or sublayers are silenced",
                 "Evaluates the model as `attnlab eval` does, then again with the --heads, --neurons and --sublayers "
                 "writing nothing (--how zero) or their mean over each batch (--how mean), and prints both and the "
                 "change. GPTs: loss and perplexity; image classifiers: accuracy. Give at least one of the three.",
-                ablations, _ablate),
+                _ablate, specs=ablations),
         Command("patch", "activation patching: which layer and position (or head) carries an answer",
                 "Run the corrupted input with one activation at a time taken from the clean run, and draw how much of "
                 "the clean preference for --answer (over --wrong) each restores: 1 = all of it, 0 = none. GPTs: texts "
                 "of the same token count and single-token answers; ViTs: two image files and class labels.",
-                patch_specs(), _patch),
+                _patch, verbs=(GPTVerbs.patch, ImageClassifierVerbs.patch)),
         Command("inspect", "look inside a trained model (PNG + raw numbers)",
                 "Each inspection writes a PNG and its numbers (.npz) beside it.\n\n" + "\n".join(
                     f"{what} ({', '.join(names)}): {h}" for what, helps in inspections.items()
                     for h, names in helps.items()),
-                inspects, _inspect),
+                _inspect, specs=inspects),
         Command("explore", "write an offline HTML page to explore a model's attention",
                 "One self-contained HTML file (no network, no server): GPT and text encoders (--text): head view, "
                 "model view, next-token distribution; ViT (--image): click a patch, class-token attention, rollout, "
                 "attention distance; seq2seq (--src [--tgt]): cross-attention per layer and head. Every view shows "
                 "its values and saves PNG and JSON.",
-                explore_specs(), _explore),
+                _explore, specs=explore_specs()),
         Command("serve", "serve the explorer locally, with an input box",
                 "The explorer page of `attnlab explore`, served on this machine: type a text (GPT, text encoder), "
                 "upload an image (ViT) or a sentence (seq2seq) and the views are recomputed. A GPT run also "
                 "generates text (the page's second box, or POST /generate with JSON {\"prompt\": ..., "
                 "\"max_new_tokens\": ..., \"temperature\": ...}), batching the requests that arrive together. Bound "
                 "to 127.0.0.1; requests from other origins are refused.",
-                serve_specs(), _serve),
+                _serve, verbs=(serve,)),
         Command("reproduce", "check the lectures' claims on real runs; write a report",
                 "Each claim: the lecture's statement, what was run on which data, the figure or table, the measured "
                 "numbers, a stated criterion and a must-fail control run beside it; PASS (the control fails the "
                 "criterion), FAIL, INCONCLUSIVE (the control clears it too, or seed noise straddles it) or SKIPPED "
                 "(its data is absent), in OUT/report.md with its PNGs. Claims: " + ", ".join(CLAIMS),
-                reproduce_specs(), _reproduce),
+                _reproduce, verbs=(reproduce,)),
         Command("bench", "benchmark attnlab against its peers and this machine's peak",
                 "Attention, GPT training and generation, ViT and encoder-decoder training steps, each against a peer "
                 "(HuggingFace, torch.nn) measured in the same run, with model FLOPs utilisation against the matmul "
                 "peak measured at the start. Runs on CUDA when present.",
-                bench_specs(), _bench),
+                _bench, verbs=(bench.run,)),
     ]  # fmt: skip
 
 
@@ -283,34 +316,42 @@ def _ablate(args) -> int:
     return 0
 
 
-def _patch(args) -> int:
+def _patch(
+    ckpt: Annotated[str, Arg("run folder of a GPT or a ViT (or a HuggingFace GPT-2 / ViT folder)")],
+    *,
+    clean: Annotated[str, Arg("the input where the model gives the answer (text, or an image file)")],
+    corrupt: Annotated[str, Arg("the input changed so the answer changes (same number of tokens)")],
+    answer: Annotated[str, Arg("the clean input's answer: a next token (GPT) or a class (ViT)")],
+    wrong: Annotated[str | None, Arg("the corrupted input's answer; without it the metric is log p(answer)")] = None,
+    over: PatchOver = "resid_pre",
+    out: Annotated[str, Arg("the heat map (PNG; its numbers in a .npz beside it)")],
+    device: Device = "cpu",
+) -> int:
     """``attnlab patch``: the loaded model's ``patch`` verb, drawn."""
+    import warnings
+
     import numpy as np
 
     from ..api import load
     from ..errors import CheckpointError
-    import warnings
-
     from ..inspect.patching import patching_figure, span_note
     from ..outputs import output_file
 
-    out = output_file(args.out, ".png")
-    model = load(args.ckpt, device=args.device)
+    out_file = output_file(out, ".png")
+    model = load(ckpt, device=device)
     if not hasattr(model, "patch"):
-        raise CheckpointError(
-            f"{args.ckpt} holds {a(model.family_recipe().name)} model; attnlab patch reads GPTs and ViTs"
-        )
+        raise CheckpointError(f"{ckpt} holds {a(model.family_recipe().name)} model; attnlab patch reads GPTs and ViTs")
     with warnings.catch_warnings():  # (a small span is said below, in the report's own words)
         warnings.simplefilter("ignore")
-        res = model.patch(args.clean, args.corrupt, args.answer, args.wrong, over=args.over)
+        res = model.patch(clean, corrupt, answer, wrong, over=over)
     r, tokens = res["restored"], res["tokens"]
-    patching_figure(r, out, over=args.over, labels=tokens, title=f"patching: answer {args.answer!r}")
-    np.savez(out.with_suffix(".npz"), restored=r.numpy(), **({"tokens": np.array(tokens)} if tokens else {}))
+    patching_figure(r, out_file, over=over, labels=tokens, title=f"patching: answer {answer!r}")
+    np.savez(out_file.with_suffix(".npz"), restored=r.numpy(), **({"tokens": np.array(tokens)} if tokens else {}))
     where = [divmod(i, r.shape[1]) for i in r.flatten().abs().topk(min(3, r.numel())).indices.tolist()]
     name = (lambda j: f"position {j} {tokens[j]!r}") if tokens else (lambda j: f"head {j}")
     print("; ".join(f"layer {i} {name(j)}: {r[i, j]:+.3f}" for i, j in where))
     print(f"metric clean {res['clean']:+.4f}, corrupt {res['corrupt']:+.4f}; {span_note(res['span'])}")
-    print(f"wrote {out} and {out.with_suffix('.npz')}", file=sys.stderr)
+    print(f"wrote {out_file} and {out_file.with_suffix('.npz')}", file=sys.stderr)
     return 0
 
 
@@ -349,119 +390,151 @@ def _explore(args) -> int:
     return 0
 
 
-def _serve(args) -> int:
+def _serve(
+    ckpt: Annotated[str, Arg("run folder (or HuggingFace folder)")],
+    *,
+    device: Device = "cpu",
+    dtype: DecodeDtype = "fp32",
+    quantize: Quantize = None,
+    **options: Any,
+) -> int:
+    """``attnlab serve``: the model loaded in the form asked, served (``options``: :func:`attnlab.serve.serve`'s)."""
+    from .. import serve as served
     from ..api import load
-    from ..serve import serve
+    from ..recipes import checkpoint_recipe
+    from ..recipes.gpt import as_sampled
 
-    _family(args.ckpt).required_explorer_form(args.ckpt)  # (refused before the model is loaded)
+    checkpoint_recipe(ckpt).required_explorer_form(ckpt)  # (refused before the model is loaded)
 
     def ready(server):
         host, port = server.server_address[:2]
         print(
-            f"serving the explorer of {args.ckpt} at http://{'127.0.0.1' if host == '0.0.0.0' else host}:{port}/ "
+            f"serving the explorer of {ckpt} at http://{'127.0.0.1' if host == '0.0.0.0' else host}:{port}/ "
             "(Ctrl-C stops)",
             flush=True,
         )
 
-    from ..recipes.gpt import as_sampled
-
     try:
-        model = as_sampled(
-            load(args.ckpt, device=args.device, dtype=None if args.dtype == "fp32" else args.dtype), args
-        )
-        serve(model, **keywords_of(serve, args, ready=ready))
+        model = as_sampled(load(ckpt, device=device, dtype=None if dtype == "fp32" else dtype), quantize)
+        served.serve(model, ready=ready, **options)
     except KeyboardInterrupt:
         print("stopped", file=sys.stderr)
     return 0
 
 
-def _reproduce(args) -> int:
+def _reproduce(**options: Any) -> int:
+    """``attnlab reproduce``: the claims, their progress on stderr, how many PASS."""
     from pathlib import Path
 
-    from ..experiments import reproduce
+    from .. import experiments
 
     log = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
-    results = reproduce(**keywords_of(reproduce, args, log=log))
+    results = experiments.reproduce(**options, log=log)
     passed = sum(r.status == "PASS" for r in results.values())
-    print(f"{passed} of {len(results)} claims PASS; report: {Path(args.out) / 'report.md'}")
+    print(f"{passed} of {len(results)} claims PASS; report: {Path(options.get('out') or 'reproduce') / 'report.md'}")
     return 0 if passed == len(results) else 1
 
 
-def _bench(args) -> int:
-    from ..bench import run
+def _bench(**options: Any) -> int:
+    from .. import bench
 
-    run(**keywords_of(run, args))
+    bench.run(**options)
     return 0
 
 
-def _data_prepare(args) -> int:
-    from ..data.shards import prepare
+def _data_prepare(**options: Any) -> int:
+    from ..data import shards
 
-    prepare(**keywords_of(prepare, args))
-    print(f"wrote {args.out}: train on it with attnlab train gpt --data {args.out}")
+    shards.prepare(**options)
+    print(f"wrote {options['out']}: train on it with attnlab train gpt --data {options['out']}")
     return 0
 
 
-def _sae_model(args, saved: dict):
+GPT_RUN = Annotated[str, Arg("run folder of a GPT")]
+SAE_FOLDER = Annotated[str, Arg("folder written by attnlab sae train")]
+SAE_MODEL = Annotated[str | None, Arg("the GPT (default: the run the SAE was trained on)")]
+
+
+def _sae_model(ckpt: str | None, sae: str, saved: dict, device: str):
     from ..api import load
     from ..errors import CheckpointError
 
-    ckpt = args.ckpt or saved.get("model")
+    ckpt = ckpt or saved.get("model")
     if not ckpt:
-        raise CheckpointError(f"{args.sae} does not say which model it reads; give --ckpt")
-    return load(ckpt, device=args.device)
+        raise CheckpointError(f"{sae} does not say which model it reads; give --ckpt")
+    return load(ckpt, device=device)
 
 
-def _sae_train(args) -> int:
+def _sae_train(
+    ckpt: GPT_RUN,
+    *,
+    out: Annotated[str, Arg("folder for sae.safetensors, sae.json and metrics.json")],
+    device: Device = "auto",
+    **options: Any,
+) -> int:
     from .. import sae
     from ..api import load
-
-    run = sae.train(load(args.ckpt, device=args.device), **keywords_of(sae.train, args))
     from ..inspect.sae import describe
 
+    run = sae.train(load(ckpt, device=device), out=out, **options)
     print(describe(run.metrics))
-    print(f"wrote {args.out}", file=sys.stderr)
+    print(f"wrote {out}", file=sys.stderr)
     return 0
 
 
-def _sae_eval(args) -> int:
-    import json
+def _sae_eval(
+    sae: SAE_FOLDER,
+    *,
+    ckpt: SAE_MODEL = None,
+    json: Annotated[bool, Arg("print the metrics as one JSON object")] = False,
+    device: Device = "auto",
+    **options: Any,
+) -> int:
+    import json as json_text
 
-    from .. import sae
+    from .. import sae as saes
     from ..inspect.sae import describe, load_sae
 
-    model_sae, saved = load_sae(args.sae)
-    metrics = sae.evaluate(_sae_model(args, saved), model_sae, data=args.data)
-    print(json.dumps(metrics) if args.json else describe(metrics))
+    model_sae, saved = load_sae(sae)
+    metrics = saes.evaluate(_sae_model(ckpt, sae, saved, device), model_sae, **options)
+    print(json_text.dumps(metrics) if json else describe(metrics))
     return 0
 
 
-def _sae_features(args) -> int:
-    from .. import sae
+def _sae_features(
+    sae: SAE_FOLDER,
+    *,
+    out: Annotated[str, Arg("HTML file to write")],
+    ckpt: SAE_MODEL = None,
+    latents: Annotated[str | None, Arg("which latents, comma-separated (default: the --count most frequent)")] = None,
+    device: Device = "auto",
+    **options: Any,
+) -> int:
+    from .. import sae as saes
     from ..errors import OptionError
     from ..inspect.sae import load_sae
     from ..outputs import output_file
 
-    out = output_file(args.out, ".html", also=(".htm",))
-    model_sae, saved = load_sae(args.sae)
-    latents = None
-    if args.latents:
+    out_file = output_file(out, ".html", also=(".htm",))
+    model_sae, saved = load_sae(sae)
+    chosen = None
+    if latents:
         try:
-            latents = [int(x) for x in args.latents.split(",") if x.strip()]
+            chosen = [int(x) for x in latents.split(",") if x.strip()]
         except ValueError:
-            raise OptionError(f"--latents {args.latents!r}: give latent numbers, comma-separated (0,5,9)") from None
-    path = sae.write_features(
-        _sae_model(args, saved), model_sae, out, latents=latents, count=args.count, data=args.data
-    )
+            raise OptionError(f"--latents {latents!r}: give latent numbers, comma-separated (0,5,9)") from None
+    path = saes.write_features(_sae_model(ckpt, sae, saved, device), model_sae, out_file, latents=chosen, **options)
     print(f"wrote {path}")
     return 0
 
 
-def _completion(args) -> int:
+def _completion(
+    shell: Annotated[Literal["bash", "zsh", "fish"], Arg("the shell to complete in", flags=("shell",))],
+) -> int:
     from .completion import script
     from .manifest import load
 
-    print(script(args.shell, load()))
+    print(script(shell, load()))
     return 0
 
 
@@ -482,7 +555,7 @@ def _answer_from_manifest(argv: list[str]) -> int:
         return e.code if isinstance(e.code, int) else 0
     try:
         if args.command == "completion":
-            return _completion(args)
+            return _completion(args.shell)
         parser.print_help()
     except BrokenPipeError:  # (| head: the reader left; nothing more to say)
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())

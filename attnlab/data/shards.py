@@ -28,6 +28,8 @@ source (:func:`char_vocabulary`), BPE and WordPiece trained on a bounded sample,
 
 from __future__ import annotations
 
+from typing import Annotated, Literal
+
 import bz2
 import contextlib
 import glob
@@ -49,7 +51,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import DataError, OptionError, UnknownTokenError
-from ..options import OptionSpecs, at_least, below_one, checked_by, number, vocab_size
+from ..options import Arg, at_least, below_one, checked, number, vocab_size
 from . import hf
 from .text import prepare as prepare_text
 from .text import TokenData, decode_text
@@ -443,45 +445,35 @@ def docs_file(shard: str) -> str:
     return shard[: -len(".bin")] + ".docs"
 
 
-def prepare_specs() -> OptionSpecs:
-    """`attnlab data prepare`'s options, and :func:`prepare`'s keywords: declared once."""
-    p = OptionSpecs()
-    p.add(
-        "source", help="a text file, a folder of them, a glob ('logs/*.txt.gz'), or hf:NAME[:CONFIG][:SPLIT][:COLUMN]"
-    )
-    p.add("--out", required=True, help="the folder of shards to write (or to finish, when a preparation stopped)")
-    p.add("--tokenizer", choices=["char", "bpe", "wordpiece"], default="char",
-          help="character-level (default), byte-level BPE, or WordPiece (BERT's: [CLS] document [SEP])")  # fmt: skip
-    p.add("--vocab-size", type=vocab_size(257), default=None,
-          help="bpe, wordpiece: vocabulary size (default 1024 for bpe, 4096 for wordpiece)")  # fmt: skip
-    p.add("--sample-mb", type=number(float, 0.0, False, what="above 0"), default=64.0,
-          help="bpe, wordpiece: train the vocabulary on the first this many MB of documents (default 64)")  # fmt: skip
-    p.add("--shard-tokens", type=at_least(1024), default=1 << 24, help="tokens per shard (default 16,777,216)")
-    p.add(
-        "--val-fraction",
-        type=below_one,
-        default=0.01,
-        help="share of the documents in the validation split (default 0.01)",
-    )
-    p.add("--seed", type=at_least(0), default=0, help="which documents go to validation (default 0)")
-    p.add(
-        "--progress", kind="bool", default=True, help="a progress line with throughput and ETA on stderr (default on)"
-    )
-    return p
-
-
-@checked_by(prepare_specs)
+@checked
 def prepare(
-    source: str,
-    out: str | Path,
+    source: Annotated[
+        str,
+        Arg(
+            "a text file, a folder of them, a glob ('logs/*.txt.gz'), or hf:NAME[:CONFIG][:SPLIT][:COLUMN]",
+            flags=("source",),
+        ),
+    ],
+    out: Annotated[str | Path, Arg("the folder of shards to write (or to finish, when a preparation stopped)")],
     *,
-    tokenizer: str = "char",
-    vocab_size: int | None = None,
-    sample_mb: float = 64.0,
-    shard_tokens: int = 1 << 24,
-    val_fraction: float = 0.01,
-    seed: int = 0,
-    progress: bool = True,
+    tokenizer: Annotated[
+        Literal["char", "bpe", "wordpiece"],
+        Arg("character-level, byte-level BPE, or WordPiece (BERT's: [CLS] document [SEP])"),
+    ] = "char",
+    vocab_size: Annotated[
+        int | None, Arg("bpe, wordpiece: vocabulary size (default 1024 for bpe, 4096 for wordpiece)", vocab_size(257))
+    ] = None,
+    sample_mb: Annotated[
+        float,
+        Arg(
+            "bpe, wordpiece: train the vocabulary on the first this many MB of documents",
+            number(float, 0.0, False, what="above 0"),
+        ),
+    ] = 64.0,
+    shard_tokens: Annotated[int, Arg("tokens per shard", at_least(1024))] = 1 << 24,
+    val_fraction: Annotated[float, Arg("share of the documents in the validation split", below_one)] = 0.01,
+    seed: Annotated[int, Arg("which documents go to validation", at_least(0))] = 0,
+    progress: Annotated[bool, Arg("a progress line with throughput and ETA on stderr")] = True,
 ) -> dict:
     """Prepare ``source`` into token shards in ``out`` (see the module's docstring) and return the
     index. A folder that holds an unfinished preparation of the same source and settings is

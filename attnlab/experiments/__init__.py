@@ -5,7 +5,7 @@ imported here in the lectures' order; ``runs`` holds the trained models several 
 
 from . import attention, positions, recurrence, vision, pretraining, heads, graphs  # noqa: F401  (registers the claims)
 from .registry import CLAIMS, Context, Control, Result
-from .report import reproduce, reproduce_specs, run_claims, write_docs, write_report
+from .report import reproduce, run_claims, write_docs, write_report
 
 __all__ = [
     "CLAIMS",
@@ -13,7 +13,6 @@ __all__ = [
     "Control",
     "Result",
     "reproduce",
-    "reproduce_specs",
     "run_claims",
     "write_docs",
     "write_report",

@@ -7,8 +7,9 @@ from __future__ import annotations
 import re
 import time
 from pathlib import Path
+from typing import Annotated, Sequence
 
-from ..options import OptionSpecs, checked_by
+from ..options import Arg, checked
 from ..training.trainer import TrainingInterrupted
 from .registry import CLAIMS, VERDICTS, Context, Control, Result
 
@@ -23,41 +24,32 @@ TOPICS = {
 }
 
 
-def reproduce_specs() -> OptionSpecs:
-    """`attnlab reproduce`'s options, and :func:`reproduce`'s keywords: declared once."""
-    r = OptionSpecs()
-    r.add("names", nargs="*", metavar="NAME", help="claims to check (default: all)")
-    r.add(
-        "--quick",
-        kind="flag",
-        help="small runs, a smoke test of the claims (its verdicts are not the full report's): all claims in about 35 minutes on 2 CPU cores",
-    )
-    r.add("--out", default="reproduce", help="report folder (default: reproduce/)")
-    r.add(
-        "--resume",
-        kind="flag",
-        help="keep the claims already judged at this size in OUT/results.json (each claim's result is saved there "
-        "as it ends, so a stopped run continues where it stopped) and run the others",
-    )
-    r.add("--data-dir", default=None, help="folder holding named datasets (default: $ATTNLAB_DATA)")
-    r.add(
-        "--docs",
-        default=None,
-        metavar="FILE.md",
-        help="also write the documentation page: what each claim judges, its control and verdict (default: none)",
-    )
-    return r
-
-
-@checked_by(reproduce_specs)
+@checked
 def reproduce(
-    names=(),
+    names: Annotated[
+        Sequence[str], Arg("claims to check (default: all)", flags=("names",), nargs="*", metavar="NAME")
+    ] = (),
     *,
-    quick: bool = False,
-    out: str | Path = "reproduce",
-    resume: bool = False,
-    data_dir: str | None = None,
-    docs: str | Path | None = None,
+    quick: Annotated[
+        bool,
+        Arg(
+            "small runs, a smoke test of the claims (its verdicts are not the full report's): all claims in about 35 "
+            "minutes on 2 CPU cores"
+        ),
+    ] = False,
+    out: Annotated[str | Path, Arg("report folder")] = "reproduce",
+    resume: Annotated[
+        bool,
+        Arg(
+            "keep the claims already judged at this size in OUT/results.json (each claim's result is saved there as "
+            "it ends, so a stopped run continues where it stopped) and run the others"
+        ),
+    ] = False,
+    data_dir: Annotated[str | None, Arg("folder holding named datasets (default: $ATTNLAB_DATA)")] = None,
+    docs: Annotated[
+        str | Path | None,
+        Arg("also write the documentation page: what each claim judges, its control and verdict", metavar="FILE.md"),
+    ] = None,
     log=print,
 ) -> dict[str, Result]:
     """Check the claims ``names`` (default all; "all" too) at the full size (``quick``: small runs),

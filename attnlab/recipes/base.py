@@ -15,12 +15,12 @@ import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Annotated, Any, Callable
 
 from ..data.fingerprint import check_same_data, fingerprint
 from ..errors import AttnlabError, CheckpointError, OptionError, a, one_line
 from ..hooks import in_mode
-from ..options import Command, Options, OptionSpecs, checked_by, nonneg_int, positive_int
+from ..options import Arg, Command, Device, Options, OptionSpecs, checked, declared, named, nonneg_int, positive_int
 from ..runoptions import write_options
 
 
@@ -327,48 +327,34 @@ class Recipe:
         needs = cls.needs or None
         return load_model(ckpt, expect=cls.model_types(), device=where, needs=needs, loaded=loaded, dtype=dtype)
 
-    def predict(self, args) -> int:
-        """``attnlab predict`` for this family's checkpoints (classifiers)."""
+    def predict(self, ckpt, inputs: list[str], *, top_k: int, device: str) -> int:
+        """``attnlab predict`` for this family's checkpoints (classifiers): printed."""
         raise CheckpointError(
-            f"{args.ckpt} holds {a(self.name)} model; predict needs a classifier (train vit, cnn, "
+            f"{ckpt} holds {a(self.name)} model; predict needs a classifier (train vit, cnn, "
             "or encoder --task classify)"
         )
 
 
 # ---- the options of the verbs every family shares, declared once for the command and the verb ----------
-def predict_specs() -> OptionSpecs:
-    """`attnlab predict`'s options, and a classifier's ``predict()`` keywords."""
-    p = OptionSpecs()
-    p.add("--ckpt", required=True, help="run folder of a classifier")
-    p.add("inputs", nargs="+", metavar="INPUT", help="image files (image classifiers) or texts (text classifiers)")
-    p.add("--top-k", type=positive_int, default=3, help="classes to show per input (default 3)")
-    p.add_device()
-    return p
+TopK = Annotated[int, Arg("classes to show per input", positive_int)]
 
 
-# (attnlab.inspect.patching.PATCH_TARGETS less head_position, whose result is 3-D: written out here so
-# that declaring the command imports no torch; tests/test_lens.py keeps the two equal)
-PATCH_OVER = ("resid_pre", "resid_mid", "resid_post", "attn_out", "mlp_out", "head", "q", "k", "v", "pattern")
+def predict(
+    ckpt: Annotated[str, Arg("run folder of a classifier")],
+    inputs: Annotated[
+        list[str],
+        Arg(
+            "image files (image classifiers) or texts (text classifiers)", flags=("inputs",), nargs="+", metavar="INPUT"
+        ),
+    ],
+    *,
+    top_k: TopK = 3,
+    device: Device = "auto",
+) -> int:
+    """``attnlab predict``: the classes of each input, as the family of ``ckpt`` prints them."""
+    from . import checkpoint_recipe
 
-
-def patch_specs() -> OptionSpecs:
-    """`attnlab patch`'s options, and a GPT's or ViT's ``patch()`` keywords."""
-    p = OptionSpecs()
-    p.add("--ckpt", required=True, help="run folder of a GPT or a ViT (or a HuggingFace GPT-2 / ViT folder)")
-    p.add("--clean", required=True, help="the input where the model gives the answer (text, or an image file)")
-    p.add("--corrupt", required=True, help="the input changed so the answer changes (same number of tokens)")
-    p.add("--answer", required=True, help="the clean input's answer: a next token (GPT) or a class (ViT)")
-    p.add("--wrong", default=None, help="the corrupted input's answer; without it the metric is log p(answer)")
-    p.add(
-        "--over",
-        choices=PATCH_OVER,
-        default="resid_pre",
-        help="resid_pre (default), resid_mid, resid_post, attn_out, mlp_out: layer x position; head (each head's "
-        "output), q, k, v, pattern: layer x head",
-    )
-    p.add("--out", required=True, help="the heat map (PNG; its numbers in a .npz beside it)")
-    p.add_device("cpu")
-    return p
+    return checkpoint_recipe(ckpt).predict(ckpt, inputs, top_k=top_k, device=device)
 
 
 def explore_inputs() -> dict[str, tuple[ExploreInput, list[str]]]:
@@ -385,21 +371,13 @@ def explore_inputs() -> dict[str, tuple[ExploreInput, list[str]]]:
 
 
 def explore_specs() -> OptionSpecs:
-    """`attnlab explore`'s options, and ``explore()``'s keywords: the families' explorer inputs
-    (:meth:`Recipe.explorer_form`), each one flag, then the GPT's own."""
+    """`attnlab explore`'s options: the families' explorer inputs (:meth:`Recipe.explorer_form`),
+    each one flag, then those ``explore()`` declares in its signature (the GPT's own)."""
     e = OptionSpecs()
     e.add("--ckpt", required=True, help="run folder (or HuggingFace folder)")
-    for name, (declared, families) in explore_inputs().items():
-        e.add(f"--{name.replace('_', '-')}", default=None, help=f"{', '.join(families)}: {declared.help}")
-    e.add(
-        "--generate",
-        type=nonneg_int,
-        default=0,
-        help="GPT: continue --text by N greedy tokens and show the attention of each as it was produced",
-    )
-    e.add(
-        "--sae", default=None, help="GPT: a folder written by attnlab sae train; each position lists its active latents"
-    )
+    for name, (declared_input, families) in explore_inputs().items():
+        e.add(f"--{name.replace('_', '-')}", default=None, help=f"{', '.join(families)}: {declared_input.help}")
+    e.specs.update(declared(Verbs.explore).specs)
     e.add("--out", required=True, help="HTML file to write")
     e.add_device("cpu")
     return e
@@ -543,7 +521,7 @@ class Verbs:
             recipe.inspect(Options(**values))
         return out
 
-    @checked_by(explore_specs)
+    @checked
     def explore(
         self,
         *,
@@ -551,8 +529,15 @@ class Verbs:
         image: str | None = None,
         src: str | None = None,
         tgt: str | None = None,
-        generate: int = 0,
-        sae: str | Path | None = None,
+        generate: Annotated[
+            int,
+            Arg(
+                "GPT: continue --text by N greedy tokens and show the attention of each as it was produced", nonneg_int
+            ),
+        ] = 0,
+        sae: Annotated[
+            str | Path | None, Arg("GPT: a folder written by attnlab sae train; each position lists its active latents")
+        ] = None,
         **inputs: str | None,
     ):
         """What ``attnlab explore`` shows, as an :class:`attnlab.inspect.explorer.Exploration`
@@ -584,6 +569,9 @@ def explored_inputs(recipe: Recipe, ckpt, given: dict[str, Any], spelling: str) 
     reads = [i.name for i in recipe.required_explorer_form(ckpt).inputs]
     known = explore_inputs()
     spelled = (lambda n: f"--{n.replace('_', '-')}") if spelling == "--" else (lambda n: f"{n}=")
+    for name, value in given.items():
+        if value is not None and not isinstance(value, (str, Path)):
+            raise OptionError(f"{named(name, value)}: must be a string")
     for name in (n for n, value in given.items() if value is not None and n not in reads):
         what = "is no explorer input of any family" if name not in known else f"is not read by {recipe.name} models"
         raise OptionError(f"{spelled(name)} {what}; give {', '.join(map(spelled, reads))}")

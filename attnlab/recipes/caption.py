@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import Annotated
 
 import numpy as np
 import torch
 
 from ..errors import DataError, OptionError
 from ..models.caption import Captioner, CaptionConfig
-from ..options import Command, OptionSpecs, checked_by, at_least, beam_width, below_one, nonneg_float, number
+from ..options import Arg, Command, Device, checked, at_least, beam_width, below_one, nonneg_float, number
 from . import register
 from .base import TINY_RUN, IMAGE_HELP, Recipe, TrainingRun, Verbs, add_method_option, inspection_written
 
@@ -24,8 +25,14 @@ class CaptionerVerbs(Verbs):
 
         self.vocab, self.mean, self.std = Vocab.from_dict(meta["vocab"]), meta["mean"], meta["std"]
 
-    @checked_by(lambda: caption_specs())
-    def caption(self, images, *, beam: int = 3, alpha: float = 1.0):
+    @checked
+    def caption(
+        self,
+        images,
+        *,
+        beam: Annotated[int, Arg("beam size; 1 = greedy", beam_width)] = 3,
+        alpha: Annotated[float, Arg("length penalty exponent", nonneg_float)] = 1.0,
+    ):
         """The caption of each image (a file path, a list of them, or images in [0, 1] as a (3, H, W)
         or (N, 3, H, W) tensor): a string for one image, else a list; ``beam``: the beam size (1:
         greedy), ``alpha``: its length penalty exponent (`attnlab caption`'s options)."""
@@ -46,17 +53,6 @@ class CaptionerVerbs(Verbs):
         x, _ = images_argument(image, self.config.in_chans, self.config.image_size)
         words, pixels = word_attributions(self, self.vocab, {"mean": self.mean, "std": self.std}, x[:1], method, steps)
         return list(zip(words, pixels))
-
-
-def caption_specs() -> OptionSpecs:
-    """`attnlab caption`'s options, and ``caption()``'s keywords: declared once."""
-    c = OptionSpecs()
-    c.add("--ckpt", required=True, help="run folder of a captioner")
-    c.add("images", nargs="+", metavar="IMAGE", help="image files (PNG, JPEG, ...) or folders of them")
-    c.add("--beam", type=beam_width, default=3, help="beam size; 1 = greedy (default 3)")
-    c.add("--alpha", type=nonneg_float, default=1.0, help="length penalty exponent (default 1.0)")
-    c.add_device()
-    return c
 
 
 SCENE_OPTS = dict(n_train=8000, max_objects=3)
@@ -209,8 +205,8 @@ class CaptionRecipe(Recipe):
                 "caption",
                 "caption image files with a trained captioner",
                 "Prints one caption per image: `path: caption`.",
-                caption_specs(),
                 caption_command,
+                verbs=(CaptionerVerbs.caption,),
             )
         ]
 
@@ -495,17 +491,26 @@ def object_words(vocab, ids: list[int], objects) -> list[tuple[str, int, object]
     return out
 
 
-def caption_command(args) -> int:
+def caption_command(
+    ckpt: Annotated[str, Arg("run folder of a captioner")],
+    images: Annotated[
+        list[str], Arg("image files (PNG, JPEG, ...) or folders of them", flags=("images",), nargs="+", metavar="IMAGE")
+    ],
+    *,
+    beam: Annotated[int, Arg("beam size; 1 = greedy", beam_width)] = 3,
+    alpha: Annotated[float, Arg("length penalty exponent", nonneg_float)] = 1.0,
+    device: Device = "auto",
+) -> int:
     """``attnlab caption``: one caption per image."""
     from ..data.captions import image_files
     from ..data.images import load_image
 
-    model = CaptionRecipe.model_of(args.ckpt, args.device)
+    model = CaptionRecipe.model_of(ckpt, device)
     vocab, meta, dev = model.vocab, model.run_meta, model.device
-    for path in image_files(args.images):
+    for path in image_files(images):
         img, note = load_image(path, 3, model.config.image_size)
         if note:
             print(f"note: {note}", file=sys.stderr)
-        ids = caption_ids(model, img[None], meta, dev, beam=args.beam, alpha=args.alpha)[0]
+        ids = caption_ids(model, img[None], meta, dev, beam=beam, alpha=alpha)[0]
         print(f"{path}: {vocab.decode(ids)}", flush=True)
     return 0

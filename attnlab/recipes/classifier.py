@@ -12,12 +12,11 @@ import torch
 
 from ..errors import CheckpointError, DataError, OptionError, a
 from ..options import at_least, below_one, nonneg_int, number
-from ..options import checked_by
+from ..options import PatchOver, checked
 from .base import (
     TINY_RUN,
     IMAGE_HELP,
-    patch_specs,
-    predict_specs,
+    TopK,
     Recipe,
     TrainingRun,
     Verbs,
@@ -37,8 +36,8 @@ class ImageClassifierVerbs(Verbs):
         self.mean, self.std = meta.get("mean", [0.5] * c.in_chans), meta.get("std", [0.5] * c.in_chans)
         self.labels = class_labels(c)
 
-    @checked_by(predict_specs)
-    def predict(self, images, top_k: int = 3):
+    @checked
+    def predict(self, images, top_k: TopK = 3):
         """The ``top_k`` (label, probability) pairs of each image (a file path, a list of them, or
         images in [0, 1] as a (C, H, W) or (N, C, H, W) tensor): a list per image, or one list for one image."""
         from ..data.images import images_argument, normalize
@@ -66,8 +65,8 @@ class ImageClassifierVerbs(Verbs):
             self, self.labels, self.mean, self.std, image, target, method=method, steps=steps, baseline=baseline
         )
 
-    @checked_by(patch_specs, unchecked=("clean", "corrupt", "answer", "wrong"))
-    def patch(self, clean, corrupt, answer, wrong=None, *, over: str = "resid_pre"):
+    @checked
+    def patch(self, clean, corrupt, answer, wrong=None, *, over: PatchOver = "resid_pre"):
         """Activation patching between two images (files or (C, H, W) tensors in [0, 1]): how much
         of the clean image's preference for class ``answer`` (over ``wrong``, or its
         log-probability) each layer x token (``over="resid_pre"``; token 0 is the class token) or
@@ -335,8 +334,8 @@ class ImageClassifierRecipe(Recipe):
         }
         return res, f"{splits.name} [{split}], {len(y)} images: accuracy {acc:.4f}; confusion matrix {out}"
 
-    def predict(self, args) -> int:
-        return predict(args)
+    def predict(self, ckpt, inputs: list[str], *, top_k: int, device: str) -> int:
+        return predict(ckpt, inputs, top_k=top_k, device=device)
 
     # ---- inspect -------------------------------------------------------------------------------
     def add_inspect_arguments(self, group) -> None:
@@ -437,20 +436,20 @@ def test_images(args, model, n: int) -> torch.Tensor:
     return normalize(splits.test[0][:n], model.mean, model.std)
 
 
-def predict(args) -> int:
+def predict(ckpt, inputs: list[str], *, top_k: int, device: str) -> int:
     """``attnlab predict``: the top-k classes of each image."""
     from ..data.images import load_image, normalize
 
-    model = ImageClassifierRecipe.model_of(args.ckpt, args.device)
+    model = ImageClassifierRecipe.model_of(ckpt, device)
     c, dev = model.config, model.device
     labels = class_labels(c)
-    for path in args.inputs:
+    for path in inputs:
         x, note = load_image(path, c.in_chans, c.image_size)
         if note:
             print(f"note: {note}", file=sys.stderr)
         with torch.no_grad():
             probs = model(normalize(x[None], model.mean, model.std).to(dev)).softmax(-1)[0].cpu()
-        top = probs.topk(min(args.top_k, len(probs)))
+        top = probs.topk(min(top_k, len(probs)))
         shown = ", ".join(f"{labels[i]} {p:.3f}" for p, i in zip(top.values.tolist(), top.indices.tolist()))
         print(f"{path}: {shown}")
     return 0

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
+from typing import Annotated, Sequence
 
 import numpy as np
 import torch
@@ -14,11 +15,12 @@ import torch
 from ..errors import CheckpointError, DataError
 from ..models.encoder import ENCODER_PRESETS, TextEncoder, TextEncoderConfig
 from ..options import (
+    Arg,
     Command,
-    OptionSpecs,
+    Device,
     at_least,
     below_one,
-    checked_by,
+    checked,
     input_lines,
     texts_argument,
     vocab_size,
@@ -32,7 +34,7 @@ from .base import (
     Verbs,
     eval_count,
     inspection_written,
-    predict_specs,
+    TopK,
     top_labels,
 )
 
@@ -57,8 +59,14 @@ class TextEncoderVerbs(Verbs):
             raise CheckpointError(f"{self.checkpoint} has no tokenizer (no tokenizer in config.json, no vocab.txt)")
         return self.tokenizer
 
-    @checked_by(lambda: embed_specs())
-    def embed(self, texts, attention_mask=None, *, batch_size: int = 64):
+    @checked
+    def embed(
+        self,
+        texts,
+        attention_mask=None,
+        *,
+        batch_size: Annotated[int, Arg("texts per forward pass", at_least(1))] = 64,
+    ):
         """Sentence embeddings: (D,) for one string, (N, D) NumPy for a list of them, ``batch_size``
         texts per forward pass (`attnlab embed`'s option). Token ids (B, T) with their mask give the
         model's own (B, D) tensor, as on an unloaded model."""
@@ -69,8 +77,8 @@ class TextEncoderVerbs(Verbs):
         vectors = embed_texts(self, self.require_tokenizer(), texts, self.device, batch_size)
         return vectors[0] if single else vectors
 
-    @checked_by(predict_specs)
-    def predict(self, texts, top_k: int = 3):
+    @checked
+    def predict(self, texts, top_k: TopK = 3):
         """The ``top_k`` (label, probability) pairs of each text: a list per text, or one list for
         one. A tagger (``--task tag``) gives each text's (word, tag, probability) triples instead
         (words split on spaces)."""
@@ -322,25 +330,25 @@ class TextEncoderRecipe(Recipe):
                 "sentence embeddings from a text encoder",
                 "One vector per input line: the mean of the last hidden states over the real tokens (as "
                 "sentence-transformers pools).",
-                embed_specs(),
                 embed_command,
+                verbs=(TextEncoderVerbs.embed,),
             )
         ]
 
-    def predict(self, args) -> int:
+    def predict(self, ckpt, inputs: list[str], *, top_k: int, device: str) -> int:
         """``attnlab predict`` of a text classifier: the loaded model's ``predict``, printed."""
-        texts = _texts(args.inputs, "predict")  # an empty text is refused before the model loads
-        model = self.model_of(args.ckpt, args.device)
+        texts = _texts(inputs, "predict")  # an empty text is refused before the model loads
+        model = self.model_of(ckpt, device)
         if model.head is None:
             raise CheckpointError(
-                f"{args.ckpt} is a pretrained encoder without a classifier; fine-tune it with "
+                f"{ckpt} is a pretrained encoder without a classifier; fine-tune it with "
                 "`attnlab train encoder --task classify --init RUN` (or --task tag)"
             )
         if model.config.per_token:  # a tagger: word/TAG per word, a line per text
             for words in model.predict(texts):
                 print(" ".join(f"{w}/{tag}" for w, tag, _ in words))
             return 0
-        for text, top in zip(texts, model.predict(texts, top_k=args.top_k)):
+        for text, top in zip(texts, model.predict(texts, top_k=top_k)):
             shown = ", ".join(f"{label} {p:.3f}" for label, p in top)
             print(f"{top[0][0]}\t{shown}\t{text[:60]}")
         return 0
@@ -435,18 +443,6 @@ def encode_texts(tok, texts: list[str], context: int):
     return pad_batch([e for e, _ in encoded], tok.pad_id)
 
 
-def embed_specs() -> OptionSpecs:
-    """`attnlab embed`'s options, and ``embed()``'s keywords: declared once."""
-    e = OptionSpecs()
-    e.add("--ckpt", required=True, help="run folder of a text encoder, or a HuggingFace BERT folder")
-    e.add("text", nargs="*", help="texts (default: lines from --file or standard input)")
-    e.add("--file", default=None, help="read texts from this file, one per line")
-    e.add("--out", default=None, help="write the vectors to this .npy file (default: JSON lines on stdout)")
-    e.add("--batch-size", type=at_least(1), default=64, help="texts per forward pass (default 64)")
-    e.add_device()
-    return e
-
-
 def embed_texts(model, tok, texts: list[str], device="cpu", batch_size: int = 64) -> np.ndarray:
     """Mean-pooled sentence embeddings (N, D)."""
     out = []
@@ -457,21 +453,31 @@ def embed_texts(model, tok, texts: list[str], device="cpu", batch_size: int = 64
     return torch.cat(out).numpy()
 
 
-def embed_command(args) -> int:
+def embed_command(
+    ckpt: Annotated[str, Arg("run folder of a text encoder, or a HuggingFace BERT folder")],
+    text: Annotated[
+        Sequence[str], Arg("texts (default: lines from --file or standard input)", flags=("text",), nargs="*")
+    ] = (),
+    *,
+    file: Annotated[str | None, Arg("read texts from this file, one per line")] = None,
+    out: Annotated[str | None, Arg("write the vectors to this .npy file (default: JSON lines on stdout)")] = None,
+    batch_size: Annotated[int, Arg("texts per forward pass", at_least(1))] = 64,
+    device: Device = "auto",
+) -> int:
     """``attnlab embed``: one vector per input line."""
     from ..outputs import output_file
 
-    out = output_file(args.out, ".npy") if args.out else None
-    model = TextEncoderRecipe.model_of(args.ckpt, args.device)
+    out_file = output_file(out, ".npy") if out else None
+    model = TextEncoderRecipe.model_of(ckpt, device)
     tok, dev = model.require_tokenizer(), model.device
-    texts = input_lines(args.text, args.file)
+    texts = input_lines(list(text), file)
     if not texts or any(not t.strip() for t in texts):
         raise DataError("embed needs non-empty lines of text (an empty line has no tokens to pool)")
-    vectors = embed_texts(model, tok, texts, dev, args.batch_size)
-    if out is not None:
-        with open(out, "wb") as f:  # np.save(path) would add .npy to any other name
+    vectors = embed_texts(model, tok, texts, dev, batch_size)
+    if out_file is not None:
+        with open(out_file, "wb") as f:  # np.save(path) would add .npy to any other name
             np.save(f, vectors)
-        print(f"wrote {len(vectors)} vectors of {vectors.shape[1]} to {out}", file=sys.stderr)
+        print(f"wrote {len(vectors)} vectors of {vectors.shape[1]} to {out_file}", file=sys.stderr)
     else:
         for v in vectors:
             print(json.dumps([round(float(x), 6) for x in v]))

@@ -7,7 +7,7 @@ import json
 import math
 import sys
 from pathlib import Path
-from typing import Callable
+from typing import Annotated, Any, Callable, Sequence
 
 from ..models.gpt import GPT, GPT_PRESETS
 from . import register
@@ -20,14 +20,17 @@ from .base import (
     add_method_option,
     eval_starts,
     inspection_written,
-    patch_specs,
 )
 from ..errors import OptionError, a
 from ..options import (
-    checked_by,
+    PatchOver,
+    Arg,
+    checked,
+    DecodeDtype,
+    Device,
+    Quantize,
     MAX_COUNT,
     Command,
-    OptionSpecs,
     named,
     number,
     count_argument,
@@ -93,8 +96,8 @@ class GPTVerbs(Verbs):
             raise OptionError(f"{what} {text!r} is {len(ids)} tokens; give a single token (for this tokenizer)")
         return ids[0]
 
-    @checked_by(patch_specs, unchecked=("clean", "corrupt", "answer", "wrong"))
-    def patch(self, clean: str, corrupt: str, answer: str, wrong: str | None = None, *, over: str = "resid_pre"):
+    @checked
+    def patch(self, clean: str, corrupt: str, answer: str, wrong: str | None = None, *, over: PatchOver = "resid_pre"):
         """Activation patching (:mod:`attnlab.inspect.patching`): how much of the clean text's
         preference for ``answer`` (over ``wrong``, or its log-probability) each layer x position
         (``over="resid_pre"``, or any target of :data:`attnlab.inspect.patching.PATCH_TARGETS`:
@@ -167,23 +170,39 @@ class GPTVerbs(Verbs):
         or ``data`` encoded with this model's tokenizer (what ``evaluate`` and SAEs read)."""
         return corpus_ids(self.checkpoint, self.run_meta, self.require_tokenizer(), split, data, data_dir)
 
-    @checked_by(lambda: sample_specs(), unchecked=("prompt", "draft"))
+    @checked
     def generate(
         self,
         prompt: str | list[str] = "",
-        max_new_tokens: int = 200,
+        max_new_tokens: Annotated[int, Arg("tokens to generate per sample", new_tokens)] = 200,
         *,
-        temperature: float = 0.8,
-        top_k: int | None = 200,
-        top_p: float | None = None,
-        stop: list[str] | tuple[str, ...] = (),
-        seed: int | None = None,
-        use_cache: bool = True,
+        temperature: Annotated[float, Arg("softmax temperature; 0 = greedy", nonneg_float)] = 0.8,
+        top_k: Annotated[int | None, Arg("sample only from the k most likely tokens (0 = off)", nonneg_int)] = 200,
+        top_p: Annotated[
+            float | None, Arg("nucleus sampling: smallest set with this total probability", probability)
+        ] = None,
+        stop: Annotated[Sequence[str], Arg("stop a sample at this string (repeatable)")] = (),
+        seed: Annotated[int | None, Arg("random seed (sample i of a command draws with seed + i)", seed_value)] = None,
+        use_cache: Annotated[
+            bool, Arg("the KV cache (--no-cache: recompute the whole prefix each step)", flags=("--cache",))
+        ] = True,
         draft=None,
-        draft_tokens: int = 4,
-        batch_size: int = 8,
-        compile: bool = False,
-        quantize: str | None = None,
+        draft_tokens: Annotated[int, Arg("tokens the draft proposes per check", positive_int)] = 4,
+        batch_size: Annotated[
+            int,
+            Arg(
+                "prompts generated together (a list of prompts, --prompts-file); a finished one's row goes to the next",
+                number(int, 1, True, MAX_COUNT, what=f"from 1 to {MAX_COUNT:,}"),
+            ),
+        ] = 8,
+        compile: Annotated[
+            bool,
+            Arg(
+                "decode with a fixed-shape step compiled once (CUDA graphs on a GPU): the same tokens, far fewer kernel "
+                "launches per token; pays off for long samples (learned, sinusoidal or rope positions)"
+            ),
+        ] = False,
+        quantize: Quantize = None,
         stream: Callable[[str], None] | None = None,
     ) -> str | list[str]:
         """The continuation of ``prompt`` (text; empty: start a new line), as ``attnlab sample``
@@ -466,14 +485,13 @@ class GPTRecipe(Recipe):
 
     # ---- sample, eval -------------------------------------------------------------------------
     def commands(self) -> list[Command]:
-        s = sample_specs()
         return [
             Command(
                 "sample",
                 "generate text from a trained GPT",
                 "Continue a prompt, streaming tokens as they come.",
-                s,
                 sample,
+                verbs=(GPTVerbs.generate,),
             ),
         ]
 
@@ -720,99 +738,62 @@ def lm_tokenizer(meta: dict, ckpt):
     raise CheckpointError(f"{ckpt} has no tokenizer (no tokenizer in config.json, no tokenizer.json)")
 
 
-def sample_specs() -> OptionSpecs:
-    """The options of ``attnlab sample``; :meth:`GPTVerbs.generate` checks its keyword arguments of the
-    same names with them (the server's request models are built from them too), so that the three say
-    one thing of each: its bounds, its default on the command line, its error."""
-    s = OptionSpecs()
-    s.add("--ckpt", required=True, help="run folder (or checkpoint / HuggingFace folder)")
-    s.add("--prompt", default="", help="text to continue (default: start from a newline)")
-    s.add("--max-new-tokens", type=new_tokens, default=500, help="tokens to generate per sample (default 500)")
-    s.add("--temperature", type=nonneg_float, default=0.8, help="softmax temperature; 0 = greedy (default 0.8)")
-    s.add(
-        "--top-k",
-        type=nonneg_int,
-        default=200,
-        help="sample only from the k most likely tokens (default 200; 0 = off)",
-    )
-    s.add("--top-p", type=probability, default=None, help="nucleus sampling: smallest set with this total probability")
-    s.add("--num-samples", type=positive_int, default=1, help="how many samples (default 1; per prompt)")
-    s.add(
-        "--prompts-file",
-        default=None,
-        help="continue every line of this UTF-8 file (one prompt per line, blank lines skipped), "
-        "--batch-size at a time by continuous batching; printed in the file's order",
-    )
-    s.add(
-        "--batch-size",
-        type=number(int, 1, True, MAX_COUNT, what=f"from 1 to {MAX_COUNT:,}"),
-        default=8,
-        help="--prompts-file: prompts generated together; a finished one's row goes to the next (default 8)",
-    )
-    s.add("--stop", kind="append", default=[], help="stop a sample at this string (repeatable)")
-    s.add("--seed", type=seed_value, default=1337, help="random seed (default 1337)")
-    s.add("--no-cache", kind="flag", help="recompute the whole prefix each step instead of using the KV cache")
-    s.add_decode_form()
-    s.add(
-        "--draft",
-        default=None,
-        help="speculative decoding: a small GPT run trained with the same tokenizer proposes tokens that "
-        "--ckpt checks several at a time (same output distribution; faster when the draft guesses well)",
-    )
-    s.add("--draft-tokens", type=positive_int, default=4, help="tokens the draft proposes per check (default 4)")
-    s.add(
-        "--compile",
-        kind="flag",
-        help="decode with a fixed-shape step compiled once (CUDA graphs on a GPU): the same tokens, far "
-        "fewer kernel launches per token; pays off for long samples (learned, sinusoidal or rope positions)",
-    )
-    s.add_device()
-    return s
-
-
-def sample(args) -> int:
+def sample(
+    ckpt: Annotated[str, Arg("run folder (or checkpoint / HuggingFace folder)")],
+    *,
+    prompt: Annotated[str, Arg("text to continue (default: start from a newline)")] = "",
+    num_samples: Annotated[int, Arg("how many samples (per prompt)", positive_int)] = 1,
+    prompts_file: Annotated[
+        str | None,
+        Arg(
+            "continue every line of this UTF-8 file (one prompt per line, blank lines skipped), --batch-size at a "
+            "time by continuous batching; printed in the file's order"
+        ),
+    ] = None,
+    dtype: DecodeDtype = "fp32",
+    draft: Annotated[
+        str | None,
+        Arg(
+            "speculative decoding: a small GPT run trained with the same tokenizer proposes tokens that --ckpt "
+            "checks several at a time (same output distribution; faster when the draft guesses well)"
+        ),
+    ] = None,
+    device: Device = "auto",
+    **options: Any,
+) -> int:
     """``attnlab sample``: continue a prompt, streaming, through the loaded model's own
-    :meth:`GPTVerbs.generate` (one path for the command line and Python); sample i draws with seed
-    ``--seed + i``, as the i-th of a list of prompts does in Python."""
+    :meth:`GPTVerbs.generate` (one path for the command line and Python; ``options``: its
+    keywords); sample i draws with seed ``seed + i``, as the i-th of a list of prompts does in Python."""
     from ..training.devices import pick_device
 
-    if args.prompts_file:
-        return sample_many(args)
-    if args.compile and (args.draft or args.no_cache):
+    quantize = options.pop("quantize", None)
+    if prompts_file:
+        return sample_many(ckpt, prompts_file, num_samples, dtype, quantize, device, prompt=prompt, draft=draft,
+                           **options)  # fmt: skip
+    if options.get("compile") and (draft or not options.get("use_cache", True)):
         raise OptionError("--compile decodes with the KV cache and no draft: drop --draft and --no-cache")
-    dev, dtype = str(pick_device(args.device)), decode_dtype(args)
-    model = GPTRecipe.model_of(args.ckpt, dev, dtype=dtype)
+    dev, torch_dtype = str(pick_device(device)), decode_dtype(dtype)
+    model = GPTRecipe.model_of(ckpt, dev, dtype=torch_dtype)
     model.require_tokenizer()  # (a HuggingFace folder of weights alone: said before anything else)
-    draft = None
-    if args.draft:  # (loaded here to take --dtype too)
-        draft = load_draft(args.draft, model.tokenizer, model.config.vocab_size, dev)
-        draft = draft.to(dtype) if dtype is not None else draft
-    model = as_sampled(model, args)
+    draft_model = None
+    if draft:  # (loaded here to take --dtype too)
+        draft_model = load_draft(draft, model.tokenizer, model.config.vocab_size, dev)
+        draft_model = draft_model.to(torch_dtype) if torch_dtype is not None else draft_model
+    model = as_sampled(model, quantize)
     out = sys.stdout
 
     def stream(piece: str) -> None:
         out.write(piece)
         out.flush()
 
-    for i in range(args.num_samples):
-        out.write(args.prompt)
-        model.generate(
-            args.prompt,
-            args.max_new_tokens,
-            temperature=args.temperature,
-            top_k=args.top_k,
-            top_p=args.top_p,
-            stop=args.stop,
-            seed=(args.seed + i) % 2**63,
-            use_cache=not args.no_cache,
-            draft=draft,
-            draft_tokens=args.draft_tokens,
-            compile=args.compile,
-            stream=stream,
-        )
-        out.write("\n" if i == args.num_samples - 1 else "\n---------------\n")
+    seed = options.pop("seed", None)
+    for i in range(num_samples):
+        out.write(prompt)
+        model.generate(prompt, draft=draft_model, stream=stream,
+                       seed=None if seed is None else (seed + i) % 2**63, **options)  # fmt: skip
+        out.write("\n" if i == num_samples - 1 else "\n---------------\n")
         out.flush()
-    if args.compile:  # whether the step really compiled once (and, on CUDA, runs as a CUDA graph)
+    if options.get("compile"):  # whether the step really compiled once (and, on CUDA, runs as a CUDA graph)
         from ..generate.fast import graph_lines
 
         for line in graph_lines(model):
@@ -820,41 +801,43 @@ def sample(args) -> int:
     return 0
 
 
-def decode_dtype(args):
+def decode_dtype(dtype: str):
     """The torch dtype ``--dtype`` asks the model to be loaded in (None for fp32: as saved, a
     HuggingFace checkpoint in float32): a bf16 model is read so, never widened to a float32 copy first."""
     import torch
 
-    return torch.bfloat16 if args.dtype == "bf16" else None
+    return torch.bfloat16 if dtype == "bf16" else None
 
 
-def as_sampled(model, args):
+def as_sampled(model, quantize: str | None):
     """The model, loaded in :func:`decode_dtype`, with the layers ``--quantize`` asks ``sample`` for."""
-    if args.quantize:
-        from ..generate.quantize import quantize
+    if quantize:
+        from ..generate.quantize import quantize as quantized
 
-        model = quantize(model, args.quantize)
+        model = quantized(model, quantize)
     return model
 
 
-def sample_many(args) -> int:
+def sample_many(
+    ckpt, prompts_file: str, num_samples: int, dtype: str, quantize, device: str, *, prompt: str, draft, **options
+) -> int:
     """``attnlab sample --prompts-file``: every line's continuation by continuous batching (the
     loaded model's ``generate`` of a list), each printed (prompt, then continuation) as soon as it
     and those before it are done."""
-    given_flags = (("--prompt", args.prompt), ("--draft", args.draft), ("--no-cache", args.no_cache))
-    if args.compile:  # (continuous batching's rows change every step: its step is not the fixed-shape one)
+    if options.get("compile"):  # (continuous batching's rows change every step: its step is not the fixed-shape one)
         raise OptionError("--prompts-file batches prompts by continuous batching, which --compile does not cover yet")
+    given_flags = (("--prompt", prompt), ("--draft", draft), ("--no-cache", not options.get("use_cache", True)))
     for flag, given in given_flags:
         if given:
             raise OptionError(f"--prompts-file reads the prompts from the file; drop {flag}")
     try:
-        lines = Path(args.prompts_file).read_text(encoding="utf-8").splitlines()
+        lines = Path(prompts_file).read_text(encoding="utf-8").splitlines()
     except (OSError, UnicodeDecodeError) as e:
-        raise OptionError(f"--prompts-file {args.prompts_file}: cannot read it as UTF-8 text ({e})") from None
-    prompts = [line for line in lines if line.strip() for _ in range(args.num_samples)]
+        raise OptionError(f"--prompts-file {prompts_file}: cannot read it as UTF-8 text ({e})") from None
+    prompts = [line for line in lines if line.strip() for _ in range(num_samples)]
     if not prompts:
-        raise OptionError(f"--prompts-file {args.prompts_file} has no prompt (every line is blank)")
-    model = as_sampled(GPTRecipe.model_of(args.ckpt, args.device, dtype=decode_dtype(args)), args)
+        raise OptionError(f"--prompts-file {prompts_file} has no prompt (every line is blank)")
+    model = as_sampled(GPTRecipe.model_of(ckpt, device, dtype=decode_dtype(dtype)), quantize)
     texts: dict[int, str] = {}
     shown = [0]
 
@@ -866,15 +849,8 @@ def sample_many(args) -> int:
             sys.stdout.flush()
             shown[0] += 1
 
-    model.generate(  # (one path: the loaded model's own generate, by continuous batching)
-        prompts,
-        args.max_new_tokens,
-        temperature=args.temperature,
-        top_k=args.top_k,
-        top_p=args.top_p,
-        stop=args.stop,
-        seed=args.seed,
-        batch_size=args.batch_size,
-        stream=on_done,
-    )
+    options.pop("use_cache", None)
+    options.pop("compile", None)
+    options.pop("draft_tokens", None)
+    model.generate(prompts, stream=on_done, **options)  # (one path: the loaded model's own generate)
     return 0

@@ -8,16 +8,18 @@ import sys
 import time
 import warnings
 from pathlib import Path
+from typing import Annotated, Any, Sequence
 
 import torch
 
 from ..models.rnn import RNNSeq2Seq
 from ..models.seq2seq import Transformer
 from ..options import (
-    checked_by,
+    checked,
+    Arg,
+    Device,
     Command,
     texts_argument,
-    OptionSpecs,
     beam_width,
     below_one,
     fraction,
@@ -38,8 +40,15 @@ class Seq2SeqVerbs(Verbs):
 
         self.src_vocab, self.tgt_vocab = Vocab.from_dict(meta["vocab"]["src"]), Vocab.from_dict(meta["vocab"]["tgt"])
 
-    @checked_by(lambda: translate_specs())
-    def translate(self, texts: str | list[str], *, beam: int = 5, alpha: float = 1.0, max_len: int | None = None):
+    @checked
+    def translate(
+        self,
+        texts: str | list[str],
+        *,
+        beam: Annotated[int, Arg("beam size; 1 = greedy", beam_width)] = 5,
+        alpha: Annotated[float, Arg("length penalty exponent (GNMT)", nonneg_float)] = 1.0,
+        max_len: Annotated[int | None, Arg("longest output in tokens (default 100)", positive_int)] = None,
+    ):
         """The translation of one sentence (a string) or of each of a list: ``beam`` 1 = greedy,
         ``alpha`` its length penalty, ``max_len`` the longest output (`attnlab translate`'s options)."""
         texts, single = texts_argument(texts, "translate")
@@ -47,19 +56,6 @@ class Seq2SeqVerbs(Verbs):
             self, self.src_vocab, self.tgt_vocab, texts, beam=beam, alpha=alpha, max_len=max_len, device=self.device
         )
         return out[0] if single else out
-
-
-def translate_specs() -> OptionSpecs:
-    """`attnlab translate`'s options, and ``translate()``'s keywords: declared once."""
-    tr = OptionSpecs()
-    tr.add("--ckpt", required=True, help="run folder of a seq2seq model")
-    tr.add("text", nargs="*", help="sentences to translate (default: read lines from --file or stdin)")
-    tr.add("--file", default=None, help="read sentences from this file, one per line")
-    tr.add("--beam", type=beam_width, default=5, help="beam size; 1 = greedy (default 5)")
-    tr.add("--alpha", type=nonneg_float, default=1.0, help="length penalty exponent (GNMT; default 1.0)")
-    tr.add("--max-len", type=positive_int, default=None, help="longest output in tokens (default 100)")
-    tr.add_device()
-    return tr
 
 
 ARCH_ATTENTION = {"rnn": "none", "rnn-attention": "additive"}
@@ -243,8 +239,8 @@ class Seq2SeqRecipe(Recipe):
                 "translate",
                 "translate sentences with a trained seq2seq model",
                 "Prints one translation per input line (arguments, --file or stdin).",
-                translate_specs(),
                 translate,
+                verbs=(Seq2SeqVerbs.translate,),
             )
         ]
 
@@ -372,16 +368,24 @@ def translate_texts(model, sv, tv, texts, *, beam=5, alpha=1.0, max_len=None, de
     return [tv.decode(o) for o in outs]
 
 
-def translate(args) -> int:
-    """``attnlab translate``: one translation per input line."""
-    model = Seq2SeqRecipe.model_of(args.ckpt, args.device)
+def translate(
+    ckpt: Annotated[str, Arg("run folder of a seq2seq model")],
+    text: Annotated[
+        Sequence[str],
+        Arg("sentences to translate (default: read lines from --file or stdin)", flags=("text",), nargs="*"),
+    ] = (),
+    *,
+    file: Annotated[str | None, Arg("read sentences from this file, one per line")] = None,
+    device: Device = "auto",
+    **options: Any,
+) -> int:
+    """``attnlab translate``: one translation per input line (``options``: :meth:`Seq2SeqVerbs.translate`'s)."""
+    model = Seq2SeqRecipe.model_of(ckpt, device)
     sv, tv, dev = model.src_vocab, model.tgt_vocab, model.device
-    texts = input_lines(args.text, args.file)
+    texts = input_lines(list(text), file)
     if not any(t.strip() for t in texts):
         raise ValueError("no sentences to translate: give them as arguments, with --file, or on standard input")
-    for line in translate_texts(
-        model, sv, tv, texts, beam=args.beam, alpha=args.alpha, max_len=args.max_len, device=dev
-    ):
+    for line in translate_texts(model, sv, tv, texts, device=dev, **options):
         print(line, flush=True)
     return 0
 
