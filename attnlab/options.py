@@ -270,7 +270,7 @@ class OptionSpecs:
             return spec.default
         if spec.kind in ("flag", "bool"):
             if not isinstance(value, bool):
-                raise OptionError(f"{named(name, value)}: must be True or False")
+                raise OptionError(f"{named(name, value, spec.flags[0])}: must be True or False")
             return value
         if spec.kind == "append" or spec.nargs in ("+", "*"):
             items = [value] if isinstance(value, (str, int, float, Path)) else list(value)
@@ -281,17 +281,17 @@ class OptionSpecs:
     def _one(spec: Option, name: str, value: Any) -> Any:
         if spec.type is not None and spec.type is not str:
             if isinstance(value, bool) or not isinstance(value, (int, float, str)):
-                raise OptionError(f"{named(name, value)}: must be {takes(spec.type)}")
+                raise OptionError(f"{named(name, value, spec.flags[0])}: must be {takes(spec.type)}")
             try:
                 value = spec.type(str(value))
             except ValueError as e:
-                raise OptionError(f"{named(name, value)}: {e}") from None
+                raise OptionError(f"{named(name, value, spec.flags[0])}: {e}") from None
         elif not isinstance(value, str):
             value = str(value) if isinstance(value, Path) else value
             if not isinstance(value, str):
-                raise OptionError(f"{named(name, value)}: must be a string")
+                raise OptionError(f"{named(name, value, spec.flags[0])}: must be a string")
         if spec.choices is not None and value not in spec.choices:
-            raise OptionError(f"{named(name, value)}: choose one of {', '.join(map(str, spec.choices))}")
+            raise OptionError(f"{named(name, value, spec.flags[0])}: choose one of {', '.join(map(str, spec.choices))}")
         return value
 
 
@@ -301,9 +301,11 @@ def takes(checker: Callable) -> str:
     return {int: "an integer", float: "a number"}.get(kind) or getattr(checker, "__name__", "a value")
 
 
-def named(name: str, value: Any) -> str:
-    """How an option is named in an error: its keyword and its flag, for Python and shell users alike."""
-    return f"{name}={value!r} (--{name.replace('_', '-')})"
+def named(name: str, value: Any, flag: str | None = None) -> str:
+    """How an option is named in an error: its keyword and its flag (``flag``, else ``--the-name``),
+    for Python and shell users alike."""
+    shown = flag if flag and flag.startswith("--") else f"--{name.replace('_', '-')}"
+    return f"{name}={value!r} ({shown})"
 
 
 class Options(types.SimpleNamespace):
