@@ -15,6 +15,7 @@ import collections.abc
 import functools
 import inspect
 import math
+import sys
 import types
 from dataclasses import dataclass
 from pathlib import Path
@@ -355,6 +356,11 @@ class Arg:
 
 
 Device = Annotated[str, Arg("auto | cpu | cuda", device_name)]
+DataDir = Annotated[str | None, Arg("folder holding named datasets (default: $ATTNLAB_DATA)")]
+Which = Annotated[
+    Literal["best", "last"] | None,
+    Arg("a run folder's best/ (the default: best validation measure) or last/ (the final weights)"),
+]
 
 
 def _shown_default(value: Any) -> str:
@@ -369,12 +375,13 @@ def declared_parameters(verb: Callable) -> list[tuple[inspect.Parameter, Any, Ar
     """(parameter, its type without the annotation, its :class:`Arg`) for each parameter of ``verb``
     annotated with an Arg, in the signature's order."""
     verb = inspect.unwrap(verb)
+    namespace = getattr(verb, "__globals__", None) or vars(sys.modules[verb.__module__])  # (a dataclass: its module)
     found = []
     for param in inspect.signature(verb).parameters.values():
         annotation = param.annotation
         if isinstance(annotation, str):
             try:
-                annotation = eval(annotation, verb.__globals__)  # noqa: S307 (the verb's own annotation)
+                annotation = eval(annotation, namespace)  # noqa: S307 (the verb's own annotation)
             except Exception:  # (a name imported for type checkers only: no option is declared so)
                 if "Arg(" in annotation:
                     raise

@@ -14,7 +14,7 @@ from attnlab.config import Config
 from attnlab.errors import OptionError
 from attnlab.hooks import HookedModule, HookPoint
 from attnlab.losses import cross_entropy
-from attnlab.recipes import Recipe, TrainingRun, load_model
+from attnlab.recipes import Recipe, TrainingRun
 from attnlab.recipes.base import ExploreInput, ExplorerForm
 
 from helpers import PINNED_FLAGS
@@ -98,16 +98,14 @@ class RepeatRecipe(Recipe):
         c = RepeatConfig.from_dict(saved["model"]) if saved else RepeatConfig(**model_over)
         return TrainingRun("repeat", c, RepeatTask(c, tcfg.batch_size), {"data": "repeated first tokens"}, "repeat")
 
-    def evaluate(self, args) -> tuple[dict, str]:
-        model = load_model(args.ckpt, expect="repeat", device="cpu", loaded=getattr(args, "loaded", None))
+    def evaluate(self, model, on) -> tuple[dict, str]:
         ids, label = RepeatTask(model.config, 256).batch("val", 256, torch.Generator().manual_seed(0))
         with torch.no_grad():
             accuracy = (model(ids).argmax(-1) == label).float().mean().item()
         return {"accuracy": accuracy}, f"accuracy {accuracy:.3f} on 256 sequences"
 
-    def explore(self, args) -> dict:
-        model = getattr(args, "loaded", None) or load_model(args.ckpt, expect="repeat", device="cpu")
-        ids = torch.tensor([[int(ch) % model.config.vocab_size for ch in args.digits[: model.config.context]]])
+    def explore(self, model, digits: str | None = None) -> dict:
+        ids = torch.tensor([[int(ch) % model.config.vocab_size for ch in (digits or "0")[: model.config.context]]])
         with torch.no_grad():
             _, cache = model.run_with_cache(ids, names="encoder.blocks.*.attn.hook_pattern")
         return {

@@ -17,7 +17,7 @@ from typing import Annotated, Any, Literal
 
 from .. import __version__
 from ..errors import AttnlabError, a, one_line
-from ..options import Arg, Command, DecodeDtype, Device, OptionSpecs, PatchOver, Quantize
+from ..options import Arg, Command, DecodeDtype, Device, OptionSpecs, PatchOver, Quantize, Which
 from .parser import EPILOG, Parser, option_parser
 
 
@@ -148,16 +148,12 @@ def _commands(families) -> list[Command]:
     """The commands every model shares, each with its declared options and its run."""
     from .. import bench
     from ..experiments import CLAIMS, reproduce
-    from ..recipes.base import explore_specs, predict
+    from ..recipes.base import Evaluation, explore_specs, predict
     from ..recipes.classifier import ImageClassifierVerbs
     from ..recipes.gpt import GPTVerbs
     from ..serve import serve
 
-    ablations = _eval_options(families, "run folder of a GPT or a ViT", "print both results and the change as JSON")
-    ablations.add("--heads", default=None, help="attention heads: LAYER.HEAD, comma-separated (0.1,2.3)")
-    ablations.add("--neurons", default=None, help="MLP neurons after the activation: LAYER.NEURON, comma-separated")
-    ablations.add("--sublayers", default=None, help="whole sublayer outputs: LAYER.attn or LAYER.mlp, comma-separated")
-    ablations.add("--how", choices=["zero", "mean"], default="zero", help="zero (default) or mean ablation")
+    evaluations = (Evaluation, *(r.evaluate for r in families))  # (every family's eval options)
     inspections: dict[str, dict[str, list[str]]] = {}  # what -> its help -> the families that offer it so
     for r in families:
         for what, h in r.inspections.items():
@@ -178,13 +174,12 @@ def _commands(families) -> list[Command]:
                 "Language models: loss, perplexity and bits per character/byte on the validation split. Image "
                 "classifiers: accuracy on the test split and a confusion-matrix PNG. Seq2seq: perplexity and "
                 "sacreBLEU on the test split.",
-                _evaluate,
-                specs=_eval_options(families, "run folder or checkpoint folder", "print the metrics as one JSON object")),
+                _evaluate, verbs=evaluations),
         Command("ablate", "how much a metric changes when heads, neurons or sublayers are silenced",
                 "Evaluates the model as `attnlab eval` does, then again with the --heads, --neurons and --sublayers "
                 "writing nothing (--how zero) or their mean over each batch (--how mean), and prints both and the "
                 "change. GPTs: loss and perplexity; image classifiers: accuracy. Give at least one of the three.",
-                _ablate, specs=ablations),
+                _ablate, verbs=evaluations),
         Command("patch", "activation patching: which layer and position (or head) carries an answer",
                 "Run the corrupted input with one activation at a time taken from the clean run, and draw how much of "
                 "the clean preference for --answer (over --wrong) each restores: 1 = all of it, 0 = none. GPTs: texts "
@@ -220,20 +215,6 @@ def _commands(families) -> list[Command]:
                 "peak measured at the start. Runs on CUDA when present.",
                 _bench, verbs=(bench.run,)),
     ]  # fmt: skip
-
-
-def _eval_options(families, ckpt_help: str, json_help: str) -> OptionSpecs:
-    """The options of ``eval`` (and ``ablate``): the checkpoint, every family's eval options, --json."""
-    from ..recipes import Recipe
-
-    specs = OptionSpecs()
-    specs.add("--ckpt", required=True, help=ckpt_help)
-    Recipe.add_common_eval_arguments(specs)
-    specs.add("--json", kind="flag", help=json_help)
-    specs.add_device()
-    for r in families:
-        r.add_eval_arguments(specs)
-    return specs
 
 
 def _train(recipe, args) -> int:
@@ -275,44 +256,81 @@ def _family(ckpt: str):
     return checkpoint_recipe(ckpt)
 
 
-def _evaluate(args) -> int:
-    import json
+def _evaluated(ckpt: str, which: str | None, device: str, options: dict[str, Any]):
+    """(the model in ``ckpt`` (its ``which`` checkpoint), the options of ``eval`` its family reads),
+    refusing in one line another family's option given a value."""
+    from ..api import load
+    from ..checkpoint import pick_checkpoint
+    from ..errors import OptionError
+    from ..options import declared
+    from ..recipes import recipes
 
-    res, line = _family(args.ckpt).evaluate_checkpoint(args)
-    print(json.dumps(res) if args.json else line)
+    model = load(pick_checkpoint(ckpt, which), device=device)
+    recipe = model.family_recipe()
+    own = recipe.eval_specs().specs
+    every = declared(*(r.evaluate for r in recipes())).specs
+    for name, value in options.items():
+        if name not in own and name in every and value != every[name].default:
+            raise OptionError(f"{every[name].flags[0]} is not read by {recipe.name} models; drop it")
+    return model, {n: v for n, v in options.items() if n in own}
+
+
+def _evaluate(
+    ckpt: Annotated[str, Arg("run folder or checkpoint folder")],
+    *,
+    which: Which = None,
+    json: Annotated[bool, Arg("print the metrics as one JSON object")] = False,
+    device: Device = "auto",
+    **options: Any,
+) -> int:
+    """``attnlab eval``: the family's metrics of the model (``options``: its eval options), printed."""
+    import json as json_text
+
+    from ..recipes.base import evaluation
+
+    model, own = _evaluated(ckpt, which, device, options)
+    res, line = evaluation(model, own)
+    print(json_text.dumps(res) if json else line)
     return 0
 
 
-def _ablate(args) -> int:
-    import json
+def _ablate(
+    ckpt: Annotated[str, Arg("run folder of a GPT or a ViT")],
+    *,
+    heads: Annotated[str | None, Arg("attention heads: LAYER.HEAD, comma-separated (0.1,2.3)")] = None,
+    neurons: Annotated[str | None, Arg("MLP neurons after the activation: LAYER.NEURON, comma-separated")] = None,
+    sublayers: Annotated[str | None, Arg("whole sublayer outputs: LAYER.attn or LAYER.mlp, comma-separated")] = None,
+    how: Annotated[Literal["zero", "mean"], Arg("zero or mean ablation")] = "zero",
+    which: Which = None,
+    json: Annotated[bool, Arg("print both results and the change as JSON")] = False,
+    device: Device = "auto",
+    **options: Any,
+) -> int:
+    """``attnlab ablate``: the family's metrics before and after silencing parts, and the change."""
+    import json as json_text
 
-    from ..api import load
     from ..errors import OptionError
     from ..inspect.patching import check_parts, describe_parts, parse_heads, parse_sublayers
 
-    model = load(args.ckpt, device=args.device)
-    if not (args.heads or args.neurons or args.sublayers):
+    model, own = _evaluated(ckpt, which, device, options)
+    if not (heads or neurons or sublayers):
         raise OptionError("attnlab ablate needs --heads, --neurons or --sublayers (what to silence)")
     parts = {
-        "heads": parse_heads(args.heads) if args.heads else [],
-        "neurons": parse_heads(args.neurons, "neuron") if args.neurons else [],
-        "outputs": parse_sublayers(args.sublayers) if args.sublayers else [],
+        "heads": parse_heads(heads) if heads else [],
+        "neurons": parse_heads(neurons, "neuron") if neurons else [],
+        "outputs": parse_sublayers(sublayers) if sublayers else [],
     }
-    check_parts(model, how=args.how, **parts)
+    check_parts(model, how=how, **parts)
     spec = describe_parts(parts)
-    own = model.family_recipe().eval_specs().specs  # this family's eval options (others have defaults too)
-    options = {k: getattr(args, k) for k in own if k not in ("data", "split") and getattr(args, k, None) is not None}
-    before = model.evaluate(args.data, split=args.split, **options)
-    after = model.evaluate(args.data, split=args.split, ablate=parts, ablation=args.how, **options)
+    before = model.evaluate(**own)
+    after = model.evaluate(ablate=parts, ablation=how, **own)
     keys = [k for k in ("loss", "perplexity", "accuracy", "bleu", "exact_match") if k in before]
     change = {k: after[k] - before[k] for k in keys if isinstance(before[k], (int, float))}
-    if args.json:
-        print(json.dumps({"ablated": spec, "how": args.how, "before": before, "after": after, "change": change}))
+    if json:
+        print(json_text.dumps({"ablated": spec, "how": how, "before": before, "after": after, "change": change}))
     else:
-        print(
-            f"{args.how}-ablating {spec}: "
-            + ", ".join(f"{k} {before[k]:.4f} -> {after[k]:.4f} ({change[k]:+.4f})" for k in change)
-        )
+        print(f"{how}-ablating {spec}: " + ", ".join(f"{k} {before[k]:.4f} -> {after[k]:.4f} ({change[k]:+.4f})"
+                                                     for k in change))  # fmt: skip
     return 0
 
 
@@ -372,20 +390,20 @@ def _inspect(args) -> int:
 
 
 def _explore(args) -> int:
+    """``attnlab explore``: the explorer's page of the model and the inputs given."""
     from pathlib import Path
 
-    from ..errors import OptionError
+    from ..api import load
     from ..inspect.explorer import write_page
     from ..outputs import output_file
-    from ..recipes.base import explore_inputs, explored_inputs
+    from ..recipes.base import explore_inputs, explored, explored_inputs
 
-    args.out = str(output_file(args.out, ".html", also=(".htm",)))
-    recipe = _family(args.ckpt)
-    explored_inputs(recipe, args.ckpt, {name: getattr(args, name) for name in explore_inputs()}, "--")
-    if args.sae and recipe.name != "gpt":
-        raise OptionError(f"--sae shows an SAE's latents on a GPT's text; {args.ckpt} holds {a(recipe.name)} model")
-    data = recipe.explore(args)
-    path = write_page(data, args.out, f"attnlab explorer: {Path(args.ckpt).name}")
+    out = output_file(args.out, ".html", also=(".htm",))
+    given = {name: getattr(args, name) for name in explore_inputs()}
+    explored_inputs(_family(args.ckpt), args.ckpt, given, "--")  # (refused before the model is loaded)
+    model = load(args.ckpt, device=args.device)
+    data = explored(model, given, generate=args.generate, sae=args.sae, spelling="--")
+    path = write_page(data, out, f"attnlab explorer: {Path(args.ckpt).name}")
     print(f"wrote {path} ({path.stat().st_size / 1e6:.2f} MB); open it in a browser (it needs no network)")
     return 0
 

@@ -15,12 +15,25 @@ import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any, Callable
+from typing import Annotated, Any, Callable, Literal
 
 from ..data.fingerprint import check_same_data, fingerprint
 from ..errors import AttnlabError, CheckpointError, OptionError, a, one_line
 from ..hooks import in_mode
-from ..options import Arg, Command, Device, Options, OptionSpecs, checked, declared, named, nonneg_int, positive_int
+from ..options import (
+    Arg,
+    Command,
+    DataDir,
+    Device,
+    Options,
+    Which,
+    OptionSpecs,
+    checked,
+    declared,
+    named,
+    nonneg_int,
+    positive_int,
+)
 from ..runoptions import write_options
 
 
@@ -81,6 +94,47 @@ EXPLORER_FORMS = {
         ),
     ),
 }  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    """What every family's evaluation reads (the options of ``attnlab eval`` that every family
+    takes, declared by these fields): the data (None: the run's own), the split (None: the
+    family's usual one), examples per batch and how many batches; ``intervene(model)``: a context
+    in which the model runs (``attnlab ablate``: parts silenced)."""
+
+    data: Annotated[str | None, Arg("evaluate on this data instead of the run's own")] = None
+    data_dir: DataDir = None
+    split: Annotated[
+        Literal["val", "train", "test"] | None,
+        Arg("which split (default: val for language models, test for the others)"),
+    ] = None
+    batch_size: Annotated[int, Arg("examples per forward pass", positive_int)] = 16
+    max_batches: Annotated[
+        int | None,
+        Arg("evaluate the first N batches of the split only: a quick look (default: the whole split)", positive_int),
+    ] = None
+    intervene: Callable[[Any], Any] | None = None
+
+    def count(self, n: int) -> int:
+        """How many of ``n`` examples are read: all, or ``max_batches`` batches' worth."""
+        return n if not self.max_batches else min(n, self.max_batches * self.batch_size)
+
+    def starts(self, n: int, what: str):
+        """The start of each batch over ``n`` examples (at most ``max_batches`` of them), with a
+        progress bar on a terminal."""
+        from tqdm.auto import tqdm
+
+        batches = -(-self.count(n) // self.batch_size)
+        bar = tqdm(range(batches), desc=what, unit="batch", leave=False, disable=not sys.stderr.isatty())
+        return (i * self.batch_size for i in bar)
+
+    def within(self, model):
+        """The context ``model`` is evaluated in (parts ablated, or none)."""
+        return self.intervene(model) if self.intervene is not None else contextlib.nullcontext()
+
+
+EVALUATION_FIELDS = ("data", "data_dir", "split", "batch_size", "max_batches")
 
 
 class Recipe:
@@ -202,41 +256,9 @@ class Recipe:
         return [n for cls in self.config_classes() for n in option_fields(cls) if n not in self.set_by_data]
 
     def eval_specs(self) -> OptionSpecs:
-        """The options of ``attnlab eval`` / :func:`attnlab.evaluate` for this family."""
-        specs = OptionSpecs()
-        self.add_common_eval_arguments(specs)
-        self.add_eval_arguments(specs)
-        return specs
-
-    def add_eval_arguments(self, group) -> None:
-        """Options of ``attnlab eval`` that this family reads."""
-
-    @staticmethod
-    def add_common_eval_arguments(e) -> None:
-        """The options of ``attnlab eval`` (and of :func:`attnlab.evaluate`) every family reads."""
-        from ..options import positive_int
-
-        e.add("--data", default=None, help="evaluate on this data instead of the run's own")
-        e.add("--data-dir", default=None, help="folder holding named datasets (default: $ATTNLAB_DATA)")
-        e.add(
-            "--split",
-            choices=["val", "train", "test"],
-            default=None,
-            help="which split (default: val for language models, test for the others)",
-        )
-        e.add("--batch-size", type=positive_int, default=16, help="examples per forward pass (default 16)")
-        e.add(
-            "--max-batches",
-            type=positive_int,
-            default=None,
-            help="evaluate the first N batches of the split only: a quick look (default: the whole split)",
-        )
-        e.add(
-            "--which",
-            choices=["best", "last"],
-            default=None,
-            help="a run folder's best/ (the default: best validation measure) or last/ (the final weights)",
-        )
+        """The options of ``attnlab eval`` / ``model.evaluate()`` for this family: those of every
+        family (:class:`Evaluation`), then those its :meth:`evaluate` declares in its signature."""
+        return declared(Evaluation, self.evaluate)
 
     def add_inspect_arguments(self, group) -> None:
         """Options of ``attnlab inspect`` that this family's inspections read."""
@@ -269,16 +291,10 @@ class Recipe:
         )
 
     # ---- using a trained model ---------------------------------------------------------------
-    def evaluate_checkpoint(self, args) -> tuple[dict, str]:
-        """:meth:`evaluate` on the checkpoint ``--which`` names; the metrics say which one they read."""
-        from ..checkpoint import find_checkpoint, pick_checkpoint
-
-        args.ckpt = str(pick_checkpoint(args.ckpt, getattr(args, "which", None)))
-        res, line = self.evaluate(args)
-        return {**res, "checkpoint": str(find_checkpoint(args.ckpt))}, line
-
-    def evaluate(self, args) -> tuple[dict, str]:
-        """``attnlab eval``: (the metrics, one line saying them); the command prints either."""
+    def evaluate(self, model, on: Evaluation) -> tuple[dict, str]:
+        """``attnlab eval`` and ``model.evaluate()``: the metrics of ``model`` (in memory) on
+        ``on`` (the data, split and batches), and one line saying them; a family declares its own
+        options as keyword parameters (``Annotated[int, Arg(...)]``)."""
         raise CheckpointError(f"attnlab eval does not know how to evaluate {self.name} models yet")
 
     def inspect(self, args) -> int:
@@ -298,8 +314,9 @@ class Recipe:
             )
         return form
 
-    def explore(self, args) -> dict:
-        """The data of ``attnlab explore`` for this family (see :mod:`attnlab.inspect.explorer`)."""
+    def explore(self, model, **inputs) -> dict:
+        """The data of ``attnlab explore`` for ``model`` (in memory) and the ``inputs`` its
+        explorer form declares, by name (see :mod:`attnlab.inspect.explorer`)."""
         raise CheckpointError(f"attnlab explore does not show {self.name} models yet")
 
     # ---- the Python API's loaded model --------------------------------------------------------
@@ -456,11 +473,13 @@ class Verbs:
 
         return checkpoint_recipe(self.checkpoint)
 
+    @checked
     def evaluate(
         self,
         data: str | None = None,
         *,
         split: str | None = None,
+        which: Which = None,
         ablate: str | list[tuple[int, int]] | dict | None = None,
         ablation: str = "zero",
         **options,
@@ -468,6 +487,7 @@ class Verbs:
         """The metrics of ``attnlab eval``: loss / perplexity (language models), accuracy
         (classifiers), BLEU (seq2seq), ... on the run's own data or on ``data``. ``options``: the
         options of ``attnlab eval`` by name (``batch_size``, ``max_tokens``, ``beam``, ...).
+        ``which``: evaluate the run's best or last checkpoint on disk instead of this model.
         ``ablate``: parts to silence while evaluating: heads, MLP neurons and whole sublayers as
         text (``"0.1,1.mlp.17,1.attn"``, see :func:`attnlab.inspect.patching.parse_parts`), a list
         of (layer, head) pairs, or the keyword arguments of ``ablated`` ({"heads": ..., "neurons":
@@ -477,9 +497,12 @@ class Verbs:
 
         recipe = self.family_recipe()
         values = recipe.eval_specs().checked({"data": data, "split": split, **options}, "evaluate")
-        values.update(ckpt=self.checkpoint, device=str(self.device))
-        if values.get("which") is None:  # (which="best"/"last" asks for a checkpoint on disk instead)
-            values["loaded"] = self
+        model = self
+        if which is not None:  # (the run's other checkpoint, read from disk, where this model is)
+            from ..checkpoint import pick_checkpoint
+
+            model = recipe.model_of(pick_checkpoint(self.checkpoint, which), str(self.device))
+        intervene = None
         if ablate is not None:
             if not recipe.ablatable:
                 raise OptionError(
@@ -498,9 +521,9 @@ class Verbs:
             else:
                 parts = {"heads": [tuple(h) for h in ablate], "neurons": [], "outputs": []}
             check_parts(self, how=ablation, **parts)  # before any work
-            values["intervene"] = lambda model: ablated(model, how=ablation, **parts)
-        with in_mode(self), as_option_errors():
-            return recipe.evaluate_checkpoint(Options(**values))[0]
+            intervene = lambda m: ablated(m, how=ablation, **parts)  # noqa: E731
+        with in_mode(model), as_option_errors():
+            return evaluation(model, values, intervene)[0]
 
     def inspect(self, what: str, out: str | Path, **options) -> Path:
         """What ``attnlab inspect WHAT --out FILE.png`` draws, written to ``out`` (with its numbers
@@ -548,17 +571,21 @@ class Verbs:
         folder written by ``attnlab sae train`` on this GPT: each position lists its most active latents."""
         from ..inspect.explorer import Exploration
 
-        recipe = self.family_recipe()
         given = dict(text=text, image=image, src=src, tgt=tgt, **inputs)
-        values = explored_inputs(recipe, self.checkpoint, given, "=")
-        # the views are computed on this model itself (a server's one loaded model), not a fresh
-        # copy read from its checkpoint, which may have changed since
-        options = Options(
-            ckpt=self.checkpoint, device=str(self.device), generate=generate, loaded=self, sae=sae, **values
-        )
-        with in_mode(self), as_option_errors():
-            data = recipe.explore(options)
+        data = explored(self, given, generate=generate, sae=sae, spelling="=")
         return Exploration(data, f"attnlab explorer: {Path(self.checkpoint).name}")
+
+
+def evaluation(model, values: dict[str, Any], intervene=None) -> tuple[dict, str]:
+    """(the metrics, one line saying them) of ``model`` (a loaded model, in memory) by its family's
+    :meth:`Recipe.evaluate`, given the checked ``values`` of its eval options (:meth:`Recipe.eval_specs`):
+    what ``attnlab eval`` prints and ``model.evaluate()`` returns."""
+    from ..checkpoint import find_checkpoint
+
+    on = Evaluation(**{k: v for k, v in values.items() if k in EVALUATION_FIELDS}, intervene=intervene)
+    own = {k: v for k, v in values.items() if k not in EVALUATION_FIELDS}
+    metrics, line = model.family_recipe().evaluate(model, on, **own)
+    return {**metrics, "checkpoint": str(find_checkpoint(model.checkpoint))}, line
 
 
 def explored_inputs(recipe: Recipe, ckpt, given: dict[str, Any], spelling: str) -> dict[str, Any]:
@@ -576,6 +603,28 @@ def explored_inputs(recipe: Recipe, ckpt, given: dict[str, Any], spelling: str) 
         what = "is no explorer input of any family" if name not in known else f"is not read by {recipe.name} models"
         raise OptionError(f"{spelled(name)} {what}; give {', '.join(map(spelled, reads))}")
     return {name: given.get(name) for name in known}
+
+
+def explored(model, given: dict[str, Any], *, generate: int = 0, sae=None, spelling: str = "=") -> dict:
+    """The explorer's data for ``model`` (in memory) and the inputs ``given`` (every family's
+    input by name, None where not given; checked by :func:`explored_inputs`): what `attnlab
+    explore`, ``explore()`` and `attnlab serve` show. ``generate`` and ``sae`` are the GPT's own."""
+    import inspect
+
+    recipe = model.family_recipe()
+    values = explored_inputs(recipe, model.checkpoint, given, spelling)
+    inputs = {i.name: values[i.name] for i in recipe.required_explorer_form(model.checkpoint).inputs}
+    takes = inspect.signature(recipe.explore).parameters
+    extra = {"generate": generate, "sae": sae}
+    does = {"generate": "continues a GPT's text", "sae": "shows an SAE's latents on a GPT's text"}
+    for name, value in extra.items():
+        if value and name not in takes:
+            flag = f"--{name}" if spelling == "--" else f"{name}="
+            raise OptionError(f"{flag} {does[name]}; {model.checkpoint} holds {a(recipe.name)} model")
+    # the views are computed on this model itself (a server's one loaded model), not a fresh copy
+    # read from its checkpoint, which may have changed since
+    with in_mode(model), as_option_errors():
+        return recipe.explore(model, **inputs, **{n: v for n, v in extra.items() if n in takes})
 
 
 @contextlib.contextmanager
@@ -604,25 +653,6 @@ def with_verbs(model_cls: type, verbs: type) -> type:
             model_cls.__name__, (verbs, model_cls), {"__module__": model_cls.__module__, "__doc__": model_cls.__doc__}
         )
     return _WITH_VERBS[key]
-
-
-def eval_starts(n: int, args, what: str):
-    """The start of each evaluation batch over ``n`` examples (``args.batch_size`` each, at most
-    ``args.max_batches`` of them), with a progress bar on a terminal."""
-    from tqdm.auto import tqdm
-
-    size = args.batch_size
-    batches = -(-n // size)
-    if getattr(args, "max_batches", None):
-        batches = min(batches, args.max_batches)
-    bar = tqdm(range(batches), desc=what, unit="batch", leave=False, disable=not sys.stderr.isatty())
-    return (i * size for i in bar)
-
-
-def eval_count(n: int, args) -> int:
-    """How many of ``n`` examples an evaluation reads: all, or ``args.max_batches`` batches' worth."""
-    limit = getattr(args, "max_batches", None)
-    return n if not limit else min(n, limit * args.batch_size)
 
 
 def _shown(value) -> str:

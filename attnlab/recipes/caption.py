@@ -14,7 +14,7 @@ from ..errors import DataError, OptionError
 from ..models.caption import Captioner, CaptionConfig
 from ..options import Arg, Command, Device, checked, at_least, beam_width, below_one, nonneg_float, number
 from . import register
-from .base import TINY_RUN, IMAGE_HELP, Recipe, TrainingRun, Verbs, add_method_option, inspection_written
+from .base import TINY_RUN, IMAGE_HELP, Evaluation, Recipe, TrainingRun, Verbs, add_method_option, inspection_written
 
 
 class CaptionerVerbs(Verbs):
@@ -210,21 +210,22 @@ class CaptionRecipe(Recipe):
             )
         ]
 
-    def add_eval_arguments(self, group) -> None:
-        group.add("--beam", type=beam_width, default=1, help="seq2seq and captions: beam size (default 1 = greedy)")
-        group.add("--alpha", type=nonneg_float, default=1.0, help="beam length penalty exponent (default 1.0)")
-
-    def evaluate(self, args) -> tuple[dict, str]:
+    def evaluate(
+        self,
+        model,
+        on: Evaluation,
+        *,
+        beam: Annotated[int, Arg("seq2seq and captions: beam size (1 = greedy)", beam_width)] = 1,
+        alpha: Annotated[float, Arg("beam length penalty exponent", nonneg_float)] = 1.0,
+    ) -> tuple[dict, str]:
         res = evaluate_captioner(
-            args.ckpt,
-            loaded=getattr(args, "loaded", None),
-            split=args.split or "test",
-            beam=args.beam,
-            alpha=args.alpha,
-            data=args.data,
-            device=args.device,
-            batch_size=max(args.batch_size, 64),
-            max_images=args.max_batches * args.batch_size if args.max_batches else None,
+            model,
+            split=on.split or "test",
+            beam=beam,
+            alpha=alpha,
+            data=on.data,
+            batch_size=max(on.batch_size, 64),
+            max_images=on.max_batches * on.batch_size if on.max_batches else None,
         )
         b = res["bleu"]
         line = (
@@ -340,16 +341,14 @@ def word_attention(model, images, meta, captions: list[list[int]]):
 
 
 def evaluate_captioner(
-    ckpt: str,
+    model,
     *,
     split: str = "test",
     beam: int = 1,
     alpha: float = 1.0,
     data: str | None = None,
-    device: str = "auto",
     batch_size: int = 64,
     max_images: int | None = None,
-    loaded=None,
 ) -> dict:
     """Generated (not teacher-forced) captions of a split (its first ``max_images``), scored against every reference:
     corpus BLEU-1…4 (sacreBLEU, 0–100), the share of captions equal to a reference, the word
@@ -361,7 +360,6 @@ def evaluate_captioner(
 
     from ..data.captions import load_captions
 
-    model = CaptionRecipe.model_of(ckpt, device, loaded)
     vocab, meta, dev = model.vocab, model.run_meta, model.device
     spec = data or meta.get("data_spec")
     ds = load_captions(

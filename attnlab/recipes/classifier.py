@@ -3,16 +3,16 @@ classification task, `eval` (accuracy + confusion matrix), `predict`, and CKA be
 
 from __future__ import annotations
 
-import contextlib
 import sys
 from pathlib import Path
+from typing import Annotated
 
 import numpy as np
 import torch
 
 from ..errors import CheckpointError, DataError, OptionError, a
 from ..options import at_least, below_one, nonneg_int, number
-from ..options import PatchOver, checked
+from ..options import Arg, PatchOver, checked
 from .base import (
     TINY_RUN,
     IMAGE_HELP,
@@ -21,8 +21,7 @@ from .base import (
     TrainingRun,
     Verbs,
     add_method_option,
-    eval_count,
-    eval_starts,
+    Evaluation,
     inspection_written,
     top_labels,
 )
@@ -283,21 +282,23 @@ class ImageClassifierRecipe(Recipe):
         )
 
     # ---- eval, predict -------------------------------------------------------------------------
-    def add_eval_arguments(self, group) -> None:
-        group.add("--out", default=None, help="classifiers: confusion-matrix PNG (default: <run>/confusion.png)")
-
-    def evaluate(self, args) -> tuple[dict, str]:
+    def evaluate(
+        self,
+        model,
+        on: Evaluation,
+        *,
+        out: Annotated[str | None, Arg("classifiers: confusion-matrix PNG (default: <run>/confusion.png)")] = None,
+    ) -> tuple[dict, str]:
         from ..data.images import load_images, normalize
         from ..inspect.analysis import confusion_matrix
         from ..inspect.plots import confusion_matrix_png
         from ..outputs import output_file
 
-        out = output_file(args.out, ".png") if args.out else None  # (refused before any work)
-        model = self.model_of(args.ckpt, args.device, getattr(args, "loaded", None))
+        out_file = output_file(out, ".png") if out else None  # (refused before any work)
         meta, dev = model.run_meta, model.device
-        spec = args.data or meta.get("data_spec") or meta.get("data")
-        splits = load_images(spec, args.data_dir)
-        split = args.split or "test"
+        spec = on.data or meta.get("data_spec") or meta.get("data")
+        splits = load_images(spec, on.data_dir)
+        split = on.split or "test"
         c = model.config
         if splits.shape != (c.in_chans, c.image_size, c.image_size):
             raise DataError(
@@ -311,28 +312,27 @@ class ImageClassifierRecipe(Recipe):
                 f"{labels[:10]}; evaluate on data with the same classes, in the same order"
             )
         x, y = getattr(splits, split)
-        x, y = x[: eval_count(len(x), args)], y[: eval_count(len(y), args)]
-        intervene = getattr(args, "intervene", None) or (lambda m: contextlib.nullcontext())  # (ablate)
-        with torch.no_grad(), intervene(model):
+        x, y = x[: on.count(len(x))], y[: on.count(len(y))]
+        with torch.no_grad(), on.within(model):
             pred = torch.cat(
                 [
-                    model(normalize(x[i : i + args.batch_size], model.mean, model.std).to(dev)).argmax(-1).cpu()
-                    for i in eval_starts(len(x), args, f"eval {split}")
+                    model(normalize(x[i : i + on.batch_size], model.mean, model.std).to(dev)).argmax(-1).cpu()
+                    for i in on.starts(len(x), f"eval {split}")
                 ]
             )
         acc = (pred == y).float().mean().item()
         cm = confusion_matrix(y, pred, len(splits.labels))
-        out = out or Path(args.ckpt) / "confusion.png"
-        confusion_matrix_png(cm.numpy(), splits.labels, out, title=f"{splits.name} {split}: accuracy {acc:.4f}")
+        out_file = out_file or Path(model.checkpoint) / "confusion.png"
+        confusion_matrix_png(cm.numpy(), splits.labels, out_file, title=f"{splits.name} {split}: accuracy {acc:.4f}")
         res = {
             "data": splits.name,
             "split": split,
             "images": len(y),
             "accuracy": acc,
-            "confusion_png": str(out),
+            "confusion_png": str(out_file),
             "note": splits.note,
         }
-        return res, f"{splits.name} [{split}], {len(y)} images: accuracy {acc:.4f}; confusion matrix {out}"
+        return res, f"{splits.name} [{split}], {len(y)} images: accuracy {acc:.4f}; confusion matrix {out_file}"
 
     def predict(self, ckpt, inputs: list[str], *, top_k: int, device: str) -> int:
         return predict(ckpt, inputs, top_k=top_k, device=device)

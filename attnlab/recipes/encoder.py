@@ -32,7 +32,7 @@ from .base import (
     Recipe,
     TrainingRun,
     Verbs,
-    eval_count,
+    Evaluation,
     inspection_written,
     TopK,
     top_labels,
@@ -353,8 +353,14 @@ class TextEncoderRecipe(Recipe):
             print(f"{top[0][0]}\t{shown}\t{text[:60]}")
         return 0
 
-    def evaluate(self, args) -> tuple[dict, str]:
-        res = evaluate_encoder(args)
+    def evaluate(
+        self,
+        model,
+        on: Evaluation,
+        *,
+        out: Annotated[str | None, Arg("classifiers: confusion-matrix PNG (default: <run>/confusion.png)")] = None,
+    ) -> tuple[dict, str]:
+        res = evaluate_encoder(model, on, out)
         if "ambiguous_accuracy" in res:
             return res, (
                 f"{res['data']} [{res['split']}], {res['words']} tagged words: accuracy {res['accuracy']:.4f}, "
@@ -392,15 +398,14 @@ class TextEncoderRecipe(Recipe):
         lens_png(table, out, title="masked-LM lens: each layer's top guess for each token (colour: its probability)")
         return inspection_written(out, {"top_probs": table["top_probs"], "tokens": np.array(table["tokens"])})
 
-    def explore(self, args) -> dict:
+    def explore(self, model, text: str | None = None) -> dict:
         from ..inspect.detectors import pattern_scores
         from ..inspect.explorer import NEURON_VIEW_MAX, neuron_view, neuron_view_points
 
-        if not args.text:
+        if not text:
             raise ValueError('explore a text encoder with --text "some text"')
-        model = self.model_of(args.ckpt, args.device, getattr(args, "loaded", None))
         tok, dev = model.require_tokenizer(), model.device
-        ids, mask = encode_texts(tok, [args.text], model.config.context)
+        ids, mask = encode_texts(tok, [text], model.config.context)
         neuron = ids.shape[1] <= NEURON_VIEW_MAX  # the neuron view (q, k, q·k) for short texts
         names = ["encoder.blocks.*.attn.hook_pattern", *(neuron_view_points("encoder.blocks") if neuron else [])]
         with torch.no_grad():
@@ -484,31 +489,35 @@ def embed_command(
     return 0
 
 
-def _scores(args, c, name: str, split: str, pred, y, counted: str = "texts") -> dict:
+def _scores(model, out: str | None, name: str, split: str, pred, y, counted: str = "texts") -> dict:
     """Accuracy, macro-F1 and a confusion-matrix PNG of predicted against true class ids
     (``counted``: what the count of items is called)."""
     from ..inspect.analysis import confusion_matrix
     from ..inspect.plots import confusion_matrix_png
     from ..outputs import output_file
 
+    c = model.config
     cm = confusion_matrix(y, pred, c.num_classes)
     tp = cm.diag().float()
     f1 = 2 * tp / (cm.sum(0) + cm.sum(1)).float().clamp_min(1)
     present = (cm.sum(1) + cm.sum(0)) > 0  # classes with no true and no predicted item do not count
     acc = (pred == y).float().mean().item()
-    out = output_file(args.out, ".png") if getattr(args, "out", None) else Path(args.ckpt) / "confusion.png"
-    confusion_matrix_png(cm.numpy(), list(c.labels), out, title=f"{name} {split}: accuracy {acc:.4f}")
+    out_file = output_file(out, ".png") if out else Path(model.checkpoint) / "confusion.png"
+    confusion_matrix_png(cm.numpy(), list(c.labels), out_file, title=f"{name} {split}: accuracy {acc:.4f}")
     return {
         "data": name,
         "split": split,
         counted: len(y),
         "accuracy": acc,
         "macro_f1": f1[present].mean().item(),
-        "confusion_png": str(out),
+        "confusion_png": str(out_file),
     }
 
 
-def evaluate_encoder(args) -> dict:
+def evaluate_encoder(model, on: Evaluation, out: str | None = None) -> dict:
+    """The metrics of a text encoder: a tagger's (accuracy, macro-F1, the words of several tags
+    against the unigram baseline), a classifier's (accuracy, macro-F1) or a masked LM's (loss and
+    accuracy on masked tokens)."""
     from ..data.labelled import load_labelled, load_pretraining_texts, tokenize
     from ..data.tagged import load_tagged, tokenize_tagged, unigram_baseline
     from ..losses import cross_entropy
@@ -516,22 +525,21 @@ def evaluate_encoder(args) -> dict:
 
     from ..outputs import output_file
 
-    if getattr(args, "out", None):
-        output_file(args.out, ".png")  # (refused before any work: the confusion matrix is a PNG)
-    model = TextEncoderRecipe.model_of(args.ckpt, args.device, getattr(args, "loaded", None))
+    if out:
+        output_file(out, ".png")  # (refused before any work: the confusion matrix is a PNG)
     tok, meta, dev = model.require_tokenizer(), model.run_meta, model.device
-    spec = args.data or meta.get("data_spec")
+    spec = on.data or meta.get("data_spec")
     c = model.config
     if c.per_token:
-        split = args.split or "test"
+        split = on.split or "test"
         data = load_tagged(spec)
-        task = TokenTaggingTask(tokenize_tagged(data, tok, c.context, c.labels), args.batch_size)
-        pred, y = task.predict(model, split, dev, args.batch_size, args.max_batches)
-        res = _scores(args, c, data.name, split, pred, y, counted="words")
+        task = TokenTaggingTask(tokenize_tagged(data, tok, c.context, c.labels), on.batch_size)
+        pred, y = task.predict(model, split, dev, on.batch_size, on.max_batches)
+        res = _scores(model, out, data.name, split, pred, y, counted="words")
         # the words seen with several tags in training: where context must decide (the tagged
         # words in order are the scored tokens in order, so the two line up)
         base = unigram_baseline(data, split)
-        sentences = data.words[split][: eval_count(len(data.words[split]), args)]  # (--max-batches)
+        sentences = data.words[split][: on.count(len(data.words[split]))]  # (--max-batches)
         words = [w.lower() for sentence in sentences for w in sentence]
         if len(words) != len(y):  # texts cut at the context lose their last words' tags
             raise DataError(
@@ -548,23 +556,21 @@ def evaluate_encoder(args) -> dict:
             "unigram_ambiguous_accuracy": base["ambiguous_accuracy"],
         }
     if c.num_classes > 0:
-        split = args.split or "test"
+        split = on.split or "test"
         data = load_labelled(spec)
         ds = tokenize(data.name, tok, data.texts, c.context, data.labels, c.labels)
-        pred, y = TextClassificationTask(ds, args.batch_size).predict(
-            model, split, dev, args.batch_size, args.max_batches
-        )
-        return _scores(args, c, data.name, split, pred, y)
-    split = args.split or "val"
-    name, texts = load_pretraining_texts(spec, args.data_dir)
+        pred, y = TextClassificationTask(ds, on.batch_size).predict(model, split, dev, on.batch_size, on.max_batches)
+        return _scores(model, out, data.name, split, pred, y)
+    split = on.split or "val"
+    name, texts = load_pretraining_texts(spec, on.data_dir)
     if split not in texts:
         raise ValueError("masked-LM data has train and val splits; use --split val or train")
     ds = tokenize(name, tok, texts, c.context)
     gen = torch.Generator().manual_seed(0)  # the same masks every time
     total = correct = count = 0
     with torch.no_grad():
-        for n_batch, (ids, mask) in enumerate(ds.batches(split, args.batch_size)):
-            if args.max_batches and n_batch >= args.max_batches:
+        for n_batch, (ids, mask) in enumerate(ds.batches(split, on.batch_size)):
+            if on.max_batches and n_batch >= on.max_batches:
                 break
             special = (ids == tok.cls_id) | (ids == tok.sep_id) | (ids == tok.pad_id)
             inputs, targets = bert_mask(ids, special, tok.mask_id, tok.vocab_size, gen, never=tok.special_ids)

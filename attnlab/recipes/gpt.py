@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
 import math
 import sys
 from pathlib import Path
-from typing import Annotated, Any, Callable, Sequence
+from typing import Annotated, Any, Callable, Literal, Sequence
 
 from ..models.gpt import GPT, GPT_PRESETS
 from . import register
@@ -18,7 +17,7 @@ from .base import (
     TrainingRun,
     Verbs,
     add_method_option,
-    eval_starts,
+    Evaluation,
     inspection_written,
 )
 from ..errors import OptionError, a
@@ -30,6 +29,7 @@ from ..options import (
     Device,
     Quantize,
     MAX_COUNT,
+    QUANTIZE_HELP,
     Command,
     named,
     number,
@@ -495,54 +495,53 @@ class GPTRecipe(Recipe):
             ),
         ]
 
-    def add_eval_arguments(self, group) -> None:
-        group.add(
-            "--block-size",
-            "--context",
-            dest="block_size",
-            type=positive_int,
-            default=None,
-            help="language models: window length (default: the model's context)",
-        )
-        group.add(
-            "--max-tokens",
-            type=positive_int,
-            default=200_000,
-            help="language models: evaluate at most this many tokens (default 200000)",
-        )
-        group.add_quantize("language models, evaluated as attnlab sample --quantize runs them. ")
-
-    def evaluate(self, args) -> tuple[dict, str]:
+    def evaluate(
+        self,
+        model,
+        on: Evaluation,
+        *,
+        block_size: Annotated[
+            int | None,
+            Arg(
+                "language models: window length (default: the model's context)",
+                positive_int,
+                flags=("--block-size", "--context"),
+            ),
+        ] = None,
+        max_tokens: Annotated[int, Arg("language models: evaluate at most this many tokens", positive_int)] = 200_000,
+        quantize: Annotated[
+            Literal["int8", "dynamic-int8", "packed"] | None,
+            Arg("language models, evaluated as attnlab sample --quantize runs them. " + QUANTIZE_HELP),
+        ] = None,
+    ) -> tuple[dict, str]:
         import numpy as np
         import torch
 
         from ..losses import cross_entropy
 
-        if args.split == "test":
+        if on.split == "test":
             raise ValueError("language models have train and val splits; use --split val or train")
-        split = args.split or "val"
-        model = self.model_of(args.ckpt, args.device, getattr(args, "loaded", None))
-        tok, meta, dev = model.require_tokenizer(), model.run_meta, model.device
-        if args.quantize:  # (on a copy: the loaded model in memory stays as it is)
+        split = on.split or "val"
+        tok, meta, dev, ckpt = model.require_tokenizer(), model.run_meta, model.device, model.checkpoint
+        if quantize:  # (on a copy: the loaded model in memory stays as it is)
             from ..generate.quantize import quantized_copy
 
-            model = quantized_copy(model, args.quantize)
+            model = quantized_copy(model, quantize)
         context = model.config.context
-        block = args.block_size or context
+        block = block_size or context
         if block > context:
             raise ValueError(f"--block-size {block} is larger than the model's context of {context}; use at most that")
-        name, ids = corpus_ids(args.ckpt, meta, tok, split, args.data, args.data_dir)
-        ids = np.asarray(ids[: args.max_tokens + 1], dtype=np.int64)
+        name, ids = corpus_ids(ckpt, meta, tok, split, on.data, on.data_dir)
+        ids = np.asarray(ids[: max_tokens + 1], dtype=np.int64)
         n_windows = (len(ids) - 1) // block
         if n_windows < 1:
             raise ValueError(f"the {split} split has {len(ids)} tokens, fewer than one window of {block} + 1")
         x = torch.from_numpy(ids[: n_windows * block].reshape(n_windows, block))
         y = torch.from_numpy(ids[1 : n_windows * block + 1].reshape(n_windows, block))
         total, count = 0.0, 0
-        intervene = getattr(args, "intervene", None) or (lambda m: contextlib.nullcontext())  # (ablate)
-        with torch.no_grad(), intervene(model):
-            for i in eval_starts(n_windows, args, f"eval {split}"):
-                xb, yb = x[i : i + args.batch_size].to(dev), y[i : i + args.batch_size].to(dev)
+        with torch.no_grad(), on.within(model):
+            for i in on.starts(n_windows, f"eval {split}"):
+                xb, yb = x[i : i + on.batch_size].to(dev), y[i : i + on.batch_size].to(dev)
                 total += cross_entropy(model(xb), yb, reduction="sum").item()
                 count += yb.numel()
         loss = total / count
@@ -641,20 +640,18 @@ class GPTRecipe(Recipe):
         )
         return inspection_written(out, {"contributions": grid, **{k: np.array(v) for k, v in rest.items()}})
 
-    def explore(self, args) -> dict:
+    def explore(self, model, text: str | None = None, *, generate: int = 0, sae=None) -> dict:
         from ..inspect.explorer import text_attention
 
-        if not args.text:
+        if not text:
             raise ValueError('explore a GPT with --text "some text"')
-        model = self.model_of(args.ckpt, args.device, getattr(args, "loaded", None))
         tok = model.require_tokenizer()
-        tok.encode(args.text)  # unknown characters fail here, with a clear message
-        sae = None
-        if getattr(args, "sae", None):
+        tok.encode(text)  # unknown characters fail here, with a clear message
+        if sae:
             from ..inspect.sae import load_sae
 
-            sae = load_sae(args.sae, str(next(model.parameters()).device))[0]
-        return text_attention(model, tok, args.text, generate=getattr(args, "generate", 0) or 0, sae=sae)
+            sae = load_sae(sae, str(next(model.parameters()).device))[0]
+        return text_attention(model, tok, text, generate=generate or 0, sae=sae or None)
 
 
 def load_draft(draft, tokenizer, vocab_size: int, device: str):

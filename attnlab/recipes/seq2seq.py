@@ -29,7 +29,7 @@ from ..options import (
     vocab_size,
 )
 from . import register
-from .base import TINY_RUN, TEXT_HELP, Recipe, TrainingRun, Verbs, eval_count, eval_starts, inspection_written
+from .base import TINY_RUN, TEXT_HELP, Evaluation, Recipe, TrainingRun, Verbs, inspection_written
 
 
 class Seq2SeqVerbs(Verbs):
@@ -244,36 +244,36 @@ class Seq2SeqRecipe(Recipe):
             )
         ]
 
-    def add_eval_arguments(self, group) -> None:
-        group.add("--beam", type=beam_width, default=1, help="seq2seq: beam size for BLEU (default 1 = greedy)")
-        group.add("--alpha", type=nonneg_float, default=1.0, help="seq2seq: beam length penalty exponent (default 1.0)")
-        group.add("--max-sentences", type=positive_int, default=100_000, help="seq2seq: evaluate at most this many")
-
-    def evaluate(self, args) -> tuple[dict, str]:
+    def evaluate(
+        self,
+        model,
+        on: Evaluation,
+        *,
+        beam: Annotated[int, Arg("seq2seq and captions: beam size (1 = greedy)", beam_width)] = 1,
+        alpha: Annotated[float, Arg("beam length penalty exponent", nonneg_float)] = 1.0,
+        max_sentences: Annotated[int, Arg("seq2seq: evaluate at most this many", positive_int)] = 100_000,
+    ) -> tuple[dict, str]:
         import sacrebleu
 
         from ..data.parallel import collate
         from ..losses import cross_entropy
 
-        model = self.model_of(args.ckpt, args.device, getattr(args, "loaded", None))
         sv, tv, meta, dev = model.src_vocab, model.tgt_vocab, model.run_meta, model.device
         # the run's own data, or --data encoded with the run's vocabulary
-        data = load_data(args.data or meta.get("data_spec"), meta.get("data_opts", {}), args.data_dir, meta["vocab"])
-        split = args.split or "test"
+        data = load_data(on.data or meta.get("data_spec"), meta.get("data_opts", {}), on.data_dir, meta["vocab"])
+        split = on.split or "test"
         if split not in data.pairs:
             raise ValueError(f"{data.name} has no {split} split; use one of {', '.join(sorted(data.pairs))}")
         pairs, texts = data.pairs[split], data.texts[split]
-        n = eval_count(min(len(pairs), args.max_sentences), args)
+        n = on.count(min(len(pairs), max_sentences))
         total, count = 0.0, 0
         with torch.no_grad():
-            for i in eval_starts(n, args, f"eval {split}"):
-                src, mask, tin, tout = (
-                    t.to(dev) for t in collate(pairs[i : min(n, i + args.batch_size)], data.max_len)
-                )
+            for i in on.starts(n, f"eval {split}"):
+                src, mask, tin, tout = (t.to(dev) for t in collate(pairs[i : min(n, i + on.batch_size)], data.max_len))
                 total += cross_entropy(model(src, tin, mask), tout, ignore_index=tv.pad_id, reduction="sum").item()
                 count += int((tout != tv.pad_id).sum())
         t0 = time.perf_counter()
-        hyps = translate_texts(model, sv, tv, [s for s, _ in texts[:n]], beam=args.beam, alpha=args.alpha, device=dev)
+        hyps = translate_texts(model, sv, tv, [s for s, _ in texts[:n]], beam=beam, alpha=alpha, device=dev)
         decode_s = time.perf_counter() - t0
         refs = [t for _, t in texts[:n]]
         # a synthetic task's sentences are strings of symbols without spaces (one "word" each, so
@@ -289,14 +289,14 @@ class Seq2SeqRecipe(Recipe):
             "bleu": bleu.score,
             "bleu_signature": str(metric.get_signature()),
             "exact_match": sum(h == r for h, r in zip(hyps, refs)) / n,
-            "beam": args.beam,
+            "beam": beam,
             "decode_s": decode_s,
             "sentences_per_s": n / decode_s,
         }
         return res, (
             f"{data.name} [{split}], {n} sentences: perplexity {res['perplexity']:.2f}, BLEU "
             f"{bleu.score:.2f} ({res['bleu_signature']}), exact match {res['exact_match']:.3f}, beam "
-            f"{args.beam} ({res['sentences_per_s']:.1f} sentences/s)"
+            f"{beam} ({res['sentences_per_s']:.1f} sentences/s)"
         )
 
     def add_inspect_arguments(self, group) -> None:
@@ -314,13 +314,12 @@ class Seq2SeqRecipe(Recipe):
         alignment_png(src_tokens, tgt_tokens, maps, out)
         return inspection_written(out, {k.replace(" ", "_"): v.numpy() for k, v in maps.items()})
 
-    def explore(self, args) -> dict:
+    def explore(self, model, src: str | None = None, tgt: str | None = None) -> dict:
         from ..inspect.explorer import cross_attention
 
-        if not args.src:
+        if not src:
             raise ValueError('explore a seq2seq model with --src "a source sentence" [--tgt "its translation"]')
-        model = self.model_of(args.ckpt, args.device, getattr(args, "loaded", None))
-        return cross_attention(model, model.src_vocab, model.tgt_vocab, args.src, args.tgt)
+        return cross_attention(model, model.src_vocab, model.tgt_vocab, src, tgt)
 
 
 def load_data(spec: str, opts: dict, data_dir, vocab: dict | None = None):

@@ -152,16 +152,15 @@ class ViTRecipe(ImageClassifierRecipe):
         P.attention_distance_png(dist.numpy(), out, image_size=model.config.image_size)
         return {"distance": dist.numpy()}
 
-    def explore(self, args) -> dict:
+    def explore(self, model, image: str | None = None) -> dict:
         from ..data.images import load_image
         from ..inspect.explorer import image_attention
 
-        if not args.image:
+        if not image:
             raise ValueError("explore a ViT with --image FILE")
-        model = self.model_of(args.ckpt, args.device, getattr(args, "loaded", None))
         if model.model_type != "vit":
-            raise ValueError(f"{args.ckpt} holds {a(model.model_type)} model, which has no attention to explore")
-        img, note = load_image(args.image, model.config.in_chans, model.config.image_size)
+            raise ValueError(f"{model.checkpoint} holds {a(model.model_type)} model, which has no attention to explore")
+        img, note = load_image(image, model.config.in_chans, model.config.image_size)
         if note:
             print(f"note: {note}", file=sys.stderr)
         return image_attention(model, img, model.mean, model.std)
