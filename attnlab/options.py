@@ -329,10 +329,16 @@ class Command:
     run: Callable[..., int | None]
     verbs: tuple[Callable, ...] = ()
     specs: OptionSpecs | None = None
+    leading: OptionSpecs | None = None  # options made at run time (inspect's WHAT: every family's choices)
 
     @property
     def options(self) -> OptionSpecs:
-        return self.specs if self.specs is not None else declared(self.run, *self.verbs)
+        if self.specs is not None:
+            return self.specs
+        options = declared(self.run, *self.verbs)
+        if self.leading is not None:
+            options.specs = {**self.leading.specs, **options.specs}
+        return options
 
 
 Verb = TypeVar("Verb", bound=Callable[..., Any])

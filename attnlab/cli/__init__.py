@@ -158,13 +158,8 @@ def _commands(families) -> list[Command]:
     for r in families:
         for what, h in r.inspections.items():
             inspections.setdefault(what, {}).setdefault(h, []).append(r.name)
-    inspects = OptionSpecs()
-    inspects.add("what", choices=list(inspections), help="what to draw")
-    inspects.add("--ckpt", required=True, help="run folder")
-    inspects.add("--out", required=True, help="PNG file to write")
-    inspects.add("--data-dir", default=None, help="folder holding named datasets (default: $ATTNLAB_DATA)")
-    for r in families:
-        r.add_inspect_arguments(inspects)
+    what = OptionSpecs()  # (its choices: every family's inspections)
+    what.add("what", choices=list(inspections), help="what to draw")
     return [
         Command("predict", "classify images or texts with a trained classifier",
                 "Image classifiers: the top-k classes of each image file. Text classifiers: the label of each text, "
@@ -189,7 +184,7 @@ def _commands(families) -> list[Command]:
                 "Each inspection writes a PNG and its numbers (.npz) beside it.\n\n" + "\n".join(
                     f"{what} ({', '.join(names)}): {h}" for what, helps in inspections.items()
                     for h, names in helps.items()),
-                _inspect, specs=inspects),
+                _inspect, verbs=tuple(r.inspect_options for r in families), leading=what),
         Command("explore", "write an offline HTML page to explore a model's attention",
                 "One self-contained HTML file (no network, no server): GPT and text encoders (--text): head view, "
                 "model view, next-token distribution; ViT (--image): click a patch, class-token attention, rollout, "
@@ -261,18 +256,13 @@ def _evaluated(ckpt: str, which: str | None, device: str, options: dict[str, Any
     refusing in one line another family's option given a value."""
     from ..api import load
     from ..checkpoint import pick_checkpoint
-    from ..errors import OptionError
-    from ..options import declared
     from ..recipes import recipes
+    from ..recipes.base import EVALUATION_FIELDS
 
     model = load(pick_checkpoint(ckpt, which), device=device)
     recipe = model.family_recipe()
-    own = recipe.eval_specs().specs
-    every = declared(*(r.evaluate for r in recipes())).specs
-    for name, value in options.items():
-        if name not in own and name in every and value != every[name].default:
-            raise OptionError(f"{every[name].flags[0]} is not read by {recipe.name} models; drop it")
-    return model, {n: v for n, v in options.items() if n in own}
+    own = _own_options(recipe.name, options, recipe.evaluate, [r.evaluate for r in recipes()])
+    return model, {**own, **{n: v for n, v in options.items() if n in EVALUATION_FIELDS}}
 
 
 def _evaluate(
@@ -373,20 +363,46 @@ def _patch(
     return 0
 
 
-def _inspect(args) -> int:
+def _inspect(
+    what: str,
+    *,
+    ckpt: Annotated[str, Arg("run folder")],
+    out: Annotated[str, Arg("PNG file to write")],
+    **options: Any,
+) -> int:
+    """``attnlab inspect WHAT``: the loaded model's ``inspect`` (``options``: its family's inspect options)."""
+    from ..api import load
     from ..errors import CheckpointError
+    from ..outputs import output_file
     from ..recipes import recipes
 
-    from ..outputs import output_file
-
-    args.out = str(output_file(args.out, ".png"))
-    recipe = _family(args.ckpt)
-    if args.what not in recipe.inspections:
-        owners = [r.name for r in recipes() if args.what in r.inspections]
+    out_file = output_file(out, ".png")
+    recipe = _family(ckpt)
+    if what not in recipe.inspections:
+        owners = [r.name for r in recipes() if what in r.inspections]
         raise CheckpointError(
-            f"inspect {args.what} needs {a(' or '.join(owners))} checkpoint; {args.ckpt} holds {a(recipe.name)} model"
+            f"inspect {what} needs {a(' or '.join(owners))} checkpoint; {ckpt} holds {a(recipe.name)} model"
         )
-    return recipe.inspect(args)
+    path = load(ckpt).inspect(
+        what,
+        out_file,
+        **_own_options(recipe.name, options, recipe.inspect_options, [r.inspect_options for r in recipes()]),
+    )
+    print(f"wrote {path} and {path.with_suffix('.npz')}")
+    return 0
+
+
+def _own_options(family: str, options: dict[str, Any], own, every: list) -> dict[str, Any]:
+    """The options among ``options`` (every family's, parsed) that the family's declaration ``own``
+    takes; another family's option given a value other than its default is refused in one line."""
+    from ..errors import OptionError
+    from ..options import declared
+
+    taken, known = declared(own).specs, declared(*every).specs
+    for name, value in options.items():
+        if name not in taken and name in known and value != known[name].default:
+            raise OptionError(f"{known[name].flags[0]} is not read by {family} models; drop it")
+    return {n: v for n, v in options.items() if n in taken}
 
 
 def _explore(args) -> int:

@@ -96,6 +96,54 @@ EXPLORER_FORMS = {
 }  # fmt: skip
 
 
+TEXT_HELP = (
+    "the text to look at (gpt: lens, attribution, logit-attribution, heads; encoder: lens; seq2seq alignment: "
+    "the sentence to translate)"
+)
+
+
+IMAGE_HELP = "the image file to look at (attention, rollout, caption, attribution, lens)"
+
+
+@dataclass(frozen=True)
+class Inspection:
+    """The options of ``attnlab inspect`` (and ``model.inspect()``) that a family's inspections
+    read, declared by the fields of a dataclass like this one (``Recipe.inspect_options``)."""
+
+    data_dir: DataDir = None
+
+
+@dataclass(frozen=True)
+class TextInspection(Inspection):
+    text: Annotated[str | None, Arg(TEXT_HELP)] = None
+
+
+@dataclass(frozen=True)
+class ImageInspection(Inspection):
+    image: Annotated[str | None, Arg(IMAGE_HELP)] = None
+
+
+@dataclass(frozen=True)
+class Attribution(Inspection):
+    """``--method``, ``--steps`` and ``--baseline`` of the attribution inspections (one set for
+    every family: ``inspect`` shares its options)."""
+
+    method: Annotated[
+        Literal["integrated_gradients", "gradient_x_input"],
+        Arg("attribution: integrated_gradients (captum: pip install 'attnlab[interpret]') or gradient_x_input"),
+    ] = "integrated_gradients"
+    steps: Annotated[
+        int,
+        Arg("attribution: points on the integrated-gradients path (more: a smaller completeness gap)", positive_int),
+    ] = 32
+    baseline: Annotated[
+        str | None,
+        Arg("attribution: the integrated-gradients baseline: zeros (default: zero embeddings, the mean image); images "
+            "also blur (the image blurred: colours kept, detail removed); text also one token's text, e.g. ' ' (that "
+            "token at every position)"),
+    ] = None  # fmt: skip
+
+
 @dataclass(frozen=True)
 class Evaluation:
     """What every family's evaluation reads (the options of ``attnlab eval`` that every family
@@ -260,9 +308,6 @@ class Recipe:
         family (:class:`Evaluation`), then those its :meth:`evaluate` declares in its signature."""
         return declared(Evaluation, self.evaluate)
 
-    def add_inspect_arguments(self, group) -> None:
-        """Options of ``attnlab inspect`` that this family's inspections read."""
-
     def commands(self) -> list[Command]:
         """Extra top-level commands (``sample``, ``translate``, ``caption``, ``embed``)."""
         return []
@@ -297,7 +342,11 @@ class Recipe:
         options as keyword parameters (``Annotated[int, Arg(...)]``)."""
         raise CheckpointError(f"attnlab eval does not know how to evaluate {self.name} models yet")
 
-    def inspect(self, args) -> int:
+    inspect_options: type = Inspection  # the dataclass whose fields are its inspections' options
+
+    def inspect(self, model, what: str, out: Path, options) -> dict:
+        """Draw the inspection ``what`` of ``model`` (in memory) to the PNG ``out``, given
+        ``options`` (an :attr:`inspect_options`); return the numbers behind it (saved beside it)."""
         raise CheckpointError(f"{self.name} models offer no inspections")
 
     def explorer_form(self) -> ExplorerForm | None:
@@ -400,51 +449,6 @@ def explore_specs() -> OptionSpecs:
     return e
 
 
-TEXT_HELP = (
-    "the text to look at (gpt: lens, attribution, logit-attribution, heads; encoder: lens; seq2seq alignment: "
-    "the sentence to translate)"
-)
-
-
-IMAGE_HELP = "the image file to look at (attention, rollout, caption, attribution, lens)"
-
-
-def add_method_option(group) -> None:
-    """``--method``, ``--steps`` and ``--baseline`` of the attribution inspections (one set for
-    every family: ``inspect`` shares its options)."""
-    from ..inspect.attribution import METHODS
-    from ..options import positive_int
-
-    group.add(
-        "--method",
-        choices=METHODS,
-        default="integrated_gradients",
-        help="attribution: integrated_gradients (captum: pip install 'attnlab[interpret]') or gradient_x_input",
-    )
-    group.add(
-        "--steps",
-        type=positive_int,
-        default=32,
-        help="attribution: points on the integrated-gradients path (more: a smaller completeness gap) (default 32)",
-    )
-    group.add(
-        "--baseline",
-        default=None,
-        help="attribution: the integrated-gradients baseline: zeros (default: zero embeddings, the mean image); "
-        "images also blur (the image blurred: colours kept, detail removed); text also one token's text, e.g. ' ' "
-        "(that token at every position)",
-    )
-
-
-def inspection_written(out: Path, raw: dict) -> int:
-    """Save an inspection's numbers beside its PNG ``out`` (a .npz of the same name) and say so."""
-    import numpy as np
-
-    np.savez(out.with_suffix(".npz"), **raw)
-    print(f"wrote {out} and {out.with_suffix('.npz')}")
-    return 0
-
-
 def top_labels(probs, labels, top_k: int) -> list[list[tuple[str, float]]]:
     """The ``top_k`` (label, probability) pairs of each row of ``probs`` (N, classes), most likely first."""
     if not isinstance(top_k, int) or isinstance(top_k, bool) or top_k < 1:
@@ -528,20 +532,21 @@ class Verbs:
     def inspect(self, what: str, out: str | Path, **options) -> Path:
         """What ``attnlab inspect WHAT --out FILE.png`` draws, written to ``out`` (with its numbers
         in a .npz beside it); returns the PNG's path. ``what``: one of the family's inspections
-        (``Recipe.inspections``); ``options``: those of ``attnlab inspect`` (``image=``, ``text=``, ...)."""
+        (``Recipe.inspections``); ``options``: the fields of its ``Recipe.inspect_options``
+        (``image=``, ``text=``, ...)."""
+        import numpy as np
+
+        from ..outputs import output_file
+
         recipe = self.family_recipe()
         if not isinstance(what, str) or what not in recipe.inspections:
             raise OptionError(f"inspect {what!r}: {recipe.name} models offer {', '.join(recipe.inspections) or 'none'}")
-        specs = OptionSpecs()
-        specs.add("--data-dir", default=None)
-        recipe.add_inspect_arguments(specs)
-        values = specs.checked(options, f"inspect {what}")
-        from ..outputs import output_file
-
+        values = declared(recipe.inspect_options).checked(options, f"inspect {what}")
         out = output_file(out, ".png", "out=")
-        values.update(what=what, ckpt=self.checkpoint, out=str(out), device=str(self.device), loaded=self)
+        out.parent.mkdir(parents=True, exist_ok=True)
         with in_mode(self), as_option_errors():
-            recipe.inspect(Options(**values))
+            raw = recipe.inspect(self, what, out, recipe.inspect_options(**values))
+        np.savez(out.with_suffix(".npz"), **raw)
         return out
 
     @checked

@@ -4,6 +4,7 @@ exact captions, the pointing game on scenes) and `inspect caption` (the per-word
 from __future__ import annotations
 
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated
 
@@ -14,7 +15,7 @@ from ..errors import DataError, OptionError
 from ..models.caption import Captioner, CaptionConfig
 from ..options import Arg, Command, Device, checked, at_least, beam_width, below_one, nonneg_float, number
 from . import register
-from .base import TINY_RUN, IMAGE_HELP, Evaluation, Recipe, TrainingRun, Verbs, add_method_option, inspection_written
+from .base import TINY_RUN, Attribution, Evaluation, ImageInspection, Recipe, TrainingRun, Verbs
 
 
 class CaptionerVerbs(Verbs):
@@ -58,9 +59,15 @@ class CaptionerVerbs(Verbs):
 SCENE_OPTS = dict(n_train=8000, max_objects=3)
 
 
+@dataclass(frozen=True)
+class CaptionInspection(ImageInspection, Attribution):
+    """The options of a captioner's inspections: the image, and how to attribute its words."""
+
+
 @register
 class CaptionRecipe(Recipe):
     verbs = CaptionerVerbs
+    inspect_options = CaptionInspection
     tiny = dict(
         TINY_RUN,
         train_scenes=40,
@@ -241,37 +248,31 @@ class CaptionRecipe(Recipe):
             )
         return res, line
 
-    def add_inspect_arguments(self, group) -> None:
-        group.add("--image", default=None, help=IMAGE_HELP)
-        add_method_option(group)
-
-    def inspect(self, args) -> int:
+    def inspect(self, model, what: str, out: Path, o: CaptionInspection) -> dict:
         from ..data.images import load_image
         from ..inspect.plots import caption_attention_png
 
-        if not args.image:
-            raise ValueError(f"inspect {args.what} needs --image FILE (the image to caption)")
-        model = self.model_of(args.ckpt, "cpu", getattr(args, "loaded", None))
+        if not o.image:
+            raise ValueError(f"inspect {what} needs --image FILE (the image to caption)")
         vocab, meta, dev = model.vocab, model.run_meta, model.device
-        if model.config.arch == "rnn" and args.what == "caption":
+        if model.config.arch == "rnn" and what == "caption":
             raise ValueError(
                 "this captioner has no attention (--arch rnn): it reads the image once, through h0, so "
                 "there is no per-word attention to draw; train --arch rnn-attention or transformer (or inspect "
                 "attribution: which pixels each word came from)"
             )
-        img, note = load_image(args.image, 3, model.config.image_size)
+        img, note = load_image(o.image, 3, model.config.image_size)
         if note:
             print(f"note: {note}", file=sys.stderr)
-        out = Path(args.out)
-        if args.what == "attribution":
-            if args.baseline not in (None, "zeros"):
+        if what == "attribution":
+            if o.baseline not in (None, "zeros"):
                 raise OptionError("a captioner's attributions start from the mean image: drop --baseline")
-            words, pixels = word_attributions(model, vocab, meta, img[None], args.method, args.steps)
+            words, pixels = word_attributions(model, vocab, meta, img[None], o.method, o.steps)
             maps = pixels.abs()
             maps = maps / maps.flatten(1).amax(1).clamp_min(1e-12)[:, None, None]  # each word on its own scale
-            title = f"{' '.join(words)}  ({args.method.replace('_', ' ')}, |attribution| per word)"
+            title = f"{' '.join(words)}  ({o.method.replace('_', ' ')}, |attribution| per word)"
             caption_attention_png(img, words, maps.numpy(), out, title=title)
-            return inspection_written(out, {"words": np.array(words), "attribution": pixels.numpy()})
+            return {"words": np.array(words), "attribution": pixels.numpy()}
         ids = caption_ids(model, img[None], meta, dev)[0]
         words = [vocab.tokenizer.id_to_token(i) for i in ids] + ["<eos>"]
         att, per_head = word_attention(model, img[None], meta, [ids])
@@ -279,7 +280,7 @@ class CaptionRecipe(Recipe):
         raw = {"words": np.array(words), "attention": att[0][: len(words)].numpy()}
         if per_head is not None:
             raw["attention_per_head"] = per_head[0][:, : len(words)].numpy()
-        return inspection_written(out, raw)
+        return raw
 
 
 # ---- the pieces, usable from Python ------------------------------------------------------------------

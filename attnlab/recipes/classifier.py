@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Annotated
+from dataclasses import dataclass
+from typing import Annotated, Literal
 
 import numpy as np
 import torch
@@ -15,16 +16,26 @@ from ..options import at_least, below_one, nonneg_int, number
 from ..options import Arg, PatchOver, checked
 from .base import (
     TINY_RUN,
-    IMAGE_HELP,
+    Attribution,
+    ImageInspection,
     TopK,
     Recipe,
     TrainingRun,
     Verbs,
-    add_method_option,
     Evaluation,
-    inspection_written,
     top_labels,
 )
+
+
+@dataclass(frozen=True)
+class ClassifierInspection(ImageInspection, Attribution):
+    """The options of an image classifier's inspections."""
+
+    target: Annotated[str | None, Arg("attribution: the class to explain (default: the predicted one)")] = None
+    compare: Annotated[str | None, Arg("cka: a second run folder (e.g. the CNN baseline)")] = None
+    kernel: Annotated[Literal["linear", "rbf"], Arg("cka kernel")] = "linear"
+    n_images: Annotated[int, Arg("distance/cka: test images to use", at_least(4))] = 512
+    batch_size: Annotated[int, Arg("cka: minibatch size", at_least(4))] = 128
 
 
 class ImageClassifierVerbs(Verbs):
@@ -96,6 +107,7 @@ class ImageClassifierRecipe(Recipe):
     ablatable = True
 
     verbs = ImageClassifierVerbs
+    inspect_options = ClassifierInspection
     needs = "an image classifier (attnlab train vit or cnn, or a HuggingFace ViT folder)"
     tiny = dict(TINY_RUN)
 
@@ -338,27 +350,12 @@ class ImageClassifierRecipe(Recipe):
         return predict(ckpt, inputs, top_k=top_k, device=device)
 
     # ---- inspect -------------------------------------------------------------------------------
-    def add_inspect_arguments(self, group) -> None:
-        group.add("--image", default=None, help=IMAGE_HELP)
-        group.add("--target", default=None, help="attribution: the class to explain (default: the predicted one)")
-        add_method_option(group)
-        group.add("--compare", default=None, help="cka: a second run folder (e.g. the CNN baseline)")
-        group.add("--kernel", choices=["linear", "rbf"], default="linear", help="cka kernel (default linear)")
-        group.add("--n-images", type=at_least(4), default=512, help="distance/cka: test images to use (default 512)")
-        group.add("--batch-size", type=at_least(4), default=128, help="cka: minibatch size (default 128)")
-
-    def inspect(self, args) -> int:
-        model = self.model_of(args.ckpt, "cpu", getattr(args, "loaded", None))
-        out = Path(args.out)
-        out.parent.mkdir(parents=True, exist_ok=True)
-        return inspection_written(out, self.inspection(args, model, out))
-
-    def inspection(self, args, model, out: Path) -> dict[str, np.ndarray]:
-        """Draw ``args.what`` to ``out``; return the numbers behind it."""
-        if args.what == "attribution":
+    def inspect(self, model, what: str, out: Path, o: ClassifierInspection) -> dict[str, np.ndarray]:
+        """Draw ``what`` to ``out``; return the numbers behind it."""
+        if what == "attribution":
             from ..inspect.plots import maps_png
 
-            img, _ = one_image(args, model)
+            img, _ = one_image(o.image, what, model)
             labels = class_labels(model.config)
             res = image_attribution(
                 model,
@@ -366,18 +363,18 @@ class ImageClassifierRecipe(Recipe):
                 model.mean,
                 model.std,
                 img,
-                args.target,
-                method=args.method,
-                steps=args.steps,
-                baseline=args.baseline or "zeros",
+                o.target,
+                method=o.method,
+                steps=o.steps,
+                baseline=o.baseline or "zeros",
             )
-            maps = {args.method.replace("_", " "): res["pixels"].abs()}
+            maps = {o.method.replace("_", " "): res["pixels"].abs()}
             if res["rollout"] is not None:
                 maps["gradient-weighted rollout"] = res["rollout"]
             gap = "" if res["delta"] is None else f" (completeness gap {float(res['delta']):+.3f})"
             maps_png(img, maps, out, title=f"why class {res['target']!r}{gap}")
             return {k.replace(" ", "_"): v.numpy() for k, v in maps.items()}
-        return cka(args, model, out)
+        return cka(model, out, o)
 
 
 def class_labels(config) -> list[str]:
@@ -415,24 +412,24 @@ def image_attribution(
     return {"target": labels[index], "pixels": res["pixels"][0].cpu(), "delta": delta, "rollout": rollout}
 
 
-def one_image(args, model):
+def one_image(image: str | None, what: str, model):
     """(the image in [0, 1], the normalised batch of one) from --image."""
     from ..data.images import load_image, normalize
 
-    if not args.image:
-        raise ValueError(f"inspect {args.what} needs --image FILE (the image to look at)")
-    x, note = load_image(args.image, model.config.in_chans, model.config.image_size)
+    if not image:
+        raise ValueError(f"inspect {what} needs --image FILE (the image to look at)")
+    x, note = load_image(image, model.config.in_chans, model.config.image_size)
     if note:
         print(f"note: {note}", file=sys.stderr)
     return x, normalize(x[None], model.mean, model.std)
 
 
-def test_images(args, model, n: int) -> torch.Tensor:
+def test_images(model, n: int, data_dir: str | None = None) -> torch.Tensor:
     """The first ``n`` test images of ``model``'s run's data, normalised as in training."""
     from ..data.images import load_images, normalize
 
     meta = model.run_meta
-    splits = load_images(meta.get("data_spec") or meta.get("data"), args.data_dir)
+    splits = load_images(meta.get("data_spec") or meta.get("data"), data_dir)
     return normalize(splits.test[0][:n], model.mean, model.std)
 
 
@@ -455,7 +452,7 @@ def predict(ckpt, inputs: list[str], *, top_k: int, device: str) -> int:
     return 0
 
 
-def cka(args, model, out: Path) -> dict[str, np.ndarray]:
+def cka(model, out: Path, o: ClassifierInspection) -> dict[str, np.ndarray]:
     """CKA between every layer of ``model`` (and of ``--compare``), on test images."""
     from ..data.images import denormalize, normalize
     from ..inspect import analysis as A
@@ -463,16 +460,16 @@ def cka(args, model, out: Path) -> dict[str, np.ndarray]:
     from ..inspect.capture import capture_features
 
     other = None
-    if args.compare:
-        other = ImageClassifierRecipe.model_of(args.compare, "cpu")
+    if o.compare:
+        other = ImageClassifierRecipe.model_of(o.compare, "cpu")
         if (other.config.image_size, other.config.in_chans) != (model.config.image_size, model.config.in_chans):
             raise ValueError("--compare model takes images of another size or channel count; CKA needs the same inputs")
-    x = test_images(args, model, args.n_images)
+    x = test_images(model, o.n_images, o.data_dir)
     names_a = names_b = None
     mb = None
     full_a, full_b = [], []
-    for i in range(0, len(x), args.batch_size):
-        xb = x[i : i + args.batch_size]
+    for i in range(0, len(x), o.batch_size):
+        xb = x[i : i + o.batch_size]
         if len(xb) < 4:
             break
         with capture_features(model) as fa, torch.no_grad():
@@ -483,19 +480,19 @@ def cka(args, model, out: Path) -> dict[str, np.ndarray]:
             with capture_features(other) as fb, torch.no_grad():
                 other(xb_b)
         names_a, names_b = list(fa), list(fb)
-        if args.kernel == "linear":
+        if o.kernel == "linear":
             mb = mb or A.MinibatchCKA(len(names_a), len(names_b))
             mb.update([fa[n] for n in names_a], [fb[n] for n in names_b])
         else:
             full_a.append([fa[n] for n in names_a])
             full_b.append([fb[n] for n in names_b])
-    if args.kernel == "linear":
+    if o.kernel == "linear":
         m = mb.compute().numpy()
     else:  # RBF CKA on all collected features at once
         fa = [torch.cat([b[j] for b in full_a]) for j in range(len(names_a))]
         fb = [torch.cat([b[j] for b in full_b]) for j in range(len(names_b))]
         m = np.array([[A.rbf_cka(a, b) for b in fb] for a in fa])
-    name_a = f"{model.model_type.upper()} ({Path(args.ckpt).name})"
-    name_b = f"{other.model_type.upper()} ({Path(args.compare).name})" if other is not None else name_a
-    P.cka_png(m, out, xlabel=f"{name_b} layer", ylabel=f"{name_a} layer", title=f"{args.kernel} CKA")
+    name_a = f"{model.model_type.upper()} ({Path(model.checkpoint).name})"
+    name_b = f"{other.model_type.upper()} ({Path(o.compare).name})" if other is not None else name_a
+    P.cka_png(m, out, xlabel=f"{name_b} layer", ylabel=f"{name_a} layer", title=f"{o.kernel} CKA")
     return {"cka": m}

@@ -28,12 +28,11 @@ from ..options import (
 from . import register
 from .base import (
     TINY_RUN,
-    TEXT_HELP,
+    TextInspection,
     Recipe,
     TrainingRun,
     Verbs,
     Evaluation,
-    inspection_written,
     TopK,
     top_labels,
 )
@@ -125,6 +124,7 @@ def _texts(texts, what: str) -> list[str]:
 @register
 class TextEncoderRecipe(Recipe):
     verbs = TextEncoderVerbs
+    inspect_options = TextInspection
     tiny = dict(
         TINY_RUN,
         layers=1,
@@ -378,25 +378,22 @@ class TextEncoderRecipe(Recipe):
             f"accuracy {res['accuracy_masked']:.4f}"
         )
 
-    def add_inspect_arguments(self, group) -> None:
-        group.add("--text", default=None, help=TEXT_HELP)
-
-    def inspect(self, args) -> int:
+    def inspect(self, model, what: str, out: Path, o: TextInspection) -> dict:
         from ..inspect.lens import lens_table, mlm_lens
         from ..inspect.plots import lens_png
 
-        if not args.text:
+        if not o.text:
             raise ValueError('inspect lens needs --text "some text" (with [MASK] where the model should guess)')
-        model = self.model_of(args.ckpt, "cpu", getattr(args, "loaded", None))
         tok, dev = model.require_tokenizer(), model.device
         if model.mlm is None:
-            raise ValueError(f"{args.ckpt} has no masked-LM head (a classifier): the lens reads an --task mlm run")
-        ids, mask = encode_texts(tok, [args.text], model.config.context)
+            raise ValueError(
+                f"{model.checkpoint} has no masked-LM head (a classifier): the lens reads an --task mlm run"
+            )
+        ids, mask = encode_texts(tok, [o.text], model.config.context)
         logits = mlm_lens(model, ids.to(dev), mask.to(dev))[:, 0]  # (L + 1, T, vocab)
         table = lens_table(logits, ids[0].tolist(), tok.id_to_token, top_k=3)
-        out = Path(args.out)
         lens_png(table, out, title="masked-LM lens: each layer's top guess for each token (colour: its probability)")
-        return inspection_written(out, {"top_probs": table["top_probs"], "tokens": np.array(table["tokens"])})
+        return {"top_probs": table["top_probs"], "tokens": np.array(table["tokens"])}
 
     def explore(self, model, text: str | None = None) -> dict:
         from ..inspect.detectors import pattern_scores

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Callable, Literal, Sequence
 
@@ -12,13 +13,12 @@ from ..models.gpt import GPT, GPT_PRESETS
 from . import register
 from .base import (
     TINY_RUN,
-    TEXT_HELP,
+    Attribution,
+    TextInspection,
     Recipe,
     TrainingRun,
     Verbs,
-    add_method_option,
     Evaluation,
-    inspection_written,
 )
 from ..errors import OptionError, a
 from ..options import (
@@ -312,6 +312,14 @@ def _check_generate_call(prompt, needed: dict, use_cache) -> None:
         raise OptionError(f"{named('stop', '')}: would stop before the first token; give non-empty strings")
 
 
+@dataclass(frozen=True)
+class GPTInspection(TextInspection, Attribution):
+    answer: Annotated[
+        str | None,
+        Arg("attribution, logit-attribution: the next token whose logit to explain (default: the model's guess)"),
+    ] = None
+
+
 @register
 class GPTRecipe(Recipe):
     name = "gpt"
@@ -328,6 +336,7 @@ class GPTRecipe(Recipe):
     target_is_loss = True
     default_seconds = 70
     verbs = GPTVerbs
+    inspect_options = GPTInspection
     inspections = {
         "lens": "the logit lens: each layer's top next-token guess and its probability at every position (--text)",
         "attribution": "how much each token of --text raises the logit of the next token --answer (--method)",
@@ -561,59 +570,48 @@ class GPTRecipe(Recipe):
             f"{res['perplexity']:.2f}, {res['bits_per_char']:.3f} bits/char, {res['bits_per_byte']:.3f} bits/byte"
         )
 
-    def add_inspect_arguments(self, group) -> None:
-        group.add("--text", default=None, help=TEXT_HELP)
-        group.add(
-            "--answer",
-            default=None,
-            help="attribution, logit-attribution: the next token whose logit to explain (default: the model's guess)",
-        )
-        add_method_option(group)
-
-    def inspect(self, args) -> int:
+    def inspect(self, model, what: str, out: Path, o: GPTInspection) -> dict:
         import numpy as np
         import torch
 
         from ..inspect import plots as P
 
-        model = self.model_of(args.ckpt, None, getattr(args, "loaded", None))
-        out = Path(args.out)
-        if args.what == "heads":
+        if what == "heads":
             from ..inspect.detectors import head_scores, repeated_random_tokens
 
-            if args.text:
-                idx, where = model.token_ids(args.text, "--text"), f"on {args.text!r}"
+            if o.text:
+                idx, where = model.token_ids(o.text, "--text"), f"on {o.text!r}"
             else:  # a random sequence, then again: where previous-token, duplicate and induction heads show
                 half = min(model.config.context // 2, 50)
                 idx = repeated_random_tokens(8, half, model.config.vocab_size, torch.Generator().manual_seed(0))
                 where = f"on 8 random sequences of {half} tokens, each repeated once"
             scores = head_scores(model, idx.to(model.device))
             P.head_scores_png(scores, out, title=f"head detectors {where}")
-            return inspection_written(out, {k: v.numpy() for k, v in scores.items()})
-        if not args.text:
-            raise ValueError(f'inspect {args.what} needs --text "some text"')
-        if args.what == "lens":
-            table = model.logit_lens(args.text, top_k=3)
+            return {k: v.numpy() for k, v in scores.items()}
+        if not o.text:
+            raise ValueError(f'inspect {what} needs --text "some text"')
+        if what == "lens":
+            table = model.logit_lens(o.text, top_k=3)
             P.lens_png(table, out)
-            return inspection_written(out, {"top_probs": table["top_probs"], "tokens": np.array(table["tokens"])})
-        idx = model.token_ids(args.text, "--text")
-        if args.answer is None:
+            return {"top_probs": table["top_probs"], "tokens": np.array(table["tokens"])}
+        idx = model.token_ids(o.text, "--text")
+        if o.answer is None:
             with torch.no_grad():
                 answer = int(model(idx)[0, -1].argmax())
             named = model.tokenizer.decode([answer])
         else:
-            answer, named = model.one_token(args.answer, "--answer"), args.answer
+            answer, named = model.one_token(o.answer, "--answer"), o.answer
         tokens = [model.tokenizer.decode([i]) for i in idx[0].tolist()]
-        if args.what == "attribution":
+        if what == "attribution":
             from ..inspect.attribution import text_attributions
 
-            base = None if args.baseline in (None, "zeros") else model.one_token(args.baseline, "--baseline")
-            res = text_attributions(model, idx, answer, method=args.method, steps=args.steps, baseline=base)
+            base = None if o.baseline in (None, "zeros") else model.one_token(o.baseline, "--baseline")
+            res = text_attributions(model, idx, answer, method=o.method, steps=o.steps, baseline=base)
             scores = res["tokens"][0].numpy()
             gap = "" if res["delta"] is None else f", completeness gap {float(res['delta'][0]):+.3f}"
-            title = f"{args.method.replace('_', ' ')}: the logit of {named!r} after the text{gap}"
-            P.token_scores_png(tokens, {args.method.replace("_", " "): scores}, out, title=title)
-            return inspection_written(out, {"scores": scores, "tokens": np.array(tokens)})
+            title = f"{o.method.replace('_', ' ')}: the logit of {named!r} after the text{gap}"
+            P.token_scores_png(tokens, {o.method.replace("_", " "): scores}, out, title=title)
+            return {"scores": scores, "tokens": np.array(tokens)}
         # logit-attribution
         from ..inspect.lens import direct_logit_attribution
 
@@ -638,7 +636,7 @@ class GPTRecipe(Recipe):
             cols=[f"H{h}" for h in range(n_heads)] + (["MLP"] if has_mlp else []),
             title=fig_title,
         )
-        return inspection_written(out, {"contributions": grid, **{k: np.array(v) for k, v in rest.items()}})
+        return {"contributions": grid, **{k: np.array(v) for k, v in rest.items()}}
 
     def explore(self, model, text: str | None = None, *, generate: int = 0, sae=None) -> dict:
         from ..inspect.explorer import text_attention

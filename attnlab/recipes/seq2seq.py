@@ -29,7 +29,7 @@ from ..options import (
     vocab_size,
 )
 from . import register
-from .base import TINY_RUN, TEXT_HELP, Evaluation, Recipe, TrainingRun, Verbs, inspection_written
+from .base import TINY_RUN, Evaluation, Recipe, TextInspection, TrainingRun, Verbs
 
 
 class Seq2SeqVerbs(Verbs):
@@ -75,6 +75,7 @@ def arch_of(model_type: str, model_cfg: dict) -> str:
 @register
 class Seq2SeqRecipe(Recipe):
     verbs = Seq2SeqVerbs
+    inspect_options = TextInspection
     tiny = dict(
         TINY_RUN,
         data="copy",
@@ -299,20 +300,14 @@ class Seq2SeqRecipe(Recipe):
             f"{beam} ({res['sentences_per_s']:.1f} sentences/s)"
         )
 
-    def add_inspect_arguments(self, group) -> None:
-        group.add("--text", default=None, help=TEXT_HELP)
-
-    def inspect(self, args) -> int:
-
+    def inspect(self, model, what: str, out: Path, o: TextInspection) -> dict:
         from ..inspect.plots import alignment_png
 
-        if not args.text:
+        if not o.text:
             raise ValueError('inspect alignment needs --text "a source sentence"')
-        model = self.model_of(args.ckpt, "cpu", getattr(args, "loaded", None))
-        src_tokens, tgt_tokens, maps = alignment(model, model.src_vocab, model.tgt_vocab, args.text)
-        out = Path(args.out)
+        src_tokens, tgt_tokens, maps = alignment(model, model.src_vocab, model.tgt_vocab, o.text)
         alignment_png(src_tokens, tgt_tokens, maps, out)
-        return inspection_written(out, {k.replace(" ", "_"): v.numpy() for k, v in maps.items()})
+        return {k.replace(" ", "_"): v.numpy() for k, v in maps.items()}
 
     def explore(self, model, src: str | None = None, tgt: str | None = None) -> dict:
         from ..inspect.explorer import cross_attention

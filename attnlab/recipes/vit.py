@@ -4,16 +4,18 @@ embeddings, position similarity, mean attention distance; CKA comes from the cla
 from __future__ import annotations
 
 import sys
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Annotated, Literal
 
 import numpy as np
 import torch
 
 from ..errors import a
 from ..models.vit import VIT_PRESETS, ViT, ViTConfig
-from ..options import below_one, nonneg_int
+from ..options import Arg, below_one, nonneg_int
 from . import register
-from .classifier import ImageClassifierRecipe, class_labels, one_image, test_images
+from .classifier import ClassifierInspection, ImageClassifierRecipe, class_labels, one_image, test_images
 
 
 def preset_for(shape) -> str:
@@ -24,6 +26,15 @@ def preset_for(shape) -> str:
     return "mnist" if c == 1 else "cifar"
 
 
+@dataclass(frozen=True)
+class ViTInspection(ClassifierInspection):
+    """A ViT's inspections read those of every image classifier, and which attention to draw."""
+
+    token: Annotated[int, Arg("attention: query token to show (0 = class token)", nonneg_int)] = 0
+    head_fusion: Annotated[Literal["mean", "max", "min"], Arg("rollout: how to fuse heads")] = "mean"
+    discard_ratio: Annotated[float, Arg("rollout: drop this fraction of the weakest weights", below_one)] = 0.0
+
+
 @register
 class ViTRecipe(ImageClassifierRecipe):
     name = "vit"
@@ -31,6 +42,7 @@ class ViTRecipe(ImageClassifierRecipe):
     models = {"vit": ViT}
     presets = VIT_PRESETS
     explore_kind = "image"
+    inspect_options = ViTInspection
     tiny = dict(ImageClassifierRecipe.tiny, dim=16, layers=1, heads=2)
     # Per-dataset recipes (benchmarks/README.md, ViT): on digits 1,000 steps of 64 at lr 2e-3
     # (no random shift, see ImageClassifierRecipe.prepare) reach 98.4 % over five seeds in ~30 s,
@@ -90,62 +102,52 @@ class ViTRecipe(ImageClassifierRecipe):
             }
         )
 
-    def add_inspect_arguments(self, group) -> None:
-        super().add_inspect_arguments(group)
-        group.add(
-            "--token", type=nonneg_int, default=0, help="attention: query token to show (default 0 = class token)"
-        )
-        group.add("--head-fusion", choices=["mean", "max", "min"], default="mean", help="rollout: how to fuse heads")
-        group.add(
-            "--discard-ratio", type=below_one, default=0.0, help="rollout: drop this fraction of the weakest weights"
-        )
-
-    def inspection(self, args, model, out: Path) -> dict[str, np.ndarray]:
+    def inspect(self, model, what: str, out: Path, o: ViTInspection) -> dict[str, np.ndarray]:
         from ..inspect import analysis as A
         from ..inspect import plots as P
 
-        if args.what in ImageClassifierRecipe.inspections:
-            return super().inspection(args, model, out)
-        if args.what in ("attention", "rollout"):
-            img, x = one_image(args, model)
+        if what in ImageClassifierRecipe.inspections:
+            return super().inspect(model, what, out, o)
+        if what in ("attention", "rollout"):
+            img, x = one_image(o.image, what, model)
             maps = attention_maps(model, x)  # L x (1, H, T, T)
             g, npre = model.grid, model.n_prefix
-            if args.what == "attention":
-                if not 0 <= args.token < maps[0].shape[-1]:
+            if what == "attention":
+                if not 0 <= o.token < maps[0].shape[-1]:
                     raise ValueError(f"--token must be in 0..{maps[0].shape[-1] - 1}")
-                rows = torch.stack([m[0, :, args.token, npre:] for m in maps])  # (L, H, N)
+                rows = torch.stack([m[0, :, o.token, npre:] for m in maps])  # (L, H, N)
                 P.attention_grid_png(
-                    img, rows.reshape(*rows.shape[:2], *g).numpy(), out, title=f"attention from token {args.token}"
+                    img, rows.reshape(*rows.shape[:2], *g).numpy(), out, title=f"attention from token {o.token}"
                 )
                 return {"attention": torch.stack([m[0] for m in maps]).numpy()}
-            r = A.rollout(maps, args.head_fusion, args.discard_ratio, n_prefix=npre)[0]  # (T, T)
+            r = A.rollout(maps, o.head_fusion, o.discard_ratio, n_prefix=npre)[0]  # (T, T)
             src = r[0, npre:] if npre else r.mean(0)
             P.overlay_png(
                 img,
                 (src / src.max()).reshape(*g).numpy(),
                 out,
-                title=f"attention rollout ({args.head_fusion}, discard {args.discard_ratio})",
+                title=f"attention rollout ({o.head_fusion}, discard {o.discard_ratio})",
             )
             return {"rollout": r.numpy()}
-        if args.what == "lens":
+        if what == "lens":
             from ..inspect.lens import class_lens
 
-            img, x = one_image(args, model)
+            img, x = one_image(o.image, what, model)
             probs = class_lens(model, x)[:, 0].float().softmax(-1)  # (L, classes)
             labels = class_labels(model.config)
             shown = probs[-1].topk(min(10, probs.shape[-1])).indices.tolist()  # the final top classes
             P.class_lens_png(img, probs[:, shown].numpy(), [labels[i] for i in shown], out)
             return {"probs": probs.numpy(), "labels": np.array(labels)}
-        if args.what == "embeddings":
+        if what == "embeddings":
             comps, var = A.embedding_components(model.patch_embed.proj.weight.detach(), 28)
             P.components_png(comps.numpy(), var.numpy(), out)
             return {"components": comps.numpy(), "explained_variance": var.numpy()}
-        if args.what == "positions":
+        if what == "positions":
             sim = A.position_similarity(model.pos_embed.detach()[0, model.n_prefix :])
             P.position_similarity_png(sim.numpy(), model.grid, out)
             return {"similarity": sim.numpy()}
         # distance
-        maps = attention_maps(model, test_images(args, model, args.n_images))
+        maps = attention_maps(model, test_images(model, o.n_images, o.data_dir))
         dist = torch.stack(
             [A.mean_attention_distance(m, model.grid, model.config.patch_size, model.n_prefix) for m in maps]
         )  # (L, H)
