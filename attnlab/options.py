@@ -15,7 +15,6 @@ import collections.abc
 import functools
 import inspect
 import math
-import sys
 import types
 from dataclasses import dataclass
 from pathlib import Path
@@ -381,10 +380,12 @@ def declared_parameters(verb: Callable) -> list[tuple[inspect.Parameter, Any, Ar
     """(parameter, its type without the annotation, its :class:`Arg`) for each parameter of ``verb``
     annotated with an Arg, in the signature's order."""
     verb = inspect.unwrap(verb)
-    namespace = getattr(verb, "__globals__", None) or vars(sys.modules[verb.__module__])  # (a dataclass: its module)
+    # a dataclass's fields, each in the namespace of the class that declares it (a base elsewhere)
+    fields = typing.get_type_hints(verb, include_extras=True) if inspect.isclass(verb) else {}
+    namespace = getattr(verb, "__globals__", None) or {}
     found = []
     for param in inspect.signature(verb).parameters.values():
-        annotation = param.annotation
+        annotation = fields.get(param.name, param.annotation)
         if isinstance(annotation, str):
             try:
                 annotation = eval(annotation, namespace)  # noqa: S307 (the verb's own annotation)

@@ -211,12 +211,9 @@ def test_a_value_eval_inspect_or_train_refuses_is_refused_by_the_flag_and_the_ke
     """`attnlab eval`, `inspect` and `train FAMILY` and the loaded model's ``evaluate`` and
     ``inspect`` and ``attnlab.train``: each option's one declaration refuses a value just outside
     what it takes, by its flag and by its keyword alike."""
-    from attnlab.options import OptionSpecs
-
     recipe = next(r for r in recipes() if r.name == family)
     model = tiny_run(family).load()
-    inspects = OptionSpecs()
-    recipe.add_inspect_arguments(inspects)
+    inspects = declared(recipe.inspect_options)
     what = next(iter(recipe.inspections), None)
     surfaces = [
         (recipe.eval_specs(), ("eval",), lambda **kw: model.evaluate(**kw)),
