@@ -19,11 +19,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .config import option_fields
 from .errors import AttnlabError, OptionError
 from .inspect.explorer import Exploration
 from .recipes import Recipe, checkpoint_recipe, recipes
-from .options import Options, path_argument
+from .options import path_argument
 from .recipes.base import Verbs
 
 if TYPE_CHECKING:
@@ -50,12 +49,8 @@ def train_options(family: str) -> dict[str, Any]:
     default preset's and the family's training defaults; None where the data decides, or where
     unset means automatic, such as ``threads``)."""
     recipe = _recipe(family)
-    values = {**recipe.default_values(), **PYTHON_DEFAULTS}
+    values = recipe.default_values()
     return {n: values.get(n) for n in recipe.train_specs().specs if n not in ("out", "resume", "config")}
-
-
-# where a Python call differs from the command line: a notebook asked for a model, not a sample
-PYTHON_DEFAULTS = {"sample_chars": 0}
 
 
 def train(
@@ -78,7 +73,9 @@ def train(
     ``options``: any option of ``attnlab train <family>`` by its flag's name (``preset``,
     ``layers``, ``lr``, ``max_iters``, ``device``, ``dtype``, ...; :func:`train_options` lists them).
     """
-    from .recipes import train as train_recipe
+    import sys
+
+    from .training.runs import train as train_run
 
     if out is not None and not isinstance(out, (str, Path)):  # ('' is refused below, with the flag's words)
         path_argument(out, "out")
@@ -87,11 +84,10 @@ def train(
     recipe = _recipe(family)
     specs = recipe.train_specs()
     alias_of = {f.lstrip("-").replace("-", "_"): s.dest for s in specs for f in s.flags}  # every flag's name -> option
-    options = {**{k: v for k, v in PYTHON_DEFAULTS.items() if k in specs and config is None}, **options}
     if config is not None:
         file_data, from_file = _config_options(recipe, family, config, tuple(specs.specs), alias_of)
         data = file_data if data is None else data
-        options = {**{k: v for k, v in PYTHON_DEFAULTS.items() if k in specs}, **from_file, **options}
+        options = {**from_file, **options}
     values: dict[str, Any] = {n: s.default for n, s in specs.specs.items()}
     for name, value in options.items():
         key = alias_of.get(name, name)
@@ -109,9 +105,6 @@ def train(
         from .hub import resolve
 
         values["init"] = str(resolve(values["init"]))
-    from .training import TrainConfig
-
-    values.update(out=str(out) if out is not None else recipe.default_out, resume=bool(resume))
     if callbacks is not None:
         from .training.callbacks import CallbackList
 
@@ -119,16 +112,14 @@ def train(
             CallbackList(list(callbacks))
         except TypeError as e:
             raise OptionError(str(e)) from None
-    opts = Options(
-        **values,
-        callbacks=list(callbacks or []),
-        model_fields=recipe.model_fields(),
-        train_fields=list(option_fields(TrainConfig)),
-    )
+    run_folder = Path(out) if out is not None else Path(recipe.default_out)
     from .checkpoint import abandon_new_runs
 
+    def say(line: str) -> None:  # (the run's header, resuming and its end: on stderr, as its progress)
+        print(line, file=sys.stderr)
+
     try:
-        result = train_recipe(recipe, opts)
+        result = train_run(recipe, values, out=str(run_folder), resume=bool(resume), callbacks=callbacks, say=say)
     except ValueError as e:  # a config's own check (a model too large, --lr <= 0): the API's error type
         abandon_new_runs()  # a refused run leaves no folder behind, as on the command line
         if isinstance(e, AttnlabError):
@@ -138,7 +129,7 @@ def train(
         abandon_new_runs()
         raise
     result.model.eval()
-    return Run(family, Path(opts.out), result.step, result.best_val, result.model)
+    return Run(family, run_folder, result.step, result.best_val, result.model)
 
 
 def _config_options(

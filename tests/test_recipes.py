@@ -185,8 +185,8 @@ def test_a_new_family_is_one_recipe(tmp_path):
         help = "a test family"
         models = {"tiny-lm": TinyLM}
 
-        def prepare(self, args, saved, model_over, tcfg):
-            run = super().prepare(args, saved, model_over, tcfg)
+        def prepare(self, o, saved, model_over, tcfg, out):
+            run = super().prepare(o, saved, model_over, tcfg, out)
             run.model_type = "tiny-lm"
             return run
 

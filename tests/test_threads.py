@@ -88,7 +88,7 @@ def test_this_machine_reports_a_sample_with_our_own_time():
 def test_a_run_restores_the_callers_thread_count(tmp_path):
     from attnlab.data.text import prepare
     from attnlab.models import GPT, GPTConfig
-    from attnlab.recipes.base import run_header
+    from attnlab.training.runs import run_header
     from attnlab.training import LanguageModelTask, TrainConfig, Trainer
 
     (tmp_path / "corpus.txt").write_text("a small corpus of text for a tiny model. " * 40)

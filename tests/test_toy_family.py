@@ -94,7 +94,7 @@ class RepeatRecipe(Recipe):
     train_defaults = dict(max_iters=30, eval_interval=30, eval_iters=2, batch_size=32, lr=3e-3)
     tiny = dict(max_iters=4, eval_interval=4, eval_iters=1, batch_size=8, progress=False, device="cpu")
 
-    def prepare(self, args, saved, model_over, tcfg):
+    def prepare(self, o, saved, model_over, tcfg, out):
         c = RepeatConfig.from_dict(saved["model"]) if saved else RepeatConfig(**model_over)
         return TrainingRun("repeat", c, RepeatTask(c, tcfg.batch_size), {"data": "repeated first tokens"}, "repeat")
 

@@ -227,10 +227,6 @@ def _train(recipe, args) -> int:
     }
     for passed_apart in ("data", "out", "resume", "config"):
         given.pop(passed_apart, None)
-    if args.config is None:  # the command line's own defaults where Python's differ (--sample-chars 300)
-        from ..api import PYTHON_DEFAULTS
-
-        given.update({k: getattr(args, k) for k in PYTHON_DEFAULTS if k in specs and k not in given})
     train(recipe.name, data=getattr(args, "data", None), out=args.out, resume=args.resume, config=args.config, **given)
     return 0
 

@@ -13,7 +13,7 @@ import torch
 from ..data.parallel import load_parallel, pad_batch, synthetic_pair
 from ..generate.beam import greedy_decode
 from ..models import RNNConfig, RNNSeq2Seq, Transformer, TransformerConfig
-from ..recipes.base import fit_model
+from ..training.runs import fit_model
 from ..training import TrainConfig
 from ..training.callbacks import MeasureAtSteps, quarter_steps
 from ..training.tasks import Seq2SeqTask

@@ -67,10 +67,10 @@ def run_settings() -> dict:
 def fit(ctx: Context, model, task, name: str, steps: int, callbacks=(), **options) -> None:
     """Train ``model`` on ``task`` for ``steps`` steps into ``ctx.work / name`` with
     :func:`run_settings`, one evaluation at the end, through the training every family's run ends
-    in (:func:`attnlab.recipes.base.fit_model`); for a model no family trains on data no family
+    in (:func:`attnlab.training.runs.fit_model`); for a model no family trains on data no family
     reads (a graph transformer on cycles, a GPT on an induction task). ``callbacks``: the
     trainer's (a learning curve); ``options``: the TrainConfig fields that differ."""
-    from ..recipes.base import fit_model
+    from ..training.runs import fit_model
     from ..training import TrainConfig
 
     settings = {**run_settings(), "eval_iters": 2, **options}

@@ -14,12 +14,13 @@ import pkgutil
 from pathlib import Path
 
 from ..errors import CheckpointError, a, does_not_fit
-from .base import Recipe, TrainingRun, Verbs, train, with_verbs
+from ..training.runs import TrainingRun
+from .base import Recipe, TrainOptions, Verbs, with_verbs
 
 __all__ = [
     "Recipe",
     "TrainingRun",
-    "train",
+    "TrainOptions",
     "register",
     "recipes",
     "recipe_for",

@@ -10,14 +10,11 @@ registry of recipes (:mod:`attnlab.recipes`), so a new family is one recipe file
 from __future__ import annotations
 
 import contextlib
-import json
-import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Callable, Literal
 
-from ..data.fingerprint import check_same_data, fingerprint
 from ..errors import AttnlabError, CheckpointError, OptionError, a, one_line
 from ..hooks import in_mode
 from ..options import (
@@ -25,7 +22,6 @@ from ..options import (
     Command,
     DataDir,
     Device,
-    Options,
     Which,
     OptionSpecs,
     checked,
@@ -34,20 +30,7 @@ from ..options import (
     nonneg_int,
     positive_int,
 )
-from ..runoptions import write_options
-
-
-@dataclass
-class TrainingRun:
-    """What a recipe prepares for the trainer: the model to build (type and config), the task
-    (data + loss), what to save beside the weights, and a line that describes the run."""
-
-    model_type: str
-    config: Any
-    task: Any
-    meta: dict
-    summary: str
-    setup: Callable | None = None  # called with the built model (e.g. an RNN's teacher forcing)
+from ..training.runs import TrainingRun
 
 
 # what every family's tiny run shares (:attr:`Recipe.tiny`): two steps of four examples on the CPU, quietly
@@ -182,6 +165,16 @@ class Evaluation:
         return self.intervene(model) if self.intervene is not None else contextlib.nullcontext()
 
 
+@dataclass(frozen=True)
+class TrainOptions:
+    """A family's own options of ``attnlab train NAME`` and ``attnlab.train(NAME)`` (its data and
+    task; the model's and the trainer's come from their config dataclasses), declared by the fields
+    of a subclass (``Recipe.train_options``): what the family's ``prepare`` reads."""
+
+    data: Annotated[str | None, Arg("the data to train on (default: the family's embedded data)")] = None
+    data_dir: DataDir = None
+
+
 EVALUATION_FIELDS = ("data", "data_dir", "split", "batch_size", "max_batches")
 
 
@@ -214,9 +207,7 @@ class Recipe:
         return list(dict.fromkeys(m.config_class for m in self.models.values()))
 
     # ---- command line ------------------------------------------------------------------------
-    def add_train_arguments(self, specs: OptionSpecs) -> None:
-        """Data and task options of ``attnlab train NAME`` (model and trainer fields are added
-        from the configs)."""
+    train_options: type = TrainOptions  # the dataclass whose fields are its own train options
 
     def train_specs(self) -> OptionSpecs:
         """Every option of ``attnlab train NAME`` / :func:`attnlab.train`: the family's own, then
@@ -224,9 +215,7 @@ class Recipe:
         value a run given no options uses (:meth:`default_values`)."""
         from ..training import TrainConfig
 
-        specs = OptionSpecs()
-        self.add_train_arguments(specs)
-        specs.add("--data-dir", default=None, help="folder holding named datasets (default: $ATTNLAB_DATA)")
+        specs = declared(self.train_options)
         specs.add(
             "--out",
             default=self.default_out,
@@ -246,16 +235,10 @@ class Recipe:
         specs.group("training").add_fields(TrainConfig, shown=shown)
         return specs
 
-    def preset_fields(self, args) -> dict:
+    def preset_fields(self, o) -> dict:
         """The model fields a new run starts from, before the options given and the data: the
-        preset's (``args.preset``), for the first of :meth:`config_classes`."""
-        return dict(self.presets.get(getattr(args, "preset", None) or "", {}))
-
-    def default_args(self) -> Options:
-        """The family's own train options at their defaults (model and trainer fields not given)."""
-        own = OptionSpecs()
-        self.add_train_arguments(own)
-        return Options(**{n: s.default for n, s in own.specs.items()})
+        preset's (``o.preset``, where the family has presets), for the first of :meth:`config_classes`."""
+        return dict(self.presets.get(getattr(o, "preset", None) or "", {}))
 
     def default_values(self) -> dict[str, Any]:
         """Every option of ``train`` -> the value a run given no options uses: the family's option
@@ -267,16 +250,16 @@ class Recipe:
         from ..config import option_fields
         from ..training import TrainConfig
 
-        args = self.default_args()
-        values: dict[str, Any] = dict(vars(args))
+        own = self.train_options()  # (its own options at their defaults)
+        values: dict[str, Any] = dataclasses.asdict(own)
         for i, cls in enumerate(self.config_classes()):
             start = {f.name: f.default for f in dataclasses.fields(cls) if f.default is not dataclasses.MISSING}
-            start.update(self.preset_fields(args) if i == 0 else {})
+            start.update(self.preset_fields(own) if i == 0 else {})
             for name in option_fields(cls):
                 if name not in self.set_by_data and name not in values:
                     values[name] = None if name in self.follows_data else start.get(name)
         train = {f.name: f.default for f in dataclasses.fields(TrainConfig)}
-        values.update({**train, **self.train_defaults_for(args)})
+        values.update({**train, **self.train_defaults_for(own)})
         return values
 
     def shown_defaults(self) -> dict[str, str]:
@@ -312,24 +295,26 @@ class Recipe:
         """Extra top-level commands (``sample``, ``translate``, ``caption``, ``embed``)."""
         return []
 
-    # ---- training ------------------------------------------------------------------------------
-    def train_defaults_for(self, args) -> dict:
-        """The training defaults of a new run (a family may size them to its data)."""
+    # ---- training (what :func:`attnlab.training.runs.train` asks of a family) ---------------------
+    def train_defaults_for(self, o) -> dict:
+        """The training defaults of a new run given its own options ``o`` (a family may size them
+        to its data)."""
         return self.train_defaults
 
-    def check_new(self, args, model_over: dict) -> None:
+    def check_new(self, o, model_over: dict) -> None:
         """Refuse bad options of a new run before anything is read or written."""
 
-    def run_options(self, args, saved: dict) -> dict[str, tuple]:
+    def run_options(self, o, saved: dict) -> dict[str, tuple]:
         """Options besides the model fields that a resumed run cannot change: {option: (given
         now or None, the run's value)}."""
         return {}
 
-    def prepare(self, args, saved: dict | None, model_over: dict, tcfg) -> TrainingRun:
-        """Read the data and return the run (for a resumed run, from its ``saved`` config)."""
+    def prepare(self, o, saved: dict | None, model_over: dict, tcfg, out: Path) -> TrainingRun:
+        """Read the data and return the run (for a resumed run, from its ``saved`` config) into
+        the run folder ``out``, given its own options ``o`` (a :attr:`train_options`)."""
         raise NotImplementedError
 
-    def finish(self, args, run: TrainingRun, trainer, result: dict) -> None:
+    def finish(self, o, run: TrainingRun, trainer, result: dict) -> None:
         print(
             f"done: step {result['step']}, {trainer.checkpoints_line()}, run folder {trainer.out}",
             file=sys.stderr,
@@ -665,233 +650,3 @@ def _shown(value) -> str:
     if isinstance(value, bool):
         return "on" if value else "off"
     return f"{value:g}" if isinstance(value, float) else str(value)
-
-
-# ---- options shared by every family ---------------------------------------------------------------
-def given(args, names) -> dict:
-    """The options among ``names`` that the user gave (None = not given)."""
-    return {n: getattr(args, n) for n in names if getattr(args, n, None) is not None}
-
-
-def train_config(args, saved: dict | None, defaults: dict | None = None):
-    """The TrainConfig of this run: a new one from the family's ``defaults`` and the options given.
-    A resumed run keeps its saved values and takes the training
-    options given now (they are safe to change, and are listed); its learning-rate schedule stays
-    the one it started with (decay to its original ``lr_decay_iters``) unless --lr-decay-iters is given."""
-    from ..training import TrainConfig
-
-    over = given(args, args.train_fields)
-    if not saved:
-        return TrainConfig(**{**(defaults or {}), **over})
-    old = dict(saved.get("train", {}))
-    if old.get("lr_decay_iters") is None:  # runs written before the schedule was saved explicitly
-        old["lr_decay_iters"] = old.get("max_iters")
-    cfg = TrainConfig.from_dict({**old, **over}, strict=False)
-    changed = {k: v for k, v in over.items() if saved.get("train", {}).get(k) != v}
-    if changed:
-        print(f"resume: training options changed from the saved run: {changed}", file=sys.stderr)
-    if "max_iters" in over and "lr_decay_iters" not in over:
-        print(
-            f"resume: keeping the run's schedule (cosine decay to step {cfg.lr_decay_iters}, then min lr); "
-            "pass --lr-decay-iters N for another",
-            file=sys.stderr,
-        )
-    return cfg
-
-
-def refuse_model_changes(out, model_cfg, model_over: dict, others: dict | None = None) -> None:
-    """On --resume, model options (and ``others``: {option: (given, saved)}) must match the run."""
-    clash = {k: v for k, v in model_over.items() if not hasattr(model_cfg, k) or getattr(model_cfg, k) != v}
-    clash.update({k: new for k, (new, old) in (others or {}).items() if new is not None and new != old})
-    if clash:
-        shown = ", ".join(f"--{k.replace('_', '-')} {v}" for k, v in clash.items())
-        raise CheckpointError(
-            f"--resume with options that differ from the checkpoint in {out} ({shown}); model "
-            "and data options cannot change: drop them to continue the run, or start a new --out"
-        )
-
-
-def run_header(trainer) -> str:
-    """The device and dtype of a run, with the reason for the dtype, and its CPU threads."""
-    dtype = str(trainer.dtype).replace("torch.", "")
-    head = f"{trainer.device} {dtype} ({trainer.dtype_reason})"
-    if trainer.device.type == "cpu":
-        share = trainer.cpu_share
-        head += f" | {share.threads} thread{'s' * (share.threads > 1)} ({share.reason})"
-    return head
-
-
-def replay_options(recipe: Recipe, args, run: TrainingRun, tcfg, model_over: dict, saved: dict | None) -> dict:
-    """The options that re-run this run (``--config RUN``): the family's, the model's as built
-    (only those given when its shape came from --init) and the trainer's as resolved. A resumed
-    run keeps what its options.json says of the family and the model; its training options are
-    the ones it now runs with."""
-    from ..runoptions import OPTIONS_FILE
-
-    earlier = Path(args.out) / OPTIONS_FILE
-    if saved and earlier.is_file():
-        try:
-            options = dict(json.loads(earlier.read_text()).get("options", {}))
-        except (ValueError, AttributeError):  # (a damaged file is rewritten from what the run knows)
-            options = {}
-    else:
-        options = {n: getattr(args, n, None) for n in vars(recipe.default_args())}
-        if getattr(args, "init", None):
-            options.update(model_over)
-        else:
-            options.update({n: getattr(run.config, n) for n in args.model_fields if hasattr(run.config, n)})
-        given_data = getattr(args, "data", None)  # (a family may take no --data: its data is generated)
-        data = given_data if given_data is not None else (saved or {}).get("data_spec")
-        options["data"] = data
-    options.update({n: getattr(tcfg, n) for n in args.train_fields})
-    return options
-
-
-def fits_in_memory(model, task, tcfg) -> None:
-    """Refuse, before the first step, a batch whose activations cannot fit in memory (see
-    :mod:`attnlab.training.memory`); the model's buffers (BatchNorm statistics) are left as they were."""
-    import torch
-
-    from ..training.devices import pick_device
-    from ..training.memory import check_fits
-
-    buffers = {n: b.clone() for n, b in model.named_buffers()}
-    try:
-        check_fits(model, task, tcfg.batch_size, pick_device(tcfg.device), ema=bool(tcfg.ema))
-    finally:
-        with torch.no_grad():
-            for n, b in model.named_buffers():
-                b.copy_(buffers[n])
-
-
-# ---- the one path: train a new run or resume one -------------------------------------------------
-@dataclass
-class TrainResult:
-    """What :func:`train` leaves: the trained model (in memory), its trainer and the final step."""
-
-    model: Any
-    trainer: Any
-    run: TrainingRun
-    step: int
-    best_val: float
-
-
-def train(recipe: Recipe, args) -> TrainResult:
-    """Every family, new or resumed, from the command line or from Python, goes through here."""
-    import torch
-
-    from ..checkpoint import run_config
-
-    if not str(args.out).strip():  # (Path("") is the current folder: the run would land among other files)
-        raise OptionError("--out '' names no folder; give the run folder to write (e.g. runs/gpt)")
-    out = Path(args.out)
-    model_over, training_over = given(args, args.model_fields), given(args, args.train_fields)
-    restarts = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
-    if restarts and not args.resume and (out / "last" / "config.json").is_file():
-        # torchrun's elastic agent restarted the workers after a failure (--max-restarts): the
-        # same command continues from the last checkpoint, which redoes the lost steps exactly
-        args.resume = True
-        if int(os.environ.get("RANK", "0")) == 0:
-            print(f"torchrun restart {restarts}: resuming from {out / 'last'}", file=sys.stderr)
-    if not args.resume:  # check the options before anything is read or written
-        tcfg = train_config(args, None, recipe.train_defaults_for(args))
-        recipe.check_new(args, model_over)
-    saved = run_config(out, args.resume, tuple(recipe.models))
-    if saved:
-        check_resumable(recipe, args, saved, model_over)
-        tcfg = train_config(args, saved)
-    elif recipe.default_seconds and getattr(args, "data", None) is None and not (model_over or training_over):
-        secs = recipe.default_seconds
-        expect = f"{secs} seconds" if secs < 120 else f"{secs / 60:.1f} minutes"
-        print(
-            f"the embedded default run: expect about {expect} on 2 CPU cores (measured on a 2-core AMD EPYC)",
-            file=sys.stderr,
-        )
-    asked = training_over.get("target")  # (a family's default target is for the data it suits)
-    if asked is not None and asked > 1 and not recipe.target_is_loss:
-        raise OptionError(f"--target must be in [0, 1] for a {recipe.name} run (a fraction: accuracy, exact match)")
-    run = recipe.prepare(args, saved, model_over, tcfg)
-    # what it trains on, for a later --resume to compare (kept as first recorded)
-    run.meta["data_fingerprint"] = (
-        saved["data_fingerprint"] if saved and "data_fingerprint" in saved else fingerprint(getattr(args, "data", None))
-    )
-    metric = getattr(run.task, "target_metric", None)
-    if asked is not None and metric is None:
-        raise OptionError(
-            f"--target {asked}: this {recipe.name} run has no validation metric to reach (classifiers have "
-            "accuracy, synthetic seq2seq tasks exact match, language models a loss); drop --target"
-        )
-    torch.manual_seed(tcfg.seed)  # the initial weights follow from the seed
-    model = recipe.models[run.model_type](run.config)
-    if run.setup is not None:
-        run.setup(model)
-
-    def started(trainer) -> None:
-        if trainer.dist.main:
-            write_options(out, recipe.name, replay_options(recipe, args, run, tcfg, model_over, saved))
-        if args.resume:
-            trainer.resume()
-        n_params = sum(p.numel() for p in model.parameters())
-        print(f"{run.summary} | {n_params / 1e6:.2f}M parameters | {run_header(trainer)}", file=sys.stderr)
-
-    def finished(trainer, result) -> None:
-        if trainer.dist.main:
-            recipe.finish(args, run, trainer, result)
-
-    trainer, result = fit_model(
-        model,
-        run.task,
-        tcfg,
-        out,
-        meta=run.meta,
-        callbacks=getattr(args, "callbacks", None),
-        started=started,
-        finished=finished,
-    )
-    return TrainResult(trainer.model, trainer, run, result["step"], result["best_val"])
-
-
-def check_resumable(recipe: Recipe, args, saved: dict, model_over: dict) -> None:
-    """Refuse to resume the run ``saved`` (its config.json) with other model or data options, other
-    data, or a --max-iters it has already passed."""
-    out = Path(args.out)
-    saved_cfg = recipe.models[saved["model_type"]].config_class.from_dict(saved["model"])
-    refuse_model_changes(out, saved_cfg, model_over, recipe.run_options(args, saved))
-    given_data = getattr(args, "data", None)
-    data_now = fingerprint(given_data if given_data is not None else saved.get("data_spec"))
-    if "data_fingerprint" in saved:  # (runs written before fingerprints are not checked)
-        if saved["data_fingerprint"] is None and given_data is not None:
-            raise CheckpointError(
-                f"--resume {out}: it trained on the family's default data, not --data {given_data}; drop --data "
-                "to resume it, or start a new run in another --out"
-            )
-        check_same_data(out, saved["data_fingerprint"], data_now)
-    asked_iters = given(args, args.train_fields).get("max_iters")
-    if asked_iters is not None and asked_iters < saved.get("step", 0):  # (it would exit 0 having done nothing)
-        raise OptionError(
-            f"--max-iters {asked_iters}: the run in {out} is at step {saved['step']} already; give --max-iters "
-            f"above {saved['step']} to train it further (sample or eval use it as it is)"
-        )
-
-
-def fit_model(model, task, tcfg, out, *, meta=None, callbacks=None, started=None, finished=None) -> tuple[Any, dict]:
-    """Train ``model`` on ``task`` with the TrainConfig ``tcfg`` into the run folder ``out``: the
-    training every family's run ends in (:func:`train`), and that of a claim's model that no
-    family trains (a graph transformer on cycles, a GPT on an induction task: ``attnlab
-    reproduce``). A batch that cannot fit is refused first; ``started(trainer)`` runs before the
-    first step (options.json, resume, the run's header) and ``finished(trainer, result)`` after
-    the last, before a distributed job's processes part. Returns (trainer, the trainer's result)."""
-    from ..training import Trainer
-    from ..training import distributed as D
-
-    fits_in_memory(model, task, tcfg)
-    trainer = Trainer(model, task, tcfg, Path(out), meta=meta or {}, callbacks=callbacks)
-    try:
-        if started is not None:
-            started(trainer)
-        result = trainer.fit()
-        if finished is not None:
-            finished(trainer, result)
-    finally:
-        D.cleanup(trainer.dist)
-    return trainer, result

@@ -15,7 +15,7 @@ from ..errors import DataError, OptionError
 from ..models.caption import Captioner, CaptionConfig
 from ..options import Arg, Command, Device, checked, at_least, beam_width, below_one, nonneg_float, number
 from . import register
-from .base import TINY_RUN, Attribution, Evaluation, ImageInspection, Recipe, TrainingRun, Verbs
+from .base import TINY_RUN, Attribution, Evaluation, ImageInspection, Recipe, TrainingRun, TrainOptions, Verbs
 
 
 class CaptionerVerbs(Verbs):
@@ -60,6 +60,24 @@ SCENE_OPTS = dict(n_train=8000, max_objects=3)
 
 
 @dataclass(frozen=True)
+class CaptionTrainOptions(TrainOptions):
+    """The captioner's own options of ``attnlab train caption``: its images and captions."""
+
+    data: Annotated[
+        str | None,
+        Arg("scenes (embedded, generated; default) | COCO folder or captions JSON | image<TAB>caption file"),
+    ] = None
+    train_scenes: Annotated[
+        int | None, Arg(f"scenes: training images to generate (default {SCENE_OPTS['n_train']})", at_least(10))
+    ] = None
+    max_objects: Annotated[
+        int | None,
+        Arg("scenes: at most this many objects per image (default 3)", number(int, 1, True, 3, what="1, 2 or 3")),
+    ] = None
+    label_smoothing: Annotated[float, Arg("label smoothing", below_one)] = 0.0
+
+
+@dataclass(frozen=True)
 class CaptionInspection(ImageInspection, Attribution):
     """The options of a captioner's inspections: the image, and how to attribute its words."""
 
@@ -67,6 +85,7 @@ class CaptionInspection(ImageInspection, Attribution):
 @register
 class CaptionRecipe(Recipe):
     verbs = CaptionerVerbs
+    train_options = CaptionTrainOptions
     inspect_options = CaptionInspection
     tiny = dict(
         TINY_RUN,
@@ -105,34 +124,14 @@ class CaptionRecipe(Recipe):
         "attribution": "the image once per generated word with the pixels that raised its logit (--image, --method)",
     }
 
-    def add_train_arguments(self, p) -> None:
-        p.add(
-            "--data",
-            default=None,
-            help="scenes (embedded, generated; default) | COCO folder or captions JSON | image<TAB>caption file",
-        )
-        p.add(
-            "--train-scenes",
-            type=at_least(10),
-            default=None,
-            help=f"scenes: training images to generate (default {SCENE_OPTS['n_train']})",
-        )
-        p.add(
-            "--max-objects",
-            type=number(int, 1, True, 3, what="1, 2 or 3"),
-            default=None,
-            help="scenes: at most this many objects per image (default 3)",
-        )
-        p.add("--label-smoothing", type=below_one, default=0.0, help="label smoothing (default 0)")
+    def data_options(self, o) -> dict:
+        return {"n_train": o.train_scenes, "max_objects": o.max_objects}
 
-    def data_options(self, args) -> dict:
-        return {"n_train": args.train_scenes, "max_objects": args.max_objects}
-
-    def run_options(self, args, saved):
+    def run_options(self, o, saved):
         opts = saved.get("data_opts", {})
         return {
-            "data": (args.data, saved.get("data_spec")),
-            **{k: (v, opts.get(k, SCENE_OPTS[k])) for k, v in self.data_options(args).items()},
+            "data": (o.data, saved.get("data_spec")),
+            **{k: (v, opts.get(k, SCENE_OPTS[k])) for k, v in self.data_options(o).items()},
         }
 
     # model options that only some decoders or image encoders read: given to another, they would do
@@ -147,7 +146,7 @@ class CaptionRecipe(Recipe):
     }
     ONLY_FOR_ENCODER = {"patch_size": "vit", "enc_layers": "vit"}
 
-    def check_new(self, args, model_over) -> None:
+    def check_new(self, o, model_over) -> None:
         arch = model_over.get("arch", CaptionConfig.arch)
         encoder = model_over.get("encoder", CaptionConfig.encoder)
         for name, archs in self.ONLY_FOR_ARCH.items():
@@ -161,7 +160,7 @@ class CaptionRecipe(Recipe):
         if "heads" in model_over and arch != "transformer" and encoder != "vit":
             raise ValueError(f"--heads applies to --arch transformer or --encoder vit, not {arch} with {encoder}")
 
-    def prepare(self, args, saved, model_over, tcfg):
+    def prepare(self, o, saved, model_over, tcfg, out):
         from ..data.captions import load_captions
         from ..training.tasks import CaptionTask
 
@@ -170,8 +169,8 @@ class CaptionRecipe(Recipe):
             spec, opts = saved.get("data_spec"), saved.get("data_opts", SCENE_OPTS)
             data = load_captions(spec, image_size=cfg.image_size, vocab=saved["vocab"], **opts)
         else:
-            spec = args.data or "scenes"
-            opts = {**SCENE_OPTS, **{k: v for k, v in self.data_options(args).items() if v is not None}}
+            spec = o.data or "scenes"
+            opts = {**SCENE_OPTS, **{k: v for k, v in self.data_options(o).items() if v is not None}}
             image_size = model_over.get("image_size", CaptionConfig.image_size)
             data = load_captions(spec, image_size=image_size, **opts)
             cfg = CaptionConfig(
@@ -189,15 +188,15 @@ class CaptionRecipe(Recipe):
                 f"context of {cfg.context} allows; give --context {data.max_len + 2} or more"
             )
         print(data.note, file=sys.stderr)
-        task = CaptionTask(data, tcfg.batch_size, args.label_smoothing)
+        task = CaptionTask(data, tcfg.batch_size, o.label_smoothing)
         summary = (
             f"captioner {cfg.encoder} + {cfg.arch} | data {data.name}, vocabulary {data.vocab.size} words, "
             f"grid {'x'.join(map(str, cfg.grid))}"
         )
         return TrainingRun("captioner", cfg, task, {"data_spec": spec, "data_opts": opts}, summary)
 
-    def finish(self, args, run, trainer, result) -> None:
-        super().finish(args, run, trainer, result)
+    def finish(self, o, run, trainer, result) -> None:
+        super().finish(o, run, trainer, result)
         data = run.task.data
         model = trainer.model.eval()
         images = data.images["test"][:3]

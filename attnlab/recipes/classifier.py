@@ -17,6 +17,7 @@ from ..options import Arg, PatchOver, checked
 from .base import (
     TINY_RUN,
     Attribution,
+    TrainOptions,
     ImageInspection,
     TopK,
     Recipe,
@@ -25,6 +26,36 @@ from .base import (
     Evaluation,
     top_labels,
 )
+
+
+@dataclass(frozen=True)
+class ImageTrainOptions(TrainOptions):
+    """An image classifier family's own options of ``attnlab train``: its images, start and augmentation."""
+
+    data: Annotated[str | None, Arg("digits (embedded, default) | mnist | cifar10 | FOLDER")] = None
+    init: Annotated[
+        str | None,
+        Arg(
+            "fine-tune: start from this classifier of the same family (an attnlab run, or a HuggingFace ViT "
+            "folder), keeping its shape; a new head when the data's classes differ"
+        ),
+    ] = None
+    freeze: Annotated[bool, Arg("with --init: train the classification head only, the body frozen")] = False
+    label_smoothing: Annotated[
+        float | None, Arg("label smoothing of the loss (default: 0, ViT on digits and mnist 0.1)", below_one)
+    ] = None
+    pad: Annotated[
+        int | None, Arg("random-crop padding in pixels (default: image size / 8; 0 below 16 px)", nonneg_int)
+    ] = None
+    flip: Annotated[bool | None, Arg("random horizontal flips (default: on for cifar10, off for digits/mnist)")] = None
+    rotate: Annotated[
+        float | None,
+        Arg(
+            "random rotation of ± this many degrees, with ± rotate%% scaling (default: 10 for digits/mnist, 0 for "
+            "cifar10)",
+            number(float, 0.0, True, 180.0, what="from 0 to 180 degrees"),
+        ),
+    ] = None
 
 
 @dataclass(frozen=True)
@@ -107,7 +138,8 @@ class ImageClassifierRecipe(Recipe):
     ablatable = True
 
     verbs = ImageClassifierVerbs
-    inspect_options = ClassifierInspection
+    train_options: type = ImageTrainOptions
+    inspect_options: type = ClassifierInspection
     needs = "an image classifier (attnlab train vit or cnn, or a HuggingFace ViT folder)"
     tiny = dict(TINY_RUN)
 
@@ -137,42 +169,7 @@ class ImageClassifierRecipe(Recipe):
             "per class."
         )
 
-    def add_train_arguments(self, p) -> None:
-        p.add("--data", default=None, help="digits (embedded, default) | mnist | cifar10 | FOLDER")
-        p.add(
-            "--init",
-            default=None,
-            help="fine-tune: start from this classifier of the same family (an attnlab run, or a HuggingFace ViT "
-            "folder), keeping its shape; a new head when the data's classes differ",
-        )
-        p.add("--freeze", kind="flag", help="with --init: train the classification head only, the body frozen")
-        p.add(
-            "--label-smoothing",
-            type=below_one,
-            default=None,
-            help="label smoothing of the loss (default: 0, ViT on digits and mnist 0.1)",
-        )
-        p.add(
-            "--pad",
-            type=nonneg_int,
-            default=None,
-            help="random-crop padding in pixels (default: image size / 8; 0 below 16 px)",
-        )
-        p.add(
-            "--flip",
-            kind="bool",
-            default=None,
-            help="random horizontal flips (default: on for cifar10, off for digits/mnist)",
-        )
-        p.add(
-            "--rotate",
-            type=number(float, 0.0, True, 180.0, what="from 0 to 180 degrees"),
-            default=None,
-            help="random rotation of ± this many degrees, with ± rotate%% scaling (default: 10 for "
-            "digits/mnist, 0 for cifar10)",
-        )
-
-    def new_config(self, args, splits, model_over: dict):
+    def new_config(self, o, splits, model_over: dict):
         raise NotImplementedError
 
     @classmethod
@@ -182,30 +179,30 @@ class ImageClassifierRecipe(Recipe):
 
         return tuple(t for r in recipes() if isinstance(r, ImageClassifierRecipe) for t in r.models)
 
-    def check_new(self, args, model_over) -> None:
-        if args.freeze and not args.init:
+    def check_new(self, o, model_over) -> None:
+        if o.freeze and not o.init:
             raise ValueError("--freeze keeps a pretrained body fixed; give the model to start from with --init")
         shape = sorted(k for k in model_over if k != "dropout")
-        if args.init and shape:
+        if o.init and shape:
             raise ValueError(
                 f"--init fixes the model's shape; drop {', '.join('--' + k.replace('_', '-') for k in shape)}"
             )
 
-    def run_options(self, args, saved):
-        return {"data": (args.data, saved.get("data_spec"))}
+    def run_options(self, o, saved):
+        return {"data": (o.data, saved.get("data_spec"))}
 
-    def init_from(self, args, splits, model_over):
+    def init_from(self, o, splits, model_over):
         """(model type, config, weights to load) of a run fine-tuned from ``--init``: the pretrained
         shape, with this data's classes; the old head dropped when the classes differ."""
-        pretrained = self.model_of(args.init, "cpu")
+        pretrained = self.model_of(o.init, "cpu")
         mtype = pretrained.model_type
         if mtype not in self.models:
-            raise ValueError(f"--init {args.init} holds {a(mtype)} model; fine-tune it with attnlab train {mtype}")
+            raise ValueError(f"--init {o.init} holds {a(mtype)} model; fine-tune it with attnlab train {mtype}")
         base = pretrained.config
         c, h, _ = splits.shape
         if (base.in_chans, base.image_size) != (c, h):
             raise DataError(
-                f"--init {args.init} reads {base.in_chans}x{base.image_size}x{base.image_size} images, "
+                f"--init {o.init} reads {base.in_chans}x{base.image_size}x{base.image_size} images, "
                 f"{splits.name} holds {c}x{h}x{h}: fine-tune on images of the pretrained size"
             )
         labels = list(splits.labels)
@@ -215,11 +212,11 @@ class ImageClassifierRecipe(Recipe):
             state = {k: v for k, v in state.items() if not k.startswith("head.")}
         return mtype, cfg, state
 
-    def prepare(self, args, saved, model_over, tcfg):
+    def prepare(self, o, saved, model_over, tcfg, out):
         from ..data.images import load_images
 
-        spec = (saved.get("data_spec") if saved else args.data) or "digits"
-        splits = load_images(spec, args.data_dir)
+        spec = (saved.get("data_spec") if saved else o.data) or "digits"
+        splits = load_images(spec, o.data_dir)
         c, h, w = splits.shape
         if h != w:
             raise DataError(f"images are {h}x{w}; attnlab's classifiers expect square images")
@@ -227,10 +224,10 @@ class ImageClassifierRecipe(Recipe):
         if saved:
             mtype = saved["model_type"]
             cfg = self.models[mtype].config_class.from_dict(saved["model"])
-        elif args.init:
-            mtype, cfg, init_state = self.init_from(args, splits, model_over)
+        elif o.init:
+            mtype, cfg, init_state = self.init_from(o, splits, model_over)
         else:
-            mtype, cfg = self.new_config(args, splits, model_over)
+            mtype, cfg = self.new_config(o, splits, model_over)
         if cfg.image_size != h:
             raise DataError(
                 f"the images of {splits.name} are {h}x{w}, but the model takes {cfg.image_size}x"
@@ -240,29 +237,29 @@ class ImageClassifierRecipe(Recipe):
         task = self.image_task(
             splits,
             tcfg.batch_size,
-            pad=args.pad,
-            flip=args.flip,
-            rotate=args.rotate,
-            label_smoothing=args.label_smoothing,
+            pad=o.pad,
+            flip=o.flip,
+            rotate=o.rotate,
+            label_smoothing=o.label_smoothing,
         )
-        freeze = bool(saved.get("freeze", False)) if saved else bool(getattr(args, "freeze", False))
+        freeze = bool(saved.get("freeze", False)) if saved else bool(o.freeze)
 
         def setup(model) -> None:
             if init_state is not None:
                 missing, unexpected = model.load_state_dict(init_state, strict=False)
                 if unexpected or [k for k in missing if not k.startswith("head.")]:
                     raise CheckpointError(
-                        f"--init {args.init} does not fit: missing {missing[:3]}, unexpected {unexpected[:3]}"
+                        f"--init {o.init} does not fit: missing {missing[:3]}, unexpected {unexpected[:3]}"
                     )
             if freeze:  # (a resumed run stays frozen: the flag is saved with it)
                 for name, p in model.named_parameters():
                     p.requires_grad_(name.startswith("head."))
 
-        meta = {"data_spec": spec, **({"init": str(args.init)} if init_state is not None else {})}
+        meta = {"data_spec": spec, **({"init": str(o.init)} if init_state is not None else {})}
         if freeze:
             meta["freeze"] = True
         summary = f"{mtype.upper()} | data {splits.name} {c}x{h}x{w}" + (
-            f" | from {args.init}" + (", body frozen" if freeze else "") if init_state is not None else ""
+            f" | from {o.init}" + (", body frozen" if freeze else "") if init_state is not None else ""
         )
         return TrainingRun(mtype, cfg, task, meta, summary, setup)
 
@@ -284,7 +281,7 @@ class ImageClassifierRecipe(Recipe):
             splits, batch_size, pad=pad, flip=flip, label_smoothing=smoothing, rotate=rotate, scale=rotate / 100
         )
 
-    def finish(self, args, run, trainer, result) -> None:
+    def finish(self, o, run, trainer, result) -> None:
         pred, y = run.task.predict(trainer.model, "test", device=trainer.device)
         acc = (pred == y).float().mean().item()
         print(

@@ -13,7 +13,7 @@ class CNNRecipe(ImageClassifierRecipe):
     help = "the small CNN baseline (for comparisons)"
     models = {"cnn": CNN}
 
-    def new_config(self, args, splits, model_over):
+    def new_config(self, o, splits, model_over):
         c, h, _ = splits.shape
         # --image-size must match the data (checked by the caller): the data's size unless given
         fields = {"image_size": h, **model_over, "in_chans": c, "num_classes": len(splits.labels)}

@@ -7,7 +7,8 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Annotated, Sequence
+from dataclasses import dataclass
+from typing import Annotated, Literal, Sequence
 
 import numpy as np
 import torch
@@ -29,6 +30,7 @@ from . import register
 from .base import (
     TINY_RUN,
     TextInspection,
+    TrainOptions,
     Recipe,
     TrainingRun,
     Verbs,
@@ -36,6 +38,40 @@ from .base import (
     TopK,
     top_labels,
 )
+
+
+@dataclass(frozen=True)
+class EncoderTrainOptions(TrainOptions):
+    """The text encoder's own options of ``attnlab train encoder``: its task, data and start."""
+
+    task: Annotated[
+        Literal["mlm", "classify", "tag"] | None,
+        Arg(
+            "mlm: masked-language-model pretraining (default); classify: text classification; tag: a label per "
+            "word (token classification)"
+        ),
+    ] = None
+    data: Annotated[
+        str | None,
+        Arg(
+            "mlm: python-docs (embedded, default) | shakespeare | a text file or folder; classify: "
+            "python-docs-sections (embedded, default) | a text<TAB>label file; tag: synthetic-pos (embedded, "
+            "default) | a text<TAB>tags file"
+        ),
+    ] = None
+    init: Annotated[
+        str | None,
+        Arg("classify, tag: start from this pretrained encoder (an attnlab run or a HuggingFace BERT folder)"),
+    ] = None
+    vocab_size: Annotated[
+        int | None,
+        Arg("WordPiece vocabulary to train (default 4096; not with --init: its tokenizer is used)", vocab_size(16)),
+    ] = None
+    preset: Annotated[
+        Literal[tuple(sorted(ENCODER_PRESETS))],  # type: ignore[valid-type]
+        Arg("model shape (tiny: 2 layers, 2 heads, 128 wide)"),
+    ] = "tiny"
+    label_smoothing: Annotated[float | None, Arg("classify, tag: label smoothing (default 0)", below_one)] = None
 
 
 class TextEncoderVerbs(Verbs):
@@ -124,6 +160,7 @@ def _texts(texts, what: str) -> list[str]:
 @register
 class TextEncoderRecipe(Recipe):
     verbs = TextEncoderVerbs
+    train_options = EncoderTrainOptions
     inspect_options = TextInspection
     tiny = dict(
         TINY_RUN,
@@ -165,68 +202,34 @@ class TextEncoderRecipe(Recipe):
         eval_iters=5,
     )
 
-    def add_train_arguments(self, p) -> None:
-        p.add(
-            "--task",
-            choices=["mlm", "classify", "tag"],
-            default=None,
-            help="mlm: masked-language-model pretraining (default); classify: text classification; tag: a "
-            "label per word (token classification)",
-        )
-        p.add(
-            "--data",
-            default=None,
-            help="mlm: python-docs (embedded, default) | shakespeare | a text file or folder; classify: "
-            "python-docs-sections (embedded, default) | a text<TAB>label file; tag: synthetic-pos "
-            "(embedded, default) | a text<TAB>tags file",
-        )
-        p.add(
-            "--init",
-            default=None,
-            help="classify, tag: start from this pretrained encoder (an attnlab run or a HuggingFace BERT folder)",
-        )
-        p.add(
-            "--vocab-size",
-            type=vocab_size(16),
-            default=None,
-            help="WordPiece vocabulary to train (default 4096; not with --init: its tokenizer is used)",
-        )
-        p.add(
-            "--preset",
-            default="tiny",
-            choices=sorted(ENCODER_PRESETS),
-            help="model shape (default tiny: 2 layers, 2 heads, 128 wide)",
-        )
-        p.add("--label-smoothing", type=below_one, default=None, help="classify, tag: label smoothing (default 0)")
-
-    def check_new(self, args, model_over) -> None:
-        if args.label_smoothing is not None and (args.task or "mlm") == "mlm":
+    def check_new(self, o, model_over) -> None:
+        if o.label_smoothing is not None and (o.task or "mlm") == "mlm":
             raise ValueError(
                 "--label-smoothing applies to --task classify or tag (masked-LM pretraining does not smooth)"
             )
-        if args.init and args.task not in ("classify", "tag"):  # (a new run's task defaults to mlm)
+        if o.init and o.task not in ("classify", "tag"):  # (a new run's task defaults to mlm)
             raise ValueError(
                 "--init starts a classifier from a pretrained encoder; use it with --task classify or --task tag"
             )
-        if args.init and args.vocab_size:
+        if o.init and o.vocab_size:
             raise ValueError("--vocab-size trains a new tokenizer, but --init brings its own; drop one of them")
         shape = {k for k in model_over if k != "dropout"}
-        if args.init and shape:
+        if o.init and shape:
             raise ValueError(
                 f"--init fixes the model's shape; drop {', '.join('--' + k.replace('_', '-') for k in sorted(shape))}"
             )
 
-    def run_options(self, args, saved):
-        return {"task": (args.task, saved.get("task")), "data": (args.data, saved.get("data_spec"))}
+    def run_options(self, o, saved):
+        return {"task": (o.task, saved.get("task")), "data": (o.data, saved.get("data_spec"))}
 
-    def prepare(self, args, saved, model_over, tcfg):
+    def prepare(self, o, saved, model_over, tcfg, out):
         from ..data.labelled import load_labelled, load_pretraining_texts, tokenize
         from ..data.tagged import load_tagged, tokenize_tagged
         from ..tokens import WordPieceTokenizer, tokenizer_from_dict
         from ..training.tasks import MaskedLMTask, TextClassificationTask, TokenTaggingTask
 
-        task_name = saved["task"] if saved else (args.task or "mlm")
-        spec = saved.get("data_spec") if saved else args.data
+        task_name = saved["task"] if saved else (o.task or "mlm")
+        spec = saved.get("data_spec") if saved else o.data
         init_state = None
         supervised = task_name in ("classify", "tag")
         if task_name == "classify":
@@ -242,14 +245,14 @@ class TextEncoderRecipe(Recipe):
             name, classes = tagged.name, tagged.classes
             texts = {k: [" ".join(w) for w in v] for k, v in tagged.words.items()}  # for the tokenizer
         else:
-            name, texts = load_pretraining_texts(spec, args.data_dir)
+            name, texts = load_pretraining_texts(spec, o.data_dir)
             labels, classes = None, None
         if saved:
             cfg = TextEncoderConfig.from_dict(saved["model"])
             tokenizer = tokenizer_from_dict(saved["tokenizer"])
             classes = cfg.labels if supervised else None
-        elif args.init:
-            pretrained = self.model_of(args.init, "cpu")
+        elif o.init:
+            pretrained = self.model_of(o.init, "cpu")
             tokenizer = pretrained.require_tokenizer()
             cfg = TextEncoderConfig(
                 **{
@@ -263,10 +266,10 @@ class TextEncoderRecipe(Recipe):
             )
             init_state = {k: v for k, v in pretrained.state_dict().items() if not k.startswith(("mlm.", "head."))}
         else:
-            tokenizer = WordPieceTokenizer.train(texts["train"], vocab_size=args.vocab_size or 4096)
+            tokenizer = WordPieceTokenizer.train(texts["train"], vocab_size=o.vocab_size or 4096)
             cfg = TextEncoderConfig(
                 **{
-                    **self.preset_fields(args),
+                    **self.preset_fields(o),
                     **model_over,
                     "vocab_size": tokenizer.vocab_size,
                     "pad_id": tokenizer.pad_id,
@@ -288,7 +291,7 @@ class TextEncoderRecipe(Recipe):
             )
         if supervised:
             kind = TokenTaggingTask if task_name == "tag" else TextClassificationTask
-            task = kind(data, tcfg.batch_size, args.label_smoothing or 0.0)
+            task = kind(data, tcfg.batch_size, o.label_smoothing or 0.0)
         else:
             task = MaskedLMTask(data, tcfg.batch_size)
 
@@ -297,7 +300,7 @@ class TextEncoderRecipe(Recipe):
                 missing, unexpected = model.load_state_dict(init_state, strict=False)
                 if unexpected or [k for k in missing if not k.startswith(("head.", "mlm."))]:
                     raise CheckpointError(
-                        f"--init {args.init} does not fit: missing {missing[:3]}, unexpected {unexpected[:3]}"
+                        f"--init {o.init} does not fit: missing {missing[:3]}, unexpected {unexpected[:3]}"
                     )
 
         counts = ", ".join(f"{len(v)} {k}" for k, v in data.ids.items())
@@ -305,14 +308,14 @@ class TextEncoderRecipe(Recipe):
             f"text encoder {cfg.layers} layers, {cfg.heads} heads, {cfg.dim} wide, context {cfg.context} | "
             f"{task_name} on {name}: {counts} texts, WordPiece vocabulary {tokenizer.vocab_size}"
             + (f", {len(classes)} {'tags' if task_name == 'tag' else 'classes'}" if classes else "")
-            + (f" | from {args.init}" if args.init else "")
+            + (f" | from {o.init}" if o.init else "")
         )
-        meta = {"data_spec": spec, "task": task_name, **({"init": str(args.init)} if args.init else {})}
+        meta = {"data_spec": spec, "task": task_name, **({"init": str(o.init)} if o.init else {})}
         return TrainingRun("text-encoder", cfg, task, meta, summary, setup)
 
-    def finish(self, args, run, trainer, result) -> None:
+    def finish(self, o, run, trainer, result) -> None:
         if not hasattr(run.task, "predict"):  # pretraining
-            return super().finish(args, run, trainer, result)
+            return super().finish(o, run, trainer, result)
         pred, y = run.task.predict(trainer.model, "test", device=trainer.device)
         what = "tagged words" if run.meta["task"] == "tag" else "texts"
         print(

@@ -14,6 +14,7 @@ from . import register
 from .base import (
     TINY_RUN,
     Attribution,
+    TrainOptions,
     TextInspection,
     Recipe,
     TrainingRun,
@@ -313,6 +314,42 @@ def _check_generate_call(prompt, needed: dict, use_cache) -> None:
 
 
 @dataclass(frozen=True)
+class GPTTrainOptions(TrainOptions):
+    """The GPT family's own options of ``attnlab train gpt``: its text, tokenizer and start."""
+
+    data: Annotated[
+        str | None,
+        Arg("text file, folder of text files, or a dataset name: python-docs (embedded, default), shakespeare"),
+    ] = None
+    tokenizer: Annotated[Literal["char", "bpe"] | None, Arg("character-level (default) or byte-level BPE")] = None
+    init: Annotated[
+        str | None,
+        Arg(
+            "fine-tune: start from this GPT (an attnlab run or a HuggingFace GPT-2 folder), keeping its shape and "
+            "tokenizer; --context may shorten it, --dropout change"
+        ),
+    ] = None
+    vocab_size: Annotated[int | None, Arg("BPE vocabulary size (default 1024)", vocab_size(2))] = None
+    preset: Annotated[
+        Literal[tuple(sorted(GPT_PRESETS))],  # type: ignore[valid-type]
+        Arg(
+            "model shape to start from (shakespeare-cpu: 4 layers, 4 heads, 128 wide, context 64); speedrun-cpu / "
+            "speedrun: the same shapes with the modded-nanogpt speedrun's changes and Muon"
+        ),
+    ] = "shakespeare-cpu"
+    sample_chars: Annotated[int, Arg("print a sample of this many tokens at the end (0: none)", nonneg_int)] = 0
+    loss_chunk: Annotated[
+        int,
+        Arg(
+            "compute the loss this many tokens at a time, each block's logits recomputed in the backward pass, so "
+            "the (tokens x vocabulary) fp32 logits are never held at once: memory for large vocabularies, at the "
+            "cost of a second pass through the output head (0: all at once)",
+            nonneg_int,
+        ),
+    ] = 0
+
+
+@dataclass(frozen=True)
 class GPTInspection(TextInspection, Attribution):
     answer: Annotated[
         str | None,
@@ -336,6 +373,7 @@ class GPTRecipe(Recipe):
     target_is_loss = True
     default_seconds = 70
     verbs = GPTVerbs
+    train_options = GPTTrainOptions
     inspect_options = GPTInspection
     inspections = {
         "lens": "the logit lens: each layer's top next-token guess and its probability at every position (--text)",
@@ -366,49 +404,13 @@ class GPTRecipe(Recipe):
         "speedrun": dict(SPEEDRUN_TRAIN, warmup_iters=50, max_iters=600, batch_size=128, eval_interval=100),
     }
 
-    def add_train_arguments(self, p) -> None:
-        p.add(
-            "--data",
-            default=None,
-            help="text file, folder of text files, or a dataset name: python-docs (embedded, default), shakespeare",
-        )
-        p.add("--tokenizer", choices=["char", "bpe"], default=None, help="character-level (default) or byte-level BPE")
-        p.add(
-            "--init",
-            default=None,
-            help="fine-tune: start from this GPT (an attnlab run or a HuggingFace GPT-2 folder), keeping its shape "
-            "and tokenizer; --context may shorten it, --dropout change",
-        )
-        p.add("--vocab-size", type=vocab_size(2), default=None, help="BPE vocabulary size (default 1024)")
-        p.add(
-            "--preset",
-            default="shakespeare-cpu",
-            choices=sorted(GPT_PRESETS),
-            help="model shape to start from (default: shakespeare-cpu = 4 layers, 4 heads, 128 wide, context 64); "
-            "speedrun-cpu / speedrun: the same shapes with the modded-nanogpt speedrun's changes and Muon",
-        )
-        p.add(
-            "--sample-chars",
-            type=nonneg_int,
-            default=300,
-            help="print a sample of this many tokens at the end (0: none)",
-        )
-        p.add(
-            "--loss-chunk",
-            type=nonneg_int,
-            default=0,
-            help="compute the loss this many tokens at a time, each block's logits recomputed in the backward "
-            "pass, so the (tokens x vocabulary) fp32 logits are never held at once: memory for large "
-            "vocabularies, at the cost of a second pass through the output head (default 0: all at once)",
-        )
+    def train_defaults_for(self, o) -> dict:
+        return {**self.train_defaults, **self.PRESET_TRAIN.get(o.preset, {})}
 
-    def train_defaults_for(self, args) -> dict:
-        return {**self.train_defaults, **self.PRESET_TRAIN.get(args.preset, {})}
-
-    def check_new(self, args, model_over) -> None:
-        if not args.init:
+    def check_new(self, o, model_over) -> None:
+        if not o.init:
             return
-        if args.tokenizer or args.vocab_size:
+        if o.tokenizer or o.vocab_size:
             raise ValueError("--init brings its own tokenizer; drop --tokenizer / --vocab-size")
         shape = sorted(k for k in model_over if k not in ("dropout", "context"))
         if shape:
@@ -416,55 +418,54 @@ class GPTRecipe(Recipe):
                 f"--init fixes the model's shape; drop {', '.join('--' + k.replace('_', '-') for k in shape)}"
             )
 
-    def run_options(self, args, saved):
+    def run_options(self, o, saved):
         # a resumed run may read new text (same tokenizer), but cannot switch tokenizers
-        return {"tokenizer": (args.tokenizer, saved["tokenizer"].get("kind"))}
+        return {"tokenizer": (o.tokenizer, saved["tokenizer"].get("kind"))}
 
-    def prepare(self, args, saved, model_over, tcfg):
+    def prepare(self, o, saved, model_over, tcfg, out):
         from ..data.shards import token_data as prepare
         from ..models.gpt import GPTConfig
         from ..training import LanguageModelTask
 
-        out = Path(args.out)
         init_state, meta = None, {}
         if saved:
             cfg = GPTConfig.from_dict(saved["model"])
-            spec = args.data if args.data is not None else saved.get("data_spec")
-            data = prepare(spec, out / "data", data_dir=args.data_dir, existing_tokenizer=saved["tokenizer"],
+            spec = o.data if o.data is not None else saved.get("data_spec")
+            data = prepare(spec, out / "data", data_dir=o.data_dir, existing_tokenizer=saved["tokenizer"],
                            progress=tcfg.progress)  # fmt: skip
-        elif args.init:  # fine-tuning: the pretrained model's shape, weights and tokenizer
-            pretrained = self.model_of(args.init, "cpu")
+        elif o.init:  # fine-tuning: the pretrained model's shape, weights and tokenizer
+            pretrained = self.model_of(o.init, "cpu")
             tok, base = pretrained.require_tokenizer(), pretrained.config
             if model_over.get("context", base.context) > base.context:
                 raise ValueError(
-                    f"--context {model_over['context']} is longer than {args.init}'s {base.context}: "
+                    f"--context {model_over['context']} is longer than {o.init}'s {base.context}: "
                     "fine-tuning can shorten the context, not lengthen it"
                 )
-            spec = args.data
-            data = prepare(spec, out / "data", data_dir=args.data_dir, existing_tokenizer=tok.to_dict(),
+            spec = o.data
+            data = prepare(spec, out / "data", data_dir=o.data_dir, existing_tokenizer=tok.to_dict(),
                            progress=tcfg.progress)  # fmt: skip
             cfg = GPTConfig(**{**base.to_dict(), **model_over})
             init_state = pretrained.state_dict()
-            meta = {"init": str(args.init)}
+            meta = {"init": str(o.init)}
         else:
-            spec = args.data
+            spec = o.data
             data = prepare(
                 spec,
                 out / "data",
-                tokenizer=args.tokenizer or "char",
-                vocab_size=args.vocab_size,
-                data_dir=args.data_dir,
+                tokenizer=o.tokenizer or "char",
+                vocab_size=o.vocab_size,
+                data_dir=o.data_dir,
                 progress=tcfg.progress,
             )
             vocab = {"vocab_size": data.tokenizer.vocab_size}
             if data.tokenizer.kind != "char":  # BPE: the head padded to a multiple of 64 rows (nanoGPT's 50,304)
                 vocab["vocab_multiple"] = 64
-            cfg = GPTConfig(**{**self.preset_fields(args), **vocab, **model_over})
-        task = LanguageModelTask(data, cfg.context, tcfg.batch_size, loss_chunk=args.loss_chunk)
+            cfg = GPTConfig(**{**self.preset_fields(o), **vocab, **model_over})
+        task = LanguageModelTask(data, cfg.context, tcfg.batch_size, loss_chunk=o.loss_chunk)
         summary = (
             f"GPT {cfg.layers} layers, {cfg.heads} heads, {cfg.dim} wide, context {cfg.context} | data "
             f"{data.name}: {len(data.train):,} train / {len(data.val):,} val tokens, vocab "
-            f"{data.tokenizer.vocab_size}" + (f" | from {args.init}" if init_state is not None else "")
+            f"{data.tokenizer.vocab_size}" + (f" | from {o.init}" if init_state is not None else "")
         )
 
         def setup(model) -> None:
@@ -478,9 +479,9 @@ class GPTRecipe(Recipe):
 
         return TrainingRun("gpt", cfg, task, {"data_spec": spec, **meta}, summary, setup)
 
-    def finish(self, args, run, trainer, result) -> None:
-        super().finish(args, run, trainer, result)
-        if args.sample_chars > 0:
+    def finish(self, o, run, trainer, result) -> None:
+        super().finish(o, run, trainer, result)
+        if o.sample_chars > 0:
             import torch
 
             from ..generate import default_prompt, generate_text
@@ -489,7 +490,7 @@ class GPTRecipe(Recipe):
             trainer.model.eval()
             tok = run.task.data.tokenizer
             prompt = default_prompt(tok)
-            text = generate_text(trainer.model, tok, prompt, args.sample_chars, temperature=0.8, top_k=200)[0]
+            text = generate_text(trainer.model, tok, prompt, o.sample_chars, temperature=0.8, top_k=200)[0]
             print("--- sample ---\n" + prompt.lstrip("\n") + text)
 
     # ---- sample, eval -------------------------------------------------------------------------

@@ -8,7 +8,8 @@ import sys
 import time
 import warnings
 from pathlib import Path
-from typing import Annotated, Any, Sequence
+from dataclasses import dataclass
+from typing import Annotated, Any, Literal, Sequence
 
 import torch
 
@@ -29,7 +30,7 @@ from ..options import (
     vocab_size,
 )
 from . import register
-from .base import TINY_RUN, Evaluation, Recipe, TextInspection, TrainingRun, Verbs
+from .base import TINY_RUN, Evaluation, Recipe, TextInspection, TrainingRun, TrainOptions, Verbs
 
 
 class Seq2SeqVerbs(Verbs):
@@ -58,6 +59,32 @@ class Seq2SeqVerbs(Verbs):
         return out[0] if single else out
 
 
+@dataclass(frozen=True)
+class Seq2SeqTrainOptions(TrainOptions):
+    """The seq2seq family's own options of ``attnlab train seq2seq``: its data, architecture and task."""
+
+    data: Annotated[
+        str | None,
+        Arg(
+            "copy | reverse | sort | addition | dates | reorder (synthetic, default reverse) | multi30k | "
+            "SRC_FILE:TGT_FILE | FILE.tsv"
+        ),
+    ] = None
+    src: Annotated[str | None, Arg("source language for multi30k (default de)")] = None
+    tgt: Annotated[str | None, Arg("target language for multi30k (default en)")] = None
+    arch: Annotated[
+        Literal["transformer", "rnn", "rnn-attention"] | None,
+        Arg("transformer (default), rnn (no attention: one context vector), rnn-attention (Bahdanau)"),
+    ] = None
+    tokenizer: Annotated[Literal["char", "bpe"] | None, Arg("default: bpe for text, char for synthetic")] = None
+    vocab_size: Annotated[int | None, Arg("BPE vocabulary size (default 8000)", vocab_size(8))] = None
+    separate_vocab: Annotated[bool, Arg("separate source/target BPE (default: joint)")] = False
+    min_length: Annotated[int | None, Arg("synthetic tasks: shortest input (default 5)", positive_int)] = None
+    max_length: Annotated[int | None, Arg("synthetic tasks: longest input (default 20)", positive_int)] = None
+    label_smoothing: Annotated[float, Arg("label smoothing", below_one)] = 0.1
+    teacher_forcing: Annotated[float, Arg("RNN teacher-forcing ratio", fraction)] = 1.0
+
+
 ARCH_ATTENTION = {"rnn": "none", "rnn-attention": "additive"}
 DEFAULT_DATA = "reverse"  # the embedded default: a synthetic task
 DEFAULT_DATA_OPTS = dict(
@@ -75,6 +102,7 @@ def arch_of(model_type: str, model_cfg: dict) -> str:
 @register
 class Seq2SeqRecipe(Recipe):
     verbs = Seq2SeqVerbs
+    train_options = Seq2SeqTrainOptions
     inspect_options = TextInspection
     tiny = dict(
         TINY_RUN,
@@ -119,57 +147,34 @@ class Seq2SeqRecipe(Recipe):
     SYNTHETIC_TRAIN = dict(lr=2e-3, warmup_iters=100, eval_interval=100)
     inspections = {"alignment": "cross-attention of a translation, per layer and head (--text)"}
 
-    def add_train_arguments(self, p) -> None:
-        p.add(
-            "--data",
-            default=None,
-            help="copy | reverse | sort | addition | dates | reorder (synthetic, default reverse) | multi30k | "
-            "SRC_FILE:TGT_FILE | FILE.tsv",
-        )
-        p.add("--src", default=None, help="source language for multi30k (default de)")
-        p.add("--tgt", default=None, help="target language for multi30k (default en)")
-        p.add(
-            "--arch",
-            choices=["transformer", "rnn", "rnn-attention"],
-            default=None,
-            help="transformer (default), rnn (no attention: one context vector), rnn-attention (Bahdanau)",
-        )
-        p.add("--tokenizer", choices=["char", "bpe"], default=None, help="default: bpe for text, char for synthetic")
-        p.add("--vocab-size", type=vocab_size(8), default=None, help="BPE vocabulary size (default 8000)")
-        p.add("--separate-vocab", kind="flag", help="separate source/target BPE (default: joint)")
-        p.add("--min-length", type=positive_int, default=None, help="synthetic tasks: shortest input (default 5)")
-        p.add("--max-length", type=positive_int, default=None, help="synthetic tasks: longest input (default 20)")
-        p.add("--label-smoothing", type=below_one, default=0.1, help="label smoothing (default 0.1)")
-        p.add("--teacher-forcing", type=fraction, default=1.0, help="RNN teacher-forcing ratio (default 1.0)")
-
     @staticmethod
-    def data_options(args) -> dict:
+    def data_options(o) -> dict:
         """The data options given on the command line (None where not given)."""
         return dict(
-            src_lang=args.src,
-            tgt_lang=args.tgt,
-            tokenizer=args.tokenizer,
-            vocab_size=args.vocab_size,
-            joint=False if args.separate_vocab else None,
-            min_len=args.min_length,
-            max_len=args.max_length,
+            src_lang=o.src,
+            tgt_lang=o.tgt,
+            tokenizer=o.tokenizer,
+            vocab_size=o.vocab_size,
+            joint=False if o.separate_vocab else None,
+            min_len=o.min_length,
+            max_len=o.max_length,
         )
 
-    def train_defaults_for(self, args) -> dict:
+    def train_defaults_for(self, o) -> dict:
         from ..data.parallel import SYNTHETIC
 
-        synthetic = (args.data or DEFAULT_DATA) in SYNTHETIC
+        synthetic = (o.data or DEFAULT_DATA) in SYNTHETIC
         return {**self.train_defaults, **(self.SYNTHETIC_TRAIN if synthetic else {})}
 
-    def preset_fields(self, args) -> dict:
+    def preset_fields(self, o) -> dict:
         """A Transformer on a synthetic task starts from the smaller shape sized to it."""
         from ..data.parallel import SYNTHETIC
 
-        synthetic = (args.data or DEFAULT_DATA) in SYNTHETIC
-        return dict(self.SYNTHETIC_TRANSFORMER) if synthetic and (args.arch or "transformer") == "transformer" else {}
+        synthetic = (o.data or DEFAULT_DATA) in SYNTHETIC
+        return dict(self.SYNTHETIC_TRANSFORMER) if synthetic and (o.arch or "transformer") == "transformer" else {}
 
-    def check_new(self, args, model_over) -> None:
-        arch = args.arch or "transformer"
+    def check_new(self, o, model_over) -> None:
+        arch = o.arch or "transformer"
         own = Transformer.config_class if arch == "transformer" else RNNSeq2Seq.config_class
         foreign = sorted(k for k in model_over if k not in own.__dataclass_fields__)
         if foreign:
@@ -177,39 +182,39 @@ class Seq2SeqRecipe(Recipe):
                 f"--arch {arch} has no option{'s' if len(foreign) > 1 else ''} "
                 f"{', '.join('--' + k.replace('_', '-') for k in foreign)}; see attnlab train seq2seq --help"
             )
-        opts = {**DEFAULT_DATA_OPTS, **{k: v for k, v in self.data_options(args).items() if v is not None}}
+        opts = {**DEFAULT_DATA_OPTS, **{k: v for k, v in self.data_options(o).items() if v is not None}}
         if opts["min_len"] > opts["max_len"]:
             raise ValueError(f"--min-length {opts['min_len']} is larger than --max-length {opts['max_len']}")
         from ..data.parallel import SYNTHETIC
 
         context = model_over.get("context", own.context)
-        if (args.data or DEFAULT_DATA) in SYNTHETIC and opts["max_len"] + 2 > context:  # (before building them)
+        if (o.data or DEFAULT_DATA) in SYNTHETIC and opts["max_len"] + 2 > context:  # (before building them)
             raise ValueError(
                 f"--max-length {opts['max_len']:,}: synthetic sequences of up to {opts['max_len'] + 2:,} tokens "
                 f"(with <bos> and <eos>) do not fit the model's context of {context}; give --context "
                 f"{opts['max_len'] + 2} or a smaller --max-length"
             )
 
-    def run_options(self, args, saved):
+    def run_options(self, o, saved):
         opts = saved.get("data_opts", {})
         return {
-            "arch": (args.arch, arch_of(saved["model_type"], saved["model"])),
-            "data": (args.data, saved.get("data_spec")),
-            **{k: (v, opts.get(k, DEFAULT_DATA_OPTS[k])) for k, v in self.data_options(args).items()},
+            "arch": (o.arch, arch_of(saved["model_type"], saved["model"])),
+            "data": (o.data, saved.get("data_spec")),
+            **{k: (v, opts.get(k, DEFAULT_DATA_OPTS[k])) for k, v in self.data_options(o).items()},
         }
 
-    def prepare(self, args, saved, model_over, tcfg):
+    def prepare(self, o, saved, model_over, tcfg, out):
         from ..training.tasks import Seq2SeqTask
 
         if saved:
             mtype, spec, opts = saved["model_type"], saved.get("data_spec"), saved.get("data_opts", {})
-            data = load_data(spec, opts, args.data_dir, saved.get("vocab"))
+            data = load_data(spec, opts, o.data_dir, saved.get("vocab"))
             cfg = self.models[mtype].config_class.from_dict(saved["model"])
         else:
-            spec = args.data or DEFAULT_DATA
-            opts = {**DEFAULT_DATA_OPTS, **{k: v for k, v in self.data_options(args).items() if v is not None}}
-            data = load_data(spec, opts, args.data_dir)
-            arch = args.arch or "transformer"
+            spec = o.data or DEFAULT_DATA
+            opts = {**DEFAULT_DATA_OPTS, **{k: v for k, v in self.data_options(o).items() if v is not None}}
+            data = load_data(spec, opts, o.data_dir)
+            arch = o.arch or "transformer"
             fields = {
                 **model_over,
                 "src_vocab": data.src_vocab.size,
@@ -219,7 +224,7 @@ class Seq2SeqRecipe(Recipe):
             if arch == "transformer":
                 mtype = "transformer"
                 fields.setdefault("share_embeddings", data.src_vocab is data.tgt_vocab)
-                fields = {**self.preset_fields(args), **fields}
+                fields = {**self.preset_fields(o), **fields}
             else:
                 mtype = "rnn"
                 fields.setdefault("attention", ARCH_ATTENTION[arch])
@@ -227,9 +232,9 @@ class Seq2SeqRecipe(Recipe):
 
         def setup(model) -> None:
             if isinstance(model, RNNSeq2Seq):
-                model.teacher_forcing = args.teacher_forcing
+                model.teacher_forcing = o.teacher_forcing
 
-        task = Seq2SeqTask(data, tcfg.batch_size, args.label_smoothing)
+        task = Seq2SeqTask(data, tcfg.batch_size, o.label_smoothing)
         summary = f"{mtype} | data {data.name} | vocab {data.src_vocab.size}/{data.tgt_vocab.size}"
         return TrainingRun(mtype, cfg, task, {"data_spec": spec, "data_opts": opts}, summary, setup)
 

@@ -15,7 +15,14 @@ from ..errors import a
 from ..models.vit import VIT_PRESETS, ViT, ViTConfig
 from ..options import Arg, below_one, nonneg_int
 from . import register
-from .classifier import ClassifierInspection, ImageClassifierRecipe, class_labels, one_image, test_images
+from .classifier import (
+    ClassifierInspection,
+    ImageClassifierRecipe,
+    ImageTrainOptions,
+    class_labels,
+    one_image,
+    test_images,
+)
 
 
 def preset_for(shape) -> str:
@@ -24,6 +31,14 @@ def preset_for(shape) -> str:
     if h <= 8:
         return "digits"
     return "mnist" if c == 1 else "cifar"
+
+
+@dataclass(frozen=True)
+class ViTTrainOptions(ImageTrainOptions):
+    preset: Annotated[
+        Literal[tuple(sorted(VIT_PRESETS))] | None,  # type: ignore[valid-type]
+        Arg("model shape (default: picked from the data: digits, mnist or cifar)"),
+    ] = None
 
 
 @dataclass(frozen=True)
@@ -42,6 +57,7 @@ class ViTRecipe(ImageClassifierRecipe):
     models = {"vit": ViT}
     presets = VIT_PRESETS
     explore_kind = "image"
+    train_options = ViTTrainOptions
     inspect_options = ViTInspection
     tiny = dict(ImageClassifierRecipe.tiny, dim=16, layers=1, heads=2)
     # Per-dataset recipes (benchmarks/README.md, ViT): on digits 1,000 steps of 64 at lr 2e-3
@@ -65,35 +81,26 @@ class ViTRecipe(ImageClassifierRecipe):
         **ImageClassifierRecipe.inspections,
     }
 
-    def train_defaults_for(self, args) -> dict:
-        return {**self.train_defaults, **self.DATA_TRAIN.get(args.data or "digits", {})}
+    def train_defaults_for(self, o) -> dict:
+        return {**self.train_defaults, **self.DATA_TRAIN.get(o.data or "digits", {})}
 
-    def add_train_arguments(self, p) -> None:
-        super().add_train_arguments(p)
-        p.add(
-            "--preset",
-            default=None,
-            choices=sorted(VIT_PRESETS),
-            help="model shape (default: picked from the data: digits, mnist or cifar)",
-        )
-
-    def preset_fields(self, args, shape=None) -> dict:
+    def preset_fields(self, o, shape=None) -> dict:
         """--preset's fields, or those of the preset that suits images of ``shape`` (C, H, W);
         without a shape, the default data's (digits)."""
-        return dict(VIT_PRESETS[args.preset or (preset_for(shape) if shape else "digits")])
+        return dict(VIT_PRESETS[o.preset or (preset_for(shape) if shape else "digits")])
 
-    def check_new(self, args, model_over) -> None:
-        super().check_new(args, model_over)
-        if args.preset and args.init:
+    def check_new(self, o, model_over) -> None:
+        super().check_new(o, model_over)
+        if o.preset and o.init:
             raise ValueError("--init fixes the model's shape; drop --preset")
-        if args.preset:
-            ViTConfig(**{**VIT_PRESETS[args.preset], **model_over})
+        if o.preset:
+            ViTConfig(**{**VIT_PRESETS[o.preset], **model_over})
 
-    def new_config(self, args, splits, model_over):
+    def new_config(self, o, splits, model_over):
         c, h, _ = splits.shape
         return "vit", ViTConfig(
             **{
-                **self.preset_fields(args, splits.shape),
+                **self.preset_fields(o, splits.shape),
                 "image_size": h,
                 **model_over,
                 "in_chans": c,
