@@ -17,7 +17,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from .compat import install
+
 __version__ = "0.2.0"
+install()  # the old module names of 0.1 (attnlab.batching, ...): attnlab.compat.OLD_MODULES
 
 # public name -> the module that defines it
 _LAZY = {

@@ -15,7 +15,6 @@ import collections.abc
 import functools
 import inspect
 import math
-import types
 from dataclasses import dataclass
 from pathlib import Path
 import typing
@@ -190,17 +189,6 @@ class OptionSpecs:
             dest, Option(dest, tuple(flags), type, default, choices, kind, nargs, help, metavar, required, self._group)
         )
 
-    def add_device(self, default: str = "auto") -> None:
-        """``--device``: where a command runs (every command that loads a model declares it so)."""
-        shown = "" if default == "auto" else f" (default {default})"
-        self.add("--device", type=device_name, default=default, help=f"auto | cpu | cuda{shown}")
-
-    def add_quantize(self, prefix: str = "") -> None:
-        """``--quantize``: the Linear layers a model runs with (``eval``); ``prefix``: the
-        command's own words before the shared help (``sample`` and ``serve`` declare it as
-        :data:`Quantize` in their signatures)."""
-        self.add("--quantize", choices=list(QUANTIZE_CHOICES), default=None, help=prefix + QUANTIZE_HELP)
-
     def group(self, title: str) -> "OptionSpecs":
         """The same options, the ones added through the returned view shown under ``title`` in --help."""
         view = OptionSpecs(title)
@@ -306,11 +294,6 @@ def named(name: str, value: Any, flag: str | None = None) -> str:
     for Python and shell users alike."""
     shown = flag if flag and flag.startswith("--") else f"--{name.replace('_', '-')}"
     return f"{name}={value!r} ({shown})"
-
-
-class Options(types.SimpleNamespace):
-    """The checked options of one call (from the command line's flags or the API's keyword
-    arguments), as the recipes read them: ``options.lr``."""
 
 
 @dataclass

@@ -97,7 +97,19 @@ def test_no_private_name_is_imported_from_another_module():
 # module or subpackage of attnlab; "attnlab" is the package's own __init__ (the public names).
 LAYERS = [
     # what every layer uses: errors, option declarations and checks, configs, files on disk, figures
-    {"errors", "outputs", "syncs", "config", "options", "runoptions", "checkpoint", "hub", "figures", "__version__"},
+    {
+        "errors",
+        "outputs",
+        "syncs",
+        "config",
+        "options",
+        "runoptions",
+        "checkpoint",
+        "hub",
+        "figures",
+        "compat",
+        "__version__",
+    },
     {"tokens", "attention", "position", "blocks", "hooks", "losses"},  # the model core
     {"models"},  # the models, built from the core
     # what is done with a model: data in, training, generation and decoding, conversion
@@ -106,8 +118,6 @@ LAYERS = [
     {"recipes"},  # the families: a model, its data, its training, its verbs
     {"api", "sae", "serve", "experiments", "bench"},  # applications of the families
     {"cli", "__main__", "attnlab"},  # the command line and the package's public names
-    # the old names of modules of attnlab.generate (each line: `sys.modules[name] = the module`)
-    {"fast_decode", "batching", "decode", "quantize"},
 ]
 
 
@@ -152,12 +162,21 @@ def test_the_docs_extra_holds_what_the_site_build_imports():
 
 def test_the_generation_modules_old_names_import_the_same_modules():
     """Generation lives together in attnlab.generate; the old top-level module names (docs and user
-    code of 0.1 import them) give the same module objects, so a class is one class under both."""
+    code of 0.1 import them) give the same module objects, so a class is one class under both: one
+    table (attnlab.compat.OLD_MODULES), served in a fresh interpreter too, where nothing was imported."""
     import importlib
+    import subprocess
+    import sys
+
+    from attnlab.compat import OLD_MODULES
 
     moved = {"fast_decode": "fast", "batching": "batching", "decode": "beam", "quantize": "quantize"}
-    for old, new in moved.items():
-        assert importlib.import_module(f"attnlab.{old}") is importlib.import_module(f"attnlab.generate.{new}")
+    assert OLD_MODULES == {f"attnlab.{old}": f"attnlab.generate.{new}" for old, new in moved.items()}
+    for old, new in OLD_MODULES.items():
+        assert importlib.import_module(old) is importlib.import_module(new)
+        assert not (ROOT / f"{old.split('.')[1]}.py").exists()  # (no module file: the table is the one place)
+    code = "import attnlab.fast_decode as a, attnlab.generate.fast as b; from attnlab.decode import beam_search; print(a is b)"
+    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True).stdout.strip() == "True"
     from attnlab.batching import ContinuousBatcher
     from attnlab.generate.batching import ContinuousBatcher as same
 

@@ -148,7 +148,7 @@ def _commands(families) -> list[Command]:
     """The commands every model shares, each with its declared options and its run."""
     from .. import bench
     from ..experiments import CLAIMS, reproduce
-    from ..recipes.base import Evaluation, explore_specs, predict
+    from ..recipes.base import Evaluation, Verbs, explore_input_specs, predict
     from ..recipes.classifier import ImageClassifierVerbs
     from ..recipes.gpt import GPTVerbs
     from ..serve import serve
@@ -190,7 +190,7 @@ def _commands(families) -> list[Command]:
                 "model view, next-token distribution; ViT (--image): click a patch, class-token attention, rollout, "
                 "attention distance; seq2seq (--src [--tgt]): cross-attention per layer and head. Every view shows "
                 "its values and saves PNG and JSON.",
-                _explore, specs=explore_specs()),
+                _explore, verbs=(Verbs.explore,), leading=explore_input_specs()),
         Command("serve", "serve the explorer locally, with an input box",
                 "The explorer page of `attnlab explore`, served on this machine: type a text (GPT, text encoder), "
                 "upload an image (ViT) or a sentence (seq2seq) and the views are recomputed. A GPT run also "
@@ -401,21 +401,29 @@ def _own_options(family: str, options: dict[str, Any], own, every: list) -> dict
     return {n: v for n, v in options.items() if n in taken}
 
 
-def _explore(args) -> int:
-    """``attnlab explore``: the explorer's page of the model and the inputs given."""
+def _explore(
+    *,
+    ckpt: Annotated[str, Arg("run folder (or HuggingFace folder)")],
+    out: Annotated[str, Arg("HTML file to write")],
+    device: Device = "cpu",
+    generate: int = 0,
+    sae: str | None = None,
+    **inputs: str | None,
+) -> int:
+    """``attnlab explore``: the explorer's page of the model and the inputs given (``inputs``:
+    every family's explorer inputs by name, None where not given)."""
     from pathlib import Path
 
     from ..api import load
     from ..inspect.explorer import write_page
     from ..outputs import output_file
-    from ..recipes.base import explore_inputs, explored, explored_inputs
+    from ..recipes.base import explored, explored_inputs
 
-    out = output_file(args.out, ".html", also=(".htm",))
-    given = {name: getattr(args, name) for name in explore_inputs()}
-    explored_inputs(_family(args.ckpt), args.ckpt, given, "--")  # (refused before the model is loaded)
-    model = load(args.ckpt, device=args.device)
-    data = explored(model, given, generate=args.generate, sae=args.sae, spelling="--")
-    path = write_page(data, out, f"attnlab explorer: {Path(args.ckpt).name}")
+    out_file = output_file(out, ".html", also=(".htm",))
+    explored_inputs(_family(ckpt), ckpt, inputs, "--")  # (refused before the model is loaded)
+    model = load(ckpt, device=device)
+    data = explored(model, inputs, generate=generate, sae=sae, spelling="--")
+    path = write_page(data, out_file, f"attnlab explorer: {Path(ckpt).name}")
     print(f"wrote {path} ({path.stat().st_size / 1e6:.2f} MB); open it in a browser (it needs no network)")
     return 0
 

@@ -112,15 +112,10 @@ def load_model(
     device: str | None = None,
     with_meta: bool = False,
     needs: str | None = None,
-    loaded=None,
     dtype=None,
 ):
     """A ready model (eval mode) from an attnlab run/checkpoint folder or a HuggingFace directory;
     ``expect`` names the model type(s) the caller can use (``needs`` says so in words).
-
-    ``loaded``: the model :func:`attnlab.load` made from ``path``, whose own verbs (``evaluate``,
-    ``inspect``, ``explore``) are asking: it is used as it is in memory (weights changed since
-    loading included) instead of reading the folder again; on another ``device`` a copy is moved.
 
     The one loader: :func:`attnlab.load`, the commands and the families' helpers all read a model
     here. It is built as its family's class with the family's verbs (``Recipe.verbs``: no class is
@@ -130,15 +125,6 @@ def load_model(
     from ..checkpoint import find_checkpoint, load_weights, read_config
 
     p = Path(path)
-    if loaded is not None:
-        import copy
-
-        import torch
-
-        model = loaded
-        if device and torch.device(device) != next(loaded.parameters()).device:
-            model = copy.deepcopy(loaded).to(device)  # (the caller's model stays where it is)
-        return (model, loaded.run_meta) if with_meta else model
     wanted = (expect,) if isinstance(expect, str) else expect
     mtype = checkpoint_model_type(p)
     recipe = recipe_for(mtype)  # an unknown model type is named as such
@@ -160,6 +146,6 @@ def load_model(
     model.eval()
     if device:
         model.to(device)
-    model.checkpoint, model.run_meta = str(path), meta
+    model.checkpoint, model.run_meta, model.recipe = str(path), meta, recipe
     model.attach(meta)
     return (model, meta) if with_meta else model

@@ -40,13 +40,13 @@ TINY_RUN = dict(max_iters=2, eval_interval=2, eval_iters=1, batch_size=4, progre
 @dataclass(frozen=True)
 class ExploreInput:
     """One input of a family's explorer, declared once: the ``explore()`` keyword and the flag of
-    ``attnlab explore`` (:func:`explore_specs` gathers every family's), the JSON field ``attnlab
+    ``attnlab explore`` (:func:`explore_input_specs` gathers every family's), the JSON field ``attnlab
     serve`` reads, and the box its page shows for it."""
 
     name: str
     box: str = "text"  # text (several lines) | line (one line) | image (an image file, uploaded as base64)
     placeholder: str = ""
-    help: str = "the text to look at"  # the flag's help (explore_specs names the families that read it)
+    help: str = "the text to look at"  # the flag's help (explore_input_specs names the families that read it)
 
     def __post_init__(self) -> None:
         if self.box not in ("text", "line", "image"):
@@ -363,20 +363,19 @@ class Recipe:
         return tuple(cls.models)
 
     @classmethod
-    def model_of(cls, ckpt, device: str | None = "auto", loaded=None, dtype=None):
+    def model_of(cls, ckpt, device: str | None = "auto", dtype=None):
         """The model in ``ckpt`` (one of :meth:`model_types`; another is refused in one line saying
         what is needed) through the one loader (:func:`attnlab.recipes.load_model`), with its verbs
         and what they read (``tokenizer``, ``vocab``, ``mean`` / ``std``, ``run_meta``, ``device``):
-        what :func:`attnlab.load` and the family's commands read. ``loaded``: that model as it is in
-        memory, when a loaded model's own verbs ask (``device`` None: where it is; a model read from
-        disk stays on the CPU). ``dtype``: a torch dtype for the weights (default: as saved,
-        HuggingFace's in float32)."""
+        what :func:`attnlab.load` and the family's commands read (``device`` None: the CPU).
+        ``dtype``: a torch dtype for the weights (default: as saved, HuggingFace's in float32). A
+        family's verbs receive the model in memory and never read it again."""
         from ..training.devices import pick_device
         from . import load_model
 
         where = str(pick_device(device)) if device else None
         needs = cls.needs or None
-        return load_model(ckpt, expect=cls.model_types(), device=where, needs=needs, loaded=loaded, dtype=dtype)
+        return load_model(ckpt, expect=cls.model_types(), device=where, needs=needs, dtype=dtype)
 
     def predict(self, ckpt, inputs: list[str], *, top_k: int, device: str) -> int:
         """``attnlab predict`` for this family's checkpoints (classifiers): printed."""
@@ -421,16 +420,12 @@ def explore_inputs() -> dict[str, tuple[ExploreInput, list[str]]]:
     return inputs
 
 
-def explore_specs() -> OptionSpecs:
-    """`attnlab explore`'s options: the families' explorer inputs (:meth:`Recipe.explorer_form`),
-    each one flag, then those ``explore()`` declares in its signature (the GPT's own)."""
+def explore_input_specs() -> OptionSpecs:
+    """`attnlab explore`'s input flags: every family's explorer inputs (:meth:`Recipe.explorer_form`),
+    each one flag whose help names the families that read it."""
     e = OptionSpecs()
-    e.add("--ckpt", required=True, help="run folder (or HuggingFace folder)")
     for name, (declared_input, families) in explore_inputs().items():
         e.add(f"--{name.replace('_', '-')}", default=None, help=f"{', '.join(families)}: {declared_input.help}")
-    e.specs.update(declared(Verbs.explore).specs)
-    e.add("--out", required=True, help="HTML file to write")
-    e.add_device("cpu")
     return e
 
 
@@ -457,10 +452,10 @@ class Verbs:
     def device(self):
         return next(self.parameters()).device
 
-    def family_recipe(self) -> "Recipe":
-        from . import checkpoint_recipe
+    recipe: "Recipe"  # its family, known since it was loaded (its folder is not read again)
 
-        return checkpoint_recipe(self.checkpoint)
+    def family_recipe(self) -> "Recipe":
+        return self.recipe
 
     @checked
     def evaluate(
