@@ -112,14 +112,14 @@ def train(
             CallbackList(list(callbacks))
         except TypeError as e:
             raise OptionError(str(e)) from None
-    run_folder = Path(out) if out is not None else Path(recipe.default_out)
+    run_folder = str(out) if out is not None else recipe.default_out  # ('' is refused by the run, not made '.')
     from .checkpoint import abandon_new_runs
 
     def say(line: str) -> None:  # (the run's header, resuming and its end: on stderr, as its progress)
         print(line, file=sys.stderr)
 
     try:
-        result = train_run(recipe, values, out=str(run_folder), resume=bool(resume), callbacks=callbacks, say=say)
+        result = train_run(recipe, values, out=run_folder, resume=bool(resume), callbacks=callbacks, say=say)
     except ValueError as e:  # a config's own check (a model too large, --lr <= 0): the API's error type
         abandon_new_runs()  # a refused run leaves no folder behind, as on the command line
         if isinstance(e, AttnlabError):
@@ -129,7 +129,7 @@ def train(
         abandon_new_runs()
         raise
     result.model.eval()
-    return Run(family, run_folder, result.step, result.best_val, result.model)
+    return Run(family, Path(run_folder), result.step, result.best_val, result.model)
 
 
 def _config_options(

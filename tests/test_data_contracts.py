@@ -139,7 +139,7 @@ def test_a_dead_peer_process_is_named(monkeypatch, capsys):
     monkeypatch.setenv("RANK", "1")
     monkeypatch.setattr(cli, "_let_peers_report", lambda: None)
 
-    def dead_peer(args):
+    def dead_peer(**options):
         raise RuntimeError(
             "[/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:534] Connection closed by peer [10.0.0.2]:5555"
         )

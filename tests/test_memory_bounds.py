@@ -66,7 +66,7 @@ def test_the_suggested_batch_fits_the_memory_given(tmp_path, monkeypatch):
 
 def test_the_check_leaves_batch_norm_statistics_alone():
     from attnlab.models.cnn import CNN, CNNConfig
-    from attnlab.recipes.base import fits_in_memory
+    from attnlab.training.runs import fits_in_memory
     from attnlab.training import TrainConfig
 
     class Images:
