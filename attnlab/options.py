@@ -1,12 +1,13 @@
-"""Options as data: what ``attnlab train`` / ``eval`` / ``sample`` ... and their Python
-counterparts take, declared once and checked the same way from both.
+"""Options: what ``attnlab train`` / ``eval`` / ``sample`` ... and their Python counterparts take,
+declared once, in the typed signature of the function that uses them, and checked the same way
+from both.
 
-A recipe declares its options into an :class:`OptionSpecs` (``specs.add("--beam", type=positive_int,
-default=5, help=...)``); the Python API checks keyword arguments against them
-(:meth:`OptionSpecs.checked`), and the command line (:mod:`attnlab.cli`) turns the same
-declarations into ``argparse`` flags. Nothing here knows ``argparse``: a value checker raises
-``ValueError`` with the reason, and each interface words it its own way (``--lr: ...`` /
-``lr=...: ...``).
+A parameter ``beam: Annotated[int, Arg("beam size", beam_width)] = 5`` (or a field of an options
+dataclass written so) is an option: :func:`declared` reads it into an :class:`OptionSpecs` (the
+options as data), from which the command line (:mod:`attnlab.cli`) makes its ``argparse`` flags,
+and :func:`checked` makes the function check its own keywords. Nothing here knows ``argparse``: a
+value checker raises ``ValueError`` with the reason, and each interface words it its own way
+(``--lr: ...`` / ``lr=...: ...``).
 """
 
 from __future__ import annotations
@@ -301,9 +302,10 @@ class Command:
     """A command (``attnlab sample``, ``translate``, ``bench`` ...): its help, and ``run``, a typed
     function whose signature declares the command's own options (:class:`Arg`) and which receives
     them, and those of ``verbs`` (the Python calls it makes, whose signatures declare theirs), as
-    keywords: its flags are :func:`declared` ``(run, *verbs)``. ``specs``: the options of a command
-    not yet declared by signatures (``train``, ``eval``, ``inspect``, ``ablate``, ``explore``),
-    whose ``run`` then reads them as one namespace."""
+    keywords: its flags are :func:`declared` ``(run, *verbs)``, after ``leading`` (options made at
+    run time: ``inspect``'s WHAT, ``explore``'s inputs). ``specs``: the options of ``train FAMILY``
+    (the family's options dataclass, its model config's fields and TrainConfig's, with the values a
+    run given no options uses in their help), whose ``run`` reads them as one namespace."""
 
     name: str
     help: str
@@ -311,7 +313,7 @@ class Command:
     run: Callable[..., int | None]
     verbs: tuple[Callable, ...] = ()
     specs: OptionSpecs | None = None
-    leading: OptionSpecs | None = None  # options made at run time (inspect's WHAT: every family's choices)
+    leading: OptionSpecs | None = None
 
     @property
     def options(self) -> OptionSpecs:

@@ -1,6 +1,7 @@
-"""A new model family is its model and its family, here both in this one file (issue 47): a toy
-sequence classifier registered for the duration of the test is trained, evaluated, explored and
-served through the command line, the Python API and the server, with no edit anywhere else."""
+"""A new model family is its model and its family, here both in this one file (issues 47, 64): a toy
+sequence classifier registered for the duration of the test is trained, evaluated, asked to
+predict, explored and served through the command line, the Python API and the server, with no edit
+anywhere else."""
 
 from dataclasses import dataclass
 
@@ -12,10 +13,11 @@ import attnlab
 from attnlab.blocks import Encoder
 from attnlab.config import Config
 from attnlab.errors import OptionError
+from attnlab.options import checked
 from attnlab.hooks import HookedModule, HookPoint
 from attnlab.losses import cross_entropy
 from attnlab.recipes import Recipe, TrainingRun
-from attnlab.recipes.base import ExploreInput, ExplorerForm
+from attnlab.recipes.base import ExploreInput, ExplorerForm, TopK, Verbs, top_labels
 
 from helpers import PINNED_FLAGS
 
@@ -80,11 +82,33 @@ class RepeatTask:
         return {"data": "repeated first tokens"}
 
 
+LABELS = ["once", "again"]
+
+
+def digit_ids(model, digits: str) -> Tensor:
+    """A text of digits as the model's token ids (1, T)."""
+    return torch.tensor([[int(ch) % model.config.vocab_size for ch in digits[: model.config.context]]])
+
+
+class RepeatVerbs(Verbs):
+    """What a loaded toy classifier does besides its forward pass."""
+
+    @checked
+    def predict(self, texts: str | list[str], top_k: TopK = 3):
+        """The (label, probability) pairs of each text of digits, most likely first."""
+        many = isinstance(texts, list)
+        with torch.no_grad():
+            probs = torch.cat([self(digit_ids(self, t)).softmax(-1) for t in (texts if many else [texts])])
+        out = top_labels(probs, LABELS, top_k)
+        return out if many else out[0]
+
+
 class RepeatRecipe(Recipe):
     name = "repeat"
     help = "a toy classifier: does the first token come again?"
     description = "Train a one-layer attention classifier on random sequences (a test's own family)."
     models = {"repeat": RepeatClassifier}
+    verbs = RepeatVerbs
     # what the explorer reads, under a name no other family uses: `attnlab explore --digits`,
     # explore(digits=...) and the server's page and JSON field all come from this one declaration
     explore_form = ExplorerForm(
@@ -104,8 +128,15 @@ class RepeatRecipe(Recipe):
             accuracy = (model(ids).argmax(-1) == label).float().mean().item()
         return {"accuracy": accuracy}, f"accuracy {accuracy:.3f} on 256 sequences"
 
+    def predict(self, ckpt, inputs: list[str], *, top_k: int, device: str) -> int:
+        """``attnlab predict``: each text of digits and its labels."""
+        model = self.model_of(ckpt, device)
+        for text, top in zip(inputs, model.predict(list(inputs), top_k=top_k)):
+            print(f"{text}: " + ", ".join(f"{label} {p:.3f}" for label, p in top))
+        return 0
+
     def explore(self, model, digits: str | None = None) -> dict:
-        ids = torch.tensor([[int(ch) % model.config.vocab_size for ch in (digits or "0")[: model.config.context]]])
+        ids = digit_ids(model, digits or "0")
         with torch.no_grad():
             _, cache = model.run_with_cache(ids, names="encoder.blocks.*.attn.hook_pattern")
         return {
@@ -133,6 +164,10 @@ def test_a_family_in_one_file_through_the_cli_the_api_and_the_server(repeat_fami
     model = attnlab.load(run.out)
     assert isinstance(model, RepeatClassifier) and run.step == 4
     assert 0 <= model.evaluate()["accuracy"] <= 1
+    labels = model.predict(["1231", "1234"], top_k=1)  # its verbs, by its declaration (top_k checked)
+    assert [len(t) for t in labels] == [1, 1] and {t[0][0] for t in labels} <= set(LABELS)
+    with pytest.raises(OptionError, match=r"top_k=0 \(--top-k\)"):
+        model.predict("1231", top_k=0)
     assert model.explore(digits="1231")["attention"].shape == (1, 2, 4, 4)
     with pytest.raises(OptionError, match=r"^text= is not read by repeat models; give digits=$"):
         model.explore(text="1231")
@@ -144,6 +179,10 @@ def test_a_family_in_one_file_through_the_cli_the_api_and_the_server(repeat_fami
     capsys.readouterr()
     assert main(["eval", "--ckpt", str(out), "--json"]) == 0
     assert '"accuracy"' in capsys.readouterr().out
+    assert main(["predict", "--ckpt", str(out), "1231", "5675", "--top-k", "1"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split(": ")[0] for line in lines] == ["1231", "5675"]
+    assert all(line.split(": ")[1].split()[0] in LABELS for line in lines)
     assert main(["explore", "--ckpt", str(out), "--digits", "12341", "--out", str(tmp_path / "page.html")]) == 0
     assert (tmp_path / "page.html").read_text().lower().startswith("<!doctype html>")
     assert main(["explore", "--ckpt", str(out), "--text", "12", "--out", str(tmp_path / "page.html")]) == 2

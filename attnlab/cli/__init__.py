@@ -150,6 +150,7 @@ def _commands(families) -> list[Command]:
     from ..experiments import CLAIMS, reproduce
     from ..recipes.base import Evaluation, Verbs, explore_input_specs, predict
     from ..recipes.classifier import ImageClassifierVerbs
+    from ..recipes.encoder import TextEncoderVerbs
     from ..recipes.gpt import GPTVerbs
     from ..serve import serve
 
@@ -164,7 +165,7 @@ def _commands(families) -> list[Command]:
         Command("predict", "classify images or texts with a trained classifier",
                 "Image classifiers: the top-k classes of each image file. Text classifiers: the label of each text, "
                 "with the top-k probabilities.",
-                predict),
+                predict, verbs=(ImageClassifierVerbs.predict, TextEncoderVerbs.predict)),
         Command("eval", "evaluate a trained model (loss/perplexity, accuracy, BLEU)",
                 "Language models: loss, perplexity and bits per character/byte on the validation split. Image "
                 "classifiers: accuracy on the test split and a confusion-matrix PNG. Seq2seq: perplexity and "
