@@ -108,7 +108,7 @@ def _command(sub, command: Command, **kw) -> None:
     options = command.options
     parser = option_parser(sub, command.name, options, help=command.help, description=command.description, **kw)
     parser.set_defaults(declaration=command)  # (tests read each command's declaration from its parser)
-    if command.specs is not None:  # (a command not yet declared by signatures: it reads the namespace)
+    if command.specs is not None:  # (train FAMILY: it reads the namespace, to tell the flags typed)
         parser.set_defaults(func=command.run)
         return
     taken = inspect.signature(command.run).parameters
