@@ -23,6 +23,12 @@ class OptionError(AttnlabError, ValueError):
     """An option (a command-line flag or a keyword argument of the Python API) with a bad value."""
 
 
+class Note(UserWarning):
+    """Something a user should know in passing (an input resized, a text cut at the model's
+    context, a word the vocabulary never saw): a warning in Python, one ``warning:`` line on the
+    command line, every time it happens."""
+
+
 def one_line(e: BaseException) -> str:
     """The first line of an exception's message; OS errors name the file they are about."""
     if isinstance(e, OSError) and not isinstance(e, AttnlabError) and e.filename is not None:

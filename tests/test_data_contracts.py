@@ -3,6 +3,8 @@ data that cannot make a fair split or a classifier is refused before training.""
 
 import json
 
+import pytest
+
 
 from attnlab.cli import main
 from helpers import PINNED_FLAGS
@@ -68,6 +70,12 @@ def test_translating_characters_the_model_never_saw_says_so(tmp_path, capsys):
     assert len(captured.out.splitlines()) == 2
     warning = [line for line in captured.err.splitlines() if "never saw" in line]
     assert len(warning) == 1 and "sentence 2" in warning[0] and "'中', '文'" in warning[0]
+    assert warning[0].startswith("warning: sentence 2")  # one line, as the errors (no file:line, no code)
+    import attnlab
+    from attnlab.errors import Note
+
+    with pytest.warns(Note, match="never saw"):  # in Python: a warning, not a print
+        attnlab.load(out).translate(["中文 abc"], beam=1)
 
 
 def test_a_caption_set_too_small_to_split_is_refused(tmp_path, capsys):

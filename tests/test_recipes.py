@@ -318,7 +318,7 @@ def test_the_embedded_default_announces_its_time(tmp_path, capsys, monkeypatch):
     from attnlab.training import Trainer
 
     monkeypatch.setattr(Trainer, "fit", lambda self: {"step": 0, "best_val": 0.0, "seconds": 0.0})
-    monkeypatch.setattr("attnlab.recipes.vit.ViTRecipe.finish", lambda *a: None)
+    monkeypatch.setattr("attnlab.recipes.vit.ViTRecipe.finish", lambda *a: [])
     assert main(["train", "vit", "--out", str(tmp_path / "v")]) == 0
     assert "expect about" in capsys.readouterr().err
     assert main(["train", "vit", "--out", str(tmp_path / "w"), "--max-iters", "5"]) == 0
@@ -362,8 +362,8 @@ def test_training_defaults_follow_the_data_and_preset_and_options_win(tmp_path, 
         return {"step": 0, "best_val": 0.0, "seconds": 0.0}
 
     monkeypatch.setattr(Trainer, "fit", fit)
-    monkeypatch.setattr("attnlab.recipes.vit.ViTRecipe.finish", lambda *a: None)
-    monkeypatch.setattr("attnlab.recipes.gpt.GPTRecipe.finish", lambda *a: None)
+    monkeypatch.setattr("attnlab.recipes.vit.ViTRecipe.finish", lambda *a: [])
+    monkeypatch.setattr("attnlab.recipes.gpt.GPTRecipe.finish", lambda *a: [])
 
     def run(*argv):
         assert main(["train", *argv, "--out", str(tmp_path / str(len(list(tmp_path.iterdir()))))]) == 0

@@ -140,7 +140,7 @@ def test_eval_bleu_hand_checked(tmp_path, capsys, monkeypatch):
     import json
 
     from attnlab.cli import main
-    from attnlab.recipes import seq2seq as cmd
+    from attnlab.training.tasks import Seq2SeqTask
 
     out = tmp_path / "run"
     assert (
@@ -178,7 +178,7 @@ def test_eval_bleu_hand_checked(tmp_path, capsys, monkeypatch):
     tsv = tmp_path / "pairs.tsv"  # every pair the same, so the test split is that pair
     tsv.write_text("the cat sat on a mat today\tthe cat sat on a mat today\n" * 20)
     monkeypatch.setattr(
-        cmd, "translate_texts", lambda model, sv, tv, texts, **kw: ["the cat sat on the mat today"] * len(texts)
+        Seq2SeqTask, "translate", lambda self, model, sources, **kw: ["the cat sat on the mat today"] * len(sources)
     )
     capsys.readouterr()
     assert main(["eval", "--ckpt", str(out), "--data", str(tsv), "--json"]) == 0
@@ -351,17 +351,17 @@ def test_synthetic_tasks_score_bleu_over_characters(tmp_path, capsys, monkeypatc
     import json
 
     from attnlab.cli import main
-    from attnlab.recipes import seq2seq as cmd
+    from attnlab.training.tasks import Seq2SeqTask
 
     out = tmp_path / "run"
     argv = ["train", "seq2seq", "--data", "reverse", "--dim", "32", "--heads", "2", "--enc-layers", "1"]
     argv += ["--dec-layers", "1", "--max-iters", "1", "--eval-interval", "1", "--eval-iters", "1", "--no-progress"]
     assert main([*argv, "--out", str(out)]) == 0
 
-    def near_miss(model, sv, tv, texts, **kw):  # the right reversal, its last character dropped
-        return [t[::-1][:-1] for t in texts]
+    def near_miss(task, model, sources, **kw):  # the right reversal, its last character dropped
+        return [task.data.src_vocab.decode(s)[::-1][:-1] for s in sources]
 
-    monkeypatch.setattr(cmd, "translate_texts", near_miss)
+    monkeypatch.setattr(Seq2SeqTask, "translate", near_miss)
     capsys.readouterr()
     assert main(["eval", "--ckpt", str(out), "--json", "--max-sentences", "50"]) == 0
     res = json.loads(capsys.readouterr().out)

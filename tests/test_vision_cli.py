@@ -59,7 +59,11 @@ def test_eval_and_predict(vit_run, digit_png, capsys):
     with torch.no_grad():
         acc = (model(x).argmax(-1) == y).float().mean().item()
     assert res["accuracy"] == pytest.approx(acc, abs=1e-6)
-    assert Image.open(res["confusion_png"]).size[0] > 200
+    assert "confusion_png" not in res and not (vit_run / "confusion.png").exists()  # a figure only when asked
+    png = vit_run.parent / "confusion.png"
+    assert main(["eval", "--ckpt", str(vit_run), "--json", "--out", str(png)]) == 0
+    res = json.loads(capsys.readouterr().out)
+    assert res["confusion_png"] == str(png) and Image.open(png).size[0] > 200
     assert main(["predict", "--ckpt", str(vit_run), str(digit_png), "--top-k", "2"]) == 0
     line = capsys.readouterr().out.strip()
     assert line.startswith(str(digit_png)) and line.count(",") == 1

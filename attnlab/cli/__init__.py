@@ -13,10 +13,11 @@ import argparse
 import inspect
 import os
 import sys
+import warnings
 from typing import Annotated, Any, Literal
 
 from .. import __version__
-from ..errors import AttnlabError, a, one_line
+from ..errors import AttnlabError, Note, a, one_line
 from ..options import Arg, Command, DecodeDtype, Device, OptionSpecs, PatchOver, Quantize, Which
 from .parser import EPILOG, Parser, option_parser
 
@@ -601,6 +602,10 @@ def _answer_from_manifest(argv: list[str]) -> int:
     return 0
 
 
+def _one_line_warning(message, category, filename, lineno, file=None, line=None) -> None:
+    print(f"warning: {one_line(message) if isinstance(message, Exception) else message}", file=sys.stderr)
+
+
 def main(argv: list[str] | None = None) -> int:
     for stream in (sys.stdout, sys.stderr):  # text from the shell that is not valid Unicode prints escaped
         if hasattr(stream, "reconfigure"):
@@ -623,8 +628,11 @@ def main(argv: list[str] | None = None) -> int:
     from ..training.trainer import TrainingInterrupted
 
     try:
-        _resolve_model_names(args)
-        return args.func(args) or 0
+        with warnings.catch_warnings():  # (what the library warns of: one line each, as the errors)
+            warnings.simplefilter("always", Note)
+            warnings.showwarning = _one_line_warning
+            _resolve_model_names(args)
+            return args.func(args) or 0
     except TrainingInterrupted as e:
         print(f"\n{e}", file=sys.stderr)
         return 130

@@ -13,7 +13,7 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-from ..errors import DataError
+from ..errors import DataError, Note
 from . import hf, sources
 
 PAD, BOS, EOS, UNK = "<pad>", "<bos>", "<eos>", "<unk>"
@@ -66,7 +66,9 @@ def _drop_empty(pairs, name):
     if len(kept) < len(pairs):
         bad = next(i for i, (s, t) in enumerate(pairs, 1) if not (s.strip() and t.strip()))
         warnings.warn(
-            f"{name}: skipped {len(pairs) - len(kept)} pair(s) with an empty side (first at line {bad})", stacklevel=3
+            f"{name}: skipped {len(pairs) - len(kept)} pair(s) with an empty side (first at line {bad})",
+            Note,
+            stacklevel=3,
         )
     if not kept:
         raise DataError(f"{name} holds no sentence pairs")
@@ -374,7 +376,9 @@ def load_parallel(
     too_long = sum(len(s) > seq_max_len for s, _ in pairs["train"])
     if too_long:
         warnings.warn(
-            f"{too_long} training sentences are longer than {seq_max_len} tokens and will be truncated", stacklevel=2
+            f"{too_long} training sentences are longer than {seq_max_len} tokens and will be truncated",
+            Note,
+            stacklevel=2,
         )
     return ParallelData(name, sv, tv, pairs, texts, seq_max_len)
 

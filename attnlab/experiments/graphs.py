@@ -54,8 +54,7 @@ def graphs(ctx: Context) -> Result:
                 compile=False,
                 seed=1337 + seed,
             )
-            pred, y = task.predict(model, "test")
-            acc[pos, attend].append((pred == y).float().mean().item())
+            acc[pos, attend].append(task.evaluate(model, "test")["accuracy"])
     mean = {kind: float(np.mean(v)) for kind, v in acc.items()}
     rows = [
         ["Laplacian eigenvectors (k = 8)" if pos == "laplacian" else "none",

@@ -235,10 +235,10 @@ class TestAccuracyCurve(Callback):
         self.correct = np.zeros(0, dtype=bool)
 
     def accuracy(self, trainer) -> float:
-        with in_mode(trainer.model), torch.no_grad():
-            pred, y = trainer.task.predict(trainer.model, "test", device=trainer.device)
-        self.correct = (pred == y).cpu().numpy()
-        return float(self.correct.mean())
+        with in_mode(trainer.model):
+            test = trainer.task.evaluate(trainer.model, "test", device=trainer.device)
+        self.correct = test["correct"].cpu().numpy()
+        return test["accuracy"]
 
     def on_step(self, trainer, record: dict) -> None:
         if record["step"] in self.steps:

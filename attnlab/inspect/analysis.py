@@ -206,10 +206,3 @@ def pointing_chance(grid: tuple[int, int], box: tuple[int, int, int, int], image
     share of the (h, w) grid's cells that overlap the box."""
     rows, cols = _box_cells(grid, box, image_size)
     return sum(rows) * sum(cols) / (len(rows) * len(cols))
-
-
-def confusion_matrix(y: Tensor, pred: Tensor, k: int) -> Tensor:
-    """Counts (k, k): row = true class, column = predicted class."""
-    cm = torch.zeros(k, k, dtype=torch.long)
-    cm.index_put_((y, pred), torch.ones_like(y), accumulate=True)
-    return cm

@@ -10,12 +10,12 @@ registry of recipes (:mod:`attnlab.recipes`), so a new family is one recipe file
 from __future__ import annotations
 
 import contextlib
-import sys
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Callable, Literal
 
-from ..errors import AttnlabError, CheckpointError, OptionError, a, one_line
+from ..errors import AttnlabError, CheckpointError, Note, OptionError, a, one_line
 from ..hooks import in_mode
 from ..options import (
     Arg,
@@ -151,18 +151,36 @@ class Evaluation:
         """How many of ``n`` examples are read: all, or ``max_batches`` batches' worth."""
         return n if not self.max_batches else min(n, self.max_batches * self.batch_size)
 
-    def starts(self, n: int, what: str):
-        """The start of each batch over ``n`` examples (at most ``max_batches`` of them), with a
-        progress bar on a terminal."""
-        from tqdm.auto import tqdm
-
-        batches = -(-self.count(n) // self.batch_size)
-        bar = tqdm(range(batches), desc=what, unit="batch", leave=False, disable=not sys.stderr.isatty())
-        return (i * self.batch_size for i in bar)
-
     def within(self, model):
         """The context ``model`` is evaluated in (parts ablated, or none)."""
         return self.intervene(model) if self.intervene is not None else contextlib.nullcontext()
+
+
+def read_image(path, channels: int, size: int | None):
+    """One image file as the model takes it, (C, H, W) in [0, 1]; a conversion made (resized,
+    grey to colour) is said as a :class:`attnlab.errors.Note`."""
+    from ..data.images import load_image
+
+    img, note = load_image(path, channels, size)
+    if note:
+        warnings.warn(note, Note, stacklevel=2)
+    return img
+
+
+ConfusionPNG = Annotated[str | None, Arg("classifiers: also draw the confusion matrix into this PNG")]
+
+
+def confusion_figure(scores: dict, labels, title: str, out_file: Path | None, res: dict) -> str:
+    """Draw the confusion matrix of a task's ``scores`` into ``out_file`` when one was asked for
+    (its path then in ``res``); returns what the eval line says of it ("" when none)."""
+    if out_file is None:
+        return ""
+    from ..inspect.plots import confusion_matrix_png
+
+    title = f"{title}: accuracy {scores['accuracy']:.4f}"
+    confusion_matrix_png(scores["confusion"].numpy(), list(labels), out_file, title=title)
+    res["confusion_png"] = str(out_file)
+    return f"; confusion matrix {out_file}"
 
 
 @dataclass(frozen=True)
@@ -314,11 +332,9 @@ class Recipe:
         the run folder ``out``, given its own options ``o`` (a :attr:`train_options`)."""
         raise NotImplementedError
 
-    def finish(self, o, run: TrainingRun, trainer, result: dict) -> None:
-        print(
-            f"done: step {result['step']}, {trainer.checkpoints_line()}, run folder {trainer.out}",
-            file=sys.stderr,
-        )
+    def finish(self, o, run: TrainingRun, trainer, result: dict) -> list[str]:
+        """What the run says at its end (after its last checkpoint), given its own options ``o``."""
+        return [f"done: step {result['step']}, {trainer.checkpoints_line()}, run folder {trainer.out}"]
 
     # ---- using a trained model ---------------------------------------------------------------
     def evaluate(self, model, on: Evaluation) -> tuple[dict, str]:

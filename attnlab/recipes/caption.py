@@ -3,7 +3,6 @@ exact captions, the pointing game on scenes) and `inspect caption` (the per-word
 
 from __future__ import annotations
 
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated
@@ -15,7 +14,17 @@ from ..errors import DataError, OptionError
 from ..models.caption import Captioner, CaptionConfig
 from ..options import Arg, Command, Device, checked, at_least, beam_width, below_one, nonneg_float, number
 from . import register
-from .base import TINY_RUN, Attribution, Evaluation, ImageInspection, Recipe, TrainingRun, TrainOptions, Verbs
+from .base import (
+    TINY_RUN,
+    Attribution,
+    Evaluation,
+    ImageInspection,
+    Recipe,
+    TrainingRun,
+    TrainOptions,
+    Verbs,
+    read_image,
+)
 
 
 class CaptionerVerbs(Verbs):
@@ -187,22 +196,22 @@ class CaptionRecipe(Recipe):
                 f"the longest caption of {data.name} has {data.max_len} tokens, more than the model's "
                 f"context of {cfg.context} allows; give --context {data.max_len + 2} or more"
             )
-        print(data.note, file=sys.stderr)
         task = CaptionTask(data, tcfg.batch_size, o.label_smoothing)
         summary = (
             f"captioner {cfg.encoder} + {cfg.arch} | data {data.name}, vocabulary {data.vocab.size} words, "
             f"grid {'x'.join(map(str, cfg.grid))}"
         )
-        return TrainingRun("captioner", cfg, task, {"data_spec": spec, "data_opts": opts}, summary)
+        return TrainingRun("captioner", cfg, task, {"data_spec": spec, "data_opts": opts}, summary, notes=[data.note])
 
-    def finish(self, o, run, trainer, result) -> None:
-        super().finish(o, run, trainer, result)
+    def finish(self, o, run, trainer, result) -> list[str]:
+        lines = super().finish(o, run, trainer, result)
         data = run.task.data
         model = trainer.model.eval()
         images = data.images["test"][:3]
         hyps = caption_images(model, data.vocab, images, {"mean": data.mean, "std": data.std}, device=trainer.device)
         for h, refs in zip(hyps, data.captions["test"][:3]):
-            print(f"  test image: {h!r}  (reference: {refs[0]!r})", file=sys.stderr)
+            lines.append(f"  test image: {h!r}  (reference: {refs[0]!r})")
+        return lines
 
     # ---- caption, eval, inspect ---------------------------------------------------------------------
     def commands(self) -> list[Command]:
@@ -248,7 +257,6 @@ class CaptionRecipe(Recipe):
         return res, line
 
     def inspect(self, model, what: str, out: Path, o: CaptionInspection) -> dict:
-        from ..data.images import load_image
         from ..inspect.plots import caption_attention_png
 
         if not o.image:
@@ -260,9 +268,7 @@ class CaptionRecipe(Recipe):
                 "there is no per-word attention to draw; train --arch rnn-attention or transformer (or inspect "
                 "attribution: which pixels each word came from)"
             )
-        img, note = load_image(o.image, 3, model.config.image_size)
-        if note:
-            print(f"note: {note}", file=sys.stderr)
+        img = read_image(o.image, 3, model.config.image_size)
         if what == "attribution":
             if o.baseline not in (None, "zeros"):
                 raise OptionError("a captioner's attributions start from the mean image: drop --baseline")
@@ -501,14 +507,11 @@ def caption_command(
 ) -> int:
     """``attnlab caption``: one caption per image."""
     from ..data.captions import image_files
-    from ..data.images import load_image
 
     model = CaptionRecipe.model_of(ckpt, device)
     vocab, meta, dev = model.vocab, model.run_meta, model.device
     for path in image_files(images):
-        img, note = load_image(path, 3, model.config.image_size)
-        if note:
-            print(f"note: {note}", file=sys.stderr)
+        img = read_image(path, 3, model.config.image_size)
         ids = caption_ids(model, img[None], meta, dev, beam=beam, alpha=alpha)[0]
         print(f"{path}: {vocab.decode(ids)}", flush=True)
     return 0

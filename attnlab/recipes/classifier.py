@@ -3,7 +3,6 @@ classification task, `eval` (accuracy + confusion matrix), `predict`, and CKA be
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from dataclasses import dataclass
 from typing import Annotated, Literal
@@ -15,6 +14,7 @@ from ..errors import CheckpointError, DataError, OptionError, a
 from ..options import at_least, below_one, nonneg_int, number
 from ..options import Arg, PatchOver, checked
 from .base import (
+    read_image,
     TINY_RUN,
     Attribution,
     TrainOptions,
@@ -23,9 +23,12 @@ from .base import (
     Recipe,
     TrainingRun,
     Verbs,
+    ConfusionPNG,
     Evaluation,
+    confusion_figure,
     top_labels,
 )
+from ..outputs import output_file
 
 
 @dataclass(frozen=True)
@@ -233,7 +236,6 @@ class ImageClassifierRecipe(Recipe):
                 f"the images of {splits.name} are {h}x{w}, but the model takes {cfg.image_size}x"
                 f"{cfg.image_size}; drop --image-size (it follows the data) or resize the images"
             )
-        print(splits.note, file=sys.stderr)
         task = self.image_task(
             splits,
             tcfg.batch_size,
@@ -261,7 +263,7 @@ class ImageClassifierRecipe(Recipe):
         summary = f"{mtype.upper()} | data {splits.name} {c}x{h}x{w}" + (
             f" | from {o.init}" + (", body frozen" if freeze else "") if init_state is not None else ""
         )
-        return TrainingRun(mtype, cfg, task, meta, summary, setup)
+        return TrainingRun(mtype, cfg, task, meta, summary, setup, [splits.note])
 
     def image_task(self, splits, batch_size: int, *, pad=None, flip=None, rotate=None, label_smoothing=None, like=None):
         """The classification task of ``splits`` with this family's augmentation and loss: an option
@@ -281,14 +283,12 @@ class ImageClassifierRecipe(Recipe):
             splits, batch_size, pad=pad, flip=flip, label_smoothing=smoothing, rotate=rotate, scale=rotate / 100
         )
 
-    def finish(self, o, run, trainer, result) -> None:
-        pred, y = run.task.predict(trainer.model, "test", device=trainer.device)
-        acc = (pred == y).float().mean().item()
-        print(
-            f"done: step {result['step']}, {result['seconds']:.0f}s, test accuracy of the last weights {acc:.4f} "
-            f"({len(y)} images); {trainer.checkpoints_line()}; run folder {trainer.out}",
-            file=sys.stderr,
-        )
+    def finish(self, o, run, trainer, result) -> list[str]:
+        test = run.task.evaluate(trainer.model, "test", device=trainer.device)
+        return [
+            f"done: step {result['step']}, {result['seconds']:.0f}s, test accuracy of the last weights "
+            f"{test['accuracy']:.4f} ({test['items']} images); {trainer.checkpoints_line()}; run folder {trainer.out}"
+        ]
 
     # ---- eval, predict -------------------------------------------------------------------------
     def evaluate(
@@ -296,15 +296,13 @@ class ImageClassifierRecipe(Recipe):
         model,
         on: Evaluation,
         *,
-        out: Annotated[str | None, Arg("classifiers: confusion-matrix PNG (default: <run>/confusion.png)")] = None,
+        out: ConfusionPNG = None,
     ) -> tuple[dict, str]:
-        from ..data.images import load_images, normalize
-        from ..inspect.analysis import confusion_matrix
-        from ..inspect.plots import confusion_matrix_png
-        from ..outputs import output_file
+        from ..data.images import load_images
+        from ..training.tasks import ImageClassificationTask
 
         out_file = output_file(out, ".png") if out else None  # (refused before any work)
-        meta, dev = model.run_meta, model.device
+        meta = model.run_meta
         spec = on.data or meta.get("data_spec") or meta.get("data")
         splits = load_images(spec, on.data_dir)
         split = on.split or "test"
@@ -320,28 +318,16 @@ class ImageClassifierRecipe(Recipe):
                 f"{splits.name} has classes {splits.labels[:10]}, but the model was trained on "
                 f"{labels[:10]}; evaluate on data with the same classes, in the same order"
             )
-        x, y = getattr(splits, split)
-        x, y = x[: on.count(len(x))], y[: on.count(len(y))]
-        with torch.no_grad(), on.within(model):
-            pred = torch.cat(
-                [
-                    model(normalize(x[i : i + on.batch_size], model.mean, model.std).to(dev)).argmax(-1).cpu()
-                    for i in on.starts(len(x), f"eval {split}")
-                ]
+        # (normalised by the run's own statistics, whatever data it is evaluated on)
+        task = ImageClassificationTask(splits, on.batch_size, stats=(model.mean, model.std))
+        with on.within(model):
+            scores = task.evaluate(
+                model, split, device=model.device, batch_size=on.batch_size, max_batches=on.max_batches
             )
-        acc = (pred == y).float().mean().item()
-        cm = confusion_matrix(y, pred, len(splits.labels))
-        out_file = out_file or Path(model.checkpoint) / "confusion.png"
-        confusion_matrix_png(cm.numpy(), splits.labels, out_file, title=f"{splits.name} {split}: accuracy {acc:.4f}")
-        res = {
-            "data": splits.name,
-            "split": split,
-            "images": len(y),
-            "accuracy": acc,
-            "confusion_png": str(out_file),
-            "note": splits.note,
-        }
-        return res, f"{splits.name} [{split}], {len(y)} images: accuracy {acc:.4f}; confusion matrix {out_file}"
+        res = {"data": splits.name, "split": split, "images": scores["items"], "accuracy": scores["accuracy"]}
+        res["macro_f1"], res["note"] = scores["macro_f1"], splits.note
+        line = f"{splits.name} [{split}], {res['images']} images: accuracy {res['accuracy']:.4f}"
+        return res, line + confusion_figure(scores, splits.labels, f"{splits.name} {split}", out_file, res)
 
     def predict(self, ckpt, inputs: list[str], *, top_k: int, device: str) -> int:
         return predict(ckpt, inputs, top_k=top_k, device=device)
@@ -411,13 +397,11 @@ def image_attribution(
 
 def one_image(image: str | None, what: str, model):
     """(the image in [0, 1], the normalised batch of one) from --image."""
-    from ..data.images import load_image, normalize
+    from ..data.images import normalize
 
     if not image:
         raise ValueError(f"inspect {what} needs --image FILE (the image to look at)")
-    x, note = load_image(image, model.config.in_chans, model.config.image_size)
-    if note:
-        print(f"note: {note}", file=sys.stderr)
+    x = read_image(image, model.config.in_chans, model.config.image_size)
     return x, normalize(x[None], model.mean, model.std)
 
 
@@ -432,15 +416,13 @@ def test_images(model, n: int, data_dir: str | None = None) -> torch.Tensor:
 
 def predict(ckpt, inputs: list[str], *, top_k: int, device: str) -> int:
     """``attnlab predict``: the top-k classes of each image."""
-    from ..data.images import load_image, normalize
+    from ..data.images import normalize
 
     model = ImageClassifierRecipe.model_of(ckpt, device)
     c, dev = model.config, model.device
     labels = class_labels(c)
     for path in inputs:
-        x, note = load_image(path, c.in_chans, c.image_size)
-        if note:
-            print(f"note: {note}", file=sys.stderr)
+        x = read_image(path, c.in_chans, c.image_size)
         with torch.no_grad():
             probs = model(normalize(x[None], model.mean, model.std).to(dev)).softmax(-1)[0].cpu()
         top = probs.topk(min(top_k, len(probs)))

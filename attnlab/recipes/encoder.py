@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import sys
+import warnings
 from pathlib import Path
 from dataclasses import dataclass
 from typing import Annotated, Literal, Sequence
@@ -13,7 +14,7 @@ from typing import Annotated, Literal, Sequence
 import numpy as np
 import torch
 
-from ..errors import CheckpointError, DataError
+from ..errors import CheckpointError, DataError, Note
 from ..models.encoder import ENCODER_PRESETS, TextEncoder, TextEncoderConfig
 from ..options import (
     Arg,
@@ -34,10 +35,13 @@ from .base import (
     Recipe,
     TrainingRun,
     Verbs,
+    ConfusionPNG,
     Evaluation,
     TopK,
+    confusion_figure,
     top_labels,
 )
+from ..outputs import output_file
 
 
 @dataclass(frozen=True)
@@ -141,10 +145,11 @@ class TextEncoderVerbs(Verbs):
 
         ids, _, firsts, cut = encode_tagged(self.require_tokenizer(), words, None, {}, self.config.context)
         if cut:
-            print(
-                f"warning: the text is longer than the model's context of {self.config.context} tokens; "
-                f"its last {len(words) - len(firsts)} words are not tagged",
-                file=sys.stderr,
+            warnings.warn(
+                f"the text is longer than the model's context of {self.config.context} tokens; its last "
+                f"{len(words) - len(firsts)} words are not tagged",
+                Note,
+                stacklevel=3,
             )
         with torch.no_grad():
             probs = self.tag(torch.tensor([ids], device=self.device)).float().softmax(-1)[0, firsts].cpu()
@@ -283,11 +288,11 @@ class TextEncoderRecipe(Recipe):
             data = tokenize_tagged(tagged, tokenizer, cfg.context, classes)
         else:
             data = tokenize(name, tokenizer, texts, cfg.context, labels, classes)
+        notes = []
         if data.truncated:
-            print(
+            notes.append(
                 f"warning: {data.truncated} texts are longer than the model's context of {cfg.context} tokens; "
-                "their first tokens are kept",
-                file=sys.stderr,
+                "their first tokens are kept"
             )
         if supervised:
             kind = TokenTaggingTask if task_name == "tag" else TextClassificationTask
@@ -311,19 +316,17 @@ class TextEncoderRecipe(Recipe):
             + (f" | from {o.init}" if o.init else "")
         )
         meta = {"data_spec": spec, "task": task_name, **({"init": str(o.init)} if o.init else {})}
-        return TrainingRun("text-encoder", cfg, task, meta, summary, setup)
+        return TrainingRun("text-encoder", cfg, task, meta, summary, setup, notes)
 
-    def finish(self, o, run, trainer, result) -> None:
+    def finish(self, o, run, trainer, result) -> list[str]:
         if not hasattr(run.task, "predict"):  # pretraining
             return super().finish(o, run, trainer, result)
-        pred, y = run.task.predict(trainer.model, "test", device=trainer.device)
+        test = run.task.evaluate(trainer.model, "test", device=trainer.device)
         what = "tagged words" if run.meta["task"] == "tag" else "texts"
-        print(
+        return [
             f"done: step {result['step']}, {result['seconds']:.0f}s, test accuracy of the last weights "
-            f"{(pred == y).float().mean():.4f} ({len(y)} {what}); {trainer.checkpoints_line()}; run folder "
-            f"{trainer.out}",
-            file=sys.stderr,
-        )
+            f"{test['accuracy']:.4f} ({test['items']} {what}); {trainer.checkpoints_line()}; run folder {trainer.out}"
+        ]
 
     # ---- embed, predict, eval ----------------------------------------------------------------------
     def commands(self) -> list[Command]:
@@ -356,30 +359,66 @@ class TextEncoderRecipe(Recipe):
             print(f"{top[0][0]}\t{shown}\t{text[:60]}")
         return 0
 
-    def evaluate(
-        self,
-        model,
-        on: Evaluation,
-        *,
-        out: Annotated[str | None, Arg("classifiers: confusion-matrix PNG (default: <run>/confusion.png)")] = None,
-    ) -> tuple[dict, str]:
-        res = evaluate_encoder(model, on, out)
-        if "ambiguous_accuracy" in res:
+    def evaluate(self, model, on: Evaluation, *, out: ConfusionPNG = None) -> tuple[dict, str]:
+        """A tagger's accuracy and macro-F1 (and on the words seen with several tags in training,
+        against each word's most frequent tag), a classifier's accuracy and macro-F1, or a masked
+        LM's loss and accuracy on the masked tokens."""
+        from ..data.labelled import load_labelled, load_pretraining_texts, tokenize
+        from ..data.tagged import load_tagged, tokenize_tagged, unigram_baseline
+        from ..training.tasks import MaskedLMTask, TextClassificationTask, TokenTaggingTask
+
+        out_file = output_file(out, ".png") if out else None  # (refused before any work)
+        tok, spec, c = model.require_tokenizer(), on.data or model.run_meta.get("data_spec"), model.config
+        batches = dict(batch_size=on.batch_size, max_batches=on.max_batches)
+        if not c.per_token and not c.num_classes:
+            split = on.split or "val"
+            name, texts = load_pretraining_texts(spec, on.data_dir)
+            if split not in texts:
+                raise ValueError("masked-LM data has train and val splits; use --split val or train")
+            res = MaskedLMTask(tokenize(name, tok, texts, c.context), on.batch_size).evaluate(model, split, **batches)
             return res, (
-                f"{res['data']} [{res['split']}], {res['words']} tagged words: accuracy {res['accuracy']:.4f}, "
-                f"macro-F1 {res['macro_f1']:.4f}; on the {res['ambiguous_words']} words seen with several tags "
-                f"in training {res['ambiguous_accuracy']:.4f} (each word's most frequent tag: "
-                f"{res['unigram_ambiguous_accuracy']:.4f}); confusion matrix {res['confusion_png']}"
+                f"{name} [{split}], {res['masked_tokens']} masked tokens: loss {res['loss']:.4f}, "
+                f"accuracy {res['accuracy_masked']:.4f}"
             )
-        if "accuracy" in res:
-            return res, (
-                f"{res['data']} [{res['split']}], {res['texts']} texts: accuracy {res['accuracy']:.4f}, "
-                f"macro-F1 {res['macro_f1']:.4f}; confusion matrix {res['confusion_png']}"
-            )
-        return res, (
-            f"{res['data']} [{res['split']}], {res['masked_tokens']} masked tokens: loss {res['loss']:.4f}, "
-            f"accuracy {res['accuracy_masked']:.4f}"
+        split = on.split or "test"
+        if c.per_token:
+            data = load_tagged(spec)
+            task = TokenTaggingTask(tokenize_tagged(data, tok, c.context, c.labels), on.batch_size)
+            counted = "words"
+        else:
+            data = load_labelled(spec)
+            ds = tokenize(data.name, tok, data.texts, c.context, data.labels, c.labels)
+            task, counted = TextClassificationTask(ds, on.batch_size), "texts"
+        scores = task.evaluate(model, split, device=model.device, **batches)
+        res = {"data": data.name, "split": split, counted: scores["items"]}
+        res.update(accuracy=scores["accuracy"], macro_f1=scores["macro_f1"])
+        line = (
+            f"{data.name} [{split}], {res[counted]} {'tagged words' if c.per_token else 'texts'}: accuracy "
+            f"{res['accuracy']:.4f}, macro-F1 {res['macro_f1']:.4f}"
         )
+        if c.per_token:
+            # the words seen with several tags in training: where context must decide (the tagged
+            # words in order are the scored tokens in order, so the two line up)
+            base = unigram_baseline(data, split)
+            sentences = data.words[split][: on.count(len(data.words[split]))]  # (--max-batches)
+            words = [w.lower() for sentence in sentences for w in sentence]
+            correct = scores["correct"]
+            if len(words) != len(correct):  # texts cut at the context lose their last words' tags
+                raise DataError(
+                    f"{len(words) - len(correct)} words of {data.name} [{split}] fall beyond the model's context of "
+                    f"{c.context} tokens; give shorter texts"
+                )
+            ambiguous = torch.tensor([w in base["ambiguous"] for w in words], dtype=torch.bool)
+            res["ambiguous_words"] = int(ambiguous.sum())
+            res["ambiguous_accuracy"] = correct[ambiguous].float().mean().item() if ambiguous.any() else float("nan")
+            res["unigram_accuracy"] = base["accuracy"]
+            res["unigram_ambiguous_accuracy"] = base["ambiguous_accuracy"]
+            line += (
+                f"; on the {res['ambiguous_words']} words seen with several tags in training "
+                f"{res['ambiguous_accuracy']:.4f} (each word's most frequent tag: "
+                f"{res['unigram_ambiguous_accuracy']:.4f})"
+            )
+        return res, line + confusion_figure(scores, c.labels, f"{data.name} {split}", out_file, res)
 
     def inspect(self, model, what: str, out: Path, o: TextInspection) -> dict:
         from ..inspect.lens import lens_table, mlm_lens
@@ -441,9 +480,10 @@ def encode_texts(tok, texts: list[str], context: int):
     encoded = [encode_truncated(tok, t, context) for t in texts]
     cut = sum(c for _, c in encoded)
     if cut:
-        print(
-            f"warning: {cut} texts were longer than the model's context of {context} tokens and were truncated",
-            file=sys.stderr,
+        warnings.warn(
+            f"{cut} texts were longer than the model's context of {context} tokens and were truncated",
+            Note,
+            stacklevel=3,
         )
     return pad_batch([e for e, _ in encoded], tok.pad_id)
 
@@ -487,102 +527,3 @@ def embed_command(
         for v in vectors:
             print(json.dumps([round(float(x), 6) for x in v]))
     return 0
-
-
-def _scores(model, out: str | None, name: str, split: str, pred, y, counted: str = "texts") -> dict:
-    """Accuracy, macro-F1 and a confusion-matrix PNG of predicted against true class ids
-    (``counted``: what the count of items is called)."""
-    from ..inspect.analysis import confusion_matrix
-    from ..inspect.plots import confusion_matrix_png
-    from ..outputs import output_file
-
-    c = model.config
-    cm = confusion_matrix(y, pred, c.num_classes)
-    tp = cm.diag().float()
-    f1 = 2 * tp / (cm.sum(0) + cm.sum(1)).float().clamp_min(1)
-    present = (cm.sum(1) + cm.sum(0)) > 0  # classes with no true and no predicted item do not count
-    acc = (pred == y).float().mean().item()
-    out_file = output_file(out, ".png") if out else Path(model.checkpoint) / "confusion.png"
-    confusion_matrix_png(cm.numpy(), list(c.labels), out_file, title=f"{name} {split}: accuracy {acc:.4f}")
-    return {
-        "data": name,
-        "split": split,
-        counted: len(y),
-        "accuracy": acc,
-        "macro_f1": f1[present].mean().item(),
-        "confusion_png": str(out_file),
-    }
-
-
-def evaluate_encoder(model, on: Evaluation, out: str | None = None) -> dict:
-    """The metrics of a text encoder: a tagger's (accuracy, macro-F1, the words of several tags
-    against the unigram baseline), a classifier's (accuracy, macro-F1) or a masked LM's (loss and
-    accuracy on masked tokens)."""
-    from ..data.labelled import load_labelled, load_pretraining_texts, tokenize
-    from ..data.tagged import load_tagged, tokenize_tagged, unigram_baseline
-    from ..losses import cross_entropy
-    from ..training.tasks import TextClassificationTask, TokenTaggingTask, bert_mask
-
-    from ..outputs import output_file
-
-    if out:
-        output_file(out, ".png")  # (refused before any work: the confusion matrix is a PNG)
-    tok, meta, dev = model.require_tokenizer(), model.run_meta, model.device
-    spec = on.data or meta.get("data_spec")
-    c = model.config
-    if c.per_token:
-        split = on.split or "test"
-        data = load_tagged(spec)
-        task = TokenTaggingTask(tokenize_tagged(data, tok, c.context, c.labels), on.batch_size)
-        pred, y = task.predict(model, split, dev, on.batch_size, on.max_batches)
-        res = _scores(model, out, data.name, split, pred, y, counted="words")
-        # the words seen with several tags in training: where context must decide (the tagged
-        # words in order are the scored tokens in order, so the two line up)
-        base = unigram_baseline(data, split)
-        sentences = data.words[split][: on.count(len(data.words[split]))]  # (--max-batches)
-        words = [w.lower() for sentence in sentences for w in sentence]
-        if len(words) != len(y):  # texts cut at the context lose their last words' tags
-            raise DataError(
-                f"{len(words) - len(y)} words of {data.name} [{split}] fall beyond the model's context of "
-                f"{c.context} tokens; give shorter texts"
-            )
-        ambiguous = torch.tensor([w in base["ambiguous"] for w in words], dtype=torch.bool)
-        hit = pred == y
-        return {
-            **res,
-            "ambiguous_words": int(ambiguous.sum()),
-            "ambiguous_accuracy": hit[ambiguous].float().mean().item() if ambiguous.any() else float("nan"),
-            "unigram_accuracy": base["accuracy"],
-            "unigram_ambiguous_accuracy": base["ambiguous_accuracy"],
-        }
-    if c.num_classes > 0:
-        split = on.split or "test"
-        data = load_labelled(spec)
-        ds = tokenize(data.name, tok, data.texts, c.context, data.labels, c.labels)
-        pred, y = TextClassificationTask(ds, on.batch_size).predict(model, split, dev, on.batch_size, on.max_batches)
-        return _scores(model, out, data.name, split, pred, y)
-    split = on.split or "val"
-    name, texts = load_pretraining_texts(spec, on.data_dir)
-    if split not in texts:
-        raise ValueError("masked-LM data has train and val splits; use --split val or train")
-    ds = tokenize(name, tok, texts, c.context)
-    gen = torch.Generator().manual_seed(0)  # the same masks every time
-    total = correct = count = 0
-    with torch.no_grad():
-        for n_batch, (ids, mask) in enumerate(ds.batches(split, on.batch_size)):
-            if on.max_batches and n_batch >= on.max_batches:
-                break
-            special = (ids == tok.cls_id) | (ids == tok.sep_id) | (ids == tok.pad_id)
-            inputs, targets = bert_mask(ids, special, tok.mask_id, tok.vocab_size, gen, never=tok.special_ids)
-            logits = model.mlm_logits(inputs.to(dev), mask.to(dev)).cpu()
-            total += cross_entropy(logits, targets, reduction="sum").item()
-            sel = targets != -100
-            correct += int((logits.argmax(-1)[sel] == targets[sel]).sum())
-            count += int(sel.sum())
-    return {
-        "data": name,
-        "split": split,
-        "masked_tokens": count,
-        "loss": total / max(count, 1),
-        "accuracy_masked": correct / max(count, 1),
-    }

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import math
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -479,8 +478,8 @@ class GPTRecipe(Recipe):
 
         return TrainingRun("gpt", cfg, task, {"data_spec": spec, **meta}, summary, setup)
 
-    def finish(self, o, run, trainer, result) -> None:
-        super().finish(o, run, trainer, result)
+    def finish(self, o, run, trainer, result) -> list[str]:
+        lines = super().finish(o, run, trainer, result)
         if o.sample_chars > 0:
             import torch
 
@@ -491,7 +490,8 @@ class GPTRecipe(Recipe):
             tok = run.task.data.tokenizer
             prompt = default_prompt(tok)
             text = generate_text(trainer.model, tok, prompt, o.sample_chars, temperature=0.8, top_k=200)[0]
-            print("--- sample ---\n" + prompt.lstrip("\n") + text)
+            lines.append("--- sample ---\n" + prompt.lstrip("\n") + text)
+        return lines
 
     # ---- sample, eval -------------------------------------------------------------------------
     def commands(self) -> list[Command]:
@@ -524,15 +524,12 @@ class GPTRecipe(Recipe):
             Arg("language models, evaluated as attnlab sample --quantize runs them. " + QUANTIZE_HELP),
         ] = None,
     ) -> tuple[dict, str]:
-        import numpy as np
-        import torch
-
-        from ..losses import cross_entropy
+        from ..training.tasks import language_model_scores
 
         if on.split == "test":
             raise ValueError("language models have train and val splits; use --split val or train")
         split = on.split or "val"
-        tok, meta, dev, ckpt = model.require_tokenizer(), model.run_meta, model.device, model.checkpoint
+        tok, meta, ckpt = model.require_tokenizer(), model.run_meta, model.checkpoint
         if quantize:  # (on a copy: the loaded model in memory stays as it is)
             from ..generate.quantize import quantized_copy
 
@@ -542,32 +539,19 @@ class GPTRecipe(Recipe):
         if block > context:
             raise ValueError(f"--block-size {block} is larger than the model's context of {context}; use at most that")
         name, ids = corpus_ids(ckpt, meta, tok, split, on.data, on.data_dir)
-        ids = np.asarray(ids[: max_tokens + 1], dtype=np.int64)
-        n_windows = (len(ids) - 1) // block
-        if n_windows < 1:
-            raise ValueError(f"the {split} split has {len(ids)} tokens, fewer than one window of {block} + 1")
-        x = torch.from_numpy(ids[: n_windows * block].reshape(n_windows, block))
-        y = torch.from_numpy(ids[1 : n_windows * block + 1].reshape(n_windows, block))
-        total, count = 0.0, 0
-        with torch.no_grad(), on.within(model):
-            for i in on.starts(n_windows, f"eval {split}"):
-                xb, yb = x[i : i + on.batch_size].to(dev), y[i : i + on.batch_size].to(dev)
-                total += cross_entropy(model(xb), yb, reduction="sum").item()
-                count += yb.numel()
-        loss = total / count
-        decoded = tok.decode(y.flatten().tolist())
-        res = {
-            "data": name,
-            "split": split,
-            "tokens": count,
-            "loss": loss,
-            "perplexity": math.exp(loss),
-            "bits_per_token": loss / math.log(2),
-            "bits_per_char": total / math.log(2) / len(decoded),
-            "bits_per_byte": total / math.log(2) / len(decoded.encode("utf-8")),
-        }
+        with on.within(model):
+            scores = language_model_scores(
+                model,
+                ids[: max_tokens + 1],
+                block,
+                tok,
+                batch_size=on.batch_size,
+                max_batches=on.max_batches,
+                what=f"eval {split}",
+            )
+        res = {"data": name, "split": split, **scores}
         return res, (
-            f"{name} [{split}], {count:,} tokens: loss {loss:.4f} nats/token, perplexity "
+            f"{name} [{split}], {res['tokens']:,} tokens: loss {res['loss']:.4f} nats/token, perplexity "
             f"{res['perplexity']:.2f}, {res['bits_per_char']:.3f} bits/char, {res['bits_per_byte']:.3f} bits/byte"
         )
 

@@ -3,9 +3,6 @@
 
 from __future__ import annotations
 
-import math
-import sys
-import time
 import warnings
 from pathlib import Path
 from dataclasses import dataclass
@@ -15,6 +12,7 @@ import torch
 
 from ..models.rnn import RNNSeq2Seq
 from ..models.seq2seq import Transformer
+from ..errors import Note
 from ..options import (
     checked,
     Arg,
@@ -54,7 +52,7 @@ class Seq2SeqVerbs(Verbs):
         ``alpha`` its length penalty, ``max_len`` the longest output (`attnlab translate`'s options)."""
         texts, single = texts_argument(texts, "translate")
         out = translate_texts(
-            self, self.src_vocab, self.tgt_vocab, texts, beam=beam, alpha=alpha, max_len=max_len, device=self.device
+            self, self.src_vocab, self.tgt_vocab, texts, beam=beam, alpha=alpha, max_len=max_len
         )
         return out[0] if single else out
 
@@ -259,49 +257,19 @@ class Seq2SeqRecipe(Recipe):
         alpha: Annotated[float, Arg("beam length penalty exponent", nonneg_float)] = 1.0,
         max_sentences: Annotated[int, Arg("seq2seq: evaluate at most this many", positive_int)] = 100_000,
     ) -> tuple[dict, str]:
-        import sacrebleu
+        from ..training.tasks import Seq2SeqTask
 
-        from ..data.parallel import collate
-        from ..losses import cross_entropy
-
-        sv, tv, meta, dev = model.src_vocab, model.tgt_vocab, model.run_meta, model.device
+        meta = model.run_meta
         # the run's own data, or --data encoded with the run's vocabulary
         data = load_data(on.data or meta.get("data_spec"), meta.get("data_opts", {}), on.data_dir, meta["vocab"])
-        split = on.split or "test"
-        if split not in data.pairs:
-            raise ValueError(f"{data.name} has no {split} split; use one of {', '.join(sorted(data.pairs))}")
-        pairs, texts = data.pairs[split], data.texts[split]
-        n = on.count(min(len(pairs), max_sentences))
-        total, count = 0.0, 0
-        with torch.no_grad():
-            for i in on.starts(n, f"eval {split}"):
-                src, mask, tin, tout = (t.to(dev) for t in collate(pairs[i : min(n, i + on.batch_size)], data.max_len))
-                total += cross_entropy(model(src, tin, mask), tout, ignore_index=tv.pad_id, reduction="sum").item()
-                count += int((tout != tv.pad_id).sum())
-        t0 = time.perf_counter()
-        hyps = translate_texts(model, sv, tv, [s for s, _ in texts[:n]], beam=beam, alpha=alpha, device=dev)
-        decode_s = time.perf_counter() - t0
-        refs = [t for _, t in texts[:n]]
-        # a synthetic task's sentences are strings of symbols without spaces (one "word" each, so
-        # word BLEU is 0 unless a whole sentence is right): BLEU over characters there
-        metric = sacrebleu.BLEU(tokenize="char") if data.synthetic else sacrebleu.BLEU()
-        bleu = metric.corpus_score(hyps, [refs])
-        res = {
-            "data": data.name,
-            "split": split,
-            "sentences": n,
-            "loss": total / count,
-            "perplexity": math.exp(total / count),
-            "bleu": bleu.score,
-            "bleu_signature": str(metric.get_signature()),
-            "exact_match": sum(h == r for h, r in zip(hyps, refs)) / n,
-            "beam": beam,
-            "decode_s": decode_s,
-            "sentences_per_s": n / decode_s,
-        }
+        task = Seq2SeqTask(data, on.batch_size)
+        split, n = on.split or "test", max_sentences
+        res = task.evaluate(
+            model, split, batch_size=on.batch_size, max_batches=on.max_batches, max_sentences=n, beam=beam, alpha=alpha
+        )
         return res, (
-            f"{data.name} [{split}], {n} sentences: perplexity {res['perplexity']:.2f}, BLEU "
-            f"{bleu.score:.2f} ({res['bleu_signature']}), exact match {res['exact_match']:.3f}, beam "
+            f"{data.name} [{split}], {res['sentences']} sentences: perplexity {res['perplexity']:.2f}, BLEU "
+            f"{res['bleu']:.2f} ({res['bleu_signature']}), exact match {res['exact_match']:.3f}, beam "
             f"{beam} ({res['sentences_per_s']:.1f} sentences/s)"
         )
 
@@ -326,45 +294,32 @@ def load_data(spec: str, opts: dict, data_dir, vocab: dict | None = None):
     """Parallel data (its warnings printed as one line each)."""
     from ..data.parallel import load_parallel
 
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        data = load_parallel(spec, data_dir=data_dir, vocab=vocab, **opts)
-    for w in caught:
-        print(f"warning: {w.message}", file=sys.stderr)
-    return data
+    return load_parallel(spec, data_dir=data_dir, vocab=vocab, **opts)
 
 
-def translate_texts(model, sv, tv, texts, *, beam=5, alpha=1.0, max_len=None, device="cpu", batch_size=64):
-    """Translate ``texts`` (greedy for beam 1), in batches; one string per input."""
-    from ..data.parallel import pad_batch
-    from ..generate.beam import decode
+def translate_texts(model, sv, tv, texts, *, beam=5, alpha=1.0, max_len=None, batch_size=64):
+    """Translate ``texts`` (greedy for ``beam`` 1), in batches; one string per input. A sentence
+    with what the vocabulary never saw, or longer than the model's context, is said as a Note."""
+    from ..training.tasks import translations
 
-    limit = model.config.context
-    max_len = max_len or min(limit - 1, 100)
-    outs = []
-    for i in range(0, len(texts), batch_size):
-        ids = []
-        for n, t in enumerate(texts[i : i + batch_size], i + 1):
-            unseen = sv.unknown(t)
-            if unseen:
-                shown = ", ".join(repr(c) for c in unseen[:5]) + (" …" if len(unseen) > 5 else "")
-                print(
-                    f"warning: sentence {n} holds what this model's vocabulary never saw ({shown}); it reads "
-                    "those as <unk>, so its translation of them is a guess",
-                    file=sys.stderr,
-                )
-            e = sv.encode(t) or [sv.unk_id]
-            if len(e) > limit:
-                print(
-                    f"warning: a sentence of {len(e)} tokens was truncated to the model's maximum of {limit}",
-                    file=sys.stderr,
-                )
-                e = e[:limit]
-            ids.append(e)
-        src, mask = pad_batch(ids, sv.pad_id)
-        src, mask = src.to(device), mask.to(device)
-        outs += decode(model, src, mask, beam=beam, max_len=max_len, alpha=alpha)
-    return [tv.decode(o) for o in outs]
+    limit, sources = model.config.context, []
+    for n, t in enumerate(texts, 1):
+        unseen = sv.unknown(t)
+        if unseen:
+            shown = ", ".join(repr(c) for c in unseen[:5]) + (" …" if len(unseen) > 5 else "")
+            warnings.warn(
+                f"sentence {n} holds what this model's vocabulary never saw ({shown}); it reads those as "
+                "<unk>, so its translation of them is a guess",
+                Note,
+                stacklevel=2,
+            )
+        e = sv.encode(t)
+        if len(e) > limit:
+            warnings.warn(
+                f"a sentence of {len(e)} tokens was truncated to the model's maximum of {limit}", Note, stacklevel=2
+            )
+        sources.append(e)
+    return translations(model, sources, sv.unk_id, tv, beam=beam, alpha=alpha, max_len=max_len, batch_size=batch_size)
 
 
 def translate(
@@ -384,7 +339,7 @@ def translate(
     texts = input_lines(list(text), file)
     if not any(t.strip() for t in texts):
         raise ValueError("no sentences to translate: give them as arguments, with --file, or on standard input")
-    for line in translate_texts(model, sv, tv, texts, device=dev, **options):
+    for line in translate_texts(model, sv, tv, texts, **options):
         print(line, flush=True)
     return 0
 

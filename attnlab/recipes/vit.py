@@ -3,7 +3,6 @@ embeddings, position similarity, mean attention distance; CKA comes from the cla
 
 from __future__ import annotations
 
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Literal
@@ -15,6 +14,7 @@ from ..errors import a
 from ..models.vit import VIT_PRESETS, ViT, ViTConfig
 from ..options import Arg, below_one, nonneg_int
 from . import register
+from .base import read_image
 from .classifier import (
     ClassifierInspection,
     ImageClassifierRecipe,
@@ -162,16 +162,13 @@ class ViTRecipe(ImageClassifierRecipe):
         return {"distance": dist.numpy()}
 
     def explore(self, model, image: str | None = None) -> dict:
-        from ..data.images import load_image
         from ..inspect.explorer import image_attention
 
         if not image:
             raise ValueError("explore a ViT with --image FILE")
         if model.model_type != "vit":
             raise ValueError(f"{model.checkpoint} holds {a(model.model_type)} model, which has no attention to explore")
-        img, note = load_image(image, model.config.in_chans, model.config.image_size)
-        if note:
-            print(f"note: {note}", file=sys.stderr)
+        img = read_image(image, model.config.in_chans, model.config.image_size)
         return image_attention(model, img, model.mean, model.std)
 
 

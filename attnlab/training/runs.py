@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
@@ -33,6 +33,7 @@ class TrainingRun:
     meta: dict
     summary: str
     setup: Callable | None = None  # called with the built model (e.g. an RNN's teacher forcing)
+    notes: list[str] = field(default_factory=list)  # what the run says of its data before it starts
 
 
 @dataclass
@@ -190,6 +191,8 @@ def train(
     if asked is not None and asked > 1 and not family.target_is_loss:
         raise OptionError(f"--target must be in [0, 1] for a {family.name} run (a fraction: accuracy, exact match)")
     run = family.prepare(own, saved, model_over, tcfg, out)
+    for note in filter(None, run.notes):
+        say(note)
     # what it trains on, for a later --resume to compare (kept as first recorded)
     run.meta["data_fingerprint"] = (
         saved["data_fingerprint"] if saved and "data_fingerprint" in saved else fingerprint(own.data)
@@ -215,7 +218,8 @@ def train(
 
     def finished(trainer, result) -> None:
         if trainer.dist.main:
-            family.finish(own, run, trainer, result)
+            for line in family.finish(own, run, trainer, result):
+                say(line)
 
     trainer, result = fit_model(
         model, run.task, tcfg, out, meta=run.meta, callbacks=callbacks, started=started, finished=finished

@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import itertools
+import math
+import sys
+from collections.abc import Iterator
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
@@ -12,6 +16,72 @@ from ..checkpoint import unwrap_model
 from ..data.images import normalize
 from ..data.text import TokenData
 from ..losses import cross_entropy
+
+
+def batch_starts(n: int, batch_size: int, max_batches: int | None = None, what: str = "eval") -> Iterator[int]:
+    """The start of each batch of ``batch_size`` over ``n`` examples (the first ``max_batches``
+    batches only: None, all), with a progress bar on a terminal (never in a log file)."""
+    from tqdm.auto import tqdm
+
+    batches = -(-n // batch_size) if not max_batches else min(-(-n // batch_size), max_batches)
+    bar = tqdm(range(batches), desc=what, unit="batch", leave=False, disable=not sys.stderr.isatty())
+    return (i * batch_size for i in bar)
+
+
+def confusion_matrix(y: Tensor, pred: Tensor, k: int) -> Tensor:
+    """Counts (k, k): row = true class, column = predicted class."""
+    cm = torch.zeros(k, k, dtype=torch.long)
+    cm.index_put_((y, pred), torch.ones_like(y), accumulate=True)
+    return cm
+
+
+def classification_scores(pred: Tensor, true: Tensor, num_classes: int) -> dict:
+    """Accuracy, macro-F1 (over the classes that are true or predicted at least once: a class
+    absent from both does not count) and the confusion matrix (k, k) of predicted classes ``pred``
+    (N,) against ``true`` (N,)."""
+    cm = confusion_matrix(true, pred, num_classes)
+    f1 = 2 * cm.diag().float() / (cm.sum(0) + cm.sum(1)).float().clamp_min(1)
+    present = (cm.sum(1) + cm.sum(0)) > 0
+    return {
+        "accuracy": (pred == true).float().mean().item(),
+        "macro_f1": f1[present].mean().item(),
+        "confusion": cm,
+    }
+
+
+@torch.no_grad()
+def language_model_scores(
+    model: nn.Module, ids, block: int, tokenizer, *, batch_size: int = 16, max_batches: int | None = None, what="eval"
+) -> dict:
+    """The next-token loss of ``model`` over the token stream ``ids`` (1-D) cut into disjoint
+    windows of ``block`` tokens (each token predicted once, from the window it falls in), in nats
+    per token, and what it is in perplexity and in bits per token, per character and per byte of
+    the decoded text: what ``attnlab eval`` reports for a language model."""
+    ids = np.asarray(ids, dtype=np.int64)
+    n_windows = (len(ids) - 1) // block
+    if n_windows < 1:
+        from ..errors import DataError
+
+        raise DataError(f"the split has {len(ids)} tokens, fewer than one window of {block} + 1")
+    x = torch.from_numpy(ids[: n_windows * block].reshape(n_windows, block))
+    y = torch.from_numpy(ids[1 : n_windows * block + 1].reshape(n_windows, block))
+    dev = next(model.parameters()).device
+    total, count, scored = 0.0, 0, []
+    for i in batch_starts(n_windows, batch_size, max_batches, what):
+        xb, yb = x[i : i + batch_size].to(dev), y[i : i + batch_size].to(dev)
+        total += cross_entropy(model(xb), yb, reduction="sum").item()
+        count += yb.numel()
+        scored.append(y[i : i + batch_size])
+    decoded = tokenizer.decode(torch.cat(scored).flatten().tolist())
+    loss = total / count
+    return {
+        "tokens": count,
+        "loss": loss,
+        "perplexity": math.exp(loss),
+        "bits_per_token": loss / math.log(2),
+        "bits_per_char": total / math.log(2) / len(decoded),
+        "bits_per_byte": total / math.log(2) / len(decoded.encode("utf-8")),
+    }
 
 
 class LanguageModelTask:
@@ -43,6 +113,14 @@ class LanguageModelTask:
         if self.loss_chunk:  # (through the model's own call: DDP's hooks and the compiled graph see it)
             return model(x, targets=y, loss_chunk=self.loss_chunk)
         return cross_entropy(model(x), y)  # logits (B, T, V) against the next tokens (B, T)
+
+    def evaluate(self, model: nn.Module, split: str = "val", *, batch_size: int = 16, max_batches=None) -> dict:
+        """:func:`language_model_scores` over the whole ``split`` in windows of the task's block."""
+        data = getattr(self.data, split)
+        scores = language_model_scores(
+            model, data, self.block_size, self.data.tokenizer, batch_size=batch_size, max_batches=max_batches
+        )
+        return {"data": self.data.name, "split": split, **scores}
 
     def meta(self) -> dict:
         return {"tokenizer": self.data.tokenizer.to_dict(), "data": self.data.name}
@@ -85,9 +163,22 @@ class ClassificationMetrics:
     target_metric = "val_acc"
     select_metric = "val_acc"  # best/ is the most accurate checkpoint, not the lowest loss
 
+    num_classes: int
+
     def eval_metrics(self, model: nn.Module, device) -> dict:
-        pred, y = self.predict(model, "val", device=device)
-        return {"val_acc": (pred == y).float().mean().item()}
+        return {"val_acc": self.evaluate(model, "val", device=device)["accuracy"]}
+
+    def evaluate(self, model: nn.Module, split: str = "test", *, device="cpu", **batches) -> dict:
+        """:func:`classification_scores` of the model's predictions over ``split`` (``batches``:
+        the task's ``predict`` options, e.g. ``batch_size``, ``max_batches``), with ``correct``
+        (N,) whether each item was right: what ``eval``, the training curves and the claims read."""
+        pred, y = self.predict(model, split, device=device, **batches)
+        return {
+            "split": split,
+            "items": len(y),
+            "correct": pred == y,
+            **classification_scores(pred, y, self.num_classes),
+        }
 
 
 class ImageClassificationTask(ClassificationMetrics):
@@ -106,13 +197,18 @@ class ImageClassificationTask(ClassificationMetrics):
         label_smoothing: float = 0.0,
         rotate: float = 0.0,
         scale: float = 0.0,
+        stats: tuple | None = None,
     ):
+        """``stats``: the (mean, std) per channel that inputs are normalised by (default: the
+        training split's; a trained model evaluated on other data keeps its own run's)."""
         self.splits, self.pad, self.flip, self.label_smoothing = splits, pad, flip, label_smoothing
+        self.mean, self.std = stats or (splits.mean, splits.std)
         self.rotate, self.scale = rotate, scale  # random affine: ± degrees, ± relative scale
         self.items_per_batch = batch_size
+        self.num_classes = len(splits.labels)
 
     def normalize(self, x: Tensor) -> Tensor:
-        return normalize(x, self.splits.mean, self.splits.std)
+        return normalize(x, self.mean, self.std)
 
     def _affine(self, x: Tensor, g: torch.Generator) -> Tensor:
         b = x.shape[0]
@@ -162,19 +258,48 @@ class ImageClassificationTask(ClassificationMetrics):
         return cross_entropy(model(x), y)
 
     @torch.no_grad()
-    def predict(self, model: nn.Module, split: str, batch_size: int = 256, device="cpu") -> tuple[Tensor, Tensor]:
-        """Predicted and true labels over a whole split (no augmentation)."""
+    def predict(
+        self, model: nn.Module, split: str, batch_size: int = 256, device="cpu", max_batches: int | None = None
+    ) -> tuple[Tensor, Tensor]:
+        """Predicted and true labels over a whole split (its first ``max_batches`` batches), no
+        augmentation: (N,), (N,)."""
         model.eval()
         x, y = getattr(self.splits, split)
-        preds = [
-            model(self.normalize(x[i : i + batch_size].to(device))).argmax(-1).cpu()
-            for i in range(0, len(x), batch_size)
-        ]
-        return torch.cat(preds), y
+        starts = batch_starts(len(x), batch_size, max_batches, f"eval {split}")
+        preds = [model(self.normalize(x[i : i + batch_size].to(device))).argmax(-1).cpu() for i in starts]
+        pred = torch.cat(preds)
+        return pred, y[: len(pred)]
 
     def meta(self) -> dict:
         s = self.splits
         return {"data": s.name, "labels": s.labels, "mean": s.mean, "std": s.std, "data_note": s.note}
+
+
+@torch.no_grad()
+def translations(
+    model: nn.Module,
+    sources: list[list[int]],
+    unk_id: int,
+    tgt_vocab,
+    *,
+    beam: int = 1,
+    alpha: float = 1.0,
+    max_len: int | None = None,
+    batch_size: int = 64,
+) -> list[str]:
+    """The model's translation of each source (token ids; an empty one reads as ``unk_id``) as
+    text: greedy for ``beam`` 1, else beam search with length penalty ``alpha``; sources cut to
+    the model's context, at most ``max_len`` tokens out (default: 100, within the context)."""
+    from ..data.parallel import pad_batch
+    from ..generate.beam import decode
+
+    context, dev = model.config.context, next(model.parameters()).device
+    max_len = max_len or min(context - 1, 100)
+    hyps = []
+    for i in range(0, len(sources), batch_size):
+        src, mask = pad_batch([s[:context] or [unk_id] for s in sources[i : i + batch_size]])
+        hyps += decode(model, src.to(dev), mask.to(dev), beam=beam, max_len=max_len, alpha=alpha)
+    return [tgt_vocab.decode(h) for h in hyps]
 
 
 class Seq2SeqTask:
@@ -222,6 +347,67 @@ class Seq2SeqTask:
         log-perplexity, and what validation logs and selects the best checkpoint on."""
         src, src_mask, tgt_in, tgt_out = batch
         return cross_entropy(model(src, tgt_in, src_mask), tgt_out, ignore_index=self.pad_id)
+
+    def translate(self, model: nn.Module, sources: list[list[int]], *, beam: int = 1, alpha: float = 1.0) -> list[str]:
+        """:func:`translations` of the sources (token ids) into the task's target vocabulary."""
+        return translations(model, sources, self.data.src_vocab.unk_id, self.data.tgt_vocab, beam=beam, alpha=alpha)
+
+    @torch.no_grad()
+    def evaluate(
+        self,
+        model: nn.Module,
+        split: str = "test",
+        *,
+        batch_size: int = 16,
+        max_batches: int | None = None,
+        max_sentences: int | None = None,
+        beam: int = 1,
+        alpha: float = 1.0,
+    ) -> dict:
+        """The plain NLL per target token under teacher forcing (and its perplexity), then the
+        model's own translations (greedy for ``beam`` 1, else beam search with length penalty
+        ``alpha``) scored against the references: corpus BLEU (sacreBLEU; over characters on a
+        synthetic task, whose "sentences" are strings of symbols) and exact matches. Over the
+        first ``max_sentences`` of ``split`` (its first ``max_batches`` batches)."""
+        import time
+
+        import sacrebleu
+
+        from ..data.parallel import collate
+
+        d = self.data
+        if split not in d.pairs:
+            from ..errors import DataError
+
+            raise DataError(f"{d.name} has no {split} split; use one of {', '.join(sorted(d.pairs))}")
+        model = unwrap_model(model).eval()
+        dev = next(model.parameters()).device
+        pairs, texts = d.pairs[split], d.texts[split]
+        n = min(len(pairs), max_sentences or len(pairs), (max_batches or len(pairs)) * batch_size)
+        total, count = 0.0, 0
+        for i in batch_starts(n, batch_size, what=f"eval {split}"):
+            src, mask, tin, tout = (t.to(dev) for t in collate(pairs[i : min(n, i + batch_size)], d.max_len))
+            total += cross_entropy(model(src, tin, mask), tout, ignore_index=self.pad_id, reduction="sum").item()
+            count += int((tout != self.pad_id).sum())
+        t0 = time.perf_counter()
+        hyps = self.translate(model, [src for src, _ in pairs[:n]], beam=beam, alpha=alpha)
+        decode_s = time.perf_counter() - t0
+        refs = [t for _, t in texts[:n]]
+        metric = sacrebleu.BLEU(tokenize="char") if d.synthetic else sacrebleu.BLEU()
+        bleu = metric.corpus_score(hyps, [refs])
+        return {
+            "data": d.name,
+            "split": split,
+            "sentences": n,
+            "loss": total / count,
+            "perplexity": math.exp(total / count),
+            "bleu": bleu.score,
+            "bleu_signature": str(metric.get_signature()),
+            "exact_match": sum(h == r for h, r in zip(hyps, refs)) / n,
+            "beam": beam,
+            "decode_s": decode_s,
+            "sentences_per_s": n / decode_s,
+        }
 
     def meta(self) -> dict:
         d = self.data
@@ -329,6 +515,30 @@ class MaskedLMTask:
         chosen = targets != -100  # the vocabulary projection only where a token is predicted
         return cross_entropy(model(inputs, mask, head="mlm", select=chosen), targets[chosen])
 
+    @torch.no_grad()
+    def evaluate(self, model: nn.Module, split: str = "val", *, batch_size: int = 16, max_batches=None) -> dict:
+        """The loss and the accuracy on the masked tokens of ``split`` (its first ``max_batches``
+        batches), masked by :func:`bert_mask` from a fixed seed: the same masks every time."""
+        tok = self.data.tokenizer
+        dev = next(model.parameters()).device
+        gen = torch.Generator().manual_seed(0)
+        total = correct = count = 0
+        for ids, mask in itertools.islice(self.data.batches(split, batch_size), max_batches):
+            special = (ids == tok.cls_id) | (ids == tok.sep_id) | (ids == tok.pad_id)
+            inputs, targets = bert_mask(ids, special, tok.mask_id, tok.vocab_size, gen, never=tok.special_ids)
+            logits = model.mlm_logits(inputs.to(dev), mask.to(dev)).cpu()
+            total += cross_entropy(logits, targets, reduction="sum").item()
+            chosen = targets != -100
+            correct += int((logits.argmax(-1)[chosen] == targets[chosen]).sum())
+            count += int(chosen.sum())
+        return {
+            "data": self.data.name,
+            "split": split,
+            "masked_tokens": count,
+            "loss": total / max(count, 1),
+            "accuracy_masked": correct / max(count, 1),
+        }
+
     def meta(self) -> dict:
         return {"data": self.data.name, "tokenizer": self.data.tokenizer.to_dict()}
 
@@ -345,6 +555,7 @@ class GraphClassificationTask(ClassificationMetrics):
         self.fixed = {
             split: make(eval_graphs, torch.Generator().manual_seed(seed)) for split, seed in (("val", 1), ("test", 2))
         }
+        self.num_classes = int(max(labels.max() for _, _, labels in self.fixed.values())) + 1
 
     def batch(self, split: str, batch_size: int, generator: torch.Generator):
         return self.make(batch_size, generator) if split == "train" else self.fixed[split]
@@ -373,6 +584,7 @@ class TextClassificationTask(ClassificationMetrics):
     def __init__(self, data, batch_size: int, label_smoothing: float = 0.0):
         self.data, self.label_smoothing = data, label_smoothing
         self.items_per_batch = batch_size
+        self.num_classes = len(data.classes)
 
     def batch(self, split: str, batch_size: int, generator: torch.Generator):
         return self.data.batch(split, batch_size, generator)
