@@ -347,6 +347,8 @@ class Arg:
 
 Device = Annotated[str, Arg("auto | cpu | cuda", device_name)]
 DataDir = Annotated[str | None, Arg("folder holding named datasets (default: $ATTNLAB_DATA)")]
+Beam = Annotated[int, Arg("beam size; 1 = greedy", beam_width)]
+LengthPenalty = Annotated[float, Arg("beam search's length penalty exponent (GNMT; 0 = none)", nonneg_float)]
 Which = Annotated[
     Literal["best", "last"] | None,
     Arg("a run folder's best/ (the default: best validation measure) or last/ (the final weights)"),

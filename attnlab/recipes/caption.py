@@ -5,14 +5,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import numpy as np
 import torch
 
 from ..errors import DataError, OptionError
 from ..models.caption import Captioner, CaptionConfig
-from ..options import Arg, Command, Device, checked, at_least, beam_width, below_one, nonneg_float, number
+from ..options import Arg, Beam, Command, Device, LengthPenalty, checked, at_least, below_one, number
 from . import register
 from .base import (
     TINY_RUN,
@@ -40,8 +40,8 @@ class CaptionerVerbs(Verbs):
         self,
         images,
         *,
-        beam: Annotated[int, Arg("beam size; 1 = greedy", beam_width)] = 3,
-        alpha: Annotated[float, Arg("length penalty exponent", nonneg_float)] = 1.0,
+        beam: Beam = 3,
+        alpha: LengthPenalty = 1.0,
     ):
         """The caption of each image (a file path, a list of them, or images in [0, 1] as a (3, H, W)
         or (N, 3, H, W) tensor): a string for one image, else a list; ``beam``: the beam size (1:
@@ -230,8 +230,8 @@ class CaptionRecipe(Recipe):
         model,
         on: Evaluation,
         *,
-        beam: Annotated[int, Arg("seq2seq and captions: beam size (1 = greedy)", beam_width)] = 1,
-        alpha: Annotated[float, Arg("beam length penalty exponent", nonneg_float)] = 1.0,
+        beam: Beam = 1,
+        alpha: LengthPenalty = 1.0,
     ) -> tuple[dict, str]:
         res = evaluate_captioner(
             model,
@@ -501,17 +501,13 @@ def caption_command(
         list[str], Arg("image files (PNG, JPEG, ...) or folders of them", flags=("images",), nargs="+", metavar="IMAGE")
     ],
     *,
-    beam: Annotated[int, Arg("beam size; 1 = greedy", beam_width)] = 3,
-    alpha: Annotated[float, Arg("length penalty exponent", nonneg_float)] = 1.0,
     device: Device = "auto",
+    **options: Any,
 ) -> int:
-    """``attnlab caption``: one caption per image."""
+    """``attnlab caption``: one caption per image (``options``: :meth:`CaptionerVerbs.caption`'s)."""
     from ..data.captions import image_files
 
     model = CaptionRecipe.model_of(ckpt, device)
-    vocab, meta, dev = model.vocab, model.run_meta, model.device
     for path in image_files(images):
-        img = read_image(path, 3, model.config.image_size)
-        ids = caption_ids(model, img[None], meta, dev, beam=beam, alpha=alpha)[0]
-        print(f"{path}: {vocab.decode(ids)}", flush=True)
+        print(f"{path}: {model.caption(read_image(path, 3, model.config.image_size), **options)}", flush=True)
     return 0

@@ -15,15 +15,15 @@ from ..models.seq2seq import Transformer
 from ..errors import Note
 from ..options import (
     checked,
+    Beam,
+    LengthPenalty,
     Arg,
     Device,
     Command,
     texts_argument,
-    beam_width,
     below_one,
     fraction,
     input_lines,
-    nonneg_float,
     positive_int,
     vocab_size,
 )
@@ -44,16 +44,14 @@ class Seq2SeqVerbs(Verbs):
         self,
         texts: str | list[str],
         *,
-        beam: Annotated[int, Arg("beam size; 1 = greedy", beam_width)] = 5,
-        alpha: Annotated[float, Arg("length penalty exponent (GNMT)", nonneg_float)] = 1.0,
+        beam: Beam = 5,
+        alpha: LengthPenalty = 1.0,
         max_len: Annotated[int | None, Arg("longest output in tokens (default 100)", positive_int)] = None,
     ):
         """The translation of one sentence (a string) or of each of a list: ``beam`` 1 = greedy,
         ``alpha`` its length penalty, ``max_len`` the longest output (`attnlab translate`'s options)."""
         texts, single = texts_argument(texts, "translate")
-        out = translate_texts(
-            self, self.src_vocab, self.tgt_vocab, texts, beam=beam, alpha=alpha, max_len=max_len
-        )
+        out = translate_texts(self, self.src_vocab, self.tgt_vocab, texts, beam=beam, alpha=alpha, max_len=max_len)
         return out[0] if single else out
 
 
@@ -253,8 +251,8 @@ class Seq2SeqRecipe(Recipe):
         model,
         on: Evaluation,
         *,
-        beam: Annotated[int, Arg("seq2seq and captions: beam size (1 = greedy)", beam_width)] = 1,
-        alpha: Annotated[float, Arg("beam length penalty exponent", nonneg_float)] = 1.0,
+        beam: Beam = 1,
+        alpha: LengthPenalty = 1.0,
         max_sentences: Annotated[int, Arg("seq2seq: evaluate at most this many", positive_int)] = 100_000,
     ) -> tuple[dict, str]:
         from ..training.tasks import Seq2SeqTask
@@ -335,12 +333,12 @@ def translate(
 ) -> int:
     """``attnlab translate``: one translation per input line (``options``: :meth:`Seq2SeqVerbs.translate`'s)."""
     model = Seq2SeqRecipe.model_of(ckpt, device)
-    sv, tv, dev = model.src_vocab, model.tgt_vocab, model.device
     texts = input_lines(list(text), file)
     if not any(t.strip() for t in texts):
         raise ValueError("no sentences to translate: give them as arguments, with --file, or on standard input")
-    for line in translate_texts(model, sv, tv, texts, **options):
-        print(line, flush=True)
+    said = iter(model.translate([t for t in texts if t.strip()], **options))
+    for text in texts:  # (one line out per line in: an empty line stays empty)
+        print(next(said) if text.strip() else "", flush=True)
     return 0
 
 
