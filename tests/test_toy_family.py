@@ -103,12 +103,16 @@ class RepeatVerbs(Verbs):
         return out if many else out[0]
 
 
+class RepeatModel(RepeatVerbs, RepeatClassifier):
+    """The classifier as attnlab.load returns it: with its verbs."""
+
+
 class RepeatRecipe(Recipe):
     name = "repeat"
     help = "a toy classifier: does the first token come again?"
     description = "Train a one-layer attention classifier on random sequences (a test's own family)."
     models = {"repeat": RepeatClassifier}
-    verbs = RepeatVerbs
+    loaded = {"repeat": RepeatModel}
     # what the explorer reads, under a name no other family uses: `attnlab explore --digits`,
     # explore(digits=...) and the server's page and JSON field all come from this one declaration
     explore_form = ExplorerForm(

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from ..errors import CheckpointError, a, does_not_fit
 from ..training.runs import TrainingRun
-from .base import Recipe, TrainOptions, Verbs, with_verbs
+from .base import Recipe, TrainOptions
 
 __all__ = [
     "Recipe",
@@ -118,7 +118,7 @@ def load_model(
     ``expect`` names the model type(s) the caller can use (``needs`` says so in words).
 
     The one loader: :func:`attnlab.load`, the commands and the families' helpers all read a model
-    here. It is built as its family's class with the family's verbs (``Recipe.verbs``: no class is
+    here. It is built as its family's class with the family's verbs (``Recipe.loaded``: no class is
     swapped later), knowing its folder (``checkpoint``), its config.json (``run_meta``) and what
     its verbs read from it (``attach``: the tokenizer, vocabularies or image statistics).
     ``dtype``: a torch dtype for the weights (default: as saved; HuggingFace's in float32)."""
@@ -131,7 +131,7 @@ def load_model(
     if wanted is not None and mtype not in wanted:
         needs = needs or f"a {' or '.join(wanted)} model"
         raise CheckpointError(f"{path} holds {a(mtype)} model, but this command needs {needs}")
-    with_class = lambda cls: with_verbs(cls, recipe.verbs or Verbs)  # noqa: E731
+    with_class = recipe.loaded_class
     if _is_huggingface(p):
         from ..interop import load_hf
 

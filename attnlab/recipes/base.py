@@ -370,7 +370,18 @@ class Recipe:
         raise CheckpointError(f"attnlab explore does not show {self.name} models yet")
 
     # ---- the Python API's loaded model --------------------------------------------------------
-    verbs: type | None = None  # the family's verbs (a mixin of Verbs): generate, translate, ...
+    # model_type -> the class attnlab.load builds: the model with its family's verbs, declared
+    # beside them (``class GPTModel(GPTVerbs, GPT)``: a loaded GPT is still a GPT)
+    loaded: dict[str, type] = {}
+
+    def loaded_class(self, model_cls: type) -> type:
+        """The family's loaded class of ``model_cls`` (a HuggingFace checkpoint's converter names the
+        model class it builds)."""
+        found = [c for c in self.loaded.values() if issubclass(c, model_cls)]
+        if not found:
+            raise CheckpointError(f"the {self.name} family declares no loaded class for {model_cls.__name__}")
+        return found[0]
+
     needs: str = ""  # a command's words for this family's models when given another's ("a captioner (...)")
 
     @classmethod
@@ -455,7 +466,7 @@ def top_labels(probs, labels, top_k: int) -> list[list[tuple[str, float]]]:
 
 class Verbs:
     """What every model loaded by :func:`attnlab.load` can do besides its forward pass. A family
-    adds its own verbs in a subclass (``Recipe.verbs``); ``attach`` reads what they need (the
+    adds its own verbs in a subclass, mixed into its loaded classes (``Recipe.loaded``); ``attach`` reads what they need (the
     tokenizer, the image statistics) from the run's config.json."""
 
     checkpoint: str
@@ -638,22 +649,6 @@ def as_option_errors():
         if isinstance(e, AttnlabError):
             raise
         raise OptionError(one_line(e)) from None
-
-
-_WITH_VERBS: dict[tuple[type, type], type] = {}
-
-
-def with_verbs(model_cls: type, verbs: type) -> type:
-    """``model_cls`` extended by ``verbs`` (one class per pair, so that loaded models of one family
-    share a class): a loaded GPT is still a GPT."""
-    if issubclass(model_cls, verbs):
-        return model_cls
-    key = (model_cls, verbs)
-    if key not in _WITH_VERBS:
-        _WITH_VERBS[key] = type(
-            model_cls.__name__, (verbs, model_cls), {"__module__": model_cls.__module__, "__doc__": model_cls.__doc__}
-        )
-    return _WITH_VERBS[key]
 
 
 def _shown(value) -> str:

@@ -68,6 +68,10 @@ class CaptionerVerbs(Verbs):
 SCENE_OPTS = dict(n_train=8000, max_objects=3)
 
 
+class CaptionerModel(CaptionerVerbs, Captioner):
+    """A captioner as :func:`attnlab.load` returns it: the model with its family's verbs."""
+
+
 @dataclass(frozen=True)
 class CaptionTrainOptions(TrainOptions):
     """The captioner's own options of ``attnlab train caption``: its images and captions."""
@@ -93,7 +97,7 @@ class CaptionInspection(ImageInspection, Attribution):
 
 @register
 class CaptionRecipe(Recipe):
-    verbs = CaptionerVerbs
+    loaded = {"captioner": CaptionerModel}
     train_options = CaptionTrainOptions
     inspect_options = CaptionInspection
     tiny = dict(

@@ -140,7 +140,6 @@ class ImageClassifierRecipe(Recipe):
 
     ablatable = True
 
-    verbs = ImageClassifierVerbs
     train_options: type = ImageTrainOptions
     inspect_options: type = ClassifierInspection
     needs = "an image classifier (attnlab train vit or cnn, or a HuggingFace ViT folder)"

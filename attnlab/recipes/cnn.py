@@ -4,7 +4,11 @@ from __future__ import annotations
 
 from ..models.cnn import CNN, CNNConfig
 from . import register
-from .classifier import ImageClassifierRecipe
+from .classifier import ImageClassifierRecipe, ImageClassifierVerbs
+
+
+class CNNModel(ImageClassifierVerbs, CNN):
+    """A CNN as :func:`attnlab.load` returns it: the model with the image classifiers' verbs."""
 
 
 @register
@@ -12,6 +16,7 @@ class CNNRecipe(ImageClassifierRecipe):
     name = "cnn"
     help = "the small CNN baseline (for comparisons)"
     models = {"cnn": CNN}
+    loaded = {"cnn": CNNModel}
 
     def new_config(self, o, splits, model_over):
         c, h, _ = splits.shape

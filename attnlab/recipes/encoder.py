@@ -158,13 +158,17 @@ class TextEncoderVerbs(Verbs):
         return [(w, labels[i], round(float(q), 4)) for w, i, q in zip(words, k.tolist(), p.tolist())]
 
 
+class TextEncoderModel(TextEncoderVerbs, TextEncoder):
+    """A text encoder as :func:`attnlab.load` returns it: the model with its family's verbs."""
+
+
 def _texts(texts, what: str) -> list[str]:
     return texts_argument(texts, what)[0]
 
 
 @register
 class TextEncoderRecipe(Recipe):
-    verbs = TextEncoderVerbs
+    loaded = {"text-encoder": TextEncoderModel}
     train_options = EncoderTrainOptions
     inspect_options = TextInspection
     tiny = dict(

@@ -312,6 +312,10 @@ def _check_generate_call(prompt, needed: dict, use_cache) -> None:
         raise OptionError(f"{named('stop', '')}: would stop before the first token; give non-empty strings")
 
 
+class GPTModel(GPTVerbs, GPT):
+    """A GPT as :func:`attnlab.load` returns it: the model with its family's verbs."""
+
+
 @dataclass(frozen=True)
 class GPTTrainOptions(TrainOptions):
     """The GPT family's own options of ``attnlab train gpt``: its text, tokenizer and start."""
@@ -371,7 +375,7 @@ class GPTRecipe(Recipe):
     ablatable = True
     target_is_loss = True
     default_seconds = 70
-    verbs = GPTVerbs
+    loaded = {"gpt": GPTModel}
     train_options = GPTTrainOptions
     inspect_options = GPTInspection
     inspections = {

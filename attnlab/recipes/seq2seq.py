@@ -55,6 +55,14 @@ class Seq2SeqVerbs(Verbs):
         return out[0] if single else out
 
 
+class TransformerModel(Seq2SeqVerbs, Transformer):
+    """An encoder-decoder Transformer as :func:`attnlab.load` returns it: with the seq2seq verbs."""
+
+
+class RNNSeq2SeqModel(Seq2SeqVerbs, RNNSeq2Seq):
+    """An RNN seq2seq model as :func:`attnlab.load` returns it: with the seq2seq verbs."""
+
+
 @dataclass(frozen=True)
 class Seq2SeqTrainOptions(TrainOptions):
     """The seq2seq family's own options of ``attnlab train seq2seq``: its data, architecture and task."""
@@ -97,7 +105,7 @@ def arch_of(model_type: str, model_cfg: dict) -> str:
 
 @register
 class Seq2SeqRecipe(Recipe):
-    verbs = Seq2SeqVerbs
+    loaded = {"transformer": TransformerModel, "rnn": RNNSeq2SeqModel}
     train_options = Seq2SeqTrainOptions
     inspect_options = TextInspection
     tiny = dict(

@@ -18,11 +18,16 @@ from .base import read_image
 from .classifier import (
     ClassifierInspection,
     ImageClassifierRecipe,
+    ImageClassifierVerbs,
     ImageTrainOptions,
     class_labels,
     one_image,
     test_images,
 )
+
+
+class ViTModel(ImageClassifierVerbs, ViT):
+    """A ViT as :func:`attnlab.load` returns it: the model with the image classifiers' verbs."""
 
 
 def preset_for(shape) -> str:
@@ -55,6 +60,7 @@ class ViTRecipe(ImageClassifierRecipe):
     name = "vit"
     help = "a Vision Transformer image classifier"
     models = {"vit": ViT}
+    loaded = {"vit": ViTModel}
     presets = VIT_PRESETS
     explore_kind = "image"
     train_options = ViTTrainOptions
