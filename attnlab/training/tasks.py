@@ -202,13 +202,17 @@ class ImageClassificationTask(ClassificationMetrics):
         """``stats``: the (mean, std) per channel that inputs are normalised by (default: the
         training split's; a trained model evaluated on other data keeps its own run's)."""
         self.splits, self.pad, self.flip, self.label_smoothing = splits, pad, flip, label_smoothing
-        self.mean, self.std = stats or (splits.mean, splits.std)
+        self.stats = stats
         self.rotate, self.scale = rotate, scale  # random affine: ± degrees, ± relative scale
         self.items_per_batch = batch_size
-        self.num_classes = len(splits.labels)
+
+    @property
+    def num_classes(self) -> int:
+        return len(self.splits.labels)
 
     def normalize(self, x: Tensor) -> Tensor:
-        return normalize(x, self.mean, self.std)
+        mean, std = self.stats or (self.splits.mean, self.splits.std)
+        return normalize(x, mean, std)
 
     def _affine(self, x: Tensor, g: torch.Generator) -> Tensor:
         b = x.shape[0]
