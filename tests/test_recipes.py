@@ -174,16 +174,20 @@ def test_a_new_family_is_one_recipe(tmp_path):
     """Registering a recipe adds `attnlab train NAME` and makes its checkpoints loadable."""
     from attnlab.models import GPT
     from attnlab.recipes import _REGISTRY, recipe_for, register
-    from attnlab.recipes.gpt import GPTRecipe
+    from attnlab.recipes.gpt import GPTRecipe, GPTVerbs
 
     class TinyLM(GPT):
         model_type = "tiny-lm"
+
+    class TinyLMModel(GPTVerbs, TinyLM):  # what attnlab.load builds: the model with the family's verbs
+        pass
 
     @register
     class TinyRecipe(GPTRecipe):
         name = "tiny"
         help = "a test family"
         models = {"tiny-lm": TinyLM}
+        loaded = {"tiny-lm": TinyLMModel}
 
         def prepare(self, o, saved, model_over, tcfg, out):
             run = super().prepare(o, saved, model_over, tcfg, out)

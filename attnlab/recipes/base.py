@@ -379,7 +379,10 @@ class Recipe:
         model class it builds)."""
         found = [c for c in self.loaded.values() if issubclass(c, model_cls)]
         if not found:
-            raise CheckpointError(f"the {self.name} family declares no loaded class for {model_cls.__name__}")
+            raise CheckpointError(
+                f"the {self.name} family declares no loaded class for {model_cls.__name__}: give its recipe "
+                f"loaded = {{model type: a class of its verbs and {model_cls.__name__}}}"
+            )
         return found[0]
 
     needs: str = ""  # a command's words for this family's models when given another's ("a captioner (...)")
