@@ -22,7 +22,19 @@ __all__ = [
     "speculative_generate",
     "cut_at_stop",
     "default_prompt",
+    "end_ids",
 ]
+
+
+def end_ids(eos_id: int | Sequence[int] | None) -> tuple[int, ...]:
+    """The end-of-sequence ids a generation stops at: none, one id, or several (an instruct model
+    may end a turn with either of two tokens, as Llama 3's <|eot_id|> and <|end_of_text|>)."""
+    if eos_id is None:
+        return ()
+    ids = (eos_id,) if isinstance(eos_id, int) else tuple(eos_id)
+    if any(isinstance(i, bool) or not isinstance(i, int) for i in ids):
+        raise ValueError(f"eos_id must be a token id or a list of them, got {eos_id!r}")
+    return ids
 
 
 def sample_next(
@@ -104,7 +116,7 @@ def generate(
     top_k: int | None = None,
     top_p: float | None = None,
     use_cache: bool = True,
-    eos_id: int | None = None,
+    eos_id: int | Sequence[int] | None = None,
     generator: torch.Generator | None = None,
     on_step: Callable[[Tensor], bool] | None = None,
     draft: nn.Module | None = None,
@@ -115,7 +127,8 @@ def generate(
 
     Prompts may differ in length (they are left-padded, padding is masked out and positions
     count real tokens only). ``on_step(next_ids)`` is called after each step; returning
-    True stops early. A row stops at ``eos_id``. When the context fills up, the window
+    True stops early. A row stops at ``eos_id`` (one id or several; the rows that stopped are
+    filled with the first of them until all have). When the context fills up, the window
     slides: the cache is refilled from the last half-context of tokens. With a ``draft`` model
     the tokens come from :func:`speculative_generate` (one prompt), same distribution, fewer
     passes over the model's weights. ``compile=True``: a fixed-shape decode step compiled once
@@ -124,6 +137,7 @@ def generate(
     """
     if isinstance(prompts, Tensor):
         prompts = prompts.tolist()
+    ends = end_ids(eos_id)
     if draft is not None:
         if len(prompts) != 1:
             raise ValueError(f"speculative decoding continues one prompt at a time, got {len(prompts)}")
@@ -134,7 +148,7 @@ def generate(
 
         def step(t: Tensor) -> bool:
             stop = on_step(t) if on_step is not None else False
-            return stop or (eos_id is not None and int(t[0]) == eos_id)
+            return stop or int(t[0]) in ends
 
         kw = dict(temperature=temperature, top_k=top_k, top_p=top_p, generator=generator, on_step=step)
         return [speculative_generate(model, draft, prompts[0], max_new_tokens, draft_tokens=draft_tokens, **kw)]
@@ -151,7 +165,7 @@ def generate(
                 return sample_next(logits, temperature=temperature, top_k=top_k, top_p=top_p, generator=generator)
 
             new = fast_decoder(model, ids.shape[0], length=ids.shape[1] + max_new_tokens).generate(
-                ids, mask, max_new_tokens, pick, eos_id=eos_id, on_step=on_step
+                ids, mask, max_new_tokens, pick, eos_id=ends or None, on_step=on_step
             )
             return [list(p) + tail for p, tail in zip(prompts, new.tolist())]
         import warnings
@@ -160,6 +174,7 @@ def generate(
     padded = not bool(mask.all())
     block = model.config.context
     done = torch.zeros(ids.shape[0], dtype=torch.bool, device=device)
+    stops = torch.tensor(ends, dtype=torch.long, device=device)
     caches, fed = None, 0  # fed: how many columns of ids the cache holds
     long_from, filled_width = long_rope_from(model), 0  # (the longest row is ids' whole width: left padding)
     for _ in range(max_new_tokens):
@@ -178,14 +193,14 @@ def generate(
         else:
             logits = _forward(model, ids[:, -block:], mask[:, -block:], padded, None, start=0)
         nxt = sample_next(logits[:, -1], temperature=temperature, top_k=top_k, top_p=top_p, generator=generator)
-        if eos_id is not None:
-            nxt = torch.where(done, torch.full_like(nxt, eos_id), nxt)
-            done |= nxt == eos_id
+        if ends:
+            nxt = torch.where(done, torch.full_like(nxt, ends[0]), nxt)
+            done |= torch.isin(nxt, stops)
         ids = torch.cat([ids, nxt[:, None]], dim=1)
         mask = torch.cat([mask, torch.ones_like(mask[:, :1])], dim=1)
         if on_step is not None and on_step(nxt):
             break
-        if eos_id is not None and bool(done.all()):
+        if ends and bool(done.all()):
             break
     out = []
     for row, m in zip(ids.tolist(), mask.tolist()):
@@ -353,31 +368,43 @@ def speculative_generate(
 def generate_text(
     model: nn.Module,
     tokenizer,
-    prompt: str | Sequence[str],
+    prompt: str | Sequence[str] | Sequence[int],
     max_new_tokens: int = 200,
     *,
     stop: Sequence[str] = (),
     stream: Callable[[str], None] | None = None,
+    eos_id: int | Sequence[int] | None = None,
     **kw,
 ) -> list[str]:
-    """Text in, text out. ``stop`` strings end a sample (they are cut from the result).
-    ``stream`` receives the new text of the first sample as it is generated."""
-    prompts = [prompt] if isinstance(prompt, str) else list(prompt)
-    encoded = [tokenizer.encode(p) for p in prompts]
+    """Text in, text out: ``prompt`` is a text, a list of texts, or one prompt's token ids (a
+    rendered chat). ``stop`` strings end a sample (they are cut from the result); so does an
+    end-of-sequence token (``eos_id``: one id or several), whose text is not shown. ``stream``
+    receives the new text of the first sample as it is generated."""
+    one = isinstance(prompt, str) or (len(prompt) > 0 and all(isinstance(i, int) for i in prompt))
+    prompts = [prompt] if one else list(prompt)
+    encoded = [tokenizer.encode(p) if isinstance(p, str) else list(p) for p in prompts]
+    ends = end_ids(eos_id)
     new: list[list[int]] = [[] for _ in prompts]
+    ended = [False for _ in prompts]
     shown = [""]
 
     def on_step(nxt: Tensor) -> bool:
         for i, t in enumerate(nxt.tolist()):
-            new[i].append(t)
+            if ended[i]:
+                continue
+            if t in ends:
+                ended[i] = True
+            else:
+                new[i].append(t)
         if stream is not None:
             text = _held_back(cut_at_stop(tokenizer.decode(new[0]), stop), stop)
             if not text.endswith("\ufffd") and len(text) > len(shown[0]):  # (wait for a whole character)
                 stream(text[len(shown[0]) :])
                 shown[0] = text
-        return bool(stop) and all(any(s in tokenizer.decode(n) for s in stop) for n in new)
+        stopped = [e or (bool(stop) and any(s in tokenizer.decode(n) for s in stop)) for e, n in zip(ended, new)]
+        return all(stopped)
 
-    generate(model, encoded, max_new_tokens, on_step=on_step, **kw)
+    generate(model, encoded, max_new_tokens, on_step=on_step, eos_id=ends or None, **kw)
     texts = [cut_at_stop(tokenizer.decode(n), stop) for n in new]
     if stream is not None and len(texts[0]) > len(shown[0]):
         stream(texts[0][len(shown[0]) :])

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor, nn
 
-from . import cut_at_stop, default_prompt, sample_next
+from . import cut_at_stop, default_prompt, end_ids, sample_next
 from ..errors import OptionError
 from ..position import rotation_changes_from
 from ..syncs import to_host_list
@@ -44,14 +44,15 @@ class Request:
     ``generator`` draws this request's tokens (seed it to make them repeatable whatever else shares
     the batch). ``should_stop(new_tokens)`` ends the request early when it returns True (stop
     strings); ``on_token(token)`` sees each new token (streaming). After the batcher is done with
-    it: ``tokens`` holds the new tokens and ``finish_reason`` is "length", "eos" or "stop"."""
+    it: ``tokens`` holds the new tokens (an end-of-sequence token that ended it last) and
+    ``finish_reason`` is "length", "eos" or "stop". ``eos_id``: one id or several."""
 
     prompt: Sequence[int]
     max_new_tokens: int
     temperature: float = 1.0
     top_k: int | None = None
     top_p: float | None = None
-    eos_id: int | None = None
+    eos_id: int | Sequence[int] | None = None
     generator: torch.Generator | None = None
     should_stop: Callable[[list[int]], bool] | None = None
     on_token: Callable[[int], None] | None = None
@@ -61,6 +62,11 @@ class Request:
     @property
     def done(self) -> bool:
         return self.finish_reason is not None
+
+    @property
+    def new_tokens(self) -> list[int]:
+        """What was generated without the end-of-sequence token that ended it (what text shows)."""
+        return self.tokens[:-1] if self.finish_reason == "eos" else self.tokens
 
 
 class ContinuousBatcher:
@@ -265,7 +271,7 @@ class ContinuousBatcher:
         request.tokens.append(token)
         if request.on_token is not None:
             request.on_token(token)
-        if request.eos_id is not None and token == request.eos_id:
+        if token in end_ids(request.eos_id):
             request.finish_reason = "eos"
         elif len(request.tokens) >= request.max_new_tokens:
             request.finish_reason = "length"
@@ -283,7 +289,7 @@ def generate_batched(
     temperature: float = 1.0,
     top_k: int | None = None,
     top_p: float | None = None,
-    eos_id: int | None = None,
+    eos_id: int | Sequence[int] | None = None,
     seed: int | None = None,
 ) -> list[list[int]]:
     """Continue every prompt (token ids) through a :class:`ContinuousBatcher` of ``slots`` rows;
@@ -333,8 +339,9 @@ def text_request(
 
 
 def request_text(tokenizer, request: Request, stop: Sequence[str] = ()) -> str:
-    """The continuation a finished ``request`` generated, as text, cut at the first stop string."""
-    return cut_at_stop(tokenizer.decode(request.tokens), stop)
+    """The continuation a finished ``request`` generated, as text (without the end-of-sequence
+    token that ended it), cut at the first stop string."""
+    return cut_at_stop(tokenizer.decode(request.new_tokens), stop)
 
 
 def generate_texts(

@@ -20,7 +20,7 @@ same generator, up to the rounding of a masked attention over more columns.
 from __future__ import annotations
 
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import torch
 from torch import Tensor, nn
@@ -130,14 +130,18 @@ class FastDecoder:
         max_new_tokens: int,
         pick: Callable[[Tensor], Tensor],
         *,
-        eos_id: int | None = None,
+        eos_id: int | Sequence[int] | None = None,
         on_step: Callable[[Tensor], bool] | None = None,
     ) -> Tensor:
         """Continue the left-padded prompts ``ids`` (B, P) (``mask`` True at real tokens) by up
         to ``max_new_tokens``; ``pick(logits (B, V)) -> ids (B,)`` samples. Returns the new ids
         (B, n), n ≤ max_new_tokens. When the context fills up, the window slides to the last
         half-context, as :func:`attnlab.generate.generate` does. Reads nothing back from the device unless
-        ``on_step`` does (it sees each step's ids) or ``eos_id`` is set (every 8 tokens)."""
+        ``on_step`` does (it sees each step's ids) or ``eos_id`` (one id or several) is set (every 8
+        tokens)."""
+        from . import end_ids
+
+        ends = end_ids(eos_id)
         if ids.shape[0] != self.batch:
             raise ValueError(f"this decoder was built for {self.batch} rows, got {ids.shape[0]}")
         if self.max_len < self.model.config.context and ids.shape[1] + max_new_tokens > self.max_len:
@@ -156,21 +160,22 @@ class FastDecoder:
         key_mask = torch.zeros(self.batch, block, dtype=torch.bool, device=device)
         done = torch.zeros(self.batch, dtype=torch.bool, device=device)
         finished_at = torch.full((), max_new_tokens, dtype=torch.long, device=device)  # all rows at eos
+        stops = torch.tensor(ends, dtype=torch.long, device=device)
         fed = min(prompt_len, block)  # the cache columns in use
         logits, position = self._prefill(ids[:, -fed:], mask[:, -fed:], padded, key_mask)
         long_from, filled_width = long_rope_from(self.model), prompt_len  # (LongRoPE: refill once past N)
         n = 0
         for i in range(max_new_tokens):
             nxt = pick(logits)
-            if eos_id is not None:
-                nxt = torch.where(done, torch.full_like(nxt, eos_id), nxt)
-                done |= nxt == eos_id
+            if ends:
+                nxt = torch.where(done, torch.full_like(nxt, ends[0]), nxt)
+                done |= torch.isin(nxt, stops)
                 finished_at = torch.where(done.all() & (finished_at == max_new_tokens), i + 1, finished_at)
             text[:, prompt_len + i] = nxt
             n = i + 1
             if on_step is not None and on_step(nxt):
                 break
-            if eos_id is not None and (i + 1) % 8 == 0 and bool(done.all()):
+            if ends and (i + 1) % 8 == 0 and bool(done.all()):
                 break
             if n == max_new_tokens:
                 break
@@ -187,7 +192,7 @@ class FastDecoder:
             logits = self.step(nxt[:, None], position[:, None], key_mask)
             position = position + 1
             fed += 1
-        if eos_id is not None:
+        if ends:
             n = min(n, int(finished_at))
         return text[:, prompt_len : prompt_len + n]
 

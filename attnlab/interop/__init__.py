@@ -189,7 +189,9 @@ def export_hf(model: nn.Module, directory: str | Path, tokenizer=None) -> None:
     BertForSequenceClassification / BertForMaskedLM / BertModel (by its heads). With a tokenizer
     (``tokenizer``, or the one a model loaded by :func:`attnlab.load` knows) it also writes
     tokenizer.json and tokenizer_config.json, which ``AutoTokenizer.from_pretrained`` reads to
-    the same ids, and which ``attnlab.load`` of the folder reads back."""
+    the same ids, and which ``attnlab.load`` of the folder reads back; a model that knows its
+    end-of-sequence ids, sampling defaults or chat template (read from the checkpoint it started
+    from) writes them too (generation_config.json, chat_template.jinja)."""
     kind = getattr(model, "model_type", None)
     candidates = [c for c in converters() if c.model_type == kind]
     if not candidates:
@@ -212,10 +214,15 @@ def export_hf(model: nn.Module, directory: str | Path, tokenizer=None) -> None:
         str(d / "model.safetensors"),
         metadata={"format": "pt"},
     )
-    (d / "config.json").write_text(json.dumps(config, indent=1))
     tokenizer = tokenizer if tokenizer is not None else getattr(model, "tokenizer", None)
     if tokenizer is not None:
         write_hf_tokenizer(tokenizer, d, getattr(model.config, "context", None))
+    settings = getattr(model, "generation", None)
+    if settings:  # (end-of-sequence ids, sampling defaults, chat template: after the tokenizer's config)
+        from .generation import write_generation
+
+        write_generation(settings, d, config)
+    (d / "config.json").write_text(json.dumps(config, indent=1))
 
 
 # the special tokens HuggingFace's tokenizer classes look for, by the names attnlab's tokenizers use

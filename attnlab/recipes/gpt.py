@@ -158,12 +158,41 @@ class GPTVerbs(Verbs):
 
     def attach(self, meta: dict) -> None:
         from ..errors import CheckpointError
+        from ..interop.generation import GenerationSettings, read_generation
 
         try:  # a HuggingFace folder may hold the weights alone: the model still runs on token ids
             self.tokenizer = lm_tokenizer(meta, self.checkpoint)
         except CheckpointError:
             self.tokenizer = None
         tokenizer_that_fits(self.tokenizer, self.config.vocab_size, self.checkpoint)
+        # end-of-sequence ids, sampling defaults, chat template: a HuggingFace folder's files, or
+        # what a run that started from one (--init) kept in its config.json
+        if meta.get("model_type") is None:
+            self.generation = read_generation(self.checkpoint)
+        else:
+            self.generation = GenerationSettings.from_dict(meta.get("generation"))
+
+    @property
+    def eos_ids(self) -> tuple[int, ...]:
+        """The tokens that end a generation (the checkpoint's end-of-sequence ids; none for a model
+        trained on plain text, which runs to its length)."""
+        settings = getattr(self, "generation", None)
+        return settings.eos_ids if settings else ()
+
+    @property
+    def chat_template(self):
+        """The checkpoint's chat template (:class:`attnlab.tokens.chat.ChatTemplate`), or None."""
+        settings = getattr(self, "generation", None)
+        return settings.chat_template if settings else None
+
+    def require_chat_template(self):
+        """The chat template, or the one-line error that says the model has none and what to do."""
+        if self.chat_template is None:
+            raise OptionError(
+                f"{getattr(self, 'checkpoint', 'this model')} has no chat template (no chat_template.jinja, none in "
+                "tokenizer_config.json): it continues text; use attnlab sample (model.generate) instead"
+            )
+        return self.chat_template
 
     def corpus_ids(self, split: str = "train", data: str | None = None, data_dir: str | None = None):
         """(the corpus's name, the token ids of its ``split`` as a 1-D array): the run's own data,
@@ -173,7 +202,7 @@ class GPTVerbs(Verbs):
     @checked
     def generate(
         self,
-        prompt: str | list[str] = "",
+        prompt: str | list[str] | list[int] = "",
         max_new_tokens: Annotated[int, Arg("tokens to generate per sample", new_tokens)] = 200,
         *,
         temperature: Annotated[float, Arg("softmax temperature; 0 = greedy", nonneg_float)] = 0.8,
@@ -203,10 +232,14 @@ class GPTVerbs(Verbs):
             ),
         ] = False,
         quantize: Quantize = None,
+        ignore_eos: Annotated[
+            bool, Arg("go on past the checkpoint's end-of-sequence token (by default a sample ends there)")
+        ] = False,
         stream: Callable[[str], None] | None = None,
     ) -> str | list[str]:
-        """The continuation of ``prompt`` (text; empty: start a new line), as ``attnlab sample``
-        writes it. ``temperature=0`` is greedy; ``seed`` makes sampling repeatable. ``draft``: a
+        """The continuation of ``prompt`` (text, or its token ids; empty: start a new line), as ``attnlab sample``
+        writes it; it ends at the checkpoint's end-of-sequence token (:attr:`eos_ids`, not shown)
+        unless ``ignore_eos``. ``temperature=0`` is greedy; ``seed`` makes sampling repeatable. ``draft``: a
         smaller GPT with the same tokenizer (a loaded model or its run folder) that proposes
         ``draft_tokens`` tokens for this one to check at once (speculative decoding: the same
         distribution, fewer reads of this model's weights).
@@ -227,10 +260,12 @@ class GPTVerbs(Verbs):
         from ..generate import default_prompt, generate_text
         from ..generate.batching import generate_texts
 
-        many = isinstance(prompt, (list, tuple))
+        ids = isinstance(prompt, (list, tuple)) and len(prompt) > 0 and all(_is_id(i) for i in prompt)
+        many = isinstance(prompt, (list, tuple)) and not ids
+        eos = None if ignore_eos else (self.eos_ids or None)
         needed = dict(max_new_tokens=max_new_tokens, temperature=temperature, batch_size=batch_size,
                       draft_tokens=draft_tokens, stop=stop)  # fmt: skip
-        _check_generate_call(prompt, needed, use_cache)
+        _check_generate_call(prompt, needed, use_cache, vocab=None if not ids else self.config.vocab_size)
         self.require_tokenizer()
         from ..training.memory import check_cache_fits
 
@@ -248,7 +283,7 @@ class GPTVerbs(Verbs):
                     "a list of prompts is batched with the KV cache, row by row: drop draft=, use_cache=False and "
                     "compile=True"
                 )
-            sampling = dict(temperature=temperature, top_k=top_k or None, top_p=top_p)
+            sampling = dict(temperature=temperature, top_k=top_k or None, top_p=top_p, eos_id=eos)
             return generate_texts(
                 model,
                 self.tokenizer,
@@ -260,8 +295,9 @@ class GPTVerbs(Verbs):
                 on_done=stream,
                 **sampling,
             )
-        text = prompt or default_prompt(self.tokenizer)
-        self.tokenizer.encode(text)  # unknown characters fail here, with a clear message
+        text = list(prompt) if ids else prompt or default_prompt(self.tokenizer)
+        if not ids:
+            self.tokenizer.encode(text)  # unknown characters fail here, with a clear message
         gen = None
         if seed is not None:
             gen = torch.Generator(device=self.device).manual_seed(seed)
@@ -279,8 +315,69 @@ class GPTVerbs(Verbs):
                 stop=list(stop),
                 compile=bool(compile),
                 stream=stream,
+                eos_id=eos,
                 **self.draft_options(draft, draft_tokens),
             )[0]
+
+    @checked
+    def chat(
+        self,
+        messages: list[dict],
+        max_new_tokens: Annotated[int, Arg("most tokens in a reply", new_tokens)] = 512,
+        *,
+        temperature: Annotated[
+            float | None,
+            Arg(
+                "softmax temperature; 0 = greedy (default: the checkpoint's generation_config.json, else greedy)",
+                nonneg_float,
+            ),
+        ] = None,
+        top_k: Annotated[int | None, Arg("sample only from the k most likely tokens (0 = off)", nonneg_int)] = None,
+        top_p: Annotated[
+            float | None, Arg("nucleus sampling: smallest set with this total probability", probability)
+        ] = None,
+        stop: Annotated[Sequence[str], Arg("end the reply at this string (repeatable)")] = (),
+        seed: Annotated[int | None, Arg("random seed", seed_value)] = None,
+        ignore_eos: Annotated[bool, Arg("go on past the end of the assistant's turn")] = False,
+        stream: Callable[[str], None] | None = None,
+        **template_variables: Any,
+    ) -> str:
+        """The assistant's reply to ``messages`` (``[{"role": "system" | "user" | "assistant",
+        "content": text}, ...]``), with the checkpoint's chat template as ``transformers``'
+        ``apply_chat_template(..., add_generation_prompt=True)`` renders it; it ends where the
+        model ends its turn (its end-of-sequence ids, not shown). Sampling settings left out are the
+        checkpoint's (generation_config.json: greedy unless it says ``do_sample``).
+        ``template_variables``: what the template reads besides (``enable_thinking=False`` …).
+        ``stream``: called with each piece of the reply as it is generated."""
+        ids = self.chat_ids(messages, **template_variables)
+        sampling = {**self.generation.sampling} if getattr(self, "generation", None) else {}
+        given = {"temperature": temperature, "top_k": top_k, "top_p": top_p}
+        sampling.update({k: v for k, v in given.items() if v is not None})
+        return self.generate(
+            ids,
+            max_new_tokens,
+            temperature=sampling.get("temperature", 0.0),
+            top_k=sampling.get("top_k") or 0,
+            top_p=sampling.get("top_p"),
+            stop=stop,
+            seed=seed,
+            ignore_eos=ignore_eos,
+            stream=stream,
+        )
+
+    def chat_ids(self, messages: list[dict], *, add_generation_prompt: bool = True, **template_variables) -> list[int]:
+        """The token ids of ``messages`` rendered with the chat template (what ``chat`` continues),
+        refused in one line when they do not fit the model's context."""
+        text = self.require_chat_template().render(
+            messages, add_generation_prompt=add_generation_prompt, **template_variables
+        )
+        ids = self.require_tokenizer().encode(text)
+        if len(ids) >= self.config.context:
+            raise OptionError(
+                f"the conversation is {len(ids)} tokens, which leaves no room in the model's context of "
+                f"{self.config.context}; drop earlier messages"
+            )
+        return ids
 
     def draft_options(self, draft, draft_tokens: int) -> dict:
         """generate()'s keywords for a ``draft`` given as a loaded model or a run folder."""
@@ -294,14 +391,23 @@ class GPTVerbs(Verbs):
         return {"draft": draft, "draft_tokens": draft_tokens}
 
 
-def _check_generate_call(prompt, needed: dict, use_cache) -> None:
-    """What ``generate``'s declaration does not check: the prompt's type, the options that have no
-    'off' (``needed``, given None), ``use_cache`` and empty ``stop`` strings (the `sample` command's
-    declarations check the values given)."""
+def _is_id(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _check_generate_call(prompt, needed: dict, use_cache, vocab: int | None = None) -> None:
+    """What ``generate``'s declaration does not check: the prompt's type (token ids within the
+    vocabulary of ``vocab`` tokens), the options that have no 'off' (``needed``, given None),
+    ``use_cache`` and empty ``stop`` strings (the `sample` command's declarations check the values
+    given)."""
     many = isinstance(prompt, (list, tuple))
-    if many and not all(isinstance(p, str) for p in prompt):
-        raise OptionError("prompt must be text or a list of texts")
-    if not many and not isinstance(prompt, str):
+    if vocab is not None:
+        bad = [i for i in prompt if not 0 <= i < vocab]
+        if bad:
+            raise OptionError(f"prompt token id {bad[0]} is outside the vocabulary (0..{vocab - 1})")
+    elif many and not all(isinstance(p, str) for p in prompt):
+        raise OptionError("prompt must be text, a list of texts or a list of token ids")
+    elif not many and not isinstance(prompt, str):
         raise OptionError(f"prompt must be text, got {type(prompt).__name__}")
     for name, value in needed.items():
         if value is None:
@@ -433,6 +539,7 @@ class GPTRecipe(Recipe):
         init_state, meta = None, {}
         if saved:
             cfg = GPTConfig.from_dict(saved["model"])
+            meta = {k: saved[k] for k in ("init", "generation") if k in saved}
             spec = o.data if o.data is not None else saved.get("data_spec")
             data = prepare(spec, out / "data", data_dir=o.data_dir, existing_tokenizer=saved["tokenizer"],
                            progress=tcfg.progress)  # fmt: skip
@@ -450,6 +557,8 @@ class GPTRecipe(Recipe):
             cfg = GPTConfig(**{**base.to_dict(), **model_over})
             init_state = pretrained.state_dict()
             meta = {"init": str(o.init)}
+            if pretrained.generation:  # (its end-of-sequence ids and chat template: the tuned model ends and chats so)
+                meta["generation"] = pretrained.generation.to_dict()
         else:
             spec = o.data
             data = prepare(
@@ -506,6 +615,16 @@ class GPTRecipe(Recipe):
                 "Continue a prompt, streaming tokens as they come.",
                 sample,
                 verbs=(GPTVerbs.generate,),
+            ),
+            Command(
+                "chat",
+                "talk to an instruct model with its chat template",
+                "An interactive conversation with a checkpoint that carries a chat template (an instruct model, "
+                "or a run tuned from one): each line you type is a user message, the reply streams as it is "
+                "generated and ends where the model ends its turn. /reset starts over, /exit (or Ctrl-D) leaves. "
+                "--message asks one question and prints the reply (for scripts).",
+                chat,
+                verbs=(GPTVerbs.chat,),
             ),
         ]
 
@@ -783,6 +902,56 @@ def sample(
         for line in graph_lines(model):
             print(line, file=sys.stderr)
     return 0
+
+
+def chat(
+    ckpt: Annotated[str, Arg("a checkpoint with a chat template (HuggingFace folder or a run tuned from one)")],
+    *,
+    message: Annotated[str | None, Arg("one user message: print the reply and exit (default: a conversation)")] = None,
+    system: Annotated[str | None, Arg("a system message that opens the conversation")] = None,
+    dtype: DecodeDtype = "fp32",
+    device: Device = "auto",
+    **options: Any,
+) -> int:
+    """``attnlab chat``: the loaded model's :meth:`GPTVerbs.chat`, one message (``--message``) or
+    a conversation read line by line from standard input, each reply streamed."""
+    from ..training.devices import pick_device
+
+    model = GPTRecipe.model_of(ckpt, str(pick_device(device)), dtype=decode_dtype(dtype))
+    model.require_chat_template()  # (a model without one: said before anything is asked)
+    opening = [{"role": "system", "content": system}] if system else []
+    messages = list(opening)
+
+    def stream(piece: str) -> None:
+        sys.stdout.write(piece)
+        sys.stdout.flush()
+
+    def reply(text: str) -> None:
+        messages.append({"role": "user", "content": text})
+        answer = model.chat(messages, stream=stream, **options)
+        messages.append({"role": "assistant", "content": answer})
+        sys.stdout.write("\n")
+        sys.stdout.flush()
+
+    if message is not None:
+        if not message.strip():
+            raise OptionError("--message is empty; give the text to send")
+        reply(message)
+        return 0
+    interactive = sys.stdin.isatty()
+    if interactive:
+        print(f"chatting with {ckpt}: type a message; /reset starts over, /exit or Ctrl-D leaves", file=sys.stderr)
+    while True:
+        if interactive:
+            sys.stderr.write("> ")
+            sys.stderr.flush()
+        line = sys.stdin.readline()
+        if not line or line.strip() in ("/exit", "/quit"):
+            return 0
+        if line.strip() == "/reset":
+            messages = list(opening)
+        elif line.strip():
+            reply(line.rstrip("\n"))
 
 
 def decode_dtype(dtype: str):

@@ -1,0 +1,262 @@
+"""Open models in real use (issue 65): a random-weight Qwen2 checkpoint built by ``transformers``
+whose config names two end-of-sequence ids and whose tokenizer carries a ChatML template. Greedy
+text stops where ``transformers``' ``generate`` stops, on every generation path (eager, the
+fixed-shape decoder, continuous batching, speculative), and the end token is not shown; the chat
+prompt is ``apply_chat_template``'s ids; the settings survive a run started from the checkpoint
+and an export."""
+
+import json
+
+import pytest
+import torch
+
+import attnlab
+from attnlab.errors import OptionError
+from attnlab.generate import generate, generate_text
+from attnlab.generate.batching import generate_batched
+from attnlab.generate.fast import fast_decoder
+from attnlab.interop import export_hf
+from attnlab.tokens.chat import ChatTemplate, ChatTemplateError
+
+transformers = pytest.importorskip("transformers")
+tokenizers = pytest.importorskip("tokenizers")
+
+CHATML = (
+    "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + "
+    "'\\n' }}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
+)
+# a template with what real ones use: a system default, bos_token, loop controls, tojson, raise_exception
+RICH = (
+    "{{ bos_token }}{% if messages[0]['role'] != 'system' %}{{ '<|im_start|>system\\nYou are kind.<|im_end|>\\n' }}"
+    "{% endif %}{% for m in messages %}{% if m['role'] == 'tool' %}{{ raise_exception('no tools here') }}{% endif %}"
+    "{% if loop.index0 > 5 %}{% break %}{% endif %}{{ '<|im_start|>' + m['role'] + '\\n' + m['content'] | trim }}"
+    "{{ '<|im_end|>\\n' }}{% endfor %}{% if tools %}{{ tools | tojson }}{% endif %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
+)
+SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+TEXT = "To be, or not to be, that is the question. Whether 'tis nobler in the mind to suffer. " * 20
+
+
+def tokenizer_object():
+    from attnlab.tokens import BPETokenizer
+
+    return BPETokenizer.train(TEXT, vocab_size=300, special_tokens=SPECIALS).hf_tokenizer()
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory):
+    """A HuggingFace Qwen2 folder: random weights, a ChatML tokenizer, and as end-of-sequence ids
+    <|im_end|> and the token greedy decoding of the test prompt reaches sixth (so it stops there)."""
+    d = tmp_path_factory.mktemp("qwen")
+    tok = transformers.PreTrainedTokenizerFast(
+        tokenizer_object=tokenizer_object(), eos_token="<|im_end|>", pad_token="<|endoftext|>", chat_template=CHATML
+    )
+    config = transformers.Qwen2Config(vocab_size=len(tok), hidden_size=64, intermediate_size=112, num_hidden_layers=2,
+                                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
+                                      bos_token_id=None, eos_token_id=None, pad_token_id=None)  # fmt: skip
+    torch.manual_seed(0)
+    model = transformers.AutoModelForCausalLM.from_config(config).float().eval()
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith("proj.weight"):
+                p.normal_(0, 0.2)
+    prompt = tok(PROMPT, return_tensors="pt").input_ids
+    free = model.generate(prompt, max_new_tokens=12, do_sample=False, pad_token_id=0)[0, prompt.shape[1] :].tolist()
+    k = next(i for i in range(4, 12) if free[i] not in free[:i])
+    ends = [free[k], tok.convert_tokens_to_ids("<|im_end|>")]
+    model.config.eos_token_id = ends
+    model.generation_config.eos_token_id = ends
+    model.save_pretrained(d)
+    tok.save_pretrained(d)
+    return {"path": d, "hf": model, "tok": tok, "ends": ends, "stop_at": k, "free": free}
+
+
+PROMPT = "To be, or not"
+
+
+def hf_greedy(checkpoint, ids, n=40):
+    out = checkpoint["hf"].generate(torch.tensor([ids]), max_new_tokens=n, do_sample=False, pad_token_id=0)
+    return out[0, len(ids) :].tolist()
+
+
+def test_the_end_of_sequence_ids_are_read_and_greedy_text_stops_where_transformers_stops(checkpoint):
+    model = attnlab.load(checkpoint["path"])
+    assert model.eos_ids == tuple(checkpoint["ends"])
+    ids = model.tokenizer.encode(PROMPT)
+    theirs = hf_greedy(checkpoint, ids)
+    k = checkpoint["stop_at"]
+    assert len(theirs) == k + 1 and theirs[-1] in checkpoint["ends"]  # (transformers keeps the end token)
+    # eager, with and without the KV cache, and the fixed-shape decoder (uncompiled here: the same step)
+    assert generate(model, [ids], 40, temperature=0.0, eos_id=model.eos_ids)[0][len(ids) :] == theirs
+    assert generate(model, [ids], 40, temperature=0.0, eos_id=model.eos_ids, use_cache=False)[0][len(ids) :] == theirs
+    fast = fast_decoder(model, 1, compile=False, length=len(ids) + 40)
+    new = fast.generate(torch.tensor([ids]), torch.ones(1, len(ids), dtype=torch.bool), 40,
+                        lambda logits: logits.argmax(-1), eos_id=model.eos_ids)  # fmt: skip
+    assert new[0].tolist() == theirs
+    # continuous batching, beside a prompt that runs to its length
+    batched = generate_batched(model, [ids, ids[:3]], 40, temperature=0.0, eos_id=model.eos_ids, slots=2)
+    assert batched[0][len(ids) :] == theirs
+    # speculative, with the model as its own draft
+    spec = generate(model, [ids], 40, temperature=0.0, eos_id=model.eos_ids, draft=model, draft_tokens=3)
+    assert spec[0][len(ids) :] == theirs
+    # text: the end token is not shown; ignore_eos goes on to the length asked
+    text = model.generate(PROMPT, 40, temperature=0)
+    assert text == model.tokenizer.decode(theirs[:-1])
+    assert model.generate([PROMPT, PROMPT], 40, temperature=0) == [text, text]
+    streamed = []
+    assert model.generate(PROMPT, 40, temperature=0, stream=streamed.append) == text == "".join(streamed)
+    longer = model.generate(PROMPT, 12, temperature=0, ignore_eos=True)
+    assert longer == model.tokenizer.decode(checkpoint["free"])  # (transformers' 12 tokens without an end)
+
+
+def test_several_end_ids_stop_each_row_and_fill_it_with_the_first(checkpoint):
+    model = attnlab.load(checkpoint["path"])
+    ids = model.tokenizer.encode(PROMPT)
+    k, ends = checkpoint["stop_at"], checkpoint["ends"]
+    rows = generate(model, [ids, ids[:2]], 10, temperature=0.0, eos_id=ends)
+    first, second = rows[0][len(ids) :], rows[1][2:]
+    assert first[:k] == checkpoint["free"][:k] and set(first[k:]) == {ends[0]} and len(first) == len(second)
+    assert any(t in ends for t in second) or len(second) == 10  # (generation stops once every row has ended)
+    texts = generate_text(model, model.tokenizer, [PROMPT, PROMPT[:5]], 10, temperature=0.0, eos_id=ends)
+    assert texts[0] == model.tokenizer.decode(checkpoint["free"][:k])
+
+
+def test_the_chat_prompt_is_apply_chat_templates_ids_and_the_reply_ends_at_the_turns_end(checkpoint):
+    model = attnlab.load(checkpoint["path"])
+    messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "To be?"}]
+    expected = checkpoint["tok"].apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
+    expected = list(expected["input_ids"]) if hasattr(expected, "keys") else list(expected)
+    assert model.chat_ids(messages) == expected
+    reply = model.chat(messages, 40)  # (greedy: the checkpoint's generation_config does not sample)
+    theirs = hf_greedy(checkpoint, expected)
+    if theirs[-1] in checkpoint["ends"]:
+        theirs = theirs[:-1]
+    assert reply == model.tokenizer.decode(theirs)
+
+
+def test_a_richer_template_renders_as_transformers_does(checkpoint):
+    tok = checkpoint["tok"]
+    tok2 = transformers.PreTrainedTokenizerFast(tokenizer_object=tokenizer_object(), eos_token="<|im_end|>",
+                                                bos_token="<|endoftext|>", chat_template=RICH)  # fmt: skip
+    ours = ChatTemplate(RICH, {"bos_token": "<|endoftext|>", "eos_token": "<|im_end|>"})
+    chats = [
+        [{"role": "user", "content": "  hé, 'quoted' <b>  "}],
+        [{"role": "system", "content": "S"}]
+        + [{"role": r, "content": f"{i}"} for i, r in zip(range(8), ["user", "assistant"] * 4)],  # fmt: skip
+    ]
+    for chat in chats:
+        for gen in (True, False):
+            assert ours.render(chat, add_generation_prompt=gen) == tok2.apply_chat_template(
+                chat, add_generation_prompt=gen, tokenize=False
+            )
+    tools = [{"name": "f", "description": "ünïcode"}]
+    assert ours.render(chats[0], tools=tools) == tok2.apply_chat_template(chats[0], tools=tools, tokenize=False,
+                                                                           add_generation_prompt=True)  # fmt: skip
+    assert tok.chat_template == CHATML
+
+
+@pytest.mark.parametrize(
+    "messages, says",
+    [
+        ("hello", "must be a non-empty list"),
+        ([], "an empty list"),
+        (["hi"], "message 0 must be"),
+        ([{"role": "wizard", "content": "hi"}], "role 'wizard'; a role is one of"),
+        ([{"role": "user", "content": 3}], "needs its content as text"),
+        ([{"role": "tool", "content": "x"}], "refuses these messages: no tools here"),
+    ],
+)
+def test_a_bad_conversation_is_one_line(messages, says):
+    template = ChatTemplate(RICH, {"bos_token": "<s>"})
+    with pytest.raises(OptionError, match=says):
+        template.render(messages)
+
+
+def test_a_template_that_is_not_jinja_is_refused_when_read():
+    with pytest.raises(ChatTemplateError, match="not valid Jinja"):
+        ChatTemplate("{% for m in messages %}")
+
+
+def test_a_template_cannot_reach_python_internals():
+    evil = "{{ messages.__class__.__mro__[1].__subclasses__() }}"
+    with pytest.raises(ChatTemplateError):
+        ChatTemplate(evil).render([{"role": "user", "content": "x"}])
+
+
+def test_a_model_without_a_template_says_so_and_points_to_sample(tmp_path, checkpoint):
+    import shutil
+
+    d = tmp_path / "plain"
+    shutil.copytree(checkpoint["path"], d)
+    (d / "chat_template.jinja").unlink(missing_ok=True)
+    config = json.loads((d / "tokenizer_config.json").read_text())
+    config.pop("chat_template", None)
+    (d / "tokenizer_config.json").write_text(json.dumps(config))
+    model = attnlab.load(d)
+    with pytest.raises(OptionError, match="has no chat template.*attnlab sample"):
+        model.chat([{"role": "user", "content": "hi"}])
+
+
+def test_the_settings_survive_a_run_from_the_checkpoint_and_an_export(checkpoint, tmp_path):
+    model = attnlab.load(checkpoint["path"])
+    export_hf(model, tmp_path / "out")
+    back = transformers.AutoTokenizer.from_pretrained(tmp_path / "out")
+    messages = [{"role": "user", "content": "To be?"}]
+    ids = back.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
+    ids = list(ids["input_ids"]) if hasattr(ids, "keys") else list(ids)
+    assert ids == model.chat_ids(messages)
+    again = transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "out")
+    assert list(again.generation_config.eos_token_id) == checkpoint["ends"]
+    reread = attnlab.load(tmp_path / "out")
+    assert reread.eos_ids == model.eos_ids and reread.chat_template.source == CHATML
+    # a run that starts from it keeps them (in its config.json) and chats with the template
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text(TEXT)
+    run = attnlab.train("gpt", data=str(corpus), init=str(checkpoint["path"]), out=tmp_path / "run", max_iters=2,
+                        batch_size=2, context=32, eval_interval=2, eval_iters=1, progress=False)  # fmt: skip
+    tuned = attnlab.load(tmp_path / "run")
+    assert tuned.eos_ids == model.eos_ids and tuned.chat_template.source == CHATML
+    assert isinstance(tuned.chat(messages, 5), str)
+    del run
+
+
+def test_attnlab_chat_answers_one_message_and_a_conversation_from_stdin(checkpoint, capsys, monkeypatch):
+    import io
+
+    from attnlab.cli import main
+
+    model = attnlab.load(checkpoint["path"])
+    first = model.chat([{"role": "user", "content": "To be?"}], 20)
+    assert main(["chat", "--ckpt", str(checkpoint["path"]), "--message", "To be?", "--max-new-tokens", "20"]) == 0
+    assert capsys.readouterr().out == first + "\n"
+    # a conversation: the second turn reads the first; /reset starts over (the same reply again)
+    second = model.chat([{"role": "user", "content": "To be?"}, {"role": "assistant", "content": first},
+                         {"role": "user", "content": "Or not?"}], 20)  # fmt: skip
+    monkeypatch.setattr("sys.stdin", io.StringIO("To be?\nOr not?\n/reset\n\nTo be?\n/exit\nnever read\n"))
+    assert main(["chat", "--ckpt", str(checkpoint["path"]), "--max-new-tokens", "20"]) == 0
+    assert capsys.readouterr().out == f"{first}\n{second}\n{first}\n"
+
+
+def test_attnlab_sample_stops_at_the_end_token_unless_told_not_to(checkpoint, capsys):
+    from attnlab.cli import main
+
+    model = attnlab.load(checkpoint["path"])
+    args = ["sample", "--ckpt", str(checkpoint["path"]), "--prompt", PROMPT, "--temperature", "0"]
+    assert main([*args, "--max-new-tokens", "40"]) == 0
+    assert (
+        capsys.readouterr().out == PROMPT + model.tokenizer.decode(checkpoint["free"][: checkpoint["stop_at"]]) + "\n"
+    )
+    assert main([*args, "--max-new-tokens", "12", "--ignore-eos"]) == 0
+    assert capsys.readouterr().out == PROMPT + model.tokenizer.decode(checkpoint["free"]) + "\n"
+
+
+def test_attnlab_chat_on_a_model_without_a_template_is_one_line(tmp_path, capsys):
+    from attnlab.cli import main
+
+    run = tmp_path / "run"
+    attnlab.train("gpt", out=run, max_iters=1, layers=1, heads=1, dim=8, context=16, batch_size=2, eval_iters=1,
+                  progress=False)  # fmt: skip
+    capsys.readouterr()
+    assert main(["chat", "--ckpt", str(run), "--message", "hi"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "has no chat template" in err and "attnlab sample" in err
