@@ -1,6 +1,10 @@
 """`attnlab serve`: the explorer page served locally, with an input box that recomputes it, and,
-for a GPT run, text generation: ``POST /generate`` and OpenAI's ``POST /v1/completions`` (with
-``"stream": true``: server-sent events), so that existing clients work. Requests that arrive
+for a GPT run, text generation: ``POST /generate``, OpenAI's ``POST /v1/completions`` (with
+``"stream": true``: server-sent events; ``echo``, ``logprobs``, ``n``, prompts as token ids,
+``max_tokens: 0``: what lm-evaluation-harness scores with) and, for a checkpoint with a chat
+template, ``POST /v1/chat/completions``; ``POST /tokenize`` and ``/detokenize``, so that existing
+clients work. Generation ends at the checkpoint's end-of-sequence token (``finish_reason: "stop"``)
+unless a request says ``"ignore_eos": true``. Requests that arrive
 together are decoded in one batch (continuous batching), each leaving as soon as it is done; a
 request whose settings cannot run is refused alone, the others go on.
 
@@ -80,6 +84,9 @@ MAX_BODY = 20_000_000  # bytes: an uploaded image, base64-encoded, with room to 
 BODY_TIMEOUT_S = 15.0  # a client has this long to send its whole body (slow clients get 408)
 GENERATE_TIMEOUT_S = 600  # a request waits this long for its text, then gets 503
 MAX_CONNECTIONS = 512  # open connections beyond this are answered 503 at once (uvicorn's limit_concurrency)
+MAX_LOGPROBS = 20  # the most likely tokens a completion may ask for at each position (vLLM's limit)
+MAX_N = 16  # completions per prompt
+MAX_CHOICES = 64  # completions one request may queue (prompts x n): more waits on a busy server for minutes
 
 
 class RequestError(Exception):
@@ -111,9 +118,21 @@ class GenerationWorker:
         self.inbox: queue.Queue[GenerationJob | None] = queue.Queue()  # None: stop
         threading.Thread(target=self._loop, daemon=True, name="attnlab-generate").start()
 
-    def job(self, prompt: str | None, max_new_tokens: int | None, *, stop=(), seed=None, on_token=None, **sampling):
+    def job(
+        self,
+        prompt: str | list[int] | None,
+        max_new_tokens: int | None,
+        *,
+        stop=(),
+        seed=None,
+        on_token=None,
+        ignore_eos: bool = False,
+        **sampling,
+    ):
         """A checked :class:`GenerationJob` (RequestError 400 for one that cannot run), queued.
-        ``max_new_tokens`` None: ``generate()``'s default, or what the context leaves after the prompt."""
+        ``prompt``: text (empty: a new line) or token ids. ``max_new_tokens`` None: ``generate()``'s
+        default, or what the context leaves after the prompt. It ends at the model's end-of-sequence
+        ids unless ``ignore_eos``."""
         from .generate.batching import text_request
         from .errors import one_line
         from .generate import default_prompt
@@ -122,14 +141,14 @@ class GenerationWorker:
         if not all(isinstance(x, str) and x for x in stop):
             raise RequestError(400, "field 'stop' must be a non-empty string or a list of them")
         tok = self.model.tokenizer
+        eos = None if ignore_eos else (getattr(self.model, "eos_ids", ()) or None)
         try:
-            text = prompt or default_prompt(tok)
+            text = self.prompt_ids(prompt) if isinstance(prompt, list) else prompt or default_prompt(tok)
             if max_new_tokens is None:
-                most = default_new_tokens()
-                max_new_tokens = max(1, min(most, self.model.config.context - len(tok.encode(text))))
-            request = text_request(
-                tok, text, max_new_tokens, stop=stop, seed=seed, device=next(self.model.parameters()).device, **sampling
-            )
+                most, used = default_new_tokens(), len(text) if isinstance(text, list) else len(tok.encode(text))
+                max_new_tokens = max(1, min(most, self.model.config.context - used))
+            request = text_request(tok, text, max_new_tokens, stop=stop, seed=seed, eos_id=eos,
+                                   device=next(self.model.parameters()).device, **sampling)  # fmt: skip
         except Exception as e:  # noqa: BLE001 - characters the tokenizer does not know: the user's to fix
             raise RequestError(400, one_line(e)) from None
         try:
@@ -141,8 +160,43 @@ class GenerationWorker:
         self.inbox.put(job)
         return job
 
+    def prompt_ids(self, ids: list[int]) -> list[int]:
+        """A prompt given as token ids, refused (400) when empty or outside the vocabulary."""
+        vocab = self.model.config.vocab_size
+        if not ids:
+            raise RequestError(400, "a prompt of token ids needs at least one id")
+        bad = [i for i in ids if not 0 <= i < vocab]
+        if bad:
+            raise RequestError(400, f"prompt token id {bad[0]} is outside the vocabulary (0..{vocab - 1})")
+        return list(ids)
+
+    def encoded(self, prompt: str | list[int]) -> list[int]:
+        """A prompt's token ids (text encoded; an empty text: a new line), refused in one line (400)."""
+        from .errors import one_line
+        from .generate import default_prompt
+
+        if isinstance(prompt, list):
+            return self.prompt_ids(prompt)
+        try:
+            return self.model.tokenizer.encode(prompt or default_prompt(self.model.tokenizer))
+        except Exception as e:  # noqa: BLE001 - characters the tokenizer does not know: the user's to fix
+            raise RequestError(400, one_line(e)) from None
+
+    def logprobs(self, ids: list[int], top: int):
+        """:func:`attnlab.generate.token_logprobs` of ``ids`` (in a worker thread, between decoding steps)."""
+        from .generate import token_logprobs
+
+        if len(ids) > self.model.config.context:
+            raise RequestError(
+                400, f"the prompt and completion are {len(ids)} tokens, more than the model's context of "
+                f"{self.model.config.context}; shorten the prompt or ask for fewer tokens"
+            )  # fmt: skip
+        with self.lock:
+            return token_logprobs(self.model, ids, top)
+
     def answer(self, job: GenerationJob) -> dict:
-        """Wait for ``job`` (in a worker thread) -> its ``text``, ``tokens``, ``finish_reason``."""
+        """Wait for ``job`` (in a worker thread) -> its ``text``, ``tokens``, ``finish_reason``
+        (and the ids of its prompt and of what it generated, the end token left out)."""
         from .generate.batching import request_text
 
         if not job.finished.wait(GENERATE_TIMEOUT_S):
@@ -150,11 +204,13 @@ class GenerationWorker:
         if job.error is not None:
             raise RequestError(500, job.error)
         r = job.request
-        return {
-            "text": request_text(self.model.tokenizer, r, job.stop),
-            "tokens": len(r.tokens),
-            "finish_reason": r.finish_reason,
-        }
+        text = request_text(self.model.tokenizer, r, job.stop)
+        new = r.new_tokens
+        if r.finish_reason == "stop" and job.stop:  # (the tokens that make up the text kept, the stop string's cut)
+            while new and len(self.model.tokenizer.decode(new)) > len(text):
+                new = new[:-1]
+        return {"text": text, "tokens": len(r.tokens), "finish_reason": r.finish_reason,
+                "prompt_ids": list(r.prompt), "ids": list(new)}  # fmt: skip
 
     def replace_model(self, model) -> None:
         """Serve ``model`` from the next step on (``POST /reload``); requests in flight finish on the old one."""
@@ -248,15 +304,17 @@ def default_new_tokens() -> int:
 
 
 def generation_models():
-    """The request models of ``/generate`` and ``/v1/completions`` (pydantic is imported with the
-    server, not with attnlab), their sampling fields typed from the signature of
+    """The request models of ``/generate``, ``/v1/completions``, ``/v1/chat/completions``,
+    ``/tokenize`` and ``/detokenize`` (pydantic is imported with the server, not with attnlab),
+    their sampling fields typed from the signature of
     :meth:`attnlab.recipes.gpt.GPTVerbs.generate`, and ``/generate``'s defaults its defaults: one
     declaration for the command line, Python and the server. (``/v1/completions`` keeps OpenAI's
     own defaults: 16 tokens at temperature 1, what its clients expect.)"""
     from typing import Literal
 
-    from pydantic import BaseModel, ConfigDict
+    from pydantic import BaseModel, ConfigDict, Field
 
+    from .options import MAX_NEW_TOKENS
     from .recipes.gpt import GPTVerbs
 
     sample = declared(GPTVerbs.generate).specs
@@ -275,22 +333,77 @@ def generation_models():
         stop: Stop = []
         seed: Seed | None = sample["seed"].default
 
+    Count = Annotated[int, Field(ge=0, le=MAX_NEW_TOKENS)]
+    Choices = Annotated[int, Field(ge=1, le=MAX_N)]
+    TopLogprobs = Annotated[int, Field(ge=0, le=MAX_LOGPROBS)]
+    Id = Annotated[int, Field(ge=0)]
+
     class Completion(BaseModel):  # OpenAI's /v1/completions (the fields attnlab can honour)
         model_config = ConfigDict(extra="forbid", strict=True)
-        prompt: str | list[str] = ""
+        prompt: str | list[str] | list[Id] | list[list[Id]] = ""
         model: str | None = None
-        max_tokens: Tokens = 16
+        max_tokens: Count = 16  # 0: no new token (with echo and logprobs: the prompt's log-probabilities)
         temperature: Temperature = 1.0
         top_p: TopP = 1.0
-        n: Literal[1] = 1
+        n: Choices = 1
         stream: bool = False
         stop: Stop | None = None
         seed: Seed | None = None
         user: str | None = None
-        echo: Literal[False] = False
-        logprobs: None = None
+        echo: bool = False
+        logprobs: TopLogprobs | None = None
+        ignore_eos: bool = False  # (vLLM's: go on past the end-of-sequence token)
 
-    return Generate, Completion
+    class Message(BaseModel):
+        model_config = ConfigDict(extra="forbid", strict=True)
+        role: str
+        content: str | list[dict] | None = None
+        name: str | None = None
+
+    class ChatCompletion(BaseModel):  # OpenAI's /v1/chat/completions (the fields attnlab can honour)
+        model_config = ConfigDict(extra="forbid", strict=True)
+        messages: list[Message]
+        model: str | None = None
+        max_tokens: Tokens | None = None
+        max_completion_tokens: Tokens | None = None
+        temperature: Temperature | None = None  # None: the checkpoint's generation_config.json, else 1
+        top_p: TopP | None = None
+        n: Literal[1] = 1
+        stream: bool = False
+        stream_options: dict | None = None
+        stop: Stop | None = None
+        seed: Seed | None = None
+        user: str | None = None
+        logprobs: Literal[False] = False
+        ignore_eos: bool = False
+
+    class Tokenize(BaseModel):  # vLLM's /tokenize
+        model_config = ConfigDict(extra="forbid", strict=True)
+        prompt: str | None = None
+        messages: list[Message] | None = None
+        add_generation_prompt: bool = True
+        add_special_tokens: bool = False  # (the template writes them; a text is encoded as attnlab encodes it)
+        model: str | None = None
+
+    class Detokenize(BaseModel):  # vLLM's /detokenize
+        model_config = ConfigDict(extra="forbid", strict=True)
+        tokens: list[Id]
+        model: str | None = None
+
+    return Generate, Completion, ChatCompletion, Tokenize, Detokenize
+
+
+def message_text(content, i: int) -> str:
+    """A chat message's content as text: a string, or OpenAI's list of ``{"type": "text", "text": ...}``
+    parts (joined); other parts (images, audio) are refused in one line."""
+    if isinstance(content, str):
+        return content
+    parts = []
+    for part in content or []:
+        if part.get("type") != "text" or not isinstance(part.get("text"), str):
+            raise RequestError(400, f"message {i}: attnlab's models read text parts only, got {part.get('type')!r}")
+        parts.append(part["text"])
+    return "".join(parts)
 
 
 def parse_body(raw: bytes, model_cls):
@@ -444,7 +557,8 @@ class _Routes:
         self.lock = threading.Lock()  # one computation on the model at a time: its hook points are its state
         generates = callable(getattr(model, "generate", None)) and getattr(model, "tokenizer", None) is not None
         self.worker = GenerationWorker(model, self.lock, slots) if generates else None
-        self.Explore, (self.Generate, self.Completion) = explore_model(form), generation_models()
+        self.Explore = explore_model(form)
+        self.Generate, self.Completion, self.ChatCompletion, self.Tokenize, self.Detokenize = generation_models()
 
     def html(self, text: str):
         return self.http.HTMLResponse(
@@ -501,7 +615,8 @@ class _Routes:
         b = parse_body(await request.body(), self.Generate)
         sampling = dict(seed=b.seed, temperature=b.temperature, top_k=b.top_k or None, top_p=b.top_p)
         job = w.job(b.prompt, b.max_new_tokens, stop=b.stop, **sampling)
-        return self.http.JSONResponse(await self.in_thread(w.answer, job))
+        answer = await self.in_thread(w.answer, job)
+        return self.http.JSONResponse({k: answer[k] for k in ("text", "tokens", "finish_reason")})
 
     async def models(self, request):
         return self.http.JSONResponse(
@@ -511,19 +626,99 @@ class _Routes:
     async def completions(self, request):
         w = self.generator()
         b = parse_body(await request.body(), self.Completion)
-        prompts = [b.prompt] if isinstance(b.prompt, str) else list(b.prompt)
+        prompt = b.prompt
+        one = isinstance(prompt, str) or (bool(prompt) and isinstance(prompt[0], int))
+        prompts = [prompt] if one else list(prompt)
         if not prompts:
-            raise RequestError(400, "field 'prompt': give a string or a non-empty list of them")
-        if b.stream and len(prompts) != 1:
-            raise RequestError(400, "stream: one prompt at a time")
-        sampling = dict(temperature=b.temperature, top_p=None if b.top_p >= 1 else b.top_p, top_k=None, seed=b.seed)
+            raise RequestError(400, "field 'prompt': give a string, token ids, or a non-empty list of either")
+        if len(prompts) * b.n > MAX_CHOICES:
+            raise RequestError(
+                400, f"{len(prompts)} prompts x n {b.n} = {len(prompts) * b.n} completions; one request may ask for "
+                f"{MAX_CHOICES}: send the rest in another"
+            )  # fmt: skip
+        if b.stream and (len(prompts) != 1 or b.n != 1 or b.echo or b.logprobs is not None or b.max_tokens == 0):
+            raise RequestError(400, "stream: one prompt, n 1, without echo or logprobs, at least one token")
+        sampling = dict(temperature=b.temperature, top_p=None if b.top_p >= 1 else b.top_p, top_k=None)
         ident, created = f"cmpl-{uuid.uuid4().hex[:24]}", int(time.time())
         if b.stream:
-            events = _completion_events(w, self.name, prompts[0], b, sampling, ident, created)
+            job = w.job(prompts[0], b.max_tokens, stop=b.stop, seed=b.seed, ignore_eos=b.ignore_eos, **sampling,
+                        on_token=None)  # fmt: skip
+            events = _stream_events(w, job, _text_chunk(ident, created, self.name))
             return self.http.StreamingResponse(events, media_type="text/event-stream")
-        jobs = [w.job(p, b.max_tokens, stop=b.stop, **sampling) for p in prompts]  # (all checked before any waits)
-        answers = [await self.in_thread(w.answer, j) for j in jobs]
-        return self.http.JSONResponse(_completion(self.name, ident, created, jobs, answers))
+        answers = []
+        if b.max_tokens == 0:  # the prompts alone: what scoring with echo and logprobs reads
+            for p in prompts:
+                answers += [{"text": "", "tokens": 0, "finish_reason": "length", "prompt_ids": w.encoded(p), "ids": []}]
+        else:
+            seeds = [None if b.seed is None else (b.seed + j) % 2**63 for j in range(b.n)]  # (n different draws)
+            jobs = [
+                w.job(p, b.max_tokens, stop=b.stop, seed=s, ignore_eos=b.ignore_eos, **sampling)
+                for p in prompts
+                for s in seeds
+            ]  # fmt: skip  (all checked before any waits)
+            answers = [await self.in_thread(w.answer, j) for j in jobs]
+        choices = []
+        for i, a in enumerate(answers):
+            given = prompts[i // (1 if b.max_tokens == 0 else b.n)]
+            prompt_text = given if isinstance(given, str) else w.model.tokenizer.decode(a["prompt_ids"])
+            choice = {"text": (prompt_text if b.echo else "") + a["text"], "index": i, "logprobs": None,
+                      "finish_reason": _openai_reason(a["finish_reason"])}  # fmt: skip
+            if b.logprobs is not None:
+                choice["logprobs"] = await self.in_thread(_logprobs, w, a, b.logprobs, b.echo)
+            choices.append(choice)
+        return self.http.JSONResponse(_completion(self.name, ident, created, answers, choices))
+
+    async def chat_completions(self, request):
+        w = self.generator()
+        b = parse_body(await request.body(), self.ChatCompletion)
+        messages = [{"role": m.role, "content": message_text(m.content, i), **({"name": m.name} if m.name else {})}
+                    for i, m in enumerate(b.messages)]  # fmt: skip
+        try:
+            ids = w.model.chat_ids(messages)
+        except ValueError as e:  # (no template, a message the template refuses, too long)
+            raise RequestError(400, str(e)) from None
+        defaults = dict(getattr(w.model.generation, "sampling", {}) or {})
+        temperature = b.temperature if b.temperature is not None else defaults.get("temperature", 1.0)
+        top_p = b.top_p if b.top_p is not None else defaults.get("top_p")
+        sampling = dict(temperature=temperature, top_p=None if top_p is None or top_p >= 1 else top_p,
+                        top_k=defaults.get("top_k") if b.temperature is None else None)  # fmt: skip
+        most = b.max_completion_tokens or b.max_tokens
+        job = w.job(ids, most, stop=b.stop, seed=b.seed, ignore_eos=b.ignore_eos, **sampling)
+        ident, created = f"chatcmpl-{uuid.uuid4().hex[:24]}", int(time.time())
+        if b.stream:
+            events = _stream_events(w, job, _chat_chunk(ident, created, self.name), first=_chat_chunk(
+                ident, created, self.name)(None, None, {"role": "assistant", "content": ""}))  # fmt: skip
+            return self.http.StreamingResponse(events, media_type="text/event-stream")
+        a = await self.in_thread(w.answer, job)
+        choice = {"index": 0, "message": {"role": "assistant", "content": a["text"]}, "logprobs": None,
+                  "finish_reason": _openai_reason(a["finish_reason"])}  # fmt: skip
+        body = _completion(self.name, ident, created, [a], [choice])
+        body["object"] = "chat.completion"
+        return self.http.JSONResponse(body)
+
+    async def tokenize(self, request):
+        """vLLM's ``/tokenize``: {"prompt": text} or {"messages": [...]} (rendered with the chat
+        template) -> {"tokens", "count", "max_model_len"}."""
+        w = self.generator()
+        b = parse_body(await request.body(), self.Tokenize)
+        if (b.prompt is None) == (b.messages is None):
+            raise RequestError(400, "give 'prompt' (text) or 'messages' (a chat), one of them")
+        if b.prompt is not None:
+            ids = w.encoded(b.prompt) if b.prompt else []
+        else:
+            messages = [{"role": m.role, "content": message_text(m.content, i)} for i, m in enumerate(b.messages)]
+            try:
+                ids = w.model.chat_ids(messages, add_generation_prompt=b.add_generation_prompt)
+            except ValueError as e:
+                raise RequestError(400, str(e)) from None
+        return self.http.JSONResponse({"tokens": ids, "count": len(ids), "max_model_len": w.model.config.context})
+
+    async def detokenize(self, request):
+        """vLLM's ``/detokenize``: {"tokens": [ids]} -> {"prompt": text}."""
+        w = self.generator()
+        b = parse_body(await request.body(), self.Detokenize)
+        ids = w.prompt_ids(list(b.tokens)) if b.tokens else []
+        return self.http.JSONResponse({"prompt": w.model.tokenizer.decode(ids)})
 
     async def reload(self, request):
         """Read the checkpoint again (after training went on) and serve it from now on."""
@@ -572,6 +767,9 @@ def create_app(model, *, slots: int = 8, port_ref: list | None = None):
         Route("/generate", r.generate, methods=["POST"]),
         Route("/v1/models", r.models, methods=["GET"]),
         Route("/v1/completions", r.completions, methods=["POST"]),
+        Route("/v1/chat/completions", r.chat_completions, methods=["POST"]),
+        Route("/tokenize", r.tokenize, methods=["POST"]),
+        Route("/detokenize", r.detokenize, methods=["POST"]),
         Route("/reload", r.reload, methods=["POST"]),
     ]
     app = Starlette(routes=routes, exception_handlers={RequestError: r.refused})
@@ -583,14 +781,10 @@ def _openai_reason(reason: str | None) -> str:
     return {"length": "length", "eos": "stop", "stop": "stop"}.get(reason or "", "stop")
 
 
-def _completion(name: str, ident: str, created: int, jobs: list, answers: list[dict]) -> dict:
-    """The body of an OpenAI ``text_completion`` for ``jobs`` and their ``answers``."""
-    prompt_tokens = sum(len(j.request.prompt) for j in jobs)
+def _completion(name: str, ident: str, created: int, answers: list[dict], choices: list[dict]) -> dict:
+    """The body of an OpenAI ``text_completion`` with ``choices``, for ``answers`` (their token counts)."""
+    prompt_tokens = sum(len(a["prompt_ids"]) for a in answers)
     completion_tokens = sum(a["tokens"] for a in answers)
-    choices = [
-        {"text": a["text"], "index": i, "logprobs": None, "finish_reason": _openai_reason(a["finish_reason"])}
-        for i, a in enumerate(answers)
-    ]
     return {
         "id": ident,
         "object": "text_completion",
@@ -605,28 +799,69 @@ def _completion(name: str, ident: str, created: int, jobs: list, answers: list[d
     }
 
 
-async def _completion_events(w, name: str, prompt: str, b, sampling: dict, ident: str, created: int):
-    """Server-sent events: a chunk per piece of text as the tokens come, then the finish reason,
-    then ``data: [DONE]`` (OpenAI's streaming format)."""
-    from .generate import cut_at_stop
+def _logprobs(worker, answer: dict, top: int, echo: bool) -> dict:
+    """OpenAI's ``logprobs`` of a completion: each token's text, its log-probability (the model's
+    own: log-softmax of its float32 logits), the ``top`` most likely tokens at its place and its
+    character offset in the choice's text; the prompt's tokens too with ``echo`` (the first one has
+    no log-probability: nothing comes before it)."""
+    tok = worker.model.tokenizer
 
-    loop = asyncio.get_running_loop()
-    tokens: asyncio.Queue = asyncio.Queue()
-    job = w.job(
-        prompt,
-        b.max_tokens,
-        stop=b.stop,
-        on_token=lambda t: loop.call_soon_threadsafe(tokens.put_nowait, t),
-        **sampling,
-    )
-    done = loop.run_in_executor(None, job.finished.wait, GENERATE_TIMEOUT_S)
-    tok, sent = w.model.tokenizer, ""
+    def text_of(i: int) -> str:
+        # a token's text; a piece of a character's bytes (no text alone) as its vocabulary string
+        text = tok.decode([i])
+        return tok.id_to_token(i) if "\ufffd" in text and hasattr(tok, "id_to_token") else text
 
-    def chunk(text: str, reason: str | None) -> str:
-        choice = {"text": text, "index": 0, "logprobs": None, "finish_reason": reason}
+    def ranked(ids: list[int], values: list[float]) -> dict:
+        out: dict = {}
+        for i, v in zip(ids, values):  # (most likely first: two tokens of the same text keep the likelier)
+            out.setdefault(text_of(i), v)
+        return out
+
+    prompt, new = answer["prompt_ids"], answer["ids"]
+    ids = prompt + new
+    lp, top_ids, top_lp = worker.logprobs(ids, top)
+    lp, top_ids, top_lp = lp.tolist(), top_ids.tolist(), top_lp.tolist()
+    start = 0 if echo else len(prompt)
+    shown = ids[start:]
+    tokens = [text_of(i) for i in shown]
+    token_logprobs: list = [None if j == 0 else lp[j - 1] for j in range(start, len(ids))]
+    top_logprobs: list = [None if j == 0 else ranked(top_ids[j - 1], top_lp[j - 1]) for j in range(start, len(ids))]
+    offsets = [len(tok.decode(shown[:k])) for k in range(len(shown))]
+    return {"tokens": tokens, "token_logprobs": token_logprobs, "top_logprobs": top_logprobs, "text_offset": offsets}
+
+
+def _text_chunk(ident: str, created: int, name: str):
+    def chunk(text: str | None, reason: str | None, delta: dict | None = None) -> str:
+        choice = {"text": text or "", "index": 0, "logprobs": None, "finish_reason": reason}
         event = {"id": ident, "object": "text_completion", "created": created, "model": name, "choices": [choice]}
         return "data: " + json.dumps(event) + "\n\n"
 
+    return chunk
+
+
+def _chat_chunk(ident: str, created: int, name: str):
+    def chunk(text: str | None, reason: str | None, delta: dict | None = None) -> str:
+        delta = delta if delta is not None else ({} if text is None else {"content": text})
+        choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": reason}
+        event = {"id": ident, "object": "chat.completion.chunk", "created": created, "model": name, "choices": [choice]}
+        return "data: " + json.dumps(event) + "\n\n"
+
+    return chunk
+
+
+async def _stream_events(w, job, chunk, first: str | None = None):
+    """Server-sent events for ``job`` (queued with no ``on_token``; set here): ``first`` if given,
+    a ``chunk(text, None)`` per piece of text as the tokens come, then ``chunk(None, finish reason)``,
+    then ``data: [DONE]`` (OpenAI's streaming format, completions and chat alike)."""
+    from .generate import cut_at_stop, end_ids
+
+    loop = asyncio.get_running_loop()
+    tokens: asyncio.Queue = asyncio.Queue()
+    job.request.on_token = lambda t: loop.call_soon_threadsafe(tokens.put_nowait, t)
+    done = loop.run_in_executor(None, job.finished.wait, GENERATE_TIMEOUT_S)
+    tok, sent = w.model.tokenizer, ""
+    if first is not None:
+        yield first
     while True:
         getter = asyncio.ensure_future(tokens.get())
         finished, _ = await asyncio.wait({getter, done}, return_when=asyncio.FIRST_COMPLETED)
@@ -635,12 +870,16 @@ async def _completion_events(w, name: str, prompt: str, b, sampling: dict, ident
         if job.error is not None:
             yield "data: " + json.dumps({"error": {"message": job.error, "type": "server_error"}}) + "\n\n"
             break
-        text = cut_at_stop(tok.decode(job.request.tokens), job.stop)
-        if text.startswith(sent) and len(text) > len(sent) and not text.endswith("\ufffd"):
+        ends = getattr(job.request, "eos_id", None)
+        shown = [t for t in job.request.tokens if t not in end_ids(ends)]  # (the end token is never text)
+        text = cut_at_stop(tok.decode(shown), job.stop)
+        last = done in finished and tokens.empty()
+        # (a character still being spelled by its bytes waits for them, unless nothing more comes)
+        if text.startswith(sent) and len(text) > len(sent) and (last or not text.endswith("\ufffd")):
             yield chunk(text[len(sent) :], None)
             sent = text
-        if done in finished and tokens.empty():
-            yield chunk("", _openai_reason(job.request.finish_reason))
+        if last:
+            yield chunk(None, _openai_reason(job.request.finish_reason))
             break
     yield "data: [DONE]\n\n"
 

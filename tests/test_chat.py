@@ -260,3 +260,121 @@ def test_attnlab_chat_on_a_model_without_a_template_is_one_line(tmp_path, capsys
     assert main(["chat", "--ckpt", str(run), "--message", "hi"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "has no chat template" in err and "attnlab sample" in err
+
+
+@pytest.fixture(scope="module")
+def served(checkpoint):
+    """``attnlab serve`` of the checkpoint on a free port."""
+    import threading
+
+    pytest.importorskip("starlette")
+    pytest.importorskip("uvicorn")
+    from attnlab import serve as serving
+
+    model = attnlab.load(checkpoint["path"])
+    started, box = threading.Event(), {}
+
+    def ready(s):
+        box["server"] = s
+        started.set()
+
+    thread = threading.Thread(target=serving.serve, args=(model,), kwargs={"port": 0, "ready": ready}, daemon=True)
+    thread.start()
+    assert started.wait(20)
+    yield model, f"http://127.0.0.1:{box['server'].server_address[1]}"
+    box["server"].shutdown()
+    thread.join(10)
+
+
+def test_the_official_openai_client_chats_streamed_and_not(served, checkpoint):
+    openai = pytest.importorskip("openai")
+    model, url = served
+    client = openai.OpenAI(base_url=url + "/v1", api_key="none")
+    messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "To be?"}]
+    want = model.chat(messages, 30)  # (the checkpoint's generation_config: greedy)
+    r = client.chat.completions.create(model="qwen", messages=messages, max_tokens=30)
+    assert r.object == "chat.completion" and r.choices[0].message.role == "assistant"
+    assert r.choices[0].message.content == want
+    assert r.usage.prompt_tokens == len(model.chat_ids(messages))
+    pieces, reasons = [], []
+    for event in client.chat.completions.create(model="qwen", messages=messages, max_tokens=30, stream=True):
+        pieces.append(event.choices[0].delta.content or "")
+        reasons.append(event.choices[0].finish_reason)
+    assert "".join(pieces) == want and reasons[-1] == r.choices[0].finish_reason and set(reasons[:-1]) == {None}
+    # a text completion that reaches the end token: stops there, says "stop", shows no end token
+    c = client.completions.create(model="qwen", prompt=PROMPT, max_tokens=40, temperature=0)
+    assert c.choices[0].finish_reason == "stop"
+    assert c.choices[0].text == model.tokenizer.decode(checkpoint["free"][: checkpoint["stop_at"]])
+    c = client.completions.create(model="qwen", prompt=PROMPT, max_tokens=12, temperature=0,
+                                  extra_body={"ignore_eos": True})  # fmt: skip
+    assert c.choices[0].finish_reason == "length" and c.choices[0].text == model.tokenizer.decode(checkpoint["free"])
+
+
+def test_prompt_logprobs_are_transformers_log_softmax_and_its_top_tokens(served, checkpoint):
+    httpx = pytest.importorskip("httpx")
+    model, url = served
+    ids = model.tokenizer.encode(PROMPT + " that is the question")
+
+    def text_of(i):  # (a piece of a character's bytes: its vocabulary string, as transformers names it)
+        text = checkpoint["tok"].decode([i])
+        return checkpoint["tok"].convert_ids_to_tokens(i) if "\ufffd" in text else text
+
+    with torch.no_grad():
+        theirs = checkpoint["hf"](torch.tensor([ids])).logits[0].float().log_softmax(-1)
+    with httpx.Client(base_url=url, timeout=60) as c:
+        for prompt in (PROMPT + " that is the question", ids):
+            body = {"prompt": prompt, "echo": True, "logprobs": 5, "max_tokens": 0}
+            r = c.post("/v1/completions", json=body)
+            assert r.status_code == 200, r.text
+            lp = r.json()["choices"][0]["logprobs"]
+            assert r.json()["choices"][0]["text"] == PROMPT + " that is the question"
+            assert lp["token_logprobs"][0] is None and lp["top_logprobs"][0] is None
+            assert lp["tokens"] == [text_of(i) for i in ids]
+            want = theirs[torch.arange(len(ids) - 1), torch.tensor(ids[1:])]
+            assert torch.allclose(torch.tensor(lp["token_logprobs"][1:]), want, atol=1e-4)
+            for j in range(1, len(ids)):
+                top = theirs[j - 1].topk(5)
+                got = lp["top_logprobs"][j]
+                assert [text_of(i) for i in top.indices.tolist()] == list(got)
+                assert torch.allclose(torch.tensor(list(got.values())), top.values, atol=1e-4)
+            text = r.json()["choices"][0]["text"]
+            assert [text[o:] for o in lp["text_offset"]][1].startswith(lp["tokens"][1])
+        # the completion's own tokens, with n choices, as lm-evaluation-harness asks (echo, 1 new token)
+        r = c.post("/v1/completions", json={"prompt": [ids, ids[:4]], "echo": True, "logprobs": 1, "max_tokens": 1,
+                                            "temperature": 0, "n": 2})  # fmt: skip
+        choices = r.json()["choices"]
+        assert len(choices) == 4 and choices[0]["text"] == choices[1]["text"]
+        lp = choices[0]["logprobs"]
+        assert len(lp["tokens"]) == len(ids) + 1 and torch.allclose(
+            torch.tensor(lp["token_logprobs"][1 : len(ids)]), want, atol=1e-4
+        )
+        assert lp["token_logprobs"][-1] == pytest.approx(max(lp["top_logprobs"][-1].values()), abs=1e-6)  # (greedy)
+        # /tokenize and /detokenize, as vLLM answers them
+        t = c.post("/tokenize", json={"prompt": PROMPT}).json()
+        assert t["tokens"] == model.tokenizer.encode(PROMPT) and t["count"] == len(t["tokens"])
+        assert t["max_model_len"] == model.config.context
+        chat = c.post("/tokenize", json={"messages": [{"role": "user", "content": "To be?"}]}).json()
+        assert chat["tokens"] == model.chat_ids([{"role": "user", "content": "To be?"}])
+        assert c.post("/detokenize", json={"tokens": t["tokens"]}).json() == {"prompt": PROMPT}
+
+
+@pytest.mark.parametrize(
+    "path, body, says",
+    [
+        ("/v1/chat/completions", {"messages": [{"role": "wizard", "content": "hi"}]}, "role 'wizard'"),
+        ("/v1/chat/completions", {"messages": "hi"}, "'messages' must be a list"),
+        ("/v1/chat/completions", {"messages": [{"role": "user", "content": [{"type": "image_url"}]}]}, "text parts"),
+        ("/v1/chat/completions", {"messages": []}, "non-empty list"),
+        ("/v1/completions", {"prompt": "to", "logprobs": 50}, "must be at most 20"),
+        ("/v1/completions", {"prompt": [3, 100000], "max_tokens": 1}, "outside the vocabulary"),
+        ("/v1/completions", {"prompt": "to", "n": 1000}, "must be at most 16"),
+        ("/detokenize", {"tokens": [100000]}, "outside the vocabulary"),
+        ("/tokenize", {}, "give 'prompt' (text) or 'messages'"),
+    ],
+)
+def test_a_bad_request_is_one_line_in_openais_shape(served, path, body, says):
+    httpx = pytest.importorskip("httpx")
+    _, url = served
+    r = httpx.post(url + path, json=body, timeout=30)
+    message = r.json()["error"]["message"] if path.startswith("/v1/") else r.text
+    assert r.status_code == 400 and says in message and "\n" not in message.strip(), r.text

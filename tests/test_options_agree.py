@@ -105,7 +105,7 @@ def test_the_servers_generate_fields_default_to_generates_signature():
     pytest.importorskip("pydantic")
     from attnlab.serve import default_new_tokens, generation_models
 
-    generate_body, _ = generation_models()
+    generate_body = generation_models()[0]
     for name, field in generate_body.model_fields.items():
         if name in SAMPLE.specs and name != "max_new_tokens":
             expected = SAMPLE.specs[name].default
@@ -122,7 +122,7 @@ def test_the_flag_the_keyword_and_the_server_field_refuse_the_same_values(name, 
 
     bad, good = edges(name)
     gpt = tiny_run("gpt").load()
-    generate_body, _ = generation_models()
+    generate_body = generation_models()[0]
     flag = SAMPLE.specs[name].flags[0]
     for value in bad:
         assert main(["sample", "--ckpt", "unused", flag, str(value)]) == 2  # (refused while parsing)

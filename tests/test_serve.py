@@ -74,9 +74,12 @@ def test_openai_completions_plain_and_streamed(server):
         assert chunks[-1]["choices"][0]["finish_reason"] == "length"
         # errors in OpenAI's shape, one line each
         for bad, says in [
-            ({"prompt": "to", "n": 2}, "'n' must be 1"),
-            ({"prompt": "to", "max_tokens": 0}, "'max_tokens' must be at least 1"),
-            ({"prompt": "to", "logprobs": 3}, "'logprobs' must be null"),
+            ({"prompt": "to", "n": 17}, "'n' must be at most 16"),
+            ({"prompt": "to", "max_tokens": -1}, "'max_tokens' must be at least 0"),
+            ({"prompt": "to", "logprobs": 21}, "must be at most 20"),
+            ({"prompt": [5, 99999]}, "token id 99999 is outside the vocabulary"),
+            ({"prompt": ["to"] * 5, "n": 16}, "80 completions; one request may ask for 64"),
+            ({"prompt": "to", "stream": True, "echo": True}, "stream: one prompt, n 1, without echo"),
             ({"prompt": "to", "frequency_penalty": 1}, "unknown field 'frequency_penalty'"),
         ]:
             r = c.post("/v1/completions", json=bad)

@@ -23,6 +23,7 @@ __all__ = [
     "cut_at_stop",
     "default_prompt",
     "end_ids",
+    "token_logprobs",
 ]
 
 
@@ -207,6 +208,38 @@ def generate(
         seq = [t for t, keep in zip(row, m) if keep]
         out.append(seq)
     return out
+
+
+@torch.no_grad()
+def token_logprobs(
+    model: nn.Module, ids: Sequence[int], top: int = 0, chunk: int = 256
+) -> tuple[Tensor, Tensor, Tensor]:
+    """How likely the model finds each token of ``ids`` after the ones before it: the log-softmax
+    of its float32 logits (temperature 1, no filtering), what OpenAI's ``logprobs`` and
+    lm-evaluation-harness's log-likelihoods read. Returns (logprobs (T-1,) of tokens 1..T-1, the
+    ``top`` most likely tokens at each of those positions (T-1, top) and their logprobs (T-1, top)).
+    The text is fed ``chunk`` tokens at a time through the KV cache, so memory holds ``chunk`` × V
+    logits, not T × V; it must fit the model's context."""
+    if len(ids) > model.config.context:
+        raise ValueError(f"{len(ids)} tokens are more than the model's context of {model.config.context}")
+    model.eval()
+    device = next(model.parameters()).device
+    tokens = torch.as_tensor(list(ids), dtype=torch.long, device=device)
+    caches = model.new_caches(1, model.config.context)
+    picked, top_ids, top_lp = [], [], []
+    for start in range(0, len(ids) - 1, chunk):
+        end = min(start + chunk, len(ids) - 1)
+        logp = model(tokens[None, start:end], caches=caches)[0].float().log_softmax(-1)  # (n, V)
+        picked.append(logp.gather(-1, tokens[start + 1 : end + 1, None])[:, 0])
+        if top > 0:
+            values, indices = logp.topk(min(top, logp.shape[-1]), dim=-1)
+            top_ids.append(indices)
+            top_lp.append(values)
+    empty = torch.zeros(0, device=device)
+    lp = torch.cat(picked) if picked else empty
+    if top > 0 and top_ids:
+        return lp, torch.cat(top_ids), torch.cat(top_lp)
+    return lp, torch.zeros(len(lp), 0, dtype=torch.long, device=device), torch.zeros(len(lp), 0, device=device)
 
 
 def _forward(model, ids, mask, padded, caches, start):

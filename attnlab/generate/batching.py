@@ -318,7 +318,7 @@ def generate_batched(
 
 def text_request(
     tokenizer,
-    prompt: str,
+    prompt: str | Sequence[int],
     max_new_tokens: int,
     *,
     stop: Sequence[str] = (),
@@ -326,7 +326,8 @@ def text_request(
     device=None,
     **sampling,
 ) -> Request:
-    """A :class:`Request` for text: ``prompt`` encoded (an empty one: :func:`default_prompt`),
+    """A :class:`Request` for text: ``prompt`` encoded (an empty one: :func:`default_prompt`; token
+    ids are taken as they are),
     ending at the first of the ``stop`` strings its continuation contains; ``seed`` gives it its own
     generator; ``sampling``: temperature, top_k, top_p. :func:`request_text` turns the finished
     request back into text."""
@@ -334,7 +335,7 @@ def text_request(
         raise ValueError("a stop string '' would stop before the first token; give non-empty strings")
     gen = None if seed is None else torch.Generator(device=device or "cpu").manual_seed(seed)
     should_stop = (lambda tokens: any(s in tokenizer.decode(tokens) for s in stop)) if stop else None
-    ids = tokenizer.encode(prompt or default_prompt(tokenizer))
+    ids = list(prompt) if not isinstance(prompt, str) else tokenizer.encode(prompt or default_prompt(tokenizer))
     return Request(ids, max_new_tokens, generator=gen, should_stop=should_stop, **sampling)
 
 
