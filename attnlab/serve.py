@@ -713,6 +713,23 @@ class _Routes:
                 raise RequestError(400, str(e)) from None
         return self.http.JSONResponse({"tokens": ids, "count": len(ids), "max_model_len": w.model.config.context})
 
+    async def tokenizer_info(self, request):
+        """vLLM's ``/tokenizer_info``: the special tokens, the chat template and the context, what a
+        client that tokenizes through the server (lm-evaluation-harness's remote tokenizer) reads."""
+        w = self.generator()
+        model, tok = w.model, w.model.tokenizer
+        template = model.chat_template
+        special = dict(template.special_tokens) if template else {}
+        ends = model.eos_ids
+        if ends and "eos_token" not in special:
+            special["eos_token"] = tok.decode([ends[0]])
+        return self.http.JSONResponse({
+            "eos_token": special.get("eos_token"), "bos_token": special.get("bos_token"),
+            "pad_token": special.get("pad_token"), "chat_template": template.source if template else None,
+            "model_max_length": model.config.context, "vocab_size": model.config.vocab_size,
+            "tokenizer_class": type(tok).__name__,
+        })  # fmt: skip
+
     async def detokenize(self, request):
         """vLLM's ``/detokenize``: {"tokens": [ids]} -> {"prompt": text}."""
         w = self.generator()
@@ -770,6 +787,7 @@ def create_app(model, *, slots: int = 8, port_ref: list | None = None):
         Route("/v1/chat/completions", r.chat_completions, methods=["POST"]),
         Route("/tokenize", r.tokenize, methods=["POST"]),
         Route("/detokenize", r.detokenize, methods=["POST"]),
+        Route("/tokenizer_info", r.tokenizer_info, methods=["GET"]),
         Route("/reload", r.reload, methods=["POST"]),
     ]
     app = Starlette(routes=routes, exception_handlers={RequestError: r.refused})

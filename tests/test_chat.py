@@ -378,3 +378,82 @@ def test_a_bad_request_is_one_line_in_openais_shape(served, path, body, says):
     r = httpx.post(url + path, json=body, timeout=30)
     message = r.json()["error"]["message"] if path.startswith("/v1/") else r.text
     assert r.status_code == 400 and says in message and "\n" not in message.strip(), r.text
+
+
+LM_EVAL_DATA = __import__("pathlib").Path(__file__).parent / "fixtures" / "lm_eval"
+MC_TASK = """task: attnlab_mc
+dataset_path: json
+dataset_kwargs:
+  data_files:
+    test: {data}/shakespeare_mc.jsonl
+test_split: test
+output_type: multiple_choice
+doc_to_text: "{{{{question}}}}"
+doc_to_choice: "{{{{choices}}}}"
+doc_to_target: "{{{{answer}}}}"
+target_delimiter: ""
+metric_list:
+  - metric: acc
+"""
+GEN_TASK = """task: attnlab_gen
+dataset_path: json
+dataset_kwargs:
+  data_files:
+    test: {data}/shakespeare_gen.jsonl
+test_split: test
+output_type: generate_until
+doc_to_text: "{{{{question}}}}"
+doc_to_target: "{{{{answer}}}}"
+generation_kwargs:
+  until: ["."]
+  max_gen_toks: 8
+  do_sample: false
+metric_list:
+  - metric: exact_match
+"""
+
+
+@pytest.mark.slow
+def test_lm_evaluation_harness_scores_a_served_model_as_transformers_does(served, checkpoint, tmp_path, monkeypatch):
+    """lm-evaluation-harness against `attnlab serve`, offline: a multiple-choice task through
+    local-completions (each choice's log-likelihood from echo + logprobs, the tokenizer read through
+    /tokenize), equal to transformers' on the same checkpoint; a generation task through
+    local-chat-completions, equal to model.chat."""
+    pytest.importorskip("lm_eval")
+    from lm_eval import simple_evaluate
+    from lm_eval.tasks import TaskManager
+
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    monkeypatch.setenv("HF_DATASETS_CACHE", str(tmp_path / "datasets"))
+    (tmp_path / "mc.yaml").write_text(MC_TASK.format(data=LM_EVAL_DATA))
+    (tmp_path / "gen.yaml").write_text(GEN_TASK.format(data=LM_EVAL_DATA))
+    model, url = served
+    tasks = TaskManager(include_path=str(tmp_path))
+    out = simple_evaluate(
+        model="local-completions",
+        model_args=f"base_url={url}/v1/completions,model=qwen,tokenizer_backend=remote,max_length=256,max_retries=1",
+        tasks=["attnlab_mc"], task_manager=tasks, log_samples=True, random_seed=0, numpy_random_seed=0,
+        torch_random_seed=0, fewshot_random_seed=0,
+    )  # fmt: skip
+    tok, hf = checkpoint["tok"], checkpoint["hf"]
+    scored = 0
+    for sample in out["samples"]["attnlab_mc"]:
+        arguments = sample["arguments"]
+        for pair, resp in zip(arguments.values() if isinstance(arguments, dict) else arguments, sample["resps"]):
+            context, continuation = pair.values() if isinstance(pair, dict) else pair
+            whole = tok(context + continuation)["input_ids"]
+            ctx = tok(context)["input_ids"]
+            with torch.no_grad():
+                logp = hf(torch.tensor([whole])).logits[0].float().log_softmax(-1)
+            want = sum(float(logp[j - 1, whole[j]]) for j in range(len(ctx), len(whole)))
+            assert resp[0][0] == pytest.approx(want, abs=1e-4)
+            scored += 1
+    assert scored == 18 and 0 <= out["results"]["attnlab_mc"]["acc,none"] <= 1
+    chat = simple_evaluate(
+        model="local-chat-completions", model_args=f"base_url={url}/v1/chat/completions,model=qwen,max_retries=1",
+        tasks=["attnlab_gen"], task_manager=tasks, log_samples=True, apply_chat_template=True,
+    )  # fmt: skip
+    for sample in chat["samples"]["attnlab_gen"]:
+        question = sample["doc"]["question"]
+        want = model.chat([{"role": "user", "content": question}], 8, temperature=0, stop=["."])
+        assert sample["resps"][0][0] == want
