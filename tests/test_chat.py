@@ -457,3 +457,93 @@ def test_lm_evaluation_harness_scores_a_served_model_as_transformers_does(served
         question = sample["doc"]["question"]
         want = model.chat([{"role": "user", "content": question}], 8, temperature=0, stop=["."])
         assert sample["resps"][0][0] == want
+
+
+GENERATION_TAGS = (
+    "{% for m in messages %}{% if m['role'] == 'assistant' %}{{ '<|im_start|>assistant\\n' }}{% generation %}"
+    "{{ m['content'] + '<|im_end|>\\n' }}{% endgeneration %}{% else %}{{ '<|im_start|>' + m['role'] + '\\n' + "
+    "m['content'] + '<|im_end|>\\n' }}{% endif %}{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
+)
+CONVERSATION = [
+    {"role": "system", "content": "Be brief."},
+    {"role": "user", "content": "To be?"},
+    {"role": "assistant", "content": "Or not to be."},
+    {"role": "user", "content": "Whether 'tis nobler"},
+    {"role": "assistant", "content": "in the mind."},
+]
+
+
+def test_the_loss_mask_is_the_assistants_tokens_as_transformers_marks_them():
+    """On a hand-made conversation: the tokens chat fine-tuning learns are exactly those
+    transformers' return_assistant_tokens_mask marks ({% generation %} blocks), and the same ids."""
+    from attnlab.tokens import BPETokenizer
+
+    tok = transformers.PreTrainedTokenizerFast(tokenizer_object=tokenizer_object(), chat_template=GENERATION_TAGS)
+    theirs = tok.apply_chat_template(CONVERSATION, tokenize=True, return_dict=True, return_assistant_tokens_mask=True)
+    ours = BPETokenizer(tokenizer_object())
+    ids, mask = ChatTemplate(GENERATION_TAGS).assistant_tokens(CONVERSATION, ours)
+    assert ids == list(theirs["input_ids"]) and [int(m) for m in mask] == list(theirs["assistant_masks"])
+    learned = ours.decode([i for i, m in zip(ids, mask) if m])
+    assert learned == "Or not to be.<|im_end|>\nin the mind.<|im_end|>\n"
+    with pytest.raises(OptionError, match="needs at least one assistant message"):
+        ChatTemplate(GENERATION_TAGS).assistant_tokens(CONVERSATION[:2], ours)
+
+
+def test_a_chat_fine_tuning_run_learns_the_assistants_turns_and_chats(checkpoint, tmp_path, capsys):
+    from attnlab.cli import main
+
+    lines = []
+    for i in range(12):
+        q = ["To be?", "Or not?", "Whether?", "Nobler?"][i % 4]
+        a = ["To be.", "Not to be.", "Whether 'tis.", "In the mind."][i % 4]
+        lines.append(json.dumps({"messages": [{"role": "user", "content": q}, {"role": "assistant", "content": a}]}))
+    data = tmp_path / "chat.jsonl"
+    data.write_text("\n".join(lines) + "\n")
+    run = tmp_path / "run"
+    args = ["train", "gpt", "--init", str(checkpoint["path"]), "--task", "chat", "--data", str(data), "--out", str(run),
+            "--max-iters", "40", "--batch-size", "4", "--lr", "3e-3", "--eval-interval", "40", "--eval-iters", "1",
+            "--warmup-iters", "0", "--no-progress"]  # fmt: skip
+    before = attnlab.load(checkpoint["path"])
+    from attnlab.data.chat import chat_data
+    from attnlab.training.tasks import ChatTask
+
+    task = ChatTask(chat_data(data, before.chat_template, before.tokenizer, 256), 256, 4)
+    loss_before = task.evaluate(before, "train")["loss"]
+    assert main(args) == 0
+    out = capsys.readouterr()
+    assert "11 train / 1 val conversations" in out.err
+    tuned = attnlab.load(run)
+    assert tuned.run_meta["task"] == "chat" and tuned.chat_template.source == CHATML
+    assert task.evaluate(tuned, "train")["loss"] < 0.5 * loss_before
+    assert tuned.chat([{"role": "user", "content": "To be?"}], 8, temperature=0) == "To be."
+    assert main(["eval", "--ckpt", str(run), "--json"]) == 0
+    res = json.loads(capsys.readouterr().out)
+    assert res["split"] == "val" and res["conversations"] == 1 and res["assistant_tokens"] > 0
+    export_hf(tuned, tmp_path / "hf")
+    assert (tmp_path / "hf" / "chat_template.jinja").read_text() == CHATML
+
+
+@pytest.mark.parametrize(
+    "content, says",
+    [
+        ("not json\n{}\n", "chat.jsonl:1: not JSON"),
+        ('{"messages": [{"role": "user", "content": "x"}]}\n', "holds 1 conversation"),
+        ('{"messages": [{"role": "user", "content": "x"}]}\n{"messages": "x"}\n', "chat.jsonl:2: a line is"),
+        (
+            '{"messages": [{"role": "user", "content": "x"}]}\n' * 2,
+            "conversation 1: a conversation to learn from needs",
+        ),
+    ],
+)
+def test_bad_chat_data_is_one_line(checkpoint, tmp_path, content, says):
+    data = tmp_path / "chat.jsonl"
+    data.write_text(content)
+    with pytest.raises(Exception, match=says.replace("(", r"\(")):
+        attnlab.train("gpt", init=str(checkpoint["path"]), task="chat", data=str(data), out=tmp_path / "run",
+                      max_iters=1, progress=False)  # fmt: skip
+
+
+def test_chat_fine_tuning_needs_a_model_with_a_template(tmp_path):
+    with pytest.raises(Exception, match="--task chat fine-tunes a model that has a chat template"):
+        attnlab.train("gpt", task="chat", out=tmp_path / "run", max_iters=1, progress=False)

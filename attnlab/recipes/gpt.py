@@ -446,6 +446,13 @@ class GPTTrainOptions(TrainOptions):
             "speedrun: the same shapes with the modded-nanogpt speedrun's changes and Muon"
         ),
     ] = "shakespeare-cpu"
+    task: Annotated[
+        Literal["lm", "chat"],
+        Arg(
+            "lm: next-token prediction on text; chat: fine-tune an instruct model (--init, with a chat template) on "
+            "conversations (--data FILE.jsonl, OpenAI's fine-tuning format), the loss on the assistant's tokens only"
+        ),
+    ] = "lm"
     sample_chars: Annotated[int, Arg("print a sample of this many tokens at the end (0: none)", nonneg_int)] = 0
     loss_chunk: Annotated[
         int,
@@ -517,6 +524,11 @@ class GPTRecipe(Recipe):
         return {**self.train_defaults, **self.PRESET_TRAIN.get(o.preset, {})}
 
     def check_new(self, o, model_over) -> None:
+        if o.task == "chat" and not (o.init and o.data):
+            raise ValueError(
+                "--task chat fine-tunes a model that has a chat template: give --init CKPT (an instruct model) and "
+                "--data FILE.jsonl (conversations)"
+            )
         if not o.init:
             return
         if o.tokenizer or o.vocab_size:
@@ -537,6 +549,15 @@ class GPTRecipe(Recipe):
         from ..training import LanguageModelTask
 
         init_state, meta = None, {}
+        if saved and saved.get("task") == "chat":
+            from ..interop.generation import GenerationSettings
+            from ..tokens import tokenizer_from_dict
+
+            cfg = GPTConfig.from_dict(saved["model"])
+            spec = o.data if o.data is not None else saved.get("data_spec")
+            settings = GenerationSettings.from_dict(saved.get("generation"))
+            return self.chat_run(spec, tokenizer_from_dict(saved["tokenizer"]), settings, cfg, tcfg,
+                                 {k: saved[k] for k in ("init", "generation") if k in saved}, None)  # fmt: skip
         if saved:
             cfg = GPTConfig.from_dict(saved["model"])
             meta = {k: saved[k] for k in ("init", "generation") if k in saved}
@@ -551,6 +572,11 @@ class GPTRecipe(Recipe):
                     f"--context {model_over['context']} is longer than {o.init}'s {base.context}: "
                     "fine-tuning can shorten the context, not lengthen it"
                 )
+            if o.task == "chat":
+                pretrained.require_chat_template()
+                meta = {"init": str(o.init), "generation": pretrained.generation.to_dict()}
+                cfg = GPTConfig(**{**base.to_dict(), **model_over})
+                return self.chat_run(o.data, tok, pretrained.generation, cfg, tcfg, meta, pretrained.state_dict())
             spec = o.data
             data = prepare(spec, out / "data", data_dir=o.data_dir, existing_tokenizer=tok.to_dict(),
                            progress=tcfg.progress)  # fmt: skip
@@ -580,20 +606,33 @@ class GPTRecipe(Recipe):
             f"{data.tokenizer.vocab_size}" + (f" | from {o.init}" if init_state is not None else "")
         )
 
-        def setup(model) -> None:
-            if init_state is not None:
-                own = model.state_dict()
-                state = {  # a shorter context keeps the first positions of a position table
-                    k: v[: own[k].shape[0]] if k in own and v.shape[1:] == own[k].shape[1:] else v
-                    for k, v in init_state.items()
-                }
-                model.load_state_dict(state)
+        return TrainingRun("gpt", cfg, task, {"data_spec": spec, **meta}, summary, _start_from(init_state))
 
-        return TrainingRun("gpt", cfg, task, {"data_spec": spec, **meta}, summary, setup)
+    def chat_run(self, spec, tok, settings, cfg, tcfg, meta: dict, init_state) -> TrainingRun:
+        """A chat fine-tuning run (``--task chat``): the conversations of ``spec`` rendered with the
+        checkpoint's template (``settings``), the loss on the assistant's tokens
+        (:class:`attnlab.training.tasks.ChatTask`); ``init_state``: the weights to start from (None on resume)."""
+        from ..data.chat import chat_data
+        from ..training.tasks import ChatTask
+
+        data = chat_data(spec, settings.chat_template, tok, cfg.context)
+        task = ChatTask(data, cfg.context, tcfg.batch_size)
+        assistant = sum(sum(m[1:]) for _, m in data.train)
+        summary = (
+            f"GPT {cfg.layers} layers, {cfg.heads} heads, {cfg.dim} wide, context {cfg.context} | chat {data.name}: "
+            f"{len(data.train):,} train / {len(data.val):,} val conversations, {assistant:,} assistant tokens to learn"
+            + (f" | from {meta['init']}" if "init" in meta else "")
+        )
+
+        run = TrainingRun(
+            "gpt", cfg, task, {"data_spec": spec, "task": "chat", **meta}, summary, _start_from(init_state)
+        )
+        run.notes = list(data.notes)
+        return run
 
     def finish(self, o, run, trainer, result) -> list[str]:
         lines = super().finish(o, run, trainer, result)
-        if o.sample_chars > 0:
+        if o.sample_chars > 0 and o.task != "chat":  # (a chat model's turn is chat's: attnlab chat --ckpt RUN)
             import torch
 
             from ..generate import default_prompt, generate_text
@@ -661,6 +700,19 @@ class GPTRecipe(Recipe):
         block = block_size or context
         if block > context:
             raise ValueError(f"--block-size {block} is larger than the model's context of {context}; use at most that")
+        if meta.get("task") == "chat":  # (a chat fine-tuning run: its conversations, the assistant's tokens)
+            from ..data.chat import chat_data
+            from ..training.tasks import ChatTask
+
+            data = chat_data(on.data or meta["data_spec"], model.require_chat_template(), tok, context)
+            with on.within(model):
+                res = ChatTask(data, context, on.batch_size).evaluate(
+                    model, split, batch_size=on.batch_size, max_batches=on.max_batches
+                )
+            return res, (
+                f"{res['data']} [{split}], {res['conversations']:,} conversations, {res['assistant_tokens']:,} "
+                f"assistant tokens: loss {res['loss']:.4f} nats/token, perplexity {res['perplexity']:.2f}"
+            )
         name, ids = corpus_ids(ckpt, meta, tok, split, on.data, on.data_dir)
         with on.within(model):
             scores = language_model_scores(
@@ -758,6 +810,21 @@ class GPTRecipe(Recipe):
 
             sae = load_sae(sae, str(next(model.parameters()).device))[0]
         return text_attention(model, tok, text, generate=generate or 0, sae=sae or None)
+
+
+def _start_from(init_state):
+    """A run's setup: load the pretrained weights ``init_state`` (None: a new or resumed run's own)."""
+
+    def setup(model) -> None:
+        if init_state is not None:
+            own = model.state_dict()
+            state = {  # a shorter context keeps the first positions of a position table
+                k: v[: own[k].shape[0]] if k in own and v.shape[1:] == own[k].shape[1:] else v
+                for k, v in init_state.items()
+            }
+            model.load_state_dict(state)
+
+    return setup
 
 
 def load_draft(draft, tokenizer, vocab_size: int, device: str):

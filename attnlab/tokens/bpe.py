@@ -56,6 +56,11 @@ class BPETokenizer(HFTokenizer):
     def encode(self, text: str) -> list[int]:
         return self._tok.encode(text, add_special_tokens=False).ids
 
+    def encode_with_offsets(self, text: str) -> tuple[list[int], list[tuple[int, int]]]:
+        """The ids of ``text`` and each one's (start, end) characters in it."""
+        e = self._tok.encode(text, add_special_tokens=False)
+        return e.ids, [tuple(o) for o in e.offsets]
+
     def encode_batch(self, texts: list[str]) -> list[list[int]]:
         return [e.ids for e in self._tok.encode_batch(texts, add_special_tokens=False)]
 

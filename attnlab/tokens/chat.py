@@ -92,6 +92,38 @@ class ChatTemplate:
             text = text[: text.rindex(tag)]
         return text
 
+    def assistant_tokens(self, messages: Any, tokenizer, **variables) -> tuple[list[int], list[bool]]:
+        """The ids of the whole conversation (``apply_chat_template``'s, without a generation prompt)
+        and, for each, whether the assistant wrote it: its turns' text and what ends each turn
+        (the end token), what chat fine-tuning learns; the system and user turns and the template's
+        own words are context. A token is the assistant's where it starts inside a span that the
+        assistant's message adds to the text rendered up to the start of its turn."""
+        chat = check_messages(messages)
+        if chat[0]["role"] == "assistant":
+            raise OptionError("a conversation to learn from starts with a system or user message, not the assistant's")
+        if not any(m["role"] == "assistant" for m in chat):
+            raise OptionError("a conversation to learn from needs at least one assistant message")
+        if not hasattr(tokenizer, "encode_with_offsets"):
+            raise OptionError(
+                f"chat fine-tuning needs a subword tokenizer with offsets, not {type(tokenizer).__name__}"
+            )
+        text = self.render(chat, add_generation_prompt=False, **variables)
+        spans = []
+        for i, m in enumerate(chat):
+            if m["role"] != "assistant":
+                continue
+            before = self.render(chat[:i], add_generation_prompt=True, **variables)
+            through = self.render(chat[: i + 1], add_generation_prompt=False, **variables)
+            if not (text.startswith(through) and through.startswith(before)):
+                raise ChatTemplateError(
+                    f"the chat template does not render message {i} after the turns before it (it rewrites earlier "
+                    "turns); chat fine-tuning needs one that renders a conversation turn by turn"
+                )
+            spans.append((len(before), len(through)))
+        ids, offsets = tokenizer.encode_with_offsets(text)
+        mask = [any(s <= start < e for s, e in spans) for start, _ in offsets]
+        return ids, mask
+
     def to_dict(self) -> dict:
         return {"template": self.source, "special_tokens": dict(self.special_tokens)}
 

@@ -126,6 +126,66 @@ class LanguageModelTask:
         return {"tokenizer": self.data.tokenizer.to_dict(), "data": self.data.name}
 
 
+class ChatTask:
+    """Supervised fine-tuning of a chat model: next-token prediction on whole conversations,
+    the loss on the tokens the assistant wrote only (its turns and the end of each; the system and
+    user turns and the template's words are context). A batch is ``batch_size`` conversations,
+    right-padded to the longest (padding is after every real token: the causal mask keeps it unseen)."""
+
+    static_shapes = False  # conversations differ in length
+    target_metric = "val_loss"
+
+    def __init__(self, data, block_size: int, batch_size: int):
+        """``data``: a :class:`attnlab.data.chat.ChatData`."""
+        self.data, self.block_size = data, block_size
+        mean = sum(len(ids) for ids, _ in data.train) / len(data.train)
+        self.items_per_batch = max(1, int(batch_size * min(mean, block_size)))
+
+    @staticmethod
+    def collate(examples) -> tuple[Tensor, Tensor]:
+        """x (B, T): the conversations right-padded with 0; y (B, T): the next token where the
+        assistant wrote it, else -100 (no loss)."""
+        width = max(len(ids) for ids, _ in examples) - 1
+        x = torch.zeros(len(examples), width, dtype=torch.long)
+        y = torch.full((len(examples), width), -100, dtype=torch.long)
+        for row, (ids, mask) in enumerate(examples):
+            n = len(ids) - 1
+            x[row, :n] = torch.tensor(ids[:-1])
+            targets = torch.tensor(ids[1:])
+            y[row, :n] = torch.where(torch.tensor(mask[1:]), targets, torch.full_like(targets, -100))
+        return x, y
+
+    def batch(self, split: str, batch_size: int, generator: torch.Generator) -> tuple[Tensor, Tensor]:
+        examples = self.data.train if split == "train" else self.data.val
+        picked = torch.randint(len(examples), (batch_size,), generator=generator).tolist()
+        return self.collate([examples[i] for i in picked])
+
+    def loss(self, model: nn.Module, batch) -> Tensor:
+        x, y = batch
+        return cross_entropy(model(x), y)  # (ignores the -100 positions: context and padding)
+
+    def evaluate(self, model: nn.Module, split: str = "val", *, batch_size: int = 16, max_batches=None) -> dict:
+        """The loss and perplexity on the assistant's tokens of every conversation of ``split``."""
+        examples = self.data.train if split == "train" else self.data.val
+        device = next(model.parameters()).device
+        total, count = 0.0, 0
+        model.eval()
+        with torch.no_grad():
+            for n, start in enumerate(range(0, len(examples), batch_size)):
+                if max_batches is not None and n >= max_batches:
+                    break
+                x, y = self.collate(examples[start : start + batch_size])
+                x, y = x.to(device), y.to(device)
+                total += float(cross_entropy(model(x), y, reduction="sum"))
+                count += int((y != -100).sum())
+        loss = total / max(count, 1)
+        return {"data": self.data.name, "split": split, "loss": loss, "perplexity": math.exp(min(loss, 50)),
+                "assistant_tokens": count, "conversations": len(examples)}  # fmt: skip
+
+    def meta(self) -> dict:
+        return {"tokenizer": self.data.tokenizer.to_dict(), "data": self.data.name, "task": "chat"}
+
+
 class RepeatedSequenceTask:
     """Next-token prediction on random tokens whose last 2h tokens are a random segment of h
     tokens written twice (h from ``min_half`` to T/2 per batch, after a random prefix): the
