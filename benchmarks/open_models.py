@@ -2,6 +2,7 @@
 against HuggingFace ``generate`` on the same model, in one run.
 
     python benchmarks/open_models.py --work /tmp/open-models          # Qwen2-shaped, ~0.5B, random weights
+    python benchmarks/open_models.py --work /tmp/open-models --shape smollm2-135m   # Llama-shaped, ~135M
 
 A Qwen2.5-0.5B-shaped model (24 layers, 896 wide, 14 query heads on 2 key/value heads, 4,864 MLP,
 151,936 tokens, tied head) is built by ``transformers`` from its config with random weights and
@@ -15,7 +16,8 @@ saved as bf16 safetensors shards of 200 MB. Then:
    ``transformers``' do, so that the near-ties of random weights go the same way): 64 greedy tokens after a 32-token prompt, each timed by its best of three interleaved rounds,
    by ``transformers``' ``generate``, attnlab's eager ``generate``, attnlab's compiled
    fixed-shape decoder (``compile=True``) and attnlab's eager ``generate`` with the weights packed
-   for the CPU's GEMM (``--quantize packed``), and the tokens compared.
+   for the CPU's GEMM (``--quantize packed``) or in int8 (``--quantize int8``, activations in
+   fp32), and the tokens compared.
 """
 
 from __future__ import annotations
@@ -28,9 +30,15 @@ import sys
 import time
 from pathlib import Path
 
-CONFIG = dict(vocab_size=151936, hidden_size=896, intermediate_size=4864, num_hidden_layers=24,
-              num_attention_heads=14, num_key_value_heads=2, max_position_embeddings=32768,
-              tie_word_embeddings=True, rope_theta=1000000.0)  # fmt: skip
+SHAPES = {  # (transformers' config class, its fields): the two model sizes of issue 65's speed question
+    "qwen2-0.5b": ("Qwen2Config", dict(vocab_size=151936, hidden_size=896, intermediate_size=4864, num_hidden_layers=24,
+                   num_attention_heads=14, num_key_value_heads=2, max_position_embeddings=32768,
+                   tie_word_embeddings=True, rope_theta=1000000.0)),
+    "smollm2-135m": ("LlamaConfig", dict(vocab_size=49152, hidden_size=576, intermediate_size=1536, num_hidden_layers=30,
+                     num_attention_heads=9, num_key_value_heads=3, max_position_embeddings=8192,
+                     tie_word_embeddings=True, rope_theta=100000.0)),
+}  # fmt: skip
+CONFIG = SHAPES["qwen2-0.5b"][1]
 
 LOAD = """
 import sys, attnlab
@@ -43,15 +51,16 @@ print(before, kb("VmHWM"), sum(p.numel() for p in model.parameters()))
 """
 
 
-def checkpoint(folder: Path, init_std: float = 0.02) -> int:
+def checkpoint(folder: Path, init_std: float = 0.02, shape: str = "qwen2-0.5b") -> int:
     """The checkpoint (made once): its bytes on disk."""
-    if not (folder / "model.safetensors.index.json").is_file():
+    if not any(folder.glob("*.safetensors")):
         import torch
         import transformers
 
         torch.manual_seed(0)
-        config = transformers.Qwen2Config(**CONFIG, bos_token_id=None, eos_token_id=None, pad_token_id=None,
-                                          initializer_range=init_std)  # fmt: skip
+        kind, fields = SHAPES[shape]
+        config = getattr(transformers, kind)(**fields, bos_token_id=None, eos_token_id=None, pad_token_id=None,
+                                             initializer_range=init_std)  # fmt: skip
         model = transformers.AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16)
         model.save_pretrained(folder, max_shard_size="200MB")
     return sum(p.stat().st_size for p in folder.glob("*.safetensors"))
@@ -73,10 +82,13 @@ def main() -> None:
     p.add_argument(
         "--rounds", type=int, default=3, help="rounds of every run in turn; each run's best counts (default 3)"
     )
+    p.add_argument(
+        "--shape", choices=sorted(SHAPES), default="qwen2-0.5b", help="the model's shape (default qwen2-0.5b)"
+    )
     p.add_argument("--json", type=Path, default=None)
     args = p.parse_args()
-    folder = args.work / ("qwen2-0.5b-random" + (f"-std{args.init_std:g}" if args.init_std != 0.02 else ""))
-    n_bytes = checkpoint(folder, args.init_std)
+    folder = args.work / (f"{args.shape}-random" + (f"-std{args.init_std:g}" if args.init_std != 0.02 else ""))
+    n_bytes = checkpoint(folder, args.init_std, args.shape)
     out = subprocess.run([sys.executable, "-c", LOAD, str(folder)], capture_output=True, text=True, check=True)
     before, peak, params = (int(x) for x in out.stdout.split())
     growth = (peak - before) * 1024
@@ -94,7 +106,7 @@ def main() -> None:
     from attnlab.generate.quantize import quantize
 
     torch.manual_seed(1)
-    prompt = torch.randint(CONFIG["vocab_size"], (1, 32))
+    prompt = torch.randint(SHAPES[args.shape][1]["vocab_size"], (1, 32))
     dtype = {"fp32": torch.float32, "bf16": torch.bfloat16}[args.dtype]
     theirs = transformers.AutoModelForCausalLM.from_pretrained(folder, dtype=dtype).eval()
     ours = attnlab.load(folder, dtype=args.dtype)
@@ -105,6 +117,7 @@ def main() -> None:
                                    min_new_tokens=args.tokens, do_sample=False)[0].tolist()  # fmt: skip
 
     packed = quantize(copy.deepcopy(ours), "packed")  # (the same weights, packed for the CPU's GEMM)
+    int8 = quantize(copy.deepcopy(ours).float(), "int8")  # (int8 weights; its activations in fp32)
 
     def attnlab_generate(model, compile: bool = False):
         with torch.no_grad():
@@ -112,7 +125,8 @@ def main() -> None:
 
     runs = (("transformers", hf_generate), ("attnlab", lambda: attnlab_generate(ours)),
             ("attnlab compiled", lambda: attnlab_generate(ours, True)),
-            ("attnlab --quantize packed", lambda: attnlab_generate(packed)))  # fmt: skip
+            ("attnlab --quantize packed", lambda: attnlab_generate(packed)),
+            ("attnlab --quantize int8", lambda: attnlab_generate(int8)))  # fmt: skip
     timings = {name: (float("inf"), None) for name, _ in runs}
     # rounds of every run in turn, each timed by its best round: a slow spell of the machine falls on
     # every side alike (the compiled decoder's first run compiles, so its first round never counts)
@@ -123,7 +137,8 @@ def main() -> None:
             timings[name] = (min(timings[name][0], time.perf_counter() - start), tokens)
     hf_s, hf_tokens = timings["transformers"]
     row.update(tokens=args.tokens, threads=torch.get_num_threads(), dtype=args.dtype, transformers_s=hf_s)
-    for name in ("attnlab", "attnlab compiled", "attnlab --quantize packed"):
+    row["shape"] = args.shape
+    for name in ("attnlab", "attnlab compiled", "attnlab --quantize packed", "attnlab --quantize int8"):
         our_s, our_tokens = timings[name]
         same = sum(a == b for a, b in zip(hf_tokens[32:], our_tokens[32:]))
         as_eager = sum(a == b for a, b in zip(timings["attnlab"][1][32:], our_tokens[32:]))
