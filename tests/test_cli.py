@@ -158,3 +158,23 @@ def test_a_misspelled_option_gets_the_nearest_one_and_a_resume_below_the_run_is_
     assert main(["train", "gpt", "--out", str(run), "--resume", "--max-iters", "1", "--no-progress"]) == 2
     err = capsys.readouterr().err
     assert "is at step 2 already; give --max-iters above 2" in err and err.count("\n") == 1, err
+
+
+def test_a_mistyped_command_is_named_and_a_flag_is_never_taken_from_its_start(capsys):
+    """`attnlab trian` gets "did you mean train"; `--max-iter 5` is not silently `--max-iters 5`;
+    each error points to the help of the command it was given to."""
+    from attnlab.cli import main
+
+    cases = [
+        (["trian"], "error: unknown command 'trian'; did you mean train? (see attnlab --help)"),
+        (["trian", "--help"], "error: unknown command 'trian'; did you mean train? (see attnlab --help)"),
+        (["train", "gtp"], "error: unknown model 'gtp'; did you mean gpt? (see attnlab train --help)"),
+        (["sae", "evl"], "error: unknown choice 'evl'; did you mean eval? (see attnlab sae --help)"),
+        (["train", "gpt", "--max-iter", "5"], "--max-iter 5; did you mean --max-iters? (see attnlab train gpt --help)"),
+        (["sample", "--ckpt", "x", "--max-new", "3"], "did you mean --max-new-tokens? (see attnlab sample --help)"),
+        (["xyzzy"], "error: unknown command 'xyzzy'; one of train, "),
+    ]
+    for argv, says in cases:
+        assert main(argv) == 2, argv
+        err = capsys.readouterr().err
+        assert says in err and err.count("\n") == 1, (argv, err)

@@ -220,13 +220,8 @@ def _train(recipe, args) -> int:
 
     specs = recipe.train_specs()
     typed = _typed_flags(getattr(args, "argv", []), specs)
-    # what the user gave: the flags typed, and any value that is not the flag's default (an
-    # abbreviated flag); the rest is left to --config, then to the family
-    given = {
-        k: getattr(args, k)
-        for k, spec in specs.specs.items()
-        if k in typed or getattr(args, k, None) not in (None, spec.default)
-    }
+    # what the user gave: the flags typed (never a prefix of one); the rest is left to --config, then to the family
+    given = {k: getattr(args, k) for k in specs.specs if k in typed}
     for passed_apart in ("data", "out", "resume", "config"):
         given.pop(passed_apart, None)
     train(recipe.name, data=getattr(args, "data", None), out=args.out, resume=args.resume, config=args.config, **given)

@@ -4,6 +4,8 @@ that reports a bad option in one line. The only place attnlab uses argparse."""
 from __future__ import annotations
 
 import argparse
+import difflib
+import re
 import typing
 
 from ..options import OptionSpecs
@@ -12,13 +14,41 @@ EPILOG = "Every command has --help. Data directory: --data-dir or the ATTNLAB_DA
 
 
 class Parser(argparse.ArgumentParser):
-    """argparse that reports a bad option in one line (what is wrong, where to look, and for a
-    misspelled option the nearest real ones) and exits 2."""
+    """argparse that reports a bad option in one line (what is wrong, where to look: the help of
+    the command it was given to, and for a misspelled command or option the nearest real ones) and
+    exits 2. A flag is never taken from a prefix of it (``--max-iter`` is not ``--max-iters``)."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
+        self.given: list[str] = []
+
+    def parse_known_args(self, args=None, namespace=None):  # (remembered: an error names its command's help)
+        self.given = list(args) if args is not None else []
+        return super().parse_known_args(args, namespace)
 
     def error(self, message: str) -> typing.NoReturn:
+        command = self.command_of(self.given)
         if message.startswith("unrecognized arguments:"):
-            message += did_you_mean(message.split(":", 1)[1].split(), self.option_strings())
-        self.exit(2, f"error: {message} (see {self.prog} --help)\n")
+            message += did_you_mean(message.split(":", 1)[1].split(), command.option_strings())
+        choice = re.match(r"argument (\w+): invalid choice: '(.*)' \(choose from (.*)\)$", message)
+        if choice:
+            word, choices = choice.group(2), re.findall(r"'([^']*)'", choice.group(3))
+            near = difflib.get_close_matches(word, choices, n=1, cutoff=0.6)
+            hint = f"; did you mean {near[0]}?" if near else f"; one of {', '.join(choices)}"
+            what = {"COMMAND": "command", "MODEL": "model"}.get(choice.group(1), "choice")
+            message = f"unknown {what} {word!r}{hint}"
+        self.exit(2, f"error: {message} (see {command.prog} --help)\n")
+
+    def command_of(self, words: list[str]) -> "Parser":
+        """The (sub)command ``words`` name, as deep as they go (this parser when they name none)."""
+        for action in self._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                for i, word in enumerate(words):
+                    sub = action.choices.get(word)
+                    if isinstance(sub, Parser):
+                        return sub.command_of(words[i + 1 :])
+        return self
 
     def option_strings(self) -> set[str]:
         """Every --flag of this parser and of its subcommands, all levels down."""
@@ -33,13 +63,14 @@ class Parser(argparse.ArgumentParser):
 
 def did_you_mean(words: list[str], options: set[str]) -> str:
     """ "; did you mean --lr?" for the words that look like a misspelled option, else ""."""
-    import difflib
-
     guesses = []
     for word in words:
         flag = word.split("=", 1)[0]
-        if flag.startswith("--"):
-            guesses += difflib.get_close_matches(flag, sorted(options), n=1, cutoff=0.75)
+        if flag.startswith("--"):  # (a flag's start is not taken for it, but named: --max-new -> --max-new-tokens)
+            starts = sorted(o for o in options if o.startswith(flag))
+            guesses += (
+                starts[:1] if len(starts) == 1 else difflib.get_close_matches(flag, sorted(options), n=1, cutoff=0.75)
+            )
     return f"; did you mean {' / '.join(dict.fromkeys(guesses))}?" if guesses else ""
 
 
