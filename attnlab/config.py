@@ -177,6 +177,8 @@ FIELD_HELP = {
     "dtype": "auto (bf16 on GPUs and on CPUs with fast bf16, else fp32), fp32 or bf16 (mixed precision)",
     "seed": "random seed: the same seed, options and machine give the same run",
     "progress": "a progress bar with ETA (plain lines when the output is not a terminal)",
+    "verbose": "say the hardware choices (dtype, CPU threads, compile) and their reasons as the run makes them; they "
+    "are always written to the run folder's hardware.log",
     "checkpoint_activations": "recompute each block's activations in the backward pass: less memory, about a third slower",
     "target": "stop early once the validation measure reaches this (accuracy or exact match, a fraction; language models: the validation loss, reached at or below)",
 }

@@ -178,3 +178,25 @@ def test_a_mistyped_command_is_named_and_a_flag_is_never_taken_from_its_start(ca
         assert main(argv) == 2, argv
         err = capsys.readouterr().err
         assert says in err and err.count("\n") == 1, (argv, err)
+
+
+def test_training_says_what_it_trains_and_how_long_and_keeps_the_hardware_reasons_in_a_file(tmp_path, capsys):
+    """The first screen: what is trained on what, then how long it will take (after a few timed
+    steps); the dtype, thread and compile reasoning only under --verbose, always in hardware.log."""
+    from attnlab.cli import main
+
+    tiny = ["--max-iters", "8", "--layers", "1", "--heads", "1", "--dim", "8", "--context", "16", "--batch-size", "2",
+            "--eval-interval", "8", "--eval-iters", "1"]  # fmt: skip
+    assert main(["train", "gpt", "--out", str(tmp_path / "quiet"), *tiny]) == 0
+    said = capsys.readouterr()
+    err = said.err + said.out  # (the lines beside the progress bar are tqdm's, on stdout)
+    first, second = said.err.splitlines()[0], said.out.splitlines()[0]
+    assert first.startswith("GPT 1 layers") and "data python-docs" in first and " thread" in first
+    assert second.startswith("about ") and "for the 4 steps left" in second
+    assert "(" not in first.split("parameters | ")[1] and "compile:" not in err and "threads:" not in err
+    log = (tmp_path / "quiet" / "hardware.log").read_text()
+    assert log.startswith("step 0: cpu float32 (") and "compile: " in log
+    assert main(["train", "gpt", "--out", str(tmp_path / "loud"), "--verbose", *tiny]) == 0
+    said = capsys.readouterr()
+    err = said.err + said.out
+    assert "compile: " in err and "parameters | cpu float32 (" in err

@@ -74,6 +74,7 @@ class TrainConfig(Config):
     )
     seed: int = 1337
     progress: bool = True
+    verbose: bool = False  # the hardware choices (dtype, threads, compile) on screen too, not only in hardware.log
     checkpoint_activations: bool = False  # recompute each block's activations in backward (saves memory)
     fsdp: bool = field(
         default=False,

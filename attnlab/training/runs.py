@@ -88,13 +88,14 @@ def refuse_model_changes(out, model_cfg, model_over: dict, others: dict | None =
         )
 
 
-def run_header(trainer) -> str:
-    """The device and dtype of a run, with the reason for the dtype, and its CPU threads."""
+def run_header(trainer, why: bool = False) -> str:
+    """The device and dtype of a run and its CPU threads; ``why``: with the reasons (what
+    ``--verbose`` shows and hardware.log keeps)."""
     dtype = str(trainer.dtype).replace("torch.", "")
-    head = f"{trainer.device} {dtype} ({trainer.dtype_reason})"
+    head = f"{trainer.device} {dtype}" + (f" ({trainer.dtype_reason})" if why else "")
     if trainer.device.type == "cpu":
         share = trainer.cpu_share
-        head += f" | {share.threads} thread{'s' * (share.threads > 1)} ({share.reason})"
+        head += f", {share.threads} thread{'s' * (share.threads > 1)}" + (f" ({share.reason})" if why else "")
     return head
 
 
@@ -214,7 +215,8 @@ def train(
         if resume:
             trainer.resume()
         n_params = sum(p.numel() for p in model.parameters())
-        say(f"{run.summary} | {n_params / 1e6:.2f}M parameters | {run_header(trainer)}")
+        trainer.note_hardware(f"step {trainer.step}: {run_header(trainer, why=True)}", lambda line: None)
+        say(f"{run.summary} | {n_params / 1e6:.2f}M parameters | {run_header(trainer, why=tcfg.verbose)}")
 
     def finished(trainer, result) -> None:
         if trainer.dist.main:

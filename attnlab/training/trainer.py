@@ -100,6 +100,16 @@ class TaskLoss(nn.Module):
         return self.task.loss(self.model, list(batch))
 
 
+ESTIMATE_STEPS = 3  # steps timed after the first before the run says how long it will take
+
+
+def time_left_line(steps: int, per_step: float) -> str:
+    """ "about 1 min 10 s for the 994 steps left (70 ms a step), besides evaluations"."""
+    total = steps * per_step
+    when = f"{total:.0f} s" if total < 90 else f"{total / 60:.0f} min" if total < 5400 else f"{total / 3600:.1f} h"
+    return f"about {when} for the {steps:,} steps left ({per_step * 1000:,.0f} ms a step), besides evaluations"
+
+
 @dataclass
 class Meter:
     """A run's progress while it trains: its bar, and the logging window its throughput is measured
@@ -117,6 +127,7 @@ class Meter:
     started: float
     last_line: float
     first_step: int
+    estimate_at: int | None = None  # the step at which the time the run will take is said
     items: int = 0
 
 
@@ -639,6 +650,9 @@ class Trainer:
             warm=warm,
             # --compile auto: time a few eager steps (on CUDA it is on from the start: nothing to decide)
             decide_at=warm + PROBE_STEPS if cfg.compile is None and not self.compile_from_start else None,
+            estimate_at=min(warm + ESTIMATE_STEPS, cfg.max_iters - 1)
+            if cfg.max_iters - warm > ESTIMATE_STEPS
+            else None,
             compile_next=self.compile_from_start and cfg.compile is None,
             started=now,
             last_line=now,
@@ -654,22 +668,24 @@ class Trainer:
         # a compiled graph is guarded on the thread count: changing it would recompile (once per
         # count, ~30 s each), so the count stays as it was when compiling began
         threads = self.cpu_share.poll() if self._compiled is None else None
-        if threads is not None and main:
-            m.bar.write(f"threads: {self.cpu_share.describe()}")
+        if threads is not None:
+            self.note_hardware(f"step {self.step}: threads: {self.cpu_share.describe()}", m.bar.write)
         logged = self.step % cfg.log_interval == 0 or self.step == cfg.max_iters
         evaluating = self.step % cfg.eval_interval == 0 or self.step == cfg.max_iters
-        if not (logged or evaluating or self.step in (m.warm, m.decide_at)):
+        if not (logged or evaluating or self.step in (m.warm, m.decide_at, m.estimate_at)):
             m.items += self.task.items_per_batch * cfg.grad_accum
             m.bar.update(1)
             return False
         *earlier, rec = self.flush_pending()
         for r in earlier:
             self.log(r)
+        if self.step == m.estimate_at and main:  # how long the run will take, said early (its first seconds)
+            per_step = (time.perf_counter() - m.warm_at) / max(1, self.step - m.warm)
+            m.bar.write(time_left_line(cfg.max_iters - self.step, per_step))
         if self.step == m.decide_at:
             if self.decide_compile((time.perf_counter() - m.warm_at) / PROBE_STEPS):
                 m.compile_next, m.warm = True, self.step + 1  # throughput restarts after compiling
-            if main:
-                m.bar.write(f"compile: {self.compile_reason}")
+            self.note_hardware(f"step {self.step}: compile: {self.compile_reason}", m.bar.write)
         if self.step == m.warm:  # throughput is measured from the end of the first step (compilation, caches)
             m.t0 = m.warm_at = time.perf_counter()
             m.items = 0
@@ -723,6 +739,20 @@ class Trainer:
                 self.model = _fresh_copy(self.model, full).to(self.device)
         if self.dist.main:
             self.plot()
+
+    def note_hardware(self, line: str, write: Callable[[str], None]) -> None:
+        """A hardware choice and its reason (dtype, CPU threads, compile): always appended to the run
+        folder's hardware.log, and said with ``write`` under ``--verbose``."""
+        if not self.dist.main:
+            return
+        try:
+            self.out.mkdir(parents=True, exist_ok=True)
+            with open(self.out / "hardware.log", "a", encoding="utf-8") as f:
+                f.write(line + "\n")
+        except OSError:  # (a note about the hardware is not worth stopping a run for)
+            pass
+        if self.cfg.verbose:
+            write(line)
 
     def print_progress(self, rec: dict, seconds_per_step: float) -> None:
         """The plain progress line printed now and then when the output is not a terminal."""
