@@ -247,7 +247,7 @@ def test_caption_refuses_other_checkpoints_and_bad_images(caption_run, tmp_path,
     assert main(["caption", "--ckpt", str(caption_run), str(tmp_path / "not.png")]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error:") and "not.png" in err and len(err.strip().splitlines()) == 1
-    assert main(["inspect", "attention", "--ckpt", str(caption_run), "--image", "x.png", "--out", "y.png"]) == 2
+    assert main(["inspect", "rollout", "--ckpt", str(caption_run), "--image", "x.png", "--out", "y.png"]) == 2
     assert "needs a vit checkpoint" in capsys.readouterr().err
 
 

@@ -200,3 +200,47 @@ def test_training_says_what_it_trains_and_how_long_and_keeps_the_hardware_reason
     said = capsys.readouterr()
     err = said.err + said.out
     assert "compile: " in err and "parameters | cpu float32 (" in err
+
+
+def test_inspect_attention_draws_a_labelled_map_for_every_model_with_attention(tiny_run, tmp_path, capsys, monkeypatch):
+    """`inspect attention` on a GPT and a text encoder writes a PNG (a title, the tokens on the axes,
+    a colour bar) and its numbers, each (L, H, Tq, Tk) map's rows summing to 1; on a seq2seq model,
+    its cross-attention. A CNN says it has no such inspection and which it has."""
+    import numpy as np
+
+    import attnlab.inspect.plots as plots
+    from attnlab.cli import main
+
+    drawn = {}
+    real_save = plots.save_figure
+
+    def keep(fig, path):
+        drawn[str(path)] = {
+            "ticks": [t.get_text() for ax in fig.axes for t in ax.get_yticklabels() + ax.get_xticklabels()],
+            "title": fig._suptitle.get_text() if fig._suptitle else "",
+            "colour bar": any(ax.get_ylabel() == "attention weight" for ax in fig.axes),
+        }
+        return real_save(fig, path)
+
+    monkeypatch.setattr(plots, "save_figure", keep)
+    for family in ("gpt", "encoder"):
+        out = tmp_path / f"{family}.png"
+        assert main(["inspect", "attention", "--ckpt", str(tiny_run(family).out), "--text", "to be or", "--out",
+                     str(out)]) == 0  # fmt: skip
+        raw = np.load(out.with_suffix(".npz"))
+        att, tokens = raw["attention"], list(raw["tokens"])
+        assert att.ndim == 4 and att.shape[2] == att.shape[3] == len(tokens)
+        assert np.allclose(att.sum(-1), 1, atol=1e-5)
+        seen = drawn[str(out)]
+        assert seen["title"].startswith("attention on 'to be or'") and seen["colour bar"]
+        assert any(seen["ticks"])  # (the tokens label the axes)
+    out = tmp_path / "seq2seq.png"
+    assert (
+        main(["inspect", "attention", "--ckpt", str(tiny_run("seq2seq").out), "--text", "a b", "--out", str(out)]) == 0
+    )
+    assert out.is_file()
+    cnn = tiny_run("cnn").out
+    capsys.readouterr()
+    assert main(["inspect", "attention", "--ckpt", str(cnn), "--out", str(tmp_path / "c.png")]) == 2
+    err = capsys.readouterr().err
+    assert "holds a cnn model, whose inspections are:" in err and err.count("\n") == 1

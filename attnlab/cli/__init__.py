@@ -373,8 +373,10 @@ def _inspect(
     recipe = _family(ckpt)
     if what not in recipe.inspections:
         owners = [r.name for r in recipes() if what in r.inspections]
+        own = ", ".join(recipe.inspections) or "none"
         raise CheckpointError(
-            f"inspect {what} needs {a(' or '.join(owners))} checkpoint; {ckpt} holds {a(recipe.name)} model"
+            f"inspect {what} needs {a(', '.join(owners[:-1]) + ' or ' + owners[-1] if len(owners) > 1 else owners[0])} "
+            f"checkpoint; {ckpt} holds {a(recipe.name)} model, whose inspections are: {own}"
         )
     path = load(ckpt).inspect(
         what,

@@ -341,3 +341,56 @@ def class_lens_png(img, probs, labels: list[str], path: Path) -> Path:
     rows = [f"block {i}" for i in range(len(probs))]
     matrix_panel(fig, ax, probs, rows=rows, cols=labels, cell_text=text, vmax=1.0, title="class lens: P(class)")
     return save_figure(fig, path)
+
+
+MAX_PANELS = 48  # heads drawn one by one up to this many panels; beyond, each layer's mean over its heads
+
+
+def token_label(token: str) -> str:
+    """A token as an axis label: a newline as ⏎, leading/trailing spaces as ·, at most 12 characters."""
+    text = token.replace("\n", "⏎").replace("\t", "⇥")
+    stripped = text.strip(" ")
+    text = "·" * (len(text) - len(text.lstrip(" "))) + stripped + "·" * (len(text) - len(text.rstrip(" ")))
+    return (text[:11] + "…") if len(text) > 12 else text or "·"
+
+
+def token_attention_png(queries: list[str], keys: list[str], maps, path: Path, title: str = "") -> Path:
+    """Attention over tokens: maps (L, H, Tq, Tk), one panel per layer (rows) and head (columns),
+    queries down and keys across, a shared colour scale from 0 to 1; with more than
+    :data:`MAX_PANELS` heads in all, one panel per layer of its heads' mean (the title says so).
+    The tokens label the first column's rows and the last row's columns."""
+    maps = np.asarray(maps, dtype=float)
+    n_layers, n_heads = maps.shape[:2]
+    averaged = n_layers * n_heads > MAX_PANELS
+    if averaged:
+        maps, n_heads = maps.mean(axis=1, keepdims=True), 1
+    cols = n_heads if not averaged else min(n_layers, 6)
+    rows = n_layers if not averaged else -(-n_layers // cols)
+    side = min(3.2, max(1.6, 0.16 * max(len(keys), 8)))
+    fig, axes = plt.subplots(rows, cols, figsize=(side * cols + 1.2, side * rows + 1.0), dpi=110, squeeze=False)
+    labelled = len(keys) <= 32  # (longer texts: the axes count positions)
+    im = None
+    for r in range(rows):
+        for c in range(cols):
+            ax = axes[r, c]
+            layer, head = (r, c) if not averaged else (r * cols + c, 0)
+            if layer >= n_layers:
+                ax.axis("off")
+                continue
+            im = ax.imshow(maps[layer, head], cmap="viridis", vmin=0.0, vmax=1.0)
+            ax.set_title(f"layer {layer}" + ("" if averaged else f", head {head}"), fontsize=7)
+            first_col, last_row = c == 0, layer + (1 if not averaged else cols) >= n_layers
+            if labelled and first_col:
+                ax.set_yticks(range(len(queries)), [token_label(t) for t in queries], fontsize=6)
+            else:
+                ax.set_yticks([])
+            if labelled and last_row:
+                ax.set_xticks(range(len(keys)), [token_label(t) for t in keys], fontsize=6, rotation=90)
+            else:
+                ax.set_xticks([])
+    fig.supylabel("query (the token attending)", fontsize=8)
+    fig.supxlabel("key (the token attended to)", fontsize=8)
+    fig.suptitle(title + (" (each layer's mean over its heads)" if averaged else ""), fontsize=9)
+    if im is not None:
+        fig.colorbar(im, ax=axes.ravel().tolist(), fraction=0.03, pad=0.02, label="attention weight")
+    return save_figure(fig, path)

@@ -133,7 +133,8 @@ class CaptionRecipe(Recipe):
     )
     default_seconds = 155
     inspections = {
-        "caption": "the image once per generated word with that word's attention (--image)",
+        "attention": "the image once per generated word with that word's attention (--image)",
+        "caption": "the same as attention (its older name)",
         "attribution": "the image once per generated word with the pixels that raised its logit (--image, --method)",
     }
 
@@ -266,7 +267,7 @@ class CaptionRecipe(Recipe):
         if not o.image:
             raise ValueError(f"inspect {what} needs --image FILE (the image to caption)")
         vocab, meta, dev = model.vocab, model.run_meta, model.device
-        if model.config.arch == "rnn" and what == "caption":
+        if model.config.arch == "rnn" and what in ("caption", "attention"):
             raise ValueError(
                 "this captioner has no attention (--arch rnn): it reads the image once, through h0, so "
                 "there is no per-word attention to draw; train --arch rnn-attention or transformer (or inspect "

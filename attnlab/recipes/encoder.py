@@ -197,6 +197,7 @@ class TextEncoderRecipe(Recipe):
     explore_kind = "text"
     default_seconds = 275
     inspections = {
+        "attention": "every layer's and head's attention on --text: query tokens down, key tokens across",
         "lens": "the masked-LM lens: each layer's top guess for every token of --text (write [MASK] to ask)",
     }
     train_defaults = dict(
@@ -426,11 +427,19 @@ class TextEncoderRecipe(Recipe):
 
     def inspect(self, model, what: str, out: Path, o: TextInspection) -> dict:
         from ..inspect.lens import lens_table, mlm_lens
-        from ..inspect.plots import lens_png
+        from ..inspect.plots import lens_png, token_attention_png
 
         if not o.text:
-            raise ValueError('inspect lens needs --text "some text" (with [MASK] where the model should guess)')
+            raise ValueError(f'inspect {what} needs --text "some text" (with [MASK] where the model should guess)')
         tok, dev = model.require_tokenizer(), model.device
+        if what == "attention":
+            ids, mask = encode_texts(tok, [o.text], model.config.context)
+            with torch.no_grad():
+                _, cache = model.run_with_cache(ids.to(dev), mask.to(dev), names=["encoder.blocks.*.attn.hook_pattern"])
+            maps = torch.stack(cache.layers("attn.hook_pattern")).float().cpu()[:, 0]  # (L, H, T, T)
+            tokens = [tok.id_to_token(i) for i in ids[0].tolist()]
+            token_attention_png(tokens, tokens, maps.numpy(), out, title=f"attention on {o.text[:60]!r}")
+            return {"attention": maps.numpy(), "tokens": np.array(tokens)}
         if model.mlm is None:
             raise ValueError(
                 f"{model.checkpoint} has no masked-LM head (a classifier): the lens reads an --task mlm run"

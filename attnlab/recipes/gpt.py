@@ -492,6 +492,7 @@ class GPTRecipe(Recipe):
     train_options = GPTTrainOptions
     inspect_options = GPTInspection
     inspections = {
+        "attention": "every layer's and head's attention on --text: query tokens down, key tokens across",
         "lens": "the logit lens: each layer's top next-token guess and its probability at every position (--text)",
         "attribution": "how much each token of --text raises the logit of the next token --answer (--method)",
         "logit-attribution": "direct logit attribution: what each head and MLP writes toward --answer (--text)",
@@ -755,6 +756,15 @@ class GPTRecipe(Recipe):
             P.lens_png(table, out)
             return {"top_probs": table["top_probs"], "tokens": np.array(table["tokens"])}
         idx = model.token_ids(o.text, "--text")
+        if what == "attention":
+            from ..inspect.capture import capture_attention
+
+            with torch.no_grad(), capture_attention(model) as rec:
+                model(idx)
+            maps = torch.stack([w[0] for w in rec.layers()]).float().cpu()  # (L, H, T, T)
+            tokens = [model.tokenizer.decode([i]) for i in idx[0].tolist()]
+            P.token_attention_png(tokens, tokens, maps.numpy(), out, title=f"attention on {o.text[:60]!r}")
+            return {"attention": maps.numpy(), "tokens": np.array(tokens)}
         if o.answer is None:
             with torch.no_grad():
                 answer = int(model(idx)[0, -1].argmax())

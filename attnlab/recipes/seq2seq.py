@@ -149,7 +149,10 @@ class Seq2SeqRecipe(Recipe):
     # (benchmarks/README.md, embedded defaults)
     SYNTHETIC_TRANSFORMER = dict(dim=128, heads=4, enc_layers=1, dec_layers=1, mlp_dim=256, dropout=0.0)
     SYNTHETIC_TRAIN = dict(lr=2e-3, warmup_iters=100, eval_interval=100)
-    inspections = {"alignment": "cross-attention of a translation, per layer and head (--text)"}
+    inspections = {
+        "attention": "cross-attention of a translation: target words down, source words across (--text)",
+        "alignment": "the same as attention (its older name)",
+    }
 
     @staticmethod
     def data_options(o) -> dict:
@@ -283,7 +286,7 @@ class Seq2SeqRecipe(Recipe):
         from ..inspect.plots import alignment_png
 
         if not o.text:
-            raise ValueError('inspect alignment needs --text "a source sentence"')
+            raise ValueError(f'inspect {what} needs --text "a source sentence"')
         src_tokens, tgt_tokens, maps = alignment(model, model.src_vocab, model.tgt_vocab, o.text)
         alignment_png(src_tokens, tgt_tokens, maps, out)
         return {k.replace(" ", "_"): v.numpy() for k, v in maps.items()}
