@@ -53,9 +53,11 @@ test: $(VENV)/.installed-test chromium
 docs: $(VENV)/.installed-test
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --quiet
 
-# the notebooks as .ipynb beside their jupytext .py sources
-notebooks: $(VENV)/.installed-test
-	$(VENV)/bin/jupytext --quiet --to ipynb notebooks/*.py
+# the notebooks as .ipynb beside their jupytext .py sources, each run top to bottom (outputs inline;
+# QUICK=1: the tiny size the tests use); then: .venv/bin/jupyter lab notebooks/
+notebooks: $(VENV)/.installed-notebooks
+	cd notebooks && ATTNLAB_QUICK=$(if $(QUICK),1,0) MPLBACKEND=module://matplotlib_inline.backend_inline \
+	  ../$(VENV)/bin/jupytext --quiet --to ipynb --execute *.py
 
 # the wheel and sdist, installed into a fresh venv outside the source tree and used from there
 wheel-check: $(VENV)/.installed-test
