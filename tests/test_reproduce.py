@@ -104,7 +104,8 @@ def test_report_and_command(tmp_path, capsys):
     report = (tmp_path / "rep" / "report.md").read_text()
     assert "2 of 2 claims PASS" in report and "> With q·k₁ = 102" in report
     assert "**Data**: computed: no data" in report and "**Control**: the same attention without dividing" in report
-    assert "- **Deck**: 001_1521457a98367c77.txt:251" in report and "001_1521457a98367c77.txt:292 (“58.9”)" in report
+    assert "- **Deck**: CS-433, 001_1521457a98367c77.txt:251" in report
+    assert "CS-433, 001_1521457a98367c77.txt:292 (“58.9”)" in report
     assert main(["reproduce", "nonsense", "--out", str(tmp_path / "x")]) == 2
     assert "unknown claim" in capsys.readouterr().err
 
@@ -435,7 +436,7 @@ def test_the_docs_page_is_generated_from_the_claims(tmp_path):
     page = write_docs(results, ctx, tmp_path / "reproduce.md", "2 CPU cores (test)").read_text()
     assert "## Attention" in page and "## Positional encodings" in page and "## Vision" not in page
     assert "### `worked-example`: The worked example" in page and "> With q·k₁ = 102" in page
-    assert "- **Deck**: 000_bd2ef584872622f0.txt:388 (“Permutation equivariance”)" in page
+    assert "- **Deck**: COMP547, 000_bd2ef584872622f0.txt:388 (“Permutation equivariance”)" in page
     assert "- **Control**: the same attention with a causal mask, still without PE" in page
     assert "each run alone on 2 CPU cores (test)" in page and "its verdict at the tiny size" in page
     assert "[docs/reproduce/full/report.md](reproduce/full/report.md), 20 of 30 claims PASS, 10 FAIL; 3,600 s" in page
@@ -650,3 +651,17 @@ def test_attention_entropy_measures_the_premise_of_scaling_convergence():
     uniform = sum(math.log(i + 1) for i in range(1, 64)) / 63 / math.log(64)
     assert entropy(0.0, 1.0) == pytest.approx(uniform, abs=1e-6)  # (float32 weights)
     assert entropy(256**-0.5, 1.0) < 0.10 < 0.5 < entropy(256**-0.5, None)
+
+
+def test_reproduce_list_and_help_say_what_each_claim_checks_and_where_the_course_says_it(capsys):
+    from attnlab.cli import main
+
+    assert main(["reproduce", "--list"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == len(CLAIMS) and all(line.split()[0] in CLAIMS for line in lines)
+    worked = next(line for line in lines if line.startswith("worked-example"))
+    assert "The worked example" in worked and "[CS-433 001:251, 292, 294, 306]" in worked
+    assert main(["reproduce", "--help"]) == 0
+    helptext = capsys.readouterr().out
+    assert all(f"  {name:<20} {c.title}" in helptext for name, c in CLAIMS.items())
+    assert str(CLAIMS["worked-example"].source[0]).startswith("CS-433, 001_1521457a98367c77.txt:251")

@@ -13,6 +13,7 @@ import argparse
 import inspect
 import os
 import sys
+import textwrap
 import warnings
 from typing import Annotated, Any, Literal
 
@@ -47,7 +48,7 @@ def build_parser() -> argparse.ArgumentParser:
             if command.name not in sub.choices:  # a family built on another shares its commands
                 _command(sub, command)
     for command in _commands(families):
-        if command.name == "inspect":  # (its description lists every family's inspections, a line each)
+        if command.name in ("inspect", "reproduce"):  # (their descriptions list inspections / claims, a line each)
             _command(sub, command, formatter_class=argparse.RawDescriptionHelpFormatter)
         else:
             _command(sub, command)
@@ -201,10 +202,12 @@ def _commands(families) -> list[Command]:
                 "to 127.0.0.1; requests from other origins are refused.",
                 _serve, verbs=(serve,)),
         Command("reproduce", "check the lectures' claims on real runs; write a report",
-                "Each claim: the lecture's statement, what was run on which data, the figure or table, the measured "
+                textwrap.fill("Each claim: the lecture's statement, what was run on which data, the figure or table, the measured "
                 "numbers, a stated criterion and a must-fail control run beside it; PASS (the control fails the "
                 "criterion), FAIL, INCONCLUSIVE (the control clears it too, or seed noise straddles it) or SKIPPED "
-                "(its data is absent), in OUT/report.md with its PNGs. Claims: " + ", ".join(CLAIMS),
+                "(its data is absent), in OUT/report.md with its PNGs. The full size decides; --quick is a preview. "
+                "The claims (--list adds where the lectures say each):", 79) + "\n\n" + "\n".join(
+                    f"  {name:<20} {c.title}" for name, c in CLAIMS.items()),
                 _reproduce, verbs=(reproduce,)),
         Command("bench", "benchmark attnlab against its peers and this machine's peak",
                 "Attention, GPT training and generation, ViT and encoder-decoder training steps, each against a peer "
@@ -459,11 +462,29 @@ def _serve(
     return 0
 
 
-def _reproduce(**options: Any) -> int:
-    """``attnlab reproduce``: the claims, their progress on stderr, how many PASS."""
+def _reproduce(
+    *,
+    list: Annotated[bool, Arg("list the claims, one line each (what it checks, where the lectures say it), and exit")] = False,  # noqa: A002
+    **options: Any,
+) -> int:  # fmt: skip
+    """``attnlab reproduce``: the claims, their progress on stderr, how many PASS (``--list``: the claims)."""
     from pathlib import Path
 
     from .. import experiments
+
+    if list:
+        from ..experiments.registry import COURSES
+
+        for name, claim in experiments.CLAIMS.items():
+            if isinstance(claim.source, str):
+                where = "outside the decks"
+            else:
+                lines: dict = {}
+                for r in claim.source:
+                    lines.setdefault(r.deck, []).append(str(r.line))
+                where = "; ".join(f"{COURSES[d]} {d}:{', '.join(n)}" for d, n in lines.items())
+            print(f"{name:<20} {claim.title} [{where}]")
+        return 0
 
     log = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
     results = experiments.reproduce(**options, log=log)

@@ -85,6 +85,15 @@ DECKS = {
 }
 
 
+# the course each deck was taught in (the decks' README): what a teacher cites beside FILE:LINE
+COURSES = {
+    "000": "COMP547",
+    "001": "CS-433",
+    "002": "SUSTech lecture",
+    "004": "EE/CS/CNS148",
+}
+
+
 @dataclass(frozen=True)
 class DeckLine:
     """Where a deck says what a claim checks: ``FILE:LINE`` and the words on that line."""
@@ -94,7 +103,7 @@ class DeckLine:
     words: str  # found on that line (checked against the decks by the tests)
 
     def __str__(self) -> str:
-        return f"{DECKS[self.deck]}:{self.line} (“{self.words}”)"
+        return f"{COURSES[self.deck]}, {DECKS[self.deck]}:{self.line} (“{self.words}”)"
 
 
 def deck(*refs: str) -> tuple[DeckLine, ...]:
