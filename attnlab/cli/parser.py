@@ -33,7 +33,8 @@ class Parser(argparse.ArgumentParser):
             message += did_you_mean(message.split(":", 1)[1].split(), command.option_strings())
         choice = re.match(r"argument (\w+): invalid choice: '(.*)' \(choose from (.*)\)$", message)
         if choice:
-            word, choices = choice.group(2), re.findall(r"'([^']*)'", choice.group(3))
+            # (Python quotes the choices up to 3.13 and lists them bare from 3.14: either is read)
+            word, choices = choice.group(2), [c.strip().strip("'") for c in choice.group(3).split(",")]
             near = difflib.get_close_matches(word, choices, n=1, cutoff=0.6)
             hint = f"; did you mean {near[0]}?" if near else f"; one of {', '.join(choices)}"
             what = {"COMMAND": "command", "MODEL": "model"}.get(choice.group(1), "choice")
