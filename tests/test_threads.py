@@ -98,7 +98,9 @@ def test_a_run_restores_the_callers_thread_count(tmp_path):
     cfg = TrainConfig(max_iters=2, batch_size=2, eval_interval=2, eval_iters=1, progress=False, threads=1)
     trainer = Trainer(model, LanguageModelTask(data, 8, 2), cfg, tmp_path / "run")
     assert torch.get_num_threads() == 1
-    assert "| 1 thread (--threads)" in run_header(trainer)
+    assert run_header(trainer).endswith(", 1 thread") and run_header(trainer, why=True).endswith(
+        ", 1 thread (--threads)"
+    )
     trainer.fit()
     assert torch.get_num_threads() == 2
     with pytest.raises(ValueError, match="--threads must be at least 1"):

@@ -127,7 +127,7 @@ class Meter:
     started: float
     last_line: float
     first_step: int
-    estimate_at: int | None = None  # the step at which the time the run will take is said
+    estimated: bool = False  # whether the time the run will take has been said
     items: int = 0
 
 
@@ -650,9 +650,6 @@ class Trainer:
             warm=warm,
             # --compile auto: time a few eager steps (on CUDA it is on from the start: nothing to decide)
             decide_at=warm + PROBE_STEPS if cfg.compile is None and not self.compile_from_start else None,
-            estimate_at=min(warm + ESTIMATE_STEPS, cfg.max_iters - 1)
-            if cfg.max_iters - warm > ESTIMATE_STEPS
-            else None,
             compile_next=self.compile_from_start and cfg.compile is None,
             started=now,
             last_line=now,
@@ -672,16 +669,20 @@ class Trainer:
             self.note_hardware(f"step {self.step}: threads: {self.cpu_share.describe()}", m.bar.write)
         logged = self.step % cfg.log_interval == 0 or self.step == cfg.max_iters
         evaluating = self.step % cfg.eval_interval == 0 or self.step == cfg.max_iters
-        if not (logged or evaluating or self.step in (m.warm, m.decide_at, m.estimate_at)):
+        if not (logged or evaluating or self.step in (m.warm, m.decide_at)):
             m.items += self.task.items_per_batch * cfg.grad_accum
             m.bar.update(1)
             return False
         *earlier, rec = self.flush_pending()
         for r in earlier:
             self.log(r)
-        if self.step == m.estimate_at and main:  # how long the run will take, said early (its first seconds)
-            per_step = (time.perf_counter() - m.warm_at) / max(1, self.step - m.warm)
-            m.bar.write(time_left_line(cfg.max_iters - self.step, per_step))
+        # how long the run will take, said early: at the first look (a read-back it makes anyway: --compile
+        # auto's decision, or the first logged step) a few steps after the first
+        if not m.estimated and self.step >= m.warm + ESTIMATE_STEPS and self.step < cfg.max_iters:
+            m.estimated = True
+            if main:
+                per_step = (time.perf_counter() - m.warm_at) / (self.step - m.warm)
+                m.bar.write(time_left_line(cfg.max_iters - self.step, per_step))
         if self.step == m.decide_at:
             if self.decide_compile((time.perf_counter() - m.warm_at) / PROBE_STEPS):
                 m.compile_next, m.warm = True, self.step + 1  # throughput restarts after compiling
