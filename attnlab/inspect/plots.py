@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import textwrap
 from pathlib import Path
 
 import numpy as np
@@ -212,7 +213,9 @@ def line_plot_png(xs, series: dict, path: Path, xlabel: str, ylabel: str, title:
     return save_figure(fig, path)
 
 
-def matrix_panel(fig, ax, m, *, rows, cols, title: str = "", cell_text=None, diverging: bool = False, vmax=None):
+def matrix_panel(
+    fig, ax, m, *, rows, cols, title: str = "", cell_text=None, diverging: bool = False, vmax=None, cell_size: float = 6
+):
     """One labelled heat map on ``ax``: m (R, C) with a label per row and column, optionally a
     short text in every cell (the logit lens's guesses, the tokens of an attribution). Diverging
     maps are centred at 0 (red: raises the value, blue: lowers it)."""
@@ -234,7 +237,7 @@ def matrix_panel(fig, ax, m, *, rows, cols, title: str = "", cell_text=None, div
                 level = (m[r, c] - lo) / max(hi - lo, 1e-9)
                 light = abs(level - 0.5) < 0.3 if diverging else level > 0.6
                 colour = "black" if light else "white"
-                ax.text(c, r, cell_text[r][c], ha="center", va="center", fontsize=6, color=colour)
+                ax.text(c, r, cell_text[r][c], ha="center", va="center", fontsize=cell_size, color=colour)
     ax.set_title(title, fontsize=9)
     fig.colorbar(im, ax=ax, fraction=0.04, pad=0.02)
     return im
@@ -245,17 +248,20 @@ def lens_png(table: dict, path: Path, title: str = "") -> Path:
     top guess for the next token and its colour the guess's probability."""
     probs = table["top_probs"][..., 0]  # (L + 1, T)
     n_layers, n = probs.shape
-    fig, ax = plt.subplots(figsize=(2 + 0.55 * n, 1 + 0.38 * n_layers), dpi=110)
-    guesses = [[repr(g[0])[1:-1] for g in row] for row in table["top_tokens"]]
+    longest = max((len(token_label(g[0])) for row in table["top_tokens"] for g in row), default=1)
+    fig, ax = plt.subplots(figsize=(2 + max(0.55, 0.13 * longest) * n, 1 + 0.42 * n_layers), dpi=110)
+    # (a space is drawn as ·, a newline as ⏎: a blank cell would hide the guess)
+    guesses = [[token_label(g[0]) for g in row] for row in table["top_tokens"]]
     matrix_panel(
         fig,
         ax,
         probs,
         rows=table["layers"],
-        cols=[repr(t)[1:-1] for t in table["tokens"]],
+        cols=[token_label(t) for t in table["tokens"]],
         cell_text=guesses,
         vmax=1.0,
         title=title or "logit lens: each layer's top next-token guess (colour: its probability)",
+        cell_size=8,
     )
     ax.set_xlabel("input token (the guess is for the token after it)", fontsize=8)
     return save_figure(fig, path)
@@ -306,7 +312,9 @@ def contributions_png(grid, path: Path, *, rows, cols, title: str = "") -> Path:
     grid = np.asarray(grid)
     fig, ax = plt.subplots(figsize=(2.2 + 0.6 * grid.shape[1], 1.2 + 0.42 * grid.shape[0]), dpi=110)
     text = [[f"{v:+.2f}" for v in row] for row in grid]
-    matrix_panel(fig, ax, grid, rows=rows, cols=cols, cell_text=text, diverging=True, title=title)
+    width = max(30, int(11 * (2.2 + 0.6 * grid.shape[1])))  # (characters that fit the figure's width at 8 pt)
+    wrapped = "\n".join(textwrap.fill(line, width) for line in title.split("\n"))
+    matrix_panel(fig, ax, grid, rows=rows, cols=cols, cell_text=text, diverging=True, title=wrapped)
     ax.title.set_fontsize(8)
     return save_figure(fig, path)
 
@@ -350,6 +358,8 @@ def token_label(token: str) -> str:
     """A token as an axis label: a newline as ⏎, leading/trailing spaces as ·, at most 12 characters."""
     text = token.replace("\n", "⏎").replace("\t", "⇥")
     stripped = text.strip(" ")
+    if not stripped:  # (spaces alone)
+        return "·" * min(len(text), 12) or "·"
     text = "·" * (len(text) - len(text.lstrip(" "))) + stripped + "·" * (len(text) - len(text.rstrip(" ")))
     return (text[:11] + "…") if len(text) > 12 else text or "·"
 

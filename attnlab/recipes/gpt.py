@@ -796,8 +796,8 @@ class GPTRecipe(Recipe):
         )
         rest = {k: v for k, v in parts.items() if not (k.endswith(".mlp") or ".H" in k)}
         fig_title = (
-            f"direct logit attribution to {named!r}: logit {sum(parts.values()):.2f} = the cells + "
-            + ", ".join(f"{k} {v:+.2f}" for k, v in rest.items())
+            f"direct logit attribution to {named!r} after {o.text[-60:]!r}\n"
+            f"logit {sum(parts.values()):.2f} = the cells + " + ", ".join(f"{k} {v:+.2f}" for k, v in rest.items())
         )
         P.contributions_png(
             grid,
