@@ -677,11 +677,9 @@ class _Routes:
             ids = w.model.chat_ids(messages)
         except ValueError as e:  # (no template, a message the template refuses, too long)
             raise RequestError(400, str(e)) from None
-        defaults = dict(getattr(w.model.generation, "sampling", {}) or {})
-        temperature = b.temperature if b.temperature is not None else defaults.get("temperature", 1.0)
-        top_p = b.top_p if b.top_p is not None else defaults.get("top_p")
-        sampling = dict(temperature=temperature, top_p=None if top_p is None or top_p >= 1 else top_p,
-                        top_k=defaults.get("top_k") if b.temperature is None else None)  # fmt: skip
+        sampling = w.model.chat_sampling(b.temperature, None, b.top_p, otherwise=1.0)  # (OpenAI has no top_k)
+        if sampling["top_p"] is not None and sampling["top_p"] >= 1:
+            sampling["top_p"] = None
         most = b.max_completion_tokens or b.max_tokens
         job = w.job(ids, most, stop=b.stop, seed=b.seed, ignore_eos=b.ignore_eos, **sampling)
         ident, created = f"chatcmpl-{uuid.uuid4().hex[:24]}", int(time.time())

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Callable, Literal, Sequence
 
+from ..interop.generation import GenerationSettings
 from ..models.gpt import GPT, GPT_PRESETS
 from . import register
 from .base import (
@@ -47,6 +48,9 @@ from ..options import (
 class GPTVerbs(Verbs):
     """A GPT loaded by :func:`attnlab.load`: ``tokenizer``, ``generate``, ``patch``, ``logit_lens``,
     ``attribute``."""
+
+    # end-of-sequence ids, sampling defaults, chat template (read by ``attach``; none for a model built in Python)
+    generation: GenerationSettings = GenerationSettings()
 
     def require_tokenizer(self):
         """The model's tokenizer, or the one-line error that says what its folder lacks (a
@@ -158,7 +162,7 @@ class GPTVerbs(Verbs):
 
     def attach(self, meta: dict) -> None:
         from ..errors import CheckpointError
-        from ..interop.generation import GenerationSettings, read_generation
+        from ..interop.generation import read_generation
 
         try:  # a HuggingFace folder may hold the weights alone: the model still runs on token ids
             self.tokenizer = lm_tokenizer(meta, self.checkpoint)
@@ -176,14 +180,12 @@ class GPTVerbs(Verbs):
     def eos_ids(self) -> tuple[int, ...]:
         """The tokens that end a generation (the checkpoint's end-of-sequence ids; none for a model
         trained on plain text, which runs to its length)."""
-        settings = getattr(self, "generation", None)
-        return settings.eos_ids if settings else ()
+        return self.generation.eos_ids
 
     @property
     def chat_template(self):
         """The checkpoint's chat template (:class:`attnlab.tokens.chat.ChatTemplate`), or None."""
-        settings = getattr(self, "generation", None)
-        return settings.chat_template if settings else None
+        return self.generation.chat_template
 
     def require_chat_template(self):
         """The chat template, or the one-line error that says the model has none and what to do."""
@@ -350,20 +352,27 @@ class GPTVerbs(Verbs):
         ``template_variables``: what the template reads besides (``enable_thinking=False`` …).
         ``stream``: called with each piece of the reply as it is generated."""
         ids = self.chat_ids(messages, **template_variables)
-        sampling = {**self.generation.sampling} if getattr(self, "generation", None) else {}
-        given = {"temperature": temperature, "top_k": top_k, "top_p": top_p}
-        sampling.update({k: v for k, v in given.items() if v is not None})
+        sampling = self.chat_sampling(temperature, top_k, top_p)
         return self.generate(
             ids,
             max_new_tokens,
-            temperature=sampling.get("temperature", 0.0),
-            top_k=sampling.get("top_k") or 0,
-            top_p=sampling.get("top_p"),
+            temperature=sampling["temperature"],
+            top_k=sampling["top_k"] or 0,  # (0: off)
+            top_p=sampling["top_p"],
             stop=stop,
             seed=seed,
             ignore_eos=ignore_eos,
             stream=stream,
         )
+
+    def chat_sampling(self, temperature=None, top_k=None, top_p=None, *, otherwise: float = 0.0) -> dict:
+        """A chat turn's sampling: each setting given (not None), else the checkpoint's
+        generation_config.json, else no filtering at temperature ``otherwise`` (greedy, as
+        ``transformers``; OpenAI's clients expect 1). What ``chat`` and the server's chat endpoint use."""
+        given = {"temperature": temperature, "top_k": top_k, "top_p": top_p}
+        chosen = {**self.generation.sampling, **{k: v for k, v in given.items() if v is not None}}
+        return {"temperature": chosen.get("temperature", otherwise), "top_k": chosen.get("top_k"),
+                "top_p": chosen.get("top_p")}  # fmt: skip
 
     def chat_ids(self, messages: list[dict], *, add_generation_prompt: bool = True, **template_variables) -> list[int]:
         """The token ids of ``messages`` rendered with the chat template (what ``chat`` continues),
