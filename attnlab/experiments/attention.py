@@ -582,7 +582,7 @@ def attention_memory(ctx: Context) -> Result:
     why="A 95 % t-interval over seeds above 0: a difference larger than seed noise, of any size; the A/A run tests the same criterion on noise.",
 )
 def three_projections(ctx: Context) -> Result:
-    steps = ctx.steps(20, 400, 1500)
+    steps = ctx.steps(20, 120, 1500)
     seeds = seeds_for(ctx)
     losses, params = gpt_losses(
         ctx, {"W_Q, W_K, W_V": {}, "W_K = W_Q": {"attn_tie": "qk"}, "W_V = W_K": {"attn_tie": "kv"}}, steps, seeds
@@ -629,7 +629,7 @@ SATURATED = 0.10  # the premise: the mean attention entropy below this fraction 
     why="The premise's 10 % of log T is the issue's bar for a saturated softmax; the difference: a 95 % t-interval over seeds above 0, as every comparison.",
 )
 def scaling_convergence(ctx: Context) -> Result:
-    steps = ctx.steps(5, 300, 1000)
+    steps = ctx.steps(5, 80, 1000)
     seeds = (0, 1) if ctx.size != "full" else (0, 1, 2)  # (two even when tiny: one decides nothing)
     # one head of 256: d_k = 256. The premise needs scores large enough to saturate the softmax, which
     # the GPT's N(0, 0.02²) weights never give (unscaled scores of std ≈ 0.6). With W_Q and W_K drawn

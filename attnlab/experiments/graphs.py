@@ -31,7 +31,7 @@ def graphs(ctx: Context) -> Result:
     from ..models.graph import GraphTransformer, GraphTransformerConfig
     from ..training.tasks import GraphClassificationTask
 
-    steps, seeds = ctx.steps(20, 300, 1000), seeds_for(ctx)
+    steps, seeds = ctx.steps(20, 100, 1000), seeds_for(ctx)
     task = GraphClassificationTask(cycle_graphs, 32)
     kinds = (("none", "all"), ("none", "edges"), ("laplacian", "all"), ("laplacian", "edges"))
     acc: dict[tuple[str, str], list[float]] = {kind: [] for kind in kinds}  # per seed

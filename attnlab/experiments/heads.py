@@ -133,7 +133,7 @@ def heads(ctx: Context) -> Result:
     why="A 95 % t-interval over seeds above 0, as every comparison; the same parameter count exactly.",
 )
 def multi_head(ctx: Context) -> Result:
-    steps = ctx.steps(20, 400, 1500)
+    steps = ctx.steps(20, 120, 1500)
     seeds = seeds_for(ctx)
     one, four = "1 head × 64", "4 heads × 16"
     losses, params = gpt_losses(ctx, {one: {"heads": 1}, four: {"heads": 4}}, steps, seeds)
@@ -230,7 +230,7 @@ def _induction_model(ctx: Context, task, name: str, vocab: int, length: int, see
         model,
         task,
         name,
-        ctx.steps(20, 1000, 2500),  # (the circuit forms at about step 500-700 here)
+        ctx.steps(20, 400, 2500),  # (the circuit forms at about step 500-700 here)
         batch_size=64,
         lr=1e-3,
         min_lr=1e-3,  # constant: the copying circuit forms in a sudden phase change that decay would slow
@@ -302,7 +302,7 @@ def induction(ctx: Context) -> Result:
     from ..inspect.detectors import repeated_random_tokens
 
     vocab, length, half = 64, 40, 20
-    steps, seeds = ctx.steps(20, 1000, 2500), seeds_for(ctx)
+    steps, seeds = ctx.steps(20, 400, 2500), seeds_for(ctx)
     x = repeated_random_tokens(32, half, vocab, torch.Generator().manual_seed(1234))  # the first half, then again
     runs, controls = [], []  # the measures of every seed's model; the control: each trained as long on random
     for seed in seeds:  # tokens that never repeat (no copying to learn)

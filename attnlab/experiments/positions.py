@@ -362,7 +362,7 @@ CONCAT_POSITION_DIMS = 16  # (add-concat: a quarter of the 64-wide stream for th
     why='±0.03 nats: what "works as well" tolerates, about the seed-to-seed spread of these runs\' losses; set before these runs, a convention.',
 )
 def add_concat(ctx: Context) -> Result:
-    steps = ctx.steps(20, 400, 1500)
+    steps = ctx.steps(20, 120, 1500)
     seeds = seeds_for(ctx)
     # the same 64-wide stream: added, tokens and positions share all 64 dims; concatenated, the tokens
     # get 48 and the positions 16 of their own (untied heads on both: the 48-wide table cannot be one)

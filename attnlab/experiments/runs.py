@@ -133,7 +133,7 @@ def train_gpt(
     return gpt.eval(), data
 
 
-LENGTH_STEPS = (20, 400, 1500)  # the steps of the length claim's GPTs: tiny, --quick, full size
+LENGTH_STEPS = (20, 150, 1500)  # the steps of the length claim's GPTs: tiny, --quick, full size
 
 
 def length_gpt(ctx: Context, pos: str, seed: int):
@@ -334,7 +334,7 @@ def claim_training(defaults: dict) -> dict:
     return {k: v for k, v in defaults.items() if k not in ("max_iters", "eval_interval", "eval_iters", "warmup_iters")}
 
 
-DIGITS_STEPS = (10, 800, 2000)  # the steps every digits model trains for: tiny, --quick, full size
+DIGITS_STEPS = (10, 200, 2000)  # the steps every digits model trains for: tiny, --quick, full size
 
 
 def digits(ctx: Context):

@@ -325,7 +325,7 @@ def locality_model(kind: str, size: int):
 def locality(ctx: Context) -> Result:
     from ..data.images import two_dots
 
-    size, steps, seeds = 24, ctx.steps(10, 1000, 1500), seeds_for(ctx)
+    size, steps, seeds = 24, ctx.steps(10, 200, 1500), seeds_for(ctx)
     # the digits ViT's training, with no augmentation: a shift or turn moves the dots
     recipe = {**as_the_digits_vit(), "label_smoothing": 0.0, "pad": 0, "rotate": 0.0}
     kinds = {"far": tuple(LOCALITY_MODELS), "near": ("shallow CNN", "ViT")}  # near: the control's two models
