@@ -16,14 +16,41 @@ import matplotlib.pyplot as plt  # noqa: E402
 __all__ = ["plt", "save_figure"]
 
 
-def save_figure(fig, path: Path) -> Path:
+def save_figure(fig, path: Path, tight: bool = True) -> Path:
+    """``fig`` as the PNG ``path``, written whole or not at all; ``tight``: cropped to what is drawn
+    (False for a figure whose size is set to the pixel, as :func:`add_banner`'s)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.stem + ".tmp.png")
     try:
-        fig.savefig(tmp, bbox_inches="tight")
+        fig.savefig(tmp, bbox_inches="tight" if tight else None)
         tmp.replace(path)
     finally:
         plt.close(fig)
         tmp.unlink(missing_ok=True)  # a failed save leaves nothing behind
     return path
+
+
+BANNER_COLOURS = {"PASS": "#1a7f37", "FAIL": "#cf222e"}  # any other verdict: grey
+
+
+def add_banner(path: Path, title: str, verdict: str, note: str = "") -> Path:
+    """The PNG ``path`` again under a band with ``title`` and, on a line of its own, ``verdict`` in
+    its colour and ``note`` (a claim and its verdict: known only once all of the claim's runs are in,
+    after its figures were drawn). The image's pixels are copied, not resampled; the title wraps to
+    the image's width."""
+    import textwrap
+
+    image = plt.imread(path)
+    height, width = image.shape[:2]
+    dpi, line = 100, 17  # pixels per line of 10-point text
+    lines = textwrap.wrap(title, width=max(24, int(width / 7.5)))  # (about 7 px a letter at 10 pt)
+    band = 12 + line * (len(lines) + 1)
+    fig = plt.figure(figsize=(width / dpi, (height + band) / dpi), dpi=dpi)
+    fig.figimage(image, 0, 0)
+    top = 1 - 6 / (height + band)
+    fig.suptitle("\n".join(lines), x=0.5, y=top, va="top", fontsize=10)
+    words = verdict + (f" ({note})" if note else "")
+    fig.text(0.5, top - line * len(lines) / (height + band), words, ha="center", va="top", fontsize=10,
+             weight="bold", color=BANNER_COLOURS.get(verdict, "#57606a"))  # fmt: skip
+    return save_figure(fig, path, tight=False)

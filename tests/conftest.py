@@ -23,6 +23,27 @@ os.environ.setdefault("ATTNLAB_FAST_BF16", "0")
 os.environ["HF_HUB_OFFLINE"] = "1"
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _judge_every_figure():
+    """Every figure a test saves is judged by the slide standard (tests/figure_checks.py) as it is
+    saved; tests/test_figure_text.py asserts on the verdicts, kept by file name."""
+    from matplotlib.figure import Figure
+
+    from figure_checks import JUDGED, TITLES, figure_problems, figure_titles
+
+    real = Figure.savefig
+
+    def judged(self, fname, *args, **kwargs):
+        name = Path(str(fname)).name.replace(".tmp.png", ".png")
+        JUDGED[name] = JUDGED.get(name, []) + figure_problems(self)
+        TITLES[name] = figure_titles(self)
+        return real(self, fname, *args, **kwargs)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(Figure, "savefig", judged)
+        yield
+
+
 @pytest.fixture(autouse=True)
 def _seed():
     torch.manual_seed(0)
@@ -67,3 +88,16 @@ def tiny_run(tmp_path_factory):
         return runs[family]
 
     return get
+
+
+@pytest.fixture(scope="session")
+def tiny(tmp_path_factory):
+    """Every claim at the tiny size, in one context (they share trained models, as in `attnlab
+    reproduce`): ``(ctx, results)``. The machinery each claim runs through (its training, its
+    statistics, its control, its figures and its report lines), not its verdict: verdicts are
+    judged at the quick and full sizes (`attnlab reproduce --quick`, the full report)."""
+    from attnlab.experiments import CLAIMS, Context, run_claims
+
+    tmp = tmp_path_factory.mktemp("reproduce")
+    ctx = Context(out=tmp / "out", work=tmp / "work", size="tiny")
+    return ctx, run_claims(list(CLAIMS), ctx, log=lambda m: None)

@@ -1,37 +1,18 @@
-"""Figures for a slide (issue 68, in part): the inspections' text neither runs off the image nor
-overlaps other text, judged from matplotlib's own layout (``get_window_extent``), not by eye;
-and a token is never a blank label (a space is ·, a newline ⏎)."""
-
-import itertools
+"""Figures for a slide (issue 68): every kind of figure attnlab writes (the inspections of every
+family, the training curve, the patching map, every claim's figures) is judged as it is saved by
+tests/figure_checks.py from matplotlib's own layout (``get_window_extent``), not by eye: a title,
+labelled axes, a colour bar on heat maps, bars from zero or with intervals, no text over text, over
+another panel or wider than the image. A claim's figures carry the claim and its verdict."""
 
 import pytest
+import torch
 
-import attnlab.inspect.plots as plots
+from attnlab.figures import plt
 from attnlab.inspect.plots import token_label
+from attnlab.recipes import recipes
+from figure_checks import JUDGED, TITLES, figure_problems
 
-
-def text_problems(fig) -> list[str]:
-    """A title wider than the figure (saved with bbox_inches="tight", it would widen the image to
-    a line running past the plot), and every two labels or titles that overlap (cell texts inside
-    a heat map's cells are their own)."""
-    from matplotlib.text import Text
-
-    fig.canvas.draw()
-    renderer = fig.canvas.get_renderer()
-    edge = fig.bbox
-    texts = [t for t in fig.findobj(Text) if t.get_visible() and t.get_text().strip()]
-    boxes = {t: t.get_window_extent(renderer) for t in texts}
-    problems = []
-    titles = [ax.title for ax in fig.axes] + ([fig._suptitle] if fig._suptitle is not None else [])
-    for t in titles:
-        if t in boxes and boxes[t].width > edge.width * 1.02:
-            problems.append(f"the title {t.get_text()[:40]!r}… is wider than the figure")
-    labels = [t for t in texts if t.axes is None or t in t.axes.get_xticklabels() + t.axes.get_yticklabels()
-              or t is t.axes.title]  # fmt: skip
-    for a, b in itertools.combinations(labels, 2):
-        if boxes[a].overlaps(boxes[b]) and boxes[a].width > 0 and boxes[b].width > 0:
-            problems.append(f"{a.get_text()!r} overlaps {b.get_text()!r}")
-    return problems
+INSPECTIONS = [(r.name, what) for r in recipes() for what in r.inspections]
 
 
 def test_a_token_label_is_never_blank():
@@ -39,21 +20,84 @@ def test_a_token_label_is_never_blank():
         "·", "··", "·the", "the·", "⏎", "·", "x" * 11 + "…"]  # fmt: skip
 
 
-@pytest.mark.parametrize("what", ["attention", "lens", "logit-attribution", "heads"])
-def test_the_text_views_keep_their_text_inside_and_apart(what, tiny_run, tmp_path, monkeypatch):
+def test_the_checker_finds_what_spoils_a_slide():
+    """Each rule catches its fault on a made-up figure and passes the mended one (a checker that
+    cannot fail would pass every figure)."""
+    fig, (left, right) = plt.subplots(1, 2, figsize=(6, 3))
+    left.imshow(torch.rand(4, 4).numpy())  # a heat map: no colour bar, ticks at ±0.5, no title anywhere
+    right.bar(["a", "b"], [2.1, 2.2])
+    right.set_ylim(2.0, 2.3)  # bars from 2.0, no interval; a numeric y-axis without a label
+    right.set_ylabel("a label long enough to run well over the panel on its left", fontsize=14)
+    fig.subplots_adjust(wspace=0.05)  # (the label and ticks of the right panel over the left one)
+    found = " | ".join(figure_problems(fig))
+    for fault in ("without a title", "without a colour bar", "between or beyond its cells", "not 0", "lies over another panel"):
+        assert fault in found, (fault, found)
+    plt.close(fig)
+
+    fig, (left, right) = plt.subplots(1, 2, figsize=(8, 3), layout="constrained")
+    im = left.imshow(torch.rand(4, 4).numpy())
+    left.set_xticks(range(4))
+    left.set_yticks(range(4))
+    left.set(xlabel="key", ylabel="query", title="attention")
+    fig.colorbar(im, ax=left)
+    right.bar(["a", "b"], [2.1, 2.2], yerr=[0.05, 0.05])
+    right.set_ylim(2.0, 2.3)
+    right.set(ylabel="loss", title="losses")
+    assert figure_problems(fig) == []
+    fig.suptitle("a title " * 30)  # wider than the figure
+    assert any("wider than the figure" in p for p in figure_problems(fig))
+    plt.close(fig)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("family,what", INSPECTIONS)
+def test_every_inspection_of_every_family_makes_a_clean_figure(family, what, tiny_run, tmp_path):
     import attnlab
-    from attnlab.figures import plt
 
-    found = {}
-    real_save = plots.save_figure
+    model = attnlab.load(tiny_run(family).out)
+    options = {"text": "to be or not, th"} if family == "gpt" and what != "heads" else {}  # (16 characters: the context)
+    name = f"{family}_{what}_view.png"
+    png = model.inspect(what, tmp_path / name, **options)
+    assert png.exists() and name in JUDGED
+    assert JUDGED[name] == []
 
-    def judged(fig, path):
-        found["problems"] = text_problems(fig)
-        return real_save(fig, path)
 
-    monkeypatch.setattr(plots, "save_figure", judged)
-    model = attnlab.load(tiny_run("gpt").out)
-    options = {} if what == "heads" else {"text": "to be or not, th"}  # (16 characters: the context)
-    model.inspect(what, tmp_path / f"{what}.png", **options)
-    plt.close("all")
-    assert found["problems"] == []
+@pytest.mark.slow
+@pytest.mark.parametrize("family", [r.name for r in recipes()])
+def test_the_training_curve_makes_a_clean_figure(family, tiny_run):
+    run = tiny_run(family)
+    assert (run.out / "loss.png").exists()
+    found = figure_problems_of_file("loss.png")
+    assert found == []
+
+
+def figure_problems_of_file(name: str) -> list[str]:
+    assert name in JUDGED, f"{name} was never saved in this session"
+    return JUDGED[name]
+
+
+def test_the_patching_map_is_a_clean_figure(tmp_path):
+    from attnlab.inspect.patching import patching_figure
+
+    patching_figure(torch.linspace(-1, 1, 12).reshape(2, 6), tmp_path / "patching_view.png", labels=list("abcdef"))
+    patching_figure(torch.rand(3, 4), tmp_path / "patching_heads_view.png", over="head")
+    assert figure_problems_of_file("patching_view.png") == []
+    assert figure_problems_of_file("patching_heads_view.png") == []
+
+
+@pytest.mark.slow
+def test_every_claim_figure_is_clean_and_carries_its_claim_and_verdict(tiny):
+    from attnlab.experiments import CLAIMS
+
+    ctx, results = tiny
+    pngs = sorted(ctx.out.glob("*.png"))
+    assert len(pngs) >= 20  # (every claim with a figure: at least one each)
+    named = {r.figure for r in results.values() if r.figure}
+    assert named <= {p.name for p in pngs}
+    problems = {p.name: figure_problems_of_file(p.name) for p in pngs}
+    assert {k: v for k, v in problems.items() if v} == {}
+    for name, r in results.items():
+        if r.figure:
+            banner = TITLES[r.figure]
+            assert CLAIMS[name].title.split()[0] in banner and r.status in banner, (name, banner)
+            assert "a preview at the tiny size" in banner or r.final

@@ -41,17 +41,6 @@ def test_computed_claims_pass_and_their_controls_fail(tmp_path):
 TRAINED = [n for n in CLAIMS if n not in COMPUTED]
 
 
-@pytest.fixture(scope="module")
-def tiny(tmp_path_factory):
-    """Every trained claim at the tiny size, in one context (they share trained models, as in
-    `attnlab reproduce`): the machinery each claim runs through (its training, its statistics, its
-    control, its figure and its report lines), not its verdict. Verdicts are judged at the quick and
-    full sizes, in `attnlab reproduce --quick` (benchmarks/reproduce_quick.py) and the full report."""
-    tmp = tmp_path_factory.mktemp("reproduce")
-    ctx = Context(out=tmp / "out", work=tmp / "work", size="tiny")
-    return ctx, run_claims(TRAINED, ctx, log=lambda m: None)
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("name", TRAINED)
 def test_every_trained_claim_runs_its_control_and_reports_at_the_tiny_size(name, tiny):

@@ -212,15 +212,21 @@ def scaling(ctx: Context) -> Result:
     # the control: components of std d^(-1/4), so the dot products have variance 1 at every d_k (the premise
     # "variance d_k" made false): the raw softmax then does not saturate
     control = [_softmax_row(d, t, d**-0.25) for d in (dims[0], dims[-1])]
-    fig, axes = plt.subplots(1, 2, figsize=(8, 3), dpi=100)
-    for j, (label, col) in enumerate((("softmax entropy (nats)", 1), ("gradient norm wrt scores", 3))):
+    fig, axes = plt.subplots(1, 2, figsize=(8, 3.2), dpi=100, layout="constrained")
+    panels = (
+        ("softmax entropy (nats)", 1, f"the softmax's entropy over {t} keys"),
+        ("gradient norm w.r.t. the scores", 3, "its gradient"),
+    )
+    for j, (label, col, title) in enumerate(panels):
         axes[j].plot(dims, [r[col] for r in rows], "o-", label="QKᵀ")
         axes[j].plot(dims, [r[col + 1] for r in rows], "o-", label="QKᵀ/√d_k")
         axes[j].set_xscale("log", base=2)
-        axes[j].set_xlabel("d_k")
+        axes[j].set_xlabel("d_k (head width)")
         axes[j].set_ylabel(label)
+        axes[j].set_title(title, fontsize=9)
         axes[j].legend(fontsize=8)
-    axes[0].axhline(math.log(t), color="gray", lw=0.8, ls="--")  # the uniform distribution's entropy
+    axes[0].axhline(math.log(t), color="gray", lw=0.8, ls="--", label="uniform")  # its largest value, log T
+    axes[0].legend(fontsize=8)
     save_figure(fig, ctx.out / "scaling.png")
     raw_1024, scaled_1024 = rows[-1][1], rows[-1][2]
     return Result(
@@ -441,11 +447,16 @@ def table1(ctx: Context) -> Result:
         [kind, f"{fit[kind][0]:.2f}", f"{fit[kind][1]:.2f}", measured[kind][0], f"× {measured[kind][1]:.2f}"]
         for kind in TABLE1_KINDS
     ]
-    fig, ax = plt.subplots(figsize=(4.5, 3.2), dpi=100)
+    from matplotlib.ticker import NullFormatter
+
+    fig, ax = plt.subplots(figsize=(5, 3.4), dpi=100, layout="constrained")
     for kind in TABLE1_KINDS:
         ax.loglog(ns, fit[kind][2], "o-", label=kind)
+    ax.set_xticks(ns, [str(n) for n in ns], minor=False)  # (the lengths measured, not crowded minor labels)
+    ax.xaxis.set_minor_formatter(NullFormatter())
     ax.set_xlabel("sequence length n (d = 32)")
     ax.set_ylabel("FLOPs per layer")
+    ax.set_title("FLOPs of one layer by sequence length", fontsize=9)
     ax.legend(fontsize=7)
     save_figure(fig, ctx.out / "table1.png")
     sa, local, rnn, conv = (fit[k] for k in TABLE1_KINDS)
@@ -629,7 +640,7 @@ SATURATED = 0.10  # the premise: the mean attention entropy below this fraction 
     why="The premise's 10 % of log T is the issue's bar for a saturated softmax; the difference: a 95 % t-interval over seeds above 0, as every comparison.",
 )
 def scaling_convergence(ctx: Context) -> Result:
-    steps = ctx.steps(5, 80, 1000)
+    steps = ctx.steps(5, 50, 1000)
     seeds = (0, 1) if ctx.size != "full" else (0, 1, 2)  # (two even when tiny: one decides nothing)
     # one head of 256: d_k = 256. The premise needs scores large enough to saturate the softmax, which
     # the GPT's N(0, 0.02²) weights never give (unscaled scores of std ≈ 0.6). With W_Q and W_K drawn

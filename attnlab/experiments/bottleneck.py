@@ -118,7 +118,9 @@ def plot(results: dict, path: Path) -> Path:
     from ..inspect.plots import save_figure, plt
 
     curves = all("curve" in r for r in results.values())
-    fig, axes = plt.subplots(1, 2 if curves else 1, figsize=(10 if curves else 5.5, 3.6), dpi=100, squeeze=False)
+    fig, axes = plt.subplots(
+        1, 2 if curves else 1, figsize=(10 if curves else 5.5, 3.6), dpi=100, squeeze=False, layout="constrained"
+    )
     ax = axes[0, 0]
     for name, r in results.items():
         xs = sorted(r["accuracy"])
@@ -126,6 +128,7 @@ def plot(results: dict, path: Path) -> Path:
     ax.set_xlabel("input length (symbols)")
     ax.set_ylabel("sequence accuracy (reverse task)")
     ax.set_ylim(-0.02, 1.02)
+    ax.set_title("accuracy by input length, after training", fontsize=9)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     if curves:
@@ -133,7 +136,9 @@ def plot(results: dict, path: Path) -> Path:
         for name, r in results.items():
             steps, longest = sorted(r["curve"]), max(r["accuracy"])
             ax.plot(steps, [r["curve"][s][longest] for s in steps], "o-", label=name)
-        ax.set_xlabel(f"steps trained (one run each; accuracy at length {longest})")
+        ax.set_xlabel("steps trained (one run each, measured along it)")
+        ax.set_ylabel(f"sequence accuracy at length {longest}")
+        ax.set_title(f"the longest inputs ({longest} symbols) along the runs", fontsize=9)
         ax.set_ylim(-0.02, 1.02)
         ax.grid(alpha=0.3)
     return save_figure(fig, path)

@@ -69,11 +69,18 @@ def heads(ctx: Context) -> Result:
         other = GPT(model.config).eval()
         runs.append([head_statistics(m, x, y) for m in (model, untrained, other)])
     (js, deltas, base), (js0, _, _), _ = runs[0]  # (drawn: seed 0's)
-    fig, axes = plt.subplots(1, 2, figsize=(8, 3), dpi=100)
-    axes[0].imshow(js, cmap="viridis")
-    axes[0].set_title("layer 0: JS divergence between heads", fontsize=9)
+    fig, axes = plt.subplots(1, 2, figsize=(8.5, 3.2), dpi=100, layout="constrained")
+    heads = range(js.shape[0])
+    im = axes[0].imshow(js, cmap="viridis", vmin=0)
+    axes[0].set_xticks(heads, [f"H{h}" for h in heads])
+    axes[0].set_yticks(heads, [f"H{h}" for h in heads])
+    axes[0].set(xlabel="head", ylabel="head")
+    axes[0].set_title("layer 0: JS divergence between heads' attention", fontsize=9)
+    fig.colorbar(im, ax=axes[0], label="JS divergence (nats)")
     axes[1].bar([d[0] for d in deltas], [d[1] for d in deltas])
-    axes[1].set_ylabel("loss increase without the head")
+    axes[1].axhline(0, color="black", lw=0.6)
+    axes[1].set(xlabel="head removed (zero-ablated)", ylabel="validation loss increase (nats)")
+    axes[1].set_title("what removing each head costs", fontsize=9)
     axes[1].tick_params(axis="x", labelrotation=90, labelsize=7)
     save_figure(fig, ctx.out / "heads.png")
     off_diagonal = ~np.eye(js.shape[0], dtype=bool)
@@ -230,7 +237,7 @@ def _induction_model(ctx: Context, task, name: str, vocab: int, length: int, see
         model,
         task,
         name,
-        ctx.steps(20, 400, 2500),  # (the circuit forms at about step 500-700 here)
+        ctx.steps(20, 250, 2500),  # (the circuit forms at about step 500-700 here)
         batch_size=64,
         lr=1e-3,
         min_lr=1e-3,  # constant: the copying circuit forms in a sudden phase change that decay would slow
@@ -302,7 +309,7 @@ def induction(ctx: Context) -> Result:
     from ..inspect.detectors import repeated_random_tokens
 
     vocab, length, half = 64, 40, 20
-    steps, seeds = ctx.steps(20, 400, 2500), seeds_for(ctx)
+    steps, seeds = ctx.steps(20, 250, 2500), seeds_for(ctx)
     x = repeated_random_tokens(32, half, vocab, torch.Generator().manual_seed(1234))  # the first half, then again
     runs, controls = [], []  # the measures of every seed's model; the control: each trained as long on random
     for seed in seeds:  # tokens that never repeat (no copying to learn)

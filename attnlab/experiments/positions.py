@@ -203,6 +203,7 @@ def length_losses(ctx: Context) -> tuple[list[dict], list[dict], int]:
     one GPT per encoding and seed (its initial weights and batches) built for 512 positions and
     trained on 64-token windows (once per report), each length predicting the same 8 spans of 64
     validation tokens with more preceding context."""
+    ctx.sized = True  # (a model trained at this size, cached or not)
     if "length_losses" not in ctx.cache:
         from ..models import GPT
 

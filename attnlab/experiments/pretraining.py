@@ -45,7 +45,7 @@ def mlm_pretraining(ctx: Context) -> Result:
 
     from ..data.labelled import load_labelled
 
-    pre_steps, tune_steps = ctx.steps(5, 100, 2000), ctx.steps(5, 40, 300)
+    pre_steps, tune_steps = ctx.steps(5, 50, 2000), ctx.steps(5, 25, 300)
     seeds = seeds_for(ctx)
     common = dict(run_settings(), compile=False)
     test = load_labelled(None)  # the fine-tuning task's own test split (the encoder family's default data)

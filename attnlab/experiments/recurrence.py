@@ -35,7 +35,7 @@ from .stats import (
 def bottleneck(ctx: Context) -> Result:
     from .bottleneck import plot, run
 
-    steps, seeds = ctx.steps(10, 150, 1500), seeds_for(ctx)
+    steps, seeds = ctx.steps(10, 100, 1500), seeds_for(ctx)
     lengths = (5, 10, 20, 30) if ctx.size != "full" else (5, 10, 20, 30, 40)
     names = ("RNN (no attention)", "RNN + attention", "Transformer")
     short, long = lengths[0], lengths[-1]
@@ -207,7 +207,7 @@ def _translation_alignment(ctx: Context, seed: int) -> dict:
     from ..models import Transformer, TransformerConfig
     from ..training.tasks import Seq2SeqTask
 
-    steps = ctx.steps(10, 200, 2000)
+    steps = ctx.steps(10, 120, 2000)
     data = load_parallel("reorder", min_len=5, max_len=12)
     torch.manual_seed(seed)
     model = Transformer(
@@ -266,8 +266,9 @@ def _captioner(ctx: Context, arch: str = "rnn-attention", seed: int = 0) -> dict
     from .. import api
 
     name = f"captioner_{arch}" + seed_suffix(seed)
+    ctx.sized = True  # (a model trained at this size, cached or not)
     if name not in ctx.cache:
-        steps, scenes = ctx.steps(10, 150, 1200), ctx.steps(50, 1000, 8000)
+        steps, scenes = ctx.steps(10, 100, 1200), ctx.steps(50, 800, 8000)
         run = quietly(
             api.train,
             "caption",

@@ -16,8 +16,12 @@ class Context:
     size: str = "quick"  # tiny | quick | full
     data_dir: str | None = None
     cache: dict = field(default_factory=dict)  # models trained once and used by several claims
+    # the running claim read a setting that depends on the size (steps, seeds) or a model trained
+    # with one: below the full size its verdict is a preview, not final (``Result.final``)
+    sized: bool = False
 
     def steps(self, tiny: int, quick: int, full: int) -> int:
+        self.sized = True
         return {"tiny": tiny, "quick": quick, "full": full}[self.size]
 
 
@@ -61,6 +65,7 @@ class Result:
     control: Control | None = None
     verdict: str | None = None
     data: str = ""  # the data it ran on, named in the report
+    final: bool = True  # False: run smaller than the full size (fewer seeds or steps), a preview the full size decides
 
     @property
     def status(self) -> str:

@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 from typing import Annotated, Sequence
 
+from ..figures import add_banner
 from ..options import Arg, checked
 from ..training.trainer import TrainingInterrupted
 from .registry import CLAIMS, VERDICTS, Context, Control, Result
@@ -139,6 +140,11 @@ def save_results(out: Path, size: str, results: dict[str, Result]) -> Path:
     return atomic_write_text(out / RESULTS, json.dumps({"size": size, "claims": claims}, indent=1, ensure_ascii=False))
 
 
+def _figures(folder: Path) -> dict[Path, int]:
+    """Each PNG in ``folder`` and when it was last written (ns)."""
+    return {png: png.stat().st_mtime_ns for png in sorted(folder.glob("*.png"))}
+
+
 def run_claims(names: list[str], ctx: Context, log=print, saved: dict[str, Result] | None = None) -> dict[str, Result]:
     """Check the claims ``names`` in order, each timed; a claim that raises is reported as ERROR
     ("could not run: …"), never lost with the others and never counted as the statement failing.
@@ -154,7 +160,8 @@ def run_claims(names: list[str], ctx: Context, log=print, saved: dict[str, Resul
             log(f"[{name}] {saved[name].status}: kept from {ctx.out / RESULTS}")
             continue
         c = CLAIMS[name]
-        t0 = time.perf_counter()
+        t0, before = time.perf_counter(), _figures(ctx.out)
+        ctx.sized = False
         log(f"[{name}] {c.title} …")
         ctx.cache["data_used"] = []  # what the shared runs read for this claim (runs.corpus, runs.digits)
         try:
@@ -169,7 +176,11 @@ def run_claims(names: list[str], ctx: Context, log=print, saved: dict[str, Resul
                 verdict="ERROR",
             )
         r.data = r.data or "; ".join(dict.fromkeys(ctx.cache["data_used"])) or "computed: no data"
+        r.final = ctx.size == "full" or not ctx.sized
         r.seconds = time.perf_counter() - t0
+        for png, written in _figures(ctx.out).items():  # the figures this claim drew: its verdict above each
+            if before.get(png) != written:
+                add_banner(png, c.title, r.status, "" if r.final else f"a preview at the {ctx.size} size")
         results[name] = r
         save_results(ctx.out, ctx.size, results)
         log(f"[{name}] {r.status} ({r.seconds:.0f}s): {r.measured}")
@@ -183,6 +194,14 @@ def _counts(results: dict[str, Result]) -> str:
     )
 
 
+def _finality(r: Result, ctx: Context, long: bool = False) -> str:
+    """Whether ``r``'s verdict could be final at this size: "yes" (the full size, or a claim that
+    computes the same at every size), else "no" (a preview; ``long``: and why)."""
+    if r.final or ctx.size == "full":
+        return "yes" + (" (the full size)" if long and ctx.size == "full" else " (the same at every size)" if long else "")
+    return "no" + (f": a preview (fewer seeds or steps at the {ctx.size} size); the full size decides" if long else "")
+
+
 def write_report(results: dict[str, Result], ctx: Context) -> Path:
     lines = [
         "# attnlab reproduce",
@@ -194,19 +213,20 @@ def write_report(results: dict[str, Result], ctx: Context) -> Path:
         "",
         *(
             [
-                "**The quick size is a smoke run of the claims**: two seeds where the full size runs three, and "
-                "a quarter to two fifths of its training steps. It shows that every claim runs and what it measures; its "
-                "verdicts can differ from the full size's, which decide.",
+                f"**The {ctx.size} size is a preview, not the judge.** A claim that trains runs two seeds where "
+                "the full size runs three, and a tenth to a third of its steps: its verdict here is a preview "
+                "(\"final\": no), and can differ from the full size's, which decides. A claim that computes "
+                "without training runs the same at every size: its verdict here is final.",
                 "",
             ]
-            if ctx.size == "quick"
+            if ctx.size != "full"
             else []
         ),
-        "| claim | result | control | data | seconds |",
-        "|---|---|---|---|---|",
+        "| claim | result | final | control | data | seconds |",
+        "|---|---|---|---|---|---|",
     ]
     lines += [
-        f"| [{CLAIMS[n].title}](#{n}) | {r.status} | "
+        f"| [{CLAIMS[n].title}](#{n}) | {r.status} | {_finality(r, ctx)} | "
         f"{'none' if r.control is None else 'clears it too' if r.control.cleared else 'fails'} | {r.data} | "
         f"{r.seconds:.0f} |"
         for n, r in results.items()
@@ -223,6 +243,7 @@ def write_report(results: dict[str, Result], ctx: Context) -> Path:
             f"- **Deck**: {c.deck_line}",
             f"- **Run**: `{c.command}{' --quick' if ctx.size == 'quick' else ''}` ({r.seconds:.0f} s)",
             f"- **Data**: {r.data}",
+            f"- **Final at this size**: {_finality(r, ctx, long=True)}",
             f"- **Measured**: {r.measured}",
             f"- **Criterion**: {r.criterion}",
             f"- **Control**: {r.control if r.control is not None else 'none'}",

@@ -141,6 +141,7 @@ def length_gpt(ctx: Context, pos: str, seed: int):
     positions and trained on 64-token windows, trained once per report (the heads claim reads the
     ALiBi ones)."""
     key = f"gpt_{pos}" + seed_suffix(seed)
+    ctx.sized = True  # (a model trained at this size, cached or not)
     if key not in ctx.cache:
         ctx.cache[key] = train_gpt(ctx, pos, ctx.steps(*LENGTH_STEPS), context=512, seed=seed)
     return ctx.cache[key]
@@ -192,34 +193,49 @@ def gpt_losses(ctx: Context, variants: dict[str, dict], steps: int, seeds=(0,), 
 def loss_bars(
     losses: dict, path: Path, title: str, ylabel: str = "validation loss", curves: dict | None = None
 ) -> None:
-    """Bars of each variant's mean over seeds, every seed a dot: {variant: [value per seed]}; with
-    ``curves`` ({variant: [learning curve {step: value} per seed]}) a second panel plots each
-    variant's mean along its runs."""
+    """Each variant's mean over seeds with its 95 % t-interval, every seed a dot ({variant: [value
+    per seed]}): points with intervals, not bars, so that an axis zoomed to the differences does not
+    make them look larger than the seeds' spread. With ``curves`` ({variant: [learning curve {step:
+    value} per seed]}) a second panel plots each variant's mean along its runs."""
     names = list(losses)
     width = 1.3 * len(names) + 1.5
     fig, axes = plt.subplots(
-        1, 2 if curves else 1, figsize=(width + (4 if curves else 0), 3), dpi=100, layout="constrained", squeeze=False
+        1, 2 if curves else 1, figsize=(width + (4 if curves else 0), 3.2), dpi=100, layout="constrained", squeeze=False
     )
     ax = axes[0, 0]
+    spots = range(len(names))
     means = [float(np.mean(losses[n])) for n in names]
-    ax.bar(names, means)
-    for i, n in enumerate(names):  # every seed, when there are several
-        ax.plot([i] * len(losses[n]), losses[n], "k.", ms=4)
+    halves = [interval_half_width(losses[n]) for n in names]
+    ax.errorbar(spots, means, yerr=[0 if math.isnan(h) else h for h in halves], fmt="o", ms=7, capsize=6, lw=1.5)
+    for i, n in enumerate(names):  # every seed
+        ax.plot([i + 0.12] * len(losses[n]), losses[n], "k.", ms=4)
+    ax.set_xticks(spots, names)
+    ax.set_xlim(-0.5, len(names) - 0.5)
     ax.set_ylabel(ylabel)
-    low, high = min(min(v) for v in losses.values()), max(max(v) for v in losses.values())
-    ax.set_ylim(low - 0.15 * max(high - low, 0.1), high + 0.1 * max(high - low, 0.1))
-    ax.set_title(title, fontsize=9)
+    seeds = min(len(v) for v in losses.values())
+    ax.set_title(title + (f"\nmean, 95 % interval over {seeds} seeds; dots: seeds" if seeds > 1 else ""), fontsize=9)
     if curves:
-        curve_panel(axes[0, 1], curves)
+        curve_panel(axes[0, 1], curves, ylabel)
     save_figure(fig, path)
 
 
-def curve_panel(ax, curves: dict) -> None:
+def interval_half_width(values) -> float:
+    """Half the width of the 95 % t-interval of the mean of ``values`` (NaN for one value)."""
+    from .stats import T95
+
+    values = np.asarray(values, dtype=float)
+    n = len(values)
+    return float(T95[n - 1] * values.std(ddof=1) / math.sqrt(n)) if n > 1 else float("nan")
+
+
+def curve_panel(ax, curves: dict, ylabel: str = "") -> None:
     """Each variant's mean over seeds along its runs: ``curves`` {variant: [{step: value} per seed]}."""
     for name, cs in curves.items():
         steps = sorted(cs[0])
         ax.plot(steps, [np.mean([c[s] for c in cs]) for s in steps], "o-", label=str(name), ms=3)
     ax.set_xlabel("step (one run each, measured along it)", fontsize=8)
+    ax.set_ylabel(ylabel or "measured", fontsize=8)
+    ax.set_title("along the runs (mean over seeds)", fontsize=9)
     ax.legend(fontsize=7)
     ax.grid(alpha=0.3)
 
@@ -334,17 +350,22 @@ def claim_training(defaults: dict) -> dict:
     return {k: v for k, v in defaults.items() if k not in ("max_iters", "eval_interval", "eval_iters", "warmup_iters")}
 
 
-DIGITS_STEPS = (10, 200, 2000)  # the steps every digits model trains for: tiny, --quick, full size
+DIGITS_STEPS = (10, 120, 2000)  # the steps every digits model trains for: tiny, --quick, full size
 
 
-def digits(ctx: Context):
-    """The embedded digits (once per context) and the steps every digits model trains for."""
+def digits_data(ctx: Context):
+    """The embedded digits (once per context): the same at every size."""
     if "digits" not in ctx.cache:
         from ..data import images
 
         ctx.cache["digits"] = images.digits()
     ctx.cache.setdefault("data_used", []).append("the embedded 8×8 digits")
-    return ctx.cache["digits"], ctx.steps(*DIGITS_STEPS)
+    return ctx.cache["digits"]
+
+
+def digits(ctx: Context):
+    """The embedded digits (once per context) and the steps every digits model trains for."""
+    return digits_data(ctx), ctx.steps(*DIGITS_STEPS)
 
 
 def digits_vit_config(splits, pos: str = "learned", **options):
@@ -385,6 +406,7 @@ def digits_vit(ctx: Context, pos: str = "learned", seed: int = 0, steps: int | N
     _, default_steps = digits(ctx)
     steps = steps or default_steps
     key = digits_vit_run(ctx, pos, seed, steps, **options)
+    ctx.sized = True  # (a model trained at this size, cached or not)
     if key not in ctx.cache:
         curve = TestAccuracyCurve(quarter_steps(steps)[:-1])
         run = quietly(
@@ -413,6 +435,7 @@ def image_models(ctx: Context, seed: int = 0):
     and batches), and the test images. Seed 0's test accuracies: ``ctx.cache["vit_acc"]`` and
     ``["cnn_acc"]`` (other seeds': ``["cnn_acc_s1"]`` …)."""
     tag = seed_suffix(seed)
+    ctx.sized = True  # (a model trained at this size, cached or not)
     if f"cnn{tag}" not in ctx.cache:
         from ..data.images import normalize
         from ..models import CNN, CNNConfig

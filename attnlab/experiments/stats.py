@@ -15,6 +15,7 @@ T95 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8:
 
 def seeds_for(ctx: Context) -> tuple[int, ...]:
     """Seeds per side of a comparative claim: three at full size, two at --quick (and says so), one tiny."""
+    ctx.sized = True
     return {"tiny": (0,), "quick": (0, 1), "full": (0, 1, 2)}[ctx.size]
 
 

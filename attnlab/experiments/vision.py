@@ -15,11 +15,13 @@ from .registry import Context, Control, Result, claim, deck, markdown_table, ski
 from .runs import (
     as_the_digits_vit,
     digits,
+    digits_data,
     digits_vit,
     digits_vit_config,
     digits_vit_options,
     digits_vit_run,
     curve_panel,
+    interval_half_width,
     image_models,
     loss_bars,
     correct_items,
@@ -80,6 +82,7 @@ def mnist_vit(ctx: Context, seed: int = 0):
     from ..errors import DataError
 
     key = "mnist_vit" + seed_suffix(seed)
+    ctx.sized = True  # (a model trained at this size, cached or not)
     if key not in ctx.cache:
         try:
             mnist(ctx.data_dir)
@@ -252,7 +255,7 @@ def _dependence(model, image: torch.Tensor, read) -> float:
 def receptive_field(ctx: Context) -> Result:
     from ..models import CNN, CNNConfig, ViT
 
-    splits, _ = digits(ctx)
+    splits = digits_data(ctx)
     torch.manual_seed(0)
     vit = ViT(digits_vit_config(splits)).eval()
     cnn = CNN(CNNConfig(num_classes=10, in_chans=1, labels=splits.labels, image_size=8, widths=(32, 64))).eval()
@@ -325,7 +328,7 @@ def locality_model(kind: str, size: int):
 def locality(ctx: Context) -> Result:
     from ..data.images import two_dots
 
-    size, steps, seeds = 24, ctx.steps(10, 200, 1500), seeds_for(ctx)
+    size, steps, seeds = 24, ctx.steps(10, 80, 1500), seeds_for(ctx)
     # the digits ViT's training, with no augmentation: a shift or turn moves the dots
     recipe = {**as_the_digits_vit(), "label_smoothing": 0.0, "pad": 0, "rotate": 0.0}
     kinds = {"far": tuple(LOCALITY_MODELS), "near": ("shallow CNN", "ViT")}  # near: the control's two models
@@ -376,7 +379,9 @@ def locality(ctx: Context) -> Result:
     for i, where in enumerate(kinds):
         shown = [n for n in names if (where, n) in acc]
         xs = [names.index(n) + 0.2 * (2 * i - 1) for n in shown]
-        axes[1].bar(xs, [acc[where, n].mean() for n in shown], 0.4, label=f"{where} dots")
+        halves = [interval_half_width(acc[where, n]) for n in shown]  # (NaN with one seed: no interval)
+        axes[1].bar(xs, [acc[where, n].mean() for n in shown], 0.4, label=f"{where} dots", capsize=3,
+                    yerr=[0 if np.isnan(h) else h for h in halves])  # fmt: skip
         for x, n in zip(xs, shown):
             axes[1].plot([x] * len(acc[where, n]), acc[where, n], "k.", ms=4)
     axes[1].set_xticks(range(len(names)), [f"{n}\n(sees {LOCALITY_MODELS[n][1]} px)" for n in names], fontsize=8)
@@ -797,7 +802,7 @@ def _data_hunger_figure(a: dict, curves: dict, sizes: list, fractions, path) -> 
     ax.set_ylabel("test accuracy")
     ax.legend(fontsize=8)
     labels = {"vit": "ViT from scratch", "resnet": "ResNet", "pretrained": "ViT pretrained, fine-tuned"}
-    curve_panel(right, {labels[kind]: cs for (kind, f), cs in curves.items() if f == fractions[0]})
+    curve_panel(right, {labels[kind]: cs for (kind, f), cs in curves.items() if f == fractions[0]}, "test accuracy")
     right.set_title(f"with {sizes[0]} training images, along each run", fontsize=8)
     save_figure(fig, path)
 
@@ -813,7 +818,7 @@ def _data_hunger_figure(a: dict, curves: dict, sizes: list, fractions, path) -> 
 def image_positions(ctx: Context) -> Result:
     kinds = ("learned", "sincos", "fourier", "relative")
     seeds = seeds_for(ctx)
-    splits, _ = digits(ctx)
+    splits = digits_data(ctx)
     step = 1 / len(splits.test[1])  # an accuracy moves in steps of one test image
     acc = {pos: np.array([digits_vit(ctx, pos, seed=s)[1] for s in seeds]) for pos in (*kinds, "none")}
     curves = {pos: [ctx.cache["curves"][digits_vit_run(ctx, pos, seed=s)] for s in seeds] for pos in acc}

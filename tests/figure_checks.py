@@ -1,0 +1,110 @@
+"""What makes a figure fit for a slide (issue 68), judged from matplotlib's own layout
+(``get_window_extent``) and artists, never by eye: :func:`figure_problems` lists what is wrong.
+
+The suite judges every figure it saves (``tests/conftest.py`` wraps ``Figure.savefig``): the
+problems are kept by file name in :data:`JUDGED`, and ``tests/test_figure_text.py`` asserts that
+every kind of figure attnlab writes was judged and found clean."""
+
+from __future__ import annotations
+
+import itertools
+import re
+
+JUDGED: dict[str, list[str]] = {}  # file name -> its problems, over every save of that name in this session
+TITLES: dict[str, str] = {}  # file name -> its figure's title and figure-level texts, at its last save
+
+
+def figure_titles(fig) -> str:
+    return " ".join(t.get_text() for t in [fig._suptitle, *fig.texts] if t is not None)
+
+
+def _number(text: str) -> bool:
+    """A numeric tick label ("0.5", "−2", "3×10²", "$\\mathdefault{10^{3}}$")."""
+    t = re.sub(r"\$|\\mathdefault|[{}]|\\times", "", text).replace("−", "-").replace("×", "").strip()
+    t = t.replace("^", "e") if "10^" in t else t
+    try:
+        float(t.replace("10e", "1e"))
+        return True
+    except ValueError:
+        return bool(re.fullmatch(r"-?[\d.]+(e-?\d+)?[²³¹⁰⁴⁵⁶⁷⁸⁹⁻]*", t))
+
+
+def _is_colorbar(ax) -> bool:
+    return hasattr(ax, "_colorbar") or ax.get_label() == "<colorbar>"
+
+
+def figure_problems(fig) -> list[str]:
+    """Every way ``fig`` falls short of the slide standard:
+
+    - no title (neither its panels' nor the figure's);
+    - a numeric axis with no label;
+    - a heat map without a colour bar, or with ticks between its cells (−0.5, 0.5);
+    - bars whose axis does not reach zero and that carry no interval;
+    - text wider than the figure (saved with bbox_inches="tight", it widens the image to a line
+      running past the plot);
+    - two labels or titles that overlap, or a panel's label over another panel."""
+    from matplotlib.collections import QuadMesh
+    from matplotlib.container import BarContainer
+    from matplotlib.image import AxesImage
+    from matplotlib.text import Text
+
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    edge = fig.bbox
+    problems: list[str] = []
+    suptitle = fig._suptitle.get_text().strip() if fig._suptitle is not None else ""
+    panels = [ax for ax in fig.axes if ax.get_visible() and not _is_colorbar(ax)]
+    drawn = [ax for ax in panels if ax.axison and (ax.lines or ax.collections or ax.patches or ax.images)]
+
+    if not suptitle and not any(t.get_text().strip() for t in fig.texts) and drawn:
+        untitled = [ax for ax in drawn if not ax.get_title().strip()]
+        if untitled:
+            problems.append(f"{len(untitled)} panel(s) without a title, and no figure title")
+
+    for ax in drawn:
+        for axis, label in ((ax.xaxis, ax.get_xlabel()), (ax.yaxis, ax.get_ylabel())):
+            ticks = [t.get_text() for t in axis.get_ticklabels() if t.get_visible() and t.get_text().strip()]
+            if ticks and all(_number(t) for t in ticks) and not label.strip():
+                problems.append(f"a numeric {axis.axis_name}-axis without a label (ticks {ticks[:3]})")
+        for image in [*ax.images, *(c for c in ax.collections if isinstance(c, QuadMesh))]:
+            array = image.get_array()
+            if array is None or getattr(array, "ndim", 0) != 2:  # an RGB picture, not a heat map
+                continue
+            if not any(getattr(im, "colorbar", None) is not None for a in fig.axes for im in [*a.images, *a.collections]):
+                problems.append(f"a heat map in {ax.get_title()[:30]!r} without a colour bar")
+            left, right, bottom, top = image.get_extent() if isinstance(image, AxesImage) else (-1e9, 1e9, -1e9, 1e9)
+            for axis, (low, high), at in ((ax.xaxis, sorted((left, right)), 0), (ax.yaxis, sorted((bottom, top)), 1)):
+                values = [t.get_position()[at] for t in axis.get_ticklabels()
+                          if t.get_visible() and _number(t.get_text())]  # fmt: skip
+                if any(abs(v - round(v)) > 1e-6 or not low < v < high for v in values):
+                    problems.append(f"a heat map's {axis.axis_name}-ticks between or beyond its cells ({values[:4]})")
+        for bars in (c for c in ax.containers if isinstance(c, BarContainer)):
+            if bars.errorbar is not None:
+                continue
+            low, high = ax.get_ylim() if bars.orientation == "vertical" else ax.get_xlim()
+            if not min(low, high) <= 0 <= max(low, high):
+                problems.append(f"bars in {ax.get_title()[:30]!r} whose axis starts at {min(low, high):.3g}, not 0, "
+                                "with no interval")  # fmt: skip
+
+    texts = [t for t in fig.findobj(Text) if t.get_visible() and t.get_text().strip()]
+    boxes = {t: t.get_window_extent(renderer) for t in texts}
+    for t, box in boxes.items():
+        if box.width > edge.width * 1.02:
+            problems.append(f"the text {t.get_text()[:40]!r}… is wider than the figure")
+
+    owner = {}  # each label or title -> its panel (a tick label's own ``axes`` is None)
+    for ax in fig.axes:
+        mine = ax.get_xticklabels(which="both") + ax.get_yticklabels(which="both")
+        mine += [ax.title, ax._left_title, ax._right_title, ax.xaxis.label, ax.yaxis.label]
+        owner.update({t: ax for t in mine if t in boxes})
+    labels = [*owner, *(t for t in [fig._suptitle, *fig.texts] if t is not None and t in boxes)]
+    for a, b in itertools.combinations(labels, 2):
+        if boxes[a].overlaps(boxes[b]) and boxes[a].width > 0 and boxes[b].width > 0:
+            problems.append(f"{a.get_text()!r} overlaps {b.get_text()!r}")
+    for t, mine in owner.items():
+        for ax in panels:
+            if ax is mine or _is_colorbar(mine) or boxes[t].width == 0:
+                continue
+            if boxes[t].overlaps(ax.bbox):
+                problems.append(f"{t.get_text()[:30]!r} lies over another panel ({ax.get_title()[:30]!r})")
+    return problems
