@@ -35,22 +35,25 @@ BANNER_COLOURS = {"PASS": "#1a7f37", "FAIL": "#cf222e"}  # any other verdict: gr
 
 
 def add_banner(path: Path, title: str, verdict: str, note: str = "") -> Path:
-    """The PNG ``path`` again under a band with ``title`` and, on a line of its own, ``verdict`` in
-    its colour and ``note`` (a claim and its verdict: known only once all of the claim's runs are in,
-    after its figures were drawn). The image's pixels are copied, not resampled; the title wraps to
-    the image's width."""
+    """The PNG ``path`` again under a band with ``title`` and, below it, ``verdict`` in its colour
+    and ``note`` (a claim and its verdict: known only once all of the claim's runs are in, after its
+    figures were drawn). The image's pixels are copied, not resampled; the text wraps to the image's
+    width."""
     import textwrap
 
     image = plt.imread(path)
     height, width = image.shape[:2]
-    dpi, line = 100, 17  # pixels per line of 10-point text
-    lines = textwrap.wrap(title, width=max(24, int(width / 7.5)))  # (about 7 px a letter at 10 pt)
-    band = 12 + line * (len(lines) + 1)
+    dpi, line = 100, 19  # pixels per line of 10-point text, with its spacing
+    chars = max(20, int(width / 7.5))  # (about 7 px a letter at 10 pt)
+    heading = textwrap.wrap(title, width=chars)
+    verdict_lines = textwrap.wrap(verdict + (f" ({note})" if note else ""), width=int(chars * 0.85))  # (bold: wider)
+    band = 16 + line * (len(heading) + len(verdict_lines))
     fig = plt.figure(figsize=(width / dpi, (height + band) / dpi), dpi=dpi)
     fig.figimage(image, 0, 0)
-    top = 1 - 6 / (height + band)
-    fig.suptitle("\n".join(lines), x=0.5, y=top, va="top", fontsize=10)
-    words = verdict + (f" ({note})" if note else "")
-    fig.text(0.5, top - line * len(lines) / (height + band), words, ha="center", va="top", fontsize=10,
-             weight="bold", color=BANNER_COLOURS.get(verdict, "#57606a"))  # fmt: skip
+    total = height + band
+    fig.suptitle("\n".join(heading), x=0.5, y=1 - 6 / total, va="top", fontsize=10)
+    fig.canvas.draw()
+    below = fig._suptitle.get_window_extent(fig.canvas.get_renderer()).y0 - 3  # (pixels from the bottom)
+    fig.text(0.5, below / total, "\n".join(verdict_lines), ha="center", va="top", fontsize=10, weight="bold",
+             color=BANNER_COLOURS.get(verdict, "#57606a"))  # fmt: skip
     return save_figure(fig, path, tight=False)

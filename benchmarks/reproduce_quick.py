@@ -1,7 +1,7 @@
 """Every trained claim of `attnlab reproduce` at the quick size, as a check of their verdicts
 (the test suite runs them at the tiny size only, where a verdict means nothing): each claim must
 run, and the script lists the claims whose control clears its criterion, which the suite used to
-assert never happens at this size (about 16 minutes on 2 cores; docs/reproduce's quick report).
+assert never happens at this size (about 9 minutes on 2 cores; docs/reproduce's quick report).
 
     python benchmarks/reproduce_quick.py --out runs/reproduce-quick [--json quick.json]
 

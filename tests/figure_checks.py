@@ -33,6 +33,13 @@ def _is_colorbar(ax) -> bool:
     return hasattr(ax, "_colorbar") or ax.get_label() == "<colorbar>"
 
 
+def _drawn_tick_labels(axis) -> list:
+    """The tick labels ``axis`` draws: those of ticks inside its view (``get_ticklabels`` also
+    returns the labels of ticks beyond it, at stale positions)."""
+    ticks = axis._update_ticks()  # (matplotlib's own choice of the ticks to draw)
+    return [label for tick in ticks for label in (tick.label1, tick.label2) if label.get_visible() and label.get_text()]
+
+
 def figure_problems(fig) -> list[str]:
     """Every way ``fig`` falls short of the slide standard:
 
@@ -63,19 +70,20 @@ def figure_problems(fig) -> list[str]:
 
     for ax in drawn:
         for axis, label in ((ax.xaxis, ax.get_xlabel()), (ax.yaxis, ax.get_ylabel())):
-            ticks = [t.get_text() for t in axis.get_ticklabels() if t.get_visible() and t.get_text().strip()]
+            ticks = [t.get_text() for t in _drawn_tick_labels(axis) if t.get_text().strip()]
             if ticks and all(_number(t) for t in ticks) and not label.strip():
                 problems.append(f"a numeric {axis.axis_name}-axis without a label (ticks {ticks[:3]})")
         for image in [*ax.images, *(c for c in ax.collections if isinstance(c, QuadMesh))]:
             array = image.get_array()
-            if array is None or getattr(array, "ndim", 0) != 2:  # an RGB picture, not a heat map
-                continue
-            if not any(getattr(im, "colorbar", None) is not None for a in fig.axes for im in [*a.images, *a.collections]):
+            if array is None or getattr(array, "ndim", 0) != 2 or image.get_cmap().name == "gray":
+                continue  # a picture (RGB, or grey levels: a digit, a filter), not a heat map
+            if not any(
+                getattr(im, "colorbar", None) is not None for a in fig.axes for im in [*a.images, *a.collections]
+            ):
                 problems.append(f"a heat map in {ax.get_title()[:30]!r} without a colour bar")
             left, right, bottom, top = image.get_extent() if isinstance(image, AxesImage) else (-1e9, 1e9, -1e9, 1e9)
             for axis, (low, high), at in ((ax.xaxis, sorted((left, right)), 0), (ax.yaxis, sorted((bottom, top)), 1)):
-                values = [t.get_position()[at] for t in axis.get_ticklabels()
-                          if t.get_visible() and _number(t.get_text())]  # fmt: skip
+                values = [t.get_position()[at] for t in _drawn_tick_labels(axis) if _number(t.get_text())]
                 if any(abs(v - round(v)) > 1e-6 or not low < v < high for v in values):
                     problems.append(f"a heat map's {axis.axis_name}-ticks between or beyond its cells ({values[:4]})")
         for bars in (c for c in ax.containers if isinstance(c, BarContainer)):
@@ -91,13 +99,16 @@ def figure_problems(fig) -> list[str]:
     for t, box in boxes.items():
         if box.width > edge.width * 1.02:
             problems.append(f"the text {t.get_text()[:40]!r}… is wider than the figure")
+    for t in [fig._suptitle, *fig.texts]:  # (figure-level text past an edge is cut off where the size is fixed)
+        if t in boxes and (boxes[t].x0 < -1 or boxes[t].x1 > edge.width + 1):
+            problems.append(f"the text {t.get_text()[:40]!r}… runs off the image")
 
     owner = {}  # each label or title -> its panel (a tick label's own ``axes`` is None)
     for ax in fig.axes:
-        mine = ax.get_xticklabels(which="both") + ax.get_yticklabels(which="both")
+        mine = _drawn_tick_labels(ax.xaxis) + _drawn_tick_labels(ax.yaxis)
         mine += [ax.title, ax._left_title, ax._right_title, ax.xaxis.label, ax.yaxis.label]
         owner.update({t: ax for t in mine if t in boxes})
-    labels = [*owner, *(t for t in [fig._suptitle, *fig.texts] if t is not None and t in boxes)]
+    labels = list(dict.fromkeys([*owner, *(t for t in [fig._suptitle, *fig.texts] if t is not None and t in boxes)]))
     for a, b in itertools.combinations(labels, 2):
         if boxes[a].overlaps(boxes[b]) and boxes[a].width > 0 and boxes[b].width > 0:
             problems.append(f"{a.get_text()!r} overlaps {b.get_text()!r}")

@@ -459,12 +459,28 @@ def test_the_spike_rate_counts_spikes_not_noise_or_progress():
     assert old > 0.2  # batch noise alone read as a large rise
 
 
-def test_the_quick_report_says_it_is_a_smoke_run(tmp_path):
-    r = Result("m", True, "c")
+def test_the_quick_report_says_it_is_a_preview_and_which_verdicts_are_final(tmp_path):
+    computed, trained = Result("m", True, "c"), Result("m", True, "c", final=False)
     (tmp_path / "q").mkdir(), (tmp_path / "f").mkdir()
-    quick = write_report({"worked-example": r}, Context(out=tmp_path / "q", work=tmp_path / "w", size="quick"))
-    full = write_report({"worked-example": r}, Context(out=tmp_path / "f", work=tmp_path / "w", size="full"))
-    assert "The quick size is a smoke run" in quick.read_text() and "smoke" not in full.read_text()
+    results = {"worked-example": computed, "length": trained}
+    quick = write_report(results, Context(out=tmp_path / "q", work=tmp_path / "w", size="quick")).read_text()
+    full = write_report(results, Context(out=tmp_path / "f", work=tmp_path / "w", size="full")).read_text()
+    assert "The quick size is a preview, not the judge" in quick and "preview" not in full
+    rows = {line.split("](#")[1].split(")")[0]: line.split(" | ")[2] for line in quick.splitlines() if "](#" in line}
+    assert rows == {"worked-example": "yes", "length": "no"}  # (the table's "final" column)
+    assert (
+        "- **Final at this size**: no: a preview" in quick and "- **Final at this size**: yes (the full size)" in full
+    )
+
+
+def test_a_claim_is_final_below_the_full_size_only_when_it_reads_nothing_sized(tmp_path):
+    """`Result.final` comes from what the claim read: a computed claim is final at the tiny size; one
+    that reads steps or seeds, or a model trained at this size, is not."""
+    ctx = Context(out=tmp_path / "out", work=tmp_path / "work", size="tiny")
+    results = run_claims(["worked-example", "sinusoidal", "graphs"], ctx, log=lambda m: None)
+    assert {n: r.final for n, r in results.items()} == {"worked-example": True, "sinusoidal": True, "graphs": False}
+    full = Context(out=tmp_path / "full", work=tmp_path / "work", size="full")
+    assert run_claims(["worked-example"], full, log=lambda m: None)["worked-example"].final
 
 
 def test_a_withdrawn_claim_runs_nothing_and_says_why(tiny):

@@ -69,6 +69,7 @@ def graphs(ctx: Context) -> Result:
     )
     fig, ax = plt.subplots(figsize=(5, 3), dpi=100, layout="constrained")
     ax.bar([f"{p}\n{a}" for p, a in kinds], [mean[k] for k in kinds], color=["0.6", "0.6", "C0", "C0"])
+    ax.set_ylim(0, 1.02)
     for i, kind in enumerate(kinds):  # every seed
         ax.plot([i] * len(acc[kind]), acc[kind], "k.", ms=4)
     ax.axhline(0.5, color="k", lw=0.8, ls="--")

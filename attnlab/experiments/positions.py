@@ -165,6 +165,7 @@ def sinusoidal(ctx: Context) -> Result:
     ax.plot(range(64), dist.numpy())
     ax.set_xlabel("offset k")
     ax.set_ylabel("PE(pos)·PE(pos+k)")
+    ax.set_title("the dot product depends on the offset alone", fontsize=9)
     save_figure(fig, ctx.out / "sinusoidal.png")
     ok = worst_fit < 1e-6 and worst_spread < 1e-6
     return Result(
@@ -258,7 +259,7 @@ def change_words(runs: list[dict], encodings) -> str:
 
 
 def length_figure(ctx: Context, runs: list[dict]) -> None:
-    fig, ax = plt.subplots(figsize=(4.8, 3.2), dpi=100)
+    fig, ax = plt.subplots(figsize=(5.2, 3.4), dpi=100, layout="constrained")
     for pos, ys in mean_over_seeds(runs).items():
         line = ax.plot(LENGTHS, ys, "o-", label=pos)[0]
         for r in runs if len(runs) > 1 else ():  # every seed, when there are several
@@ -266,6 +267,7 @@ def length_figure(ctx: Context, runs: list[dict]) -> None:
     ax.set_xscale("log", base=2)
     ax.set_xlabel("window length (trained at 64); the same 8 x 64 targets")
     ax.set_ylabel("loss on the last 64 tokens")
+    ax.set_title("loss as the input grows past the trained 64 tokens", fontsize=9)
     ax.legend(fontsize=8)
     save_figure(fig, ctx.out / "length.png")
 

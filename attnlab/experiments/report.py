@@ -34,8 +34,8 @@ def reproduce(
     quick: Annotated[
         bool,
         Arg(
-            "small runs, a smoke test of the claims (its verdicts are not the full report's): all claims in about 35 "
-            "minutes on 2 CPU cores"
+            "a preview: two seeds and at most a tenth of the full size's steps, all claims in about 9 minutes "
+            "on 2 CPU cores; each claim says whether its verdict could be final (the full size decides)"
         ),
     ] = False,
     out: Annotated[str | Path, Arg("report folder")] = "reproduce",
@@ -198,7 +198,9 @@ def _finality(r: Result, ctx: Context, long: bool = False) -> str:
     """Whether ``r``'s verdict could be final at this size: "yes" (the full size, or a claim that
     computes the same at every size), else "no" (a preview; ``long``: and why)."""
     if r.final or ctx.size == "full":
-        return "yes" + (" (the full size)" if long and ctx.size == "full" else " (the same at every size)" if long else "")
+        return "yes" + (
+            " (the full size)" if long and ctx.size == "full" else " (the same at every size)" if long else ""
+        )
     return "no" + (f": a preview (fewer seeds or steps at the {ctx.size} size); the full size decides" if long else "")
 
 
@@ -214,8 +216,8 @@ def write_report(results: dict[str, Result], ctx: Context) -> Path:
         *(
             [
                 f"**The {ctx.size} size is a preview, not the judge.** A claim that trains runs two seeds where "
-                "the full size runs three, and a tenth to a third of its steps: its verdict here is a preview "
-                "(\"final\": no), and can differ from the full size's, which decides. A claim that computes "
+                "the full size runs three, and 2 to 10 % of its steps: its verdict here is a preview "
+                '("final": no), and can differ from the full size\'s, which decides. A claim that computes '
                 "without training runs the same at every size: its verdict here is final.",
                 "",
             ]
@@ -263,7 +265,7 @@ DOCS_INTRO = """\
 # The lectures' claims, checked: `attnlab reproduce`
 
 ```bash
-attnlab reproduce --quick --out reproduce/     # every claim, small runs, on 2 CPU cores
+attnlab reproduce --quick --out reproduce/     # every claim, a preview: under 10 minutes on 2 CPU cores
 attnlab reproduce scaling table1 length        # some of them, full size
 attnlab reproduce --resume                     # a stopped run: keeps the claims it judged, runs the rest
 ```
@@ -290,7 +292,9 @@ checks, or says it comes from outside the decks. The verdicts:
   what would decide it.
 
 Every trained claim runs three seeds at full size (two with `--quick`, which the report says), each
-seed its own pipeline, pretraining included. Comparative claims decide on the 95 % t-interval of the
+seed its own pipeline, pretraining included. `--quick` is a preview: its trained claims also run 2
+to 10 % of the full size's steps, and the report marks each verdict final or not (a claim
+that computes without training is the same at every size). Comparative claims decide on the 95 % t-interval of the
 paired differences (each seed sets both models' initial weights and batches); threshold claims are
 judged in every seed's models (PASS in all, FAIL in all, INCONCLUSIVE when the seeds disagree). The claims whose verdict can turn on the training budget
 (bottleneck, locality, data-hunger, image-positions) measure along their runs as well and state

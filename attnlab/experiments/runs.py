@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import io
 import math
+import textwrap
 from pathlib import Path
 
 import numpy as np
@@ -213,9 +214,13 @@ def loss_bars(
     ax.set_xlim(-0.5, len(names) - 0.5)
     ax.set_ylabel(ylabel)
     seeds = min(len(v) for v in losses.values())
-    ax.set_title(title + (f"\nmean, 95 % interval over {seeds} seeds; dots: seeds" if seeds > 1 else ""), fontsize=9)
-    if curves:
+    how = f"mean, 95 % interval over {seeds} seeds; dots: seeds" if seeds > 1 else "one seed"
+    if curves:  # (the description over both panels, each panel its own short title)
+        fig.suptitle(textwrap.fill(title, int(11 * (width + 4))), fontsize=9)
+        ax.set_title(f"at the end ({how})", fontsize=8)
         curve_panel(axes[0, 1], curves, ylabel)
+    else:
+        ax.set_title(textwrap.fill(title, int(11 * width)) + f"\n{how}", fontsize=9)
     save_figure(fig, path)
 
 

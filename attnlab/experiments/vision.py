@@ -387,6 +387,7 @@ def locality(ctx: Context) -> Result:
     axes[1].set_xticks(range(len(names)), [f"{n}\n(sees {LOCALITY_MODELS[n][1]} px)" for n in names], fontsize=8)
     axes[1].axhline(0.5, color="grey", lw=0.8, ls="--")
     axes[1].set_ylabel("test accuracy")
+    axes[1].set_title("after training (dashed: chance)", fontsize=9)
     axes[1].set_ylim(0.4, 1.02)
     axes[1].legend(fontsize=8)
     curve_panel(axes[2], curves)

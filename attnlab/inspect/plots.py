@@ -26,8 +26,9 @@ def _show_image(ax, img) -> None:
 
 def confusion_matrix_png(cm, labels, path: Path, title: str = "") -> Path:
     k = len(labels)
-    fig, ax = plt.subplots(figsize=(1 + 0.5 * k, 1 + 0.5 * k), dpi=100)
-    ax.imshow(cm, cmap="Blues")
+    fig, ax = plt.subplots(figsize=(2 + 0.5 * k, 1.2 + 0.5 * k), dpi=100, layout="constrained")
+    im = ax.imshow(cm, cmap="Blues")
+    fig.colorbar(im, ax=ax, shrink=0.8, label="test items")
     for i in range(k):
         for j in range(k):
             if cm[i, j]:
@@ -44,7 +45,7 @@ def confusion_matrix_png(cm, labels, path: Path, title: str = "") -> Path:
     ax.set_yticks(range(k), labels)
     ax.set_xlabel("predicted")
     ax.set_ylabel("true")
-    ax.set_title(title, fontsize=9)
+    ax.set_title(title or "confusion matrix", fontsize=9)
     return save_figure(fig, path)
 
 
@@ -53,19 +54,22 @@ def attention_grid_png(img, grids, path: Path, title: str = "") -> Path:
 
     n_layers, n_heads = grids.shape[:2]
     fig, axes = plt.subplots(
-        n_layers, n_heads + 1, figsize=(1.4 * (n_heads + 1), 1.4 * n_layers), dpi=100, squeeze=False
-    )
+        n_layers, n_heads + 1, figsize=(1.4 * (n_heads + 1) + 0.8, 1.4 * n_layers + 0.5), dpi=100, squeeze=False,
+        layout="constrained",
+    )  # fmt: skip
+    top = float(np.asarray(grids).max()) or 1.0  # (one colour scale for every map, so that they compare)
     for layer in range(n_layers):
         _show_image(axes[layer, 0], img)
         axes[layer, 0].set_ylabel(f"layer {layer}", fontsize=7)
         for h in range(n_heads):
             ax = axes[layer, h + 1]
-            ax.imshow(np.asarray(grids[layer, h]), cmap="inferno")
+            im = ax.imshow(np.asarray(grids[layer, h]), cmap="inferno", vmin=0, vmax=top)
             ax.set_xticks([])
             ax.set_yticks([])
             if layer == 0:
                 ax.set_title(f"head {h}", fontsize=7)
-    fig.suptitle(title, fontsize=9)
+    fig.colorbar(im, ax=axes, shrink=0.8, label="attention weight")
+    fig.suptitle(title or "attention of each layer and head", fontsize=9)
     return save_figure(fig, path)
 
 
@@ -78,17 +82,18 @@ def overlay_png(img, heat, path: Path, title: str = "") -> Path:
     up = F.interpolate(torch.as_tensor(heat)[None, None].float(), size=(h, w), mode="bilinear", align_corners=False)[
         0, 0
     ]
-    fig, axes = plt.subplots(1, 3, figsize=(7.5, 2.8), dpi=100)
+    fig, axes = plt.subplots(1, 3, figsize=(8.2, 2.8), dpi=100, layout="constrained")
     _show_image(axes[0], img)
     axes[0].set_title("image", fontsize=8)
     _show_image(axes[1], img)
     axes[1].imshow(up.numpy(), cmap="jet", alpha=0.5)
     axes[1].set_title("overlay", fontsize=8)
-    axes[2].imshow(heat, cmap="jet")
+    im = axes[2].imshow(heat, cmap="jet")
     axes[2].set_xticks([])
     axes[2].set_yticks([])
     axes[2].set_title("map", fontsize=8)
-    fig.suptitle(title, fontsize=9)
+    fig.colorbar(im, ax=axes[2], shrink=0.8)
+    fig.suptitle(title or "where the model looks", fontsize=9)
     return save_figure(fig, path)
 
 
@@ -98,7 +103,8 @@ def components_png(comps, var, path: Path) -> Path:
     n = comps.shape[0]
     cols = 7
     rows = (n + cols - 1) // cols
-    fig, axes = plt.subplots(rows, cols, figsize=(cols * 1.1, rows * 1.2), dpi=100, squeeze=False)
+    fig, axes = plt.subplots(rows, cols, figsize=(cols * 1.1, rows * 1.2 + 0.4), dpi=100, squeeze=False,
+                             layout="constrained")  # fmt: skip
     for i, ax in enumerate(axes.flat):
         ax.set_xticks([])
         ax.set_yticks([])
@@ -136,6 +142,8 @@ def attention_distance_png(dist, path: Path, image_size: int | None = None) -> P
         ax.scatter(range(n_layers), dist[:, h], s=14, label=f"head {h}")
     ax.set_xlabel("network depth (layer)")
     ax.set_ylabel("mean attention distance (pixels)")
+    ax.set_title("how far each head attends, by depth", fontsize=9)
+    ax.set_xticks(range(n_layers))
     if image_size:
         ax.set_ylim(0, image_size)
     ax.legend(fontsize=6, ncol=2)
@@ -146,10 +154,12 @@ def attention_distance_png(dist, path: Path, image_size: int | None = None) -> P
 def cka_png(m, path: Path, xlabel: str = "layer", ylabel: str = "layer", title: str = "CKA") -> Path:
     fig, ax = plt.subplots(figsize=(4.5, 4), dpi=100)
     im = ax.imshow(m, cmap="magma", vmin=0, vmax=1, origin="lower")
+    ax.set_xticks(range(m.shape[1]))
+    ax.set_yticks(range(m.shape[0]))
     ax.set_xlabel(xlabel, fontsize=8)
     ax.set_ylabel(ylabel, fontsize=8)
     ax.set_title(title, fontsize=9)
-    fig.colorbar(im, ax=ax)
+    fig.colorbar(im, ax=ax, label="CKA")
     return save_figure(fig, path)
 
 
@@ -163,14 +173,19 @@ def alignment_png(src_tokens, tgt_tokens, maps: dict, path: Path) -> Path:
     cell = max(0.25, min(0.45, 6 / max(len(src_tokens), 1)))
     w = max(3.0, cell * len(src_tokens) + 1.5)
     h = max(3.0, cell * len(tgt_tokens) + 1.5)
-    fig, axes = plt.subplots(rows, cols, figsize=(w * cols, h * rows), dpi=100, squeeze=False)
+    fig, axes = plt.subplots(
+        rows, cols, figsize=(w * cols + 0.8, h * rows), dpi=100, squeeze=False, layout="constrained"
+    )
     for ax, name in zip(axes.flat, names):
-        ax.imshow(maps[name].numpy(), cmap="Greys", vmin=0, vmax=1, aspect="auto")
+        im = ax.imshow(maps[name].numpy(), cmap="Greys", vmin=0, vmax=1, aspect="auto")
+        ax.set_xlabel("source", fontsize=8)
+        ax.set_ylabel("target", fontsize=8)
         ax.set_xticks(range(len(src_tokens)), src_tokens, rotation=90, fontsize=7)
         ax.set_yticks(range(len(tgt_tokens)), tgt_tokens, fontsize=7)
         ax.set_title(name, fontsize=8)
     for ax in list(axes.flat)[len(names) :]:
         ax.axis("off")
+    fig.colorbar(im, ax=axes, shrink=0.8, label="attention weight")
     return save_figure(fig, path)
 
 
@@ -325,16 +340,17 @@ def maps_png(img, maps: dict, path: Path, title: str = "") -> Path:
     import torch.nn.functional as F
 
     h, w = np.asarray(img).shape[-2:]
-    fig, axes = plt.subplots(1, len(maps) + 1, figsize=(2.6 * (len(maps) + 1), 2.9), dpi=100)
+    fig, axes = plt.subplots(1, len(maps) + 1, figsize=(3.1 * (len(maps) + 1), 2.9), dpi=100, layout="constrained")
     _show_image(axes[0], img)
     axes[0].set_title("image", fontsize=8)
     for ax, (name, heat) in zip(axes[1:], maps.items()):
         heat = torch.as_tensor(np.asarray(heat), dtype=torch.float32)[None, None]
         up = F.interpolate(heat, size=(h, w), mode="bilinear", align_corners=False)[0, 0].numpy()
         _show_image(ax, img)
-        ax.imshow(up, cmap="jet", alpha=0.5)
+        im = ax.imshow(up, cmap="jet", alpha=0.5)
         ax.set_title(name, fontsize=8)
-    fig.suptitle(title, fontsize=9)
+        fig.colorbar(im, ax=ax, shrink=0.8)  # (each map on its own scale)
+    fig.suptitle(title or "maps over the image", fontsize=9)
     return save_figure(fig, path)
 
 
@@ -345,9 +361,11 @@ def class_lens_png(img, probs, labels: list[str], path: Path) -> Path:
         1, 2, figsize=(3 + 0.5 * len(labels), 1.2 + 0.4 * len(probs)), dpi=110, width_ratios=[1, 3]
     )
     _show_image(ax_img, img)
+    ax_img.set_title("image", fontsize=8)
     text = [[f"{p:.2f}" for p in row] for row in probs]
     rows = [f"block {i}" for i in range(len(probs))]
     matrix_panel(fig, ax, probs, rows=rows, cols=labels, cell_text=text, vmax=1.0, title="class lens: P(class)")
+    ax.set_xlabel("class", fontsize=8)
     return save_figure(fig, path)
 
 
@@ -377,7 +395,9 @@ def token_attention_png(queries: list[str], keys: list[str], maps, path: Path, t
     cols = n_heads if not averaged else min(n_layers, 6)
     rows = n_layers if not averaged else -(-n_layers // cols)
     side = min(3.2, max(1.6, 0.16 * max(len(keys), 8)))
-    fig, axes = plt.subplots(rows, cols, figsize=(side * cols + 1.2, side * rows + 1.0), dpi=110, squeeze=False)
+    fig, axes = plt.subplots(
+        rows, cols, figsize=(side * cols + 1.2, side * rows + 1.0), dpi=110, squeeze=False, layout="constrained"
+    )
     labelled = len(keys) <= 32  # (longer texts: the axes count positions)
     im = None
     for r in range(rows):

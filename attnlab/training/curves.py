@@ -21,8 +21,12 @@ def loss_curve(history: list[dict], path: Path) -> Path | None:
     if ev:
         ax.plot([r["step"] for r in ev], [r["train_loss"] for r in ev], "o-", label="train (eval)")
         ax.plot([r["step"] for r in ev], [r["val_loss"] for r in ev], "s-", label="validation")
+    from matplotlib.ticker import MaxNLocator
+
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # (steps are whole)
     ax.set_xlabel("step")
     ax.set_ylabel("cross-entropy loss (nats)")
+    ax.set_title(f"training of {Path(path).parent.name}: loss by step", fontsize=10)
     ax.legend()
     ax.grid(alpha=0.3)
     fig.tight_layout()
