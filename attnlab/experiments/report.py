@@ -295,7 +295,9 @@ Every trained claim runs three seeds at full size (two with `--quick`, which the
 seed its own pipeline, pretraining included. `--quick` is a preview: its trained claims also run 2
 to 10 % of the full size's steps, and the report marks each verdict final or not (a claim
 that computes without training is the same at every size). Comparative claims decide on the 95 % t-interval of the
-paired differences (each seed sets both models' initial weights and batches); threshold claims are
+paired differences (each seed sets both models' initial weights and batches), over seeds and test
+items at once where every seed is scored on the same test items (a seed × item mixed model,
+`attnlab.experiments.stats.seeds_items_interval`, its coverage checked by simulation); threshold claims are
 judged in every seed's models (PASS in all, FAIL in all, INCONCLUSIVE when the seeds disagree). The claims whose verdict can turn on the training budget
 (bottleneck, locality, data-hunger, image-positions) measure along their runs as well and state
 the verdict at a quarter, half, three quarters and all of them, with the curve in their figure. `OUT/report.md` names the data of every claim; the exit

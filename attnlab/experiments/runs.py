@@ -226,11 +226,11 @@ def loss_bars(
 
 def interval_half_width(values) -> float:
     """Half the width of the 95 % t-interval of the mean of ``values`` (NaN for one value)."""
-    from .stats import T95
+    from .stats import t95
 
     values = np.asarray(values, dtype=float)
     n = len(values)
-    return float(T95[n - 1] * values.std(ddof=1) / math.sqrt(n)) if n > 1 else float("nan")
+    return float(t95(n - 1) * values.std(ddof=1) / math.sqrt(n)) if n > 1 else float("nan")
 
 
 def curve_panel(ax, curves: dict, ylabel: str = "") -> None:

@@ -10,7 +10,31 @@ import numpy as np
 from .registry import Context, Control
 
 # two-sided 95 % Student t quantiles by degrees of freedom (scipy is not a dependency)
-T95 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262}
+T95 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262, 10: 2.228,
+       11: 2.201, 12: 2.179, 13: 2.160, 14: 2.145, 15: 2.131, 16: 2.120, 17: 2.110, 18: 2.101, 19: 2.093,
+       20: 2.086, 21: 2.080, 22: 2.074, 23: 2.069, 24: 2.064, 25: 2.060, 26: 2.056, 27: 2.052, 28: 2.048,
+       29: 2.045, 30: 2.042, 40: 2.021, 60: 2.000, 120: 1.980}  # fmt: skip
+
+
+def t95(df: float) -> float:
+    """The two-sided 95 % Student t quantile at ``df`` degrees of freedom (not necessarily whole:
+    Satterthwaite's), interpolated in 1/df between the table's entries (t is smooth in 1/df, and
+    1.96 at 1/df = 0): within 0.5 % of the exact value from df = 3 on, and wider than it between
+    the whole numbers below."""
+    if df >= 1e9:
+        return 1.96
+    df = max(float(df), 1.0)
+    known = sorted(T95)
+    if df >= known[-1]:
+        lo, hi, t_lo, t_hi = known[-1], math.inf, T95[known[-1]], 1.96
+    else:
+        lo = max(k for k in known if k <= df)
+        hi = min(k for k in known if k > df)
+        t_lo, t_hi = T95[lo], T95[hi]
+    if lo == df:
+        return t_lo
+    w = (1 / lo - 1 / df) / (1 / lo - (0 if math.isinf(hi) else 1 / hi))
+    return t_lo + w * (t_hi - t_lo)
 
 
 def seeds_for(ctx: Context) -> tuple[int, ...]:
@@ -34,20 +58,57 @@ def paired_interval(diffs, resolution: float = 0.0, items=None) -> tuple[float, 
     ``resolution``: the measurement's step (1/N for an accuracy on N test items): the spread is
     taken as at least one step, since equal differences on a coarse scale (two seeds that both
     differ by 5 of 144 texts) say nothing about the noise being zero. ``items`` (seeds, N): each
-    seed's difference item by item on a test set (``diffs`` its rows' means): the test set is one
-    draw of N items that every seed shares, so its sampling error, the standard error of the
-    items' seed-averaged differences, joins the seeds' (the two half-widths added in quadrature)."""
+    seed's difference item by item on a test set (``diffs`` its rows' means): the interval is then
+    :func:`seeds_items_interval`'s, over seeds and test items at once."""
     if items is not None:
-        items = np.asarray(items, dtype=float)
-        diffs = items.mean(1)
+        return seeds_items_interval(items, resolution)
     d = np.asarray(diffs, dtype=float)
     if len(d) < 2:
         return float(d.mean()), float("nan"), float("nan")
-    half = T95.get(len(d) - 1, 1.96) * max(d.std(ddof=1), resolution) / math.sqrt(len(d))
-    if items is not None:
-        per_item = items.mean(0)  # (N,)
-        half = math.hypot(half, 1.96 * per_item.std(ddof=1) / math.sqrt(len(per_item)))
+    half = t95(len(d) - 1) * max(d.std(ddof=1), resolution) / math.sqrt(len(d))
     return float(d.mean()), float(d.mean() - half), float(d.mean() + half)
+
+
+def seeds_items_interval(items, resolution: float = 0.0) -> tuple[float, float, float]:
+    """(mean, low, high): the 95 % interval of the mean of ``items`` (S seeds, N test items: each
+    seed's paired difference on each item), with the seeds and the test items both random draws:
+    d[s, i] = μ + a[s] + b[i] + e[s, i] (a seed × item mixed model, every seed scored on the same
+    items). The mean's variance is σ_a²/S + σ_b²/N + σ_e²/(S N), each variance component from the
+    two-way analysis of variance's mean squares (σ_a² = (MS_seeds − MS_residual) / N, σ_b² =
+    (MS_items − MS_residual) / S, σ_e² = MS_residual) and at least 0; its degrees of freedom are
+    Satterthwaite's. Adding the seeds' and the items' standard errors in quadrature, as before,
+    counted the seed × item noise (e) twice. ``resolution``: as for :func:`paired_interval`, a floor
+    on the seeds' spread. One
+    seed: the items alone (the seed's own noise unmeasured, so no interval: nan)."""
+    d = np.asarray(items, dtype=float)
+    seeds, n = d.shape
+    mean = float(d.mean())
+    if seeds < 2:
+        return mean, float("nan"), float("nan")
+    row, col = d.mean(1), d.mean(0)
+    ms_seeds = n * row.var(ddof=1)
+    ms_items = seeds * col.var(ddof=1) if n > 1 else 0.0
+    residual = d - row[:, None] - col[None, :] + mean
+    ms_error = (residual**2).sum() / ((seeds - 1) * (n - 1)) if n > 1 else 0.0
+    ms_seeds = max(ms_seeds, n * resolution**2)  # (the seeds' spread: at least one step of the measure)
+    # the variance components, each at least 0: the seeds' σ_a² = (MS_s − MS_e) / N, the items' σ_b² =
+    # (MS_i − MS_e) / S, the rest σ_e² = MS_e; S N Var(mean) = S N (σ_a²/S + σ_b²/N + σ_e²/(S N)) is then
+    # a sum of the mean squares, each with a coefficient: {name: [mean square, coefficient, its dof]}
+    terms = {
+        "error": [ms_error, 1, (seeds - 1) * (n - 1)],
+        "seeds": [ms_seeds, 0, seeds - 1],
+        "items": [ms_items, 0, n - 1],
+    }
+    for part in ("seeds", "items"):
+        if terms[part][0] > ms_error:
+            terms[part][1] += 1
+            terms["error"][1] -= 1
+    combined = sum(ms * c for ms, c, _ in terms.values())
+    if combined <= 0:  # (every difference the same: nothing varies)
+        return mean, mean, mean
+    df = combined**2 / sum((ms * c) ** 2 / dof for ms, c, dof in terms.values() if c and dof)  # Satterthwaite's
+    half = t95(df) * math.sqrt(combined / (seeds * n))
+    return mean, mean - half, mean + half
 
 
 def better_verdict(

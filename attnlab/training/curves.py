@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import textwrap
 from pathlib import Path
 
 from ..figures import plt, save_figure
@@ -26,7 +27,8 @@ def loss_curve(history: list[dict], path: Path) -> Path | None:
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # (steps are whole)
     ax.set_xlabel("step")
     ax.set_ylabel("cross-entropy loss (nats)")
-    ax.set_title(f"training of {Path(path).parent.name}: loss by step", fontsize=10)
+    title = f"training loss by step: {Path(path).parent.name}"  # (a run's folder name can be long: wrapped)
+    ax.set_title(textwrap.fill(title, 80), fontsize=10)
     ax.legend()
     ax.grid(alpha=0.3)
     fig.tight_layout()
