@@ -13,7 +13,7 @@ if "ipykernel" not in sys.modules:  # a notebook keeps its inline backend; elsew
     matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-__all__ = ["plt", "save_figure"]
+__all__ = ["add_banner", "plt", "save_figure"]
 
 
 def save_figure(fig, path: Path, tight: bool = True) -> Path:
