@@ -3,6 +3,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from figure_checks import judging
 
 # A run's thread count follows the machine's load unless it is fixed (attnlab/training/threads.py);
 # the suite fixes it, in this process and in the commands it starts, so that what else runs on the
@@ -21,27 +22,6 @@ os.environ.setdefault("ATTNLAB_FAST_BF16", "0")
 # Tests never download: a model named by its HuggingFace hub id is read from the cache a test
 # builds (tests/test_hub.py), and a missing one is an error at once, not a network timeout.
 os.environ["HF_HUB_OFFLINE"] = "1"
-
-
-@pytest.fixture(scope="session", autouse=True)
-def _judge_every_figure():
-    """Every figure a test saves is judged by the slide standard (tests/figure_checks.py) as it is
-    saved; tests/test_figure_text.py asserts on the verdicts, kept by file name."""
-    from matplotlib.figure import Figure
-
-    from figure_checks import JUDGED, TITLES, figure_problems, figure_titles
-
-    real = Figure.savefig
-
-    def judged(self, fname, *args, **kwargs):
-        name = Path(str(fname)).name.replace(".tmp.png", ".png")
-        JUDGED[name] = JUDGED.get(name, []) + figure_problems(self)
-        TITLES[name] = figure_titles(self)
-        return real(self, fname, *args, **kwargs)
-
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(Figure, "savefig", judged)
-        yield
 
 
 @pytest.fixture(autouse=True)
@@ -82,7 +62,7 @@ def tiny_run(tmp_path_factory):
             opts = dict(recipe.tiny)
             data = opts.pop("data", None)
             out = tmp_path_factory.mktemp(f"tiny_{family}") / family
-            with pytest.MonkeyPatch.context() as mp:
+            with pytest.MonkeyPatch.context() as mp, judging():  # (its loss curve judged for a slide)
                 mp.setenv("ATTNLAB_FAST_BF16", "0")
                 runs[family] = attnlab.train(family, data=data, out=out, **opts)
         return runs[family]
@@ -100,4 +80,5 @@ def tiny(tmp_path_factory):
 
     tmp = tmp_path_factory.mktemp("reproduce")
     ctx = Context(out=tmp / "out", work=tmp / "work", size="tiny")
-    return ctx, run_claims(list(CLAIMS), ctx, log=lambda m: None)
+    with judging():  # (every claim figure judged for a slide: tests/test_figure_text.py)
+        return ctx, run_claims(list(CLAIMS), ctx, log=lambda m: None)

@@ -1,17 +1,41 @@
 """What makes a figure fit for a slide (issue 68), judged from matplotlib's own layout
 (``get_window_extent``) and artists, never by eye: :func:`figure_problems` lists what is wrong.
 
-The suite judges every figure it saves (``tests/conftest.py`` wraps ``Figure.savefig``): the
-problems are kept by file name in :data:`JUDGED`, and ``tests/test_figure_text.py`` asserts that
-every kind of figure attnlab writes was judged and found clean."""
+Inside :func:`judging` every figure saved is judged as it is saved (the shared tiny runs and the
+claims at the tiny size are made inside it, ``tests/conftest.py``): the problems are kept by file
+name in :data:`JUDGED`, and ``tests/test_figure_text.py`` asserts that every kind of figure
+attnlab writes was judged and found clean. (Not the whole suite: judging draws each figure once
+more, and the suite saves a loss curve at every evaluation of every run.)"""
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import re
+from pathlib import Path
 
 JUDGED: dict[str, list[str]] = {}  # file name -> its problems, over every save of that name in this session
 TITLES: dict[str, str] = {}  # file name -> its figure's title and figure-level texts, at its last save
+
+
+@contextlib.contextmanager
+def judging():
+    """Every figure saved inside it is judged (:func:`figure_problems`) under its file name."""
+    from matplotlib.figure import Figure
+
+    real = Figure.savefig
+
+    def judged(self, fname, *args, **kwargs):
+        name = Path(str(fname)).name.replace(".tmp.png", ".png")
+        JUDGED[name] = JUDGED.get(name, []) + figure_problems(self)
+        TITLES[name] = figure_titles(self)
+        return real(self, fname, *args, **kwargs)
+
+    Figure.savefig = judged
+    try:
+        yield
+    finally:
+        Figure.savefig = real
 
 
 def figure_titles(fig) -> str:

@@ -1,6 +1,6 @@
 """Figures for a slide (issue 68): every kind of figure attnlab writes (the inspections of every
 family, the training curve, the patching map, every claim's figures) is judged as it is saved by
-tests/figure_checks.py from matplotlib's own layout (``get_window_extent``), not by eye: a title,
+tests/figure_checks.py (inside its ``judging()``) from matplotlib's own layout (``get_window_extent``), not by eye: a title,
 labelled axes, a colour bar on heat maps, bars from zero or with intervals, no text over text, over
 another panel or wider than the image. A claim's figures carry the claim and its verdict."""
 
@@ -10,7 +10,7 @@ import torch
 from attnlab.figures import plt
 from attnlab.inspect.plots import token_label
 from attnlab.recipes import recipes
-from figure_checks import JUDGED, TITLES, figure_problems
+from figure_checks import JUDGED, TITLES, figure_problems, judging
 
 NO_IMAGE = ("embeddings", "positions", "distance", "cka")  # (a ViT's or CNN's views of its weights or test set)
 INSPECTIONS = [(r.name, what) for r in recipes() for what in r.inspections]
@@ -75,7 +75,8 @@ def test_every_inspection_of_every_family_makes_a_clean_figure(family, what, tin
         "seq2seq": {"text": "3 1 4 1 5"},
     }.get(family, {"image": str(image)} if family in ("caption", "vit", "cnn") and what not in NO_IMAGE else {})
     name = f"{family}_{what}_view.png"
-    png = model.inspect(what, tmp_path / name, **options)
+    with judging():
+        png = model.inspect(what, tmp_path / name, **options)
     assert png.exists() and name in JUDGED
     assert JUDGED[name] == [], "\n".join(JUDGED[name])
 
@@ -97,8 +98,9 @@ def figure_problems_of_file(name: str) -> list[str]:
 def test_the_patching_map_is_a_clean_figure(tmp_path):
     from attnlab.inspect.patching import patching_figure
 
-    patching_figure(torch.linspace(-1, 1, 12).reshape(2, 6), tmp_path / "patching_view.png", labels=list("abcdef"))
-    patching_figure(torch.rand(3, 4), tmp_path / "patching_heads_view.png", over="head")
+    with judging():
+        patching_figure(torch.linspace(-1, 1, 12).reshape(2, 6), tmp_path / "patching_view.png", labels=list("abcdef"))
+        patching_figure(torch.rand(3, 4), tmp_path / "patching_heads_view.png", over="head")
     assert figure_problems_of_file("patching_view.png") == []
     assert figure_problems_of_file("patching_heads_view.png") == []
 

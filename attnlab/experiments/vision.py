@@ -798,9 +798,14 @@ def _data_hunger_figure(a: dict, curves: dict, sizes: list, fractions, path) -> 
         ax.plot(sizes, [a[kind, f].mean() for f in fractions], "o-", label=label)
         for n, f in zip(sizes, fractions):  # every seed, when there are several
             ax.plot([n] * len(a[kind, f]), a[kind, f], ".", color=ax.lines[-1].get_color(), ms=3)
+    from matplotlib.ticker import NullFormatter
+
     ax.set_xscale("log")
+    ax.set_xticks(sizes, [str(n) for n in sizes])  # (the sizes trained on, not crowded minor labels)
+    ax.xaxis.set_minor_formatter(NullFormatter())
     ax.set_xlabel("training images")
     ax.set_ylabel("test accuracy")
+    ax.set_title("accuracy by training-set size", fontsize=9)
     ax.legend(fontsize=8)
     labels = {"vit": "ViT from scratch", "resnet": "ResNet", "pretrained": "ViT pretrained, fine-tuned"}
     curve_panel(right, {labels[kind]: cs for (kind, f), cs in curves.items() if f == fractions[0]}, "test accuracy")
