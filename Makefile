@@ -31,7 +31,7 @@ venv: $(VENV)/.installed-all
 
 demo: $(VENV)/.installed-core
 	@if [ -d runs/demo/last ]; then echo "runs/demo already trained: sampling from it (rm -rf runs/demo to train again)"; \
-	else $(VENV)/bin/attnlab train gpt --out runs/demo --sample-chars 0; fi
+	else $(VENV)/bin/attnlab train gpt --out runs/demo --sample-chars 0 --max-iters 900; fi
 	@echo "--- a sample (temperature 0.6: a one-minute model keeps to the words it has learned) ---"
 	$(VENV)/bin/attnlab sample --ckpt runs/demo --prompt "The " --max-new-tokens 400 --temperature 0.6 --seed 1
 	@echo "--- a one-minute character-level model: it has learned the corpus's spelling and its common words, not"
