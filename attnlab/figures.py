@@ -13,7 +13,7 @@ if "ipykernel" not in sys.modules:  # a notebook keeps its inline backend; elsew
     matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-__all__ = ["add_banner", "plt", "save_figure"]
+__all__ = ["add_banner", "plt", "save_figure", "ticks_at"]
 
 
 def save_figure(fig, path: Path, tight: bool = True) -> Path:
@@ -29,6 +29,15 @@ def save_figure(fig, path: Path, tight: bool = True) -> Path:
         plt.close(fig)
         tmp.unlink(missing_ok=True)  # a failed save leaves nothing behind
     return path
+
+
+def ticks_at(axis, values) -> None:
+    """Ticks at ``values`` alone, labelled as they are: on a log axis, the values measured rather
+    than powers of ten with minor labels that crowd into each other ("3×10²4×10²")."""
+    from matplotlib.ticker import NullFormatter
+
+    axis.set_ticks(list(values), [str(v) for v in values])
+    axis.set_minor_formatter(NullFormatter())
 
 
 BANNER_COLOURS = {"PASS": "#1a7f37", "FAIL": "#cf222e"}  # any other verdict: grey

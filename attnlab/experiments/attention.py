@@ -9,6 +9,7 @@ import math
 import numpy as np
 import torch
 
+from ..figures import ticks_at
 from ..inspect.plots import plt, save_figure
 from .registry import Context, Control, Result, claim, deck, markdown_table
 from ..training.callbacks import quarter_steps
@@ -447,13 +448,10 @@ def table1(ctx: Context) -> Result:
         [kind, f"{fit[kind][0]:.2f}", f"{fit[kind][1]:.2f}", measured[kind][0], f"× {measured[kind][1]:.2f}"]
         for kind in TABLE1_KINDS
     ]
-    from matplotlib.ticker import NullFormatter
-
     fig, ax = plt.subplots(figsize=(5, 3.4), dpi=100, layout="constrained")
     for kind in TABLE1_KINDS:
         ax.loglog(ns, fit[kind][2], "o-", label=kind)
-    ax.set_xticks(ns, [str(n) for n in ns], minor=False)  # (the lengths measured, not crowded minor labels)
-    ax.xaxis.set_minor_formatter(NullFormatter())
+    ticks_at(ax.xaxis, ns)  # (the lengths measured)
     ax.set_xlabel("sequence length n (d = 32)")
     ax.set_ylabel("FLOPs per layer")
     ax.set_title("FLOPs of one layer by sequence length", fontsize=9)

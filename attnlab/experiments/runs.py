@@ -206,8 +206,7 @@ def loss_bars(
     ax = axes[0, 0]
     spots = range(len(names))
     means = [float(np.mean(losses[n])) for n in names]
-    halves = [interval_half_width(losses[n]) for n in names]
-    ax.errorbar(spots, means, yerr=[0 if math.isnan(h) else h for h in halves], fmt="o", ms=7, capsize=6, lw=1.5)
+    ax.errorbar(spots, means, yerr=[error_bar(losses[n]) for n in names], fmt="o", ms=7, capsize=6, lw=1.5)
     for i, n in enumerate(names):  # every seed
         ax.plot([i + 0.12] * len(losses[n]), losses[n], "k.", ms=4)
     ax.set_xticks(spots, names)
@@ -224,13 +223,14 @@ def loss_bars(
     save_figure(fig, path)
 
 
-def interval_half_width(values) -> float:
-    """Half the width of the 95 % t-interval of the mean of ``values`` (NaN for one value)."""
-    from .stats import t95
+def error_bar(values) -> float:
+    """Half the width of the 95 % t-interval over seeds of the mean of ``values`` (one per seed:
+    :func:`stats.paired_interval`'s), the length of an error bar; 0 for one value (no interval to
+    draw)."""
+    from .stats import paired_interval
 
-    values = np.asarray(values, dtype=float)
-    n = len(values)
-    return float(t95(n - 1) * values.std(ddof=1) / math.sqrt(n)) if n > 1 else float("nan")
+    _, low, high = paired_interval(values)
+    return 0.0 if math.isnan(low) else (high - low) / 2
 
 
 def curve_panel(ax, curves: dict, ylabel: str = "") -> None:

@@ -21,20 +21,14 @@ def t95(df: float) -> float:
     Satterthwaite's), interpolated in 1/df between the table's entries (t is smooth in 1/df, and
     1.96 at 1/df = 0): within 0.5 % of the exact value from df = 3 on, and wider than it between
     the whole numbers below."""
-    if df >= 1e9:
-        return 1.96
     df = max(float(df), 1.0)
     known = sorted(T95)
-    if df >= known[-1]:
-        lo, hi, t_lo, t_hi = known[-1], math.inf, T95[known[-1]], 1.96
-    else:
-        lo = max(k for k in known if k <= df)
-        hi = min(k for k in known if k > df)
-        t_lo, t_hi = T95[lo], T95[hi]
+    lo = max(k for k in known if k <= df)
+    hi = min((k for k in known if k > df), default=math.inf)  # (beyond the table: 1.96 at df = ∞)
     if lo == df:
-        return t_lo
-    w = (1 / lo - 1 / df) / (1 / lo - (0 if math.isinf(hi) else 1 / hi))
-    return t_lo + w * (t_hi - t_lo)
+        return T95[lo]
+    t_hi = T95.get(hi, 1.96)
+    return T95[lo] + (1 / lo - 1 / df) / (1 / lo - 1 / hi) * (t_hi - T95[lo])
 
 
 def seeds_for(ctx: Context) -> tuple[int, ...]:

@@ -10,6 +10,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from ..figures import ticks_at
 from ..inspect.plots import plt, save_figure
 from .registry import Context, Control, Result, claim, deck, markdown_table, skipped
 from .runs import (
@@ -20,8 +21,8 @@ from .runs import (
     digits_vit_config,
     digits_vit_options,
     digits_vit_run,
+    error_bar,
     curve_panel,
-    interval_half_width,
     image_models,
     loss_bars,
     correct_items,
@@ -379,9 +380,8 @@ def locality(ctx: Context) -> Result:
     for i, where in enumerate(kinds):
         shown = [n for n in names if (where, n) in acc]
         xs = [names.index(n) + 0.2 * (2 * i - 1) for n in shown]
-        halves = [interval_half_width(acc[where, n]) for n in shown]  # (NaN with one seed: no interval)
         axes[1].bar(xs, [acc[where, n].mean() for n in shown], 0.4, label=f"{where} dots", capsize=3,
-                    yerr=[0 if np.isnan(h) else h for h in halves])  # fmt: skip
+                    yerr=[error_bar(acc[where, n]) for n in shown])  # fmt: skip
         for x, n in zip(xs, shown):
             axes[1].plot([x] * len(acc[where, n]), acc[where, n], "k.", ms=4)
     axes[1].set_xticks(range(len(names)), [f"{n}\n(sees {LOCALITY_MODELS[n][1]} px)" for n in names], fontsize=8)
@@ -798,11 +798,8 @@ def _data_hunger_figure(a: dict, curves: dict, sizes: list, fractions, path) -> 
         ax.plot(sizes, [a[kind, f].mean() for f in fractions], "o-", label=label)
         for n, f in zip(sizes, fractions):  # every seed, when there are several
             ax.plot([n] * len(a[kind, f]), a[kind, f], ".", color=ax.lines[-1].get_color(), ms=3)
-    from matplotlib.ticker import NullFormatter
-
     ax.set_xscale("log")
-    ax.set_xticks(sizes, [str(n) for n in sizes])  # (the sizes trained on, not crowded minor labels)
-    ax.xaxis.set_minor_formatter(NullFormatter())
+    ticks_at(ax.xaxis, sizes)  # (the sizes trained on)
     ax.set_xlabel("training images")
     ax.set_ylabel("test accuracy")
     ax.set_title("accuracy by training-set size", fontsize=9)
