@@ -228,6 +228,7 @@ def test_caption_commands_end_to_end(caption_run, tmp_path, capsys):
             assert np.mean(leads["attention"]) == pytest.approx(lead)
             chance = res["pointing_chance_by_word"][kind] - res["pointing_random_object_by_word"][kind]
             assert np.mean(leads["random_cell"]) == pytest.approx(chance)
+            assert len(leads["shuffled"]) == len(leads["attention"])  # (the null: another word's map, same words)
     assert set(res["by_objects"]) <= {"1", "2", "3"}
     png = tmp_path / "grid.png"
     assert main(["inspect", "caption", "--ckpt", str(caption_run), "--image", str(img), "--out", str(png)]) == 0

@@ -477,7 +477,7 @@ def _reproduce(
 
         for name, claim in experiments.CLAIMS.items():
             if isinstance(claim.source, str):
-                where = "outside the decks"
+                where = "beyond the decks"
             else:
                 lines: dict = {}
                 for r in claim.source:

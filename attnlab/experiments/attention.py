@@ -13,8 +13,8 @@ from ..figures import ticks_at
 from ..inspect.plots import plt, save_figure
 from .registry import Context, Control, Result, claim, deck, markdown_table
 from ..training.callbacks import quarter_steps
-from .runs import EntropyCurve, corpus, gpt_losses, loss_at, loss_bars, spread_ends, train_gpt
-from .stats import aa_control, aa_seeds, better_verdict, parts_verdict, seeds_for, seeds_note
+from .runs import LOSS_WINDOWS, EntropyCurve, corpus, gpt_losses, loss_bars, spread_ends, train_gpt, window_losses
+from .stats import WIDE, aa_control, aa_seeds, aa_spread, better_verdict, parts_verdict, seeds_for, seeds_note
 
 
 # ---- 1-5: attention and positions, computed --------------------------------------------------------
@@ -585,44 +585,56 @@ def attention_memory(ctx: Context) -> Result:
     "attends to j as much as j to i, before masking), with W_V = W_K what a token offers to be found by is also "
     "what it passes on; either tie makes a worse model.",
     source=deck(
-        "001:182 W_V , W_K are learned parameters",
+        "004:406 It worked better, other types of attentions have been explored",
         "004:410 Why can't we fold queries and keys into one representation?",
+        "004:417 Why can't we fold keys and values into one representation?",
     ),
     why="A 95 % t-interval over seeds above 0: a difference larger than seed noise, of any size; the A/A run tests the same criterion on noise.",
 )
 def three_projections(ctx: Context) -> Result:
     steps = ctx.steps(20, 120, 1500)
-    seeds = seeds_for(ctx)
-    losses, params = gpt_losses(
-        ctx, {"W_Q, W_K, W_V": {}, "W_K = W_Q": {"attn_tie": "qk"}, "W_V = W_K": {"attn_tie": "kv"}}, steps, seeds
+    seeds = seeds_for(ctx, full=WIDE)
+    names = ("W_Q, W_K, W_V", "W_K = W_Q", "W_V = W_K")
+    losses, params, windows = gpt_losses(
+        ctx, dict(zip(names, ({}, {"attn_tie": "qk"}, {"attn_tie": "kv"}))), steps, seeds
     )
-    full, qk, kv = (np.array(losses[n]) for n in ("W_Q, W_K, W_V", "W_K = W_Q", "W_V = W_K"))
+    full, qk, kv = (np.array(losses[n]) for n in names)
     loss_bars(losses, ctx.out / "three_projections.png", "own or tied projections")
+    # the A/A run: three projections again, its initial weights from other seeds and its batches the
+    # claim's own (paired as the claim pairs its sides)
+    again, _, again_windows = gpt_losses(
+        ctx, {names[0]: {}}, steps, seeds, init_seeds=aa_seeds(seeds, "three-projections")
+    )
+    aa, aa_items = np.array(again[names[0]]) - full, again_windows[names[0]] - windows[names[0]]
+    floor = aa_spread(aa)
 
-    def judge(qk_diffs, kv_diffs):  # (the claim's criterion, and its A/A control's)
+    def judge(qk_diffs, kv_diffs, qk_items, kv_items):  # (the claim's criterion, and its A/A control's)
         parts = (
-            better_verdict(qk_diffs, "loss difference (W_K = W_Q side − three projections)"),
-            better_verdict(kv_diffs, "loss difference (W_V = W_K side − three projections)"),
-        )
+            better_verdict(qk_diffs, "loss difference (W_K = W_Q side − three projections)", items=qk_items,
+                           floor=floor),
+            better_verdict(kv_diffs, "loss difference (W_V = W_K side − three projections)", items=kv_items,
+                           floor=floor),
+        )  # fmt: skip
         return (*parts_verdict(parts), "; ".join(words for _, _, words in parts))
 
-    passed, verdict, intervals = judge(qk - full, kv - full)
-    again, _ = gpt_losses(ctx, {"W_Q, W_K, W_V": {}}, steps, aa_seeds(seeds))
-    aa = np.array(again["W_Q, W_K, W_V"]) - full  # (both ties' A/A side: three projections, other seeds)
+    base = windows[names[0]]
+    passed, verdict, intervals = judge(qk - full, kv - full, windows[names[1]] - base, windows[names[2]] - base)
     return Result(
         f"validation loss after {steps} steps (means over {len(seeds)} seed(s)): three projections {full.mean():.3f}, "
         f"W_K = W_Q {qk.mean():.3f}, W_V = W_K {kv.mean():.3f}; {intervals}",
         passed,
-        "for each tie, the 95 % interval of the paired loss difference (tied − three projections) above 0",
+        "for each tie, the 95 % interval (over seeds and validation windows) of the paired loss difference (tied − "
+        "three projections) above 0, its seeds' spread at least the A/A run's",
         "three_projections.png",
         markdown_table(
             ["attention", "parameters", "validation loss (mean)"],
             [[n, params[n], float(np.mean(losses[n]))] for n in params],
         ),
         note="2-layer 64-wide GPTs with 4 heads and rotary positions, trained alike; a tied model has one "
-        "64×64 projection per layer fewer. Loss on 16 fixed windows of 64 validation tokens" + seeds_note(ctx),
+        f"64×64 projection per layer fewer (not parameter-matched). Loss on {LOSS_WINDOWS} fixed windows of 64 "
+        "validation tokens" + seeds_note(ctx),
         verdict=verdict,
-        control=aa_control(judge(aa, aa)),
+        control=aa_control(judge(aa, aa, aa_items, aa_items)),
     )
 
 
@@ -649,22 +661,28 @@ def scaling_convergence(ctx: Context) -> Result:
     dim = 256
     qk_std = dim**-0.5
     data = corpus(ctx)
-    ends = spread_ends(len(data.val), 64, 16)
+    ends = spread_ends(len(data.val), 64, LOSS_WINDOWS)
     val = np.asarray(data.val, dtype=np.int64)
-    windows = torch.from_numpy(np.stack([val[e - 64 : e] for e in ends[:8]]))  # (8, 64): the entropy's
+    windows = torch.from_numpy(
+        np.stack([val[e - 64 : e] for e in ends[:: LOSS_WINDOWS // 8]])
+    )  # (8, 64): the entropy's
     arms = {"QKᵀ/√d_k": {}, "QKᵀ": {"attn_scale": 1.0}}
 
-    def trained(arm: str, arm_seeds) -> tuple[list[float], list[dict]]:
-        losses, curves = [], []
-        for seed in arm_seeds:  # each seed sets both arms' initial weights and batches alike
+    def trained(arm: str, init_seeds=None) -> tuple[list[float], list[dict], np.ndarray]:
+        """(loss per seed, entropy curve per seed, (seeds, windows) loss per window); ``init_seeds``:
+        the initial weights' seeds of an A/A run (its batches the claim's seeds)."""
+        losses, curves, items = [], [], []
+        for i, seed in enumerate(seeds):  # each seed sets both arms' initial weights and batches alike
             curve = EntropyCurve(windows, quarter_steps(steps))
             model, _ = train_gpt(ctx, "rope", steps, context=64, seed=seed, heads=1, dim=dim, qk_std=qk_std,
-                                 callbacks=[curve], **arms[arm])  # fmt: skip
-            losses.append(loss_at(model, data, 64, ends))
+                                 callbacks=[curve], init_seed=None if init_seeds is None else init_seeds[i],
+                                 **arms[arm])  # fmt: skip
+            items.append(window_losses(model, data, 64, ends))
+            losses.append(float(items[-1].mean()))
             curves.append(curve.curve)
-        return losses, curves
+        return losses, curves, np.stack(items)
 
-    runs = {arm: trained(arm, seeds) for arm in arms}
+    runs = {arm: trained(arm) for arm in arms}
     scaled, raw = np.array(runs["QKᵀ/√d_k"][0]), np.array(runs["QKᵀ"][0])
     entropy = {arm: runs[arm][1] for arm in arms}
     start = {arm: float(np.mean([c[0] for c in entropy[arm]])) for arm in arms}
@@ -676,14 +694,17 @@ def scaling_convergence(ctx: Context) -> Result:
         curves=entropy,
     )
 
-    def judge(diffs):  # (the claim's criterion, and its A/A control's)
-        return better_verdict(diffs, "loss difference (the other side − scaled)")
+    # the A/A run: the scaled arm again, its initial weights from other seeds, its batches the claim's own
+    again, _, again_items = trained("QKᵀ/√d_k", aa_seeds(seeds, "scaling-convergence"))
+    floor = aa_spread(np.array(again) - scaled)
 
-    passed, verdict, interval = judge(raw - scaled)
+    def judge(diffs, items):  # (the claim's criterion, and its A/A control's)
+        return better_verdict(diffs, "loss difference (the other side − scaled)", items=items, floor=floor)
+
+    passed, verdict, interval = judge(raw - scaled, runs["QKᵀ"][2] - runs["QKᵀ/√d_k"][2])
     saturated = start["QKᵀ"] < SATURATED
     if not saturated:  # the mechanism the claim is about is absent: the losses say nothing of it
         passed, verdict = False, "INCONCLUSIVE"
-    again = trained("QKᵀ/√d_k", aa_seeds(seeds))[0]
     return Result(
         f"mean attention entropy (a fraction of log T, T = 64) at step 0: unscaled {start['QKᵀ']:.3f} "
         f"({'below' if saturated else 'not below'} the premise's {SATURATED}), scaled {start['QKᵀ/√d_k']:.3f}; "
@@ -692,7 +713,8 @@ def scaling_convergence(ctx: Context) -> Result:
         f"{', '.join(f'{v:.3f}' for v in raw)}; {interval}",
         passed,
         f"the unscaled arm's softmax saturated at step 0 (mean entropy below {SATURATED} × log T), and the 95 % "
-        "interval of the paired loss difference (unscaled − scaled) above 0",
+        "interval (over seeds and validation windows) of the paired loss difference (unscaled − scaled) above 0, its "
+        "seeds' spread at least the A/A run's",
         "scaling_convergence.png",
         note="2-layer GPTs 256 wide with one head (d_k = 256) and rotary positions, W_Q and W_K drawn from "
         "N(0, 1/256) so that q and k have unit-variance entries (the GPT's own N(0, 0.02²) gives unscaled scores "
@@ -700,5 +722,5 @@ def scaling_convergence(ctx: Context) -> Result:
         "The entropy is measured on 8 validation windows of 64 tokens before the first step and at each quarter "
         "of the run. The computed `scaling` claim shows the mechanism (entropy, gradients)",
         verdict=verdict,
-        control=aa_control(judge(np.array(again) - scaled)),
+        control=aa_control(judge(np.array(again) - scaled, again_items - runs["QKᵀ/√d_k"][2])),
     )

@@ -13,8 +13,8 @@ import torch.nn.functional as F
 from ..inspect.plots import head_scores_panel, plt, save_figure
 from ..training.tasks import RepeatedSequenceTask
 from .registry import Context, Control, Result, claim, deck, markdown_table
-from .runs import corpus, fit, gpt_losses, length_gpt, loss_bars
-from .stats import aa_control, aa_seeds, better_verdict, seed_suffix, seeds_for, seeds_note, seeds_verdict
+from .runs import LOSS_WINDOWS, corpus, fit, gpt_losses, length_gpt, loss_bars
+from .stats import aa_control, aa_seeds, aa_spread, better_verdict, seed_suffix, seeds_for, seeds_note, seeds_verdict
 
 
 def head_statistics(model, x, y) -> tuple[np.ndarray, list[tuple[str, float]], float]:
@@ -63,11 +63,12 @@ def heads(ctx: Context) -> Result:
         model = length_gpt(ctx, "alibi", seed)[0]
         torch.manual_seed(seed)
         untrained = GPT(model.config).eval()  # the baseline: the same model before training, which must fail
-        # the control: another untrained model (another seed) through the same criterion, against the
-        # first one's bars; only chance, or a vacuous criterion, lets it clear them
-        torch.manual_seed(aa_seeds([seed])[0])
-        other = GPT(model.config).eval()
-        runs.append([head_statistics(m, x, y) for m in (model, untrained, other)])
+        # the control: the same GPT trained alike with its heads tied (every head's W_Q, W_K, W_V one
+        # head's copies: they cannot learn to attend differently, beyond ALiBi's slopes), through the
+        # same criterion against the same bars; it clears them when the criterion reads the slopes or
+        # the training, not heads that learned to differ
+        tied = length_gpt(ctx, "alibi", seed, tied_heads=True)[0]
+        runs.append([head_statistics(m, x, y) for m in (model, untrained, tied)])
     (js, deltas, base), (js0, _, _), _ = runs[0]  # (drawn: seed 0's)
     fig, axes = plt.subplots(1, 2, figsize=(8.5, 3.2), dpi=100, layout="constrained")
     heads = range(js.shape[0])
@@ -103,7 +104,7 @@ def heads(ctx: Context) -> Result:
     controls = [judged(*run[2][:2], *run[1][:2]) for run in runs]
     rows = [
         [seed, f"{t[1]:.3f}", f"{run[1][0][off_diagonal].mean():.3f}", f"{t[2]:.4f} to {t[3]:.4f}",
-         "holds" if t[0] else "fails", "clears" if c[0] else "fails"]
+         "holds" if t[0] else "fails", f"mean JS {c[1]:.3f}: {'clears' if c[0] else 'fails'}"]
         for seed, t, c, run in zip(seeds, trained, controls, runs)
     ]  # fmt: skip
     passed, verdict = seeds_verdict(t[0] for t in trained)
@@ -118,11 +119,12 @@ def heads(ctx: Context) -> Result:
         "0.05 nats) and the ablation effects spread over more than 0.05 nats and more than twice the untrained "
         "model's spread",
         "heads.png",
-        markdown_table(["seed", "mean JS", "untrained mean JS", "ablation effects", "criterion", "control"], rows),
+        markdown_table(["seed", "mean JS", "untrained mean JS", "ablation effects", "criterion", "tied heads"], rows),
         note="the ALiBi GPTs of the `length` claim (one per seed), 8 windows of 64 validation tokens" + seeds_note(ctx),
         control=Control(
-            "per seed, the same architecture before training with another seed, against the bars that seed's "
-            f"untrained model set (seed 0's: mean JS {js0[off_diagonal].mean():.3f})",
+            "per seed, the same GPT trained alike with its heads tied (each layer's W_Q, W_K and W_V one head's "
+            "copies, kept equal through training: only ALiBi's slopes and W_O tell the heads apart), against the "
+            f"bars that seed's untrained model set (seed 0's: mean JS {js0[off_diagonal].mean():.3f})",
             f"clears them in {sum(c[0] for c in controls)} of {len(seeds)} seeds (seed 0's: mean JS "
             f"{controls[0][1]:.3f}, ablation effects {controls[0][2]:.4f} to {controls[0][3]:.4f})",
             all(c[0] for c in controls),
@@ -143,26 +145,33 @@ def multi_head(ctx: Context) -> Result:
     steps = ctx.steps(20, 120, 1500)
     seeds = seeds_for(ctx)
     one, four = "1 head × 64", "4 heads × 16"
-    losses, params = gpt_losses(ctx, {one: {"heads": 1}, four: {"heads": 4}}, steps, seeds)
+    losses, params, windows = gpt_losses(ctx, {one: {"heads": 1}, four: {"heads": 4}}, steps, seeds)
     loss_bars(losses, ctx.out / "multi_head.png", f"{steps} steps, {len(seeds)} seed(s)")
+    # the A/A run: 4 heads again, its initial weights from other seeds and its batches the claim's own
+    again, _, again_windows = gpt_losses(
+        ctx, {four: {"heads": 4}}, steps, seeds, init_seeds=aa_seeds(seeds, "multi-head")
+    )
+    aa = np.array(again[four]) - np.array(losses[four])
+    floor = aa_spread(aa)
 
-    def judge(diffs):  # (the claim's criterion, and its A/A control's)
-        return better_verdict(diffs, "loss difference (the other side − 4 heads)")
+    def judge(diffs, items):  # (the claim's criterion, and its A/A control's)
+        return better_verdict(diffs, "loss difference (the other side − 4 heads)", items=items, floor=floor)
 
     diffs = np.array(losses[one]) - np.array(losses[four])
-    passed, verdict, interval = judge(diffs)
-    again, _ = gpt_losses(ctx, {four: {"heads": 4}}, steps, aa_seeds(seeds))
+    passed, verdict, interval = judge(diffs, windows[one] - windows[four])
     same_size = params[one] == params[four]
     return Result(
         f"validation loss after {steps} steps: 1 head {np.mean(losses[one]):.3f}, 4 heads {np.mean(losses[four]):.3f} "
         f"(means over seeds {', '.join(map(str, seeds))}; {params[one]:,} and {params[four]:,} parameters); {interval}",
         passed and same_size,
-        "the same parameter count, and the 95 % interval of the paired loss difference (1 head − 4 heads) above 0",
+        "the same parameter count, and the 95 % interval (over seeds and validation windows) of the paired loss "
+        "difference (1 head − 4 heads) above 0, its seeds' spread at least the A/A run's",
         "multi_head.png",
-        note="2-layer 64-wide GPTs with rotary positions, trained alike on the same text; loss on 16 fixed "
-        "windows of 64 validation tokens; each seed sets both models' initial weights and batches" + seeds_note(ctx),
+        note="2-layer 64-wide GPTs with rotary positions, trained alike on the same text; loss on "
+        f"{LOSS_WINDOWS} fixed windows of 64 validation tokens; each seed sets both models' initial weights and "
+        "batches" + seeds_note(ctx),
         verdict=verdict,
-        control=aa_control(judge(np.array(again[four]) - np.array(losses[four]))),
+        control=aa_control(judge(aa, again_windows[four] - windows[four])),
     )
 
 

@@ -57,7 +57,7 @@ def mlm_pretraining(ctx: Context) -> Result:
             api.train, "encoder", task="mlm", out=ctx.work / f"mlm{tag}", max_iters=pre_steps, seed=1337 + seed,
             **common,
         )  # fmt: skip
-        # the control: the same pretraining on words in random order (nothing to learn but the word list)
+        # the control: the same pretraining on words drawn uniformly from the vocabulary (nothing to learn but the word list)
         noise = quietly(
             api.train,
             "encoder",
@@ -112,7 +112,7 @@ def mlm_pretraining(ctx: Context) -> Result:
         "the pretraining's initial weights and batches (the claim's and the control's) and the fine-tuning's"
         + seeds_note(ctx),
         control=Control(
-            f"the same pretraining on the corpus's words in random order ({pre_steps} steps, one per seed)",
+            f"the same pretraining on text of the corpus's shape with every word drawn uniformly from its vocabulary ({pre_steps} steps, one per seed)",
             control_words,
             control_passed,
         ),

@@ -11,6 +11,7 @@ import torch
 from .registry import Context, Control, Result, claim, deck, markdown_table
 from .runs import fit, quietly, run_settings
 from .stats import (
+    WIDE,
     aa_control,
     aa_seeds,
     along_the_run,
@@ -57,7 +58,7 @@ def bottleneck(ctx: Context) -> Result:
     # the control, the mechanism removed: each seed's RNN without attention judged against another seed's
     # RNN without attention in the attending models' place (the tiny size's one seed: a second run); it
     # must not hold up where attention does
-    others = [run(lengths, steps, 64, ctx.work / "bottleneck", small=ctx.size != "full", only=names[:1], seed=aa_seeds(seeds)[0],
+    others = [run(lengths, steps, 64, ctx.work / "bottleneck", small=ctx.size != "full", only=names[:1], seed=aa_seeds(seeds, "bottleneck")[0],
                   **run_settings())[names[0]]["accuracy"]] if len(seeds) == 1 else [a[names[0]] for a in acc]  # fmt: skip
     nulls = [
         _bottleneck_checks({**a, "another": others[(i + 1) % len(others)]}, short, long, names[0], ("another",))[0]
@@ -117,7 +118,7 @@ def _bottleneck_checks(acc: dict, short: int, long: int, bottlenecked: str, atte
     "A translation model's cross-attention aligns each output word with the input word it translates "
     "(Bahdanau et al. 2015); a captioner's attention falls on the object each word describes (Xu et al. 2015).",
     source=deck("002:360 Attention figures out different word orders", "002:807 Show, Attend, and Tell"),
-    why="80 %: most positions, where the monotone pointer reaches far fewer; captioning: an interval over the words above 0, a lead over a random object larger than the words' sampling error.",
+    why="80 %: most positions, where the same maps shuffled across sentences reach far fewer; captioning: an interval over the words above 0, a lead over a random object larger than the words' sampling error.",
 )
 def alignment(ctx: Context) -> Result:
     from ..inspect.plots import alignment_png
@@ -138,11 +139,18 @@ def alignment(ctx: Context) -> Result:
         "in every seed's models (INCONCLUSIVE when the seeds disagree): translation: arg-max on the translated "
         "source symbol for at least 80 % of the positions"
     )
+    # the null: the same model's cross-attention shuffled across the sentences (each sentence scored with
+    # the next one's map), by the same criterion: it clears when the alignment is the same for every
+    # sentence (a pointer that ignores the input would do), where a fixed diagonal pointer never could
+    null_holds = [t["shuffled"] >= 0.8 for t in translations]
     controls = [
         (
-            "a monotone (diagonal) pointer",
-            f"position t → source t agrees with the alignment {t0['diagonal']:.0%}",
-            t0["diagonal"] >= 0.8,
+            "the same translation models' attention shuffled across the sentences (each scored with another "
+            "sentence's map), by the translation criterion",
+            "arg-max on the translated symbol for "
+            + ", ".join(f"{t['shuffled']:.0%}" for t in translations)
+            + f" of the positions (a monotone pointer: {t0['diagonal']:.0%})",
+            seeds_verdict(null_holds)[0],
         )
     ]
     note = (
@@ -153,7 +161,7 @@ def alignment(ctx: Context) -> Result:
     if ctx.size != "tiny":
         caps = [_caption_pointing(ctx, s) for s in seeds]
         judged = [lead_interval(c["leads"]["attention"]) for c in caps]
-        null_judged = [lead_interval(c["leads"]["random_cell"]) for c in caps]
+        null_judged = [lead_interval(c["leads"]["shuffled"]) for c in caps]
         holds = [h and ok for h, (ok, _) in zip(holds, judged)]
         measured += f"; captioners ({caps[0]['steps']} steps): " + "; ".join(
             f"seed {s}: colour words' attention arg-max lands on their object {c['colour']:.0%}, a random object is "
@@ -171,11 +179,12 @@ def alignment(ctx: Context) -> Result:
         )
         controls.append(
             (
-                "a random cell's pointer, by the captioning criterion",
-                "a random cell ("
+                "the same captioners' attention shuffled across the colour words (each word scored with another "
+                "word's map, nearly always another scene's), by the captioning criterion",
+                "; ".join(words for _, words in null_judged)
+                + " (a random cell hits "
                 + ", ".join(f"{c['chance']:.0%}" for c in caps)
-                + " of hits): "
-                + "; ".join(words for _, words in null_judged),
+                + ")",
                 seeds_verdict(ok for ok, _ in null_judged)[0],
             )
         )
@@ -200,7 +209,8 @@ def _translation_alignment(ctx: Context, seed: int) -> dict:
     """A 2+2-layer Transformer trained on the reorder task (``seed``: its initial weights and batches)
     and where its cross-attention points on 64 fresh 12-symbol sentences: {"hits": the fraction of
     output positions whose layer- and head-averaged arg-max is the source symbol they translate,
-    "hits_moved": the same among the symbols that moved, "diagonal": the monotone pointer's,
+    "hits_moved": the same among the symbols that moved, "shuffled": the same with each sentence's map
+    taken from the next sentence (the null), "diagonal": the monotone pointer's,
     "pairs", "attention": the first sentence's map (13, 12), "steps"}."""
     from ..data.parallel import load_parallel, pad_batch, reorder_alignment, synthetic_pair
     from ..inspect import capture_attention
@@ -247,16 +257,26 @@ def _translation_alignment(ctx: Context, seed: int) -> dict:
     # decoder position t reads the t-th target symbol's predecessor and predicts the t-th: it should look at
     # the source symbol that one translates
     reference = torch.tensor([reorder_alignment(s) for s, _ in pairs])  # (B, 12)
-    hit = avg[:, :12, :12].argmax(-1) == reference
+    hit = alignment_hits(avg[:, :12, :12], reference)
     moved = reference != torch.arange(12)
     return {
         "hits": hit.float().mean().item(),
+        "shuffled": alignment_hits(avg[:, :12, :12], reference, shuffled=True).float().mean().item(),
         "hits_moved": hit[moved].float().mean().item(),
         "diagonal": (torch.arange(12) == reference).float().mean().item(),  # the monotone pointer: t -> t
         "pairs": pairs,
         "attention": avg[0, :13, :12],
         "steps": steps,
     }
+
+
+def alignment_hits(attention: torch.Tensor, reference: torch.Tensor, shuffled: bool = False) -> torch.Tensor:
+    """(B, T) whether each output position's attention arg-max (``attention`` (B, T, S)) is the
+    source position it translates (``reference`` (B, T)); ``shuffled``: each sentence scored with the
+    next sentence's map instead (the null: it hits as often when the alignment does not depend on
+    the sentence)."""
+    maps = attention.roll(1, 0) if shuffled else attention
+    return maps.argmax(-1) == reference
 
 
 def _captioner(ctx: Context, arch: str = "rnn-attention", seed: int = 0) -> dict:
@@ -266,9 +286,9 @@ def _captioner(ctx: Context, arch: str = "rnn-attention", seed: int = 0) -> dict
     from .. import api
 
     name = f"captioner_{arch}" + seed_suffix(seed)
-    ctx.sized = True  # (a model trained at this size, cached or not)
-    if name not in ctx.cache:
-        steps, scenes = ctx.steps(10, 100, 1200), ctx.steps(50, 800, 8000)
+    steps, scenes = ctx.steps(10, 100, 1200), ctx.steps(50, 800, 8000)
+
+    def train() -> dict:
         run = quietly(
             api.train,
             "caption",
@@ -279,8 +299,9 @@ def _captioner(ctx: Context, arch: str = "rnn-attention", seed: int = 0) -> dict
             **({"seed": 1337 + seed} if seed else {}),
             **run_settings(),
         )
-        ctx.cache[name] = {"steps": steps, "scenes": scenes, "eval": quietly(api.evaluate, run.out)}
-    return ctx.cache[name]
+        return {"steps": steps, "scenes": scenes, "eval": quietly(api.evaluate, run.out)}
+
+    return ctx.cached(name, train)
 
 
 def _caption_pointing(ctx: Context, seed: int = 0) -> dict:
@@ -291,7 +312,9 @@ def _caption_pointing(ctx: Context, seed: int = 0) -> dict:
         "colour": (res.get("pointing_by_word") or {}).get("colour", float("nan")),
         "chance": (res.get("pointing_chance_by_word") or {}).get("colour", float("nan")),
         "random_object": (res.get("pointing_random_object_by_word") or {}).get("colour", float("nan")),
-        "leads": (res.get("pointing_leads_by_word") or {}).get("colour", {"attention": [], "random_cell": []}),
+        "leads": (res.get("pointing_leads_by_word") or {}).get(
+            "colour", {"attention": [], "random_cell": [], "shuffled": []}
+        ),
     }
 
 
@@ -332,15 +355,17 @@ def _falls(by_objects: dict, bottlenecked: str, attending: str) -> tuple[float, 
     "BLEU points lay inside the spread between two seeds of one captioner).",
 )
 def caption_bottleneck(ctx: Context) -> Result:
-    seeds = seeds_for(ctx)
+    seeds = seeds_for(ctx, full=WIDE)
     by_objects = {
         arch: [{int(k): v for k, v in _captioner(ctx, arch, s)["eval"]["by_objects"].items()} for s in seeds]
         for arch in ("rnn", "rnn-attention")
     }
-    # the control, an A/A run: the captioner without attention trained again with other seeds in the
-    # attending one's place, judged by the same function
+    # the control, an A/A run: the captioner without attention trained again with other seeds (its
+    # initial weights and batches: `attnlab train caption --seed` sets both) in the attending one's place,
+    # judged by the same function
     by_objects["rnn again"] = [
-        {int(k): v for k, v in _captioner(ctx, "rnn", s)["eval"]["by_objects"].items()} for s in aa_seeds(seeds)
+        {int(k): v for k, v in _captioner(ctx, "rnn", s)["eval"]["by_objects"].items()}
+        for s in aa_seeds(seeds, "caption-bottleneck")
     ]
 
     def judged(attending: str) -> tuple[bool, str | None, str, list]:

@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,9 +21,39 @@ class Context:
     # with one: below the full size its verdict is a preview, not final (``Result.final``)
     sized: bool = False
 
+    # each cached run's record (:meth:`cached`): key -> (the data it read, the seconds it took)
+    runs: dict = field(default_factory=dict)
+    # the cached runs the running claim read: key -> the seconds it rests on without spending them (0 for
+    # a run it trained itself); reset per claim by the report
+    reads: dict = field(default_factory=dict)
+
+    @property
+    def cached_seconds(self) -> float:
+        """The training seconds of the cached runs the running claim read, trained by earlier claims."""
+        return float(sum(self.reads.values()))
+
     def steps(self, tiny: int, quick: int, full: int) -> int:
         self.sized = True
         return {"tiny": tiny, "quick": quick, "full": full}[self.size]
+
+    def cached(self, key: str, train):
+        """A model trained at this size once per report and read by several claims: ``train()`` the
+        first time, its value after that. Every read marks the running claim as sized (its verdict
+        a preview below the full size); a read from the cache names the data the training read
+        (``data_used``) and counts its seconds in :attr:`cached_seconds`, so that a claim that reads a
+        cached run reports what it rests on, not "no data, 0 s"."""
+        self.sized = True
+        used = self.cache.setdefault("data_used", [])
+        if key in self.cache:
+            data, seconds = self.runs.get(key, ([], 0.0))
+            used.extend(data)
+            self.reads.setdefault(key, seconds)
+            return self.cache[key]
+        before, t0 = len(used), time.perf_counter()
+        self.cache[key] = train()
+        self.runs[key] = (list(self.cache["data_used"][before:]), time.perf_counter() - t0)
+        self.reads[key] = 0.0  # (trained by this claim: its seconds are the claim's own)
+        return self.cache[key]
 
 
 VERDICTS = ("PASS", "FAIL", "INCONCLUSIVE", "SKIPPED", "ERROR", "WITHDRAWN")
@@ -66,6 +97,7 @@ class Result:
     verdict: str | None = None
     data: str = ""  # the data it ran on, named in the report
     final: bool = True  # False: run smaller than the full size (fewer seeds or steps), a preview the full size decides
+    cached_seconds: float = 0.0  # the training of the cached runs it read (trained by an earlier claim), in seconds
 
     @property
     def status(self) -> str:
@@ -129,15 +161,15 @@ class Claim:
     check: Callable[[Context], Result]
     command: str = ""
     topic: str = ""  # the module (lecture topic) it lives in
-    # the deck lines it checks, or (a string) why it is from outside the decks and where it comes from
+    # the deck lines it checks, or (a string) why it is from beyond the decks and where it comes from
     source: tuple[DeckLine, ...] | str = ()
     why: str = ""  # why its bars and margins are what they are (the docs page's table)
 
     @property
     def deck_line(self) -> str:
-        """The report's line: the deck references, or that the claim is from outside the decks."""
+        """The report's line: the deck references, or that the claim is from beyond the decks."""
         if isinstance(self.source, str):
-            return f"outside the decks: {self.source}"
+            return f"beyond the decks: {self.source}"
         return "; ".join(str(ref) for ref in self.source)
 
 
@@ -146,7 +178,7 @@ CLAIMS: dict[str, Claim] = {}
 
 def claim(name: str, title: str, statement: str, *, source: tuple[DeckLine, ...] | str, why: str):
     """Register ``check(ctx) -> Result`` as the claim ``name`` (``attnlab reproduce NAME``);
-    ``source``: the deck lines it checks (:func:`deck`), or why it is from outside the decks; ``why``:
+    ``source``: the deck lines it checks (:func:`deck`), or why it is from beyond the decks; ``why``:
     the reason for its criterion's bars and margins (or that they are a convention)."""
     if not source:
         raise ValueError(f"claim {name!r}: give its deck lines, or say where it comes from if not the decks")

@@ -95,18 +95,22 @@ def train_gpt(
     lr: float = 3e-3,
     qk_std: float | None = None,
     callbacks=(),
+    init_seed: int | None = None,
+    tied_heads: bool = False,
     **model,
 ):
     """A 2-layer GPT (64 wide unless ``model`` says otherwise) trained on the corpus for ``steps``
     steps of 16 windows of ``window`` tokens at peak learning rate ``lr``; ``model``: more GPTConfig
     options; ``qk_std``: the query and key projections drawn from N(0, qk_std²) instead of the GPT's
-    N(0, 0.02²); ``callbacks``: the trainer's. Its run folder is ``ctx.work / gpt_run_name(...)``
-    (its metrics.jsonl: every step's loss)."""
+    N(0, 0.02²); ``callbacks``: the trainer's; ``seed``: its initial weights and batches, or its
+    batches alone when ``init_seed`` sets the weights (an A/A run paired like its claim);
+    ``tied_heads``: every layer's heads one head copied (:func:`tie_heads`). Its run
+    folder is ``ctx.work / gpt_run_name(...)`` (its metrics.jsonl: every step's loss)."""
     from ..models import GPT, GPTConfig
     from ..training import LanguageModelTask
 
     data = corpus(ctx)
-    torch.manual_seed(seed)
+    torch.manual_seed(seed if init_seed is None else init_seed)
     shape = {"layers": 2, "dim": 64, **model}
     gpt = GPT(
         GPTConfig(vocab_size=data.tokenizer.vocab_size, context=context, heads=heads, pos=pos, dropout=0.0, **shape)
@@ -116,7 +120,15 @@ def train_gpt(
             for block in gpt.blocks:  # the fused projection's rows: [W_Q (H·d_k); W_K (H_kv·d_k); W_V]
                 attn = block.attn
                 attn.qkv.weight[: (attn.n_heads + attn.n_kv_heads) * attn.d_k].normal_(0.0, qk_std)
-    name = gpt_run_name(pos, steps, context, window, heads, seed, lr, **model, **({"qk_std": qk_std} if qk_std else {}))
+    if tied_heads:
+        tie_heads(gpt)
+    named = {
+        **model,
+        **({"qk_std": qk_std} if qk_std else {}),
+        **({"init": init_seed} if init_seed is not None else {}),
+        **({"tied": "heads"} if tied_heads else {}),
+    }
+    name = gpt_run_name(pos, steps, context, window, heads, seed, lr, **named)
     fit(
         ctx,
         gpt,
@@ -134,18 +146,49 @@ def train_gpt(
     return gpt.eval(), data
 
 
+def tie_heads(model) -> None:
+    """Make every attention layer's heads copies of one: each head's rows of W_Q, W_K and W_V (and
+    their biases) set to head 0's, and a gradient hook that gives every copy the heads' mean
+    gradient, so that they stay equal through training (AdamW and clipping act elementwise or
+    uniformly: equal weights with equal gradients get equal updates). The heads then compute one
+    pattern of scores; what still tells them apart is what the architecture adds per head (ALiBi's
+    slopes) and W_O. For a model whose heads must not learn to differ (the heads claim's null)."""
+    for block in model.blocks:
+        attn = block.attn
+        if attn.tie != "none":
+            raise ValueError("tie_heads: the model ties projections (attn_tie); untie them first")
+        groups = [(attn.n_heads, attn.d_k), (attn.n_kv_heads, attn.d_k), (attn.n_kv_heads, attn.d_v)]
+
+        def tied(t: torch.Tensor, groups=groups) -> torch.Tensor:
+            """``t`` (rows, ...) with each group's heads replaced by their mean (a copy)."""
+            parts, start = [], 0
+            for heads, width in groups:
+                rows = t[start : start + heads * width].reshape(heads, width, *t.shape[1:])
+                parts.append(rows.mean(0, keepdim=True).expand_as(rows).reshape(heads * width, *t.shape[1:]))
+                start += heads * width
+            return torch.cat(parts)
+
+        for param in (attn.qkv.weight, attn.qkv.bias):
+            if param is None:
+                continue
+            with torch.no_grad():  # every head head 0: the mean of copies of head 0
+                n = 0
+                for heads, width in groups:
+                    param[n : n + heads * width] = param[n : n + width].repeat(heads, *[1] * (param.dim() - 1))
+                    n += heads * width
+            param.register_hook(tied)
+
+
 LENGTH_STEPS = (20, 150, 1500)  # the steps of the length claim's GPTs: tiny, --quick, full size
 
 
-def length_gpt(ctx: Context, pos: str, seed: int):
+def length_gpt(ctx: Context, pos: str, seed: int, tied_heads: bool = False):
     """(model, corpus): the ``length`` claim's GPT with positions ``pos`` for ``seed``, built for 512
     positions and trained on 64-token windows, trained once per report (the heads claim reads the
-    ALiBi ones)."""
-    key = f"gpt_{pos}" + seed_suffix(seed)
-    ctx.sized = True  # (a model trained at this size, cached or not)
-    if key not in ctx.cache:
-        ctx.cache[key] = train_gpt(ctx, pos, ctx.steps(*LENGTH_STEPS), context=512, seed=seed)
-    return ctx.cache[key]
+    ALiBi ones, and its null the same with ``tied_heads``: :func:`tie_heads`)."""
+    key = f"gpt_{pos}" + ("_tied" if tied_heads else "") + seed_suffix(seed)
+    steps = ctx.steps(*LENGTH_STEPS)
+    return ctx.cached(key, lambda: train_gpt(ctx, pos, steps, context=512, seed=seed, tied_heads=tied_heads))
 
 
 def gpt_run_name(pos: str, steps: int, context: int, window: int, heads: int, seed: int, lr: float, **model) -> str:
@@ -162,33 +205,50 @@ def spread_ends(n_tokens: int, first: int, count: int) -> list[int]:
 
 
 @torch.no_grad()
-def loss_at(model, data, length: int, ends: list[int]) -> float:
-    """The loss on the same targets at every length: for each end e of ``ends``, the 64 tokens
-    before e are predicted from a window of ``length`` tokens ending there (so a longer window
-    only adds earlier context to the same predictions)."""
+def window_losses(model, data, length: int, ends: list[int]) -> np.ndarray:
+    """The loss on the same targets at every length, one per end: for each end e of ``ends``, the
+    mean loss on the 64 tokens before e, predicted from a window of ``length`` tokens ending there
+    (so a longer window only adds earlier context to the same predictions). (len(ends),)"""
     ids = np.asarray(data.val, dtype=np.int64)
     x = torch.from_numpy(np.stack([ids[e - length : e] for e in ends]))
     y = torch.from_numpy(np.stack([ids[e - length + 1 : e + 1] for e in ends]))
     logits = model(x)
-    return F.cross_entropy(logits[:, -64:].flatten(0, 1), y[:, -64:].flatten()).item()
+    per_token = F.cross_entropy(logits[:, -64:].flatten(0, 1), y[:, -64:].flatten(), reduction="none")
+    return per_token.view(len(ends), 64).mean(1).double().numpy()
 
 
-def gpt_losses(ctx: Context, variants: dict[str, dict], steps: int, seeds=(0,), **shape) -> tuple[dict, dict]:
-    """({variant: [validation loss per seed]}, {variant: parameter count}): one 2-layer GPT with
-    rotary positions per variant and seed (``variants``: name -> GPTConfig options), each scored
-    on the same 16 windows of 64 tokens."""
+def loss_at(model, data, length: int, ends: list[int]) -> float:
+    """:func:`window_losses`' mean: the loss on all the targets at once."""
+    return float(window_losses(model, data, length, ends).mean())
+
+
+LOSS_WINDOWS = 64  # the validation windows of 64 tokens a comparison of losses is scored on (its test items)
+
+
+def gpt_losses(
+    ctx: Context, variants: dict[str, dict], steps: int, seeds=(0,), init_seeds=None, **shape
+) -> tuple[dict, dict, dict]:
+    """({variant: [validation loss per seed]}, {variant: parameter count}, {variant: (seeds,
+    windows) loss per window}): one 2-layer GPT with rotary positions per variant and seed
+    (``variants``: name -> GPTConfig options), each scored on the same :data:`LOSS_WINDOWS` windows
+    of 64 tokens spread over the validation split (the test items of an interval over seeds and
+    windows). ``init_seeds``: the initial weights' seed of each seed's run (an A/A run, paired with
+    the claim's own by its batches), or the seed itself."""
     data = corpus(ctx)
-    ends = spread_ends(len(data.val), 64, 16)
-    losses, params = {}, {}
+    ends = spread_ends(len(data.val), 64, LOSS_WINDOWS)
+    losses, params, windows = {}, {}, {}
     for name, options in variants.items():
-        losses[name] = []
         pos, rest = options.get("pos", "rope"), {k: v for k, v in options.items() if k != "pos"}
-        for seed in seeds:  # (every seed trains the variant's own positions)
-            model, _ = train_gpt(ctx, pos, steps, context=64, seed=seed, **shape, **rest)
+        per_seed = []
+        for i, seed in enumerate(seeds):  # (every seed trains the variant's own positions)
+            init = None if init_seeds is None else init_seeds[i]
+            model, _ = train_gpt(ctx, pos, steps, context=64, seed=seed, init_seed=init, **shape, **rest)
             with torch.no_grad():
-                losses[name].append(loss_at(model, data, 64, ends))
+                per_seed.append(window_losses(model, data, 64, ends))
             params[name] = sum(p.numel() for p in model.parameters())
-    return losses, params
+        windows[name] = np.stack(per_seed)
+        losses[name] = [float(w.mean()) for w in per_seed]
+    return losses, params, windows
 
 
 def loss_bars(
@@ -411,8 +471,8 @@ def digits_vit(ctx: Context, pos: str = "learned", seed: int = 0, steps: int | N
     _, default_steps = digits(ctx)
     steps = steps or default_steps
     key = digits_vit_run(ctx, pos, seed, steps, **options)
-    ctx.sized = True  # (a model trained at this size, cached or not)
-    if key not in ctx.cache:
+
+    def train():
         curve = TestAccuracyCurve(quarter_steps(steps)[:-1])
         run = quietly(
             api.train,
@@ -422,8 +482,9 @@ def digits_vit(ctx: Context, pos: str = "learned", seed: int = 0, steps: int | N
             **digits_vit_options(ctx, pos, seed, steps, **options),
         )
         keep_curve(ctx, key, curve, steps)
-        ctx.cache[key] = (run.model.eval(), curve.final)
-    return ctx.cache[key]
+        return run.model.eval(), curve.final
+
+    return ctx.cached(key, train)
 
 
 def digits_vit_run(ctx: Context, pos: str = "learned", seed: int = 0, steps: int | None = None, **options) -> str:
@@ -439,10 +500,11 @@ def image_models(ctx: Context, seed: int = 0):
     """A ViT and a CNN trained alike on the embedded digits (once per ``seed``: their initial weights
     and batches), and the test images. Seed 0's test accuracies: ``ctx.cache["vit_acc"]`` and
     ``["cnn_acc"]`` (other seeds': ``["cnn_acc_s1"]`` …)."""
+    from ..data.images import normalize
+
     tag = seed_suffix(seed)
-    ctx.sized = True  # (a model trained at this size, cached or not)
-    if f"cnn{tag}" not in ctx.cache:
-        from ..data.images import normalize
+
+    def train():
         from ..models import CNN, CNNConfig
 
         splits, steps = digits(ctx)
@@ -451,46 +513,11 @@ def image_models(ctx: Context, seed: int = 0):
         ctx.cache[f"cnn_acc{tag}"] = train_image_classifier(
             ctx, cnn, splits, steps, f"cnn{tag}", seed=seed, **as_the_digits_vit()
         )
-        ctx.cache[f"cnn{tag}"] = cnn.eval()
-        ctx.cache["digits_x"] = normalize(splits.test[0], splits.mean, splits.std)
+        return cnn.eval()
+
+    cnn = ctx.cached(f"cnn{tag}", train)
+    splits = digits_data(ctx)
+    ctx.cache["digits_x"] = normalize(splits.test[0], splits.mean, splits.std)
     vit, accuracy = digits_vit(ctx, seed=seed)
     ctx.cache[f"vit_acc{tag}"] = accuracy
-    return vit, ctx.cache[f"cnn{tag}"], ctx.cache["digits_x"]
-
-
-ROTATIONS = ["0°", "90°", "180°", "270°"]
-
-
-def rotation_task(splits):
-    """``splits``' images each turned by 0, 90, 180 or 270 degrees (a quarter of them each, in a
-    fixed draw), labelled by the turn: a pretext task whose labels are disjoint from the images'
-    own classes (Gidaris et al. 2018), to pretrain on without learning the downstream labels."""
-    from ..data.images import ImageSplits
-
-    g = torch.Generator().manual_seed(0)
-
-    def turned(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        turns = torch.arange(len(x)) % 4
-        turns = turns[torch.randperm(len(x), generator=g)]
-        return torch.stack([torch.rot90(img, int(k), dims=(-2, -1)) for img, k in zip(x, turns)]), turns
-
-    return ImageSplits(
-        f"{splits.name}-rotations", *(turned(x) for x, _ in (splits.train, splits.val, splits.test)), ROTATIONS,
-        note=f"{splits.note}, each image turned by a multiple of 90 degrees and labelled by the turn",
-    )  # fmt: skip
-
-
-def mnist_as_digits(ctx: Context):
-    """MNIST (from the data directory) cropped to its central 20×20 and area-resized to 8×8, the
-    embedded digits' size: a larger dataset of the same kind to pretrain on; None when absent."""
-    from ..data.images import ImageSplits, mnist
-    from ..errors import DataError
-
-    try:
-        m = mnist(ctx.data_dir)
-    except DataError:
-        return None
-    small = lambda x: F.interpolate(x[..., 4:24, 4:24], size=(8, 8), mode="area")  # noqa: E731
-    return ImageSplits(
-        "mnist-8x8", *((small(x), y) for x, y in (m.train, m.val, m.test)), m.labels, note="MNIST at 8x8"
-    )
+    return vit, cnn, ctx.cache["digits_x"]

@@ -4,6 +4,7 @@ weights and batches), and a claim is decided on the 95 % t-interval of the paire
 from __future__ import annotations
 
 import math
+import zlib
 
 import numpy as np
 
@@ -31,10 +32,11 @@ def t95(df: float) -> float:
     return T95[lo] + (1 / lo - 1 / df) / (1 / lo - 1 / hi) * (t_hi - T95[lo])
 
 
-def seeds_for(ctx: Context) -> tuple[int, ...]:
-    """Seeds per side of a comparative claim: three at full size, two at --quick (and says so), one tiny."""
+def seeds_for(ctx: Context, full: int = 3) -> tuple[int, ...]:
+    """Seeds per side of a comparative claim: three at full size (``full``: five where three left
+    its interval too wide to decide), two at --quick (and says so), one tiny."""
     ctx.sized = True
-    return {"tiny": (0,), "quick": (0, 1), "full": (0, 1, 2)}[ctx.size]
+    return {"tiny": (0,), "quick": (0, 1), "full": tuple(range(full))}[ctx.size]
 
 
 def seed_suffix(seed: int) -> str:
@@ -46,24 +48,30 @@ def seeds_note(ctx: Context) -> str:
     return {"tiny": " (tiny: one seed, no interval)", "quick": " (--quick: two seeds)", "full": ""}[ctx.size]
 
 
-def paired_interval(diffs, resolution: float = 0.0, items=None) -> tuple[float, float, float]:
+WIDE = 5  # the full size's seeds for the claims whose interval three seeds left too wide (issue 66)
+
+
+def paired_interval(diffs, resolution: float = 0.0, items=None, floor: float = 0.0) -> tuple[float, float, float]:
     """(mean, low, high): the 95 % t-interval of the mean of paired differences (one per seed: each
     seed sets both models' initial weights and batches); (mean, nan, nan) for a single seed.
     ``resolution``: the measurement's step (1/N for an accuracy on N test items): the spread is
     taken as at least one step, since equal differences on a coarse scale (two seeds that both
     differ by 5 of 144 texts) say nothing about the noise being zero. ``items`` (seeds, N): each
     seed's difference item by item on a test set (``diffs`` its rows' means): the interval is then
-    :func:`seeds_items_interval`'s, over seeds and test items at once."""
+    :func:`seeds_items_interval`'s, over seeds and test items at once. ``floor``: the standard
+    deviation over seeds of the claim's A/A differences (:func:`aa_spread`), a floor on the seeds'
+    spread: two configurations that differ cannot be told apart more finely than one configuration
+    from itself (a few seeds that happen to agree closely would otherwise give a narrow interval)."""
     if items is not None:
-        return seeds_items_interval(items, resolution)
+        return seeds_items_interval(items, resolution, floor)
     d = np.asarray(diffs, dtype=float)
     if len(d) < 2:
         return float(d.mean()), float("nan"), float("nan")
-    half = t95(len(d) - 1) * max(d.std(ddof=1), resolution) / math.sqrt(len(d))
+    half = t95(len(d) - 1) * max(d.std(ddof=1), resolution, floor) / math.sqrt(len(d))
     return float(d.mean()), float(d.mean() - half), float(d.mean() + half)
 
 
-def seeds_items_interval(items, resolution: float = 0.0) -> tuple[float, float, float]:
+def seeds_items_interval(items, resolution: float = 0.0, floor: float = 0.0) -> tuple[float, float, float]:
     """(mean, low, high): the 95 % interval of the mean of ``items`` (S seeds, N test items: each
     seed's paired difference on each item), with the seeds and the test items both random draws:
     d[s, i] = μ + a[s] + b[i] + e[s, i] (a seed × item mixed model, every seed scored on the same
@@ -71,8 +79,8 @@ def seeds_items_interval(items, resolution: float = 0.0) -> tuple[float, float, 
     two-way analysis of variance's mean squares (σ_a² = (MS_seeds − MS_residual) / N, σ_b² =
     (MS_items − MS_residual) / S, σ_e² = MS_residual) and at least 0; its degrees of freedom are
     Satterthwaite's. Adding the seeds' and the items' standard errors in quadrature, as before,
-    counted the seed × item noise (e) twice. ``resolution``: as for :func:`paired_interval`, a floor
-    on the seeds' spread. One
+    counted the seed × item noise (e) twice. ``resolution`` and ``floor``: as for
+    :func:`paired_interval`, floors on the seeds' spread (of their mean differences). One
     seed: the items alone (the seed's own noise unmeasured, so no interval: nan)."""
     d = np.asarray(items, dtype=float)
     seeds, n = d.shape
@@ -84,7 +92,8 @@ def seeds_items_interval(items, resolution: float = 0.0) -> tuple[float, float, 
     ms_items = seeds * col.var(ddof=1) if n > 1 else 0.0
     residual = d - row[:, None] - col[None, :] + mean
     ms_error = (residual**2).sum() / ((seeds - 1) * (n - 1)) if n > 1 else 0.0
-    ms_seeds = max(ms_seeds, n * resolution**2)  # (the seeds' spread: at least one step of the measure)
+    # (the seeds' spread: at least one step of the measure, and at least the A/A run's)
+    ms_seeds = max(ms_seeds, n * max(resolution, floor) ** 2)
     # the variance components, each at least 0: the seeds' σ_a² = (MS_s − MS_e) / N, the items' σ_b² =
     # (MS_i − MS_e) / S, the rest σ_e² = MS_e; S N Var(mean) = S N (σ_a²/S + σ_b²/N + σ_e²/(S N)) is then
     # a sum of the mean squares, each with a coefficient: {name: [mean square, coefficient, its dof]}
@@ -106,16 +115,16 @@ def seeds_items_interval(items, resolution: float = 0.0) -> tuple[float, float, 
 
 
 def better_verdict(
-    diffs, what: str, unit: str = "seeds", resolution: float = 0.0, items=None
+    diffs, what: str, unit: str = "seeds", resolution: float = 0.0, items=None, floor: float = 0.0
 ) -> tuple[bool, str | None, str]:
     """A "A is better than B" claim on paired differences ``diffs`` (B's loss − A's, per seed, or
     per ``unit``): PASS when the interval lies above 0, FAIL when it lies below, INCONCLUSIVE when
     it straddles 0 or there is one seed. Returns (passed, verdict or None, the interval in words);
-    ``resolution`` and ``items`` (which then gives the differences): as for :func:`paired_interval`."""
-    mean, low, high = paired_interval(diffs, resolution, items)
+    ``resolution``, ``items`` (which then gives the differences) and ``floor``: as for :func:`paired_interval`."""
+    mean, low, high = paired_interval(diffs, resolution, items, floor)
     n = len(diffs) if items is None else len(items)
     if math.isnan(low):
-        return False, "INCONCLUSIVE", f"{what}: {mean:+.3f} (one seed: no interval; full size runs three)"
+        return False, "INCONCLUSIVE", f"{what}: {mean:+.3f} (one seed: no interval; the full size runs several)"
     words = f"{what}: {mean:+.3f}, 95 % interval [{low:+.3f}, {high:+.3f}] over {n} {unit}{items_words(items)}"
     if low > 0:
         return True, None, words
@@ -126,14 +135,16 @@ def items_words(items) -> str:
     return "" if items is None else f" and the {np.shape(items)[1]} test items"
 
 
-def same_verdict(diffs, margin: float, what: str, resolution: float = 0.0, items=None) -> tuple[bool, str | None, str]:
+def same_verdict(
+    diffs, margin: float, what: str, resolution: float = 0.0, items=None, floor: float = 0.0
+) -> tuple[bool, str | None, str]:
     """A "works as well" claim: PASS when the interval of the paired differences lies inside
-    ±``margin``, FAIL when it lies wholly outside, else INCONCLUSIVE (``resolution`` and
-    ``items``: as for :func:`paired_interval`)."""
-    mean, low, high = paired_interval(diffs, resolution, items)
+    ±``margin``, FAIL when it lies wholly outside, else INCONCLUSIVE (``resolution``, ``items``
+    and ``floor``: as for :func:`paired_interval`)."""
+    mean, low, high = paired_interval(diffs, resolution, items, floor)
     n = len(diffs) if items is None else len(items)
     if math.isnan(low):
-        return False, "INCONCLUSIVE", f"{what}: {mean:+.3f} (one seed: no interval; full size runs three)"
+        return False, "INCONCLUSIVE", f"{what}: {mean:+.3f} (one seed: no interval; the full size runs several)"
     words = (
         f"{what}: {mean:+.3f}, 95 % interval [{low:+.3f}, {high:+.3f}] over {n} seeds{items_words(items)} "
         f"(margin ±{margin})"
@@ -187,7 +198,7 @@ def along_the_run(curves: dict, judge) -> str:
     return ", ".join(words)
 
 
-AA_SEEDS = 1000  # an A/A run's seeds: the claim's own, each + 1000
+AA_SEEDS = 1000  # an A/A run's seeds: the claim's own, each + 1000 + an offset drawn from the claim's name
 
 
 def bootstrap_interval(statistic, n: int, reps: int = 1000, seed: int = 0) -> tuple[float, float, float]:
@@ -200,9 +211,23 @@ def bootstrap_interval(statistic, n: int, reps: int = 1000, seed: int = 0) -> tu
     return float(statistic(np.arange(n))), float(low), float(high)
 
 
-def aa_seeds(seeds) -> tuple[int, ...]:
-    """The seeds of a comparison's A/A run: others than the claim's own (each + ``AA_SEEDS``)."""
-    return tuple(s + AA_SEEDS for s in seeds)
+def aa_seeds(seeds, claim: str) -> tuple[int, ...]:
+    """The seeds of claim ``claim``'s A/A run: others than the claim's own, each + ``AA_SEEDS`` + an
+    offset (a multiple of 10 below 1,000,000) from the claim's name, so that two claims that compare the
+    same configuration draw A/A runs of their own (one shared draw would make their controls one
+    control). A claim pairs them like its two sides: the A/A side takes these as its initial
+    weights' seed and the claim's own seed for its batches, where the training allows both."""
+    offset = zlib.crc32(claim.encode()) % 100_000 * 10
+    return tuple(s + AA_SEEDS + offset for s in seeds)
+
+
+def aa_spread(diffs) -> float:
+    """The standard deviation over seeds of an A/A run's paired differences: the floor of the
+    claim's own seeds' spread (``floor`` of :func:`paired_interval`); 0 with one seed."""
+    d = np.asarray(diffs, dtype=float)
+    if d.ndim == 2:  # (seeds, test items): each seed's mean difference
+        d = d.mean(1)
+    return float(d.std(ddof=1)) if len(d) > 1 else 0.0
 
 
 def aa_control(judged: tuple[bool, str | None, str]) -> Control:

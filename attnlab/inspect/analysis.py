@@ -201,6 +201,15 @@ def pointing_hit(attention: Tensor, box: tuple[int, int, int, int], image_size: 
     return rows[row] and cols[col]
 
 
+def shuffled_pointing_hits(maps: list[Tensor], boxes: list, image_size: int, seed: int = 0) -> list[bool]:
+    """The pointing game's null on the same model: word i's object (``boxes[i]``) scored with the
+    attention map of another word (``maps`` in a fixed random order, by ``seed``), so the pointer
+    keeps the model's habits (where in the frame it tends to look) but does not look at this image.
+    It hits as often as the real maps when the attention ignores the image."""
+    order = torch.randperm(len(maps), generator=torch.Generator().manual_seed(seed)).tolist()
+    return [pointing_hit(maps[o], box, image_size) for o, box in zip(order, boxes)]
+
+
 def pointing_chance(grid: tuple[int, int], box: tuple[int, int, int, int], image_size: int) -> float:
     """How often :func:`pointing_hit` would succeed with the arg-max cell drawn at random: the
     share of the (h, w) grid's cells that overlap the box."""

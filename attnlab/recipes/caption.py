@@ -444,12 +444,14 @@ def _pointing_game(model, vocab, images, ids, objects, meta: dict, batch_size: i
     """The pointing game on scenes: for every word of a caption that names an object (its size,
     colour, shape), whether the attention's peak while writing it falls in that object's box;
     against a random cell's and a random object's hit rates on the same words."""
-    from ..inspect.analysis import pointing_chance, pointing_hit
+    from ..inspect.analysis import pointing_chance, pointing_hit, shuffled_pointing_hits
 
     size = model.config.image_size
     hits: dict[str, list[bool]] = {"size": [], "colour": [], "shape": []}
     chance: dict[str, list[float]] = {k: [] for k in hits}
     random_object: dict[str, list[float]] = {k: [] for k in hits}  # one of the scene's objects at random
+    grids: dict[str, list] = {k: [] for k in hits}  # each word's attention map, and its object's box
+    boxes: dict[str, list] = {k: [] for k in hits}
     for i in range(0, len(images), batch_size):
         att, _ = word_attention(model, images[i : i + batch_size], meta, ids[i : i + batch_size])
         for j, cap in enumerate(ids[i : i + batch_size]):
@@ -458,8 +460,14 @@ def _pointing_game(model, vocab, images, ids, objects, meta: dict, batch_size: i
                 hits[kind].append(pointing_hit(grid, obj.box, size))
                 chance[kind].append(pointing_chance(tuple(grid.shape), obj.box, size))
                 random_object[kind].append(1 / len(objects[i + j]))
+                grids[kind].append(grid)
+                boxes[kind].append(obj.box)
     if not hits["shape"]:
         return {}
+    # the same captioner's attention shuffled: each word scored with another word's map (of the same
+    # kind, drawn by a fixed permutation, nearly always another image's): a pointer with the model's own
+    # habits (where in the frame it tends to look) but not looking at this image
+    shuffled = {kind: shuffled_pointing_hits(maps, boxes[kind], size) for kind, maps in grids.items()}
     mean = lambda v: sum(v) / len(v)  # noqa: E731
     every = hits["size"] + hits["colour"] + hits["shape"]
     return {
@@ -474,6 +482,7 @@ def _pointing_game(model, vocab, images, ids, objects, meta: dict, batch_size: i
             k: {
                 "attention": [float(h) - r for h, r in zip(hits[k], random_object[k])],
                 "random_cell": [c - r for c, r in zip(chance[k], random_object[k])],
+                "shuffled": [float(h) - r for h, r in zip(shuffled[k], random_object[k])],
             }
             for k in hits
             if hits[k]
