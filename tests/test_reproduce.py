@@ -418,6 +418,43 @@ def test_an_a_a_run_shares_the_claims_batches_and_its_spread_floors_the_claims_i
     assert paired_interval(wide, floor=aa_spread(aa)) == paired_interval(wide)
 
 
+def test_a_claim_that_reads_a_cached_run_reports_its_data_and_its_seconds_not_no_data(tmp_path):
+    """Context.cached trains once per report; the claim that trained it counts its seconds as its own,
+    a later claim that reads it names the data the training read and the run's seconds ("cached run"),
+    and both are marked sized (previews below the full size)."""
+    import time
+
+    from attnlab.experiments.registry import claim
+    from attnlab.experiments.report import _seconds
+
+    def train():
+        ctx.cache["data_used"].append("the test corpus")
+        time.sleep(0.6)
+        return "model"
+
+    @claim("cached-a", "A", "trains", source="beyond the decks: a test", why="a test")
+    def first(ctx):
+        assert ctx.cached("m", train) == "model"
+        return Result("trained", True, "none")
+
+    @claim("cached-b", "B", "reads", source="beyond the decks: a test", why="a test")
+    def second(ctx):
+        assert ctx.cached("m", train) == "model"
+        return Result("read", True, "none")
+
+    try:
+        ctx = Context(out=tmp_path / "out", work=tmp_path / "work", size="quick")
+        results = run_claims(["cached-a", "cached-b"], ctx, log=lambda m: None)
+    finally:
+        CLAIMS.pop("cached-a"), CLAIMS.pop("cached-b")
+    a, b = results["cached-a"], results["cached-b"]
+    assert a.data == b.data == "the test corpus" and not a.final and not b.final
+    assert a.cached_seconds == 0 and a.seconds >= 0.6
+    assert b.cached_seconds >= 0.6
+    assert " + cached run " in _seconds(b) and "cached runs of earlier claims" in _seconds(b, long=True)
+    assert " + cached run" not in _seconds(a)
+
+
 def test_no_control_relabels_the_measured_run(tiny, tmp_path):
     """Every control is a run of its own (untrained models, the mechanism removed, an A/A run, a
     null layer), never the measured run with its labels swapped."""

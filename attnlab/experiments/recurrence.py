@@ -407,7 +407,11 @@ def caption_bottleneck(ctx: Context) -> Result:
         note=f"LSTM captioners (`attnlab train caption --arch rnn` and `--arch rnn-attention`), {run0['steps']} "
         f"steps on {run0['scenes']:,} generated scenes of 1-3 objects (a caption names each object: more "
         f"objects, longer descriptions); each seed trains both captioners{seeds_note(ctx)}",
-        control=aa_control(judged("rnn again")[:3]),
+        control=aa_control(
+            judged("rnn again")[:3],
+            "other seeds (each sets both the initial weights and the batches, as the "
+            "claim's seeds do), a draw of this claim's own",
+        ),
         verdict=verdict,
         data="generated scenes of coloured shapes",
     )

@@ -230,12 +230,17 @@ def aa_spread(diffs) -> float:
     return float(d.std(ddof=1)) if len(d) > 1 else 0.0
 
 
-def aa_control(judged: tuple[bool, str | None, str]) -> Control:
+PAIRED = "other initial weights (a draw of this claim's own) and the same batches"
+
+
+def aa_control(judged: tuple[bool, str | None, str], pairing: str = PAIRED) -> Control:
     """The null control of an "A is better than B" claim: the claim's own criterion, applied to an A/A
     run (``judged``: what its judging function returned on the better side trained again with
     :func:`aa_seeds` against the better side itself, paired seed by seed as the claim pairs its two
     sides). Nothing differs but the seeds, so the control should fail; a criterion that clears it
     reads seed noise (or nothing at all), and the claim is INCONCLUSIVE. It can clear: an A/A
-    interval lies above 0 by chance about once in forty runs, and every time for a vacuous criterion."""
+    interval lies above 0 by chance about once in forty runs, and every time for a vacuous criterion.
+    ``pairing``: how its second side differs from the first (other initial weights and the same
+    batches, or other seeds where one seed sets both)."""
     passed, _, words = judged
-    return Control("an A/A run: the same configuration on both sides, the second with other seeds", words, passed)
+    return Control(f"an A/A run: the same configuration on both sides, the second with {pairing}", words, passed)
