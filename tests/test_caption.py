@@ -230,6 +230,8 @@ def test_caption_commands_end_to_end(caption_run, tmp_path, capsys):
             assert np.mean(leads["random_cell"]) == pytest.approx(chance)
             assert len(leads["shuffled"]) == len(leads["attention"])  # (the null: another word's map, same words)
     assert set(res["by_objects"]) <= {"1", "2", "3"}
+    for by in res["by_objects"].values():  # (sentence BLEU per scene: the claims' intervals over test scenes)
+        assert len(by["sentence_bleu4"]) == by["images"] and all(0 <= v <= 100 for v in by["sentence_bleu4"])
     png = tmp_path / "grid.png"
     assert main(["inspect", "caption", "--ckpt", str(caption_run), "--image", str(img), "--out", str(png)]) == 0
     raw = np.load(png.with_suffix(".npz"))

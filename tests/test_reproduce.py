@@ -224,6 +224,21 @@ def test_the_cka_claim_compares_matched_depths_and_is_controlled_by_a_trained_a_
     assert f"— {r.status}" in report and "**Control**: an A/A run" in report
 
 
+def test_the_cka_null_clears_when_two_models_layers_differ_in_kind_and_not_for_one_model_twice():
+    """cka's A/A null is the claim's own criterion with a second model in the CNN's place: the same
+    model twice does not clear it (every resampling's difference is 0); a second model whose last layer
+    is unrelated to its first does, as a real difference between two seeds' models would."""
+    from attnlab.experiments.vision import cka_gap
+
+    g = torch.Generator().manual_seed(0)
+    first = torch.randn(128, 16, generator=g, dtype=torch.float64)
+    one = (first, torch.tanh(first @ torch.randn(16, 16, generator=g, dtype=torch.float64) / 4))
+    same = cka_gap(one, one, reps=200)
+    assert same[:2] == (False, False) and same[2] == "+0.000 [+0.000, +0.000]"
+    unrelated = (first, torch.randn(128, 16, generator=g, dtype=torch.float64))
+    assert cka_gap(one, unrelated, reps=200)[0]
+
+
 def test_gram_cka_and_the_bootstrap_interval():
     """gram_cka on x xᵀ and y yᵀ is linear_cka of x and y; the bootstrap interval of a mean over
     items holds the mean and is about ±1.96 standard errors wide (hand-computed)."""
@@ -649,6 +664,63 @@ def test_the_alignment_nulls_clear_when_the_attention_ignores_the_input_and_not_
     assert np.mean(shuffled_pointing_hits(looking, boxes, 32)) < 0.1  # (chance: 1/64 of the cells)
     fixed = [(12, 12, 16, 16)] * 200  # every object in the same place, the map always there
     assert all(shuffled_pointing_hits([peak(3, 3)] * 200, fixed, 32))
+
+
+def test_the_caption_falls_are_paired_image_by_image_and_their_items_average_to_the_difference():
+    """caption-bottleneck's items: one value per test scene of the fewest and the most objects whose
+    mean is (the fall without attention − the fall with it) in mean sentence BLEU-4, by hand."""
+    from attnlab.experiments.recurrence import _falls, fall_items
+
+    rnn = {1: {"sentence_bleu4": [80.0, 60.0]}, 2: {"sentence_bleu4": [50.0]}, 3: {"sentence_bleu4": [20.0, 10.0, 0.0]}}
+    att = {
+        1: {"sentence_bleu4": [70.0, 70.0]},
+        2: {"sentence_bleu4": [60.0]},
+        3: {"sentence_bleu4": [60.0, 50.0, 40.0]},
+    }
+    fall_rnn, fall_att, higher = _falls({"rnn": rnn, "att": att}, "rnn", "att")
+    assert (fall_rnn, fall_att, higher) == (60.0, 20.0, True)  # 70 − 10 and 70 − 50
+    values = fall_items(rnn, att)
+    assert len(values) == 5 and values.mean() == pytest.approx(fall_rnn - fall_att)
+    # (each scene's difference, weighted: 5/2 on the 1-object scenes, −5/3 on the 3-object ones)
+    np.testing.assert_allclose(values, [25.0, -25.0, 200 / 3, 200 / 3, 200 / 3])
+
+
+def test_the_heads_null_clears_when_tied_heads_still_differ_and_not_when_they_act_as_one():
+    """The heads criterion against the untrained model's bars: tied heads that act as one (their maps
+    as alike as the untrained model's, every ablation costing the same) fail it; a constructed tied
+    model whose heads still differ (ALiBi's slopes, W_O) clears it, which would make the claim
+    INCONCLUSIVE."""
+    from attnlab.experiments.heads import heads_criterion
+
+    def js(mean: float) -> np.ndarray:
+        return np.full((4, 4), mean) - np.eye(4) * mean
+
+    untrained = (js(0.10), [(f"L0H{h}", 0.001 * h) for h in range(4)])
+    as_one = (js(0.10), [(f"L0H{h}", 0.08) for h in range(4)])
+    differing = (js(0.20), [("L0H0", 0.0), ("L0H1", 0.02), ("L0H2", 0.09), ("L0H3", 0.3)])
+    assert not heads_criterion(*as_one, *untrained)[0]
+    assert heads_criterion(*differing, *untrained)[0]
+
+
+def test_the_data_hunger_null_clears_when_the_resnet_again_trails_and_not_when_it_matches():
+    """data-hunger's A/A null: the ResNet trained again in the ViT's place, by the same parts. A
+    second ResNet that matches the first (the real case: nothing differs but the initial weights)
+    fails the lead; a constructed one that trails it with little data and catches up with more
+    clears both parts (the criterion would then read seed noise)."""
+    from attnlab.experiments.vision import _data_hunger_parts
+    from attnlab.experiments.stats import parts_verdict
+
+    def at(again_small: list, again_large: list) -> dict:
+        return {
+            ("resnet", 0.1): np.array([0.90, 0.91, 0.92]), ("resnet", 1.0): np.array([0.99, 0.99, 0.98]),
+            ("vit", 0.1): np.array(again_small), ("vit", 1.0): np.array(again_large),
+        }  # fmt: skip
+
+    judged = dict(sizes=[126, 1259], small=0.1, large=1.0, step=1 / 359)
+    matches = at([0.905, 0.90, 0.925], [0.985, 0.99, 0.985])
+    assert parts_verdict(_data_hunger_parts(matches, **judged))[0] is False
+    trails = at([0.80, 0.82, 0.81], [0.99, 0.985, 0.98])
+    assert parts_verdict(_data_hunger_parts(trails, **judged))[0] is True
 
 
 def test_tied_heads_stay_one_head_through_training_and_the_heads_null_trains_them(tiny):

@@ -41,6 +41,23 @@ def head_statistics(model, x, y) -> tuple[np.ndarray, list[tuple[str, float]], f
     return js, deltas, base
 
 
+def heads_criterion(js, deltas, js0, deltas0) -> tuple[bool, float, float, float]:
+    """The heads claim's criterion on one model's :func:`head_statistics` (``js`` (H, H), ``deltas``
+    [(head, loss increase)]) against the untrained model's (``js0``, ``deltas0``): (the criterion
+    holds, mean JS between two heads, the smallest and the largest ablation effect)."""
+    off_diagonal = ~np.eye(js.shape[0], dtype=bool)
+    off, vals = js[off_diagonal], [d[1] for d in deltas]
+    spread0 = max(d[1] for d in deltas0) - min(d[1] for d in deltas0)
+    ok = (
+        off.mean() > 1.1 * js0[off_diagonal].mean()
+        and max(vals) > 0.05
+        # different amounts: the effects spread over more than 0.05 nats and more than twice the
+        # untrained model's spread (a bar of their own, not a ratio to a near-zero smallest effect)
+        and max(vals) - min(vals) > max(0.05, 2 * spread0)
+    )
+    return bool(ok), float(off.mean()), min(vals), max(vals)
+
+
 @claim(
     "heads",
     "Heads attend differently",
@@ -85,23 +102,8 @@ def heads(ctx: Context) -> Result:
     axes[1].tick_params(axis="x", labelrotation=90, labelsize=7)
     save_figure(fig, ctx.out / "heads.png")
     off_diagonal = ~np.eye(js.shape[0], dtype=bool)
-
-    def judged(js, deltas, js0, deltas0) -> tuple[bool, float, float, float]:
-        """Against the untrained model's (js0, deltas0): (the criterion holds, mean JS, the smallest
-        and the largest ablation effect)."""
-        off, vals = js[off_diagonal], [d[1] for d in deltas]
-        spread0 = max(d[1] for d in deltas0) - min(d[1] for d in deltas0)
-        ok = (
-            off.mean() > 1.1 * js0[off_diagonal].mean()
-            and max(vals) > 0.05
-            # different amounts: the effects spread over more than 0.05 nats and more than twice the
-            # untrained model's spread (a bar of their own, not a ratio to a near-zero smallest effect)
-            and max(vals) - min(vals) > max(0.05, 2 * spread0)
-        )
-        return ok, off.mean(), min(vals), max(vals)
-
-    trained = [judged(*run[0][:2], *run[1][:2]) for run in runs]
-    controls = [judged(*run[2][:2], *run[1][:2]) for run in runs]
+    trained = [heads_criterion(*run[0][:2], *run[1][:2]) for run in runs]
+    controls = [heads_criterion(*run[2][:2], *run[1][:2]) for run in runs]
     rows = [
         [seed, f"{t[1]:.3f}", f"{run[1][0][off_diagonal].mean():.3f}", f"{t[2]:.4f} to {t[3]:.4f}",
          "holds" if t[0] else "fails", f"mean JS {c[1]:.3f}: {'clears' if c[0] else 'fails'}"]

@@ -793,6 +793,23 @@ def image_positions(ctx: Context) -> Result:
     )
 
 
+def cka_gap(first_pair, second_pair, reps: int = 400) -> tuple[bool, bool, str]:
+    """The cka claim's criterion in one seed's models: linear CKA between the two layers of
+    ``first_pair`` minus that between the two of ``second_pair`` (each layer's features (N, F) on the
+    same N images), with its 95 % bootstrap interval over the images: (it lies above 0, below 0, the
+    difference and interval in words)."""
+    from ..inspect import analysis as A
+
+    grams = [f @ f.T for f in (*first_pair, *second_pair)]
+
+    def gap(index):  # on the images at index
+        g = [k[index][:, index] for k in grams]
+        return A.gram_cka(g[0], g[1]) - A.gram_cka(g[2], g[3])
+
+    mean, low, high = bootstrap_interval(gap, len(grams[0]), reps=reps)
+    return low > 0, high < 0, f"{mean:+.3f} [{low:+.3f}, {high:+.3f}]"
+
+
 @claim(
     "cka",
     "ViT vs CNN representations (beyond the decks: Raghu et al. 2021)",
@@ -841,20 +858,10 @@ def cka(ctx: Context) -> Result:
     vit_layers = [max(round((i + 1) / n_c * n_v) - 1, 0) for i in range(n_c)]
     ends = (vit_layers[0], vit_layers[-1])
 
-    def judge(first_pair, second_pair):  # (the claim's criterion in one seed's models, and its null's)
-        grams = [f @ f.T for f in (*first_pair, *second_pair)]
-
-        def gap(index):  # CKA(first model's pair) − CKA(second model's pair) on the images at index
-            g = [k[index][:, index] for k in grams]
-            return A.gram_cka(g[0], g[1]) - A.gram_cka(g[2], g[3])
-
-        mean, low, high = bootstrap_interval(gap, len(grams[0]), reps=400)
-        return low > 0, high < 0, f"{mean:+.3f} [{low:+.3f}, {high:+.3f}]"
-
     def over_seeds(pairs: dict, what: str) -> tuple[bool, str | None, str]:
         """The criterion in every seed's models (``pairs``: seed -> (first model's two layers, the
         other's)): (passed, verdict or None, the intervals in words)."""
-        judged = [judge(*pairs[s]) for s in seeds]
+        judged = [cka_gap(*pairs[s]) for s in seeds]
         passed, verdict = seeds_verdict((j[0] for j in judged), fails=(j[1] for j in judged))
         words = (
             f"{what} between the first and the last matched layer, with its 95 % bootstrap interval over the 256 test "

@@ -404,12 +404,15 @@ def evaluate_captioner(
     objects = (ds.objects.get(split) or [])[: len(images)]
     if objects:
         by_count = {}
+        # per caption, for intervals over the test images (two captioners scored on the same images pair up)
+        sentence = sacrebleu.BLEU(max_ngram_order=4, effective_order=True)
         for k in sorted({len(o) for o in objects}):
             sel = [i for i, o in enumerate(objects) if len(o) == k]
             by_count[k] = {
                 "images": len(sel),
                 "exact": sum(exact[i] for i in sel) / len(sel),
                 "bleu4": bleus[3].corpus_score([hyps[i] for i in sel], [[s[i] for i in sel] for s in streams]).score,
+                "sentence_bleu4": [sentence.sentence_score(hyps[i], norm_refs[i]).score for i in sel],
             }
         res["by_objects"] = by_count
         res["pointing"], res["pointing_by_word"], res["pointing_objects"] = None, None, 0
