@@ -12,7 +12,7 @@ import torch.nn.functional as F
 
 from ..inspect.plots import head_scores_panel, plt, save_figure
 from ..training.tasks import RepeatedSequenceTask
-from .registry import Context, Control, Result, claim, deck, markdown_table
+from .registry import Context, Control, Result, claim, deck, markdown_table, withdrawn
 from .runs import LOSS_WINDOWS, corpus, fit, gpt_losses, length_gpt, loss_bars
 from .stats import aa_control, aa_seeds, aa_spread, better_verdict, seed_suffix, seeds_for, seeds_note, seeds_verdict
 
@@ -216,23 +216,19 @@ def spike_rate(losses: np.ndarray, steps: int, window: int = 25, k: float = 4.0,
 )
 def stability(ctx: Context) -> Result:
     # Withdrawn (issue 48), with the numbers that decided it: benchmarks/stability_sweep.py
-    return Result(
-        "withdrawn: this setup cannot test the statement. The deck's reference (Liu et al. 2021) finds multi-head "
+    return withdrawn(
+        "this setup cannot test the statement. The deck's reference (Liu et al. 2021) finds multi-head "
         "attention easier to train because it allows a shallower stack: a deep single-head post-LN Transformer "
         "is the unstable one. Two same-depth GPTs do not test that. On 8-layer post-LN GPTs (64 wide, "
         "300 steps, gradients clipped at 1, two seeds), 1 head and 4 heads both train at learning rates up to 5e-3 "
         "and both collapse to the unigram plateau (training loss 3.2-3.4) from 7e-3 on, seed for seed. Neither "
         "spikes on the way: spike rates at most 0.025 (1 head) and 0.033 (4 heads) over five learning rates. Deciding needs deep single-head against shallow "
         "multi-head stacks over a learning-rate sweep, with several seeds: more than a CPU report's budget",
-        False,
-        "none: the claim is withdrawn (the reason is above)",
         note="The previous measure (the mean rise of the training loss above its best so far, on 2-layer pre-LN "
         "GPTs) mixed batch noise with progress, and it FAILed on a −0.005 difference. Its replacement, the spike "
         "rate (`attnlab.experiments.heads.spike_rate`: steps above the median of the 25 before by more than 4 "
         "robust standard deviations), is validated on synthetic smooth and spiking curves (tests). The sweep's "
         "numbers: `python benchmarks/stability_sweep.py` (benchmarks/README.md).",
-        verdict="WITHDRAWN",
-        data="none: nothing is run",
     )
 
 

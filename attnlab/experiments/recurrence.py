@@ -333,11 +333,17 @@ def lead_interval(leads: list[float]) -> tuple[bool, str]:
     )
 
 
+def sentence_bleu(by_objects: dict, objects: int) -> float:
+    """A captioner's mean sentence BLEU-4 on the test scenes of ``objects`` objects (``by_objects``:
+    its evaluation by objects per scene)."""
+    return float(np.mean(by_objects[objects]["sentence_bleu4"]))
+
+
 def _falls(by_objects: dict, bottlenecked: str, attending: str) -> tuple[float, float, bool]:
     """Mean sentence BLEU-4 by objects per scene, from the fewest objects to the most: (``bottlenecked``'s
     fall, ``attending``'s fall, whether ``attending`` ends higher)."""
     few, most = min(by_objects[attending]), max(by_objects[attending])
-    mean = lambda k, n: float(np.mean(by_objects[k][n]["sentence_bleu4"]))  # noqa: E731
+    mean = lambda k, n: sentence_bleu(by_objects[k], n)  # noqa: E731
     fall = {k: mean(k, few) - mean(k, most) for k in (bottlenecked, attending)}
     return fall[bottlenecked], fall[attending], mean(attending, most) > mean(bottlenecked, most)
 
@@ -414,12 +420,11 @@ def caption_bottleneck(ctx: Context) -> Result:
         for arch in by_objects
     ]
     run0 = _captioner(ctx, "rnn", seeds[0])
-    sentence = lambda by, n: float(np.mean(by[n]["sentence_bleu4"]))  # noqa: E731
     return Result(
         f"mean sentence BLEU-4 from {few} to {most} objects per scene: "
         + "; ".join(
-            f"seed {s}: without attention {sentence(r, few):.1f} → {sentence(r, most):.1f} (falls {fr:.1f}), with "
-            f"attention {sentence(a, few):.1f} → {sentence(a, most):.1f} (falls {fa:.1f})"
+            f"seed {s}: without attention {sentence_bleu(r, few):.1f} → {sentence_bleu(r, most):.1f} (falls "
+            f"{fr:.1f}), with attention {sentence_bleu(a, few):.1f} → {sentence_bleu(a, most):.1f} (falls {fa:.1f})"
             for s, r, a, (fr, fa, _) in zip(seeds, by_objects["rnn"], by_objects["rnn-attention"], falls)
         )
         + f"; {words}",

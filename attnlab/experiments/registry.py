@@ -51,7 +51,7 @@ class Context:
             return self.cache[key]
         before, t0 = len(used), time.perf_counter()
         self.cache[key] = train()
-        self.runs[key] = (list(self.cache["data_used"][before:]), time.perf_counter() - t0)
+        self.runs[key] = (used[before:], time.perf_counter() - t0)
         self.reads[key] = 0.0  # (trained by this claim: its seconds are the claim's own)
         return self.cache[key]
 
@@ -111,6 +111,19 @@ class Result:
 def skipped(what: str, criterion: str) -> Result:
     """The result of a claim whose data is absent: never run on a substitute."""
     return Result(f"not run: {what}", False, criterion, verdict="SKIPPED")
+
+
+def withdrawn(why: str, note: str = "") -> Result:
+    """The result of a claim this setup cannot test: nothing is run; ``why`` says why and what would
+    decide it (the report's measured line begins "withdrawn: ")."""
+    return Result(
+        f"withdrawn: {why}",
+        False,
+        "none: the claim is withdrawn (the reason is above)",
+        note=note,
+        verdict="WITHDRAWN",
+        data="none: nothing is run",
+    )
 
 
 # the lecture decks (``../shared/lectures``, their README): a claim's deck lines are cited in them

@@ -159,23 +159,20 @@ def tie_heads(model) -> None:
             raise ValueError("tie_heads: the model ties projections (attn_tie); untie them first")
         groups = [(attn.n_heads, attn.d_k), (attn.n_kv_heads, attn.d_k), (attn.n_kv_heads, attn.d_v)]
 
-        def tied(t: torch.Tensor, groups=groups) -> torch.Tensor:
-            """``t`` (rows, ...) with each group's heads replaced by their mean (a copy)."""
-            parts, start = [], 0
-            for heads, width in groups:
-                rows = t[start : start + heads * width].reshape(heads, width, *t.shape[1:])
-                parts.append(rows.mean(0, keepdim=True).expand_as(rows).reshape(heads * width, *t.shape[1:]))
-                start += heads * width
-            return torch.cat(parts)
+        def per_head(t: torch.Tensor, groups=groups) -> list[torch.Tensor]:
+            """Views of ``t`` (rows, ...), W_Q's, W_K's and W_V's rows each as (heads, width, ...)."""
+            parts = t.split([heads * width for heads, width in groups])
+            return [p.view(heads, width, *t.shape[1:]) for p, (heads, width) in zip(parts, groups)]
+
+        def tied(grad: torch.Tensor) -> torch.Tensor:  # every head's copy gets the heads' mean gradient
+            return torch.cat([g.mean(0, keepdim=True).expand_as(g).flatten(0, 1) for g in per_head(grad)])
 
         for param in (attn.qkv.weight, attn.qkv.bias):
             if param is None:
                 continue
-            with torch.no_grad():  # every head head 0: the mean of copies of head 0
-                n = 0
-                for heads, width in groups:
-                    param[n : n + heads * width] = param[n : n + width].repeat(heads, *[1] * (param.dim() - 1))
-                    n += heads * width
+            with torch.no_grad():  # every head a copy of head 0
+                for rows in per_head(param):
+                    rows.copy_(rows[:1].clone().expand_as(rows))
             param.register_hook(tied)
 
 
@@ -516,8 +513,9 @@ def image_models(ctx: Context, seed: int = 0):
         return cnn.eval()
 
     cnn = ctx.cached(f"cnn{tag}", train)
-    splits = digits_data(ctx)
-    ctx.cache["digits_x"] = normalize(splits.test[0], splits.mean, splits.std)
+    if "digits_x" not in ctx.cache:
+        splits = digits_data(ctx)
+        ctx.cache["digits_x"] = normalize(splits.test[0], splits.mean, splits.std)
     vit, accuracy = digits_vit(ctx, seed=seed)
     ctx.cache[f"vit_acc{tag}"] = accuracy
     return vit, cnn, ctx.cache["digits_x"]

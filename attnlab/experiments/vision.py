@@ -12,7 +12,7 @@ import torch.nn.functional as F
 
 from ..figures import ticks_at
 from ..inspect.plots import plt, save_figure
-from .registry import Context, Control, Result, claim, deck, markdown_table, skipped
+from .registry import Context, Control, Result, claim, deck, markdown_table, skipped, withdrawn
 from .runs import (
     as_the_digits_vit,
     digits,
@@ -626,8 +626,8 @@ def data_hunger(ctx: Context) -> Result:
     why="Withdrawn: no bar.",
 )
 def vit_pretraining(ctx: Context) -> Result:
-    return Result(
-        'withdrawn: this setup cannot test the statement. "Large-scale" is the paper\'s ImageNet-21k (14 million '
+    return withdrawn(
+        'this setup cannot test the statement. "Large-scale" is the paper\'s ImageNet-21k (14 million '
         "images) and JFT-300M (300 million), where the ViT overtakes ResNets it trails on ImageNet alone. The "
         "stand-in this report ran before (a ViT pretrained to tell the rotation of 7,200 MNIST digits at 8×8, then "
         "fine-tuned on the embedded digits, against a ResNet that was not pretrained) is neither large-scale nor "
@@ -635,12 +635,8 @@ def vit_pretraining(ctx: Context) -> Result:
         "models pretrained alike on a dataset orders of magnitude larger than the fine-tuning set (at least a "
         "million images) and fine-tuned alike on a small one, the gap measured before and after over several "
         "seeds: more than a CPU report's budget",
-        False,
-        "none: the claim is withdrawn (the reason is above)",
         note="The deck's first half (a ViT trails a ResNet on little data, less so with more) is judged on its own "
         "in `data-hunger`.",
-        verdict="WITHDRAWN",
-        data="none: nothing is run",
     )
 
 
