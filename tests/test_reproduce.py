@@ -749,6 +749,29 @@ def test_tied_heads_stay_one_head_through_training_and_the_heads_null_trains_the
     assert "heads tied" in r.control.what and "tied heads" in r.table
 
 
+def test_tied_projections_are_parameter_matched_by_a_wider_mlp(tmp_path, tiny):
+    """three-projections' ties give their saved projection back to the MLP. By hand: a 64×64
+    projection with its bias per layer in 2 layers is 8,320 weights; a hidden unit is 64 weights in,
+    64 out and a bias in each layer, 258; the nearest is 32 units (8,256, 64 short, under half a
+    unit). The claim's table shows the counts that close."""
+    from attnlab.experiments.runs import gpt_config, parameter_matched
+    from attnlab.models import GPT
+
+    ctx = Context(out=tmp_path, work=tmp_path / "w", size="tiny")
+    count = lambda opts: sum(p.numel() for p in GPT(gpt_config(ctx, "rope", 64, **opts)).parameters())  # noqa: E731
+    for tie in ("qk", "kv"):
+        matched = parameter_matched(ctx, {"attn_tie": tie}, {})
+        assert matched == {"attn_tie": tie, "mlp_hidden": 288}
+        assert count({"attn_tie": tie}) == count({}) - 2 * (64 * 64 + 64)
+        assert count(matched) == count({}) - 64
+    assert parameter_matched(ctx, {"dim": 32}, {"dim": 32}) == {"dim": 32, "mlp_hidden": 128}  # nothing missing
+    _, results = tiny
+    r = results["three-projections"]
+    counts = [int(line.split("|")[2]) for line in r.table.splitlines() if "W_" in line]
+    assert len(counts) == 3 and max(counts) - min(counts) <= 258 // 2, r.table
+    assert "parameter-matched" in r.note and "288" in r.note
+
+
 @pytest.mark.slow
 def test_every_claims_training_is_pinned_to_fp32_and_a_fixed_thread_count(tmp_path, monkeypatch):
     """--dtype auto would pick bf16 on some CPUs only, and --threads auto changes the count (and so

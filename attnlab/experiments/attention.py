@@ -13,7 +13,17 @@ from ..figures import ticks_at
 from ..inspect.plots import plt, save_figure
 from .registry import Context, Control, Result, claim, deck, markdown_table
 from ..training.callbacks import quarter_steps
-from .runs import LOSS_WINDOWS, EntropyCurve, corpus, gpt_losses, loss_bars, spread_ends, train_gpt, window_losses
+from .runs import (
+    LOSS_WINDOWS,
+    EntropyCurve,
+    corpus,
+    gpt_losses,
+    loss_bars,
+    parameter_matched,
+    spread_ends,
+    train_gpt,
+    window_losses,
+)
 from .stats import WIDE, aa_control, aa_seeds, aa_spread, better_verdict, parts_verdict, seeds_for, seeds_note
 
 
@@ -592,7 +602,7 @@ def attention_memory(ctx: Context) -> Result:
     "Why three projections: tying Q = K or K = V costs",
     "Queries, keys and values each get their own projection: with W_K = W_Q every score is symmetric (token i "
     "attends to j as much as j to i, before masking), with W_V = W_K what a token offers to be found by is also "
-    "what it passes on; either tie makes a worse model.",
+    "what it passes on; either tie makes a worse model of the same size.",
     source=deck(
         "004:406 It worked better, other types of attentions have been explored",
         "004:410 Why can't we fold queries and keys into one representation?",
@@ -604,9 +614,10 @@ def three_projections(ctx: Context) -> Result:
     steps = ctx.steps(20, 120, 1500)
     seeds = seeds_for(ctx, full=WIDE)
     names = ("W_Q, W_K, W_V", "W_K = W_Q", "W_V = W_K")
-    losses, params, windows = gpt_losses(
-        ctx, dict(zip(names, ({}, {"attn_tie": "qk"}, {"attn_tie": "kv"}))), steps, seeds
-    )
+    # each tie removes a projection per layer: its MLP is widened by as many weights, so that a tied
+    # model is not worse only for being smaller
+    ties = [parameter_matched(ctx, {"attn_tie": tie}, {}) for tie in ("qk", "kv")]
+    losses, params, windows = gpt_losses(ctx, dict(zip(names, ({}, *ties))), steps, seeds)
     full, qk, kv = (np.array(losses[n]) for n in names)
     loss_bars(losses, ctx.out / "three_projections.png", "own or tied projections")
     # the A/A run: three projections again, its initial weights from other seeds and its batches the
@@ -639,9 +650,10 @@ def three_projections(ctx: Context) -> Result:
             ["attention", "parameters", "validation loss (mean)"],
             [[n, params[n], float(np.mean(losses[n]))] for n in params],
         ),
-        note="2-layer 64-wide GPTs with 4 heads and rotary positions, trained alike; a tied model has one "
-        f"64×64 projection per layer fewer (not parameter-matched). Loss on {LOSS_WINDOWS} fixed windows of 64 "
-        "validation tokens" + seeds_note(ctx),
+        note="2-layer 64-wide GPTs with 4 heads and rotary positions, trained alike; parameter-matched: a tied "
+        "model has one 64×64 projection per layer fewer, and its MLP is widened by as many weights (hidden "
+        f"width {ties[0]['mlp_hidden']} with W_K = W_Q, {ties[1]['mlp_hidden']} with W_V = W_K, 256 untied). Loss on "
+        f"{LOSS_WINDOWS} fixed windows of 64 validation tokens" + seeds_note(ctx),
         verdict=verdict,
         control=aa_control(judge(aa, aa, aa_items, aa_items)),
     )

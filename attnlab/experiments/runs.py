@@ -106,15 +106,12 @@ def train_gpt(
     batches alone when ``init_seed`` sets the weights (an A/A run paired like its claim);
     ``tied_heads``: every layer's heads one head copied (:func:`tie_heads`). Its run
     folder is ``ctx.work / gpt_run_name(...)`` (its metrics.jsonl: every step's loss)."""
-    from ..models import GPT, GPTConfig
+    from ..models import GPT
     from ..training import LanguageModelTask
 
     data = corpus(ctx)
     torch.manual_seed(seed if init_seed is None else init_seed)
-    shape = {"layers": 2, "dim": 64, **model}
-    gpt = GPT(
-        GPTConfig(vocab_size=data.tokenizer.vocab_size, context=context, heads=heads, pos=pos, dropout=0.0, **shape)
-    )
+    gpt = GPT(gpt_config(ctx, pos, context, heads, **model))
     if qk_std is not None:
         with torch.no_grad():
             for block in gpt.blocks:  # the fused projection's rows: [W_Q (H·d_k); W_K (H_kv·d_k); W_V]
@@ -144,6 +141,33 @@ def train_gpt(
         log_interval=1,  # every step's training loss in metrics.jsonl (the stability claim reads them)
     )
     return gpt.eval(), data
+
+
+def gpt_config(ctx: Context, pos: str, context: int, heads: int = 4, **model):
+    """The GPTConfig of :func:`train_gpt`'s models: 2 layers, 64 wide, no dropout, the corpus's
+    vocabulary (``model``: other GPTConfig options)."""
+    from ..models import GPTConfig
+
+    shape = {"layers": 2, "dim": 64, **model}
+    vocab = corpus(ctx).tokenizer.vocab_size
+    return GPTConfig(vocab_size=vocab, context=context, heads=heads, pos=pos, dropout=0.0, **shape)
+
+
+def parameter_matched(ctx: Context, options: dict, reference: dict, pos: str = "rope", context: int = 64) -> dict:
+    """``options`` (:func:`train_gpt`'s GPTConfig options) with the MLP's hidden width whose
+    parameter count comes nearest to ``reference``'s: a variant that removes weights (a tied
+    projection) given as many back where they do not touch what it varies. The count is linear in
+    the hidden width, so two counts give it."""
+    from ..models import GPT
+
+    def count(opts: dict) -> int:
+        with torch.device("meta"):  # (shapes only: no memory, no draw from the random generator)
+            return sum(p.numel() for p in GPT(gpt_config(ctx, pos, context, **opts)).parameters())
+
+    hidden = options.get("mlp_hidden") or 4 * options.get("dim", 64)
+    per_unit = count({**options, "mlp_hidden": hidden + 1}) - count({**options, "mlp_hidden": hidden})
+    missing = count(reference) - count({**options, "mlp_hidden": hidden})
+    return {**options, "mlp_hidden": hidden + round(missing / per_unit)}
 
 
 def tie_heads(model) -> None:
