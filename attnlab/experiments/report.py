@@ -306,7 +306,8 @@ its paper. The verdicts:
   what would decide it.
 
 Every trained claim runs three seeds at full size (five for those that three left undecided only for
-the interval's width: three-projections, cls-gap, image-positions, caption-bottleneck; two with
+the interval's width: three-projections, scaling-convergence, cls-gap, image-positions,
+caption-bottleneck; two with
 `--quick`, which the report says), each seed its own pipeline, pretraining included. `--quick` is a preview: its trained claims also run 2
 to 10 % of the full size's steps, and the report marks each verdict final or not (a claim
 that computes without training is the same at every size). Comparative claims decide on the 95 % t-interval of the
