@@ -162,12 +162,12 @@ def parameter_matched(ctx: Context, options: dict, reference: dict, pos: str = "
 
     def count(opts: dict) -> int:
         with torch.device("meta"):  # (shapes only: no memory, no draw from the random generator)
-            return sum(p.numel() for p in GPT(gpt_config(ctx, pos, context, **opts)).parameters())
+            return GPT(gpt_config(ctx, pos, context, **opts)).num_params(non_embedding=False)
 
     hidden = options.get("mlp_hidden") or 4 * options.get("dim", 64)
-    per_unit = count({**options, "mlp_hidden": hidden + 1}) - count({**options, "mlp_hidden": hidden})
-    missing = count(reference) - count({**options, "mlp_hidden": hidden})
-    return {**options, "mlp_hidden": hidden + round(missing / per_unit)}
+    now = count({**options, "mlp_hidden": hidden})
+    per_unit = count({**options, "mlp_hidden": hidden + 1}) - now
+    return {**options, "mlp_hidden": hidden + round((count(reference) - now) / per_unit)}
 
 
 def tie_heads(model) -> None:
@@ -266,7 +266,7 @@ def gpt_losses(
             model, _ = train_gpt(ctx, pos, steps, context=64, seed=seed, init_seed=init, **shape, **rest)
             with torch.no_grad():
                 per_seed.append(window_losses(model, data, 64, ends))
-            params[name] = sum(p.numel() for p in model.parameters())
+            params[name] = model.num_params(non_embedding=False)
         windows[name] = np.stack(per_seed)
         losses[name] = [float(w.mean()) for w in per_seed]
     return losses, params, windows
