@@ -162,13 +162,15 @@ class GenerationWorker:
 
     def prompt_ids(self, ids: list[int]) -> list[int]:
         """A prompt given as token ids, refused (400) when empty or outside the vocabulary."""
-        vocab = self.model.config.vocab_size
+        from .errors import UnknownTokenError
+        from .tokens.ids import checked_token_ids
+
         if not ids:
             raise RequestError(400, "a prompt of token ids needs at least one id")
-        bad = [i for i in ids if not 0 <= i < vocab]
-        if bad:
-            raise RequestError(400, f"prompt token id {bad[0]} is outside the vocabulary (0..{vocab - 1})")
-        return list(ids)
+        try:
+            return checked_token_ids(ids, self.model.config.vocab_size)
+        except UnknownTokenError as e:
+            raise RequestError(400, f"prompt {e}") from None
 
     def encoded(self, prompt: str | list[int]) -> list[int]:
         """A prompt's token ids (text encoded; an empty text: a new line), refused in one line (400)."""

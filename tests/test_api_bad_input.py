@@ -108,6 +108,15 @@ def test_counts_must_be_whole_numbers_in_range(bad, gpt):
         refused(lambda: gpt.generate(["ab", "b"], 2, batch_size=bad), "batch_size=")
 
 
+@pytest.mark.parametrize("bad", [10_000, -1])
+def test_a_prompt_of_token_ids_stays_inside_the_vocabulary(bad, gpt):
+    """An id past the vocabulary reached the embedding (an index error); -1 would wrap to the last token."""
+    last = gpt.config.vocab_size - 1
+    message = refused(lambda: gpt.generate([0, bad], 2), f"prompt token id {bad} is outside the vocabulary")
+    assert message.endswith(f"(0..{last})")
+    assert len(gpt.generate([0, last], 2, temperature=0.0)) > 0
+
+
 @pytest.mark.parametrize("bad", [3, 2.5, {}, torch.zeros(2), [1.5], [10_000]])
 def test_to_str_tokens_takes_text_or_token_ids(bad, gpt):
     refused(lambda: gpt.to_str_tokens(bad), "to_str_tokens" if not bad == [10_000] else "token ids")

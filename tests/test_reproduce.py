@@ -152,6 +152,16 @@ def test_ctrl_c_in_a_claims_training_stops_the_report_and_resume_reruns_what_cou
     monkeypatch.setattr(CLAIMS["masks"], "check", masks)
     assert main(["reproduce", "worked-example", "masks", "--quick", "--resume", "--out", str(out)]) == 0
     assert json.loads((out / "results.json").read_text())["claims"]["masks"]["verdict"] is None  # run again: PASS
+    # a resumed run that saves a claim (worked-example) and is stopped (in masks) before it reaches a kept
+    # claim (soft-lookup) still has that one in the file, in the claims' order: --resume never loses what
+    # an earlier run judged
+    assert main(["reproduce", "soft-lookup", "--quick", "--resume", "--out", str(out)]) == 0
+    kept = json.loads((out / "results.json").read_text())["claims"]
+    (out / "results.json").write_text(json.dumps({"size": "quick", "claims": {"soft-lookup": kept["soft-lookup"]}}))
+    monkeypatch.setattr(CLAIMS["masks"], "check", interrupted)
+    assert main(["reproduce", "--quick", "--resume", "--out", str(out)]) == 130
+    after = json.loads((out / "results.json").read_text())["claims"]
+    assert list(after) == ["worked-example", "soft-lookup"] and after["soft-lookup"] == kept["soft-lookup"]
 
 
 def test_a_check_that_cannot_run_is_reported_as_an_error_not_raised(tmp_path, monkeypatch):

@@ -25,6 +25,21 @@ def test_char_tokenizer_unknown():
     assert tok.decode([0, 3]) == "a<unk>"
 
 
+@pytest.mark.parametrize("kind", ["char", "bpe", "word"])
+def test_every_tokenizer_refuses_ids_outside_its_vocabulary_in_one_line(kind):
+    """One check for every kind: the last id decodes, one past it and -1 are refused by name (a list
+    index would wrap -1 to the last token; ``tokenizers`` would skip both silently)."""
+    from attnlab.tokens import WordTokenizer
+
+    tok = {"char": lambda: CharTokenizer.from_corpus(CORPUS), "bpe": lambda: BPETokenizer.train(CORPUS, 300),
+           "word": lambda: WordTokenizer.train([CORPUS], ["<unk>"])}[kind]()  # fmt: skip
+    last = tok.vocab_size - 1
+    assert tok.decode([last]) != ""
+    for bad in (tok.vocab_size, -1):
+        with pytest.raises(UnknownTokenError, match=rf"^token id {bad} is outside the vocabulary \(0\.\.{last}\)$"):
+            tok.decode([0, bad])
+
+
 @pytest.mark.parametrize(
     "text",
     ["hello world", "  leading and trailing  \n\n", "Grüße, 東京! 🚀 emoji\ttab", "\x00\x7f ünïcödé", ""],

@@ -153,7 +153,9 @@ def run_claims(names: list[str], ctx: Context, log=print, saved: dict[str, Resul
     ctx.out.mkdir(parents=True, exist_ok=True)
     ctx.work.mkdir(parents=True, exist_ok=True)
     saved = saved or {}
-    results = {n: r for n, r in saved.items() if n not in names}  # (kept in the file, not in this report)
+    # every kept result is in the file from the start: a run stopped before reaching a kept claim
+    # (one that comes after a claim being run again) must not drop it from the file
+    results = dict(saved)
     for name in names:
         if name in saved:
             results[name] = saved[name]
@@ -182,7 +184,7 @@ def run_claims(names: list[str], ctx: Context, log=print, saved: dict[str, Resul
             if before.get(png) != written:
                 add_banner(png, c.title, r.status, "" if r.final else f"a preview at the {ctx.size} size")
         results[name] = r
-        save_results(ctx.out, ctx.size, results)
+        save_results(ctx.out, ctx.size, {n: results[n] for n in CLAIMS if n in results})  # (in the claims' order)
         log(f"[{name}] {r.status} ({r.seconds:.0f}s): {r.measured}")
     return {n: results[n] for n in names}
 

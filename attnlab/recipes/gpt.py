@@ -21,7 +21,7 @@ from .base import (
     Verbs,
     Evaluation,
 )
-from ..errors import OptionError, a
+from ..errors import OptionError, UnknownTokenError, a
 from ..options import (
     PatchOver,
     Arg,
@@ -43,6 +43,7 @@ from ..options import (
     positive_int,
     probability,
 )
+from ..tokens.ids import checked_token_ids
 
 
 class GPTVerbs(Verbs):
@@ -411,9 +412,10 @@ def _check_generate_call(prompt, needed: dict, use_cache, vocab: int | None = No
     given)."""
     many = isinstance(prompt, (list, tuple))
     if vocab is not None:
-        bad = [i for i in prompt if not 0 <= i < vocab]
-        if bad:
-            raise OptionError(f"prompt token id {bad[0]} is outside the vocabulary (0..{vocab - 1})")
+        try:
+            checked_token_ids(prompt, vocab)
+        except UnknownTokenError as e:
+            raise OptionError(f"prompt {e}") from None
     elif many and not all(isinstance(p, str) for p in prompt):
         raise OptionError("prompt must be text, a list of texts or a list of token ids")
     elif not many and not isinstance(prompt, str):

@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 from ..errors import DataError, UnknownTokenError
+from .ids import checked_token_ids
 
 
 class CharTokenizer:
@@ -48,13 +49,7 @@ class CharTokenizer:
             ) from None
 
     def decode(self, ids) -> str:
-        out = []
-        for i in ids:
-            i = int(i)
-            if not 0 <= i < len(self.itos):
-                raise UnknownTokenError(f"token id {i} is outside the vocabulary (0..{len(self.itos) - 1})")
-            out.append(self.itos[i])
-        return "".join(out)
+        return "".join(self.itos[i] for i in checked_token_ids(ids, len(self.itos)))
 
     def to_dict(self) -> dict:
         return {"type": "char", "chars": self.chars, "unk": self.unk}

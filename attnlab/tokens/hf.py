@@ -8,7 +8,7 @@ from pathlib import Path
 
 from tokenizers import Tokenizer
 
-from ..errors import UnknownTokenError
+from .ids import checked_token_ids
 
 
 class HFTokenizer:
@@ -32,11 +32,7 @@ class HFTokenizer:
 
     def _checked_ids(self, ids) -> list[int]:
         """``ids`` as ints, refusing any outside the vocabulary (``tokenizers`` would skip them)."""
-        ids = [int(i) for i in ids]
-        bad = [i for i in ids if not 0 <= i < self.vocab_size]
-        if bad:
-            raise UnknownTokenError(f"token id {bad[0]} is outside the vocabulary (0..{self.vocab_size - 1})")
-        return ids
+        return checked_token_ids(ids, self.vocab_size)
 
     def save(self, path: str | Path) -> None:
         """The plain HuggingFace ``tokenizer.json``."""
