@@ -41,6 +41,25 @@ def _model(arch, encoder="cnn"):
     return Captioner(CaptionConfig(**TINY, arch=arch, encoder=encoder)).eval()
 
 
+def test_the_one_image_vector_keeps_where_things_are_only_when_flattened():
+    """The LSTM's start from the grid's mean is the same whatever the order of the grid's cells (what
+    is there, not where); from the flattened grid (Show and Tell's vector) it changes with it, and the
+    decoder never starts from an image vector where it reads the image only through attention."""
+    for vector, same in (("mean", True), ("flatten", False)):
+        torch.manual_seed(0)
+        m = Captioner(CaptionConfig(**TINY, arch="rnn", image_vector=vector)).eval()
+        z = m.encode(torch.randn(2, 3, 32, 32))["z"]  # (B, N, D_z)
+        n, d = z.shape[1:]
+        assert m.init_h[0].in_features == (d if vector == "mean" else n * d)
+        moved = z[:, torch.randperm(n, generator=torch.Generator().manual_seed(0))]  # the same cells, elsewhere
+        start, start_moved = m.start({"z": z}, 4)["h"], m.start({"z": moved}, 4)["h"]
+        assert torch.allclose(start, start_moved, atol=1e-6) == same
+        assert m(torch.randn(2, 3, 32, 32), torch.randint(0, 20, (2, 5))).shape == (2, 5, 20)
+    with pytest.raises(ValueError, match="never starts from an image vector"):
+        CaptionConfig(**TINY, arch="rnn-attention", image_vector="flatten")
+    assert CaptionConfig(**TINY, arch="rnn-attention", init_from_image=True, image_vector="flatten").starts_from_image
+
+
 @pytest.mark.parametrize("encoder", ["cnn", "vit"])
 def test_attention_rows_sum_to_one_over_the_grid(encoder):
     m = _model("rnn-attention", encoder)
@@ -107,6 +126,33 @@ def test_scenes_are_reproducible_and_boxes_hold_their_objects():
             centre = img[:, (y0 + y1) // 2 + (y1 - y0) // 4, (x0 + x1) // 2]  # inside every shape (the triangle too)
             assert torch.allclose(centre * 255, torch.tensor(COLORS[o.color], dtype=torch.float32), atol=40)
             assert all(o.color in c and o.shape in c for c in caps)
+
+
+@pytest.mark.parametrize("objects, size", [(4, 64), (6, 48), (6, 64)])
+def test_scenes_of_up_to_six_objects_keep_them_apart_and_their_sizes_apart(objects, size):
+    """More objects than three: one column each, so boxes never overlap and run left to right; a
+    small shape stays smaller than a large one where the columns clip both; every phrasing names
+    every object, left to right, and lists them as "a , b and c"."""
+    scenes = make_scenes(60, seed=7, image_size=size, min_objects=objects, max_objects=objects)
+    widths = {"small": set(), "large": set()}
+    for objs, caps in zip(scenes.objects, scenes.captions):
+        assert len(objs) == objects and len({(o.shape, o.color) for o in objs}) == objects
+        for left, right in zip(objs, objs[1:]):
+            assert left.box[2] <= right.box[0]  # apart, left to right
+        for o in objs:
+            assert 0 <= o.box[0] and o.box[2] <= size and o.box[2] - o.box[0] >= 5
+            widths[o.size].add(o.box[2] - o.box[0])
+        phrases = [o.phrase for o in objs]
+        for cap in caps:
+            at = [cap.index(p) for p in phrases]
+            assert at == sorted(at)
+        assert caps[0] == " , ".join(phrases[:-1]) + " and " + phrases[-1]
+        assert caps[2] == caps[0] + " from left to right"
+    assert max(widths["small"]) < min(widths["large"])
+    with pytest.raises(ValueError, match="at least 48x48"):
+        make_scenes(1, image_size=40, max_objects=6)
+    with pytest.raises(ValueError, match="1 to 6 objects"):
+        make_scenes(1, max_objects=7)
 
 
 def test_pointing_hit_by_hand():
@@ -232,6 +278,9 @@ def test_caption_commands_end_to_end(caption_run, tmp_path, capsys):
     assert set(res["by_objects"]) <= {"1", "2", "3"}
     for by in res["by_objects"].values():  # (sentence BLEU per scene: the claims' intervals over test scenes)
         assert len(by["sentence_bleu4"]) == by["images"] and all(0 <= v <= 100 for v in by["sentence_bleu4"])
+        named = by["objects_named"]  # (per scene, the share of its objects its caption names whole)
+        assert len(named) == by["images"] and all(0 <= v <= 1 for v in named)
+        assert by["exact"] <= np.mean([v == 1 for v in named]) + 1e-9  # an exact caption names every object
     png = tmp_path / "grid.png"
     assert main(["inspect", "caption", "--ckpt", str(caption_run), "--image", str(img), "--out", str(png)]) == 0
     raw = np.load(png.with_suffix(".npz"))

@@ -678,21 +678,66 @@ def test_the_alignment_nulls_clear_when_the_attention_ignores_the_input_and_not_
 
 def test_the_caption_falls_are_paired_image_by_image_and_their_items_average_to_the_difference():
     """caption-bottleneck's items: one value per test scene of the fewest and the most objects whose
-    mean is (the fall without attention − the fall with it) in mean sentence BLEU-4, by hand."""
-    from attnlab.experiments.recurrence import _falls, fall_items
+    mean is (the fall without attention − the fall with it) in the share of objects named, by hand."""
+    from attnlab.experiments.recurrence import NAMED, _falls, fall_items
 
-    rnn = {1: {"sentence_bleu4": [80.0, 60.0]}, 2: {"sentence_bleu4": [50.0]}, 3: {"sentence_bleu4": [20.0, 10.0, 0.0]}}
-    att = {
-        1: {"sentence_bleu4": [70.0, 70.0]},
-        2: {"sentence_bleu4": [60.0]},
-        3: {"sentence_bleu4": [60.0, 50.0, 40.0]},
-    }
+    rnn = {1: {NAMED: [0.8, 0.6]}, 2: {NAMED: [0.5]}, 3: {NAMED: [0.2, 0.1, 0.0]}}
+    att = {1: {NAMED: [0.7, 0.7]}, 2: {NAMED: [0.6]}, 3: {NAMED: [0.6, 0.5, 0.4]}}
     fall_rnn, fall_att, higher = _falls({"rnn": rnn, "att": att}, "rnn", "att")
-    assert (fall_rnn, fall_att, higher) == (60.0, 20.0, True)  # 70 − 10 and 70 − 50
+    assert (fall_rnn, fall_att, higher) == (pytest.approx(0.6), pytest.approx(0.2), True)  # 0.7 − 0.1, 0.7 − 0.5
     values = fall_items(rnn, att)
     assert len(values) == 5 and values.mean() == pytest.approx(fall_rnn - fall_att)
     # (each scene's difference, weighted: 5/2 on the 1-object scenes, −5/3 on the 3-object ones)
-    np.testing.assert_allclose(values, [25.0, -25.0, 200 / 3, 200 / 3, 200 / 3])
+    np.testing.assert_allclose(values, [0.25, -0.25, 2 / 3, 2 / 3, 2 / 3])
+
+
+def test_a_caption_names_an_object_only_with_its_size_colour_and_shape_together():
+    from attnlab.data.captions import SceneObject
+    from attnlab.recipes.caption import objects_named
+
+    red, blue = (
+        SceneObject("circle", "red", "small", (0, 0, 4, 4)),
+        SceneObject("square", "blue", "large", (8, 0, 12, 4)),
+    )
+    assert objects_named("a small red circle and a large blue square", [red, blue]) == 1.0
+    assert objects_named("a large blue square to the left of a small red circle", [red, blue]) == 1.0  # any order
+    assert objects_named("a small blue circle and a large red square", [red, blue]) == 0.0  # every word, bound wrong
+    assert objects_named("a small red circles", [red]) == 0.0  # whole words only
+
+
+@pytest.mark.parametrize("without_attention, verdict", [(0.9, "PASS"), (0.3, "INCONCLUSIVE")])
+def test_caption_bottleneck_needs_the_captioner_without_attention_to_learn_the_short_scenes(
+    tmp_path, monkeypatch, without_attention, verdict
+):
+    """The same falls (without attention 0.6 of the objects lost from 2 to 6 objects, with it none) pass
+    when the captioner without attention names most objects of the short scenes, and are INCONCLUSIVE
+    when it names few: a captioner that never learned the scenes has no fall to measure."""
+    from attnlab.experiments import recurrence
+
+    rng = np.random.default_rng(0)
+
+    def evaluation(start: float, fall: float) -> dict:
+        return {"by_objects": {
+            str(k): {NAMED: list(np.clip(start - fall * (k - 2) / 4 + rng.normal(0, 0.05, 40), 0, 1)), "bleu4": 50.0}
+            for k in (2, 4, 6)
+        }}  # fmt: skip
+
+    NAMED = recurrence.NAMED
+
+    def captioner(ctx, arch="rnn-attention", seed=0):
+        if arch == "rnn-attention":
+            return {"steps": 1, "scenes": 1, "eval": evaluation(0.95, 0.0)}
+        if seed >= 100:  # the A/A run's seeds: the captioner without attention again
+            return {"steps": 1, "scenes": 1, "eval": evaluation(without_attention, min(0.6, without_attention))}
+        return {"steps": 1, "scenes": 1, "eval": evaluation(without_attention, min(0.6, without_attention))}
+
+    monkeypatch.setattr(recurrence, "_captioner", captioner)
+    monkeypatch.setattr(recurrence, "seeds_for", lambda ctx, full=3: (0, 1, 2, 3, 4))
+    ctx = Context(out=tmp_path / "out", work=tmp_path / "work", size="full")
+    r = run_claims(["caption-bottleneck"], ctx, log=lambda m: None)["caption-bottleneck"]
+    assert r.status == verdict, r.measured
+    assert ("did not learn the short scenes" in r.measured) == (verdict == "INCONCLUSIVE")
+    assert "from 2 to 6 objects" in r.criterion and not r.control.cleared
 
 
 def test_the_heads_null_clears_when_tied_heads_still_differ_and_not_when_they_act_as_one():

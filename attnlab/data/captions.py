@@ -1,9 +1,9 @@
 """Image captioning data: synthetic scenes (embedded, generated from a seed), COCO-format folders
 (a captions JSON like ``captions_train2017.json`` beside its images), and ``image<TAB>caption`` files.
 
-Scenes: small RGB images with one to three coloured shapes, captions from a small grammar that
-names each object (size, colour, shape) and their left-to-right relation, three phrasings per
-image, and every object's bounding box, so that one can measure where a captioner looks (the
+Scenes: small RGB images with one to six coloured shapes (three by default), captions from a
+small grammar that names each object (size, colour, shape) and their left-to-right relation, three
+phrasings per image, and every object's bounding box, so that one can measure where a captioner looks (the
 pointing game).
 """
 
@@ -31,6 +31,7 @@ COLORS = {
 }
 SHAPES = ("circle", "square", "triangle")
 SIZES = {"small": 0.09, "large": 0.16}  # half-width of the shape, as a fraction of the image side
+MAX_OBJECTS = 6  # per scene: each object has a column of its own, at least 8 pixels wide
 
 
 @dataclass
@@ -74,11 +75,8 @@ def scene_captions(objs: list[SceneObject]) -> list[str]:
         return [p[0], f"there is {p[0]}", f"{p[0]} on its own"]
     if len(p) == 2:
         return [f"{p[0]} to the left of {p[1]}", f"{p[0]} and {p[1]}", f"{p[0]} on the left and {p[1]} on the right"]
-    return [
-        f"{p[0]} , {p[1]} and {p[2]}",
-        f"{p[0]} to the left of {p[1]} and {p[2]}",
-        f"{p[0]} , {p[1]} and {p[2]} from left to right",
-    ]
+    listed = lambda q: " , ".join(q[:-1]) + f" and {q[-1]}"  # noqa: E731 - "a , b and c"
+    return [listed(p), f"{p[0]} to the left of {listed(p[1:])}", f"{listed(p)} from left to right"]
 
 
 def make_scenes(
@@ -91,14 +89,21 @@ def make_scenes(
     noise: float = 0.03,
     exclude: set | frozenset = frozenset(),
 ) -> Scenes:
-    """``n`` scenes from ``seed`` (the same seed gives the same scenes). Objects never overlap, sit
-    in separate columns (so "left of" is unambiguous), and no two share colour and shape. A scene
-    whose captions (as a tuple) are in ``exclude`` is drawn again: held-out scenes never repeat
-    the captions of the training scenes."""
-    if not 1 <= min_objects <= max_objects <= 3:
-        raise ValueError(f"scenes hold 1 to 3 objects; got min_objects={min_objects}, max_objects={max_objects}")
-    if image_size < 24:
-        raise ValueError(f"scenes need images of at least 24x24 pixels, got {image_size}")
+    """``n`` scenes from ``seed`` (the same seed gives the same scenes) of ``min_objects`` to
+    ``max_objects`` objects (at most :data:`MAX_OBJECTS`). Objects never overlap, sit in separate
+    columns (so "left of" is unambiguous), and no two share colour and shape; a small shape is
+    always smaller than a large one, even where the columns are narrow. A scene whose captions (as
+    a tuple) are in ``exclude`` is drawn again: held-out scenes never repeat the captions of the
+    training scenes."""
+    if not 1 <= min_objects <= max_objects <= MAX_OBJECTS:
+        raise ValueError(
+            f"scenes hold 1 to {MAX_OBJECTS} objects; got min_objects={min_objects}, max_objects={max_objects}"
+        )
+    least = max(24, 8 * max_objects)  # a column of at least 8 pixels per object: 5 and 7 pixel shapes
+    if image_size < least:
+        raise ValueError(
+            f"scenes of up to {max_objects} objects need images of at least {least}x{least} pixels, got {image_size}"
+        )
     rng = random.Random(seed)
     images = np.zeros((n, image_size, image_size, 3), dtype=np.uint8)
     captions, objects = [], []
@@ -112,10 +117,13 @@ def make_scenes(
         column = image_size // k  # one column per object keeps them apart
         kinds = rng.sample([(s, c) for s in SHAPES for c in COLORS], k)
         objs = []
+        widest = column // 2 - 1  # the largest half-width that keeps an object inside its column
+        halves = {k: min(max(3, round(f * image_size)), widest) for k, f in SIZES.items()}
+        if halves["small"] >= halves["large"]:  # narrow columns: both sizes clipped alike, told apart by 2 px
+            halves["small"] = halves["large"] - 1
         for j, (shape, color) in enumerate(kinds):
             size = rng.choice(list(SIZES))
-            half = max(3, round(SIZES[size] * image_size))
-            half = min(half, column // 2 - 1)
+            half = halves[size]
             cx = rng.randint(j * column + half, (j + 1) * column - half - 1)
             cy = rng.randint(half, image_size - half - 1)
             objs.append(SceneObject(shape, color, size, (cx - half, cy - half, cx + half + 1, cy + half + 1)))

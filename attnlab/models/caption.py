@@ -38,6 +38,7 @@ from .vit import ViT, ViTConfig
 __all__ = ["CaptionConfig", "Captioner", "doubly_stochastic_penalty"]
 
 ARCHS = ("rnn", "rnn-attention", "transformer")
+IMAGE_VECTORS = ("mean", "flatten")
 ENCODERS = ("cnn", "vit")
 
 
@@ -64,6 +65,10 @@ class CaptionConfig(SpecialTokens, Config):
     # image reaches the words only through attention (on scenes: 99.6 % exact captions and attention
     # on the object being described, against 95 % and mostly misplaced attention with the paper's)
     init_from_image: bool = False
+    # the one vector the LSTM starts from (rnn; rnn-attention with init_from_image): the grid's mean, a
+    # bag of features that keeps what is there but not where, or a learned map of the whole flattened
+    # grid, as a CNN's last fully connected layer gives Show and Tell its image vector (it keeps the layout)
+    image_vector: str = "mean"
 
     SIZES = (
         "vocab_size",
@@ -79,7 +84,7 @@ class CaptionConfig(SpecialTokens, Config):
         "mlp_dim",
         "context",
     )
-    CHOICES = {"arch": ARCHS, "encoder": ENCODERS}
+    CHOICES = {"arch": ARCHS, "encoder": ENCODERS, "image_vector": IMAGE_VECTORS}
     HELP = {
         "arch": "the decoder: rnn (an LSTM that sees the image once, no attention), rnn-attention (Show, Attend "
         "and Tell's soft attention) or transformer",
@@ -96,6 +101,9 @@ class CaptionConfig(SpecialTokens, Config):
         "once over the caption)",
         "init_from_image": "rnn-attention: start the LSTM from the mean image feature, as in the paper, instead "
         "of a learned start (then the image reaches the words only through attention)",
+        "image_vector": "--arch rnn (or rnn-attention with --init-from-image): the one vector the LSTM starts "
+        "from: mean (the grid's mean feature: what is there, not where) or flatten (a learned map of the whole "
+        "grid, as a CNN's last layer: where things are too)",
     }
 
     def __post_init__(self) -> None:
@@ -107,6 +115,17 @@ class CaptionConfig(SpecialTokens, Config):
             raise ValueError(f"dim={self.dim} is not divisible by heads={self.heads}")
         if self.alpha_c < 0:
             raise ValueError(f"alpha_c must be 0 or more, got {self.alpha_c}")
+        if self.image_vector != "mean" and not self.starts_from_image:
+            raise ValueError(
+                f"image_vector={self.image_vector!r} applies to arch rnn, or rnn-attention with init_from_image: "
+                f"this {self.arch} decoder never starts from an image vector"
+            )
+
+    @property
+    def starts_from_image(self) -> bool:
+        """Whether the decoder starts from one image vector (h₀, c₀ = f(that vector)): the RNNs but
+        rnn-attention's default, whose image reaches the words only through attention."""
+        return self.arch == "rnn" or (self.arch == "rnn-attention" and self.init_from_image)
 
     @property
     def grid(self) -> tuple[int, int]:
@@ -198,11 +217,12 @@ class Captioner(HookedModule):
         else:
             self.tok_emb = nn.Embedding(c.vocab_size, c.emb_dim, padding_idx=c.pad_id)
             attend = c.arch == "rnn-attention"
-            if attend and not c.init_from_image:  # the image reaches the words only through attention
+            if not c.starts_from_image:  # the image reaches the words only through attention
                 self.h0 = nn.Parameter(torch.zeros(2, c.dim))
-            else:
-                self.init_h = nn.Sequential(nn.Linear(d_z, c.dim), nn.Tanh())  # h₀ = f_w(mean z)
-                self.init_c = nn.Sequential(nn.Linear(d_z, c.dim), nn.Tanh())
+            else:  # h₀ = f_init(v), v the image vector: mean z (D_z) or the flattened grid (N·D_z)
+                d_v = d_z if c.image_vector == "mean" else d_z * self.encoder.grid[0] * self.encoder.grid[1]
+                self.init_h = nn.Sequential(nn.Linear(d_v, c.dim), nn.Tanh())
+                self.init_c = nn.Sequential(nn.Linear(d_v, c.dim), nn.Tanh())
             self.cell = nn.LSTMCell(c.emb_dim + (d_z if attend else 0), c.dim)
             if attend:
                 self.attn = AdditiveAttention(c.dim, d_z, c.attention_dim)
@@ -253,8 +273,8 @@ class Captioner(HookedModule):
         if hasattr(self, "h0"):
             h, c = self.h0[:, None].expand(-1, z.shape[0], -1).unbind(0)
         else:
-            mean = z.mean(1)
-            h, c = self.init_h(mean), self.init_c(mean)
+            v = z.mean(1) if self.config.image_vector == "mean" else z.flatten(1)  # (B, D_z) or (B, N·D_z)
+            h, c = self.init_h(v), self.init_c(v)
         state = {**state, "h": h, "c": c}
         if self.config.arch == "rnn-attention":
             state["keys"] = self.attn.project_keys(z)  # U z_i once per image

@@ -10,6 +10,7 @@ from typing import Annotated, Any
 import numpy as np
 import torch
 
+from ..data.captions import MAX_OBJECTS
 from ..errors import DataError, OptionError
 from ..models.caption import Captioner, CaptionConfig
 from ..options import Arg, Beam, Command, Device, LengthPenalty, checked, at_least, below_one, number
@@ -85,7 +86,11 @@ class CaptionTrainOptions(TrainOptions):
     ] = None
     max_objects: Annotated[
         int | None,
-        Arg("scenes: at most this many objects per image (default 3)", number(int, 1, True, 3, what="1, 2 or 3")),
+        Arg(
+            f"scenes: at most this many objects per image, 1 to {MAX_OBJECTS} (default 3; more than 3 need "
+            "--image-size at least 8 pixels per object)",
+            number(int, 1, True, MAX_OBJECTS, what=f"1 to {MAX_OBJECTS}"),
+        ),
     ] = None
     label_smoothing: Annotated[float, Arg("label smoothing", below_one)] = 0.0
 
@@ -154,6 +159,7 @@ class CaptionRecipe(Recipe):
         "attention_dim": ("rnn-attention",),
         "alpha_c": ("rnn-attention",),
         "init_from_image": ("rnn-attention",),
+        "image_vector": ("rnn", "rnn-attention"),
         "emb_dim": ("rnn", "rnn-attention"),
         "layers": ("transformer",),
         "mlp_dim": ("transformer",),
@@ -406,6 +412,7 @@ def evaluate_captioner(
         by_count = {}
         # per caption, for intervals over the test images (two captioners scored on the same images pair up)
         sentence = sacrebleu.BLEU(max_ngram_order=4, effective_order=True)
+        named = [objects_named(h, o) for h, o in zip(hyps, objects)]
         for k in sorted({len(o) for o in objects}):
             sel = [i for i, o in enumerate(objects) if len(o) == k]
             by_count[k] = {
@@ -413,6 +420,7 @@ def evaluate_captioner(
                 "exact": sum(exact[i] for i in sel) / len(sel),
                 "bleu4": bleus[3].corpus_score([hyps[i] for i in sel], [[s[i] for i in sel] for s in streams]).score,
                 "sentence_bleu4": [sentence.sentence_score(hyps[i], norm_refs[i]).score for i in sel],
+                "objects_named": [named[i] for i in sel],
             }
         res["by_objects"] = by_count
         res["pointing"], res["pointing_by_word"], res["pointing_objects"] = None, None, 0
@@ -492,6 +500,15 @@ def _pointing_game(model, vocab, images, ids, objects, meta: dict, batch_size: i
         },
         "pointing_objects": len(hits["shape"]),
     }
+
+
+def objects_named(caption: str, objects) -> float:
+    """The share of a scene's ``objects`` that a generated ``caption`` names whole ("a small red
+    circle": size, colour and shape together), in any order: what a caption gets right object by
+    object, where BLEU also rewards the grammar's words ("a", ",", "and", "to the left of"), which
+    every caption of that many objects shares."""
+    words = f" {caption} "
+    return sum(f" {o.phrase} " in words for o in objects) / len(objects)
 
 
 def object_words(vocab, ids: list[int], objects) -> list[tuple[str, int, object]]:
