@@ -3,8 +3,8 @@
 
 Scenes: small RGB images with one to six coloured shapes (three by default), captions from a
 small grammar that names each object (size, colour, shape) and their left-to-right relation, three
-phrasings per image, and every object's bounding box, so that one can measure where a captioner looks (the
-pointing game).
+phrasings per image, and every object's bounding box, so that one can measure where a captioner
+looks (the pointing game).
 """
 
 from __future__ import annotations
@@ -118,7 +118,7 @@ def make_scenes(
         kinds = rng.sample([(s, c) for s in SHAPES for c in COLORS], k)
         objs = []
         widest = column // 2 - 1  # the largest half-width that keeps an object inside its column
-        halves = {k: min(max(3, round(f * image_size)), widest) for k, f in SIZES.items()}
+        halves = {name: min(max(3, round(f * image_size)), widest) for name, f in SIZES.items()}
         if halves["small"] >= halves["large"]:  # narrow columns: both sizes clipped alike, told apart by 2 px
             halves["small"] = halves["large"] - 1
         for j, (shape, color) in enumerate(kinds):
