@@ -157,8 +157,7 @@ def run_claims(names: list[str], ctx: Context, log=print, saved: dict[str, Resul
     # (one that comes after a claim being run again) must not drop it from the file
     results = dict(saved)
     for name in names:
-        if name in saved:
-            results[name] = saved[name]
+        if name in saved:  # (already in results)
             log(f"[{name}] {saved[name].status}: kept from {ctx.out / RESULTS}")
             continue
         c = CLAIMS[name]
