@@ -818,7 +818,6 @@ def test_attribution_patching_estimates_activation_patching(tmp_path, monkeypatc
     with torch.no_grad():
         last = ours(clean)[0, -1]
         metric = logit_difference(int(last.argmax()), int(last.argmin()))
-        span = metric(ours(clean)).mean() - metric(ours(corrupt)).mean()
     for over in ("attn_out", "mlp_out", "head", "head_position", "v"):
         exact = patch_activations(ours, (clean,), (corrupt,), metric, over=over)
         estimate = attribution_patching(ours, (clean,), (corrupt,), metric, over=over)
@@ -841,7 +840,7 @@ def test_attribution_patching_estimates_activation_patching(tmp_path, monkeypatc
             return x
 
         with torch.no_grad(), ours.hooks([("blocks.1.hook_resid_pre", nudge)]):
-            return metric(ours(corrupt)).double().mean()
+            return metric(ours(corrupt)).mean()
 
     slope = (moved(step) - moved(-step)) / (2 * step) / span
     assert abs(slope - estimate[1, 3]) < 0.02 * abs(estimate[1, 3]) + 1e-3, (slope, estimate[1, 3])
