@@ -20,12 +20,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .errors import AttnlabError, OptionError
-from .inspect.explorer import Exploration
 from .recipes import Recipe, checkpoint_recipe, recipes
 from .options import path_argument
 from .recipes.base import Verbs
 
 if TYPE_CHECKING:
+    from .inspect.explorer import Exploration
     from .training.callbacks import Callback
 
 __all__ = ["train", "Run", "load", "evaluate", "explore", "Exploration", "families", "train_options"]
@@ -231,3 +231,12 @@ def explore(model_or_path: Verbs | str | Path, **inputs: Any) -> Exploration:
     """The explorer's data for a loaded model or a run folder (see ``Verbs.explore``): ``text=``,
     ``image=``, ``src=`` / ``tgt=``. Shown inline in Jupyter; ``.save("page.html")`` writes the page."""
     return _loaded(model_or_path).explore(**inputs)
+
+
+def __getattr__(name: str) -> object:
+    """``Exploration`` (what :func:`explore` returns), imported when first used."""
+    if name == "Exploration":
+        from .inspect.explorer import Exploration
+
+        return Exploration
+    raise AttributeError(f"module 'attnlab.api' has no attribute {name!r}")

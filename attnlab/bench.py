@@ -15,14 +15,13 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-import torch
-import torch.nn.functional as F
 
 from .options import Arg, Device, checked
-from .training.devices import autocast
 
 
 def sync(device) -> None:
+    import torch
+
     if str(device).startswith("cuda"):
         torch.cuda.synchronize()
 
@@ -44,8 +43,13 @@ def time_it(fn: Callable[[], object], *, warmup: int = 3, repeat: int = 10, devi
     return statistics.median(times)
 
 
-def matmul_peak(dtype=torch.float32, n: int = 1024, device="cpu", seconds: float = 1.0) -> float:
-    """Measured FLOP/s of a square matmul here: the denominator of MFU (never a spec-sheet number)."""
+def matmul_peak(dtype=None, n: int = 1024, device="cpu", seconds: float = 1.0) -> float:
+    """Measured FLOP/s of a square matmul here (``dtype``: default float32): the denominator of MFU
+    (never a spec-sheet number)."""
+    import torch
+
+    dtype = torch.float32 if dtype is None else dtype
+
     if str(device).startswith("cuda"):
         n = 8192
     a, b = torch.randn(n, n, dtype=dtype, device=device), torch.randn(n, n, dtype=dtype, device=device)
@@ -93,6 +97,8 @@ def _row(name, unit, ours, base, base_name, **extra) -> dict:
 
 
 def _train_step(model, make_loss, params=None):
+    import torch
+
     from .training.optim import adamw
 
     opt = adamw(model, 1e-4, 0.01)
@@ -108,6 +114,8 @@ def _train_step(model, make_loss, params=None):
 
 
 def attention_rows(device, lengths, repeat) -> list[dict]:
+    import torch
+
     from torch import nn
 
     from .attention import MultiHeadAttention
@@ -133,6 +141,9 @@ def attention_rows(device, lengths, repeat) -> list[dict]:
 
 
 def gpt_rows(device, dtypes, peaks, quick, compile_) -> list[dict]:
+    import torch.nn.functional as F
+    import torch
+
     import transformers
 
     from .models import GPT, GPTConfig
@@ -164,6 +175,8 @@ def gpt_rows(device, dtypes, peaks, quick, compile_) -> list[dict]:
             ).to(device)
             x = torch.randint(0, 65, (b, cfg.context), device=device)
             y = torch.randint(0, 65, (b, cfg.context), device=device)
+
+            from .training.devices import autocast
 
             def loss_of(m, is_hf):
                 def f():
@@ -209,6 +222,8 @@ def gpt_rows(device, dtypes, peaks, quick, compile_) -> list[dict]:
 
 
 def generation_rows(device, quick) -> list[dict]:
+    import torch
+
     import transformers
 
     from .generate import generate
@@ -320,6 +335,8 @@ def serving_rows(device, quick) -> list[dict]:
     batching (8 rows) against one request at a time and against fixed batches of 8. The rows name
     the workload's ceiling: the speed-up over one at a time if every forward cost the same (64
     requests on a GPU, whose forwards cost about the same up to 8 rows; 32 on a CPU)."""
+    import torch
+
     from .models import GPT, GPTConfig
 
     cfg = (
@@ -346,6 +363,9 @@ def serving_rows(device, quick) -> list[dict]:
 
 
 def vit_rows(device, quick) -> list[dict]:
+    import torch.nn.functional as F
+    import torch
+
     import transformers
 
     from .models import ViT, ViTConfig
@@ -375,6 +395,9 @@ def vit_rows(device, quick) -> list[dict]:
 
 
 def encdec_rows(device, quick) -> list[dict]:
+    import torch.nn.functional as F
+    import torch
+
     from torch import nn
 
     from .models import Transformer, TransformerConfig
@@ -439,6 +462,8 @@ def distributed_rows(device, quick) -> list[dict]:
     with the same global batch, from each run's own tokens/s (``metrics.jsonl``, after warm-up).
     On 2 CPU cores two processes are not faster: the rows exist to catch regressions in the
     distributed paths and run unchanged on 2 GPUs."""
+    import torch
+
     import subprocess
     import tempfile
 
@@ -544,6 +569,8 @@ def run(
 ) -> list[dict]:
     """The benchmark table (``attnlab bench``): ``only``: some of the row groups (:data:`ROW_GROUPS`;
     default all); ``json_path`` / ``markdown_path``: files to write it to as well."""
+    import torch
+
     from .outputs import output_file
     from .training.devices import cpu_has_fast_bf16, pick_device
 

@@ -143,8 +143,6 @@ def norm_layer(kind: str, dim: int, eps: float, bias: bool = True) -> nn.Module:
     raise ValueError(f"unknown norm {kind!r}; choose layer or rms")
 
 
-NORMS = ("layer", "rms")
-
 _ACTIVATIONS = {
     "gelu": lambda x: F.gelu(x),
     "gelu_tanh": lambda x: F.gelu(x, approximate="tanh"),
@@ -152,7 +150,6 @@ _ACTIVATIONS = {
     "relu2": lambda x: F.relu(x).square(),  # ReLU² (So et al., Primer; the modded-nanogpt speedrun)
     "silu": F.silu,  # x·σ(x): SwiGLU's gate in Llama, Qwen and Mistral
 }
-ACTIVATIONS = tuple(_ACTIVATIONS)  # the names a config's ``activation`` may take
 
 
 class MLP(nn.Module):

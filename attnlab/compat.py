@@ -10,6 +10,7 @@ import importlib
 import importlib.abc
 import importlib.util
 import sys
+from typing import Callable
 
 # old module -> the module it is now
 OLD_MODULES = {
@@ -37,3 +38,18 @@ def install() -> None:
     """Serve the old names (once)."""
     if not any(isinstance(f, OldModuleNames) for f in sys.meta_path):
         sys.meta_path.append(OldModuleNames())
+
+
+def lazy_names(package: str, names: dict[str, str]) -> Callable[[str], object]:
+    """A package's ``__getattr__`` (PEP 562) for its public ``names`` (name -> the submodule
+    defining it, relative: ".gpt"): each is imported on first use. Importing a package for one
+    light module in it (the models' configs, the trainer's options) so imports no torch."""
+
+    def __getattr__(name: str) -> object:
+        if name not in names:
+            raise AttributeError(f"module {package!r} has no attribute {name!r}")
+        value = getattr(importlib.import_module(names[name], package), name)
+        setattr(sys.modules[package], name, value)  # (looked up once)
+        return value
+
+    return __getattr__

@@ -25,6 +25,9 @@ from dataclasses import asdict, dataclass, fields
 # The largest value any size field (vocabulary, width, context, layers) may take: far beyond
 # any model attnlab can train, small enough that a corrupt config fails here and not in malloc.
 MAX_SIZE = 1 << 24
+# the names a config's ``norm`` and ``activation`` may take (:mod:`attnlab.blocks` builds them)
+NORMS = ("layer", "rms")
+ACTIVATIONS = ("gelu", "gelu_tanh", "relu", "relu2", "silu")
 
 
 def _type_ok(value, typ) -> bool:

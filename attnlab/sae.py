@@ -13,12 +13,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from .errors import OptionError
 from .options import Arg, checked, nonneg_float, nonneg_int, positive_float, positive_int
-from .inspect.sae import SAEConfig, SAETraining, SparseAutoencoder, load_sae
-from .inspect import sae as method
+
+if TYPE_CHECKING:
+    from .inspect.sae import SAEConfig, SparseAutoencoder
 
 __all__ = ["train", "evaluate", "features", "write_features", "load", "SAERun", "SparseAutoencoder", "SAEConfig"]
 
@@ -97,6 +98,9 @@ def train(
     ``hook`` of the GPT ``model_or_path``, over its run's training text (or ``data``); evaluate
     it on the validation text; save it to ``out`` (sae.safetensors, sae.json, metrics.json) when
     given."""
+    from .inspect import sae as method
+    from .inspect.sae import SAEConfig, SAETraining
+
     model = _model(model_or_path)
     method.check_hook(model, hook)
     source = _source(model, "train", data)
@@ -126,6 +130,8 @@ def train(
 @checked
 def evaluate(model_or_path: Any, sae: SparseAutoencoder, *, data: Data = None, batches: int = 8) -> dict:
     """:func:`attnlab.inspect.sae.evaluate` on the model's validation text (or ``data``)."""
+    from .inspect import sae as method
+
     model = _model(model_or_path)
     return method.evaluate(model, sae.to(model.device), _source(model, "val", data), batches=batches)
 
@@ -141,6 +147,8 @@ def features(
 ) -> list[dict]:
     """:func:`attnlab.inspect.sae.features` on the model's validation text (or ``data``); for a ViT,
     :func:`attnlab.inspect.sae.image_features` on its test images."""
+    from .inspect import sae as method
+
     model = _model(model_or_path)
     if _is_image_classifier(model):
         (images, _), _ = _images(model, "test", data)
@@ -152,6 +160,7 @@ def features(
 
 def write_features(model_or_path: Any, sae: SparseAutoencoder, path: str | Path, **kw: Any) -> Path:
     """The feature pages of :func:`features` as one offline HTML file."""
+    from .inspect import sae as method
     from .outputs import atomic_write_text
 
     model = _model(model_or_path)
@@ -165,4 +174,15 @@ def write_features(model_or_path: Any, sae: SparseAutoencoder, path: str | Path,
 
 def load(folder: str | Path, device: str = "cpu") -> SparseAutoencoder:
     """An SAE saved by :func:`train` (or ``attnlab sae train``)."""
+    from .inspect.sae import load_sae
+
     return load_sae(folder, device)[0]
+
+
+def __getattr__(name: str) -> object:
+    """``SparseAutoencoder`` and ``SAEConfig``, imported with torch when first used."""
+    if name in ("SparseAutoencoder", "SAEConfig"):
+        from .inspect import sae as method
+
+        return getattr(method, name)
+    raise AttributeError(f"module 'attnlab.sae' has no attribute {name!r}")

@@ -19,15 +19,10 @@ rebinding) and, when they carry an Origin, come from this server's own pages; ot
 
 from __future__ import annotations
 
-import asyncio
-import base64
-import binascii
 import json
 import queue
-import tempfile
 import threading
 import time
-import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any
@@ -475,6 +470,8 @@ class Guard:
         self.app, self.port_ref = app, port_ref
 
     async def __call__(self, scope, receive, send):
+        import asyncio
+
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
@@ -583,6 +580,10 @@ class _Routes:
         return self.html(FORM.format(name=name, what=what, fields=fields, generate=generate_form))
 
     async def explore(self, request):
+        import base64
+        import binascii
+        import tempfile
+
         from .errors import one_line
 
         body = parse_body(await request.body(), self.Explore)
@@ -626,6 +627,8 @@ class _Routes:
         )
 
     async def completions(self, request):
+        import uuid
+
         w = self.generator()
         b = parse_body(await request.body(), self.Completion)
         prompt = b.prompt
@@ -671,6 +674,8 @@ class _Routes:
         return self.http.JSONResponse(_completion(self.name, ident, created, answers, choices))
 
     async def chat_completions(self, request):
+        import uuid
+
         w = self.generator()
         b = parse_body(await request.body(), self.ChatCompletion)
         messages = [{"role": m.role, "content": message_text(m.content, i), **({"name": m.name} if m.name else {})}
@@ -871,6 +876,8 @@ async def _stream_events(w, job, chunk, first: str | None = None):
     """Server-sent events for ``job`` (queued with no ``on_token``; set here): ``first`` if given,
     a ``chunk(text, None)`` per piece of text as the tokens come, then ``chunk(None, finish reason)``,
     then ``data: [DONE]`` (OpenAI's streaming format, completions and chat alike)."""
+    import asyncio
+
     from .generate import cut_at_stop, end_ids
 
     loop = asyncio.get_running_loop()

@@ -13,7 +13,6 @@ import argparse
 import inspect
 import os
 import sys
-import textwrap
 import warnings
 from typing import Annotated, Any, Literal
 
@@ -23,11 +22,19 @@ from ..options import Arg, Command, DecodeDtype, Device, OptionSpecs, PatchOver,
 from .parser import EPILOG, Parser, option_parser
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     """The ``attnlab`` parser: ``train FAMILY`` from the registry of recipes, the families' own
-    commands, then the commands every model shares (:func:`_commands`), each from its declaration."""
+    commands, then the commands every model shares (:func:`_commands`), each from its declaration.
+    ``argv``: the words it will parse; only the command they name gets its options (the others,
+    their name and help: enough to list them and to say which was meant), so that a command line
+    is read in a fraction of a second; None: every command with its options (completion, tests)."""
     from .. import sae
     from ..recipes import recipes
+
+    words = None if argv is None else [w for w in argv if not w.startswith("-")]
+
+    def wanted(*path: str) -> bool:
+        return words is None or words[: len(path)] == list(path)
 
     p = Parser(
         prog="attnlab",
@@ -38,20 +45,26 @@ def build_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
     families = recipes()
     train = [
-        Command(r.name, r.help, r.description, lambda args, r=r: _train(r, args), specs=r.train_specs())
+        Command(
+            r.name,
+            r.help,
+            r.description,
+            lambda args, r=r: _train(r, args),
+            specs=r.train_specs() if wanted("train", r.name) else OptionSpecs(),
+        )
         for r in families
     ]
-    _group(sub, "train", "model", f"train a model ({', '.join(r.name for r in families)})", train,
+    _group(sub, "train", "model", f"train a model ({', '.join(r.name for r in families)})", train, wanted,
            description="Train a model with the shared trainer.")  # fmt: skip
     for r in families:
         for command in r.commands():
             if command.name not in sub.choices:  # a family built on another shares its commands
-                _command(sub, command)
+                _command(sub, command, wanted(command.name))
     for command in _commands(families):
-        if command.name in ("inspect", "reproduce"):  # (their descriptions list inspections / claims, a line each)
-            _command(sub, command, formatter_class=argparse.RawDescriptionHelpFormatter)
+        if command.name == "inspect":  # (its description lists the inspections, a line each)
+            _command(sub, command, wanted(command.name), formatter_class=argparse.RawDescriptionHelpFormatter)
         else:
-            _command(sub, command)
+            _command(sub, command, wanted(command.name))
     sae_commands = [
         Command(
             "train", "train an SAE on one hook point", "Train a sparse autoencoder.", _sae_train, verbs=(sae.train,)
@@ -79,6 +92,7 @@ def build_parser() -> argparse.ArgumentParser:
         "sae_command",
         "sparse autoencoders: train one on a hook point, evaluate it, draw its features",
         sae_commands,
+        wanted,
         metavar="WHAT",
         description=SAE_DESCRIPTION,
     )
@@ -93,6 +107,7 @@ def build_parser() -> argparse.ArgumentParser:
         "data_command",
         "prepare a corpus larger than memory into token shards",
         [prepare_command],
+        wanted,
         metavar="WHAT",
         description=DATA_DESCRIPTION,
     )
@@ -101,12 +116,17 @@ def build_parser() -> argparse.ArgumentParser:
         Command(
             "completion", "print a shell completion script (bash, zsh or fish)", COMPLETION_DESCRIPTION, _completion
         ),
+        wanted("completion"),
     )
     return p  # fmt: skip
 
 
-def _command(sub, command: Command, **kw) -> None:
-    """``command`` as a subcommand of ``sub``: its flags from its declared options."""
+def _command(sub, command: Command, full: bool = True, **kw) -> None:
+    """``command`` as a subcommand of ``sub``: its flags from its declared options (``full`` False:
+    its name and help only, a command the words parsed do not name)."""
+    if not full:
+        sub.add_parser(command.name, help=command.help, description=command.description, epilog=EPILOG, **kw)
+        return
     options = command.options
     parser = option_parser(sub, command.name, options, help=command.help, description=command.description, **kw)
     parser.set_defaults(declaration=command)  # (tests read each command's declaration from its parser)
@@ -119,12 +139,15 @@ def _command(sub, command: Command, **kw) -> None:
     parser.set_defaults(func=lambda args: command.run(**{n: getattr(args, n) for n in names}))
 
 
-def _group(sub, name: str, dest: str, help: str, commands: list[Command], metavar: str | None = None, **kw) -> None:
-    """A command ``name`` whose subcommands are ``commands`` (``attnlab train gpt``, ``attnlab sae eval``)."""
+def _group(
+    sub, name: str, dest: str, help: str, commands: list[Command], wanted, metavar: str | None = None, **kw
+) -> None:
+    """A command ``name`` whose subcommands are ``commands`` (``attnlab train gpt``, ``attnlab sae eval``);
+    ``wanted(name, sub)``: whether the words parsed name that subcommand."""
     group = sub.add_parser(name, help=help, epilog=EPILOG, **kw)
     inner = group.add_subparsers(dest=dest, metavar=metavar or dest.upper(), parser_class=Parser)
     for command in commands:
-        _command(inner, command)
+        _command(inner, command, wanted(name, command.name))
 
 
 SAE_DESCRIPTION = (
@@ -149,7 +172,7 @@ COMPLETION_DESCRIPTION = (
 def _commands(families) -> list[Command]:
     """The commands every model shares, each with its declared options and its run."""
     from .. import bench
-    from ..experiments import CLAIMS, reproduce
+    from ..experiments.report import reproduce
     from ..recipes.base import Evaluation, Verbs, explore_input_specs, predict
     from ..recipes.classifier import ImageClassifierVerbs
     from ..recipes.encoder import TextEncoderVerbs
@@ -202,12 +225,11 @@ def _commands(families) -> list[Command]:
                 "to 127.0.0.1; requests from other origins are refused.",
                 _serve, verbs=(serve,)),
         Command("reproduce", "check the lectures' claims on real runs; write a report",
-                textwrap.fill("Each claim: the lecture's statement, what was run on which data, the figure or table, the measured "
+                "Each claim: the lecture's statement, what was run on which data, the figure or table, the measured "
                 "numbers, a stated criterion and a must-fail control run beside it; PASS (the control fails the "
                 "criterion), FAIL, INCONCLUSIVE (the control clears it too, or seed noise straddles it) or SKIPPED "
                 "(its data is absent), in OUT/report.md with its PNGs. The full size decides; --quick is a preview. "
-                "The claims (--list adds where the lectures say each):", 79) + "\n\n" + "\n".join(
-                    f"  {name:<20} {c.title}" for name, c in CLAIMS.items()),
+                "attnlab reproduce --list lists the claims, one line each, with where the lectures say each.",
                 _reproduce, verbs=(reproduce,)),
         Command("bench", "benchmark attnlab against its peers and this machine's peak",
                 "Attention, GPT training and generation, ViT and encoder-decoder training steps, each against a peer "
@@ -475,7 +497,7 @@ def _reproduce(
     if list:
         from ..experiments.registry import COURSES
 
-        for name, claim in experiments.CLAIMS.items():
+        for name, claim in experiments.CLAIMS.items():  # (every topic module imported: torch too)
             if isinstance(claim.source, str):
                 where = "beyond the decks"
             else:
@@ -589,34 +611,9 @@ def _sae_features(
 def _completion(
     shell: Annotated[Literal["bash", "zsh", "fish"], Arg("the shell to complete in", flags=("shell",))],
 ) -> int:
-    from .completion import script
-    from .manifest import load
+    from .completion import describe, script
 
-    print(script(shell, load()))
-    return 0
-
-
-def answers_from_manifest(argv: list[str]) -> bool:
-    """Whether ``argv`` asks only for help, the version or a completion script: what the plain
-    data of :mod:`attnlab.cli.manifest` answers without importing torch."""
-    return not argv or argv[0] == "completion" or any(a in ("-h", "--help", "--version") for a in argv)
-
-
-def _answer_from_manifest(argv: list[str]) -> int:
-    """Help, version or a completion script, from the command line's plain data (no torch)."""
-    from .manifest import load, rebuild
-
-    parser = rebuild(load())
-    try:
-        args = parser.parse_args(argv)
-    except SystemExit as e:  # --help, --version, or a bad option (already reported in one line)
-        return e.code if isinstance(e.code, int) else 0
-    try:
-        if args.command == "completion":
-            return _completion(args.shell)
-        parser.print_help()
-    except BrokenPipeError:  # (| head: the reader left; nothing more to say)
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    print(script(shell, describe(build_parser())))
     return 0
 
 
@@ -629,9 +626,7 @@ def main(argv: list[str] | None = None) -> int:
         if hasattr(stream, "reconfigure"):
             stream.reconfigure(errors="backslashreplace")
     argv = sys.argv[1:] if argv is None else list(argv)
-    if answers_from_manifest(argv):
-        return _answer_from_manifest(argv)
-    parser = build_parser()
+    parser = build_parser(argv)  # (the live declarations: no module that declares an option imports torch)
     try:
         args = parser.parse_args(argv)
         args.argv = argv
@@ -642,28 +637,27 @@ def main(argv: list[str] | None = None) -> int:
             return 0
     except SystemExit as e:  # --help, --version, or a bad option (already reported in one line)
         return e.code if isinstance(e.code, int) else 0
-    from ..checkpoint import abandon_new_runs, release_runs
-    from ..training.trainer import TrainingInterrupted
-
     try:
         with warnings.catch_warnings():  # (what the library warns of: one line each, as the errors)
             warnings.simplefilter("always", Note)
             warnings.showwarning = _one_line_warning
             _resolve_model_names(args)
             return args.func(args) or 0
-    except TrainingInterrupted as e:
-        print(f"\n{e}", file=sys.stderr)
-        return 130
     except KeyboardInterrupt:
         print("\ninterrupted", file=sys.stderr)
         return 130
-    except (AttnlabError, ValueError, OSError) as e:
-        _report(f"error: {one_line(e)}")  # (reported first, then cleaned up)
-        abandon_new_runs()
-        _let_peers_report()
-        return 2
-    except Exception as e:  # a bug, or a case nobody foresaw: still one line, the traceback on request
-        abandon_new_runs()
+    except Exception as e:
+        interrupted = _imported("attnlab.training.trainer", "TrainingInterrupted")
+        if interrupted is not None and isinstance(e, interrupted):  # (Ctrl-C in training: its checkpoint saved)
+            print(f"\n{e}", file=sys.stderr)
+            return 130
+        if isinstance(e, (AttnlabError, ValueError, OSError)):
+            _report(f"error: {one_line(e)}")  # (reported first, then cleaned up)
+            _abandon_new_runs()
+            _let_peers_report()
+            return 2
+        # a bug, or a case nobody foresaw: still one line, the traceback on request
+        _abandon_new_runs()
         if os.environ.get("ATTNLAB_DEBUG"):
             raise
         peer = lost_peer(e)
@@ -676,7 +670,22 @@ def main(argv: list[str] | None = None) -> int:
         )
         return 1
     finally:
-        release_runs()
+        release = _imported("attnlab.checkpoint", "release_runs")
+        if release is not None:
+            release()
+
+
+def _imported(module: str, name: str):
+    """``name`` of ``module`` when the command has imported that module (one that trains or loads a
+    model has), else None: help and completion import no torch to clean up after nothing."""
+    found = sys.modules.get(module)
+    return getattr(found, name, None) if found is not None else None
+
+
+def _abandon_new_runs() -> None:
+    abandon = _imported("attnlab.checkpoint", "abandon_new_runs")
+    if abandon is not None:
+        abandon()
 
 
 # what gloo and NCCL say when another process of the launch died (killed, out of memory, a crash)

@@ -1,13 +1,75 @@
-"""Shell completion scripts for bash, zsh and fish, generated from the command line's plain data
-(:mod:`attnlab.cli.manifest`): commands, options, and the values of options with choices; the
-other values complete as file names."""
+"""Shell completion scripts for bash, zsh and fish, generated from the live command line
+(:func:`describe`): commands, options, and the values of options with choices; the other values
+complete as file names."""
 
 from __future__ import annotations
 
+import argparse
 import shlex
 from dataclasses import dataclass, field
+from typing import Any
 
 SHELLS = ("bash", "zsh", "fish")
+
+
+def _kind(action: argparse.Action) -> str:
+    for kind, cls in (
+        ("help", argparse._HelpAction),
+        ("version", argparse._VersionAction),
+        ("subcommands", argparse._SubParsersAction),
+        ("flag", argparse._StoreTrueAction),
+        ("bool", argparse.BooleanOptionalAction),
+        ("append", argparse._AppendAction),
+        ("value", argparse._StoreAction),
+    ):
+        if isinstance(action, cls):
+            return kind
+    raise TypeError(f"completion does not know argparse's {type(action).__name__}")
+
+
+def _plain(value: Any) -> Any:
+    """``value`` if JSON keeps it as it is, else None (a default only the real parser needs)."""
+    if isinstance(value, list):
+        return value if all(_plain(v) == v for v in value) else None
+    return value if isinstance(value, (str, int, float, bool, type(None))) else None
+
+
+def describe(parser: argparse.ArgumentParser) -> dict:
+    """``parser``, its options and its subcommands, all levels down, as JSON-able data."""
+    groups = parser._action_groups
+    actions = []
+    for action in parser._actions:
+        kind = _kind(action)
+        group = next(i for i, g in enumerate(groups) if action in g._group_actions)
+        entry: dict[str, Any] = {"kind": kind, "group": group, "dest": action.dest, "help": action.help}
+        if kind == "subcommands":
+            helps = {a.dest: a.help for a in action._choices_actions}
+            entry["metavar"] = action.metavar
+            entry["commands"] = {
+                name: {"help": helps.get(name), "parser": describe(sub)} for name, sub in action.choices.items()
+            }
+        else:
+            strings = list(action.option_strings)
+            if kind == "bool":  # argparse adds each --no-x itself
+                strings = [s for s in strings if not s.startswith("--no-")]
+            entry.update(
+                option_strings=strings,
+                metavar=action.metavar,
+                choices=list(action.choices) if action.choices is not None else None,
+                nargs=action.nargs if kind in ("value", "append") else None,
+                required=action.required,
+                default=_plain(action.default),
+                version=getattr(action, "version", None),
+            )
+        actions.append(entry)
+    return {
+        "prog": parser.prog,
+        "description": parser.description,
+        "epilog": parser.epilog,
+        "formatter": parser.formatter_class.__name__,
+        "groups": [{"title": g.title, "description": g.description} for g in groups],
+        "actions": actions,
+    }
 
 
 @dataclass
@@ -16,12 +78,12 @@ class Level:
 
     path: tuple[str, ...]
     commands: dict[str, str] = field(default_factory=dict)  # subcommand -> its help
-    options: list[dict] = field(default_factory=list)  # the manifest's actions with option strings
+    options: list[dict] = field(default_factory=list)  # the actions with option strings (:func:`describe`)
     arguments: list[str] = field(default_factory=list)  # the choices of its positional arguments
 
 
 def levels(data: dict, path: tuple[str, ...] = ()) -> list[Level]:
-    """Every command of the manifest ``data``, depth first."""
+    """Every command of ``data`` (:func:`describe`), depth first."""
     level = Level(path)
     found = [level]
     for action in data["actions"]:

@@ -1,8 +1,32 @@
 """Datasets: text corpora (:mod:`.text`), images (:mod:`.images`), parallel text and synthetic
-sequence tasks (:mod:`.parallel`), and the files they come from (:mod:`.sources`)."""
+sequence tasks (:mod:`.parallel`), and the files they come from (:mod:`.sources`). Each name below
+is imported from its module on first use."""
 
-from .shards import open_shards
-from .shards import prepare as prepare_shards
-from .text import TokenData, embedded_corpus, load_corpus, prepare
+from typing import TYPE_CHECKING
 
-__all__ = ["TokenData", "embedded_corpus", "load_corpus", "open_shards", "prepare", "prepare_shards"]
+from ..compat import lazy_names
+
+_MODULES = {"open_shards": ".shards", "prepare_shards": ".shards", "TokenData": ".text", "embedded_corpus": ".text",
+            "load_corpus": ".text", "prepare": ".text"}  # fmt: skip
+__all__ = list(_MODULES)
+_named = lazy_names(__name__, _MODULES)
+
+
+def __getattr__(name: str) -> object:
+    if name == "prepare_shards":  # (shards.prepare, under the name that tells it from text.prepare)
+        from .shards import prepare as prepare_shards  # noqa: F401
+
+        globals()["prepare_shards"] = prepare_shards
+        return prepare_shards
+    return _named(name)
+
+
+if TYPE_CHECKING:
+    from .shards import open_shards as open_shards
+    from .shards import prepare as prepare_shards  # noqa: F401
+    from .text import (
+        TokenData as TokenData,
+        embedded_corpus as embedded_corpus,
+        load_corpus as load_corpus,
+        prepare as prepare,
+    )

@@ -19,6 +19,7 @@ import torch
 from torch import Tensor
 
 from ..errors import DataError
+from ..models.configs import MAX_OBJECTS
 from .images import IMAGE_SUFFIXES, channel_stats, load_image
 from .parallel import Vocab, pad_batch, read_lines
 
@@ -31,7 +32,6 @@ COLORS = {
 }
 SHAPES = ("circle", "square", "triangle")
 SIZES = {"small": 0.09, "large": 0.16}  # half-width of the shape, as a fraction of the image side
-MAX_OBJECTS = 6  # per scene: each object has a column of its own, at least 8 pixels wide
 
 
 @dataclass

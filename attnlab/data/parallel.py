@@ -15,10 +15,10 @@ from torch import Tensor
 
 from ..errors import DataError, Note
 from . import hf, sources
+from .sources import SYNTHETIC
 
 PAD, BOS, EOS, UNK = "<pad>", "<bos>", "<eos>", "<unk>"
 SPECIALS = [PAD, BOS, EOS, UNK]
-SYNTHETIC = ("copy", "reverse", "sort", "addition", "dates", "reorder")
 LANGS = ("de", "en")
 
 

@@ -28,17 +28,14 @@ source (:func:`char_vocabulary`), BPE and WordPiece trained on a bounded sample,
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import TYPE_CHECKING, Annotated, Literal
 
-import bz2
 import contextlib
 import glob
-import gzip
 import hashlib
 import io
 import itertools
 import json
-import lzma
 import os
 import queue
 import sys
@@ -48,13 +45,15 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
 
 from ..errors import DataError, OptionError, UnknownTokenError
 from ..options import Arg, at_least, below_one, checked, number, vocab_size
 from . import hf
-from .text import prepare as prepare_text
-from .text import TokenData, decode_text
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from .text import TokenData
 
 INDEX = "index.json"
 FORMAT = "attnlab-token-shards"
@@ -66,6 +65,10 @@ SPLITS = ("train", "val")
 # ---- the source, as documents ---------------------------------------------------------------------------
 def open_binary(path: Path) -> io.BufferedIOBase:
     """``path`` as a stream of its (decompressed) bytes."""
+    import bz2
+    import gzip
+    import lzma
+
     suffix = path.suffix.lower()
     if suffix == ".gz":
         return gzip.open(path, "rb")
@@ -109,6 +112,8 @@ class Cursor:
 def file_documents(files: list[Path], start: Cursor) -> Iterator[tuple[Cursor, str, int]]:
     """(the cursor after it, the document, its bytes) for every document of ``files`` from ``start``
     on: blocks of at most DOC_BYTES bytes, each cut after its last newline (else between characters)."""
+    from .text import decode_text
+
     document = start.document
     for index in range(start.file, len(files)):
         offset = start.offset if index == start.file else 0
@@ -313,6 +318,8 @@ class CharEncoder:
     (``bytes.translate`` when the ids are bytes, else a NumPy gather)."""
 
     def __init__(self, chars: list[str], dtype) -> None:
+        import numpy as np
+
         self.dtype = np.dtype(dtype)
         self.chars = chars
         codes = np.array([ord(c) for c in chars], dtype=np.int64)
@@ -325,6 +332,8 @@ class CharEncoder:
         self.unknown_ascii = bytes(np.flatnonzero(~known[:128]).astype(np.uint8))  # (ASCII bytes with no id)
 
     def __call__(self, texts: list[str]) -> list[np.ndarray]:
+        import numpy as np
+
         out = []
         for text in texts:
             if text.isascii():
@@ -355,6 +364,8 @@ class CharEncoder:
 def encoder_for(tokenizer, dtype) -> Callable[[list[str]], list[np.ndarray]]:
     """texts -> one array of ``dtype`` ids per text, for an attnlab tokenizer (its batch encoding
     where it has one)."""
+    import numpy as np
+
     if tokenizer.kind == "char" and tokenizer.unk is None:
         return CharEncoder(tokenizer.chars, dtype)
     if hasattr(tokenizer, "encode_batch"):
@@ -375,6 +386,8 @@ class ShardWriter:
     full (None while open)."""
 
     def __init__(self, out: Path, split: str, dtype: np.dtype, shard_tokens: int, state: dict) -> None:
+        import numpy as np
+
         self.out, self.split, self.shard_tokens = out, split, shard_tokens
         self.dtype = np.dtype(dtype).newbyteorder("<")
         self.shards: list[dict] = state.setdefault("shards", [])
@@ -532,6 +545,8 @@ def prepared(out: Path, settings: dict, vocabulary: Callable, progress: bool) ->
 
 def run_preparation(out: Path, index: dict, tok, progress: bool) -> None:
     """Tokenise the source from the index's cursor on, a batch at a time, committing the index after each."""
+    import numpy as np
+
     settings = index["settings"]
     writers = {
         s: ShardWriter(out, s, np.dtype(index["dtype"]), settings["shard_tokens"], index["splits"][s]) for s in SPLITS
@@ -644,6 +659,8 @@ class ShardedTokens:
     ``len()`` and slices ``[a:b]``, as the training windows read a 1-D array."""
 
     def __init__(self, folder: Path, shards: list[dict], dtype: str) -> None:
+        import numpy as np
+
         self.parts = [np.memmap(folder / s["file"], dtype=np.dtype(dtype).newbyteorder("<"), mode="r")
                       for s in shards if s["tokens"]]  # fmt: skip
         self.starts = np.cumsum([0] + [len(p) for p in self.parts])
@@ -653,9 +670,13 @@ class ShardedTokens:
 
     @property
     def dtype(self):
+        import numpy as np
+
         return self.parts[0].dtype if self.parts else np.dtype(np.uint16)
 
     def __getitem__(self, key):
+        import numpy as np
+
         if isinstance(key, (int, np.integer)):
             i = int(key) + (len(self) if key < 0 else 0)
             part = int(np.searchsorted(self.starts, i, side="right")) - 1
@@ -675,6 +696,8 @@ class ShardedTokens:
         return pieces[0] if len(pieces) == 1 else np.concatenate(pieces)
 
     def __array__(self, dtype=None, copy=None):
+        import numpy as np
+
         whole = self[0 : len(self)]
         return np.asarray(whole, dtype=dtype)
 
@@ -682,6 +705,8 @@ class ShardedTokens:
 def open_shards(folder: str | Path, existing_tokenizer: dict | None = None):
     """A prepared folder as :class:`attnlab.data.text.TokenData` (train and val memory-mapped); with
     ``existing_tokenizer`` (a run's), refused unless the shards were prepared with it."""
+    from .text import TokenData
+
     from ..tokens import tokenizer_from_dict
 
     folder = Path(folder).expanduser()
@@ -704,6 +729,8 @@ def token_data(spec, cache: Path, *, progress: bool = False, **options) -> Token
     dataset (``hf:...``) is prepared into shards in ``cache`` once (streamed, in bounded memory:
     :func:`dataset_shards`). Anything else is read and tokenised by
     :func:`attnlab.data.text.prepare` (``options``: its keywords)."""
+    from .text import prepare as prepare_text
+
     if is_shard_folder(spec):
         return open_shards(spec, options.get("existing_tokenizer"))
     if hf.is_hf(spec):
@@ -772,6 +799,8 @@ def encoded_text(source: str, tokenizer) -> np.ndarray:
     """Every document of the files ``source`` names (a file, a folder, a glob), encoded with
     ``tokenizer`` a batch at a time into a temporary file, memory-mapped: a held-out file of any
     size, read in bounded memory (the file is unlinked at once; the mapping keeps its pages)."""
+    import numpy as np
+
     import tempfile
 
     dtype = np.dtype(token_dtype(tokenizer.vocab_size)).newbyteorder("<")

@@ -6,12 +6,14 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import tempfile
-import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import DataError
+
+
+# the synthetic sequence tasks generated from a seed (attnlab.data.parallel makes them; no file)
+SYNTHETIC = ("copy", "reverse", "sort", "addition", "dates", "reorder")
 
 
 @dataclass(frozen=True)
@@ -95,6 +97,9 @@ def file_digest(path: Path, algorithm: str = "sha256") -> str:
 
 def download(rf: RemoteFile, dest: Path) -> Path:
     """Download to a temp file, check the SHA-256, then rename into place (never a partial file)."""
+    import tempfile
+    import urllib.request
+
     dest.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=dest.parent, prefix=dest.name + ".part-")
     os.close(fd)

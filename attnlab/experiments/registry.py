@@ -187,6 +187,17 @@ class Claim:
 
 
 CLAIMS: dict[str, Claim] = {}
+# the modules that register the claims, in the lectures' order
+TOPICS = ("attention", "positions", "recurrence", "vision", "pretraining", "heads", "graphs")
+
+
+def registered() -> dict[str, Claim]:
+    """:data:`CLAIMS`, every topic module imported (each registers its claims when imported)."""
+    import importlib
+
+    for topic in TOPICS:
+        importlib.import_module(f"{__package__}.{topic}")
+    return CLAIMS
 
 
 def claim(name: str, title: str, statement: str, *, source: tuple[DeckLine, ...] | str, why: str):

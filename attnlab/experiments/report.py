@@ -9,10 +9,8 @@ import time
 from pathlib import Path
 from typing import Annotated, Sequence
 
-from ..figures import add_banner
 from ..options import Arg, checked
-from ..training.trainer import TrainingInterrupted
-from .registry import CLAIMS, VERDICTS, Context, Control, Result
+from .registry import CLAIMS, VERDICTS, Context, Control, Result, registered
 
 TOPICS = {
     "attention": "Attention",
@@ -64,7 +62,9 @@ def reproduce(
 
     from ..errors import OptionError
     from ..outputs import output_file
+    from ..training.trainer import TrainingInterrupted
 
+    registered()
     names = [n for n in names or () if n != "all"] or list(CLAIMS)
     unknown = [n for n in names if n not in CLAIMS]
     if unknown:
@@ -150,6 +150,9 @@ def run_claims(names: list[str], ctx: Context, log=print, saved: dict[str, Resul
     ("could not run: …"), never lost with the others and never counted as the statement failing.
     ``saved``: results kept from an earlier run (:func:`load_results`), not run again. Every result,
     kept and new, is saved in ``ctx.out/results.json`` as each claim ends."""
+    from ..figures import add_banner
+    from ..training.trainer import TrainingInterrupted
+
     ctx.out.mkdir(parents=True, exist_ok=True)
     ctx.work.mkdir(parents=True, exist_ok=True)
     saved = saved or {}

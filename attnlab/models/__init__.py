@@ -1,28 +1,43 @@
-"""Models assembled from the shared blocks."""
+"""Models assembled from the shared blocks (their configs, declared without torch, in :mod:`.configs`).
+Each name below is imported from its module on first use: importing a config imports no model."""
 
-from .caption import CaptionConfig, Captioner
-from .cnn import CNN, CNNConfig
-from .gpt import GPT, GPT_PRESETS, GPTConfig
-from .graph import GraphTransformer, GraphTransformerConfig
-from .rnn import RNNConfig, RNNSeq2Seq
-from .seq2seq import Transformer, TransformerConfig
-from .vit import VIT_PRESETS, ViT, ViTConfig
+from typing import TYPE_CHECKING
 
-__all__ = [
-    "Captioner",
-    "CaptionConfig",
-    "GPT",
-    "GPTConfig",
-    "GPT_PRESETS",
-    "ViT",
-    "ViTConfig",
-    "VIT_PRESETS",
-    "CNN",
-    "CNNConfig",
-    "Transformer",
-    "TransformerConfig",
-    "RNNSeq2Seq",
-    "RNNConfig",
-    "GraphTransformer",
-    "GraphTransformerConfig",
-]
+from ..compat import lazy_names
+
+_MODULES = {
+    "Captioner": ".caption",
+    "CNN": ".cnn",
+    "GPT": ".gpt",
+    "GraphTransformer": ".graph",
+    "RNNSeq2Seq": ".rnn",
+    "Transformer": ".seq2seq",
+    "ViT": ".vit",
+    **{
+        name: ".configs"
+        for name in ("CaptionConfig", "CNNConfig", "GPTConfig", "GPT_PRESETS", "GraphTransformerConfig", "RNNConfig",
+                     "TransformerConfig", "ViTConfig", "VIT_PRESETS")
+    },
+}  # fmt: skip
+__all__ = list(_MODULES)
+__getattr__ = lazy_names(__name__, _MODULES)
+
+if TYPE_CHECKING:
+    from .caption import Captioner as Captioner
+    from .cnn import CNN as CNN
+    from .configs import (
+        CNNConfig as CNNConfig,
+        CaptionConfig as CaptionConfig,
+        GPT_PRESETS as GPT_PRESETS,
+        GPTConfig as GPTConfig,
+        GraphTransformerConfig as GraphTransformerConfig,
+        RNNConfig as RNNConfig,
+        TransformerConfig as TransformerConfig,
+        VIT_PRESETS as VIT_PRESETS,
+        ViTConfig as ViTConfig,
+    )
+    from .gpt import GPT as GPT
+    from .graph import GraphTransformer as GraphTransformer
+    from .rnn import RNNSeq2Seq as RNNSeq2Seq
+    from .seq2seq import Transformer as Transformer
+    from .vit import ViT as ViT

@@ -21,7 +21,6 @@ All three share the decoding interface of the seq2seq models (``encode``, ``star
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 
 import torch
 from einops import rearrange
@@ -29,7 +28,6 @@ from torch import Tensor, nn
 
 from ..attention import AdditiveAttention, KVCache
 from ..blocks import Decoder
-from ..config import Config, SpecialTokens
 from ..hooks import HookedModule, HookPoint
 from ..position import LearnedPosition, SinCos2DPosition
 from .cnn import CNN, CNNConfig
@@ -37,103 +35,7 @@ from .vit import ViT, ViTConfig
 
 __all__ = ["CaptionConfig", "Captioner", "doubly_stochastic_penalty"]
 
-ARCHS = ("rnn", "rnn-attention", "transformer")
-IMAGE_VECTORS = ("mean", "flatten")
-ENCODERS = ("cnn", "vit")
-
-
-@dataclass
-class CaptionConfig(SpecialTokens, Config):
-    vocab_size: int = 64
-    arch: str = "rnn-attention"  # rnn | rnn-attention | transformer
-    encoder: str = "cnn"  # cnn | vit
-    image_size: int = 40
-    in_chans: int = 3
-    widths: tuple = (16, 32, 64)  # CNN encoder stages: a 40-pixel image gives a 10×10 grid
-    patch_size: int = 4  # ViT encoder: 4-pixel patches, a 10×10 grid at 40 pixels
-    enc_layers: int = 2  # ViT encoder depth
-    dim: int = 256  # the decoder's width (LSTM state, or Transformer model width)
-    emb_dim: int = 128  # RNN decoders: word embedding width
-    attention_dim: int = 128  # rnn-attention: width of the additive attention
-    layers: int = 2  # Transformer decoder blocks
-    heads: int = 4
-    mlp_dim: int = 512
-    context: int = 32  # the longest caption, in tokens with <bos>
-    dropout: float = 0.1
-    alpha_c: float = 1.0  # λ of the doubly stochastic attention regulariser (rnn-attention)
-    # rnn-attention: h₀, c₀ = MLP(mean z) as in the paper, or (default) a learned start, so that the
-    # image reaches the words only through attention (on scenes: 99.6 % exact captions and attention
-    # on the object being described, against 95 % and mostly misplaced attention with the paper's)
-    init_from_image: bool = False
-    # the one vector the LSTM starts from (rnn; rnn-attention with init_from_image): the grid's mean, a
-    # bag of features that keeps what is there but not where, or a learned map of the whole flattened
-    # grid, as a CNN's last fully connected layer gives Show and Tell its image vector (it keeps the layout)
-    image_vector: str = "mean"
-
-    SIZES = (
-        "vocab_size",
-        "image_size",
-        "in_chans",
-        "patch_size",
-        "enc_layers",
-        "dim",
-        "emb_dim",
-        "attention_dim",
-        "layers",
-        "heads",
-        "mlp_dim",
-        "context",
-    )
-    CHOICES = {"arch": ARCHS, "encoder": ENCODERS, "image_vector": IMAGE_VECTORS}
-    HELP = {
-        "arch": "the decoder: rnn (an LSTM that sees the image once, no attention), rnn-attention (Show, Attend "
-        "and Tell's soft attention) or transformer",
-        "encoder": "the image encoder: a small CNN or a ViT, each giving a grid of feature vectors",
-        "enc_layers": "--encoder vit: encoder blocks",
-        "dim": "the decoder's width (the LSTM's state, or the Transformer's model width)",
-        "emb_dim": "RNN decoders: word embedding width",
-        "attention_dim": "rnn-attention: width of the additive attention's hidden layer",
-        "layers": "--arch transformer: decoder blocks",
-        "heads": "--arch transformer or --encoder vit: attention heads per layer",
-        "mlp_dim": "--arch transformer or --encoder vit: hidden width of each block's MLP",
-        "context": "the longest caption in tokens, <bos> included",
-        "alpha_c": "rnn-attention: λ of the doubly stochastic attention regulariser (each pixel attended about "
-        "once over the caption)",
-        "init_from_image": "rnn-attention: start the LSTM from the mean image feature, as in the paper, instead "
-        "of a learned start (then the image reaches the words only through attention)",
-        "image_vector": "--arch rnn (or rnn-attention with --init-from-image): the one vector the LSTM starts "
-        "from: mean (the grid's mean feature: what is there, not where) or flatten (a learned map of the whole "
-        "grid, as a CNN's last layer: where things are too)",
-    }
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        self.widths = tuple(self.widths)
-        if self.encoder == "vit" and self.image_size % self.patch_size:
-            raise ValueError(f"image_size {self.image_size} is not divisible by patch_size {self.patch_size}")
-        if self.arch == "transformer" and self.dim % self.heads:
-            raise ValueError(f"dim={self.dim} is not divisible by heads={self.heads}")
-        if self.alpha_c < 0:
-            raise ValueError(f"alpha_c must be 0 or more, got {self.alpha_c}")
-        if self.image_vector != "mean" and not self.starts_from_image:
-            raise ValueError(
-                f"image_vector={self.image_vector!r} applies to arch rnn, or rnn-attention with init_from_image: "
-                f"this {self.arch} decoder never starts from an image vector"
-            )
-
-    @property
-    def starts_from_image(self) -> bool:
-        """Whether the decoder starts from one image vector (h₀, c₀ = f(that vector)): the RNNs but
-        rnn-attention's default, whose image reaches the words only through attention."""
-        return self.arch == "rnn" or (self.arch == "rnn-attention" and self.init_from_image)
-
-    @property
-    def grid(self) -> tuple[int, int]:
-        """(h, w) of the image grid the decoder attends over."""
-        if self.encoder == "vit":
-            g = self.image_size // self.patch_size
-            return g, g
-        return CNNConfig(widths=self.widths, image_size=self.image_size).grid
+from .configs import ARCHS, IMAGE_VECTORS, ENCODERS, CaptionConfig  # noqa: F401  (declared without torch)
 
 
 class ImageGrid(nn.Module):

@@ -3,50 +3,16 @@ ResNet (He et al. 2016): ResNet-18's basic blocks, two per stage, on a 3x3 stem 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 
 from torch import Tensor, nn
 
-from ..config import Config
 from ..errors import OptionError
 from ..hooks import HookedModule, HookPoint
 
 __all__ = ["CNNConfig", "CNN"]
 
 
-@dataclass
-class CNNConfig(Config):
-    in_chans: int = 1
-    num_classes: int = 10  # 0: no head (an image encoder: see ``features``)
-    widths: tuple = (32, 64, 128)  # channels of each stage; each stage after the first halves H and W
-    image_size: int = 28
-    labels: list | None = None
-    arch: str = field(
-        default="plain",
-        metadata={
-            "help": "plain: (conv, BN, ReLU) x2 per stage; resnet: two residual basic blocks per stage "
-            "(ResNet-18's, scaled to small images)"
-        },
-    )
-
-    SIZES = ("in_chans", "image_size")
-    CHOICES = {"arch": ("plain", "resnet")}
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        if not 0 <= self.num_classes <= 1 << 24:
-            raise ValueError(f"num_classes must be 0 (no head) or more, got {self.num_classes}")
-        if not self.widths or not all(isinstance(w, int) and 1 <= w <= 4096 for w in self.widths):
-            raise ValueError(f"widths must be a list of channel counts from 1 to 4096, got {self.widths!r}")
-        self.widths = tuple(self.widths)  # JSON gives a list back
-
-    @property
-    def grid(self) -> tuple[int, int]:
-        """The (h, w) of the last stage's feature map: each stage after the first halves H and W."""
-        g = self.image_size
-        for _ in self.widths[1:]:
-            g = (g + 1) // 2
-        return g, g
+from .configs import CNNConfig  # noqa: F401  (declared without torch)
 
 
 class BasicBlock(nn.Module):

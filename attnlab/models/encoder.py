@@ -14,14 +14,12 @@ bias), sequence classification (a linear layer on the pooled [CLS]) and token cl
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..blocks import Encoder, HeadWeights, LayerNorm
-from ..config import Config
 from ..errors import OptionError
 from ..hooks import HookedModule, HookPoint
 from ..position import LearnedPosition, RelativePosition
@@ -29,72 +27,7 @@ from ..position import LearnedPosition, RelativePosition
 __all__ = ["TextEncoderConfig", "TextEncoder", "ENCODER_PRESETS", "mean_pool"]
 
 
-@dataclass
-class TextEncoderConfig(Config):
-    vocab_size: int = 30522
-    context: int = 512  # the longest input in tokens, [CLS] and [SEP] included
-    layers: int = 12
-    heads: int = 12
-    dim: int = 768
-    mlp_dim: int = 3072
-    type_vocab_size: int = 2  # segments (token types): sentence A and B
-    dropout: float = 0.1
-    norm_first: bool = False  # BERT's post-LN; True for pre-LN
-    norm_eps: float = 1e-12
-    pad_id: int = 0
-    mlm_head: bool = True
-    num_classes: int = 0  # > 0: a classification head
-    labels: list | None = None  # class names, in index order
-    per_token: bool = field(
-        default=False,
-        metadata={"help": "the classification head labels every token (tagging) instead of the whole text"},
-    )
-    window: int | None = field(
-        default=None,
-        metadata={
-            "help": "restricted attention: each token attends to the WINDOW tokens on either side (default: all)"
-        },
-    )
-    pos: str = field(
-        default="learned",
-        metadata={
-            "help": "learned (BERT's absolute table) or relative (Shaw et al.: learned key and value vectors per "
-            "clipped distance, inside attention; no table added to the tokens)"
-        },
-    )
-    rel_distance: int = field(
-        default=16, metadata={"help": "--pos relative: distances beyond this many tokens share one table row"}
-    )
-
-    SIZES = ("vocab_size", "context", "layers", "heads", "dim", "mlp_dim", "type_vocab_size")
-    ALIASES = {"num_labels": "num_classes"}
-    CHOICES = {"pos": ("learned", "relative")}
-    HELP = {"context": "the longest input in tokens, [CLS] and [SEP] included"}
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        if self.dim % self.heads:
-            raise ValueError(f"dim={self.dim} is not divisible by heads={self.heads}")
-        if self.context < 3:
-            raise ValueError(f"--context {self.context}: an encoded text is [CLS] text [SEP], so at least 3 tokens")
-        if self.num_classes < 0:
-            raise ValueError(f"num_classes must be 0 (no classifier) or more, got {self.num_classes}")
-        if self.per_token and not self.num_classes:
-            raise ValueError("per_token needs a classifier: num_classes > 0 (the number of tags)")
-        if self.rel_distance < 1:
-            raise ValueError(f"--rel-distance must be at least 1, got {self.rel_distance}")
-        if self.window is not None and self.window < 1:
-            raise ValueError(
-                f"--window must be at least 1 (the tokens on either side each one sees), got {self.window}"
-            )
-
-
-ENCODER_PRESETS: dict[str, dict] = {
-    "tiny": dict(layers=2, heads=2, dim=128, mlp_dim=512, context=128),  # BERT-tiny's shape
-    "mini": dict(layers=4, heads=4, dim=256, mlp_dim=1024, context=128),  # BERT-mini
-    "small": dict(layers=4, heads=8, dim=512, mlp_dim=2048, context=512),  # BERT-small
-    "base": dict(layers=12, heads=12, dim=768, mlp_dim=3072, context=512),  # bert-base
-}
+from .configs import TextEncoderConfig, ENCODER_PRESETS  # noqa: F401  (declared without torch)
 
 
 def mean_pool(hidden: Tensor, mask: Tensor) -> Tensor:

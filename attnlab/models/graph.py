@@ -17,13 +17,11 @@ give each node a position in the graph, as sinusoids give a token a place in a s
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 
 import torch
 from torch import Tensor, nn
 
 from ..blocks import Encoder
-from ..config import Config
 from ..hooks import HookedModule, HookPoint
 from ..position import LaplacianPosition, laplacian_eigenvectors
 from .encoder import mean_pool
@@ -31,38 +29,7 @@ from .encoder import mean_pool
 __all__ = ["GraphTransformerConfig", "GraphTransformer"]
 
 
-@dataclass
-class GraphTransformerConfig(Config):
-    num_classes: int = 2
-    node_features: int = 0  # 0: nodes without features (one learned vector for every node)
-    dim: int = 64
-    layers: int = 3
-    heads: int = 4
-    mlp_ratio: float = 2.0
-    dropout: float = 0.0
-    pos: str = field(default="laplacian", metadata={"help": "laplacian (eigenvectors of the graph Laplacian) or none"})
-    lap_k: int = field(default=8, metadata={"help": "how many Laplacian eigenvectors each node gets"})
-    sign_flip: bool = field(default=True, metadata={"help": "random eigenvector signs in training"})
-    attend: str = field(
-        default="all",
-        metadata={"help": "all: every node attends to every node (the complete graph); edges: to its neighbours"},
-    )
-
-    SIZES = ("dim", "layers", "heads", "lap_k")
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        if self.pos not in ("laplacian", "none"):
-            raise ValueError(f"pos must be laplacian or none for a graph transformer, got {self.pos!r}")
-        if self.attend not in ("all", "edges"):
-            raise ValueError(f"attend must be all or edges, got {self.attend!r}")
-        if self.dim % self.heads:
-            raise ValueError(f"dim={self.dim} is not divisible by heads={self.heads}")
-        if self.num_classes < 1 or self.node_features < 0:
-            raise ValueError(
-                f"num_classes must be at least 1 and node_features 0 or more, got {self.num_classes}, "
-                f"{self.node_features}"
-            )
+from .configs import GraphTransformerConfig  # noqa: F401  (declared without torch)
 
 
 class GraphTransformer(HookedModule):

@@ -12,51 +12,18 @@ form the alignment matrix. The next-token distribution is softmax(W_o [s_t; c_t;
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 
 import torch
 from torch import Tensor, nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
-from ..config import Config, SpecialTokens
 from ..attention import AdditiveAttention, DotAttention
 from ..hooks import HookedModule, HookPoint
 
 __all__ = ["RNNConfig", "RNNSeq2Seq"]
 
 
-@dataclass
-class RNNConfig(SpecialTokens, Config):
-    src_vocab: int = 8000
-    tgt_vocab: int = 8000
-    emb_dim: int = 256
-    dim: int = 512  # the hidden state's width
-    layers: int = 1
-    cell: str = "gru"  # gru | lstm
-    bidirectional: bool = True
-    attention: str = "additive"  # none | additive | dot
-    dropout: float = 0.2
-    context: int = 256  # the longest source or target sequence, in tokens
-    readout: int = 0  # > 0: Bahdanau's deep output, a maxout layer of this width before the vocabulary
-
-    SIZES = ("src_vocab", "tgt_vocab", "emb_dim", "dim", "layers", "context")
-    ALIASES = {"hidden": "dim", "max_len": "context"}
-    CHOICES = {"cell": ("gru", "lstm"), "attention": ("none", "additive", "dot")}
-    HELP = {
-        "dim": "the recurrent state's width",
-        "layers": "stacked recurrent layers, encoder and decoder each",
-        "cell": "the recurrent cell",
-        "bidirectional": "the encoder reads the source both ways (Bahdanau et al.'s)",
-        "attention": "the decoder's attention over the encoder states: none (one context vector), additive "
-        "(Bahdanau) or dot (Luong)",
-        "context": "the longest source or target sentence, in tokens",
-        "readout": "Bahdanau's deep output: a maxout layer this wide before the vocabulary (0: none)",
-    }
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        if self.readout < 0:
-            raise ValueError(f"readout must be >= 0 (0 = no maxout layer), got {self.readout}")
+from .configs import RNNConfig  # noqa: F401  (declared without torch)
 
 
 class RNNSeq2Seq(HookedModule):

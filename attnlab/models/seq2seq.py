@@ -12,49 +12,17 @@ same decoding interface used by greedy and beam search: ``encode``, ``start``, `
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 from torch import Tensor, nn
 
-from ..config import Config, SpecialTokens
 from ..hooks import HookedModule, HookPoint
-from ..blocks import ACTIVATIONS, Decoder, Encoder
+from ..blocks import Decoder, Encoder
 from ..position import LearnedPosition, RelativePosition, SinusoidalPosition
 
 __all__ = ["TransformerConfig", "Transformer"]
 
 
-@dataclass
-class TransformerConfig(SpecialTokens, Config):
-    src_vocab: int = 8000
-    tgt_vocab: int = 8000
-    dim: int = 256
-    heads: int = 8
-    enc_layers: int = 3
-    dec_layers: int = 3
-    mlp_dim: int = 512
-    dropout: float = 0.1
-    norm_first: bool = False  # the paper's post-LN; True for pre-LN
-    pos: str = "sinusoidal"  # sinusoidal | learned | relative (Shaw et al., in both self-attentions)
-    rel_distance: int = 16  # --pos relative: distances beyond this many tokens share one table row
-    activation: str = "relu"
-    share_embeddings: bool = True  # only when the vocabulary is joint (src_vocab == tgt_vocab)
-    tie_output: bool = True
-    context: int = 256  # the longest source or target sequence, in tokens
-
-    SIZES = ("src_vocab", "tgt_vocab", "dim", "heads", "enc_layers", "dec_layers", "mlp_dim", "context")
-    ALIASES = {"ff_dim": "mlp_dim", "max_len": "context"}
-    CHOICES = {"pos": ("sinusoidal", "learned", "relative"), "activation": ACTIVATIONS}
-    HELP = {"context": "the longest source or target sentence, in tokens"}
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        if self.rel_distance < 1:
-            raise ValueError(f"--rel-distance must be at least 1, got {self.rel_distance}")
-        if self.dim % self.heads:
-            raise ValueError(f"dim={self.dim} is not divisible by heads={self.heads}")
-        if self.share_embeddings and self.src_vocab != self.tgt_vocab:
-            raise ValueError("share_embeddings needs a joint vocabulary (src_vocab == tgt_vocab)")
+from .configs import TransformerConfig  # noqa: F401  (declared without torch)
 
 
 class Transformer(HookedModule):

@@ -8,7 +8,6 @@ logits = head(x[:, 0])  or  head(mean(x))    class token or global average pooli
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
@@ -16,7 +15,6 @@ from einops import rearrange, repeat
 from torch import Tensor, nn
 
 from ..attention import grid_local_mask
-from ..config import Config
 from ..errors import OptionError
 from ..hooks import HookedModule, HookPoint
 from ..blocks import Encoder, HeadWeights
@@ -26,76 +24,7 @@ from ..tokens import PatchEmbed
 __all__ = ["ViTConfig", "ViT", "VIT_PRESETS"]
 
 
-VIT_POSITIONS = ("learned", "sincos", "fourier", "relative", "none")
-
-
-@dataclass
-class ViTConfig(Config):
-    image_size: int = 32
-    patch_size: int = 4
-    in_chans: int = 3
-    num_classes: int = 10  # 0: no head, the model returns the pooled features
-    dim: int = 192
-    layers: int = 6
-    heads: int = 3
-    mlp_ratio: float = 4.0
-    pool: str = "cls"  # cls | mean
-    # learned | sincos | fourier | relative (2-D Shaw et al., no absolute table) | none (a bag of patches)
-    pos: str = "learned"
-    rel_distance: int = 8  # --pos relative: patch offsets beyond this many rows or columns share a table row
-    dropout: float = 0.0
-    norm_eps: float = 1e-6
-    qkv_bias: bool = True
-    peg: bool = False  # conditional position encoding (CPVT): a depthwise conv after the first block
-    labels: list | None = None  # class names, in index order
-    window: int | None = field(
-        default=None,
-        metadata={
-            "help": "restricted attention: each patch attends to the patches within WINDOW rows and columns of it "
-            "(the class token to all, and all to it; default: every patch)"
-        },
-    )
-
-    SIZES = ("image_size", "patch_size", "in_chans", "dim", "layers", "heads")
-    CHOICES = {"pool": ("cls", "mean"), "pos": VIT_POSITIONS}
-    HELP = {
-        "pos": "positional encoding: learned, sincos (2-D sine-cosine), fourier (learned Fourier features), "
-        "relative (2-D Shaw et al., no absolute table) or none (a bag of patches)",
-        "rel_distance": "--pos relative: patch offsets beyond this many rows or columns share a table row",
-    }
-    ALIASES = {"depth": "layers"}
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        if self.num_classes < 0:
-            raise ValueError(f"num_classes must be 0 (no head) or more, got {self.num_classes}")
-        if self.rel_distance < 1:
-            raise ValueError(f"--rel-distance must be at least 1, got {self.rel_distance}")
-        if self.image_size % self.patch_size:
-            raise ValueError(
-                f"image size {self.image_size} is not divisible by patch size {self.patch_size}; "
-                "pick a patch size that divides it"
-            )
-        if self.dim % self.heads:
-            raise ValueError(f"dim={self.dim} is not divisible by heads={self.heads}")
-        if self.window is not None and self.window < 1:
-            raise ValueError(f"--window must be at least 1 (the rows and columns each patch sees), got {self.window}")
-
-    @property
-    def grid(self) -> tuple[int, int]:
-        g = self.image_size // self.patch_size
-        return g, g
-
-
-VIT_PRESETS: dict[str, dict] = {
-    # 8×8 digits: 2×2 patches -> a 4×4 grid of 16 tokens
-    # (with a PEG: on 1,259 training images the convolution's locality is worth ~1.5 points)
-    "digits": dict(image_size=8, patch_size=2, in_chans=1, dim=64, layers=4, heads=4, mlp_ratio=2.0, peg=True),
-    # 28×28 MNIST: 4×4 patches -> 7×7 grid
-    "mnist": dict(image_size=28, patch_size=4, in_chans=1, dim=64, layers=6, heads=4, mlp_ratio=2.0, peg=True),
-    # 32×32 CIFAR-10: 4×4 patches -> 8×8 grid
-    "cifar": dict(image_size=32, patch_size=4, in_chans=3, dim=192, layers=6, heads=3, mlp_ratio=2.0),
-}
+from .configs import VIT_POSITIONS, ViTConfig, VIT_PRESETS  # noqa: F401  (declared without torch)
 
 
 class ViT(HeadWeights, HookedModule):

@@ -15,10 +15,11 @@ from pathlib import Path
 
 from ..errors import CheckpointError, a, does_not_fit
 from ..training.runs import TrainingRun
-from .base import Recipe, TrainOptions
+from .base import ModelKind, Recipe, TrainOptions
 
 __all__ = [
     "Recipe",
+    "ModelKind",
     "TrainingRun",
     "TrainOptions",
     "register",
@@ -63,7 +64,7 @@ def recipe_for(model_type: str | None) -> Recipe:
 
 
 def model_class(model_type: str | None) -> type:
-    return recipe_for(model_type).models[model_type]
+    return recipe_for(model_type).models[model_type].model_class
 
 
 def build_model(config: dict, with_class=None):

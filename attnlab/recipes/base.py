@@ -10,13 +10,13 @@ registry of recipes (:mod:`attnlab.recipes`), so a new family is one recipe file
 from __future__ import annotations
 
 import contextlib
+import functools
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Callable, Literal
 
 from ..errors import AttnlabError, CheckpointError, Note, OptionError, a, one_line
-from ..hooks import in_mode
 from ..options import (
     Arg,
     Command,
@@ -35,6 +35,37 @@ from ..training.runs import TrainingRun
 
 # what every family's tiny run shares (:attr:`Recipe.tiny`): two steps of four examples on the CPU, quietly
 TINY_RUN = dict(max_iters=2, eval_interval=2, eval_iters=1, batch_size=4, progress=False, device="cpu")
+
+
+@dataclass(frozen=True)
+class ModelKind:
+    """One model type of a family (config.json's ``model_type``), declared without importing torch:
+    its config class (whose fields are options of ``attnlab train``), where its model class is
+    (``"attnlab.models.gpt:GPT"``, imported when a model is built) and the family's verbs that a
+    model loaded by :func:`attnlab.load` has (``GPTVerbs``): the loaded class is the model class
+    with those verbs mixed in (a loaded GPT is still a GPT)."""
+
+    config_class: type
+    path: str
+    verbs: type
+
+    @property
+    def model_class(self) -> type:
+        import importlib
+
+        module, _, name = self.path.partition(":")
+        return getattr(importlib.import_module(module), name)
+
+    @property
+    def loaded_class(self) -> type:
+        return loaded_model_class(self.verbs, self.model_class)
+
+
+@functools.lru_cache(maxsize=None)
+def loaded_model_class(verbs: type, model_class: type) -> type:
+    """``model_class`` with the family's ``verbs`` (one class per pair, made once)."""
+    doc = f"A {model_class.__name__} as :func:`attnlab.load` returns it: the model with {verbs.__name__}."
+    return type(f"{model_class.__name__}Model", (verbs, model_class), {"__doc__": doc, "__module__": verbs.__module__})
 
 
 @dataclass(frozen=True)
@@ -202,7 +233,7 @@ class Recipe:
     name: str = ""  # `attnlab train NAME`
     help: str = ""
     description: str = ""
-    models: dict[str, type] = {}  # model_type (as saved in config.json) -> model class
+    models: dict[str, ModelKind] = {}  # model_type (as saved in config.json) -> its config, class and verbs
     presets: dict[str, dict] = {}
     set_by_data: tuple[str, ...] = ()  # config fields that follow from the data, not options
     follows_data: tuple[str, ...] = ()  # options whose value, when not given, the data decides
@@ -370,20 +401,16 @@ class Recipe:
         raise CheckpointError(f"attnlab explore does not show {self.name} models yet")
 
     # ---- the Python API's loaded model --------------------------------------------------------
-    # model_type -> the class attnlab.load builds: the model with its family's verbs, declared
-    # beside them (``class GPTModel(GPTVerbs, GPT)``: a loaded GPT is still a GPT)
-    loaded: dict[str, type] = {}
-
     def loaded_class(self, model_cls: type) -> type:
-        """The family's loaded class of ``model_cls`` (a HuggingFace checkpoint's converter names the
-        model class it builds)."""
-        found = [c for c in self.loaded.values() if issubclass(c, model_cls)]
+        """The family's loaded class of ``model_cls`` (the model with its family's verbs; a
+        HuggingFace checkpoint's converter names the model class it builds)."""
+        found = [kind for kind in self.models.values() if issubclass(model_cls, kind.model_class)]
         if not found:
             raise CheckpointError(
-                f"the {self.name} family declares no loaded class for {model_cls.__name__}: give its recipe "
-                f"loaded = {{model type: a class of its verbs and {model_cls.__name__}}}"
+                f"the {self.name} family declares no model type for {model_cls.__name__}: give its recipe "
+                f"models = {{model type: ModelKind(config, 'module:{model_cls.__name__}', verbs)}}"
             )
-        return found[0]
+        return loaded_model_class(found[0].verbs, model_cls)
 
     needs: str = ""  # a command's words for this family's models when given another's ("a captioner (...)")
 
@@ -536,6 +563,8 @@ class Verbs:
                 parts = {"heads": [tuple(h) for h in ablate], "neurons": [], "outputs": []}
             check_parts(self, how=ablation, **parts)  # before any work
             intervene = lambda m: ablated(m, how=ablation, **parts)  # noqa: E731
+        from ..hooks import in_mode
+
         with in_mode(model), as_option_errors():
             return evaluation(model, values, intervene)[0]
 
@@ -554,6 +583,8 @@ class Verbs:
         values = declared(recipe.inspect_options).checked(options, f"inspect {what}")
         out = output_file(out, ".png", "out=")
         out.parent.mkdir(parents=True, exist_ok=True)
+        from ..hooks import in_mode
+
         with in_mode(self), as_option_errors():
             raw = recipe.inspect(self, what, out, recipe.inspect_options(**values))
         np.savez(out.with_suffix(".npz"), **raw)
@@ -638,6 +669,8 @@ def explored(model, given: dict[str, Any], *, generate: int = 0, sae=None, spell
             raise OptionError(f"{flag} {does[name]}; {model.checkpoint} holds {a(recipe.name)} model")
     # the views are computed on this model itself (a server's one loaded model), not a fresh copy
     # read from its checkpoint, which may have changed since
+    from ..hooks import in_mode
+
     with in_mode(model), as_option_errors():
         return recipe.explore(model, **inputs, **{n: v for n, v in extra.items() if n in takes})
 

@@ -5,17 +5,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
-import numpy as np
-import torch
 
-from ..data.captions import MAX_OBJECTS
 from ..errors import DataError, OptionError
-from ..models.caption import Captioner, CaptionConfig
+from ..models.configs import MAX_OBJECTS, CaptionConfig
 from ..options import Arg, Beam, Command, Device, LengthPenalty, checked, at_least, below_one, number
 from . import register
 from .base import (
+    ModelKind,
     TINY_RUN,
     Attribution,
     Evaluation,
@@ -26,6 +24,9 @@ from .base import (
     Verbs,
     read_image,
 )
+
+if TYPE_CHECKING:
+    pass
 
 
 class CaptionerVerbs(Verbs):
@@ -69,10 +70,6 @@ class CaptionerVerbs(Verbs):
 SCENE_OPTS = dict(n_train=8000, max_objects=3)
 
 
-class CaptionerModel(CaptionerVerbs, Captioner):
-    """A captioner as :func:`attnlab.load` returns it: the model with its family's verbs."""
-
-
 @dataclass(frozen=True)
 class CaptionTrainOptions(TrainOptions):
     """The captioner's own options of ``attnlab train caption``: its images and captions."""
@@ -102,7 +99,6 @@ class CaptionInspection(ImageInspection, Attribution):
 
 @register
 class CaptionRecipe(Recipe):
-    loaded = {"captioner": CaptionerModel}
     train_options = CaptionTrainOptions
     inspect_options = CaptionInspection
     tiny = dict(
@@ -120,7 +116,7 @@ class CaptionRecipe(Recipe):
         "coloured shapes generated from a seed (no download); --arch rnn has no attention (the "
         "bottleneck), rnn-attention is Show, Attend and Tell, transformer decodes with cross-attention."
     )
-    models = {"captioner": Captioner}
+    models = {"captioner": ModelKind(CaptionConfig, "attnlab.models.caption:Captioner", CaptionerVerbs)}
     needs = "a captioner (trained with `attnlab train caption`)"
     set_by_data = ("vocab_size", "in_chans", "pad_id", "bos_id", "eos_id")
     follows_data = ("context",)  # the longest caption, <bos> and <eos> included
@@ -268,6 +264,8 @@ class CaptionRecipe(Recipe):
         return res, line
 
     def inspect(self, model, what: str, out: Path, o: CaptionInspection) -> dict:
+        import numpy as np
+
         from ..inspect.plots import caption_attention_png
 
         if not o.image:
@@ -334,11 +332,12 @@ def word_attributions(model, vocab, meta, image, method: str, steps: int = 32):
     return [vocab.tokenizer.id_to_token(i) for i in ids], res["pixels"].cpu()
 
 
-@torch.no_grad()
 def word_attention(model, images, meta, captions: list[list[int]]):
     """Each caption's attention over the image grid while it is written: (B, T, h, w) with row t
     for the step that writes word t (the last row writes <eos>), and for the Transformer the last
     layer's cross-attention per head (B, H, T, h, w), else None. Captions are word ids without specials."""
+    import torch
+
     from ..data.images import normalize
     from ..data.parallel import pad_batch
 
@@ -351,7 +350,8 @@ def word_attention(model, images, meta, captions: list[list[int]]):
     # the decoder's attention over the grid: the RNN's per step (B, 1, T, N), or each Transformer
     # block's cross-attention (B, H, T, N), of which the last block's is shown
     names = "decoder.blocks.*.cross_attn.hook_pattern" if model.config.arch == "transformer" else "attn.hook_pattern"
-    _, cache = model.run_with_cache(x, tgt_in, names=names)
+    with torch.no_grad():
+        _, cache = model.run_with_cache(x, tgt_in, names=names)
     last = cache[list(cache)[-1]]
     per_head = last.reshape(*last.shape[:3], h, w).cpu()
     return per_head.mean(1), (per_head if model.config.arch == "transformer" else None)
@@ -434,6 +434,8 @@ def evaluate_captioner(
 def _teacher_forced_loss(model, images, encoded, meta: dict, dev, batch_size: int) -> float:
     """The mean cross-entropy per word under teacher forcing, over every reference caption of
     every image (``encoded``: each image's references as token ids)."""
+    import torch
+
     from ..data.images import normalize
     from ..data.parallel import pad_batch
     from ..losses import cross_entropy

@@ -5,10 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 from dataclasses import dataclass
-from typing import Annotated, Literal
+from typing import TYPE_CHECKING, Annotated, Literal
 
-import numpy as np
-import torch
 
 from ..errors import CheckpointError, DataError, OptionError, a
 from ..options import at_least, below_one, nonneg_int, number
@@ -29,6 +27,10 @@ from .base import (
     top_labels,
 )
 from ..outputs import output_file
+
+if TYPE_CHECKING:
+    import numpy as np
+    import torch
 
 
 @dataclass(frozen=True)
@@ -84,6 +86,8 @@ class ImageClassifierVerbs(Verbs):
     def predict(self, images, top_k: TopK = 3):
         """The ``top_k`` (label, probability) pairs of each image (a file path, a list of them, or
         images in [0, 1] as a (C, H, W) or (N, C, H, W) tensor): a list per image, or one list for one image."""
+        import torch
+
         from ..data.images import images_argument, normalize
 
         top_labels(torch.zeros(1, 1), [""], top_k)  # a bad top_k fails before any image is read
@@ -375,6 +379,8 @@ def image_attribution(
     model, labels, mean, std, image, target=None, *, method: str, steps: int = 32, baseline: str = "zeros"
 ) -> dict:
     """What :meth:`ImageClassifierVerbs.attribute` returns, for any image classifier ``model``."""
+    import torch
+
     from ..data.images import images_argument, normalize
     from ..inspect.attribution import gradient_rollout, image_attributions
 
@@ -415,6 +421,8 @@ def test_images(model, n: int, data_dir: str | None = None) -> torch.Tensor:
 
 def predict(ckpt, inputs: list[str], *, top_k: int, device: str) -> int:
     """``attnlab predict``: the top-k classes of each image."""
+    import torch
+
     from ..data.images import normalize
 
     model = ImageClassifierRecipe.model_of(ckpt, device)
@@ -432,6 +440,9 @@ def predict(ckpt, inputs: list[str], *, top_k: int, device: str) -> int:
 
 def cka(model, out: Path, o: ClassifierInspection) -> dict[str, np.ndarray]:
     """CKA between every layer of ``model`` (and of ``--compare``), on test images."""
+    import numpy as np
+    import torch
+
     from ..data.images import denormalize, normalize
     from ..inspect import analysis as A
     from ..inspect import plots as P

@@ -2,21 +2,17 @@
 
 from __future__ import annotations
 
-from ..models.cnn import CNN, CNNConfig
+from ..models.configs import CNNConfig
+from .base import ModelKind
 from . import register
 from .classifier import ImageClassifierRecipe, ImageClassifierVerbs
-
-
-class CNNModel(ImageClassifierVerbs, CNN):
-    """A CNN as :func:`attnlab.load` returns it: the model with the image classifiers' verbs."""
 
 
 @register
 class CNNRecipe(ImageClassifierRecipe):
     name = "cnn"
     help = "the small CNN baseline (for comparisons)"
-    models = {"cnn": CNN}
-    loaded = {"cnn": CNNModel}
+    models = {"cnn": ModelKind(CNNConfig, "attnlab.models.cnn:CNN", ImageClassifierVerbs)}
 
     def new_config(self, o, splits, model_over):
         c, h, _ = splits.shape

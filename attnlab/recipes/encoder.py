@@ -9,13 +9,11 @@ import sys
 import warnings
 from pathlib import Path
 from dataclasses import dataclass
-from typing import Annotated, Literal, Sequence
+from typing import TYPE_CHECKING, Annotated, Literal, Sequence
 
-import numpy as np
-import torch
 
 from ..errors import CheckpointError, DataError, Note
-from ..models.encoder import ENCODER_PRESETS, TextEncoder, TextEncoderConfig
+from ..models.configs import ENCODER_PRESETS, TextEncoderConfig
 from ..options import (
     Arg,
     Command,
@@ -29,6 +27,7 @@ from ..options import (
 )
 from . import register
 from .base import (
+    ModelKind,
     TINY_RUN,
     TextInspection,
     TrainOptions,
@@ -42,6 +41,9 @@ from .base import (
     top_labels,
 )
 from ..outputs import output_file
+
+if TYPE_CHECKING:
+    import numpy as np
 
 
 @dataclass(frozen=True)
@@ -109,6 +111,8 @@ class TextEncoderVerbs(Verbs):
         """Sentence embeddings: (D,) for one string, (N, D) NumPy for a list of them, ``batch_size``
         texts per forward pass (`attnlab embed`'s option). Token ids (B, T) with their mask give the
         model's own (B, D) tensor, as on an unloaded model."""
+        import torch
+
         if isinstance(texts, torch.Tensor):
             return super().embed(texts, attention_mask)
         single = isinstance(texts, str)
@@ -121,6 +125,8 @@ class TextEncoderVerbs(Verbs):
         """The ``top_k`` (label, probability) pairs of each text: a list per text, or one list for
         one. A tagger (``--task tag``) gives each text's (word, tag, probability) triples instead
         (words split on spaces)."""
+        import torch
+
         from ..errors import OptionError
 
         if self.head is None:
@@ -141,6 +147,8 @@ class TextEncoderVerbs(Verbs):
         return out[0] if single else out
 
     def _tag_words(self, words: list[str]) -> list[tuple[str, str, float]]:
+        import torch
+
         from ..data.tagged import encode_tagged
 
         ids, _, firsts, cut = encode_tagged(self.require_tokenizer(), words, None, {}, self.config.context)
@@ -158,17 +166,12 @@ class TextEncoderVerbs(Verbs):
         return [(w, labels[i], round(float(q), 4)) for w, i, q in zip(words, k.tolist(), p.tolist())]
 
 
-class TextEncoderModel(TextEncoderVerbs, TextEncoder):
-    """A text encoder as :func:`attnlab.load` returns it: the model with its family's verbs."""
-
-
 def _texts(texts, what: str) -> list[str]:
     return texts_argument(texts, what)[0]
 
 
 @register
 class TextEncoderRecipe(Recipe):
-    loaded = {"text-encoder": TextEncoderModel}
     train_options = EncoderTrainOptions
     inspect_options = TextInspection
     tiny = dict(
@@ -190,7 +193,7 @@ class TextEncoderRecipe(Recipe):
         "part-of-speech tags of sentences where some words are nouns or verbs by context). Classify and "
         "tag start from scratch or from --init (an attnlab run or a HuggingFace BERT folder)."
     )
-    models = {"text-encoder": TextEncoder}
+    models = {"text-encoder": ModelKind(TextEncoderConfig, "attnlab.models.encoder:TextEncoder", TextEncoderVerbs)}
     needs = "a text encoder (trained with `attnlab train encoder`, or a HuggingFace BERT folder)"
     presets = ENCODER_PRESETS
     set_by_data = ("vocab_size", "num_classes", "labels", "pad_id", "mlm_head", "per_token")
@@ -368,6 +371,8 @@ class TextEncoderRecipe(Recipe):
         """A tagger's accuracy and macro-F1 (and on the words seen with several tags in training,
         against each word's most frequent tag), a classifier's accuracy and macro-F1, or a masked
         LM's loss and accuracy on the masked tokens."""
+        import torch
+
         from ..data.labelled import load_labelled, load_pretraining_texts, tokenize
         from ..data.tagged import load_tagged, tokenize_tagged, unigram_baseline
         from ..training.tasks import MaskedLMTask, TextClassificationTask, TokenTaggingTask
@@ -426,6 +431,9 @@ class TextEncoderRecipe(Recipe):
         return res, line + confusion_figure(scores, c.labels, f"{data.name} {split}", out_file, res)
 
     def inspect(self, model, what: str, out: Path, o: TextInspection) -> dict:
+        import numpy as np
+        import torch
+
         from ..inspect.lens import lens_table, mlm_lens
         from ..inspect.plots import lens_png, token_attention_png
 
@@ -451,6 +459,8 @@ class TextEncoderRecipe(Recipe):
         return {"top_probs": table["top_probs"], "tokens": np.array(table["tokens"])}
 
     def explore(self, model, text: str | None = None) -> dict:
+        import torch
+
         from ..inspect.detectors import pattern_scores
         from ..inspect.explorer import NEURON_VIEW_MAX, neuron_view, neuron_view_points
 
@@ -503,6 +513,8 @@ def encode_texts(tok, texts: list[str], context: int):
 
 def embed_texts(model, tok, texts: list[str], device="cpu", batch_size: int = 64) -> np.ndarray:
     """Mean-pooled sentence embeddings (N, D)."""
+    import torch
+
     out = []
     with torch.no_grad():
         for i in range(0, len(texts), batch_size):
@@ -523,6 +535,8 @@ def embed_command(
     device: Device = "auto",
 ) -> int:
     """``attnlab embed``: one vector per input line."""
+    import numpy as np
+
     from ..outputs import output_file
 
     out_file = output_file(out, ".npy") if out else None

@@ -6,14 +6,14 @@ import json
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any, Callable, Literal, Sequence
+from typing import TYPE_CHECKING, Annotated, Any, Callable, Literal, Sequence
 
-from ..interop.generation import GenerationSettings
-from ..models.gpt import GPT, GPT_PRESETS
+from ..models.configs import GPT_PRESETS, GPTConfig
 from . import register
 from .base import (
     TINY_RUN,
     Attribution,
+    ModelKind,
     TrainOptions,
     TextInspection,
     Recipe,
@@ -45,13 +45,29 @@ from ..options import (
 )
 from ..tokens.ids import checked_token_ids
 
+if TYPE_CHECKING:
+    from ..interop.generation import GenerationSettings
+
 
 class GPTVerbs(Verbs):
     """A GPT loaded by :func:`attnlab.load`: ``tokenizer``, ``generate``, ``patch``, ``logit_lens``,
     ``attribute``."""
 
-    # end-of-sequence ids, sampling defaults, chat template (read by ``attach``; none for a model built in Python)
-    generation: GenerationSettings = GenerationSettings()
+    _generation: GenerationSettings | None = None
+
+    @property
+    def generation(self) -> GenerationSettings:
+        """End-of-sequence ids, sampling defaults, chat template (read by ``attach``; none for a
+        model built in Python)."""
+        if self._generation is None:
+            from ..interop.generation import GenerationSettings
+
+            return GenerationSettings()
+        return self._generation
+
+    @generation.setter
+    def generation(self, settings: GenerationSettings) -> None:
+        self._generation = settings
 
     def require_tokenizer(self):
         """The model's tokenizer, or the one-line error that says what its folder lacks (a
@@ -429,10 +445,6 @@ def _check_generate_call(prompt, needed: dict, use_cache, vocab: int | None = No
         raise OptionError(f"{named('stop', '')}: would stop before the first token; give non-empty strings")
 
 
-class GPTModel(GPTVerbs, GPT):
-    """A GPT as :func:`attnlab.load` returns it: the model with its family's verbs."""
-
-
 @dataclass(frozen=True)
 class GPTTrainOptions(TrainOptions):
     """The GPT family's own options of ``attnlab train gpt``: its text, tokenizer and start."""
@@ -492,14 +504,13 @@ class GPTRecipe(Recipe):
         "Train a decoder-only GPT to predict the next token of a text corpus. With no --data it trains "
         "on English text that ships with Python (no download needed)."
     )
-    models = {"gpt": GPT}
+    models = {"gpt": ModelKind(GPTConfig, "attnlab.models.gpt:GPT", GPTVerbs)}
     presets = GPT_PRESETS
     set_by_data = ("vocab_size",)
     explore_kind = "text"
     ablatable = True
     target_is_loss = True
     default_seconds = 70
-    loaded = {"gpt": GPTModel}
     train_options = GPTTrainOptions
     inspect_options = GPTInspection
     inspections = {
@@ -855,6 +866,8 @@ def load_draft(draft, tokenizer, vocab_size: int, device: str):
     import torch
 
     if isinstance(draft, torch.nn.Module):
+        from ..models.gpt import GPT
+
         if not isinstance(draft, GPT):
             raise OptionError(f"draft= must be a GPT with this model's tokenizer; got {a(type(draft).__name__)}")
         if draft.config.vocab_size != vocab_size:

@@ -6,12 +6,10 @@ from __future__ import annotations
 import warnings
 from pathlib import Path
 from dataclasses import dataclass
-from typing import Annotated, Any, Literal, Sequence
+from typing import TYPE_CHECKING, Annotated, Any, Literal, Sequence
 
-import torch
 
-from ..models.rnn import RNNSeq2Seq
-from ..models.seq2seq import Transformer
+from ..models.configs import RNNConfig, TransformerConfig
 from ..errors import Note
 from ..options import (
     checked,
@@ -28,7 +26,10 @@ from ..options import (
     vocab_size,
 )
 from . import register
-from .base import TINY_RUN, Evaluation, Recipe, TextInspection, TrainingRun, TrainOptions, Verbs
+from .base import ModelKind, TINY_RUN, Evaluation, Recipe, TextInspection, TrainingRun, TrainOptions, Verbs
+
+if TYPE_CHECKING:
+    pass
 
 
 class Seq2SeqVerbs(Verbs):
@@ -53,14 +54,6 @@ class Seq2SeqVerbs(Verbs):
         texts, single = texts_argument(texts, "translate")
         out = translate_texts(self, self.src_vocab, self.tgt_vocab, texts, beam=beam, alpha=alpha, max_len=max_len)
         return out[0] if single else out
-
-
-class TransformerModel(Seq2SeqVerbs, Transformer):
-    """An encoder-decoder Transformer as :func:`attnlab.load` returns it: with the seq2seq verbs."""
-
-
-class RNNSeq2SeqModel(Seq2SeqVerbs, RNNSeq2Seq):
-    """An RNN seq2seq model as :func:`attnlab.load` returns it: with the seq2seq verbs."""
 
 
 @dataclass(frozen=True)
@@ -105,7 +98,6 @@ def arch_of(model_type: str, model_cfg: dict) -> str:
 
 @register
 class Seq2SeqRecipe(Recipe):
-    loaded = {"transformer": TransformerModel, "rnn": RNNSeq2SeqModel}
     train_options = Seq2SeqTrainOptions
     inspect_options = TextInspection
     tiny = dict(
@@ -125,7 +117,10 @@ class Seq2SeqRecipe(Recipe):
         "Train an encoder-decoder on parallel text with teacher forcing. With no --data it learns a "
         "synthetic task generated on the fly (reverse)."
     )
-    models = {"transformer": Transformer, "rnn": RNNSeq2Seq}
+    models = {
+        "transformer": ModelKind(TransformerConfig, "attnlab.models.seq2seq:Transformer", Seq2SeqVerbs),
+        "rnn": ModelKind(RNNConfig, "attnlab.models.rnn:RNNSeq2Seq", Seq2SeqVerbs),
+    }
     needs = "a seq2seq model (trained with `attnlab train seq2seq`)"
     set_by_data = ("src_vocab", "tgt_vocab", "pad_id", "bos_id", "eos_id")
     explore_kind = "cross"
@@ -168,21 +163,21 @@ class Seq2SeqRecipe(Recipe):
         )
 
     def train_defaults_for(self, o) -> dict:
-        from ..data.parallel import SYNTHETIC
+        from ..data.sources import SYNTHETIC
 
         synthetic = (o.data or DEFAULT_DATA) in SYNTHETIC
         return {**self.train_defaults, **(self.SYNTHETIC_TRAIN if synthetic else {})}
 
     def preset_fields(self, o) -> dict:
         """A Transformer on a synthetic task starts from the smaller shape sized to it."""
-        from ..data.parallel import SYNTHETIC
+        from ..data.sources import SYNTHETIC
 
         synthetic = (o.data or DEFAULT_DATA) in SYNTHETIC
         return dict(self.SYNTHETIC_TRANSFORMER) if synthetic and (o.arch or "transformer") == "transformer" else {}
 
     def check_new(self, o, model_over) -> None:
         arch = o.arch or "transformer"
-        own = Transformer.config_class if arch == "transformer" else RNNSeq2Seq.config_class
+        own = TransformerConfig if arch == "transformer" else RNNConfig
         foreign = sorted(k for k in model_over if k not in own.__dataclass_fields__)
         if foreign:
             raise ValueError(
@@ -192,7 +187,7 @@ class Seq2SeqRecipe(Recipe):
         opts = {**DEFAULT_DATA_OPTS, **{k: v for k, v in self.data_options(o).items() if v is not None}}
         if opts["min_len"] > opts["max_len"]:
             raise ValueError(f"--min-length {opts['min_len']} is larger than --max-length {opts['max_len']}")
-        from ..data.parallel import SYNTHETIC
+        from ..data.sources import SYNTHETIC
 
         context = model_over.get("context", own.context)
         if (o.data or DEFAULT_DATA) in SYNTHETIC and opts["max_len"] + 2 > context:  # (before building them)
@@ -238,7 +233,7 @@ class Seq2SeqRecipe(Recipe):
             cfg = self.models[mtype].config_class(**fields)
 
         def setup(model) -> None:
-            if isinstance(model, RNNSeq2Seq):
+            if isinstance(model.config, RNNConfig):
                 model.teacher_forcing = o.teacher_forcing
 
         task = Seq2SeqTask(data, tcfg.batch_size, o.label_smoothing)
@@ -357,6 +352,8 @@ def alignment(model, sv, tv, text: str):
     """Greedy-translate ``text`` and return (source tokens, target tokens, {name: (T, S) weights}):
     every decoder layer and head of the explorer's :func:`cross_attention`, and their average
     (an RNN with attention has one map)."""
+    import torch
+
     from ..inspect.explorer import cross_attention
 
     data = cross_attention(model, sv, tv, text)

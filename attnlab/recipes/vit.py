@@ -5,13 +5,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import TYPE_CHECKING, Annotated, Literal
 
-import numpy as np
-import torch
 
 from ..errors import a
-from ..models.vit import VIT_PRESETS, ViT, ViTConfig
+from ..models.configs import VIT_PRESETS, ViTConfig
+from .base import ModelKind
 from ..options import Arg, below_one, nonneg_int
 from . import register
 from .base import read_image
@@ -25,9 +24,9 @@ from .classifier import (
     test_images,
 )
 
-
-class ViTModel(ImageClassifierVerbs, ViT):
-    """A ViT as :func:`attnlab.load` returns it: the model with the image classifiers' verbs."""
+if TYPE_CHECKING:
+    import numpy as np
+    import torch
 
 
 def preset_for(shape) -> str:
@@ -59,8 +58,7 @@ class ViTInspection(ClassifierInspection):
 class ViTRecipe(ImageClassifierRecipe):
     name = "vit"
     help = "a Vision Transformer image classifier"
-    models = {"vit": ViT}
-    loaded = {"vit": ViTModel}
+    models = {"vit": ModelKind(ViTConfig, "attnlab.models.vit:ViT", ImageClassifierVerbs)}
     presets = VIT_PRESETS
     explore_kind = "image"
     train_options = ViTTrainOptions
@@ -116,6 +114,9 @@ class ViTRecipe(ImageClassifierRecipe):
         )
 
     def inspect(self, model, what: str, out: Path, o: ViTInspection) -> dict[str, np.ndarray]:
+        import numpy as np
+        import torch
+
         from ..inspect import analysis as A
         from ..inspect import plots as P
 
@@ -180,6 +181,8 @@ class ViTRecipe(ImageClassifierRecipe):
 
 def attention_maps(model, x) -> list[torch.Tensor]:
     """Every layer's attention (B, H, T, T) for images ``x``, in depth order."""
+    import torch
+
     from ..inspect import capture_attention
 
     with capture_attention(model) as rec, torch.no_grad():

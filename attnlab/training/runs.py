@@ -205,7 +205,7 @@ def train(
             "accuracy, synthetic seq2seq tasks exact match, language models a loss); drop --target"
         )
     torch.manual_seed(tcfg.seed)  # the initial weights follow from the seed
-    model = family.models[run.model_type](run.config)
+    model = family.models[run.model_type].model_class(run.config)
     if run.setup is not None:
         run.setup(model)
 
