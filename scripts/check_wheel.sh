@@ -18,7 +18,7 @@ pip_install "$TORCH"
 pip_install "$wheel" "$TORCH"   # (pinned again: the wheel must not pull another torch)
 cd "$work"   # outside the source tree: only the installed wheel can be imported
 venv/bin/attnlab --help >/dev/null
-venv/bin/attnlab train gpt --help | grep -q -- "--max-iters"   # (from the packaged cli/commands.json)
+venv/bin/attnlab train gpt --help | grep -q -- "--max-iters"   # (from the live declarations: no torch)
 test -f "$(venv/bin/python -c 'import attnlab, pathlib; print(pathlib.Path(attnlab.__file__).with_name("py.typed"))')"
 venv/bin/python -m attnlab --version
 venv/bin/python -c "import attnlab, pathlib; assert 'site-packages' in attnlab.__file__, attnlab.__file__"

@@ -90,3 +90,18 @@ def test_encoder_stack_and_gpt2_init():
     proj = enc.blocks[0].attn.out_proj.weight
     assert proj.std().item() == pytest.approx(0.02 / (8**0.5), rel=0.15)
     assert enc(torch.randn(2, 5, 32)).shape == (2, 5, 32)
+
+
+def test_every_norm_and_activation_a_config_may_name_is_built():
+    """The configs declare the names (attnlab.config, without torch); the blocks build each one,
+    and refuse a name outside them."""
+    from attnlab.blocks import norm_layer
+    from attnlab.config import ACTIVATIONS, NORMS
+
+    x = torch.linspace(-2, 2, 8).reshape(1, 1, 8)
+    for name in ACTIVATIONS:
+        assert MLP(8, 16, activation=name)(x).shape == x.shape, name
+    for kind in NORMS:
+        assert norm_layer(kind, 8, 1e-5)(x).shape == x.shape, kind
+    with pytest.raises(ValueError, match="unknown activation"):
+        MLP(8, 16, activation="tanh")

@@ -179,7 +179,7 @@ class GPTVerbs(Verbs):
 
     def attach(self, meta: dict) -> None:
         from ..errors import CheckpointError
-        from ..interop.generation import read_generation
+        from ..interop.generation import GenerationSettings, read_generation
 
         try:  # a HuggingFace folder may hold the weights alone: the model still runs on token ids
             self.tokenizer = lm_tokenizer(meta, self.checkpoint)
