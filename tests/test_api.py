@@ -23,7 +23,11 @@ def test_every_family_trains_loads_evaluates_and_explores_from_python(family, tm
     assert run.step == opts["max_iters"] and run.checkpoint.is_dir()
     assert [m["step"] for m in run.metrics if "loss" in m][-1] == opts["max_iters"]
     model = run.load()
-    assert isinstance(model, type(run.model)) and type(model) in [k.loaded_class for k in recipe.models.values()] and not model.training
+    assert (
+        isinstance(model, type(run.model))
+        and type(model) in [k.loaded_class for k in recipe.models.values()]
+        and not model.training
+    )
     torch.testing.assert_close(dict(model.state_dict()), {k: v.cpu() for k, v in run.model.state_dict().items()})
     quick = QUICK_EVAL.get(family, {})
     metrics = model.evaluate(**quick)

@@ -1,7 +1,9 @@
-"""The command line answers help, version and completion without torch, from the live
-declarations (no module that declares an option imports torch; nothing is generated into the
-package); its help shows the values a run actually uses."""
+"""The command line (cyclopts, from the declarations) answers help, version and completion without
+torch, from the live declarations (no module that declares an option imports torch; nothing is
+generated into the package); its help shows the values a run actually uses."""
 
+import contextlib
+import io
 import json
 import pathlib
 import subprocess
@@ -10,40 +12,49 @@ import sys
 import pytest
 
 import attnlab
-from attnlab.cli import build_parser
-from attnlab.cli.completion import describe, script
+from attnlab.cli import build_app, commands, main
 from attnlab.recipes import recipe_for, recipes
 from helpers import PINNED_TRAINING
 
 
+def help_of(words: list[str], built_for: list[str] | None = None, whole: bool = False) -> str:
+    """The --help text of ``attnlab WORDS``, as printed by the command line built for those words
+    (``built_for``: for other words; ``whole``: with every command's options)."""
+    out = io.StringIO()
+    app = build_app(None if whole else built_for if built_for is not None else [*words, "--help"])
+    with contextlib.redirect_stdout(out):
+        command, bound, _ = app.parse_args([*words, "--help"], exit_on_error=False, print_error=False)
+        command(*bound.args, **bound.kwargs)
+    return out.getvalue()
 
-def all_helps(parser, path=()):
-    """{command path: its --help text}, every command of ``parser``."""
-    out = {path: parser.format_help()}
-    for action in parser._actions:
-        if isinstance(getattr(action, "choices", None), dict):
-            for name, sub in action.choices.items():
-                out.update(all_helps(sub, (*path, name)))
-    return out
+
+def flat(text: str) -> str:
+    """Help text as one line: rich's wrapping and panel borders removed."""
+    return " ".join(text.replace("│", " ").split())
+
+
+def all_helps() -> dict[tuple[str, ...], str]:
+    """{command words: its --help text}, every command, each group, and attnlab itself."""
+    paths = {(): None, **{tuple(words.split()[:1]): None for words in commands() if " " in words}}
+    paths.update({tuple(words.split()): None for words in commands()})
+    return {path: help_of(list(path)) for path in paths}
 
 
 def test_nothing_is_generated_into_the_package_and_every_help_prints():
     root = pathlib.Path(attnlab.__file__).parent
     assert not (root / "cli" / "commands.json").exists() and not (root / "cli" / "manifest.py").exists()
-    helps = all_helps(build_parser())
-    assert len(helps) > 15
+    helps = all_helps()
+    assert len(helps) > 25
     for path, text in helps.items():
-        assert "object at 0x" not in text, f"a % in a help text of {path} broke argparse's formatting"
+        assert text.startswith(f"Usage: attnlab {' '.join(path)}".rstrip()), (path, text[:80])
 
 
 def test_a_command_line_builds_only_the_command_it_names():
     """The words parsed name one command: it gets its options, the others their name and help, and
-    the help of each is the one the whole parser prints."""
-    whole = all_helps(build_parser())
+    the help of each is the one the whole command line prints."""
     for words in (["train", "gpt"], ["sample"], ["sae", "eval"], ["train"], []):
-        part = all_helps(build_parser([*words, "--help"]))
-        assert part[tuple(words)] == whole[tuple(words)], words
-    assert "--max-iters" not in all_helps(build_parser(["sample"]))[("train", "vit")]  # (a stub)
+        assert help_of(words) == help_of(words, whole=True), words
+    assert "--max-iters" in help_of(["train", "vit"]) and "--max-iters" not in help_of(["train", "vit"], ["sample"])
 
 
 @pytest.mark.parametrize(
@@ -61,20 +72,25 @@ def test_help_version_and_completion_import_neither_torch_nor_matplotlib(argv):
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip()
     if argv[:2] == ["train", "gpt"]:
-        assert "--max-iters" in r.stdout and "(default: 1000)" in r.stdout
+        shown = " ".join(r.stdout.replace("│", " ").split())
+        assert "--max-iters" in shown and "(default: 1000)" in shown
 
 
 def test_a_bad_option_with_help_is_still_one_line():
     r = subprocess.run(
         [sys.executable, "-m", "attnlab", "train", "gpt", "--max-itres", "3", "--help"], capture_output=True, text=True
     )
-    assert r.returncode == 0 and "usage: attnlab train gpt" in r.stdout  # --help wins, as argparse's does
+    assert r.returncode == 0 and "Usage: attnlab train gpt" in r.stdout  # --help wins
 
 
 def complete_bash(words: list[str]) -> list[str]:
     """What bash completes for the command line ``words`` (the last one being typed)."""
-    setup = script("bash", describe(build_parser()))
-    probe = f"COMP_WORDS=({' '.join(repr(w) for w in words)}); COMP_CWORD={len(words) - 1}; _attnlab_complete; "
+    setup = build_app().generate_completion(prog_name="attnlab", shell="bash")
+    line = " ".join(words)
+    probe = (
+        f"COMP_WORDS=({' '.join(repr(w) for w in words)}); COMP_CWORD={len(words) - 1}; COMP_LINE={line!r}; "
+        "COMP_POINT=${#COMP_LINE}; _attnlab; "
+    )
     r = subprocess.run(
         ["bash", "-c", setup + "\n" + probe + 'printf "%s\\n" "${COMPREPLY[@]}"'], capture_output=True, text=True
     )
@@ -100,37 +116,30 @@ def test_bash_completes_commands_options_and_choices():
 
 
 def test_zsh_and_fish_scripts():
-    data = describe(build_parser())
-    assert "bashcompinit" in script("zsh", data) and "_attnlab_complete" in script("zsh", data)
-    fish = script("fish", data).splitlines()
-    pos = [line for line in fish if "-l pos " in line and "from gpt" in line]
-    assert len(pos) == 1 and "'learned rope alibi sinusoidal relative'" in pos[0], pos
-    assert any("-a completion" in line for line in fish)
+    r = subprocess.run([sys.executable, "-m", "attnlab", "completion", "zsh"], capture_output=True, text=True)
+    assert r.returncode == 0 and "#compdef attnlab" in r.stdout and "--max-iters" in r.stdout
+    fish = build_app().generate_completion(prog_name="attnlab", shell="fish").splitlines()
+    pos = [line for line in fish if "-l pos " in line and "gpt" in line]
+    assert pos and all(c in pos[0] for c in ("learned", "rope", "alibi", "sinusoidal", "relative")), pos
+    assert any("completion" in line for line in fish)
 
 
 def test_every_option_has_a_help_sentence_and_text_fields_show_their_choices():
-    def walk(data, path=()):
-        for action in data["actions"]:
-            if action["kind"] == "subcommands":
-                for name, command in action["commands"].items():
-                    yield from walk(command["parser"], (*path, name))
-            else:
-                yield path, action
-
-    for path, action in walk(describe(build_parser())):
-        label = f"{' '.join(path)} {action.get('option_strings') or action['dest']}"
-        assert action["help"] and len(action["help"]) > 8, label
-        assert "GPTConfig." not in action["help"] and "TrainConfig." not in action["help"], label
-    helps = all_helps(build_parser())
-    gpt = helps[("train", "gpt")]
+    for words, command in commands().items():
+        for spec in command.options:
+            label = f"{words} {spec.flags[0]}"
+            assert spec.help and len(spec.help) > 8, label
+            assert "GPTConfig." not in spec.help and "TrainConfig." not in spec.help, label
+    gpt = flat(help_of(["train", "gpt"]))
     for choices in (
-        "{learned,rope,alibi,sinusoidal,relative}",
-        "{adamw,muon}",
-        "{cosine,trapezoid}",
-        "{auto,fp32,bf16}",
+        "learned, rope, alibi, sinusoidal, relative",
+        "adamw, muon",
+        "cosine, trapezoid",
+        "auto, fp32, bf16",
     ):
-        assert choices in gpt, choices
-    assert "{gru,lstm}" in helps[("train", "seq2seq")] and "{cls,mean}" in helps[("train", "vit")]
+        assert f"[choices: {choices}]" in gpt, choices
+    assert "[choices: gru, lstm]" in flat(help_of(["train", "seq2seq"]))
+    assert "[choices: cls, mean]" in flat(help_of(["train", "vit"]))
 
 
 def test_choices_are_checked_from_python_and_in_configs():
@@ -151,7 +160,7 @@ def test_train_options_are_the_values_a_run_uses():
     assert vit["image_size"] is None  # the data's
     seq = attnlab.train_options("seq2seq")
     assert seq["dim"] == 128 and seq["label_smoothing"] == 0.1
-    assert "rnn: 512" in all_helps(build_parser())[("train", "seq2seq")].replace("\n", " ").replace("  ", " ")
+    assert "rnn: 512" in flat(help_of(["train", "seq2seq"]))
 
 
 @pytest.mark.parametrize("family", [r.name for r in recipes()])

@@ -4,7 +4,6 @@ with exit code 0 or 2, never a traceback, at most one ``error:`` line, and a ref
 leaves no run folder. ``ATTNLAB_FUZZ_EXAMPLES`` sets how many command lines (default 100), ``ATTNLAB_FUZZ_RANDOM=1``
 draws new ones (by default every machine draws the same), ``ATTNLAB_FUZZ_LOG=FILE`` logs each."""
 
-import argparse
 import os
 import shutil
 from pathlib import Path
@@ -13,7 +12,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from attnlab.cli import build_parser, main
+from attnlab.cli import commands, main
 
 FIXTURES = Path(__file__).parent / "fixtures" / "runs_v0_1"
 SKIP = {"serve", "reproduce", "bench"}  # a server that runs until stopped; minutes-long runs
@@ -60,25 +59,14 @@ WORK_SIZE = {
 }
 EDGE = ["0", "-1", "1", "2", "nan", "inf", "-inf", "", "x", "1e400", "\udcff", "99999999999999999999", "DIR"]
 SMALL = ["0", "-1", "1", "2", "nan", "", "x", "\udcff", "DIR"]
-# what every drawn training is held to, after the drawn options (argparse keeps the last value)
+# what every drawn training is held to, after the drawn options (the last value given is kept)
 TRAIN_TAIL = ["--max-iters", "1", "--eval-iters", "1", "--batch-size", "2", "--no-progress", "--device", "cpu"]
 CKPT = {"sample": "gpt", "translate": "s2s", "eval": "gpt", "explore": "gpt", "inspect": "vit", "predict": "vit"}
 
 
 def _commands():
-    """(argv prefix, parser) of every command, `train FAMILY` each its own."""
-    parser = build_parser()
-
-    def subs(p):
-        return next((a.choices for a in p._actions if isinstance(a, argparse._SubParsersAction)), {})
-
-    out = []
-    for name, sub in subs(parser).items():
-        if name in SKIP:
-            continue
-        inner = subs(sub)
-        out += [([name, n], q) for n, q in inner.items()] if inner else [([name], sub)]
-    return out
+    """(argv prefix, declaration) of every command, `train FAMILY` each its own."""
+    return [(words.split(), command) for words, command in commands().items() if words.split()[0] not in SKIP]
 
 
 COMMANDS = _commands()
@@ -86,16 +74,16 @@ COMMANDS = _commands()
 
 @st.composite
 def command_lines(draw):
-    prefix, parser = draw(st.sampled_from(COMMANDS))
-    actions = [a for a in parser._actions if a.dest not in NOT_FUZZED and not isinstance(a, argparse._HelpAction)]
-    chosen = draw(st.lists(st.sampled_from(actions), min_size=1, max_size=3, unique_by=lambda a: a.dest))
+    prefix, command = draw(st.sampled_from(COMMANDS))
+    specs = [s for s in command.options if s.dest not in NOT_FUZZED]
+    chosen = draw(st.lists(st.sampled_from(specs), min_size=1, max_size=3, unique_by=lambda s: s.dest))
     argv = list(prefix)
-    for a in chosen:
-        values = SMALL if a.dest in WORK_SIZE else EDGE
-        if a.choices is not None and draw(st.booleans()):
-            values = [str(c) for c in a.choices]
-        flag = a.option_strings[0] if a.option_strings else None
-        if a.nargs == 0:  # a switch
+    for spec in chosen:
+        values = SMALL if spec.dest in WORK_SIZE else EDGE
+        if spec.choices is not None and draw(st.booleans()):
+            values = [str(c) for c in spec.choices]
+        flag = None if spec.positional else spec.flags[0]
+        if spec.kind in ("flag", "bool"):  # a switch
             argv.append(flag)
             continue
         value = draw(st.sampled_from(values))

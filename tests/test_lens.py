@@ -757,7 +757,7 @@ def test_every_patching_target_matches_transformer_lens(tmp_path, monkeypatch):
     resid_pre, by hand."""
     from transformer_lens import patching
 
-    from attnlab.cli import build_parser
+    from attnlab.cli import commands
     from attnlab.inspect.patching import PATCH_TARGETS
 
     # (weights of std 0.3, not GPT-2's 0.02: a clean − corrupt span of nats, not thousandths)
@@ -798,8 +798,7 @@ def test_every_patching_target_matches_transformer_lens(tmp_path, monkeypatch):
     torch.testing.assert_close(mid[0], pre[1])
     torch.testing.assert_close(post[0], pre[1])
     assert abs(post[-1, -1] - 1) < 1e-4 and abs(mid[-1, -1] - 1) < 1e-4  # the last stream carries everything
-    patch = build_parser()._subparsers._group_actions[0].choices["patch"]
-    over = next(a for a in patch._actions if a.dest == "over")
+    over = commands()["patch"].options.specs["over"]
     assert list(over.choices) == [k for k in PATCH_TARGETS if k != "head_position"]
 
 

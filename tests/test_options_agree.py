@@ -7,16 +7,17 @@ refuses is refused by the flag and the keyword alike, naming both. ``train``, ``
 ``inspect`` and ``explore`` still declare their options as data (:class:`attnlab.options.OptionSpecs`):
 the tests after those cover them."""
 
-import argparse
 import functools
 import inspect
 import json
 from pathlib import Path
 
 import pytest
+from cyclopts.exceptions import CycloptsError
 
 import attnlab
-from attnlab.cli import build_parser, main
+from attnlab.cli import commands, main, parse
+from attnlab.cli.app import with_defaults
 from attnlab.errors import AttnlabError, OptionError
 from attnlab.options import declared, declared_parameters
 from attnlab.recipes import recipes
@@ -26,31 +27,8 @@ from attnlab.runoptions import NOT_REPLAYED
 SAMPLE = declared(GPTVerbs.generate)
 
 
-def subparser(parser: argparse.ArgumentParser, *path: str) -> argparse.ArgumentParser:
-    """The parser of ``attnlab PATH...`` (``"train", "gpt"``)."""
-    for name in path:
-        parser = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices[name]
-    return parser
-
-
-def subparsers(parser: argparse.ArgumentParser) -> dict:
-    return next((a.choices for a in parser._actions if isinstance(a, argparse._SubParsersAction)), {})
-
-
-def commands() -> dict[str, tuple[argparse.ArgumentParser, object]]:
-    """Every command of the command line whose options are declared by signatures -> (its parser,
-    its :class:`attnlab.options.Command`)."""
-    found = {}
-    for name, parser in subparsers(build_parser()).items():
-        inner = subparsers(parser)
-        for path, p in ({f"{name} {n}": q for n, q in inner.items()} if inner else {name: parser}).items():
-            command = p.get_default("declaration")
-            if command is not None and command.specs is None:
-                found[path] = (p, command)
-    return found
-
-
-COMMANDS = commands()
+# every command whose options are declared by signatures (words -> its declaration)
+COMMANDS = {words: command for words, command in commands().items() if command.specs is None}
 
 
 def test_the_commands_declared_by_signatures():
@@ -80,14 +58,15 @@ def test_a_flags_default_is_its_signatures_in_help_and_in_every_call_that_takes_
     that declares it, its --help says so, and every Python call the command makes (``verbs``)
     that takes a keyword of that name defaults to the same (``attnlab sample --max-new-tokens``
     defaulted to 500 where ``model.generate`` took 200)."""
-    parser, declaration = COMMANDS[command]
-    flags = {a.dest: a for a in parser._actions if a.dest not in ("help", "declaration")}
-    assert set(flags) == set(declaration.options.specs), command
+    declaration = COMMANDS[command]
+    flags = declaration.options.specs
+    shown = " ".join(help_text(command).replace("│", " ").split())
     for function in (declaration.run, *declaration.verbs):
         for param, _, _ in declared_parameters(function):
             flag = flags[param.name]
+            assert flag.positional or flag.flags[0] in shown, (command, param.name)
             if param.default is param.empty:
-                assert flag.required or not flag.option_strings, (command, param.name)
+                assert flag.required or flag.positional, (command, param.name)
                 continue
             default = list(param.default) if isinstance(param.default, tuple) else param.default
             assert flag.default == default, (command, function.__qualname__, param.name, flag.default, default)
@@ -96,9 +75,20 @@ def test_a_flags_default_is_its_signatures_in_help_and_in_every_call_that_takes_
     # a keyword of the same name in a call it makes, declared or not, takes the same default
     for verb in declaration.verbs:
         for name, param in inspect.signature(verb).parameters.items():
-            if name in flags and param.default is not param.empty and flags[name].option_strings:
+            if name in flags and param.default is not param.empty and not flags[name].positional:
                 default = list(param.default) if isinstance(param.default, tuple) else param.default
                 assert default == flags[name].default, (command, verb.__qualname__, name)
+
+
+def help_text(words: str) -> str:
+    """What ``attnlab WORDS --help`` prints."""
+    import contextlib
+    import io
+
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert main([*words.split(), "--help"]) == 0
+    return out.getvalue()
 
 
 def test_the_servers_generate_fields_default_to_generates_signature():
@@ -143,15 +133,15 @@ def test_the_flag_the_keyword_and_the_server_field_refuse_the_same_values(name, 
 def test_every_train_option_is_a_flag_a_keyword_and_an_options_json_entry(family, tiny_run):
     recipe = next(r for r in recipes() if r.name == family)
     specs = recipe.train_specs()
-    flags = {a.dest: a for a in subparser(build_parser(), "train", family)._actions}
+    shown = " ".join(help_text(f"train {family}").replace("│", " ").split())
     keywords = attnlab.train_options(family)
     run = tiny_run(family)
     written = json.loads((run.out / "options.json").read_text())["options"]
     assert set(written) <= set(specs.specs), f"{family}'s options.json has undeclared {set(written) - set(specs.specs)}"
     model_fields = set(recipe.model_fields())
     for name, spec in specs.specs.items():
-        assert name in flags, f"train {family}: {name} has no flag"
-        assert tuple(flags[name].choices or ()) == tuple(spec.choices or ()), name
+        assert f"{spec.flags[0]} " in shown, f"train {family}: {name} has no flag"
+        assert not spec.choices or f"[choices: {', '.join(map(str, spec.choices))}]" in shown, name
         if name not in ("out", "resume", "config"):
             assert name in keywords, f"attnlab.train({family!r}) does not take {name}"
         # a model option is written when the run's model has it (a Transformer has no RNN's emb_dim)
@@ -167,7 +157,8 @@ def test_a_value_a_commands_declaration_refuses_is_refused_by_the_flag_and_the_k
     by the flag (naming the flag, exit 2). (The calls that check their own keywords: ``eval`` and
     ``ablate`` reach the families' ``evaluate`` through ``model.evaluate``, checked by the test of
     eval, inspect and train below.)"""
-    parser, declaration = COMMANDS[command]
+    declaration = COMMANDS[command]
+    required = [w for spec in declaration.options for w in required_words(spec)]
     for verb in (v for v in declaration.verbs if hasattr(v, "__wrapped__")):  # (@checked)
         keywords = inspect.signature(verb).parameters
         first = [p for p in keywords.values() if p.default is p.empty and p.kind is not p.VAR_KEYWORD]
@@ -180,10 +171,19 @@ def test_a_value_a_commands_declaration_refuses_is_refused_by_the_flag_and_the_k
             args = [None] * ("self" in keywords) + ["x"] * len(first)
             with pytest.raises(OptionError, match=f"{param.name}="):
                 verb(*args, **{param.name: bad})
-            argv = [spec.flags[0], *(bad if isinstance(bad, list) else [str(bad)])]
-            with pytest.raises(SystemExit) as exit_code:
-                parser.parse_args(argv)
-            assert exit_code.value.code == 2 and spec.flags[0] in capsys.readouterr().err, (command, param.name)
+            argv = [*command.split(), *required, spec.flags[0], *(bad if isinstance(bad, list) else [str(bad)])]
+            with pytest.raises(CycloptsError) as refused:
+                parse(argv)
+            assert spec.flags[0] in str(refused.value), (command, param.name, str(refused.value))
+
+
+def required_words(spec) -> list[str]:
+    """Words that give a required option (or positional argument) a value, so that a command line
+    is refused for the one value under test."""
+    if not (spec.required or (spec.positional and spec.nargs not in ("*", "?"))):
+        return []
+    value = str(spec.choices[0]) if spec.choices else "x"
+    return [value] if spec.positional else [spec.flags[0], value]
 
 
 CLI_ONLY = ("ckpt", "device", "json")  # (options of the command line that no Python keyword shares)
@@ -216,7 +216,7 @@ def test_a_value_eval_inspect_or_train_refuses_is_refused_by_the_flag_and_the_ke
     inspects = declared(recipe.inspect_options)
     what = next(iter(recipe.inspections), None)
     surfaces = [
-        (recipe.eval_specs(), ("eval",), lambda **kw: model.evaluate(**kw)),
+        (recipe.eval_specs(), ("eval", "--ckpt", "x"), lambda **kw: model.evaluate(**kw)),
         (
             inspects,
             ("inspect", what or "attention", "--ckpt", "x", "--out", "x.png"),
@@ -296,7 +296,7 @@ def test_every_declared_option_reaches_the_commands_python_call(command, monkeyp
 
     module, name = CALLED[command]
     verb = getattr(importlib.import_module(module), name)
-    options = COMMANDS[command][1].options
+    options = COMMANDS[command].options
     argv = command.split()
     for option, spec in options.specs.items():
         if option in INSTEAD_OF_THE_CALL.get(command, ()):
@@ -308,7 +308,7 @@ def test_every_declared_option_reaches_the_commands_python_call(command, monkeyp
             argv.append("--no-" + spec.flags[0][2:])
         else:
             argv += [spec.flags[0], *words]
-    expected = vars(build_parser().parse_args(argv))
+    expected = with_defaults(options, parse(argv)[1])
 
     @functools.wraps(verb)
     def record(*args, **kwargs):

@@ -10,7 +10,7 @@ import torch
 from PIL import Image
 
 import attnlab
-from attnlab.cli import build_parser, main
+from attnlab.cli import main, parse
 from attnlab.models import GPTConfig, RNNConfig, TransformerConfig, ViTConfig
 from helpers import tiny_run_flags
 
@@ -172,22 +172,20 @@ def test_seq2seq_resume_refuses_model_changes_like_every_family(tmp_path, capsys
 
 def test_a_new_family_is_one_recipe(tmp_path):
     """Registering a recipe adds `attnlab train NAME` and makes its checkpoints loadable."""
-    from attnlab.models import GPT
-    from attnlab.recipes import _REGISTRY, recipe_for, register
+    from attnlab.models import GPT, GPTConfig
+    from attnlab.recipes import _REGISTRY, ModelKind, recipe_for, register
     from attnlab.recipes.gpt import GPTRecipe, GPTVerbs
 
     class TinyLM(GPT):
         model_type = "tiny-lm"
 
-    class TinyLMModel(GPTVerbs, TinyLM):  # what attnlab.load builds: the model with the family's verbs
-        pass
-
     @register
     class TinyRecipe(GPTRecipe):
         name = "tiny"
         help = "a test family"
-        models = {"tiny-lm": TinyLM}
-        loaded = {"tiny-lm": TinyLMModel}
+        # its config, its model (a class, or "module:Class" to import it when a model is built) and
+        # the verbs of the model attnlab.load builds
+        models = {"tiny-lm": ModelKind(GPTConfig, TinyLM, GPTVerbs)}
 
         def prepare(self, o, saved, model_over, tcfg, out):
             run = super().prepare(o, saved, model_over, tcfg, out)
@@ -195,7 +193,7 @@ def test_a_new_family_is_one_recipe(tmp_path):
             return run
 
     try:
-        assert "tiny" in build_parser().parse_args(["train", "tiny"]).model
+        assert parse(["train", "tiny"])[0].name == "tiny"
         corpus = tmp_path / "c.txt"
         corpus.write_text("abcdefgh " * 300)
         assert (

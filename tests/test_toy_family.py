@@ -16,7 +16,7 @@ from attnlab.errors import OptionError
 from attnlab.options import checked
 from attnlab.hooks import HookedModule, HookPoint
 from attnlab.losses import cross_entropy
-from attnlab.recipes import Recipe, TrainingRun
+from attnlab.recipes import ModelKind, Recipe, TrainingRun
 from attnlab.recipes.base import ExploreInput, ExplorerForm, TopK, Verbs, top_labels
 
 from helpers import PINNED_FLAGS
@@ -103,16 +103,11 @@ class RepeatVerbs(Verbs):
         return out if many else out[0]
 
 
-class RepeatModel(RepeatVerbs, RepeatClassifier):
-    """The classifier as attnlab.load returns it: with its verbs."""
-
-
 class RepeatRecipe(Recipe):
     name = "repeat"
     help = "a toy classifier: does the first token come again?"
     description = "Train a one-layer attention classifier on random sequences (a test's own family)."
-    models = {"repeat": RepeatClassifier}
-    loaded = {"repeat": RepeatModel}
+    models = {"repeat": ModelKind(RepeatConfig, RepeatClassifier, RepeatVerbs)}  # (loaded: the model with its verbs)
     # what the explorer reads, under a name no other family uses: `attnlab explore --digits`,
     # explore(digits=...) and the server's page and JSON field all come from this one declaration
     explore_form = ExplorerForm(

@@ -9,7 +9,6 @@ attnlab bench [--quick]
 
 from __future__ import annotations
 
-import argparse
 import inspect
 import os
 import sys
@@ -19,15 +18,39 @@ from typing import Annotated, Any, Literal
 from .. import __version__
 from ..errors import AttnlabError, Note, a, one_line
 from ..options import Arg, Command, DecodeDtype, Device, OptionSpecs, PatchOver, Quantize, Which
-from .parser import EPILOG, Parser, option_parser
+from cyclopts import App
+from cyclopts.exceptions import CycloptsError
+
+from .app import HELP_STYLE, add_command, error_line, new_app, with_defaults
 
 
-def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
-    """The ``attnlab`` parser: ``train FAMILY`` from the registry of recipes, the families' own
-    commands, then the commands every model shares (:func:`_commands`), each from its declaration.
-    ``argv``: the words it will parse; only the command they name gets its options (the others,
-    their name and help: enough to list them and to say which was meant), so that a command line
-    is read in a fraction of a second; None: every command with its options (completion, tests)."""
+def build_app(argv: list[str] | None = None) -> App:
+    """The ``attnlab`` command line (see :func:`_build`)."""
+    return _build(argv)[0]
+
+
+def commands() -> dict[str, Command]:
+    """Every command by its words (``"sample"``, ``"train gpt"``, ``"sae eval"``) -> its declaration."""
+    return _build(None)[1]
+
+
+def parse(argv: list[str]) -> tuple[Command, dict[str, Any]]:
+    """(the command ``argv`` names, the options typed: name -> value) without running it; a bad
+    command line raises cyclopts' error, a command line that names no command a ValueError."""
+    app = build_app(argv)
+    command, bound, _ = app.parse_args(argv, exit_on_error=False, print_error=False)
+    if not hasattr(command, "declaration"):
+        raise ValueError(f"attnlab {' '.join(argv)} names no command")
+    return command.declaration, command.typed(*bound.args, **bound.kwargs)
+
+
+def _build(argv: list[str] | None) -> tuple[App, dict[str, Command]]:
+    """The ``attnlab`` command line: ``train FAMILY`` from the registry of recipes, the families'
+    own commands, then the commands every model shares (:func:`_commands`), each from its
+    declaration. ``argv``: the words it will parse; only the command they name gets its options
+    (the others, their name and help: enough to list them and to say which was meant), so that a
+    command line is read in a fraction of a second; None: every command with its options
+    (completion, tests)."""
     from .. import sae
     from ..recipes import recipes
 
@@ -36,35 +59,32 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     def wanted(*path: str) -> bool:
         return words is None or words[: len(path)] == list(path)
 
-    p = Parser(
-        prog="attnlab",
-        epilog=EPILOG,
-        description="Transformers the way they are taught: train, sample, evaluate and look inside.",
+    app = App(
+        name="attnlab",
+        help="Transformers the way they are taught: train, sample, evaluate and look inside.",
+        version=f"attnlab {__version__}",
+        **HELP_STYLE,
     )
-    p.add_argument("--version", action="version", version=f"attnlab {__version__}")
-    sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
+    declarations: dict[str, Command] = {}
+
+    def add(parent: App, path: tuple[str, ...], command: Command, call) -> None:
+        declarations[" ".join(path)] = command
+        add_command(parent, command, wanted(*path), call)
+
     families = recipes()
-    train = [
-        Command(
-            r.name,
-            r.help,
-            r.description,
-            lambda args, r=r: _train(r, args),
-            specs=r.train_specs() if wanted("train", r.name) else OptionSpecs(),
-        )
-        for r in families
-    ]
-    _group(sub, "train", "model", f"train a model ({', '.join(r.name for r in families)})", train, wanted,
-           description="Train a model with the shared trainer.")  # fmt: skip
+    train = new_app("train", f"train a model ({', '.join(r.name for r in families)})",
+                    "Train a model with the shared trainer.")  # fmt: skip
+    app.command(train)
     for r in families:
-        for command in r.commands():
-            if command.name not in sub.choices:  # a family built on another shares its commands
-                _command(sub, command, wanted(command.name))
-    for command in _commands(families):
-        if command.name == "inspect":  # (its description lists the inspections, a line each)
-            _command(sub, command, wanted(command.name), formatter_class=argparse.RawDescriptionHelpFormatter)
-        else:
-            _command(sub, command, wanted(command.name))
+        full = wanted("train", r.name)
+        command = Command(r.name, r.help, r.description, _train, specs=r.train_specs() if full else OptionSpecs())
+        add(train, ("train", r.name), command, lambda given, r=r: _train(r, given))
+    named = set()
+    shared = [c for r in families for c in r.commands()] + _commands(families)
+    for command in shared:
+        if command.name not in named:  # a family built on another shares its commands
+            named.add(command.name)
+            add(app, (command.name,), command, _caller(command))
     sae_commands = [
         Command(
             "train", "train an SAE on one hook point", "Train a sparse autoencoder.", _sae_train, verbs=(sae.train,)
@@ -86,68 +106,37 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
             verbs=(sae.features,),
         ),
     ]
-    _group(
-        sub,
-        "sae",
-        "sae_command",
-        "sparse autoencoders: train one on a hook point, evaluate it, draw its features",
-        sae_commands,
-        wanted,
-        metavar="WHAT",
-        description=SAE_DESCRIPTION,
-    )
+    sae_group = new_app("sae", "sparse autoencoders: train one on a hook point, evaluate it, draw its features",
+                        SAE_DESCRIPTION)  # fmt: skip
+    app.command(sae_group)
+    for command in sae_commands:
+        add(sae_group, ("sae", command.name), command, _caller(command))
     from ..data.shards import prepare
 
     prepare_command = Command(
         "prepare", "stream a corpus into token shards", DATA_DESCRIPTION, _data_prepare, verbs=(prepare,)
     )
-    _group(
-        sub,
-        "data",
-        "data_command",
-        "prepare a corpus larger than memory into token shards",
-        [prepare_command],
-        wanted,
-        metavar="WHAT",
-        description=DATA_DESCRIPTION,
+    data_group = new_app("data", "prepare a corpus larger than memory into token shards", DATA_DESCRIPTION)
+    app.command(data_group)
+    add(data_group, ("data", "prepare"), prepare_command, _caller(prepare_command))
+    completion = Command(
+        "completion", "print a shell completion script (bash, zsh or fish)", COMPLETION_DESCRIPTION, _completion
     )
-    _command(
-        sub,
-        Command(
-            "completion", "print a shell completion script (bash, zsh or fish)", COMPLETION_DESCRIPTION, _completion
-        ),
-        wanted("completion"),
-    )
-    return p  # fmt: skip
+    add(app, ("completion",), completion, _caller(completion))
+    return app, declarations
 
 
-def _command(sub, command: Command, full: bool = True, **kw) -> None:
-    """``command`` as a subcommand of ``sub``: its flags from its declared options (``full`` False:
-    its name and help only, a command the words parsed do not name)."""
-    if not full:
-        sub.add_parser(command.name, help=command.help, description=command.description, epilog=EPILOG, **kw)
-        return
-    options = command.options
-    parser = option_parser(sub, command.name, options, help=command.help, description=command.description, **kw)
-    parser.set_defaults(declaration=command)  # (tests read each command's declaration from its parser)
-    if command.specs is not None:  # (train FAMILY: it reads the namespace, to tell the flags typed)
-        parser.set_defaults(func=command.run)
-        return
+def _caller(command: Command):
+    """What runs ``command`` given the options typed: its function, with every option it takes (the
+    typed value, else the declared default) as keywords."""
     taken = inspect.signature(command.run).parameters
     takes_all = any(p.kind is p.VAR_KEYWORD for p in taken.values())
-    names = [n for n in options.specs if takes_all or n in taken]
-    parser.set_defaults(func=lambda args: command.run(**{n: getattr(args, n) for n in names}))
 
+    def call(given: dict[str, Any]) -> int | None:
+        values = _resolve_model_names(with_defaults(command.options, given))
+        return command.run(**{n: v for n, v in values.items() if takes_all or n in taken})
 
-def _group(
-    sub, name: str, dest: str, help: str, commands: list[Command], wanted, metavar: str | None = None, **kw
-) -> None:
-    """A command ``name`` whose subcommands are ``commands`` (``attnlab train gpt``, ``attnlab sae eval``);
-    ``wanted(name, sub)``: whether the words parsed name that subcommand."""
-    group = sub.add_parser(name, help=help, epilog=EPILOG, **kw)
-    inner = group.add_subparsers(dest=dest, metavar=metavar or dest.upper(), parser_class=Parser)
-    for command in commands:
-        _command(inner, command, wanted(name, command.name))
+    return call
 
 
 SAE_DESCRIPTION = (
@@ -239,28 +228,16 @@ def _commands(families) -> list[Command]:
     ]  # fmt: skip
 
 
-def _train(recipe, args) -> int:
-    """``attnlab train NAME``: the options the user gave, passed to :func:`attnlab.api.train`."""
+def _train(recipe, given: dict[str, Any]) -> int:
+    """``attnlab train NAME``: the options the user typed, passed to :func:`attnlab.api.train`
+    (the rest is left to --config, then to the family)."""
     from ..api import train
 
-    specs = recipe.train_specs()
-    typed = _typed_flags(getattr(args, "argv", []), specs)
-    # what the user gave: the flags typed (never a prefix of one); the rest is left to --config, then to the family
-    given = {k: getattr(args, k) for k in specs.specs if k in typed}
-    for passed_apart in ("data", "out", "resume", "config"):
-        given.pop(passed_apart, None)
-    train(recipe.name, data=getattr(args, "data", None), out=args.out, resume=args.resume, config=args.config, **given)
+    given = dict(given)
+    out = given.pop("out", recipe.default_out)
+    resume, config, data = given.pop("resume", False), given.pop("config", None), given.pop("data", None)
+    train(recipe.name, data=data, out=out, resume=resume, config=config, **given)
     return 0
-
-
-def _typed_flags(argv: list[str], specs) -> set[str]:
-    """The options among ``specs`` whose flag (or --no- flag) appears in ``argv``."""
-    words = {w.split("=", 1)[0] for w in argv if w.startswith("--")}
-    return {
-        spec.dest
-        for spec in specs
-        if any(f in words or f"--no-{f[2:]}" in words for f in spec.flags if f.startswith("--"))
-    }
 
 
 def _family(ckpt: str):
@@ -611,9 +588,7 @@ def _sae_features(
 def _completion(
     shell: Annotated[Literal["bash", "zsh", "fish"], Arg("the shell to complete in", flags=("shell",))],
 ) -> int:
-    from .completion import describe, script
-
-    print(script(shell, describe(build_parser())))
+    print(build_app().generate_completion(prog_name="attnlab", shell=shell))
     return 0
 
 
@@ -626,26 +601,29 @@ def main(argv: list[str] | None = None) -> int:
         if hasattr(stream, "reconfigure"):
             stream.reconfigure(errors="backslashreplace")
     argv = sys.argv[1:] if argv is None else list(argv)
-    parser = build_parser(argv)  # (the live declarations: no module that declares an option imports torch)
+    app = build_app(argv)  # (the live declarations: no module that declares an option imports torch)
     try:
-        args = parser.parse_args(argv)
-        args.argv = argv
-        if not getattr(args, "func", None):
-            if args.command:  # e.g. `attnlab train` without a model: show that command's help
-                parser.parse_args([args.command, "--help"])
-            parser.print_help()
-            return 0
-    except SystemExit as e:  # --help, --version, or a bad option (already reported in one line)
-        return e.code if isinstance(e.code, int) else 0
+        command, bound, _ = app.parse_args(argv, exit_on_error=False, print_error=False)
+    except CycloptsError as e:
+        _report(f"error: {error_line(e)}")
+        return 2
+    if not hasattr(command, "declaration"):  # --help, --version, or a group named without its command
+        try:
+            command(*bound.args, **bound.kwargs)
+        except BrokenPipeError:  # (| head: the reader left; nothing more to say)
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
     try:
         with warnings.catch_warnings():  # (what the library warns of: one line each, as the errors)
             warnings.simplefilter("always", Note)
             warnings.showwarning = _one_line_warning
-            _resolve_model_names(args)
-            return args.func(args) or 0
+            return command(*bound.args, **bound.kwargs) or 0
     except KeyboardInterrupt:
         print("\ninterrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # (| head: the reader left; nothing more to say)
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
     except Exception as e:
         interrupted = _imported("attnlab.training.trainer", "TrainingInterrupted")
         if interrupted is not None and isinstance(e, interrupted):  # (Ctrl-C in training: its checkpoint saved)
@@ -706,14 +684,15 @@ def lost_peer(e: BaseException) -> str | None:
     )
 
 
-def _resolve_model_names(args) -> None:
+def _resolve_model_names(values: dict[str, Any]) -> dict[str, Any]:
     """--ckpt, --init and --draft may name a HuggingFace hub model (gpt2): its cached folder."""
     from ..hub import resolve
 
     for option in ("ckpt", "init", "draft"):
-        value = getattr(args, option, None)
+        value = values.get(option)
         if isinstance(value, str) and value:
-            setattr(args, option, str(resolve(value)))
+            values[option] = str(resolve(value))
+    return values
 
 
 def _report(line: str) -> None:

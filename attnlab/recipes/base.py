@@ -39,21 +39,23 @@ TINY_RUN = dict(max_iters=2, eval_interval=2, eval_iters=1, batch_size=4, progre
 
 @dataclass(frozen=True)
 class ModelKind:
-    """One model type of a family (config.json's ``model_type``), declared without importing torch:
-    its config class (whose fields are options of ``attnlab train``), where its model class is
-    (``"attnlab.models.gpt:GPT"``, imported when a model is built) and the family's verbs that a
-    model loaded by :func:`attnlab.load` has (``GPTVerbs``): the loaded class is the model class
-    with those verbs mixed in (a loaded GPT is still a GPT)."""
+    """One model type of a family (config.json's ``model_type``): its config class (whose fields are
+    options of ``attnlab train``), its model class or where it is (``"attnlab.models.gpt:GPT"``,
+    imported when a model is built, so that declaring the family imports no torch) and the family's
+    verbs that a model loaded by :func:`attnlab.load` has (``GPTVerbs``): the loaded class is the
+    model class with those verbs mixed in (a loaded GPT is still a GPT)."""
 
     config_class: type
-    path: str
+    model: type | str
     verbs: type
 
     @property
     def model_class(self) -> type:
         import importlib
 
-        module, _, name = self.path.partition(":")
+        if not isinstance(self.model, str):
+            return self.model
+        module, _, name = self.model.partition(":")
         return getattr(importlib.import_module(module), name)
 
     @property
