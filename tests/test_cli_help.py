@@ -12,7 +12,7 @@ import sys
 import pytest
 
 import attnlab
-from attnlab.cli import build_app, commands, main
+from attnlab.cli import build_app, commands
 from attnlab.recipes import recipe_for, recipes
 from helpers import PINNED_TRAINING
 
