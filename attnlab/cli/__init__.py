@@ -80,7 +80,9 @@ def _build(argv: list[str] | None) -> tuple[App, dict[str, Command]]:
         command = Command(r.name, r.help, r.description, _train, specs=r.train_specs() if full else OptionSpecs())
         add(train, ("train", r.name), command, lambda given, r=r: _train(r, given))
     named = set()
-    shared = [c for r in families for c in r.commands()] + _commands(families)
+    shared = [c for r in families for c in r.commands()] + _commands(
+        families, claims=words is not None and wanted("reproduce")
+    )
     for command in shared:
         if command.name not in named:  # a family built on another shares its commands
             named.add(command.name)
@@ -158,8 +160,9 @@ COMPLETION_DESCRIPTION = (
 )
 
 
-def _commands(families) -> list[Command]:
-    """The commands every model shares, each with its declared options and its run."""
+def _commands(families, claims: bool = False) -> list[Command]:
+    """The commands every model shares, each with its declared options and its run (``claims``: the
+    help of ``reproduce`` lists them, a line each: their modules import torch, so only when asked)."""
     from .. import bench
     from ..experiments.report import reproduce
     from ..recipes.base import Evaluation, Verbs, explore_input_specs, predict
@@ -218,7 +221,7 @@ def _commands(families) -> list[Command]:
                 "numbers, a stated criterion and a must-fail control run beside it; PASS (the control fails the "
                 "criterion), FAIL, INCONCLUSIVE (the control clears it too, or seed noise straddles it) or SKIPPED "
                 "(its data is absent), in OUT/report.md with its PNGs. The full size decides; --quick is a preview. "
-                "attnlab reproduce --list lists the claims, one line each, with where the lectures say each.",
+                "attnlab reproduce --list adds where the lectures say each claim." + _claim_lines(claims),
                 _reproduce, verbs=(reproduce,)),
         Command("bench", "benchmark attnlab against its peers and this machine's peak",
                 "Attention, GPT training and generation, ViT and encoder-decoder training steps, each against a peer "
@@ -226,6 +229,15 @@ def _commands(families) -> list[Command]:
                 "peak measured at the start. Runs on CUDA when present.",
                 _bench, verbs=(bench.run,)),
     ]  # fmt: skip
+
+
+def _claim_lines(listed: bool) -> str:
+    """The claims, a line each (name, title), after two newlines; "" unless ``listed``."""
+    if not listed:
+        return ""
+    from ..experiments import CLAIMS
+
+    return " The claims:\n\n" + "\n".join(f"  {name:<20} {c.title}" for name, c in CLAIMS.items())
 
 
 def _train(recipe, given: dict[str, Any]) -> int:
