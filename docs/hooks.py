@@ -9,7 +9,6 @@
 
 from __future__ import annotations
 
-import argparse
 import re
 from pathlib import Path
 
@@ -40,26 +39,44 @@ def _relink(text: str, base: str) -> str:
     return re.sub(r"(!?\[[^\]]*\])\(([^)\s]+)\)", fix, text)
 
 
-def _cli_page() -> str:
-    from attnlab.cli import build_parser
+def _help(words: list[str]) -> str:
+    """What ``attnlab WORDS --help`` prints, 100 columns wide."""
+    import contextlib
+    import io
+    import os
 
-    parser = build_parser()
-    parser.prog = "attnlab"
+    from attnlab.cli import main
+
+    out, width = io.StringIO(), os.environ.get("COLUMNS")
+    os.environ["COLUMNS"] = "100"
+    try:
+        with contextlib.redirect_stdout(out):
+            main([*words, "--help"])
+    finally:
+        os.environ.pop("COLUMNS") if width is None else os.environ.__setitem__("COLUMNS", width)
+    return out.getvalue().rstrip()
+
+
+def _cli_page() -> str:
+    from attnlab.cli import commands
+
     out = [
         "# Command line reference",
         "",
-        "Generated from the parser at build time: each command's `--help`.",
+        "Generated from the declarations at build time: each command's `--help`.",
         "",
         "```text",
-        parser.format_help().rstrip(),
+        _help([]),
         "```",
     ]
-    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
-    for name, cmd in sub.choices.items():
-        out += ["", f"## attnlab {name}", "", "```text", cmd.format_help().rstrip(), "```"]
-        inner = [a for a in cmd._actions if isinstance(a, argparse._SubParsersAction)]
-        for family, fcmd in inner[0].choices.items() if inner else []:
-            out += ["", f"### attnlab {name} {family}", "", "```text", fcmd.format_help().rstrip(), "```"]
+    done = set()
+    for words in sorted(commands()):
+        path = words.split()
+        if len(path) > 1 and path[0] not in done:  # (a group: train, sae, data)
+            done.add(path[0])
+            out += ["", f"## attnlab {path[0]}", "", "```text", _help(path[:1]), "```"]
+        level = "###" if len(path) > 1 else "##"
+        out += ["", f"{level} attnlab {words}", "", "```text", _help(path), "```"]
     return "\n".join(out) + "\n"
 
 

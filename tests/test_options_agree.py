@@ -81,13 +81,18 @@ def test_a_flags_default_is_its_signatures_in_help_and_in_every_call_that_takes_
 
 
 def help_text(words: str) -> str:
-    """What ``attnlab WORDS --help`` prints."""
+    """What ``attnlab WORDS --help`` prints, on a terminal wide enough that no entry wraps."""
     import contextlib
     import io
+    import os
 
-    out = io.StringIO()
-    with contextlib.redirect_stdout(out):
-        assert main([*words.split(), "--help"]) == 0
+    out, width = io.StringIO(), os.environ.get("COLUMNS")
+    os.environ["COLUMNS"] = "1000"
+    try:
+        with contextlib.redirect_stdout(out):
+            assert main([*words.split(), "--help"]) == 0
+    finally:
+        os.environ.pop("COLUMNS") if width is None else os.environ.__setitem__("COLUMNS", width)
     return out.getvalue()
 
 
