@@ -484,7 +484,8 @@ QUANTIZE_HELP = (
     "same fp32/bf16 weights in the GEMM library's packed layout (1.6-1.9x transformers on a Qwen2-0.5B's bf16 "
     "decoding here, the same tokens)"
 )
-Quantize = Annotated[Literal["int8", "dynamic-int8", "packed"] | None, Arg(QUANTIZE_HELP)]
+QuantizeChoice = Literal[QUANTIZE_CHOICES]  # type: ignore[valid-type]
+Quantize = Annotated[QuantizeChoice | None, Arg(QUANTIZE_HELP)]
 DecodeDtype = Annotated[
     Literal["fp32", "bf16"],
     Arg("weights and activations while decoding; bf16 halves the memory read per token, which bounds generation on "

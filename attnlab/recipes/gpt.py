@@ -31,6 +31,7 @@ from ..options import (
     Quantize,
     MAX_COUNT,
     QUANTIZE_HELP,
+    QuantizeChoice,
     Command,
     named,
     number,
@@ -705,7 +706,7 @@ class GPTRecipe(Recipe):
         ] = None,
         max_tokens: Annotated[int, Arg("language models: evaluate at most this many tokens", positive_int)] = 200_000,
         quantize: Annotated[
-            Literal["int8", "dynamic-int8", "packed"] | None,
+            QuantizeChoice | None,
             Arg("language models, evaluated as attnlab sample --quantize runs them. " + QUANTIZE_HELP),
         ] = None,
     ) -> tuple[dict, str]:
