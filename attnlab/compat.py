@@ -42,13 +42,15 @@ def install() -> None:
 
 def lazy_names(package: str, names: dict[str, str]) -> Callable[[str], object]:
     """A package's ``__getattr__`` (PEP 562) for its public ``names`` (name -> the submodule
-    defining it, relative: ".gpt"): each is imported on first use. Importing a package for one
-    light module in it (the models' configs, the trainer's options) so imports no torch."""
+    defining it, relative: ".gpt", or ".shards:prepare" where its name there differs): each is
+    imported on first use. Importing a package for one light module in it (the models' configs,
+    the trainer's options) so imports no torch."""
 
     def __getattr__(name: str) -> object:
         if name not in names:
             raise AttributeError(f"module {package!r} has no attribute {name!r}")
-        value = getattr(importlib.import_module(names[name], package), name)
+        module, _, attribute = names[name].partition(":")
+        value = getattr(importlib.import_module(module, package), attribute or name)
         setattr(sys.modules[package], name, value)  # (looked up once)
         return value
 

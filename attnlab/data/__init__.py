@@ -6,19 +6,11 @@ from typing import TYPE_CHECKING
 
 from ..compat import lazy_names
 
-_MODULES = {"open_shards": ".shards", "prepare_shards": ".shards", "TokenData": ".text", "embedded_corpus": ".text",
-            "load_corpus": ".text", "prepare": ".text"}  # fmt: skip
+# (prepare_shards: shards.prepare, under the name that tells it from text.prepare)
+_MODULES = {"open_shards": ".shards", "prepare_shards": ".shards:prepare", "TokenData": ".text",
+            "embedded_corpus": ".text", "load_corpus": ".text", "prepare": ".text"}  # fmt: skip
 __all__ = list(_MODULES)
-_named = lazy_names(__name__, _MODULES)
-
-
-def __getattr__(name: str) -> object:
-    if name == "prepare_shards":  # (shards.prepare, under the name that tells it from text.prepare)
-        from .shards import prepare as prepare_shards  # noqa: F401
-
-        globals()["prepare_shards"] = prepare_shards
-        return prepare_shards
-    return _named(name)
+__getattr__ = lazy_names(__name__, _MODULES)
 
 
 if TYPE_CHECKING:
