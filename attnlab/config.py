@@ -22,6 +22,8 @@ from __future__ import annotations
 import typing
 from dataclasses import asdict, dataclass, fields
 
+from .options import check_fields, declared_parameters
+
 # The largest value any size field (vocabulary, width, context, layers) may take: far beyond
 # any model attnlab can train, small enough that a corrupt config fails here and not in malloc.
 MAX_SIZE = 1 << 24
@@ -58,7 +60,9 @@ class _ConfigType(type):
 
 class Config(metaclass=_ConfigType):
     """Mixin for @dataclass configs. ``from_dict`` refuses unknown fields (a checkpoint of another
-    model, or a typo) unless ``strict=False``. Subclasses list their size fields in ``SIZES``
+    model, or a typo) unless ``strict=False``. A field may declare its help and check in its
+    annotation (``lr: Annotated[float, Arg("...", positive_float)] = 1e-3``): the constructor, the
+    command line and :func:`attnlab.train` then check it alike. Subclasses list their size fields in ``SIZES``
     (each must be an integer in 1..MAX_SIZE), the values a text field may take in ``CHOICES``, the
     help of a field whose meaning is their own in ``HELP`` (the others' is :data:`FIELD_HELP`'s),
     and call ``super().__post_init__()``."""
@@ -93,6 +97,7 @@ class Config(metaclass=_ConfigType):
             if not _type_ok(value, hints[f.name]):
                 want = str(hints[f.name]).replace("typing.", "").replace("<class '", "").replace("'>", "")
                 raise ValueError(f"{type(self).__name__}.{self.label(f.name)} must be {want}, got {value!r}")
+        check_fields(self)  # (the fields declared with their bounds: Annotated[float, Arg(help, check)])
         for name, allowed in self.CHOICES.items():
             if getattr(self, name) not in allowed:
                 flag = "--" + name.replace("_", "-")
@@ -161,29 +166,6 @@ FIELD_HELP = {
     "patch_size": "side of the square patches an image is cut into, in pixels",
     "pool": "what the classifier head reads: the class token (cls) or the mean of the patches (mean)",
     "peg": "conditional position encoding (CPVT's PEG): a depthwise convolution after the first block",
-    # trainer
-    "max_iters": "optimizer steps to train for",
-    "batch_size": "examples (sequences, images, sentence pairs) per micro-batch",
-    "grad_accum": "micro-batches whose gradients are summed into one optimizer step",
-    "lr": "peak learning rate (AdamW's; Muon has its own, --muon-lr)",
-    "min_lr": "learning rate at the end of the decay (unset: lr / 10)",
-    "warmup_iters": "steps of linear warm-up from 0 to lr",
-    "lr_decay_iters": "the step where the decay reaches min_lr (unset: --max-iters)",
-    "weight_decay": "AdamW's decoupled weight decay, on matrices only",
-    "beta1": "AdamW's β1 (momentum of the gradient's mean)",
-    "beta2": "AdamW's β2 (momentum of the gradient's square)",
-    "grad_clip": "clip the gradients' global norm at this (0: no clipping)",
-    "eval_interval": "steps between evaluations (each writes last/ and, when better, best/)",
-    "eval_iters": "validation batches per evaluation",
-    "log_interval": "steps between progress updates",
-    "device": "where to train: auto (a GPU when there is one), cpu, cuda or cuda:N",
-    "dtype": "auto (bf16 on GPUs and on CPUs with fast bf16, else fp32), fp32 or bf16 (mixed precision)",
-    "seed": "random seed: the same seed, options and machine give the same run",
-    "progress": "a progress bar with ETA (plain lines when the output is not a terminal)",
-    "verbose": "say the hardware choices (dtype, CPU threads, compile) and their reasons as the run makes them; they "
-    "are always written to the run folder's hardware.log",
-    "checkpoint_activations": "recompute each block's activations in the backward pass: less memory, about a third slower",
-    "target": "stop early once the validation measure reaches this (accuracy or exact match, a fraction; language models: the validation loss, reached at or below)",
 }
 
 
@@ -194,19 +176,11 @@ def field_help(cls, name: str) -> str:
     return meta.get("help") or getattr(cls, "HELP", {}).get(name) or FIELD_HELP.get(name, "")
 
 
-def option_fields(cls) -> dict[str, type]:
-    """A config dataclass's option-sized fields (int, float, str, bool, or None of one) -> that
-    type: each is an option of ``attnlab train`` and :func:`attnlab.train`. Lists and tuples (a
+def option_fields(cls) -> list[str]:
+    """The names of a config dataclass's option-sized fields (a number, a string, a bool, or None
+    of one): each is an option of ``attnlab train`` and :func:`attnlab.train`. Lists and tuples (a
     CNN's widths) are set in Python only."""
-    hints = typing.get_type_hints(cls)
-    out = {}
-    for f in fields(cls):
-        typ = hints[f.name]
-        args = typing.get_args(typ)
-        base = next((a for a in args if a is not type(None)), typ) if args else typ
-        if base in (int, float, str, bool):
-            out[f.name] = base
-    return out
+    return [param.name for param, _, _ in declared_parameters(cls)]
 
 
 @dataclass

@@ -26,9 +26,9 @@ from .outputs import is_path
 
 
 # ---- value checkers: text (a flag) or a Python value -> the value, or ValueError saying why ------------
-def number(kind: type, low, low_ok: bool, high=None, what: str = "") -> Callable[[str], Any]:
+def number(kind: type, low, low_ok: bool, high=None, what: str = "", high_ok: bool = True) -> Callable[[str], Any]:
     """A checker: ``kind`` (int or float) from ``low`` (inclusive when ``low_ok``) up to ``high``
-    (inclusive), finite."""
+    (inclusive when ``high_ok``), finite."""
 
     def parse(text: str):
         try:
@@ -37,12 +37,14 @@ def number(kind: type, low, low_ok: bool, high=None, what: str = "") -> Callable
             raise ValueError(f"{text!r} is not {'an integer' if kind is int else 'a number'}") from None
         if kind is float and not math.isfinite(v):
             raise ValueError(f"{text!r} is not a finite number")
-        if (low is not None and (v < low if low_ok else v <= low)) or (high is not None and v > high):
+        if (low is not None and (v < low if low_ok else v <= low)) or (
+            high is not None and (v > high if high_ok else v >= high)
+        ):
             raise ValueError(f"{text} is out of range: must be {what}")
         return v
 
     parse.__name__ = kind.__name__  # the command line names the type in its messages
-    parse.bounds = (kind, low, low_ok, high)  # for the surfaces that build their checks from the specs (serve)
+    parse.bounds = (kind, low, low_ok, high, high_ok)  # for the surfaces that build their checks from the specs (serve)
     return parse
 
 
@@ -59,6 +61,7 @@ positive_float = number(float, 0.0, False, what="more than 0")
 probability = number(float, 0.0, False, 1.0, what="in (0, 1]")
 fraction = number(float, 0.0, True, 1.0, what="in [0, 1]")
 below_one = number(float, 0.0, True, 0.99, what="in [0, 1)")
+unit_interval = number(float, 0.0, True, 1.0, what="in [0, 1)", high_ok=False)  # a decay, a momentum, a beta
 MAX_BEAM = 100  # beyond this a beam costs minutes per sentence and gains nothing measurable
 # tokens one generation call produces at most: about 20 minutes of decoding a small model on a CPU;
 # more in one call is a mistake more often than a plan (generate in pieces, each from the last)
@@ -152,6 +155,7 @@ class Option:
     metavar: str | None = None
     required: bool = False
     group: str | None = None
+    annotation: Any = None  # its Python type as declared (``float``, ``Literal["a", "b"] | None``)
 
     @property
     def positional(self) -> bool:
@@ -178,6 +182,7 @@ class OptionSpecs:
         help: str = "",
         metavar: str | None = None,
         required: bool = False,
+        annotation: Any = None,
     ) -> None:
         if kind not in KINDS:
             raise ValueError(f"option kind {kind!r}: one of {KINDS}")
@@ -186,54 +191,21 @@ class OptionSpecs:
         if kind == "flag" and default is None:
             default = False
         choices = tuple(choices) if choices is not None else None
-        self.specs.setdefault(
-            dest, Option(dest, tuple(flags), type, default, choices, kind, nargs, help, metavar, required, self._group)
+        if dest in self.specs:  # (declared by another verb or config too: one option, with both's names)
+            known = self.specs[dest]
+            known.flags += tuple(f for f in flags if f not in known.flags)
+            return
+        self.specs[dest] = Option(
+            dest, tuple(flags), type, default, choices, kind, nargs, help, metavar, required, self._group, annotation
         )
 
-    def group(self, title: str) -> "OptionSpecs":
-        """The same options, the ones added through the returned view shown under ``title`` in --help."""
-        view = OptionSpecs(title)
-        view.specs = self.specs
-        return view
-
-    def add_fields(self, cls, skip=(), shown: dict | None = None) -> list[str]:
-        """One option per option-sized field of config dataclass ``cls`` (default None: 'not given'),
-        with the field's old names (``cls.ALIASES``) as aliases, its ``CHOICES`` and its help
-        (:func:`attnlab.config.field_help`) ending with ``shown[name]``, the default a run given no
-        options uses, as text; returns the field names. A field already declared (one two configs
-        share) gets the other config's old names too."""
-        from .config import field_help, option_fields
-
-        aliases: dict[str, list[str]] = {}
-        for old, new in getattr(cls, "ALIASES", {}).items():
-            aliases.setdefault(new, []).append(old)
-        names = []
-        for name, typ in option_fields(cls).items():
-            if name in skip:
-                continue
-            names.append(name)
-            flags = tuple("--" + n.replace("_", "-") for n in (name, *aliases.get(name, [])))
+    def merge(self, other: "OptionSpecs") -> None:
+        """Add ``other``'s options (one declared here already gains its names)."""
+        for name, spec in other.specs.items():
             if name in self.specs:
-                known = self.specs[name]
-                known.flags += tuple(f for f in flags if f not in known.flags)
-                continue
-            default = (shown or {}).get(name)
-            helptext = field_help(cls, name) + (f" (default: {default})" if default else "")
-            if flags[1:]:
-                helptext += f"; also {', '.join(flags[1:])}"
-            if typ is bool:
-                self.add(*flags, dest=name, kind="bool", help=helptext)
+                self.specs[name].flags += tuple(f for f in spec.flags if f not in self.specs[name].flags)
             else:
-                choices = getattr(cls, "CHOICES", {}).get(name)
-                self.add(
-                    *flags,
-                    dest=name,
-                    type={int: integer, float: finite, str: None}[typ],
-                    choices=choices,
-                    help=helptext,
-                    metavar=None if choices else typ.__name__.upper(),
-                )
-        return names
+                self.specs[name] = spec
 
     def __iter__(self):
         return iter(self.specs.values())
@@ -363,32 +335,6 @@ def _shown_default(value: Any) -> str:
     return f"{value:,}" if isinstance(value, int) and value >= 10_000 else str(value)
 
 
-def declared_parameters(verb: Callable) -> list[tuple[inspect.Parameter, Any, Arg]]:
-    """(parameter, its type without the annotation, its :class:`Arg`) for each parameter of ``verb``
-    annotated with an Arg, in the signature's order."""
-    verb = inspect.unwrap(verb)
-    # a dataclass's fields, each in the namespace of the class that declares it (a base elsewhere)
-    fields = typing.get_type_hints(verb, include_extras=True) if inspect.isclass(verb) else {}
-    namespace = getattr(verb, "__globals__", None) or {}
-    found = []
-    for param in inspect.signature(verb).parameters.values():
-        annotation = fields.get(param.name, param.annotation)
-        if isinstance(annotation, str):
-            try:
-                annotation = eval(annotation, namespace)  # noqa: S307 (the verb's own annotation)
-            except Exception:  # (a name imported for type checkers only: no option is declared so)
-                if "Arg(" in annotation:
-                    raise
-                continue
-        if typing.get_origin(annotation) is not Annotated:
-            continue
-        base, *extras = typing.get_args(annotation)
-        arg = next((e for e in extras if isinstance(e, Arg)), None)
-        if arg is not None:
-            found.append((param, base, arg))
-    return found
-
-
 def _choices(base: Any) -> tuple | None:
     """The values of a Literal type (within an Optional or a list too), else None."""
     if typing.get_origin(base) is Literal:
@@ -417,24 +363,79 @@ def _scalar(base: Any) -> type | None:
     return None
 
 
-def declared(*verbs: Callable) -> OptionSpecs:
+def _is_config(verb: Any) -> bool:
+    """Whether ``verb`` is a config dataclass (:class:`attnlab.config.Config`): its fields are options
+    of ``attnlab train`` whose value None is "not given", and those of the shared vocabulary need no
+    :class:`Arg` (their help is :data:`attnlab.config.FIELD_HELP`'s)."""
+    return inspect.isclass(verb) and hasattr(verb, "resolve_aliases")
+
+
+def declared_parameters(verb: Callable) -> list[tuple[inspect.Parameter, Any, Arg]]:
+    """(parameter, its type without the annotation, its :class:`Arg`) for each parameter of ``verb``
+    annotated with an Arg, in the signature's order; of a config dataclass, every option-sized
+    field (a number, a string, a bool, or None of one; its ``CHOICES`` as a Literal)."""
+    verb = inspect.unwrap(verb)
+    # a dataclass's fields, each in the namespace of the class that declares it (a base elsewhere)
+    fields = typing.get_type_hints(verb, include_extras=True) if inspect.isclass(verb) else {}
+    namespace = getattr(verb, "__globals__", None) or {}
+    found = []
+    # (a config's constructor takes its old names too: its dataclass __init__ is the declaration)
+    parameters = list(inspect.signature(verb.__init__ if _is_config(verb) else verb).parameters.values())
+    for param in parameters[1:] if _is_config(verb) else parameters:
+        annotation = fields.get(param.name, param.annotation)
+        if isinstance(annotation, str):
+            try:
+                annotation = eval(annotation, namespace)  # noqa: S307 (the verb's own annotation)
+            except Exception:  # (a name imported for type checkers only: no option is declared so)
+                if "Arg(" in annotation:
+                    raise
+                continue
+        if typing.get_origin(annotation) is Annotated:
+            base, *extras = typing.get_args(annotation)
+            arg = next((e for e in extras if isinstance(e, Arg)), None)
+            if arg is not None:
+                found.append((param, base, arg))
+        elif _is_config(verb) and _scalar(annotation) is not None and not _is_list(annotation):
+            from .config import field_help
+
+            choices = getattr(verb, "CHOICES", {}).get(param.name)
+            if choices:
+                annotation = Literal[tuple(choices)] | None if param.default is None else Literal[tuple(choices)]
+            found.append((param, annotation, Arg(field_help(verb, param.name))))
+    return found
+
+
+def declared(
+    *verbs: Callable, skip: tuple[str, ...] = (), shown: dict[str, str] | None = None, group: str | None = None
+) -> OptionSpecs:
     """The options of ``verbs`` (a command's own stub first, then the Python call it makes): one
-    per parameter annotated with an :class:`Arg`, its flag ``--the-name``, its default the
-    signature's (its help says it), its choices a ``Literal``'s, a bool an on/off flag, a list a
-    repeatable flag (``nargs`` "+" or "*": several values after one flag). The same parameter in
-    two verbs is declared once."""
-    specs = OptionSpecs()
+    per parameter annotated with an :class:`Arg` (of a config dataclass, every option-sized field),
+    its flag ``--the-name`` (a config's old names too), its default the signature's (its help says
+    it; ``shown``: the defaults to say instead, by name), its choices a ``Literal``'s, a bool an
+    on/off flag, a list a repeatable flag (``nargs`` "+" or "*": several values after one flag).
+    The same parameter in two verbs is declared once. A config's fields default to None: "not
+    given", the run decides (its preset, its family's defaults, its data). ``group``: the title
+    they are listed under in --help."""
+    specs = OptionSpecs(group)
     for verb in verbs:
+        config = _is_config(verb)
         for param, base, arg in declared_parameters(verb):
             name = param.name
-            required = param.default is param.empty
-            default = None if required else param.default
+            if name in skip:
+                continue
+            required = param.default is param.empty and not config
+            default = None if required or config else param.default
             scalar = _scalar(base)
-            flags = arg.flags or (f"--{name.replace('_', '-')}",)
-            shown = "" if default in (None, False, "", (), []) else f" (default {_shown_default(default)})"
-            kw: dict[str, Any] = dict(dest=name, help=arg.help + shown, metavar=arg.metavar)
+            old = [f"--{o.replace('_', '-')}" for o, n in getattr(verb, "ALIASES", {}).items() if n == name]
+            flags = arg.flags or (f"--{name.replace('_', '-')}", *(old if config else ()))
+            if shown is not None:
+                text = f" (default: {shown[name]})" if shown.get(name) else ""
+            else:
+                text = "" if default in (None, False, "", (), []) else f" (default {_shown_default(default)})"
+            also = f"; also {', '.join(flags[1:])}" if config and flags[1:] else ""
+            kw: dict[str, Any] = dict(dest=name, help=arg.help + text + also, metavar=arg.metavar, annotation=base)
             if scalar is bool:
-                kw["kind"] = "flag" if default is False and not arg.flags else "bool"
+                kw["kind"] = "flag" if default is False and not arg.flags and not config else "bool"
             else:
                 many = _is_list(base)
                 kw.update(
@@ -448,6 +449,27 @@ def declared(*verbs: Callable) -> OptionSpecs:
             positional = not flags[0].startswith("-")
             specs.add(*flags, default=default, required=required and not positional, **kw)
     return specs
+
+
+@functools.lru_cache(maxsize=None)
+def field_checks(cls: type) -> OptionSpecs:
+    """The fields of config dataclass ``cls`` that declare their own check (an :class:`Arg`'s
+    checker or a ``Literal``'s choices): what its constructor checks, with the words and bounds
+    the command line and :func:`attnlab.train` use."""
+    specs = declared(cls)
+    hints = typing.get_type_hints(cls, include_extras=True)
+    own = {n for n, t in hints.items() if typing.get_origin(t) is Annotated and n in specs.specs}
+    specs.specs = {n: s for n, s in specs.specs.items() if n in own}
+    return specs
+
+
+def check_fields(config: Any) -> None:
+    """Check each field of ``config`` (a config dataclass) that declares its check (:func:`field_checks`)."""
+    specs = field_checks(type(config))
+    for name in specs.specs:
+        value = getattr(config, name)
+        if value is not None:
+            specs.check(name, value)
 
 
 def checked(verb: Verb) -> Verb:

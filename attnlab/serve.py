@@ -277,10 +277,10 @@ def spec_type(spec):
     bounds = getattr(spec.type, "bounds", None)
     if bounds is None:
         return str
-    kind, low, low_ok, high = bounds
+    kind, low, low_ok, high, high_ok = bounds
     limits = {"ge" if low_ok else "gt": low} if low is not None else {}
     if high is not None:
-        limits["le"] = high
+        limits["le" if high_ok else "lt"] = high
     return Annotated[kind, Field(**limits, **({"allow_inf_nan": False} if kind is float else {}))]
 
 

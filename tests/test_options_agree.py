@@ -38,10 +38,10 @@ def test_the_commands_declared_by_signatures():
 
 def edges(name: str):
     """(values the declaration refuses, values at its edges that it takes) for a bounded option."""
-    kind, low, low_ok, high = SAMPLE.specs[name].type.bounds
+    kind, low, low_ok, high, high_ok = SAMPLE.specs[name].type.bounds
     step = 1 if kind is int else 1e-6
-    bad = [low - step if low_ok else low] + ([high + step] if high is not None else [])
-    good = [low if low_ok else low + step] + ([high] if high is not None else [])
+    bad = [low - step if low_ok else low] + ([high + step if high_ok else high] if high is not None else [])
+    good = [low if low_ok else low + step] + ([high if high_ok else high - step] if high is not None else [])
     return bad, good
 
 
@@ -205,9 +205,9 @@ def refused_value(spec):
     bounds = getattr(spec.type, "bounds", None)
     if bounds is None:
         return None
-    kind, low, low_ok, high = bounds
+    kind, low, low_ok, high, high_ok = bounds
     if high is not None:
-        return high + (1 if kind is int else 1e-6)
+        return high + (1 if kind is int else 1e-6) if high_ok else high
     if low is None:
         return None
     return (low - 1 if kind is int else low - 1e-6) if low_ok else low
@@ -291,7 +291,7 @@ def other_words(spec) -> list[str]:
     bounds = getattr(spec.type, "bounds", None)
     if bounds is None:
         return ["7"]
-    kind, low, _, high = bounds
+    kind, low, _, high, _ = bounds
     if kind is float and high is not None:
         return [str(((low or 0) + high) / 2)]  # (strictly inside)
     return [str(kind((spec.default if spec.default is not None else low or 0) + 1))]

@@ -43,7 +43,7 @@ def test_non_finite_float_options_are_refused_before_training(tmp_path, capsys, 
     [
         (["train", "vit", "--target", "2"], "--target must be in [0, 1]"),
         (["train", "encoder", "--target", "0.5"], "no validation metric"),
-        (["train", "gpt", "--target", "-1"], "--target must be a number of 0 or more"),
+        (["train", "gpt", "--target", "-1"], "--target: -1 is out of range: must be 0 or more"),
     ],
 )
 def test_a_target_that_can_never_count_is_refused(tmp_path, capsys, argv, words):

@@ -280,10 +280,9 @@ class Recipe:
             "(its options.json); the flags given beside it override it",
         )
         shown = self.shown_defaults()
-        model = specs.group("model" + (" (overrides the preset)" if self.presets else ""))
-        for cls in self.config_classes():
-            model.add_fields(cls, skip=self.set_by_data, shown=shown)
-        specs.group("training").add_fields(TrainConfig, shown=shown)
+        title = "model" + (" (overrides the preset)" if self.presets else "")
+        specs.merge(declared(*self.config_classes(), skip=self.set_by_data, shown=shown, group=title))
+        specs.merge(declared(TrainConfig, shown=shown, group="training"))
         return specs
 
     def preset_fields(self, o) -> dict:

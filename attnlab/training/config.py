@@ -1,133 +1,140 @@
-"""The trainer's options: one dataclass, every field an ``attnlab train`` flag (``--max-iters``)."""
+"""The trainer's options: one dataclass, every field an ``attnlab train`` flag (``--max-iters``) and a
+keyword of :func:`attnlab.train`, its type, bound, default and help declared once, in its annotation."""
 
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from typing import Annotated, Literal
 
 from ..config import Config
-from ..options import check_device_name
+from ..options import (
+    Arg,
+    Device,
+    nonneg_float,
+    nonneg_int,
+    positive_float,
+    positive_int,
+    probability,
+    seed_value,
+    unit_interval,
+)
 
 
 @dataclass
 class TrainConfig(Config):
-    CHOICES = {"schedule": ("cosine", "trapezoid"), "optimizer": ("adamw", "muon"), "dtype": ("auto", "fp32", "bf16")}
-
-    max_iters: int = 2000
-    batch_size: int = 12
-    grad_accum: int = 1  # micro-batches per optimizer step
-    lr: float = 1e-3
-    min_lr: float | None = None  # default: lr / 10
-    warmup_iters: int = 100
-    lr_decay_iters: int | None = None  # default: max_iters
-    schedule: str = field(
-        default="cosine",
-        metadata={
-            "help": "learning-rate schedule after the warmup: cosine (nanoGPT's) or trapezoid (constant, then a "
-            "straight line down over the last --cooldown of the run; the speedrun's)"
-        },
+    max_iters: Annotated[int, Arg("optimizer steps to train for", positive_int)] = 2000
+    batch_size: Annotated[int, Arg("examples (sequences, images, sentence pairs) per micro-batch", positive_int)] = 12
+    grad_accum: Annotated[
+        int, Arg("micro-batches whose gradients are summed into one optimizer step", positive_int)
+    ] = 1
+    lr: Annotated[float, Arg("peak learning rate (AdamW's; Muon has its own, --muon-lr)", positive_float)] = 1e-3
+    min_lr: Annotated[float | None, Arg("learning rate at the end of the decay (unset: lr / 10)", nonneg_float)] = (
+        None  # (at most lr: checked below)
     )
-    cooldown: float = field(
-        default=0.4, metadata={"help": "--schedule trapezoid: the fraction of the run spent decaying"}
-    )
-    optimizer: str = field(
-        default="adamw",
-        metadata={
-            "help": "adamw, or muon: Muon (momentum orthogonalised by Newton-Schulz) for the transformer blocks' "
-            "matrices at --muon-lr, AdamW for embeddings, heads, norms and biases"
-        },
-    )
-    muon_lr: float = field(default=0.02, metadata={"help": "--optimizer muon: Muon's learning rate"})
-    muon_momentum: float = field(default=0.95, metadata={"help": "--optimizer muon: Muon's momentum"})
-    weight_decay: float = 0.1
-    beta1: float = 0.9
-    beta2: float = 0.99
-    grad_clip: float = 1.0  # 0 disables clipping
-    ema: float = field(
-        default=0.0,
-        metadata={
-            "help": "keep an exponential moving average of the weights, avg = d*avg + (1-d)*w after every step "
-            "(Polyak averaging; timm's ModelEma): evaluation, best/ and model.safetensors use the average; "
-            "0.999 averages over about the last 1,000 steps (0: off)"
-        },
-    )
-    eval_interval: int = 250
-    eval_iters: int = 20
-    log_interval: int = 10
-    device: str = "auto"  # auto | cpu | cuda
-    dtype: str = "auto"  # auto | fp32 | bf16
-    # torch.compile the model: True/False as asked; None (the default, "auto") compiles when the
-    # first steps' timing says the rest of the run is long enough to pay it back (train/compiling.py)
-    compile: bool | None = field(
-        default=None,
-        metadata={
-            "help": "torch.compile the model (default: auto, on when "
-            "the timed first steps show the run is long enough to pay back compiling)"
-        },
-    )
-    threads: int | None = field(
-        default=None,
-        metadata={
-            "help": "CPU threads to compute with (default: auto, the cores other processes leave free, "
-            "re-checked every 2 s, so that two runs side by side do not slow each other down)"
-        },
-    )
-    seed: int = 1337
-    progress: bool = True
-    verbose: bool = False  # the hardware choices (dtype, threads, compile) on screen too, not only in hardware.log
-    checkpoint_activations: bool = False  # recompute each block's activations in backward (saves memory)
-    fsdp: bool = field(
-        default=False,
-        metadata={
-            "help": "under torchrun: FSDP2 (fully_shard: parameters, gradients and optimizer state sharded; "
-            "sharded checkpoints) instead of DDP; CPU (gloo) or CUDA (NCCL)"
-        },
-    )
-    target: float | None = None  # stop once the task's validation metric (accuracy, exact match, loss) reaches this
-    tensorboard: bool = field(
-        default=False,
-        metadata={
-            "help": "also log to TensorBoard: scalars, the attention of one validation example at each "
-            "evaluation and the config as hparams, in RUN/tensorboard/ (pip install 'attnlab[tensorboard]')"
-        },
-    )
+    warmup_iters: Annotated[int, Arg("steps of linear warm-up from 0 to lr", nonneg_int)] = 100
+    lr_decay_iters: Annotated[
+        int | None, Arg("the step where the decay reaches min_lr (unset: --max-iters)", positive_int)
+    ] = None
+    schedule: Annotated[
+        Literal["cosine", "trapezoid"],
+        Arg(
+            "learning-rate schedule after the warmup: cosine (nanoGPT's) or trapezoid (constant, then a straight "
+            "line down over the last --cooldown of the run; the speedrun's)"
+        ),
+    ] = "cosine"
+    cooldown: Annotated[float, Arg("--schedule trapezoid: the fraction of the run spent decaying", probability)] = 0.4
+    optimizer: Annotated[
+        Literal["adamw", "muon"],
+        Arg(
+            "adamw, or muon: Muon (momentum orthogonalised by Newton-Schulz) for the transformer blocks' matrices at "
+            "--muon-lr, AdamW for embeddings, heads, norms and biases"
+        ),
+    ] = "adamw"
+    muon_lr: Annotated[float, Arg("--optimizer muon: Muon's learning rate", positive_float)] = 0.02
+    muon_momentum: Annotated[float, Arg("--optimizer muon: Muon's momentum", unit_interval)] = 0.95
+    weight_decay: Annotated[float, Arg("AdamW's decoupled weight decay, on matrices only", nonneg_float)] = 0.1
+    beta1: Annotated[float, Arg("AdamW's β1 (momentum of the gradient's mean)", unit_interval)] = 0.9
+    beta2: Annotated[float, Arg("AdamW's β2 (momentum of the gradient's square)", unit_interval)] = 0.99
+    grad_clip: Annotated[float, Arg("clip the gradients' global norm at this (0: no clipping)", nonneg_float)] = 1.0
+    ema: Annotated[
+        float,
+        Arg(
+            "keep an exponential moving average of the weights, avg = d*avg + (1-d)*w after every step (Polyak "
+            "averaging; timm's ModelEma): evaluation, best/ and model.safetensors use the average; 0.999 averages "
+            "over about the last 1,000 steps (0: off)",
+            unit_interval,
+        ),
+    ] = 0.0
+    eval_interval: Annotated[
+        int, Arg("steps between evaluations (each writes last/ and, when better, best/)", positive_int)
+    ] = 250
+    eval_iters: Annotated[int, Arg("validation batches per evaluation", positive_int)] = 20
+    log_interval: Annotated[int, Arg("steps between progress updates", positive_int)] = 10
+    device: Annotated[
+        str, Arg("where to train: auto (a GPU when there is one), cpu, cuda or cuda:N", Device.__metadata__[0].check)
+    ] = "auto"
+    dtype: Annotated[
+        Literal["auto", "fp32", "bf16"],
+        Arg("auto (bf16 on GPUs and on CPUs with fast bf16, else fp32), fp32 or bf16 (mixed precision)"),
+    ] = "auto"
+    # None ("auto"): compile when the first steps' timing says the rest of the run pays it back
+    # (training/compiling.py)
+    compile: Annotated[
+        bool | None,
+        Arg(
+            "torch.compile the model (default: auto, on when the timed first steps show the run is long enough to "
+            "pay back compiling)"
+        ),
+    ] = None
+    threads: Annotated[
+        int | None,
+        Arg(
+            "CPU threads to compute with (default: auto, the cores other processes leave free, re-checked every 2 s, "
+            "so that two runs side by side do not slow each other down)",
+            positive_int,
+        ),
+    ] = None
+    seed: Annotated[int, Arg("random seed: the same seed, options and machine give the same run", seed_value)] = 1337
+    progress: Annotated[bool, Arg("a progress bar with ETA (plain lines when the output is not a terminal)")] = True
+    verbose: Annotated[
+        bool,
+        Arg(
+            "say the hardware choices (dtype, CPU threads, compile) and their reasons as the run makes them; they are always written to the run folder's hardware.log"
+        ),
+    ] = False
+    checkpoint_activations: Annotated[
+        bool, Arg("recompute each block's activations in the backward pass: less memory, about a third slower")
+    ] = False
+    fsdp: Annotated[
+        bool,
+        Arg(
+            "under torchrun: FSDP2 (fully_shard: parameters, gradients and optimizer state sharded; sharded "
+            "checkpoints) instead of DDP; CPU (gloo) or CUDA (NCCL)"
+        ),
+    ] = False
+    target: Annotated[
+        float | None,
+        Arg(
+            "stop early once the validation measure reaches this (accuracy or exact match, a fraction; language models: the validation loss, reached at or below)",
+            nonneg_float,
+        ),
+    ] = None
+    tensorboard: Annotated[
+        bool,
+        Arg(
+            "also log to TensorBoard: scalars, the attention of one validation example at each evaluation and the "
+            "config as hparams, in RUN/tensorboard/ (pip install 'attnlab[tensorboard]')"
+        ),
+    ] = False
 
     def __post_init__(self) -> None:
-        super().__post_init__()
-        for name in ("max_iters", "batch_size", "grad_accum", "eval_interval", "eval_iters", "log_interval"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(self, name)}")
-        if not 0 <= self.seed < 2**63:  # (torch's generators take a 64-bit seed)
-            raise ValueError(f"--seed must be from 0 to 2**63 - 1, got {self.seed}")
-        if not 0 < self.cooldown <= 1:
-            raise ValueError(f"--cooldown must be a fraction of the run in (0, 1], got {self.cooldown}")
-        if not (self.muon_lr > 0 and math.isfinite(self.muon_lr)):
-            raise ValueError(f"--muon-lr must be a positive number, got {self.muon_lr}")
-        if not 0 <= self.muon_momentum < 1:
-            raise ValueError(f"--muon-momentum must be in [0, 1), got {self.muon_momentum}")
+        super().__post_init__()  # (each field's own bounds, as declared above)
+        if self.min_lr is not None and self.min_lr > self.lr:
+            raise ValueError(f"--min-lr must be between 0 and --lr ({self.lr}), got {self.min_lr}")
         if self.optimizer == "muon" and self.fsdp:
             raise ValueError(
                 "--optimizer muon needs each matrix whole on one process, which --fsdp shards; use DDP (drop --fsdp) "
                 "or --optimizer adamw"
             )
-        if not 0 <= self.ema < 1:
-            raise ValueError(f"--ema must be a decay in [0, 1) (0 = off; 0.999 is usual), got {self.ema}")
         if self.ema and self.fsdp:
             raise ValueError("--ema keeps a whole copy of the weights on each process, which --fsdp shards; drop one")
-        if self.threads is not None and self.threads < 1:
-            raise ValueError(f"--threads must be at least 1, got {self.threads}")
-        for name in ("warmup_iters", "weight_decay", "grad_clip"):
-            if getattr(self, name) < 0:
-                raise ValueError(f"--{name.replace('_', '-')} must be 0 or more, got {getattr(self, name)}")
-        if not (self.lr > 0 and math.isfinite(self.lr)):
-            raise ValueError(f"--lr must be a positive number, got {self.lr}")
-        if self.min_lr is not None and not 0 <= self.min_lr <= self.lr:
-            raise ValueError(f"--min-lr must be between 0 and --lr ({self.lr}), got {self.min_lr}")
-        if self.lr_decay_iters is not None and self.lr_decay_iters < 1:
-            raise ValueError(f"--lr-decay-iters must be at least 1, got {self.lr_decay_iters}")
-        for name in ("beta1", "beta2"):
-            if not 0 <= getattr(self, name) < 1:
-                raise ValueError(f"--{name} must be in [0, 1), got {getattr(self, name)}")
-        if self.target is not None and not (self.target >= 0 and math.isfinite(self.target)):
-            raise ValueError(f"--target must be a number of 0 or more, got {self.target}")
-        check_device_name(self.device)
