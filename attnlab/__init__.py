@@ -24,7 +24,10 @@ install()  # the old module names of 0.1 (attnlab.batching, ...): attnlab.compat
 
 # public name -> the module that defines it
 _LAZY = {
-    **{name: "attnlab.api" for name in ("train", "load", "evaluate", "explore", "families", "train_options", "Run")},
+    **{
+        name: "attnlab.api"
+        for name in ("train", "load", "evaluate", "explore", "families", "train_options", "train_args", "Run")
+    },
     "export_hf": "attnlab.interop",
     **{name: "attnlab.training.callbacks" for name in ("Callback", "EarlyStopping", "WandbCallback")},
 }
@@ -36,6 +39,7 @@ __all__ = [
     "explore",
     "families",
     "train_options",
+    "train_args",
     "Run",
     "export_hf",
     "Callback",
@@ -46,7 +50,7 @@ __all__ = [
 
 if TYPE_CHECKING:  # what type checkers and IDEs see (at run time, __getattr__ below imports them)
     from . import sae
-    from .api import Run, evaluate, explore, families, load, train, train_options
+    from .api import Run, evaluate, explore, families, load, train, train_args, train_options
     from .interop import export_hf
     from .training.callbacks import Callback, EarlyStopping, WandbCallback
 

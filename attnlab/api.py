@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from .inspect.explorer import Exploration
     from .training.callbacks import Callback
 
-__all__ = ["train", "Run", "load", "evaluate", "explore", "Exploration", "families", "train_options"]
+__all__ = ["train", "Run", "load", "evaluate", "explore", "Exploration", "families", "train_options", "train_args"]
 
 
 def families() -> list[str]:
@@ -44,17 +44,25 @@ def _recipe(family: str) -> Recipe:
 
 
 # ---- training ---------------------------------------------------------------------------------------
+def train_args(family: str) -> type:
+    """The typed options of ``train(family)``: a dataclass with one keyword field per option of
+    ``attnlab train <family>`` (``GPTTrain(lr=3e-4, max_iters=500)``), each typed and checked as
+    its flag is; its default instance holds what a run given no options uses. ``train`` takes an
+    instance in place of the family's name (a field left at its default counts as not given)."""
+    return _recipe(family).train_arguments()
+
+
 def train_options(family: str) -> dict[str, Any]:
     """Every option ``train(family, ...)`` takes -> the value a run given no options uses (the
     default preset's and the family's training defaults; None where the data decides, or where
-    unset means automatic, such as ``threads``)."""
-    recipe = _recipe(family)
-    values = recipe.default_values()
-    return {n: values.get(n) for n in recipe.train_specs().specs if n not in ("out", "resume", "config")}
+    unset means automatic, such as ``threads``): :func:`train_args`'s default instance as a dict."""
+    import dataclasses
+
+    return dataclasses.asdict(train_args(family)())
 
 
 def train(
-    family: str,
+    family: str | Any,
     *,
     data: str | None = None,
     out: str | Path | None = None,
@@ -65,6 +73,9 @@ def train(
 ) -> Run:
     """Train a model of ``family`` (see :func:`families`) and return the :class:`Run`.
 
+    ``family`` is the family's name, or its typed options (:func:`train_args`:
+    ``attnlab.train(attnlab.train_args("gpt")(lr=3e-4, max_iters=500))``).
+
     ``data``: a file, folder or dataset name (None: the family's embedded default); ``out``: the
     run folder (default ``runs/<family>``); ``resume``: continue the run in ``out`` exactly.
     ``config``: a YAML or JSON file of options, or a run folder to re-run (its ``options.json``);
@@ -73,6 +84,7 @@ def train(
     ``options``: any option of ``attnlab train <family>`` by its flag's name (``preset``,
     ``layers``, ``lr``, ``max_iters``, ``device``, ``dtype``, ...; :func:`train_options` lists them).
     """
+    import dataclasses
     import sys
 
     from .training.runs import train as train_run
@@ -81,6 +93,10 @@ def train(
         path_argument(out, "out")
     if not isinstance(resume, bool):  # (resume="no" is true to Python)
         raise OptionError(f"resume={resume!r}: must be True (continue the run in out) or False")
+    if not isinstance(family, str) and hasattr(family, "family"):  # (typed options: those not at their default)
+        defaults = train_options(family.family)
+        typed = {k: v for k, v in dataclasses.asdict(family).items() if v != defaults[k]}
+        family, options = family.family, {**typed, **options}
     recipe = _recipe(family)
     specs = recipe.train_specs()
     alias_of = {f.lstrip("-").replace("-", "_"): s.dest for s in specs for f in s.flags}  # every flag's name -> option

@@ -3,7 +3,10 @@ sequence classifier registered for the duration of the test is trained, evaluate
 predict, explored and served through the command line, the Python API and the server, with no edit
 anywhere else."""
 
+import inspect
+import re
 from dataclasses import dataclass
+from typing import Annotated
 
 import pytest
 import torch
@@ -13,11 +16,11 @@ import attnlab
 from attnlab.blocks import Encoder
 from attnlab.config import Config
 from attnlab.errors import OptionError
-from attnlab.options import checked
+from attnlab.options import Arg, checked, fraction
 from attnlab.hooks import HookedModule, HookPoint
 from attnlab.losses import cross_entropy
 from attnlab.recipes import ModelKind, Recipe, TrainingRun
-from attnlab.recipes.base import ExploreInput, ExplorerForm, TopK, Verbs, top_labels
+from attnlab.recipes.base import ExploreInput, ExplorerForm, TopK, TrainOptions, Verbs, top_labels
 
 from helpers import PINNED_FLAGS
 
@@ -62,8 +65,8 @@ class RepeatTask:
 
     static_shapes = True
 
-    def __init__(self, c: RepeatConfig, batch_size: int) -> None:
-        self.c, self.items_per_batch = c, batch_size
+    def __init__(self, c: RepeatConfig, batch_size: int, flip: float = 0.0) -> None:
+        self.c, self.items_per_batch, self.flip = c, batch_size, flip
 
     def batch(self, split: str, batch_size: int, generator: torch.Generator) -> tuple[Tensor, Tensor]:
         c = self.c
@@ -72,6 +75,8 @@ class RepeatTask:
         label = torch.randint(0, 2, (batch_size,), generator=generator)
         where = torch.randint(1, c.context, (batch_size,), generator=generator)
         ids[label.bool(), where[label.bool()]] = ids[label.bool(), 0]
+        if split == "train" and self.flip:  # (label noise: a share of the training labels flipped)
+            label = torch.where(torch.rand(batch_size, generator=generator) < self.flip, 1 - label, label)
         return ids, label
 
     def loss(self, model: nn.Module, batch) -> Tensor:
@@ -103,6 +108,14 @@ class RepeatVerbs(Verbs):
         return out if many else out[0]
 
 
+@dataclass(frozen=True)
+class RepeatTrainOptions(TrainOptions):
+    """The family's own options of `attnlab train repeat`: a new one is this one field (its type,
+    bound, default and help), seen by --help, attnlab.train and train_args("repeat") alike."""
+
+    flip: Annotated[float, Arg("share of the training labels flipped (label noise)", fraction)] = 0.0
+
+
 class RepeatRecipe(Recipe):
     name = "repeat"
     help = "a toy classifier: does the first token come again?"
@@ -114,12 +127,14 @@ class RepeatRecipe(Recipe):
         "Type digits 0 to 7: the page shows their attention.",
         (ExploreInput("digits", "line", help="digits 0 to 7 to look at"),),
     )
+    train_options = RepeatTrainOptions
     train_defaults = dict(max_iters=30, eval_interval=30, eval_iters=2, batch_size=32, lr=3e-3)
     tiny = dict(max_iters=4, eval_interval=4, eval_iters=1, batch_size=8, progress=False, device="cpu")
 
     def prepare(self, o, saved, model_over, tcfg, out):
         c = RepeatConfig.from_dict(saved["model"]) if saved else RepeatConfig(**model_over)
-        return TrainingRun("repeat", c, RepeatTask(c, tcfg.batch_size), {"data": "repeated first tokens"}, "repeat")
+        task = RepeatTask(c, tcfg.batch_size, o.flip)
+        return TrainingRun("repeat", c, task, {"data": "repeated first tokens"}, "repeat")
 
     def evaluate(self, model, on) -> tuple[dict, str]:
         ids, label = RepeatTask(model.config, 256).batch("val", 256, torch.Generator().manual_seed(0))
@@ -213,3 +228,34 @@ def test_a_family_in_one_file_through_the_cli_the_api_and_the_server(repeat_fami
     finally:
         box["s"].shutdown()
         thread.join(10)
+
+
+def test_a_new_train_option_is_one_field_seen_and_checked_by_every_surface(repeat_family, tmp_path, capsys):
+    """`flip` is declared once, as a field of RepeatTrainOptions: --help lists it with its help and
+    default, train_args("repeat") has it typed, a run uses it, and a value out of its bound is
+    refused by the flag, the keyword and the typed options with the same reason."""
+    from attnlab.cli import main
+
+    assert main(["train", "repeat", "--help"]) == 0
+    shown = " ".join(capsys.readouterr().out.replace("│", " ").split())
+    assert "--flip FLOAT share of the training labels flipped (label noise)" in shown
+    RepeatTrain = attnlab.train_args("repeat")
+    param = inspect.signature(RepeatTrain).parameters["flip"]
+    assert (param.annotation, param.default, param.kind) == (float, 0.0, param.KEYWORD_ONLY)
+    assert attnlab.train_options("repeat")["flip"] == 0.0
+    reason = "1.5 is out of range: must be in [0, 1]"
+    assert main(["train", "repeat", "--flip", "1.5", "--out", str(tmp_path / "cli")]) == 2
+    assert f"--flip: {reason}" in capsys.readouterr().err
+    refusal = "^" + re.escape(f"flip=1.5 (--flip): {reason}") + "$"
+    with pytest.raises(OptionError, match=refusal):
+        attnlab.train("repeat", flip=1.5, out=tmp_path / "py")
+    with pytest.raises(OptionError, match=refusal):
+        RepeatTrain(flip=1.5)
+    assert not (tmp_path / "cli").exists() and not (tmp_path / "py").exists()
+    # the typed options train as the keywords do, and the run reads the value: the same seed's first
+    # loss, on the same batch, differs when its labels are flipped
+    tiny = {**RepeatRecipe.tiny, "log_interval": 1}
+    plain = attnlab.train(RepeatTrain(**tiny), out=tmp_path / "plain")
+    flipped = attnlab.train(RepeatTrain(flip=1.0, **tiny), out=tmp_path / "flipped")
+    assert '"flip": 1.0' in (flipped.out / "options.json").read_text()
+    assert plain.metrics[0]["loss"] != flipped.metrics[0]["loss"]
