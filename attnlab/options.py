@@ -515,9 +515,38 @@ DecodeDtype = Annotated[
 ]  # fmt: skip
 
 
-# (attnlab.inspect.patching.PATCH_TARGETS less head_position, whose result is 3-D: written out here so
-# that declaring the command imports no torch; tests/test_lens.py keeps the two equal)
-PATCH_OVER = ("resid_pre", "resid_mid", "resid_post", "attn_out", "mlp_out", "head", "q", "k", "v", "pattern")
+# Attribution (attnlab.inspect.attribution; each family's ``attribute`` verb and `attnlab inspect attribution`):
+# its methods and the points on the integrated-gradients path, declared once with their defaults
+ATTRIBUTION_METHODS = ("integrated_gradients", "gradient_x_input")
+ATTRIBUTION_METHOD, ATTRIBUTION_STEPS = ATTRIBUTION_METHODS[0], 32
+AttributionMethod = Annotated[
+    Literal[ATTRIBUTION_METHODS],
+    Arg("attribution: integrated_gradients (captum: pip install 'attnlab[interpret]') or gradient_x_input"),
+]
+AttributionSteps = Annotated[
+    int, Arg("attribution: points on the integrated-gradients path (more: a smaller completeness gap)", positive_int)
+]
+
+
+# What activation patching (attnlab.inspect.patching) can patch: the hook point in every block, and what
+# one patch covers: a position of a stream (B, T, D), a head at every position (B, H, T, ...), or a head
+# at one position
+PATCH_TARGETS = {
+    "resid_pre": ("hook_resid_pre", "position"),
+    "resid_mid": ("hook_resid_mid", "position"),
+    "resid_post": ("hook_resid_post", "position"),
+    "attn_out": ("hook_attn_out", "position"),
+    "mlp_out": ("hook_mlp_out", "position"),
+    "head": ("attn.hook_z", "head"),
+    "head_position": ("attn.hook_z", "head_position"),
+    "q": ("attn.hook_q", "head"),
+    "k": ("attn.hook_k", "head"),
+    "v": ("attn.hook_v", "head"),
+    "pattern": ("attn.hook_pattern", "head"),
+}
+PATCH_OVER = tuple(
+    k for k, (_, unit) in PATCH_TARGETS.items() if unit != "head_position"
+)  # (`attnlab patch` draws 2-D)
 PatchOver = Annotated[
     Literal[PATCH_OVER],
     Arg("resid_pre, resid_mid, resid_post, attn_out, mlp_out: layer x position; head (each head's output), q, k, v, "

@@ -798,7 +798,7 @@ def test_every_patching_target_matches_transformer_lens(tmp_path, monkeypatch):
     torch.testing.assert_close(mid[0], pre[1])
     torch.testing.assert_close(post[0], pre[1])
     assert abs(post[-1, -1] - 1) < 1e-4 and abs(mid[-1, -1] - 1) < 1e-4  # the last stream carries everything
-    over = commands()["patch"].options.specs["over"]
+    over = commands()["patch"].options.specs["over"]  # (every target but head_position, whose result is 3-D)
     assert list(over.choices) == [k for k in PATCH_TARGETS if k != "head_position"]
 
 

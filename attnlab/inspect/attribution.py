@@ -24,9 +24,10 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from ..errors import OptionError
+from ..options import ATTRIBUTION_METHOD, ATTRIBUTION_METHODS, ATTRIBUTION_STEPS
 from .lens import check_token, require_gpt, require_vit_classifier
 
-METHODS = ("integrated_gradients", "gradient_x_input")
+METHODS = ATTRIBUTION_METHODS
 
 
 def _captum_ig():
@@ -53,8 +54,8 @@ def check_steps(steps, internal_batch_size=None) -> None:
 def attribute(
     fn: Callable[[Tensor], Tensor],
     x: Tensor,
-    method: str = "integrated_gradients",
-    steps: int = 32,
+    method: str = ATTRIBUTION_METHOD,
+    steps: int = ATTRIBUTION_STEPS,
     *,
     baseline: Tensor | None = None,
     internal_batch_size: int | None = None,
@@ -99,8 +100,8 @@ def text_attributions(
     target: int,
     *,
     position: int = -1,
-    method: str = "integrated_gradients",
-    steps: int = 32,
+    method: str = ATTRIBUTION_METHOD,
+    steps: int = ATTRIBUTION_STEPS,
     baseline: int | None = None,
     internal_batch_size: int | None = None,
 ) -> dict:
@@ -147,8 +148,8 @@ def image_attributions(
     images: Tensor,
     target: int,
     *,
-    method: str = "integrated_gradients",
-    steps: int = 32,
+    method: str = ATTRIBUTION_METHOD,
+    steps: int = ATTRIBUTION_STEPS,
     baseline: str | Tensor | None = None,
     internal_batch_size: int | None = None,
 ) -> dict:
@@ -171,8 +172,8 @@ def caption_attributions(
     caption: list[int],
     *,
     positions: list[int] | None = None,
-    method: str = "integrated_gradients",
-    steps: int = 32,
+    method: str = ATTRIBUTION_METHOD,
+    steps: int = ATTRIBUTION_STEPS,
 ) -> dict:
     """A captioner's logit of each word of ``caption`` (word ids without specials, fed to the
     decoder as its input: teacher forcing) at the step that writes it, attributed to each pixel of

@@ -25,6 +25,7 @@ import torch
 from torch import Tensor
 
 from ..errors import OptionError
+from ..options import PATCH_TARGETS
 
 Metric = Callable[[Tensor], Tensor]  # logits -> one number per batch row (B,)
 
@@ -215,23 +216,6 @@ def ablated(
 
     with model.hooks([replacer(name) for name in targets]):
         yield model
-
-
-# What activation patching can patch: the hook point in every block, and what one patch covers —
-# a position of a stream (B, T, D), a head at every position (B, H, T, …), or a head at one position.
-PATCH_TARGETS = {
-    "resid_pre": ("hook_resid_pre", "position"),
-    "resid_mid": ("hook_resid_mid", "position"),
-    "resid_post": ("hook_resid_post", "position"),
-    "attn_out": ("hook_attn_out", "position"),
-    "mlp_out": ("hook_mlp_out", "position"),
-    "head": ("attn.hook_z", "head"),
-    "head_position": ("attn.hook_z", "head_position"),
-    "q": ("attn.hook_q", "head"),
-    "k": ("attn.hook_k", "head"),
-    "v": ("attn.hook_v", "head"),
-    "pattern": ("attn.hook_pattern", "head"),
-}
 
 
 def by_position(over: str) -> bool:

@@ -18,7 +18,11 @@ from typing import Annotated, Any, Callable, Literal
 
 from ..errors import AttnlabError, CheckpointError, Note, OptionError, a, one_line
 from ..options import (
+    ATTRIBUTION_METHOD,
+    ATTRIBUTION_STEPS,
     Arg,
+    AttributionMethod,
+    AttributionSteps,
     Command,
     DataDir,
     Device,
@@ -144,14 +148,8 @@ class Attribution(Inspection):
     """``--method``, ``--steps`` and ``--baseline`` of the attribution inspections (one set for
     every family: ``inspect`` shares its options)."""
 
-    method: Annotated[
-        Literal["integrated_gradients", "gradient_x_input"],
-        Arg("attribution: integrated_gradients (captum: pip install 'attnlab[interpret]') or gradient_x_input"),
-    ] = "integrated_gradients"
-    steps: Annotated[
-        int,
-        Arg("attribution: points on the integrated-gradients path (more: a smaller completeness gap)", positive_int),
-    ] = 32
+    method: AttributionMethod = ATTRIBUTION_METHOD
+    steps: AttributionSteps = ATTRIBUTION_STEPS
     baseline: Annotated[
         str | None,
         Arg("attribution: the integrated-gradients baseline: zeros (default: zero embeddings, the mean image); images "

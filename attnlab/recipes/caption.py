@@ -10,7 +10,21 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 from ..errors import DataError, OptionError
 from ..models.configs import MAX_OBJECTS, CaptionConfig
-from ..options import Arg, Beam, Command, Device, LengthPenalty, checked, at_least, below_one, number
+from ..options import (
+    ATTRIBUTION_METHOD,
+    ATTRIBUTION_STEPS,
+    Arg,
+    AttributionMethod,
+    AttributionSteps,
+    Beam,
+    Command,
+    Device,
+    LengthPenalty,
+    checked,
+    at_least,
+    below_one,
+    number,
+)
 from . import register
 from .base import (
     ModelKind,
@@ -56,7 +70,10 @@ class CaptionerVerbs(Verbs):
         )
         return out[0] if single else out
 
-    def attribute(self, image, *, method: str = "integrated_gradients", steps: int = 32):
+    @checked
+    def attribute(
+        self, image, *, method: AttributionMethod = ATTRIBUTION_METHOD, steps: AttributionSteps = ATTRIBUTION_STEPS
+    ):
         """Which pixels of ``image`` (a file path or a (3, H, W) tensor in [0, 1]) raised the logit
         of each word of its greedy caption: [(word, (H, W) attribution summed over channels), ...]
         (:func:`attnlab.inspect.attribution.caption_attributions`)."""
@@ -317,7 +334,7 @@ def caption_images(model, vocab, images, meta, device="cpu", **kw) -> list[str]:
     return [vocab.decode(ids) for ids in caption_ids(model, images, meta, device, **kw)]
 
 
-def word_attributions(model, vocab, meta, image, method: str, steps: int = 32):
+def word_attributions(model, vocab, meta, image, method: str, steps: int):
     """(the words of the greedy caption of ``image`` (1, 3, H, W) in [0, 1], their pixel
     attributions (n_words, H, W)); an empty caption is refused (no word to explain)."""
     from ..data.images import normalize

@@ -10,7 +10,15 @@ from typing import TYPE_CHECKING, Annotated, Literal
 
 from ..errors import CheckpointError, DataError, OptionError, a
 from ..options import at_least, below_one, nonneg_int, number
-from ..options import Arg, PatchOver, checked
+from ..options import (
+    ATTRIBUTION_METHOD,
+    ATTRIBUTION_STEPS,
+    Arg,
+    AttributionMethod,
+    AttributionSteps,
+    PatchOver,
+    checked,
+)
 from .base import (
     read_image,
     TINY_RUN,
@@ -101,14 +109,21 @@ class ImageClassifierVerbs(Verbs):
         """The class index of ``label`` (a label name, or an index as text), or a one-line error."""
         return class_index(self.labels, label, what)
 
+    @checked
     def attribute(
-        self, image, target=None, *, method: str = "integrated_gradients", steps: int = 32, baseline: str = "zeros"
+        self,
+        image,
+        target=None,
+        *,
+        method: AttributionMethod = ATTRIBUTION_METHOD,
+        steps: AttributionSteps = ATTRIBUTION_STEPS,
+        baseline: str | None = None,
     ) -> dict:
         """Which pixels of ``image`` (a file, or a (C, H, W) tensor in [0, 1]) raise the logit of
         class ``target`` (a label; default: the predicted class), :mod:`attnlab.inspect.attribution`:
         {"target": label, "pixels": (H, W) summed over channels, "delta": completeness gap or None,
         "rollout": the class-specific gradient-weighted rollout (gh, gw) of a class-token ViT, else None}.
-        ``baseline``: "zeros" (the dataset's mean image) or "blur" (the image blurred)."""
+        ``baseline``: "zeros" or None (the dataset's mean image) or "blur" (the image blurred)."""
         return image_attribution(
             self, self.labels, self.mean, self.std, image, target, method=method, steps=steps, baseline=baseline
         )
@@ -352,7 +367,7 @@ class ImageClassifierRecipe(Recipe):
                 o.target,
                 method=o.method,
                 steps=o.steps,
-                baseline=o.baseline or "zeros",
+                baseline=o.baseline,
             )
             maps = {o.method.replace("_", " "): res["pixels"].abs()}
             if res["rollout"] is not None:
@@ -376,7 +391,7 @@ def class_index(labels: list[str], label, what: str) -> int:
 
 
 def image_attribution(
-    model, labels, mean, std, image, target=None, *, method: str, steps: int = 32, baseline: str = "zeros"
+    model, labels, mean, std, image, target=None, *, method: str, steps: int, baseline: str | None
 ) -> dict:
     """What :meth:`ImageClassifierVerbs.attribute` returns, for any image classifier ``model``."""
     import torch
@@ -392,7 +407,7 @@ def image_attribution(
             index = int(model(x)[0].argmax())
     else:
         index = class_index(labels, target, "target")
-    res = image_attributions(model, x, index, method=method, steps=steps, baseline=baseline)
+    res = image_attributions(model, x, index, method=method, steps=steps, baseline=baseline or "zeros")
     rollout = None
     if getattr(model, "model_type", None) == "vit" and c.pool == "cls":
         rollout = gradient_rollout(model, x, index)[0].cpu()

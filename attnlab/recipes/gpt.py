@@ -23,6 +23,10 @@ from .base import (
 )
 from ..errors import OptionError, UnknownTokenError, a
 from ..options import (
+    ATTRIBUTION_METHOD,
+    ATTRIBUTION_STEPS,
+    AttributionMethod,
+    AttributionSteps,
     PatchOver,
     Arg,
     checked,
@@ -141,13 +145,14 @@ class GPTVerbs(Verbs):
         tokens = [self.tokenizer.decode([i]) for i in x[0].tolist()] if by_position(over) else None
         return {"restored": restored, "tokens": tokens, "over": over, **patching_span(self, (x,), (y,), metric)}
 
+    @checked
     def attribute(
         self,
         text: str,
         answer: str,
         *,
-        method: str = "integrated_gradients",
-        steps: int = 32,
+        method: AttributionMethod = ATTRIBUTION_METHOD,
+        steps: AttributionSteps = ATTRIBUTION_STEPS,
         baseline: str | None = None,
         internal_batch_size: int | None = None,
     ):
