@@ -9,7 +9,7 @@ import sys
 import warnings
 from pathlib import Path
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Annotated, Literal, Sequence
+from typing import TYPE_CHECKING, Annotated, Any, Literal, Sequence
 
 
 from ..errors import CheckpointError, DataError, Note
@@ -511,7 +511,7 @@ def encode_texts(tok, texts: list[str], context: int):
     return pad_batch([e for e, _ in encoded], tok.pad_id)
 
 
-def embed_texts(model, tok, texts: list[str], device="cpu", batch_size: int = 64) -> np.ndarray:
+def embed_texts(model, tok, texts: list[str], device, batch_size: int) -> np.ndarray:
     """Mean-pooled sentence embeddings (N, D)."""
     import torch
 
@@ -531,21 +531,21 @@ def embed_command(
     *,
     file: Annotated[str | None, Arg("read texts from this file, one per line")] = None,
     out: Annotated[str | None, Arg("write the vectors to this .npy file (default: JSON lines on stdout)")] = None,
-    batch_size: Annotated[int, Arg("texts per forward pass", at_least(1))] = 64,
     device: Device = "auto",
+    **options: Any,
 ) -> int:
-    """``attnlab embed``: one vector per input line."""
+    """``attnlab embed``: one vector per input line (``options``: the ``embed`` verb's, ``batch_size``)."""
     import numpy as np
 
     from ..outputs import output_file
 
     out_file = output_file(out, ".npy") if out else None
     model = TextEncoderRecipe.model_of(ckpt, device)
-    tok, dev = model.require_tokenizer(), model.device
+    model.require_tokenizer()
     texts = input_lines(list(text), file)
     if not texts or any(not t.strip() for t in texts):
         raise DataError("embed needs non-empty lines of text (an empty line has no tokens to pool)")
-    vectors = embed_texts(model, tok, texts, dev, batch_size)
+    vectors = model.embed(texts, **options)
     if out_file is not None:
         with open(out_file, "wb") as f:  # np.save(path) would add .npy to any other name
             np.save(f, vectors)
