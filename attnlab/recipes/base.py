@@ -635,10 +635,6 @@ class Verbs:
     def explore(
         self,
         *,
-        text: str | None = None,
-        image: str | None = None,
-        src: str | None = None,
-        tgt: str | None = None,
         generate: Annotated[
             int,
             Arg(
@@ -651,15 +647,14 @@ class Verbs:
         **inputs: str | None,
     ):
         """What ``attnlab explore`` shows, as an :class:`attnlab.inspect.explorer.Exploration`
-        (inline in Jupyter; ``.save("page.html")``): GPT and text encoders ``text=``; ViT ``image=``
-        (a file); seq2seq ``src=`` (and ``tgt=`` to force a target); another family the inputs its
-        explorer form declares (``inputs``). GPTs: ``generate=N`` continues
+        (inline in Jupyter; ``.save("page.html")``), given the ``inputs`` its family's explorer form
+        declares (:meth:`Recipe.explorer_form`): GPT and text encoders ``text=``; ViT ``image=`` (a
+        file); seq2seq ``src=`` (and ``tgt=`` to force a target). GPTs: ``generate=N`` continues
         the text by N greedy tokens and shows the attention of each as it was produced. ``sae``: a
         folder written by ``attnlab sae train`` on this GPT: each position lists its most active latents."""
         from ..inspect.explorer import Exploration
 
-        given = dict(text=text, image=image, src=src, tgt=tgt, **inputs)
-        data = explored(self, given, generate=generate, sae=sae, spelling="=")
+        data = explored(self, inputs, generate=generate, sae=sae, spelling="=")
         return Exploration(data, f"attnlab explorer: {Path(self.checkpoint).name}")
 
 
