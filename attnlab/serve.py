@@ -309,7 +309,7 @@ def generation_models():
     own defaults: 16 tokens at temperature 1, what its clients expect.)"""
     from typing import Literal
 
-    from pydantic import BaseModel, ConfigDict, Field
+    from pydantic import BaseModel, ConfigDict, Field, create_model
 
     from .options import MAX_NEW_TOKENS
     from .recipes.gpt import GPTVerbs
@@ -317,18 +317,18 @@ def generation_models():
     sample = declared(GPTVerbs.generate).specs
     strict = ConfigDict(extra="forbid", strict=True)
     Tokens, Temperature = spec_type(sample["max_new_tokens"]), spec_type(sample["temperature"])
-    TopK, TopP, Seed = spec_type(sample["top_k"]), spec_type(sample["top_p"]), spec_type(sample["seed"])
-    Stop = spec_type(sample["stop"])
+    TopP, Seed, Stop = spec_type(sample["top_p"]), spec_type(sample["seed"]), spec_type(sample["stop"])
 
-    class Generate(BaseModel):
-        model_config = strict
-        prompt: str | None = None
-        max_new_tokens: Tokens | None = None  # None: generate()'s default, or what the context leaves
-        temperature: Temperature = sample["temperature"].default
-        top_k: TopK = sample["top_k"].default
-        top_p: TopP | None = sample["top_p"].default
-        stop: Stop = []
-        seed: Seed | None = sample["seed"].default
+    # /generate: generate()'s sampling options, each field typed, bounded and defaulted by its declaration;
+    # max_new_tokens None: generate()'s default, or what the context leaves
+    served = {n: spec_type(sample[n]) for n in ("temperature", "top_k", "top_p", "stop", "seed")}
+    Generate = create_model(
+        "Generate",
+        __config__=strict,
+        prompt=(str | None, None),
+        max_new_tokens=(Tokens | None, None),
+        **{n: (t | None if sample[n].default is None else t, sample[n].default) for n, t in served.items()},
+    )
 
     Count = Annotated[int, Field(ge=0, le=MAX_NEW_TOKENS)]
     Choices = Annotated[int, Field(ge=1, le=MAX_N)]
