@@ -327,7 +327,8 @@ Which = Annotated[
 ]
 
 
-def _shown_default(value: Any) -> str:
+def shown_default(value: Any) -> str:
+    """A default as --help states it: on/off, 0.001, 50,257."""
     if isinstance(value, bool):
         return "on" if value else "off"
     if isinstance(value, float):
@@ -431,7 +432,7 @@ def declared(
             if shown is not None:
                 text = f" (default: {shown[name]})" if shown.get(name) else ""
             else:
-                text = "" if default in (None, False, "", (), []) else f" (default {_shown_default(default)})"
+                text = "" if default in (None, False, "", (), []) else f" (default {shown_default(default)})"
             also = f"; also {', '.join(flags[1:])}" if config and flags[1:] else ""
             kw: dict[str, Any] = dict(dest=name, help=arg.help + text + also, metavar=arg.metavar, annotation=base)
             if scalar is bool:

@@ -3,13 +3,15 @@ function it runs and of the Python calls it makes (``Annotated[int, Arg(...)]``)
 derived from them agrees with them, checked over every command without a list kept by hand: the
 flag (name, default, choices, the default its --help states), the keyword of each Python call that
 takes the option (its default), the server's request field (``/generate``); a value the declaration
-refuses is refused by the flag and the keyword alike, naming both. ``train``, ``eval``, ``ablate``,
-``inspect`` and ``explore`` still declare their options as data (:class:`attnlab.options.OptionSpecs`):
-the tests after those cover them."""
+refuses is refused by the flag and the keyword alike, naming both. ``train``'s options are the
+fields of dataclasses declared the same way (its family's options, its model config, TrainConfig),
+whose defaults a run given none uses are the family's: the tests after those cover them, and
+``eval``, ``ablate``, ``inspect`` and ``explore``, whose options several families declare."""
 
 import functools
 import inspect
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -19,7 +21,7 @@ import attnlab
 from attnlab.cli import commands, main, parse
 from attnlab.cli.app import with_defaults
 from attnlab.errors import AttnlabError, OptionError
-from attnlab.options import declared, declared_parameters
+from attnlab.options import declared, declared_parameters, shown_default
 from attnlab.recipes import recipes
 from attnlab.recipes.gpt import GPTVerbs
 from attnlab.runoptions import NOT_REPLAYED
@@ -157,6 +159,25 @@ def test_every_train_option_is_a_flag_a_keyword_and_an_options_json_entry(family
         applies = name not in model_fields or hasattr(run.model.config, name)
         if name not in (*NOT_REPLAYED, "config") and applies:
             assert name in written, f"{family}'s options.json has no {name}"
+
+
+@pytest.mark.parametrize("family", [r.name for r in recipes()])
+def test_a_train_options_default_is_the_same_in_help_in_python_and_in_its_typed_options(family):
+    """Generated over every family: the default `attnlab train FAMILY --help` states for each option
+    is the default of its typed field in ``attnlab.train_args(family)`` and its value in
+    ``attnlab.train_options(family)``. (None: the data, the task or the machine decides, which the
+    help says in words; 0 and off need not be stated.)"""
+    recipe = next(r for r in recipes() if r.name == family)
+    typed = inspect.signature(attnlab.train_args(family)).parameters
+    values = attnlab.train_options(family)
+    options = {n: s for n, s in recipe.train_specs().specs.items() if n not in ("out", "resume", "config")}
+    assert set(typed) == set(values) == set(options)
+    for name, spec in options.items():
+        default = typed[name].default
+        assert values[name] == default, (family, name)
+        stated = re.findall(r"\(default:? ([^);]*)", spec.help)
+        if default not in (None, False, 0, ""):
+            assert stated and stated[-1] == shown_default(default), (family, name, stated, default)
 
 
 @pytest.mark.parametrize("command", list(COMMANDS))

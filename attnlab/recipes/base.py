@@ -18,6 +18,7 @@ from typing import Annotated, Any, Callable, Literal
 
 from ..errors import AttnlabError, CheckpointError, Note, OptionError, a, one_line
 from ..options import (
+    shown_default,
     ATTRIBUTION_METHOD,
     ATTRIBUTION_STEPS,
     Arg,
@@ -351,7 +352,7 @@ class Recipe:
         import dataclasses
 
         values = self.default_values()
-        shown = {n: _shown(v) for n, v in values.items() if v is not None}
+        shown = {n: shown_default(v) for n, v in values.items() if v is not None}
         shown.update({n: "from the data" for n in self.follows_data})
         classes = self.config_classes()
         first = {f.name for f in dataclasses.fields(classes[0])} if classes else set()
@@ -361,7 +362,7 @@ class Recipe:
             for f in dataclasses.fields(model.config_class):
                 if f.name in first and f.name in shown and f.default is not dataclasses.MISSING:
                     if f.default != values.get(f.name) and f.name not in self.follows_data:
-                        shown[f.name] += f"; {mtype}: {_shown(f.default)}"
+                        shown[f.name] += f"; {mtype}: {shown_default(f.default)}"
         return shown
 
     def train_arguments(self) -> type:
@@ -721,10 +722,3 @@ def as_option_errors():
         if isinstance(e, AttnlabError):
             raise
         raise OptionError(one_line(e)) from None
-
-
-def _shown(value) -> str:
-    """A default as --help writes it."""
-    if isinstance(value, bool):
-        return "on" if value else "off"
-    return f"{value:g}" if isinstance(value, float) else str(value)
