@@ -61,6 +61,7 @@ positive_float = number(float, 0.0, False, what="more than 0")
 probability = number(float, 0.0, False, 1.0, what="in (0, 1]")
 fraction = number(float, 0.0, True, 1.0, what="in [0, 1]")
 below_one = number(float, 0.0, True, 0.99, what="in [0, 1)")
+above_one = number(float, 1.0, False, what="above 1")  # a rotary base
 unit_interval = number(float, 0.0, True, 1.0, what="in [0, 1)", high_ok=False)  # a decay, a momentum, a beta
 MAX_BEAM = 100  # beyond this a beam costs minutes per sentence and gains nothing measurable
 # tokens one generation call produces at most: about 20 minutes of decoding a small model on a CPU;
@@ -353,9 +354,12 @@ def _is_list(base: Any) -> bool:
 
 
 def _scalar(base: Any) -> type | None:
-    """int, float or bool of a parameter's type (None, a list's items and Optional unwrapped)."""
+    """int, float, bool or str of a parameter's type (None, a list's items, Optional and a Literal's
+    values unwrapped)."""
     if base in (int, float, bool, str):
         return base
+    if typing.get_origin(base) is Literal:
+        return type(typing.get_args(base)[0])
     for inner in typing.get_args(base):
         if inner is not type(None):
             found = _scalar(inner)
@@ -459,7 +463,7 @@ def field_checks(cls: type) -> OptionSpecs:
     the command line and :func:`attnlab.train` use."""
     specs = declared(cls)
     hints = typing.get_type_hints(cls, include_extras=True)
-    own = {n for n, t in hints.items() if typing.get_origin(t) is Annotated and n in specs.specs}
+    own = {n for n, t in hints.items() if (typing.get_origin(t) is Annotated or _choices(t)) and n in specs.specs}
     specs.specs = {n: s for n, s in specs.specs.items() if n in own}
     return specs
 

@@ -146,7 +146,7 @@ def test_choices_are_checked_from_python_and_in_configs():
     from attnlab.errors import OptionError
     from attnlab.models.gpt import GPTConfig
 
-    with pytest.raises(ValueError, match="--pos must be one of learned, rope"):
+    with pytest.raises(ValueError, match=r"\(--pos\): choose one of learned, rope"):
         GPTConfig(pos="rotary")
     with pytest.raises(OptionError, match="choose one of adamw, muon"):
         attnlab.train("gpt", optimizer="sgd", max_iters=1)

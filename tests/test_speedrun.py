@@ -119,7 +119,7 @@ def test_trapezoid_schedule():
 
 
 def test_bad_speedrun_options_are_refused():
-    with pytest.raises(ValueError, match="--optimizer must be one of adamw, muon"):
+    with pytest.raises(ValueError, match=r"\(--optimizer\): choose one of adamw, muon"):
         TrainConfig(optimizer="sgd")
     with pytest.raises(ValueError, match="--fsdp"):
         TrainConfig(optimizer="muon", fsdp=True)

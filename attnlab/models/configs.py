@@ -6,8 +6,10 @@ without importing the models themselves (each model module re-exports its config
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Annotated, Literal
 
 from ..config import ACTIVATIONS, NORMS, Config, SpecialTokens
+from ..options import Arg, above_one, nonneg_float, nonneg_int, positive_float, positive_int, probability
 
 
 # ---- cnn ----------------------------------------------------------------------------
@@ -125,6 +127,7 @@ POSITIONS = ("learned", "rope", "alibi", "sinusoidal", "relative")
 
 @dataclass
 class GPTConfig(Config):
+    # fmt: off
     vocab_size: int = 50257
     context: int = 1024  # the most tokens the model can see at once (nanoGPT's block_size)
     layers: int = 12
@@ -132,189 +135,138 @@ class GPTConfig(Config):
     dim: int = 768
     dropout: float = 0.0
     bias: bool = True
-    pos: str = "learned"  # learned | rope | alibi | sinusoidal | relative (Shaw et al.)
+    pos: Literal[POSITIONS] = "learned"  # relative: Shaw et al.
     # exact GELU (nanoGPT); the gpt2 preset uses "gelu_tanh" (GPT-2's gelu_new), speedrun-cpu "relu2"
-    activation: str = "gelu"
+    activation: Literal[ACTIVATIONS] = "gelu"
     norm_eps: float = 1e-5
     tie_output: bool = True
-    mlp: bool = field(
-        default=True,
-        metadata={"help": "an MLP in every block (--no-mlp: attention only, as in the induction-head studies)"},
-    )
-    embed_scale: bool | None = field(
-        default=None,
-        metadata={
-            "help": "multiply the token embeddings by √dim, as 'Attention is all you need' does, so that a fixed "
-            "unit-amplitude (sinusoidal) position code does not drown them (default: on for --pos sinusoidal)"
-        },
-    )
-    window: int | None = field(
-        default=None,
-        metadata={
-            "help": "restricted attention: each token attends to itself and the WINDOW tokens before it "
-            "(default: all earlier tokens)"
-        },
-    )
-
-    pos_combine: str = field(
-        default="add",
-        metadata={
-            "help": "absolute positions: add them to the token embeddings (add), or concatenate [token; position] "
-            "(concat: see --pos-dim)"
-        },
-    )
-    pos_dim: int = field(
-        default=0,
-        metadata={
-            "help": "--pos-combine concat: the position code's width; the token embedding is dim - POS_DIM wide "
-            "and [token; position] is the stream (0: both dim wide, joined and projected back to dim by a "
-            "learned matrix that starts as their sum)"
-        },
-    )
-    rel_distance: int = field(
-        default=16,
-        metadata={"help": "--pos relative: distances beyond this many tokens share one table row"},
-    )
-    rel_heads: bool = field(
-        default=False,
-        metadata={"help": "--pos relative: a table per head instead of one shared by all heads"},
-    )
-    qk_norm: bool = field(
-        default=False,
-        metadata={"help": "RMS-normalise each head's queries and keys (QK-norm; the speedrun-cpu preset's)"},
-    )
-    logit_softcap: float = field(
-        default=0.0,
-        metadata={
-            "help": "soft-cap the output logits at ±CAP: CAP·tanh(logits/CAP), as Gemma 2 and the modded-nanogpt "
-            "speedrun do (0: no cap)"
-        },
-    )
-    zero_init: bool = field(
-        default=False,
-        metadata={
-            "help": "start the projections that write into the residual stream (attention W_O, MLP out) and an "
-            "untied output head at zero, so that every block starts as the identity (the speedrun's init)"
-        },
-    )
-    attn_scale: float | None = field(
-        default=None,
-        metadata={
-            "help": "multiply the attention scores q·k by this instead of 1/√d_k (1.0: unscaled dot products, "
-            "the baseline of the √d_k claim)"
-        },
-    )
-    vocab_multiple: int = field(
-        default=1,
-        metadata={
-            "help": "round the embedding and output head up to a multiple of this many rows (64: the matmul "
-            "shapes tensor cores run fastest, as nanoGPT pads GPT-2's 50,257 to 50,304); the extra rows are "
-            "never output and exports drop them (1: no padding; BPE runs use 64)"
-        },
-    )
-    kv_heads: int | None = field(
-        default=None,
-        metadata={
-            "help": "grouped-query attention: this many key/value heads, each shared by heads / KV_HEADS query "
-            "heads (default: one per query head; Llama 3, Qwen and Mistral share)"
-        },
-    )
-    head_dim: int | None = field(
-        default=None,
-        metadata={"help": "each head's width (default dim / heads; Qwen3 and Gemma use other widths)"},
-    )
-    mlp_hidden: int | None = field(default=None, metadata={"help": "the MLP's hidden width (default 4 x dim)"})
-    norm: str = field(
-        default="layer",
-        metadata={"help": "the normalisation: layer (LayerNorm, GPT-2's) or rms (RMSNorm: Llama, Qwen, Mistral)"},
-    )
-    gated_mlp: bool = field(
-        default=False,
-        metadata={
-            "help": "a gated MLP: (act(x W_gate) * x W_up) W_down; with --activation silu it is SwiGLU "
-            "(Llama, Qwen, Mistral)"
-        },
-    )
-    qkv_bias: bool | None = field(
-        default=None,
-        metadata={"help": "biases on the query, key and value projections alone (default: as --bias; Qwen2 has them)"},
-    )
-    rope_base: float = field(
-        default=10000.0,
-        metadata={"help": "--pos rope: the base of the rotary frequencies (Llama 3 and Qwen: 500,000 and 1,000,000)"},
-    )
-    rope_scaling: str | None = field(
-        default=None,
-        metadata={
-            "help": "--pos rope: frequencies rescaled for a longer context: linear:FACTOR, "
+    mlp: Annotated[bool, Arg("an MLP in every block (--no-mlp: attention only, as in the induction-head studies)")] = True
+    embed_scale: Annotated[
+        bool | None,
+        Arg("multiply the token embeddings by √dim, as 'Attention is all you need' does, so that a fixed unit-amplitude "
+            "(sinusoidal) position code does not drown them (default: on for --pos sinusoidal)"),
+    ] = None
+    window: Annotated[
+        int | None,
+        Arg("restricted attention: each token attends to itself and the WINDOW tokens before it (default: all "
+            "earlier tokens)", positive_int),
+    ] = None
+    pos_combine: Annotated[
+        Literal["add", "concat"],
+        Arg("absolute positions: add them to the token embeddings (add), or concatenate [token; position] (concat: "
+            "see --pos-dim)"),
+    ] = "add"
+    pos_dim: Annotated[
+        int,
+        Arg("--pos-combine concat: the position code's width; the token embedding is dim - POS_DIM wide and [token; "
+            "position] is the stream (0: both dim wide, joined and projected back to dim by a learned matrix that "
+            "starts as their sum)", nonneg_int),
+    ] = 0
+    rel_distance: Annotated[
+        int, Arg("--pos relative: distances beyond this many tokens share one table row", positive_int)
+    ] = 16
+    rel_heads: Annotated[bool, Arg("--pos relative: a table per head instead of one shared by all heads")] = False
+    qk_norm: Annotated[
+        bool, Arg("RMS-normalise each head's queries and keys (QK-norm; the speedrun-cpu preset's)")
+    ] = False
+    logit_softcap: Annotated[
+        float,
+        Arg("soft-cap the output logits at ±CAP: CAP·tanh(logits/CAP), as Gemma 2 and the modded-nanogpt speedrun do "
+            "(0: no cap)", nonneg_float),
+    ] = 0.0
+    zero_init: Annotated[
+        bool,
+        Arg("start the projections that write into the residual stream (attention W_O, MLP out) and an untied output "
+            "head at zero, so that every block starts as the identity (the speedrun's init)"),
+    ] = False
+    attn_scale: Annotated[
+        float | None,
+        Arg("multiply the attention scores q·k by this instead of 1/√d_k (1.0: unscaled dot products, the baseline of "
+            "the √d_k claim)", positive_float),
+    ] = None
+    vocab_multiple: Annotated[
+        int,
+        Arg("round the embedding and output head up to a multiple of this many rows (64: the matmul shapes tensor "
+            "cores run fastest, as nanoGPT pads GPT-2's 50,257 to 50,304); the extra rows are never output and exports "
+            "drop them (1: no padding; BPE runs use 64)", positive_int),
+    ] = 1
+    kv_heads: Annotated[
+        int | None,
+        Arg("grouped-query attention: this many key/value heads, each shared by heads / KV_HEADS query heads (default: "
+            "one per query head; Llama 3, Qwen and Mistral share)", positive_int),
+    ] = None
+    head_dim: Annotated[
+        int | None, Arg("each head's width (default dim / heads; Qwen3 and Gemma use other widths)", positive_int)
+    ] = None
+    mlp_hidden: Annotated[int | None, Arg("the MLP's hidden width (default 4 x dim)", positive_int)] = None
+    norm: Annotated[
+        Literal[NORMS], Arg("the normalisation: layer (LayerNorm, GPT-2's) or rms (RMSNorm: Llama, Qwen, Mistral)")
+    ] = "layer"
+    gated_mlp: Annotated[
+        bool,
+        Arg("a gated MLP: (act(x W_gate) * x W_up) W_down; with --activation silu it is SwiGLU (Llama, Qwen, "
+            "Mistral)"),
+    ] = False
+    qkv_bias: Annotated[
+        bool | None,
+        Arg("biases on the query, key and value projections alone (default: as --bias; Qwen2 has them)"),
+    ] = None
+    rope_base: Annotated[
+        float,
+        Arg("--pos rope: the base of the rotary frequencies (Llama 3 and Qwen: 500,000 and 1,000,000)", above_one),
+    ] = 10000.0
+    rope_scaling: Annotated[
+        str | None,
+        Arg("--pos rope: frequencies rescaled for a longer context: linear:FACTOR, "
             "llama3:FACTOR:LOW:HIGH:ORIGINAL_CONTEXT (Llama 3.1 and 3.2: llama3:8:1:4:8192), "
             "yarn:FACTOR:ORIGINAL_CONTEXT:BETA_FAST:BETA_SLOW:ATTENTION_FACTOR (Qwen2.5's long contexts: "
             "yarn:4:32768:32:1:1.1386; a last :untruncated leaves the ramp's ends unrounded), "
-            "longrope:ORIGINAL_CONTEXT:ATTENTION_FACTOR:S1,S2,...:L1,L2,... (Phi-3/3.5 mini 128k: a short and a "
-            "long factor per rotated pair) or dynamic:FACTOR:ORIGINAL_CONTEXT (dynamic NTK: the base raised "
-            "past the original context)"
-        },
-    )
-    rope_fraction: float = field(
-        default=1.0,
-        metadata={"help": "--pos rope: rotate this share of each head's dimensions, pass the rest (Pythia: 0.25)"},
-    )
-    sandwich_norm: bool = field(
-        default=False,
-        metadata={"help": "normalise each sublayer's output too before it joins the residual stream (Gemma 2 and 3)"},
-    )
-    attn_softcap: float = field(
-        default=0.0,
-        metadata={"help": "soft-cap the attention scores at ±CAP: CAP·tanh(scores/CAP) (Gemma 2; 0: no cap)"},
-    )
-    global_every: int = field(
-        default=0,
-        metadata={
-            "help": "with --window: every Nth layer attends to all earlier tokens, the others within the window "
-            "(Gemma 2: 2, Gemma 3: 6; 0: every layer windowed)"
-        },
-    )
-    window_from: int = field(
-        default=0,
-        metadata={
-            "help": "with --window: the first N layers attend to all earlier tokens, the later ones within the "
-            "window (Qwen2's max_window_layers; 0: every layer windowed)"
-        },
-    )
-    rope_local_base: float | None = field(
-        default=None,
-        metadata={
-            "help": "--pos rope: the rotary base of the windowed layers, which --rope-scaling leaves unscaled "
-            "(Gemma 3: 10,000; default: as the other layers, --rope-base and --rope-scaling)"
-        },
-    )
-    post_ln: bool = field(
-        default=False,
-        metadata={
-            "help": "the original Transformer's post-LN blocks, LN(x + sublayer(x)), instead of pre-LN's "
-            "x + sublayer(LN(x)) (Vaswani et al. 2017; deep ones train unstably, Xiong et al. 2020)"
-        },
-    )
-    parallel_residual: bool = field(
-        default=False,
-        metadata={"help": "attention and MLP both read the block's input: x + attn(x) + mlp(x) (GPT-J, Pythia)"},
-    )
-    attn_tie: str = field(
-        default="none",
-        metadata={
-            "help": "one projection fewer in attention: qk uses the queries as keys (W_K = W_Q), kv the keys as "
-            "values (W_V = W_K); none keeps three"
-        },
-    )
+            "longrope:ORIGINAL_CONTEXT:ATTENTION_FACTOR:S1,S2,...:L1,L2,... (Phi-3/3.5 mini 128k: a short and a long "
+            "factor per rotated pair) or dynamic:FACTOR:ORIGINAL_CONTEXT (dynamic NTK: the base raised past the "
+            "original context)"),
+    ] = None
+    rope_fraction: Annotated[
+        float,
+        Arg("--pos rope: rotate this share of each head's dimensions, pass the rest (Pythia: 0.25)", probability),
+    ] = 1.0
+    sandwich_norm: Annotated[
+        bool, Arg("normalise each sublayer's output too before it joins the residual stream (Gemma 2 and 3)")
+    ] = False
+    attn_softcap: Annotated[
+        float, Arg("soft-cap the attention scores at ±CAP: CAP·tanh(scores/CAP) (Gemma 2; 0: no cap)", nonneg_float)
+    ] = 0.0
+    global_every: Annotated[
+        int,
+        Arg("with --window: every Nth layer attends to all earlier tokens, the others within the window (Gemma 2: 2, "
+            "Gemma 3: 6; 0: every layer windowed)", nonneg_int),
+    ] = 0
+    window_from: Annotated[
+        int,
+        Arg("with --window: the first N layers attend to all earlier tokens, the later ones within the window "
+            "(Qwen2's max_window_layers; 0: every layer windowed)", nonneg_int),
+    ] = 0
+    rope_local_base: Annotated[
+        float | None,
+        Arg("--pos rope: the rotary base of the windowed layers, which --rope-scaling leaves unscaled (Gemma 3: "
+            "10,000; default: as the other layers, --rope-base and --rope-scaling)", above_one),
+    ] = None
+    post_ln: Annotated[
+        bool,
+        Arg("the original Transformer's post-LN blocks, LN(x + sublayer(x)), instead of pre-LN's x + sublayer(LN(x)) "
+            "(Vaswani et al. 2017; deep ones train unstably, Xiong et al. 2020)"),
+    ] = False
+    parallel_residual: Annotated[
+        bool, Arg("attention and MLP both read the block's input: x + attn(x) + mlp(x) (GPT-J, Pythia)")
+    ] = False
+    attn_tie: Annotated[
+        Literal["none", "qk", "kv"],
+        Arg("one projection fewer in attention: qk uses the queries as keys (W_K = W_Q), kv the keys as values (W_V = "
+            "W_K); none keeps three"),
+    ] = "none"
+
+    # fmt: on
 
     SIZES = ("vocab_size", "context", "layers", "heads", "dim")
-    CHOICES = {
-        "pos": POSITIONS,
-        "norm": NORMS,
-        "activation": ACTIVATIONS,
-        "pos_combine": ("add", "concat"),
-        "attn_tie": ("none", "qk", "kv"),
-    }
     ALIASES = {
         "block_size": "context",
         "n_layer": "layers",
@@ -325,18 +277,13 @@ class GPTConfig(Config):
     }
 
     def __post_init__(self) -> None:
-        super().__post_init__()
+        super().__post_init__()  # (each field's own bounds and choices, as declared above)
         if self.embed_scale is None:
             self.embed_scale = self.pos == "sinusoidal"
         if self.head_dim is None and self.dim % self.heads:
             raise ValueError(f"dim={self.dim} is not divisible by heads={self.heads}; pick heads dividing dim")
-        for name in ("kv_heads", "head_dim", "mlp_hidden"):
-            if getattr(self, name) is not None and getattr(self, name) < 1:
-                raise ValueError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(self, name)}")
         if self.kv_heads is not None and self.heads % self.kv_heads:
             raise ValueError(f"heads={self.heads} is not a multiple of kv_heads={self.kv_heads}; pick a divisor")
-        if not 0 < self.rope_fraction <= 1:
-            raise ValueError(f"--rope-fraction must be above 0 and at most 1, got {self.rope_fraction}")
         if self.rope_scaling is not None:
             from ..position import rope_scaling_parts
 
@@ -353,11 +300,7 @@ class GPTConfig(Config):
                 f"--pos rope rotates pairs of a head's dimensions: {self.rotary_dim} of them (head width "
                 f"{self.d_head} x --rope-fraction {self.rope_fraction}) is odd"
             )
-        if not self.rope_base > 1:
-            raise ValueError(f"--rope-base must be above 1, got {self.rope_base}")
-        if self.rel_distance < 1:
-            raise ValueError(f"--rel-distance must be at least 1, got {self.rel_distance}")
-        if self.pos_dim and not (self.pos_combine == "concat" and 0 < self.pos_dim < self.dim):
+        if self.pos_dim and not (self.pos_combine == "concat" and self.pos_dim < self.dim):
             raise ValueError(
                 f"--pos-dim {self.pos_dim} splits the stream's {self.dim} dims between tokens and positions: give "
                 f"--pos-combine concat and a width between 1 and {self.dim - 1}"
@@ -376,30 +319,13 @@ class GPTConfig(Config):
             raise ValueError(
                 "--post-ln normalises after each residual sum; drop --parallel-residual and --sandwich-norm"
             )
-        if self.attn_softcap < 0:
-            raise ValueError(f"--attn-softcap must be 0 (off) or positive, got {self.attn_softcap}")
-        if self.global_every < 0:
-            raise ValueError(f"--global-every must be 0 (every layer windowed) or positive, got {self.global_every}")
-        if self.global_every and self.window is None:
-            raise ValueError("--global-every alternates windowed and global layers: give the --window too")
-        if self.window_from < 0:
-            raise ValueError(f"--window-from must be 0 (every layer windowed) or positive, got {self.window_from}")
-        if self.window_from and self.window is None:
-            raise ValueError("--window-from says which layers are windowed: give the --window too")
-        if self.rope_local_base is not None and not self.rope_local_base > 1:
-            raise ValueError(f"--rope-local-base must be above 1, got {self.rope_local_base}")
-        if self.logit_softcap < 0:
-            raise ValueError(f"--logit-softcap must be 0 (off) or positive, got {self.logit_softcap}")
-        if self.window is not None and self.window < 1:
-            raise ValueError(f"--window must be at least 1 (the tokens each one attends back to), got {self.window}")
-        if self.attn_scale is not None and not self.attn_scale > 0:
-            raise ValueError(f"--attn-scale must be positive, got {self.attn_scale}")
+        for name in ("global_every", "window_from"):
+            if getattr(self, name) and self.window is None:
+                raise ValueError(f"--{name.replace('_', '-')} says which layers are windowed: give the --window too")
         if self.rel_heads and self.pos != "relative":
             raise ValueError(
                 f"--rel-heads shapes the relative-position tables: it needs --pos relative (got --pos {self.pos})"
             )
-        if self.vocab_multiple < 1:
-            raise ValueError(f"--vocab-multiple must be at least 1, got {self.vocab_multiple}")
 
     @property
     def d_head(self) -> int:
