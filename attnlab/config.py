@@ -60,16 +60,16 @@ class _ConfigType(type):
 
 class Config(metaclass=_ConfigType):
     """Mixin for @dataclass configs. ``from_dict`` refuses unknown fields (a checkpoint of another
-    model, or a typo) unless ``strict=False``. A field may declare its help and check in its
-    annotation (``lr: Annotated[float, Arg("...", positive_float)] = 1e-3``): the constructor, the
-    command line and :func:`attnlab.train` then check it alike. Subclasses list their size fields in ``SIZES``
-    (each must be an integer in 1..MAX_SIZE), the values a text field may take in ``CHOICES``, the
-    help of a field whose meaning is their own in ``HELP`` (the others' is :data:`FIELD_HELP`'s),
-    and call ``super().__post_init__()``."""
+    model, or a typo) unless ``strict=False``. A field declares its check in its annotation: the
+    values it may take as a ``Literal``, its help and bound as an :class:`~attnlab.options.Arg`
+    (``lr: Annotated[float, Arg("...", positive_float)] = 1e-3``); the constructor, the command line
+    and :func:`attnlab.train` then check it alike. A field of the shared vocabulary (``layers``,
+    ``dropout``) takes its help from :data:`FIELD_HELP` (or the class's ``HELP``, where its meaning
+    is the class's own). Subclasses list their size fields in ``SIZES`` (each an integer in
+    1..MAX_SIZE) and call ``super().__post_init__()``."""
 
     SIZES: typing.ClassVar[tuple[str, ...]] = ()
     ALIASES: typing.ClassVar[dict[str, str]] = {}  # old name -> field
-    CHOICES: typing.ClassVar[dict[str, tuple[str, ...]]] = {}  # field -> the values it may take
     HELP: typing.ClassVar[dict[str, str]] = {}  # field -> its help, where FIELD_HELP's does not fit
 
     def __init_subclass__(cls, **kwargs) -> None:
@@ -98,10 +98,6 @@ class Config(metaclass=_ConfigType):
                 want = str(hints[f.name]).replace("typing.", "").replace("<class '", "").replace("'>", "")
                 raise ValueError(f"{type(self).__name__}.{self.label(f.name)} must be {want}, got {value!r}")
         check_fields(self)  # (the fields declared with their bounds: Annotated[float, Arg(help, check)])
-        for name, allowed in self.CHOICES.items():
-            if getattr(self, name) not in allowed:
-                flag = "--" + name.replace("_", "-")
-                raise ValueError(f"{flag} must be one of {', '.join(allowed)}, got {getattr(self, name)!r}")
         for name in self.SIZES:
             v = getattr(self, name)
             if v is not None and not 1 <= v <= MAX_SIZE:

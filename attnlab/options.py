@@ -378,7 +378,7 @@ def _is_config(verb: Any) -> bool:
 def declared_parameters(verb: Callable) -> list[tuple[inspect.Parameter, Any, Arg]]:
     """(parameter, its type without the annotation, its :class:`Arg`) for each parameter of ``verb``
     annotated with an Arg, in the signature's order; of a config dataclass, every option-sized
-    field (a number, a string, a bool, or None of one; its ``CHOICES`` as a Literal)."""
+    field (a number, a string, a bool, or None of one; a ``Literal``'s values its choices)."""
     verb = inspect.unwrap(verb)
     # a dataclass's fields, each in the namespace of the class that declares it (a base elsewhere)
     fields = typing.get_type_hints(verb, include_extras=True) if inspect.isclass(verb) else {}
@@ -403,9 +403,6 @@ def declared_parameters(verb: Callable) -> list[tuple[inspect.Parameter, Any, Ar
         elif _is_config(verb) and _scalar(annotation) is not None and not _is_list(annotation):
             from .config import field_help
 
-            choices = getattr(verb, "CHOICES", {}).get(param.name)
-            if choices:
-                annotation = Literal[tuple(choices)] | None if param.default is None else Literal[tuple(choices)]
             found.append((param, annotation, Arg(field_help(verb, param.name))))
     return found
 

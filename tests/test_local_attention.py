@@ -83,5 +83,5 @@ def test_vit_window_sees_its_patch_neighbourhood_and_the_class_token(tmp_path):
     assert seen[1 + 5].sum() == 1 + 9 and seen[1 + 0].sum() == 1 + 4  # an inner patch, a corner
     with pytest.raises(CheckpointError, match="window=1"):
         attnlab.export_hf(vit, tmp_path / "hf")
-    with pytest.raises(ValueError, match="--window must be at least 1"):
+    with pytest.raises(ValueError, match=r"\(--window\): 0 is out of range: must be at least 1"):
         ViTConfig(window=0)

@@ -255,7 +255,7 @@ def test_resnet_blocks_add_their_shortcut_and_train_from_the_command_line(tmp_pa
     assert down(x).shape == (2, 8, 4, 4)
     net = CNN(CNNConfig(in_chans=1, num_classes=3, widths=(8, 16), image_size=8, arch="resnet"))
     assert net(torch.randn(2, 1, 8, 8)).shape == (2, 3) and sum(isinstance(m, BasicBlock) for m in net.modules()) == 4
-    with pytest.raises(ValueError, match="--arch must be one of plain, resnet"):
+    with pytest.raises(ValueError, match=r"\(--arch\): choose one of plain, resnet"):
         CNNConfig(arch="vgg")
     pytest.importorskip("sklearn")
     out = tmp_path / "res"

@@ -30,12 +30,13 @@ import math
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Annotated, Any, Iterator, Literal
 
 import torch
 from torch import Tensor, nn
 
 from ..config import Config
+from ..options import Arg, nonneg_float
 from ..errors import CheckpointError, OptionError
 
 __all__ = ["SAEConfig", "SparseAutoencoder", "train", "evaluate", "load_sae", "token_batches", "activations"]
@@ -47,10 +48,12 @@ SAE_WEIGHTS, SAE_CONFIG, SAE_METRICS = "sae.safetensors", "sae.json", "metrics.j
 class SAEConfig(Config):
     d_in: int = 128
     d_sae: int = 1024
-    kind: str = "relu"
+    kind: Literal["relu", "topk"] = "relu"
     k: int = 32  # top-k: latents kept per token
-    l1_coefficient: float = 2.0  # ReLU: λ of the L1 penalty (on inputs scaled to norm √d_in)
-    aux_coefficient: float = 1.0  # top-k: α of the AuxK loss (SAELens's aux_loss_coefficient)
+    # ReLU: λ of the L1 penalty (on inputs scaled to norm √d_in); top-k: α of the AuxK loss (SAELens's
+    # aux_loss_coefficient)
+    l1_coefficient: Annotated[float, Arg("ReLU: λ of the L1 penalty", nonneg_float)] = 2.0
+    aux_coefficient: Annotated[float, Arg("top-k: α of the AuxK loss", nonneg_float)] = 1.0
     unit_norm_decoder: bool = True
     apply_b_dec_to_input: bool = True
     # inputs are multiplied by this (and outputs divided) so that their mean norm is √d_in, as
@@ -59,15 +62,11 @@ class SAEConfig(Config):
     hook: str = ""  # the hook point it reads (blocks.1.hook_resid_post)
 
     SIZES = ("d_in", "d_sae", "k")
-    CHOICES = {"kind": ("relu", "topk")}
 
     def __post_init__(self) -> None:
         super().__post_init__()
         if self.kind == "topk" and self.k > self.d_sae:
             raise ValueError(f"--k {self.k} is more than the SAE's {self.d_sae} latents")
-        for name in ("l1_coefficient", "aux_coefficient"):
-            if not getattr(self, name) >= 0:
-                raise ValueError(f"--{name.replace('_', '-')} must be 0 or more, got {getattr(self, name)}")
 
 
 class SparseAutoencoder(nn.Module):

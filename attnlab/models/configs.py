@@ -5,7 +5,7 @@ without importing the models themselves (each model module re-exports its config
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Annotated, Literal
 
 from ..config import ACTIVATIONS, NORMS, Config, SpecialTokens
@@ -20,16 +20,13 @@ class CNNConfig(Config):
     widths: tuple = (32, 64, 128)  # channels of each stage; each stage after the first halves H and W
     image_size: int = 28
     labels: list | None = None
-    arch: str = field(
-        default="plain",
-        metadata={
-            "help": "plain: (conv, BN, ReLU) x2 per stage; resnet: two residual basic blocks per stage "
-            "(ResNet-18's, scaled to small images)"
-        },
-    )
+    arch: Annotated[
+        Literal["plain", "resnet"],
+        Arg("plain: (conv, BN, ReLU) x2 per stage; resnet: two residual basic blocks per stage (ResNet-18's, scaled "
+            "to small images)"),
+    ] = "plain"  # fmt: skip
 
     SIZES = ("in_chans", "image_size")
-    CHOICES = {"arch": ("plain", "resnet")}
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -62,38 +59,33 @@ class ViTConfig(Config):
     layers: int = 6
     heads: int = 3
     mlp_ratio: float = 4.0
-    pool: str = "cls"  # cls | mean
-    # learned | sincos | fourier | relative (2-D Shaw et al., no absolute table) | none (a bag of patches)
-    pos: str = "learned"
-    rel_distance: int = 8  # --pos relative: patch offsets beyond this many rows or columns share a table row
+    pool: Literal["cls", "mean"] = "cls"
+    pos: Annotated[
+        Literal[VIT_POSITIONS],
+        Arg("positional encoding: learned, sincos (2-D sine-cosine), fourier (learned Fourier features), relative "
+            "(2-D Shaw et al., no absolute table) or none (a bag of patches)"),
+    ] = "learned"  # fmt: skip
+    rel_distance: Annotated[
+        int, Arg("--pos relative: patch offsets beyond this many rows or columns share a table row", positive_int)
+    ] = 8
     dropout: float = 0.0
     norm_eps: float = 1e-6
     qkv_bias: bool = True
     peg: bool = False  # conditional position encoding (CPVT): a depthwise conv after the first block
     labels: list | None = None  # class names, in index order
-    window: int | None = field(
-        default=None,
-        metadata={
-            "help": "restricted attention: each patch attends to the patches within WINDOW rows and columns of it "
-            "(the class token to all, and all to it; default: every patch)"
-        },
-    )
+    window: Annotated[
+        int | None,
+        Arg("restricted attention: each patch attends to the patches within WINDOW rows and columns of it (the class "
+            "token to all, and all to it; default: every patch)", positive_int),
+    ] = None  # fmt: skip
 
     SIZES = ("image_size", "patch_size", "in_chans", "dim", "layers", "heads")
-    CHOICES = {"pool": ("cls", "mean"), "pos": VIT_POSITIONS}
-    HELP = {
-        "pos": "positional encoding: learned, sincos (2-D sine-cosine), fourier (learned Fourier features), "
-        "relative (2-D Shaw et al., no absolute table) or none (a bag of patches)",
-        "rel_distance": "--pos relative: patch offsets beyond this many rows or columns share a table row",
-    }
     ALIASES = {"depth": "layers"}
 
     def __post_init__(self) -> None:
         super().__post_init__()
         if self.num_classes < 0:
             raise ValueError(f"num_classes must be 0 (no head) or more, got {self.num_classes}")
-        if self.rel_distance < 1:
-            raise ValueError(f"--rel-distance must be at least 1, got {self.rel_distance}")
         if self.image_size % self.patch_size:
             raise ValueError(
                 f"image size {self.image_size} is not divisible by patch size {self.patch_size}; "
@@ -101,8 +93,6 @@ class ViTConfig(Config):
             )
         if self.dim % self.heads:
             raise ValueError(f"dim={self.dim} is not divisible by heads={self.heads}")
-        if self.window is not None and self.window < 1:
-            raise ValueError(f"--window must be at least 1 (the rows and columns each patch sees), got {self.window}")
 
     @property
     def grid(self) -> tuple[int, int]:
@@ -399,30 +389,24 @@ class TextEncoderConfig(Config):
     mlm_head: bool = True
     num_classes: int = 0  # > 0: a classification head
     labels: list | None = None  # class names, in index order
-    per_token: bool = field(
-        default=False,
-        metadata={"help": "the classification head labels every token (tagging) instead of the whole text"},
-    )
-    window: int | None = field(
-        default=None,
-        metadata={
-            "help": "restricted attention: each token attends to the WINDOW tokens on either side (default: all)"
-        },
-    )
-    pos: str = field(
-        default="learned",
-        metadata={
-            "help": "learned (BERT's absolute table) or relative (Shaw et al.: learned key and value vectors per "
-            "clipped distance, inside attention; no table added to the tokens)"
-        },
-    )
-    rel_distance: int = field(
-        default=16, metadata={"help": "--pos relative: distances beyond this many tokens share one table row"}
-    )
+    per_token: Annotated[
+        bool, Arg("the classification head labels every token (tagging) instead of the whole text")
+    ] = False
+    window: Annotated[
+        int | None,
+        Arg("restricted attention: each token attends to the WINDOW tokens on either side (default: all)", positive_int),
+    ] = None  # fmt: skip
+    pos: Annotated[
+        Literal["learned", "relative"],
+        Arg("learned (BERT's absolute table) or relative (Shaw et al.: learned key and value vectors per clipped "
+            "distance, inside attention; no table added to the tokens)"),
+    ] = "learned"  # fmt: skip
+    rel_distance: Annotated[
+        int, Arg("--pos relative: distances beyond this many tokens share one table row", positive_int)
+    ] = 16
 
     SIZES = ("vocab_size", "context", "layers", "heads", "dim", "mlp_dim", "type_vocab_size")
     ALIASES = {"num_labels": "num_classes"}
-    CHOICES = {"pos": ("learned", "relative")}
     HELP = {"context": "the longest input in tokens, [CLS] and [SEP] included"}
 
     def __post_init__(self) -> None:
@@ -435,12 +419,6 @@ class TextEncoderConfig(Config):
             raise ValueError(f"num_classes must be 0 (no classifier) or more, got {self.num_classes}")
         if self.per_token and not self.num_classes:
             raise ValueError("per_token needs a classifier: num_classes > 0 (the number of tags)")
-        if self.rel_distance < 1:
-            raise ValueError(f"--rel-distance must be at least 1, got {self.rel_distance}")
-        if self.window is not None and self.window < 1:
-            raise ValueError(
-                f"--window must be at least 1 (the tokens on either side each one sees), got {self.window}"
-            )
 
 
 ENCODER_PRESETS: dict[str, dict] = {
@@ -461,22 +439,20 @@ class GraphTransformerConfig(Config):
     heads: int = 4
     mlp_ratio: float = 2.0
     dropout: float = 0.0
-    pos: str = field(default="laplacian", metadata={"help": "laplacian (eigenvectors of the graph Laplacian) or none"})
-    lap_k: int = field(default=8, metadata={"help": "how many Laplacian eigenvectors each node gets"})
-    sign_flip: bool = field(default=True, metadata={"help": "random eigenvector signs in training"})
-    attend: str = field(
-        default="all",
-        metadata={"help": "all: every node attends to every node (the complete graph); edges: to its neighbours"},
+    pos: Annotated[Literal["laplacian", "none"], Arg("laplacian (eigenvectors of the graph Laplacian) or none")] = (
+        "laplacian"
     )
+    lap_k: Annotated[int, Arg("how many Laplacian eigenvectors each node gets")] = 8
+    sign_flip: Annotated[bool, Arg("random eigenvector signs in training")] = True
+    attend: Annotated[
+        Literal["all", "edges"],
+        Arg("all: every node attends to every node (the complete graph); edges: to its neighbours"),
+    ] = "all"
 
     SIZES = ("dim", "layers", "heads", "lap_k")
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        if self.pos not in ("laplacian", "none"):
-            raise ValueError(f"pos must be laplacian or none for a graph transformer, got {self.pos!r}")
-        if self.attend not in ("all", "edges"):
-            raise ValueError(f"attend must be all or edges, got {self.attend!r}")
         if self.dim % self.heads:
             raise ValueError(f"dim={self.dim} is not divisible by heads={self.heads}")
         if self.num_classes < 1 or self.node_features < 0:
@@ -494,16 +470,17 @@ class RNNConfig(SpecialTokens, Config):
     emb_dim: int = 256
     dim: int = 512  # the hidden state's width
     layers: int = 1
-    cell: str = "gru"  # gru | lstm
+    cell: Literal["gru", "lstm"] = "gru"
     bidirectional: bool = True
-    attention: str = "additive"  # none | additive | dot
+    attention: Literal["none", "additive", "dot"] = "additive"
     dropout: float = 0.2
     context: int = 256  # the longest source or target sequence, in tokens
-    readout: int = 0  # > 0: Bahdanau's deep output, a maxout layer of this width before the vocabulary
+    readout: Annotated[
+        int, Arg("Bahdanau's deep output: a maxout layer this wide before the vocabulary (0: none)", nonneg_int)
+    ] = 0
 
     SIZES = ("src_vocab", "tgt_vocab", "emb_dim", "dim", "layers", "context")
     ALIASES = {"hidden": "dim", "max_len": "context"}
-    CHOICES = {"cell": ("gru", "lstm"), "attention": ("none", "additive", "dot")}
     HELP = {
         "dim": "the recurrent state's width",
         "layers": "stacked recurrent layers, encoder and decoder each",
@@ -512,13 +489,7 @@ class RNNConfig(SpecialTokens, Config):
         "attention": "the decoder's attention over the encoder states: none (one context vector), additive "
         "(Bahdanau) or dot (Luong)",
         "context": "the longest source or target sentence, in tokens",
-        "readout": "Bahdanau's deep output: a maxout layer this wide before the vocabulary (0: none)",
     }
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        if self.readout < 0:
-            raise ValueError(f"readout must be >= 0 (0 = no maxout layer), got {self.readout}")
 
 
 # ---- seq2seq ----------------------------------------------------------------------------
@@ -533,22 +504,21 @@ class TransformerConfig(SpecialTokens, Config):
     mlp_dim: int = 512
     dropout: float = 0.1
     norm_first: bool = False  # the paper's post-LN; True for pre-LN
-    pos: str = "sinusoidal"  # sinusoidal | learned | relative (Shaw et al., in both self-attentions)
-    rel_distance: int = 16  # --pos relative: distances beyond this many tokens share one table row
-    activation: str = "relu"
+    pos: Literal["sinusoidal", "learned", "relative"] = "sinusoidal"  # relative: Shaw et al., in both self-attentions
+    rel_distance: Annotated[
+        int, Arg("--pos relative: distances beyond this many tokens share one table row", positive_int)
+    ] = 16
+    activation: Literal[ACTIVATIONS] = "relu"
     share_embeddings: bool = True  # only when the vocabulary is joint (src_vocab == tgt_vocab)
     tie_output: bool = True
     context: int = 256  # the longest source or target sequence, in tokens
 
     SIZES = ("src_vocab", "tgt_vocab", "dim", "heads", "enc_layers", "dec_layers", "mlp_dim", "context")
     ALIASES = {"ff_dim": "mlp_dim", "max_len": "context"}
-    CHOICES = {"pos": ("sinusoidal", "learned", "relative"), "activation": ACTIVATIONS}
     HELP = {"context": "the longest source or target sentence, in tokens"}
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        if self.rel_distance < 1:
-            raise ValueError(f"--rel-distance must be at least 1, got {self.rel_distance}")
         if self.dim % self.heads:
             raise ValueError(f"dim={self.dim} is not divisible by heads={self.heads}")
         if self.share_embeddings and self.src_vocab != self.tgt_vocab:
@@ -567,8 +537,8 @@ ENCODERS = ("cnn", "vit")
 @dataclass
 class CaptionConfig(SpecialTokens, Config):
     vocab_size: int = 64
-    arch: str = "rnn-attention"  # rnn | rnn-attention | transformer
-    encoder: str = "cnn"  # cnn | vit
+    arch: Literal[ARCHS] = "rnn-attention"
+    encoder: Literal[ENCODERS] = "cnn"
     image_size: int = 40
     in_chans: int = 3
     widths: tuple = (16, 32, 64)  # CNN encoder stages: a 40-pixel image gives a 10×10 grid
@@ -590,7 +560,7 @@ class CaptionConfig(SpecialTokens, Config):
     # the one vector the LSTM starts from (rnn; rnn-attention with init_from_image): the grid's mean, a
     # bag of features that keeps what is there but not where, or a learned map of the whole flattened
     # grid, as a CNN's last fully connected layer gives Show and Tell its image vector (it keeps the layout)
-    image_vector: str = "mean"
+    image_vector: Literal[IMAGE_VECTORS] = "mean"
 
     SIZES = (
         "vocab_size",
@@ -606,7 +576,6 @@ class CaptionConfig(SpecialTokens, Config):
         "mlp_dim",
         "context",
     )
-    CHOICES = {"arch": ARCHS, "encoder": ENCODERS, "image_vector": IMAGE_VECTORS}
     HELP = {
         "arch": "the decoder: rnn (an LSTM that sees the image once, no attention), rnn-attention (Show, Attend "
         "and Tell's soft attention) or transformer",
