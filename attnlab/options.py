@@ -83,14 +83,11 @@ seed_value = number(int, 0, True, 2**63 - 1, what="from 0 to 2**63 - 1 (a 64-bit
 beam_width = number(int, 1, True, MAX_BEAM, what=f"from 1 (greedy) to {MAX_BEAM}")
 
 
-def check_device_name(name: str) -> None:
+def device_name(name: str) -> str:
+    """``name`` if it names a device (auto, cpu, cuda, cuda:N), else ValueError saying so."""
     if name not in ("auto", "cpu", "cuda") and not (name.startswith("cuda:") and name[5:].isdigit()):
         raise ValueError(f"--device must be auto, cpu, cuda or cuda:N, got {name!r}")
-
-
-def device_name(text: str) -> str:
-    check_device_name(text)
-    return text
+    return name
 
 
 def input_lines(texts: list[str], file: str | None) -> list[str]:

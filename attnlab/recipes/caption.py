@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import Annotated, Any
 
 
 from ..errors import DataError, OptionError
@@ -38,9 +38,6 @@ from .base import (
     Verbs,
     read_image,
 )
-
-if TYPE_CHECKING:
-    pass
 
 
 class CaptionerVerbs(Verbs):

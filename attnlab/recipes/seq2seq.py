@@ -6,7 +6,7 @@ from __future__ import annotations
 import warnings
 from pathlib import Path
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Annotated, Any, Literal, Sequence
+from typing import Annotated, Any, Literal, Sequence
 
 
 from ..models.configs import RNNConfig, TransformerConfig
@@ -27,9 +27,6 @@ from ..options import (
 )
 from . import register
 from .base import ModelKind, TINY_RUN, Evaluation, Recipe, TextInspection, TrainingRun, TrainOptions, Verbs
-
-if TYPE_CHECKING:
-    pass
 
 
 class Seq2SeqVerbs(Verbs):

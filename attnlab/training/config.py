@@ -9,7 +9,7 @@ from typing import Annotated, Literal
 from ..config import Config
 from ..options import (
     Arg,
-    Device,
+    device_name,
     nonneg_float,
     nonneg_int,
     positive_float,
@@ -70,9 +70,9 @@ class TrainConfig(Config):
     ] = 250
     eval_iters: Annotated[int, Arg("validation batches per evaluation", positive_int)] = 20
     log_interval: Annotated[int, Arg("steps between progress updates", positive_int)] = 10
-    device: Annotated[
-        str, Arg("where to train: auto (a GPU when there is one), cpu, cuda or cuda:N", Device.__metadata__[0].check)
-    ] = "auto"
+    device: Annotated[str, Arg("where to train: auto (a GPU when there is one), cpu, cuda or cuda:N", device_name)] = (
+        "auto"
+    )
     dtype: Annotated[
         Literal["auto", "fp32", "bf16"],
         Arg("auto (bf16 on GPUs and on CPUs with fast bf16, else fp32), fp32 or bf16 (mixed precision)"),

@@ -9,11 +9,11 @@ import os
 import torch
 from torch import nn
 
-from ..options import check_device_name
+from ..options import device_name
 
 
 def pick_device(name: str = "auto") -> torch.device:
-    check_device_name(name)
+    device_name(name)
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     if name.startswith("cuda") and not torch.cuda.is_available():

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from ..config import option_fields
 from ..data.fingerprint import check_same_data, fingerprint
 from ..errors import CheckpointError, OptionError
 from ..runoptions import write_options
@@ -45,13 +46,6 @@ class TrainResult:
     run: TrainingRun
     step: int
     best_val: float
-
-
-def train_fields() -> list[str]:
-    """The trainer's options (TrainConfig's fields)."""
-    from ..config import option_fields
-
-    return list(option_fields(TrainConfig))
 
 
 def train_config(over: dict, saved: dict | None, defaults: dict | None = None, say=None) -> TrainConfig:
@@ -121,7 +115,7 @@ def replay_options(
         else:
             options.update({n: getattr(run.config, n) for n in family.model_fields() if hasattr(run.config, n)})
         options["data"] = own.data if own.data is not None else (saved or {}).get("data_spec")
-    options.update({n: getattr(tcfg, n) for n in train_fields()})
+    options.update({n: getattr(tcfg, n) for n in option_fields(TrainConfig)})
     return options
 
 
@@ -169,7 +163,7 @@ def train(
     names = {f.name for f in dataclasses.fields(family.train_options)}
     own = family.train_options(**{k: v for k, v in options.items() if k in names})
     model_over = {k: options[k] for k in family.model_fields() if options.get(k) is not None}
-    training_over = {k: options[k] for k in train_fields() if options.get(k) is not None}
+    training_over = {k: options[k] for k in option_fields(TrainConfig) if options.get(k) is not None}
     restarts = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
     if restarts and not resume and (out / "last" / "config.json").is_file():
         # torchrun's elastic agent restarted the workers after a failure (--max-restarts): the
