@@ -25,6 +25,8 @@ from .options import path_argument
 from .recipes.base import Verbs
 
 if TYPE_CHECKING:
+    from _typeshed import DataclassInstance  # (train_args' dataclasses)
+
     from .inspect.explorer import Exploration
     from .training.callbacks import Callback
 
@@ -49,7 +51,7 @@ def train_args(family: str) -> type:
     ``attnlab train <family>`` (``GPTTrain(lr=3e-4, max_iters=500)``), each typed and checked as
     its flag is; its default instance holds what a run given no options uses. ``train`` takes an
     instance in place of the family's name (a field left at its default counts as not given)."""
-    return _recipe(family).train_arguments()
+    return _recipe(family).train_arguments
 
 
 def train_options(family: str) -> dict[str, Any]:
@@ -62,7 +64,7 @@ def train_options(family: str) -> dict[str, Any]:
 
 
 def train(
-    family: str | Any,
+    family: str | DataclassInstance,
     *,
     data: str | None = None,
     out: str | Path | None = None,
@@ -93,28 +95,28 @@ def train(
         path_argument(out, "out")
     if not isinstance(resume, bool):  # (resume="no" is true to Python)
         raise OptionError(f"resume={resume!r}: must be True (continue the run in out) or False")
-    if not isinstance(family, str) and hasattr(family, "family"):  # (typed options: those not at their default)
-        defaults = train_options(family.family)
-        typed = {k: v for k, v in dataclasses.asdict(family).items() if v != defaults[k]}
-        family, options = family.family, {**typed, **options}
-    recipe = _recipe(family)
+    name = family if isinstance(family, str) else str(getattr(family, "family", family))
+    if not isinstance(family, str):  # (typed options: those not at their default)
+        defaults = train_options(name)
+        options = {**{k: v for k, v in dataclasses.asdict(family).items() if v != defaults[k]}, **options}
+    recipe = _recipe(name)
     specs = recipe.train_specs()
     alias_of = {f.lstrip("-").replace("-", "_"): s.dest for s in specs for f in s.flags}  # every flag's name -> option
     if config is not None:
-        file_data, from_file = _config_options(recipe, family, config, tuple(specs.specs), alias_of)
+        file_data, from_file = _config_options(recipe, name, config, tuple(specs.specs), alias_of)
         data = file_data if data is None else data
         options = {**from_file, **options}
     values: dict[str, Any] = {n: s.default for n, s in specs.specs.items()}
-    for name, value in options.items():
-        key = alias_of.get(name, name)
+    for option, value in options.items():
+        key = alias_of.get(option, option)
         if key in ("out", "resume", "data", "config", "callbacks"):
-            raise OptionError(f"give {key} as train({family!r}, {key}=...), not among the options")
-        if key in specs and name in alias_of:
+            raise OptionError(f"give {key} as train({name!r}, {key}=...), not among the options")
+        if key in specs and option in alias_of:
             values[key] = specs.check(key, value)
-        elif name in recipe.set_by_data:
-            raise OptionError(f"{name} follows from the data for {family} models; it is not an option")
+        elif option in recipe.set_by_data:
+            raise OptionError(f"{option} follows from the data for {name} models; it is not an option")
         else:
-            raise OptionError(f"train {family} has no option {name!r}; attnlab.train_options({family!r}) lists them")
+            raise OptionError(f"train {name} has no option {option!r}; attnlab.train_options({name!r}) lists them")
     if data is not None:
         values["data"] = specs.check("data", str(data)) if "data" in specs else str(data)
     if values.get("init"):  # --init gpt2: a HuggingFace hub name
@@ -145,7 +147,7 @@ def train(
         abandon_new_runs()
         raise
     result.model.eval()
-    return Run(family, Path(run_folder), result.step, result.best_val, result.model)
+    return Run(name, Path(run_folder), result.step, result.best_val, result.model)
 
 
 def _config_options(

@@ -481,7 +481,7 @@ def checked(verb: Verb) -> Verb:
     @functools.wraps(verb)
     def checked_verb(*args, **kwargs):
         bound = signature.bind(*args, **kwargs)
-        specs = _declared_once(verb)
+        specs = declared_once(verb)
         for name, value in bound.arguments.items():
             spec = specs.specs.get(name)
             if spec is not None and not spec.positional and value is not None:
@@ -491,9 +491,7 @@ def checked(verb: Verb) -> Verb:
     return cast(Verb, checked_verb)
 
 
-@functools.lru_cache(maxsize=None)
-def _declared_once(verb: Callable) -> OptionSpecs:
-    return declared(verb)
+declared_once = functools.lru_cache(maxsize=None)(declared)  # (a verb's options, read once)
 
 
 # ``--quantize``'s choices (attnlab.generate.quantize implements them; kept here, where no torch is imported,

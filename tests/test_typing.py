@@ -36,7 +36,7 @@ def test_type_checkers_see_the_real_signatures(tmp_path):
         env={"MYPYPATH": str(ROOT), "PATH": "/usr/bin:/bin"},
     )
     out = r.stdout
-    assert 'Argument 1 to "train" has incompatible type "int"; expected "str"' in out, out
+    assert 'Argument 1 to "train" has incompatible type "int"; expected "str | DataclassInstance"' in out, out
     assert 'expression has type "Path", variable has type "int"' in out, out
     assert 'Argument "device" to "load" has incompatible type "int"' in out, out
     assert 'Argument "hook" to "train" has incompatible type "int"' in out, out

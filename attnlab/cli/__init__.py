@@ -614,9 +614,13 @@ def main(argv: list[str] | None = None) -> int:
             stream.reconfigure(errors="backslashreplace")
     argv = sys.argv[1:] if argv is None else list(argv)
     app = build_app(argv)  # (the live declarations: no module that declares an option imports torch)
-    if _help_asked(app, argv):  # (drawn without parsing the options first: half the time of --help)
-        app.help_print([t for t in argv if t not in app.help_flags])
-        return 0
+    before = argv[: argv.index("--")] if "--" in argv else argv  # (after --, "--help" is a value)
+    words = [t for t in before if t not in app.help_flags]
+    if len(words) < len(before):  # --help or -h: drawn without parsing the options first (half the time)
+        _, apps, unused = app.parse_commands(words)
+        if apps[-1].default_command is not None or not unused or unused[0].startswith("-"):  # (else: a typo
+            app.help_print(words)  # of a command, which the parse names with "did you mean")
+            return 0
     try:
         command, bound, _ = app.parse_args(argv, exit_on_error=False, print_error=False)
     except CycloptsError as e:
@@ -666,16 +670,6 @@ def main(argv: list[str] | None = None) -> int:
         release = _imported("attnlab.checkpoint", "release_runs")
         if release is not None:
             release()
-
-
-def _help_asked(app, argv: list[str]) -> bool:
-    """Whether ``argv`` asks for a command's help (--help or -h before any ``--``, after command words
-    that name one; a mistyped command is left to the parse, which says "did you mean")."""
-    words = argv[: argv.index("--")] if "--" in argv else argv
-    if not any(t in app.help_flags for t in words):
-        return False
-    _, apps, unused = app.parse_commands([t for t in words if t not in app.help_flags])
-    return not (apps[-1].default_command is None and unused and not unused[0].startswith("-"))
 
 
 def _imported(module: str, name: str):

@@ -228,38 +228,6 @@ class TrainOptions:
 RUN_PLACE = ("out", "resume", "config")  # where a run is and what it repeats: train()'s own keywords
 
 
-@functools.lru_cache(maxsize=None)
-def train_arguments(recipe_class: type) -> type:
-    """:meth:`Recipe.train_arguments` of the family ``recipe_class``."""
-    import dataclasses
-
-    recipe = recipe_class()
-    specs, defaults = recipe.train_specs(), recipe.default_values()
-    fields = []
-    for name, spec in specs.specs.items():
-        if name in RUN_PLACE:
-            continue
-        default, annotation = defaults.get(name), spec.annotation
-        if default is None and annotation is not None:
-            annotation = annotation | None
-        fields.append((name, annotation, dataclasses.field(default=default, metadata={"help": spec.help})))
-
-    def __post_init__(self) -> None:  # each value given checked as its flag is (its type, bound, choices)
-        for name, value in vars(self).items():
-            if value is not None and value != defaults.get(name):
-                setattr(self, name, specs.check(name, value))
-
-    classes = recipe.config_classes()  # (named after its model: GPTTrain, ViTTrain)
-    title = classes[0].__name__.removesuffix("Config") if classes else recipe.name.capitalize()
-    doc = (
-        f"The options of ``attnlab train {recipe.name}`` (and :func:`attnlab.train`), typed; "
-        f"``{title}Train()`` holds the values a run given none uses (None: the data or the "
-        "machine decides). ``attnlab.train(options)`` trains with them."
-    )
-    namespace = {"__post_init__": __post_init__, "family": recipe.name, "__doc__": doc, "__module__": "attnlab.api"}
-    return dataclasses.make_dataclass(f"{title}Train", fields, namespace=namespace, kw_only=True)
-
-
 EVALUATION_FIELDS = ("data", "data_dir", "split", "batch_size", "max_batches")
 
 
@@ -365,12 +333,38 @@ class Recipe:
                         shown[f.name] += f"; {mtype}: {shown_default(f.default)}"
         return shown
 
+    @functools.cached_property
     def train_arguments(self) -> type:
         """The typed options of ``attnlab train NAME`` / :func:`attnlab.train`: a dataclass with one
         keyword field per option (its type, its help in the field's metadata), whose default
         instance is what a run given no options uses (:meth:`default_values`); a value given is
         checked as its flag is. Made from the declarations, once per family."""
-        return train_arguments(type(self))
+        import dataclasses
+
+        specs, defaults = self.train_specs(), self.default_values()
+        fields = []
+        for name, spec in specs.specs.items():
+            if name in RUN_PLACE:
+                continue
+            default, annotation = defaults.get(name), spec.annotation
+            if default is None and annotation is not None:
+                annotation = annotation | None
+            fields.append((name, annotation, dataclasses.field(default=default, metadata={"help": spec.help})))
+
+        def __post_init__(options) -> None:  # each value given checked as its flag is (its type, bound, choices)
+            for name, value in vars(options).items():
+                if value is not None and value != defaults.get(name):
+                    setattr(options, name, specs.check(name, value))
+
+        classes = self.config_classes()  # (named after its model: GPTTrain, ViTTrain)
+        title = classes[0].__name__.removesuffix("Config") if classes else self.name.capitalize()
+        doc = (
+            f"The options of ``attnlab train {self.name}`` (and :func:`attnlab.train`), typed; "
+            f"``{title}Train()`` holds the values a run given none uses (None: the data or the "
+            "machine decides). ``attnlab.train(options)`` trains with them."
+        )
+        namespace = {"__post_init__": __post_init__, "family": self.name, "__doc__": doc, "__module__": "attnlab.api"}
+        return dataclasses.make_dataclass(f"{title}Train", fields, namespace=namespace, kw_only=True)
 
     def model_fields(self) -> list[str]:
         from ..config import option_fields
