@@ -101,7 +101,10 @@ def test_caption_splits_never_share_an_image():
 def test_messages_that_name_the_problem(tmp_path, capsys, monkeypatch):
     """Values that used to surface as a divergence, an overflow or a raw assertion, now named."""
     for argv, says in [
-        (["train", "gpt", "--seed", str(2**70)], "--seed: 1180591620717411303424 is out of range: must be from 0 to 2**63 - 1"),
+        (
+            ["train", "gpt", "--seed", str(2**70)],
+            "--seed: 1180591620717411303424 is out of range: must be from 0 to 2**63 - 1",
+        ),
         (["train", "gpt", "--norm-eps", "-1"], "--norm-eps must be positive"),
         (["train", "encoder", "--context", "1"], "--context 1: an encoded text is [CLS] text [SEP]"),
         (["train", "gpt", "--device", "cuda:7"], "--device cuda:7"),
