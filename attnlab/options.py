@@ -455,10 +455,9 @@ def field_checks(cls: type) -> OptionSpecs:
     """The fields of config dataclass ``cls`` that declare their own check (an :class:`Arg`'s
     checker or a ``Literal``'s choices): what its constructor checks, with the words and bounds
     the command line and :func:`attnlab.train` use."""
-    specs = declared(cls)
-    hints = typing.get_type_hints(cls, include_extras=True)
-    own = {n for n, t in hints.items() if (typing.get_origin(t) is Annotated or _choices(t)) and n in specs.specs}
-    specs.specs = {n: s for n, s in specs.specs.items() if n in own}
+    specs, hints = declared(cls), typing.get_type_hints(cls, include_extras=True)
+    own = [n for n in specs.specs if typing.get_origin(hints[n]) is Annotated or _choices(hints[n])]
+    specs.specs = {n: specs.specs[n] for n in own}
     return specs
 
 

@@ -83,6 +83,16 @@ def test_a_bad_option_with_help_is_still_one_line():
     assert r.returncode == 0 and "Usage: attnlab train gpt" in r.stdout  # --help wins
 
 
+@pytest.mark.parametrize("argv", [["train", "gpt", "--help"], ["--help"], ["--version"]])
+def test_help_read_by_a_reader_that_leaves_early_exits_0(argv):
+    """`attnlab train gpt --help | grep -q -- --max-iters` (the wheel check, under pipefail): the reader
+    closes the pipe after its first lines, and the help still exits 0, silently (rich exited 1)."""
+    shown = subprocess.Popen([sys.executable, "-m", "attnlab", *argv], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert shown.stdout is not None and shown.stdout.read(8)
+    shown.stdout.close()
+    assert shown.wait(60) == 0 and shown.stderr is not None and shown.stderr.read() == b""
+
+
 def complete_bash(words: list[str]) -> list[str]:
     """What bash completes for the command line ``words`` (the last one being typed)."""
     setup = build_app().generate_completion(prog_name="attnlab", shell="bash")

@@ -619,19 +619,14 @@ def main(argv: list[str] | None = None) -> int:
     if len(words) < len(before):  # --help or -h: drawn without parsing the options first (half the time)
         _, apps, unused = app.parse_commands(words)
         if apps[-1].default_command is not None or not unused or unused[0].startswith("-"):  # (else: a typo
-            app.help_print(words)  # of a command, which the parse names with "did you mean")
-            return 0
+            return _printed(app.help_print, words)  # of a command, which the parse names with "did you mean")
     try:
         command, bound, _ = app.parse_args(argv, exit_on_error=False, print_error=False)
     except CycloptsError as e:
         _report(f"error: {error_line(e)}")
         return 2
     if not hasattr(command, "declaration"):  # --help, --version, or a group named without its command
-        try:
-            command(*bound.args, **bound.kwargs)
-        except BrokenPipeError:  # (| head: the reader left; nothing more to say)
-            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return 0
+        return _printed(command, *bound.args, **bound.kwargs)
     try:
         with warnings.catch_warnings():  # (what the library warns of: one line each, as the errors)
             warnings.simplefilter("always", Note)
@@ -670,6 +665,15 @@ def main(argv: list[str] | None = None) -> int:
         release = _imported("attnlab.checkpoint", "release_runs")
         if release is not None:
             release()
+
+
+def _printed(show, *args, **kwargs) -> int:
+    """0 once ``show`` has printed (help, the version), a reader that left early (``| head``) included."""
+    try:
+        show(*args, **kwargs)
+    except (BrokenPipeError, SystemExit):  # (the reader left, which rich answers with exit 1: nothing to say)
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    return 0
 
 
 def _imported(module: str, name: str):
