@@ -20,6 +20,7 @@ from attnlab.options import Arg, checked, fraction
 from attnlab.hooks import HookedModule, HookPoint
 from attnlab.losses import cross_entropy
 from attnlab.recipes import ModelKind, Recipe, TrainingRun
+from attnlab.training import TrainConfig
 from attnlab.recipes.base import ExploreInput, ExplorerForm, TopK, TrainOptions, Verbs, top_labels
 
 from helpers import PINNED_FLAGS
@@ -128,7 +129,7 @@ class RepeatRecipe(Recipe):
         (ExploreInput("digits", "line", help="digits 0 to 7 to look at"),),
     )
     train_options = RepeatTrainOptions
-    train_defaults = dict(max_iters=30, eval_interval=30, eval_iters=2, batch_size=32, lr=3e-3)
+    train_defaults = TrainConfig(max_iters=30, eval_interval=30, eval_iters=2, batch_size=32, lr=3e-3)
     tiny = dict(max_iters=4, eval_interval=4, eval_iters=1, batch_size=8, progress=False, device="cpu")
 
     def prepare(self, o, saved, model_over, tcfg, out):

@@ -431,9 +431,10 @@ def as_the_digits_vit() -> dict:
     return {**train, "label_smoothing": vit.LABEL_SMOOTHING["digits"]}
 
 
-def claim_training(defaults: dict) -> dict:
-    """A family's training defaults less what a claim sets itself (its steps, evaluation, warmup)."""
-    return {k: v for k, v in defaults.items() if k not in ("max_iters", "eval_interval", "eval_iters", "warmup_iters")}
+def claim_training(defaults) -> dict:
+    """The TrainConfig ``defaults`` where they differ from TrainConfig's, less a claim's own (steps, warmup, evals)."""
+    plain, own = vars(type(defaults)()), ("max_iters", "eval_interval", "eval_iters", "warmup_iters")
+    return {k: v for k, v in vars(defaults).items() if v != plain[k] and k not in own}
 
 
 DIGITS_STEPS = (10, 120, 2000)  # the steps every digits model trains for: tiny, --quick, full size

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Callable, Literal
 
+from ..config import option_fields
 from ..errors import AttnlabError, CheckpointError, Note, OptionError, a, one_line
 from ..options import (
     shown_default,
@@ -35,7 +36,7 @@ from ..options import (
     nonneg_int,
     positive_int,
 )
-from ..training.runs import TrainingRun
+from ..training.runs import TrainConfig, TrainingRun
 
 
 # what every family's tiny run shares (:attr:`Recipe.tiny`): two steps of four examples on the CPU, quietly
@@ -241,7 +242,7 @@ class Recipe:
     presets: dict[str, dict] = {}
     set_by_data: tuple[str, ...] = ()  # config fields that follow from the data, not options
     follows_data: tuple[str, ...] = ()  # options whose value, when not given, the data decides
-    train_defaults: dict = {}  # TrainConfig values that differ from its defaults for this family
+    train_defaults = TrainConfig()  # the trainer's defaults for this family: TrainConfig(lr=..., ...)
     inspections: dict[str, str] = {}  # `attnlab inspect WHAT` -> help
     explore_kind: str | None = None  # what `attnlab explore` / `serve` show: text | image | cross
     explore_form: ExplorerForm | None = None  # what `serve`'s page asks for (None: its explore_kind's)
@@ -266,8 +267,6 @@ class Recipe:
         """Every option of ``attnlab train NAME`` / :func:`attnlab.train`: the family's own, then
         its model's fields (those the data does not set) and the trainer's, each --help saying the
         value a run given no options uses (:meth:`default_values`)."""
-        from ..training import TrainConfig
-
         specs = declared(self.train_options)
         specs.add(
             "--out",
@@ -299,9 +298,6 @@ class Recipe:
         automatic (``--threads``, ``--compile``)."""
         import dataclasses
 
-        from ..config import option_fields
-        from ..training import TrainConfig
-
         own = self.train_options()  # (its own options at their defaults)
         values: dict[str, Any] = dataclasses.asdict(own)
         for i, cls in enumerate(self.config_classes()):
@@ -310,8 +306,7 @@ class Recipe:
             for name in option_fields(cls):
                 if name not in self.set_by_data and name not in values:
                     values[name] = None if name in self.follows_data else start.get(name)
-        train = {f.name: f.default for f in dataclasses.fields(TrainConfig)}
-        values.update({**train, **self.train_defaults_for(own)})
+        values.update(dataclasses.asdict(self.train_defaults_for(own)))
         return values
 
     def shown_defaults(self) -> dict[str, str]:
@@ -367,8 +362,6 @@ class Recipe:
         return dataclasses.make_dataclass(f"{title}Train", fields, namespace=namespace, kw_only=True)
 
     def model_fields(self) -> list[str]:
-        from ..config import option_fields
-
         return [n for cls in self.config_classes() for n in option_fields(cls) if n not in self.set_by_data]
 
     def eval_specs(self) -> OptionSpecs:
@@ -381,9 +374,9 @@ class Recipe:
         return []
 
     # ---- training (what :func:`attnlab.training.runs.train` asks of a family) ---------------------
-    def train_defaults_for(self, o) -> dict:
+    def train_defaults_for(self, o) -> TrainConfig:
         """The training defaults of a new run given its own options ``o`` (a family may size them
-        to its data)."""
+        to its data: ``dataclasses.replace(self.train_defaults, ...)``)."""
         return self.train_defaults
 
     def check_new(self, o, model_over: dict) -> None:

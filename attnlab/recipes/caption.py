@@ -3,7 +3,7 @@ exact captions, the pointing game on scenes) and `inspect caption` (the per-word
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -134,7 +134,8 @@ class CaptionRecipe(Recipe):
     needs = "a captioner (trained with `attnlab train caption`)"
     set_by_data = ("vocab_size", "in_chans", "pad_id", "bos_id", "eos_id")
     follows_data = ("context",)  # the longest caption, <bos> and <eos> included
-    train_defaults = dict(
+    train_defaults = replace(
+        Recipe.train_defaults,
         batch_size=32,
         lr=2e-3,
         min_lr=1e-4,

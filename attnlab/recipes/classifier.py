@@ -4,7 +4,7 @@ classification task, `eval` (accuracy + confusion matrix), `predict`, and CKA be
 from __future__ import annotations
 
 from pathlib import Path
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Annotated, Literal
 
 
@@ -166,7 +166,8 @@ class ImageClassifierRecipe(Recipe):
 
     set_by_data = ("num_classes", "in_chans", "labels")
     follows_data = ("image_size",)
-    train_defaults = dict(
+    train_defaults = replace(
+        Recipe.train_defaults,
         batch_size=128,
         lr=1e-3,
         min_lr=1e-5,

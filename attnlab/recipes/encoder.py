@@ -8,7 +8,7 @@ import json
 import sys
 import warnings
 from pathlib import Path
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Annotated, Any, Literal, Sequence
 
 
@@ -203,7 +203,8 @@ class TextEncoderRecipe(Recipe):
         "attention": "every layer's and head's attention on --text: query tokens down, key tokens across",
         "lens": "the masked-LM lens: each layer's top guess for every token of --text (write [MASK] to ask)",
     }
-    train_defaults = dict(
+    train_defaults = replace(
+        Recipe.train_defaults,
         batch_size=32,
         lr=5e-4,
         min_lr=5e-5,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Callable, Literal, Sequence
 
@@ -549,8 +549,8 @@ class GPTRecipe(Recipe):
         "speedrun": dict(SPEEDRUN_TRAIN, warmup_iters=50, max_iters=600, batch_size=128, eval_interval=100),
     }
 
-    def train_defaults_for(self, o) -> dict:
-        return {**self.train_defaults, **self.PRESET_TRAIN.get(o.preset, {})}
+    def train_defaults_for(self, o):
+        return replace(self.train_defaults, **self.PRESET_TRAIN.get(o.preset, {}))
 
     def check_new(self, o, model_over) -> None:
         if o.task == "chat" and not (o.init and o.data):

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import warnings
 from pathlib import Path
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Annotated, Any, Literal, Sequence
 
 
@@ -122,7 +122,8 @@ class Seq2SeqRecipe(Recipe):
     set_by_data = ("src_vocab", "tgt_vocab", "pad_id", "bos_id", "eos_id")
     explore_kind = "cross"
     # synthetic tasks stop once 99 % of held-out sequences come out exactly right (val_exact)
-    train_defaults = dict(
+    train_defaults = replace(
+        Recipe.train_defaults,
         batch_size=64,
         lr=1e-3,
         min_lr=1e-5,
@@ -159,11 +160,11 @@ class Seq2SeqRecipe(Recipe):
             max_len=o.max_length,
         )
 
-    def train_defaults_for(self, o) -> dict:
+    def train_defaults_for(self, o):
         from ..data.sources import SYNTHETIC
 
         synthetic = (o.data or DEFAULT_DATA) in SYNTHETIC
-        return {**self.train_defaults, **(self.SYNTHETIC_TRAIN if synthetic else {})}
+        return replace(self.train_defaults, **(self.SYNTHETIC_TRAIN if synthetic else {}))
 
     def preset_fields(self, o) -> dict:
         """A Transformer on a synthetic task starts from the smaller shape sized to it."""

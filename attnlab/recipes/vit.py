@@ -3,7 +3,7 @@ embeddings, position similarity, mean attention distance; CKA comes from the cla
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Literal
 
@@ -85,8 +85,8 @@ class ViTRecipe(ImageClassifierRecipe):
         **ImageClassifierRecipe.inspections,
     }
 
-    def train_defaults_for(self, o) -> dict:
-        return {**self.train_defaults, **self.DATA_TRAIN.get(o.data or "digits", {})}
+    def train_defaults_for(self, o):
+        return replace(self.train_defaults, **self.DATA_TRAIN.get(o.data or "digits", {}))
 
     def preset_fields(self, o, shape=None) -> dict:
         """--preset's fields, or those of the preset that suits images of ``shape`` (C, H, W);

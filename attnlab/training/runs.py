@@ -48,13 +48,13 @@ class TrainResult:
     best_val: float
 
 
-def train_config(over: dict, saved: dict | None, defaults: dict | None = None, say=None) -> TrainConfig:
+def train_config(over: dict, saved: dict | None, defaults: TrainConfig | None = None, say=None) -> TrainConfig:
     """The TrainConfig of this run: a new one from the family's ``defaults`` and the training
     options given (``over``). A resumed run keeps its saved values and takes the training options
     given now (they are safe to change, and are listed); its learning-rate schedule stays the one
     it started with (decay to its original ``lr_decay_iters``) unless --lr-decay-iters is given."""
     if not saved:
-        return TrainConfig(**{**(defaults or {}), **over})
+        return dataclasses.replace(defaults or TrainConfig(), **over)
     old = dict(saved.get("train", {}))
     if old.get("lr_decay_iters") is None:  # runs written before the schedule was saved explicitly
         old["lr_decay_iters"] = old.get("max_iters")
