@@ -2,12 +2,12 @@
 declared once, in the typed signature of the function that uses them, and checked the same way
 from both.
 
-A parameter ``beam: Annotated[int, Arg("beam size", beam_width)] = 5`` (or a field of an options
+A parameter ``beam: Annotated[int, Arg("beam size", beam_width)] = 5`` (or a field of a config
 dataclass written so) is an option: :func:`declared` reads it into an :class:`OptionSpecs` (the
-options as data), from which the command line (:mod:`attnlab.cli`) makes its ``argparse`` flags,
-and :func:`checked` makes the function check its own keywords. Nothing here knows ``argparse``: a
-value checker raises ``ValueError`` with the reason, and each interface words it its own way
-(``--lr: ...`` / ``lr=...: ...``).
+options as data), from which the command line (:mod:`attnlab.cli`, on cyclopts) makes its flags,
+:func:`checked` makes a verb check its keywords and :func:`check_fields` a config its fields. No
+command-line library is imported here: a value checker raises ``ValueError`` with the reason, and
+each interface words it its own way (``--lr: ...`` / ``lr=...: ...``).
 """
 
 from __future__ import annotations
