@@ -8,7 +8,7 @@ unless a request says ``"ignore_eos": true``. Requests that arrive
 together are decoded in one batch (continuous batching), each leaving as soon as it is done; a
 request whose settings cannot run is refused alone, the others go on.
 
-An ASGI application (FastAPI, request bodies validated by pydantic) served by uvicorn: one
+An ASGI application (Starlette, request bodies validated by pydantic) served by uvicorn: one
 loaded model shared by every endpoint (``POST /reload`` reads the checkpoint again), bodies
 bounded in size and in time (a client that stalls gets 408), JSON nesting bounded, open
 connections bounded (beyond: 503). ``pip install 'attnlab[serve]'``.
@@ -122,12 +122,13 @@ class GenerationWorker:
         seed=None,
         on_token=None,
         ignore_eos: bool = False,
+        field: str = "max_new_tokens",
         **sampling,
     ):
-        """A checked :class:`GenerationJob` (RequestError 400 for one that cannot run), queued.
-        ``prompt``: text (empty: a new line) or token ids. ``max_new_tokens`` None: ``generate()``'s
-        default, or what the context leaves after the prompt. It ends at the model's end-of-sequence
-        ids unless ``ignore_eos``."""
+        """A checked :class:`GenerationJob` (RequestError 400 for one that cannot run, naming the
+        request's own ``field`` for the token count), queued. ``prompt``: text (empty: a new line) or
+        token ids. ``max_new_tokens`` None: ``generate()``'s default, or what the context leaves after
+        the prompt. It ends at the model's end-of-sequence ids unless ``ignore_eos``."""
         from .generate.batching import text_request
         from .errors import one_line
         from .generate import default_prompt
@@ -149,7 +150,7 @@ class GenerationWorker:
         try:
             self.batcher.check(request)  # (the counts and sampling settings too)
         except ValueError as e:
-            raise RequestError(400, str(e)) from None
+            raise RequestError(400, str(e).replace("max_new_tokens", field)) from None
         request.on_token = on_token
         job = GenerationJob(request, stop)
         self.inbox.put(job)
@@ -647,7 +648,7 @@ class _Routes:
         ident, created = f"cmpl-{uuid.uuid4().hex[:24]}", int(time.time())
         if b.stream:
             job = w.job(prompts[0], b.max_tokens, stop=b.stop, seed=b.seed, ignore_eos=b.ignore_eos, **sampling,
-                        on_token=None)  # fmt: skip
+                        field="max_tokens")  # fmt: skip
             events = _stream_events(w, job, _text_chunk(ident, created, self.name))
             return self.http.StreamingResponse(events, media_type="text/event-stream")
         answers = []
@@ -657,7 +658,7 @@ class _Routes:
         else:
             seeds = [None if b.seed is None else (b.seed + j) % 2**63 for j in range(b.n)]  # (n different draws)
             jobs = [
-                w.job(p, b.max_tokens, stop=b.stop, seed=s, ignore_eos=b.ignore_eos, **sampling)
+                w.job(p, b.max_tokens, stop=b.stop, seed=s, ignore_eos=b.ignore_eos, field="max_tokens", **sampling)
                 for p in prompts
                 for s in seeds
             ]  # fmt: skip  (all checked before any waits)
@@ -680,15 +681,20 @@ class _Routes:
         b = parse_body(await request.body(), self.ChatCompletion)
         messages = [{"role": m.role, "content": message_text(m.content, i), **({"name": m.name} if m.name else {})}
                     for i, m in enumerate(b.messages)]  # fmt: skip
+        if w.model.chat_template is None:  # (it continues text: the other endpoint serves it)
+            raise RequestError(
+                400, f"{self.name} has no chat template: it continues text; POST the text to /v1/completions"
+            )
         try:
             ids = w.model.chat_ids(messages)
-        except ValueError as e:  # (no template, a message the template refuses, too long)
+        except ValueError as e:  # (a message the template refuses, too long)
             raise RequestError(400, str(e)) from None
         sampling = w.model.chat_sampling(b.temperature, None, b.top_p, otherwise=1.0)  # (OpenAI has no top_k)
         if sampling["top_p"] is not None and sampling["top_p"] >= 1:
             sampling["top_p"] = None
         most = b.max_completion_tokens or b.max_tokens
-        job = w.job(ids, most, stop=b.stop, seed=b.seed, ignore_eos=b.ignore_eos, **sampling)
+        field = "max_completion_tokens" if b.max_completion_tokens else "max_tokens"
+        job = w.job(ids, most, stop=b.stop, seed=b.seed, ignore_eos=b.ignore_eos, field=field, **sampling)
         ident, created = f"chatcmpl-{uuid.uuid4().hex[:24]}", int(time.time())
         if b.stream:
             events = _stream_events(w, job, _chat_chunk(ident, created, self.name), first=_chat_chunk(
@@ -780,7 +786,9 @@ def create_app(model, *, slots: int = 8, port_ref: list | None = None):
         from starlette.applications import Starlette
         from starlette.routing import Route
     except ImportError:
-        raise OptionError("attnlab serve runs on FastAPI and uvicorn: pip install 'attnlab[serve]'") from None
+        raise OptionError(
+            "attnlab serve runs on Starlette, uvicorn and pydantic: pip install 'attnlab[serve]'"
+        ) from None
     r = _Routes(model, served_family(model).required_explorer_form(model.checkpoint), slots)
     routes = [
         Route("/", r.page, methods=["GET"]),
@@ -944,7 +952,9 @@ def serve(
     try:
         import uvicorn
     except ImportError:
-        raise OptionError("attnlab serve runs on FastAPI and uvicorn: pip install 'attnlab[serve]'") from None
+        raise OptionError(
+            "attnlab serve runs on Starlette, uvicorn and pydantic: pip install 'attnlab[serve]'"
+        ) from None
     family_kind = served_family(model).explore_kind
     if kind is not None and kind != family_kind:
         raise OptionError(f"kind={kind!r}: this model's explorer is {family_kind!r}; leave kind out")

@@ -195,3 +195,16 @@ def test_the_defaults_help_shows_are_those_a_new_run_writes(family, tmp_path):
         assert where[name] == value, f"{family} --{name}: help says {value!r}, the run used {where[name]!r}"
         checked += 1
     assert checked >= 20
+
+
+def test_init_help_names_every_family_the_gpt_loader_reads():
+    """`train gpt --init` reads every HuggingFace family a GPT converter reads; its help names them
+    (it said "a HuggingFace GPT-2 folder" while Qwen2 folders worked: issue 81)."""
+    import re
+
+    from attnlab.interop import converters
+
+    shown = re.sub(r"[^a-z0-9]", "", commands()["train gpt"].options.specs["init"].help.lower())
+    for hf_type in sorted(c.hf_type for c in converters() if c.model_type == "gpt"):
+        stem = re.sub(r"[^a-z]", "", re.sub(r"\d*(_text)?$", "", hf_type))  # (gemma3_text: gemma)
+        assert stem in shown, (hf_type, shown)

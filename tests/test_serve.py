@@ -3,6 +3,7 @@ concurrent requests, 200 slow clients), hostile bodies, a poisoned request among
 /reload."""
 
 import json
+import re
 import socket
 import threading
 from concurrent.futures import ThreadPoolExecutor
@@ -81,10 +82,34 @@ def test_openai_completions_plain_and_streamed(server):
             ({"prompt": ["to"] * 5, "n": 16}, "80 completions; one request may ask for 64"),
             ({"prompt": "to", "stream": True, "echo": True}, "stream: one prompt, n 1, without echo"),
             ({"prompt": "to", "frequency_penalty": 1}, "unknown field 'frequency_penalty'"),
+            ({"prompt": "to", "max_tokens": 5000}, "and max_tokens 5000 exceed the model's context"),  # (its own name)
         ]:
             r = c.post("/v1/completions", json=bad)
             err = r.json()["error"]
             assert r.status_code == 400 and says in err["message"] and err["type"] == "invalid_request_error", r.text
+
+
+def test_chat_and_a_missing_extra_point_to_what_works(server, monkeypatch):
+    """A chat request to a model without a chat template is sent to /v1/completions, a count the
+    context cannot hold is named by the request's own field, and a missing extra names the
+    packages it installs (issue 81)."""
+    import sys
+
+    from attnlab.errors import OptionError
+    from attnlab.serve import serve
+
+    model, url, _ = server
+    with httpx.Client(base_url=url, timeout=60) as c:
+        chat = {"messages": [{"role": "user", "content": "to"}]}
+        r = c.post("/v1/chat/completions", json=chat)
+        assert r.status_code == 400 and r.json()["error"]["message"] == (
+            "gpt has no chat template: it continues text; POST the text to /v1/completions"
+        )
+        r = c.post("/generate", json={"prompt": "to", "max_new_tokens": 5000})
+        assert r.status_code == 400 and "max_new_tokens 5000 exceed the model's context" in r.text
+    monkeypatch.setitem(sys.modules, "uvicorn", None)  # (not installed)
+    with pytest.raises(OptionError, match=r"runs on Starlette, uvicorn and pydantic: pip install 'attnlab\[serve\]'"):
+        serve(model, "text", "127.0.0.1", 0)
 
 
 def test_a_hundred_requests_at_once_and_a_poisoned_one(server):
@@ -264,3 +289,17 @@ def test_the_served_page_and_explore_read_the_inputs_the_family_declares(family,
     assert ('type="file"' in page.text) == any(i.box == "image" for i in form.inputs)
     assert explored.status_code == 200 and "explorerReady" in explored.text, explored.text
     assert refused.status_code == 400 and "unknown field 'colour'" in refused.text, refused.text
+
+
+def test_serve_help_names_every_endpoint_the_app_serves(server):
+    """`attnlab serve --help` described only the explorer page (issue 81): it names each route of
+    the application, with its method."""
+    from attnlab.cli import commands
+    from attnlab.serve import create_app
+
+    shown = " ".join(commands()["serve"].description.split())
+    app = create_app(server[0]).app
+    for route in app.routes:
+        if route.path != "/index.html":  # (the page again)
+            method = next(m for m in route.methods if m != "HEAD")
+            assert re.search(rf"{method} {re.escape(route.path)}(?![\w/])", shown), route.path

@@ -212,9 +212,12 @@ def _commands(families, claims: bool = False) -> list[Command]:
         Command("serve", "serve the explorer locally, with an input box",
                 "The explorer page of `attnlab explore`, served on this machine: type a text (GPT, text encoder), "
                 "upload an image (ViT) or a sentence (seq2seq) and the views are recomputed. A GPT run also "
-                "generates text (the page's second box, or POST /generate with JSON {\"prompt\": ..., "
-                "\"max_new_tokens\": ..., \"temperature\": ...}), batching the requests that arrive together. Bound "
-                "to 127.0.0.1; requests from other origins are refused.",
+                "generates text (the page's second box), batching the requests that arrive together. Endpoints: GET / "
+                "(the page), POST /explore (the page's data); a GPT's POST /generate (JSON {\"prompt\": ..., "
+                "\"max_new_tokens\": ..., \"temperature\": ...}), OpenAI's POST /v1/completions and POST "
+                "/v1/chat/completions (models with a chat template) and GET /v1/models, vLLM's POST /tokenize, POST "
+                "/detokenize and GET /tokenizer_info; POST /reload reads the run's checkpoint again. Bound to "
+                "127.0.0.1; requests from other origins are refused.",
                 _serve, verbs=(serve,)),
         Command("reproduce", "check the lectures' claims on real runs; write a report",
                 "Each claim: the lecture's statement, what was run on which data, the figure or table, the measured "

@@ -463,8 +463,9 @@ class GPTTrainOptions(TrainOptions):
     init: Annotated[
         str | None,
         Arg(
-            "fine-tune: start from this GPT (an attnlab run or a HuggingFace GPT-2 folder), keeping its shape and "
-            "tokenizer; --context may shorten it, --dropout change"
+            "fine-tune: start from this GPT (an attnlab run, or a HuggingFace folder or hub name of a GPT-2, Llama, "
+            "Qwen2/3, Mistral, Gemma 2/3, Phi-3 or GPT-NeoX model), keeping its shape and tokenizer; --context may "
+            "shorten it, --dropout change"
         ),
     ] = None
     vocab_size: Annotated[int | None, Arg("BPE vocabulary size (default 1024)", vocab_size(2))] = None
