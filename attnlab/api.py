@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from .errors import AttnlabError, OptionError
 from .recipes import Recipe, checkpoint_recipe, recipes
-from .options import path_argument
+from .options import OptionSpecs, path_argument
 from .recipes.base import Verbs
 
 if TYPE_CHECKING:
@@ -103,7 +103,7 @@ def train(
     specs = recipe.train_specs()
     alias_of = {f.lstrip("-").replace("-", "_"): s.dest for s in specs for f in s.flags}  # every flag's name -> option
     if config is not None:
-        file_data, from_file = _config_options(recipe, name, config, tuple(specs.specs), alias_of)
+        file_data, from_file = _config_options(recipe, name, config, specs, alias_of)
         data = file_data if data is None else data
         options = {**from_file, **options}
     values: dict[str, Any] = {n: s.default for n, s in specs.specs.items()}
@@ -151,22 +151,30 @@ def train(
 
 
 def _config_options(
-    recipe: Recipe, family: str, config: str | Path, names: tuple[str, ...], alias_of: dict[str, str]
+    recipe: Recipe, family: str, config: str | Path, specs: OptionSpecs, alias_of: dict[str, str]
 ) -> tuple[Any, dict[str, Any]]:
     """What a ``config`` file (or a run folder's options.json) gives ``train(family)``, whose
-    options are ``names``: (its ``data``, its other options). A value the run would take anyway is
+    options are ``specs``: (its ``data``, its other options). A value the run would take anyway is
     left out: it stays what the family decides (a default --target that this data has no metric
-    for, a caption --heads its --arch lacks)."""
+    for, a caption --heads its --arch lacks). A number written as text (YAML reads ``1e-3`` so) is
+    read as its flag's would be."""
     from .runoptions import NOT_REPLAYED, read_options
 
     defaults = recipe.default_values()
-    from_file = read_options(config, family, tuple(recipe.models), names)
+    from_file = read_options(config, family, tuple(recipe.models), tuple(specs.specs))
     unknown = sorted(k for k in from_file if k not in alias_of and k not in NOT_REPLAYED)
     if unknown:
         raise OptionError(
             f"--config {config}: train {family} has no option {unknown[0]!r}; "
             f"attnlab.train_options({family!r}) lists them"
         )
+    for k, v in from_file.items():
+        check = specs.specs[alias_of[k]].type if k in alias_of else None
+        if isinstance(v, str) and getattr(check, "bounds", None):
+            try:
+                from_file[k] = check(v)  # type: ignore[misc]
+            except ValueError as e:
+                raise OptionError(f"--config {config}: {k}: {e}") from None
     kept = {
         k: v
         for k, v in from_file.items()

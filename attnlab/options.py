@@ -238,8 +238,11 @@ class OptionSpecs:
 
     @staticmethod
     def _one(spec: Option, name: str, value: Any) -> Any:
-        if spec.type is not None and spec.type is not str:
-            if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+        if spec.type is not None and spec.type is not str:  # (a number from Python is a number, as in JSON)
+            kind = getattr(spec.type, "bounds", (None,))[0]
+            if isinstance(value, bool) or not isinstance(
+                value, {int: int, float: (int, float)}.get(kind, (int, float, str))
+            ):
                 raise OptionError(f"{named(name, value, spec.flags[0])}: must be {takes(spec.type)}")
             try:
                 value = spec.type(str(value))

@@ -182,7 +182,9 @@ def test_bad_options_are_one_line_attnlab_errors(tmp_path):
     cases = [
         (dict(lr=float("nan")), "--lr"),
         (dict(preset="huge"), "choose one of"),
-        (dict(max_iters="x"), "not an integer"),
+        (dict(max_iters="x"), "must be an integer"),
+        (dict(max_iters="10"), "must be an integer"),  # (a number from Python is a number, as the server's JSON)
+        (dict(lr="0.1"), "must be a number"),
         (dict(bogus=1), "no option 'bogus'"),
         (dict(max_iters=True), "must be an integer"),
         (dict(tokenizer="xx"), "choose one of"),
@@ -195,3 +197,15 @@ def test_bad_options_are_one_line_attnlab_errors(tmp_path):
     assert not out.exists()  # refused before anything was written
     with pytest.raises(OptionError, match="unknown model family"):
         attnlab.train("lstm")
+
+
+def test_python_refuses_text_where_a_number_is_declared_as_the_server_does(tiny_run):
+    """``generate("The", "10")``, ``top_k="5"`` and ``batch_size="2"`` were taken as numbers where
+    the server refuses "10" (issue 81): a declared number takes an int (or, for a float, a float)."""
+    model = tiny_run("gpt").load()
+    for kw in (dict(max_new_tokens="10"), dict(top_k="5"), dict(batch_size="2"), dict(max_new_tokens=2.0)):
+        with pytest.raises(OptionError, match=r"must be an integer$"):
+            model.generate("The", **kw)
+    with pytest.raises(OptionError, match=r"^temperature='0.5' \(--temperature\): must be a number$"):
+        model.generate("The", 2, temperature="0.5")
+    assert isinstance(model.generate("The", 2, temperature=1, top_k=5, seed=0), str)  # (an int for a float: taken)

@@ -52,12 +52,12 @@ def test_yaml_and_json_files_with_flags_overriding_them(corpus, tmp_path):
     yaml_file = tmp_path / "opts.yaml"
     yaml_file.write_text(
         f"family: gpt\ndata: {corpus}\npreset: nano\ncontext: 16\nmax_iters: 2\neval_interval: 2\n"
-        "eval_iters: 1\nlr: 0.01\nsample_chars: 0\nprogress: false\n"
+        "eval_iters: 1\nlr: 0.01\nmin_lr: 1e-4\nsample_chars: 0\nprogress: false\n"  # (YAML reads 1e-4 as text)
     )
     run = tmp_path / "y"
     assert main(["train", "gpt", "--out", str(run), "--config", str(yaml_file), "--lr", "0.02", *PINNED_FLAGS]) == 0
     got = options(run)
-    assert (got["lr"], got["layers"], got["max_iters"], got["context"]) == (0.02, 2, 2, 16)
+    assert (got["lr"], got["min_lr"], got["layers"], got["max_iters"], got["context"]) == (0.02, 1e-4, 2, 2, 16)
     # a flag typed at its default value still overrides the file
     run2 = tmp_path / "y2"
     args = ["train", "gpt", "--out", str(run2), "--config", str(yaml_file), "--sample-chars", "300", "--max-iters", "1"]
@@ -87,7 +87,7 @@ def test_yaml_and_json_files_with_flags_overriding_them(corpus, tmp_path):
         ('{"family": "vit"}', "opts.json is for attnlab train vit, not gpt"),
         ('{"lr": ', "opts.json is not valid JSON"),
         ("[1, 2]", "expected a mapping of option names"),
-        ('{"lr": "fast"}', "lr='fast'"),
+        ('{"lr": "fast"}', "opts.json: lr: 'fast' is not a number"),
     ],
 )
 def test_bad_config_files_get_one_line(content, message, tmp_path, capsys):
