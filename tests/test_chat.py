@@ -571,3 +571,35 @@ def test_bad_chat_data_is_one_line(checkpoint, tmp_path, content, says):
 def test_chat_fine_tuning_needs_a_model_with_a_template(tmp_path):
     with pytest.raises(Exception, match="--task chat fine-tunes a model that has a chat template"):
         attnlab.train("gpt", task="chat", out=tmp_path / "run", max_iters=1, progress=False)
+
+
+def test_a_conversation_past_the_context_keeps_going_without_its_oldest_exchanges(checkpoint, capsys, monkeypatch):
+    """Interactive `attnlab chat` exited (code 2) once the conversation filled the context, with
+    "drop earlier messages" and no way to (issue 81): its oldest exchanges are dropped, the
+    system message kept, with a one-line notice, and every message is answered."""
+    import functools
+    import io
+
+    from attnlab.cli import main
+
+    model = attnlab.load(checkpoint["path"])
+    lines = [f"Message {i}: " + "to be or not to be, that is the question " * 2 for i in range(8)]
+    assert len(model.tokenizer.encode("".join(lines))) > model.config.context
+    from attnlab.recipes.gpt import GPTVerbs
+
+    asked, chat = [], GPTVerbs.chat
+
+    @functools.wraps(chat)  # (its signature declares the command's options)
+    def counted(self, messages, **kw):
+        asked.append(list(messages))
+        return chat(self, messages, **kw)
+
+    monkeypatch.setattr(GPTVerbs, "chat", counted)
+    monkeypatch.setattr("sys.stdin", io.StringIO("\n".join(lines) + "\n"))
+    args = ["chat", "--ckpt", str(checkpoint["path"]), "--system", "Be brief.", "--max-new-tokens", "8"]
+    assert main([*args, "--ignore-eos"]) == 0
+    err = capsys.readouterr().err
+    notices = err.count("note: the conversation filled the model's context: its oldest exchange was dropped")
+    assert notices >= 1 and err.count("\n") == notices  # (nothing else said)
+    assert [m[-1]["content"] for m in asked] == lines  # every message answered, each with the system message first
+    assert all(m[0] == {"role": "system", "content": "Be brief."} for m in asked) and len(asked[-1]) < 2 * len(lines)

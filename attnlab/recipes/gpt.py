@@ -1036,6 +1036,16 @@ def chat(
 
     def reply(text: str) -> None:
         messages.append({"role": "user", "content": text})
+        while len(messages) > len(opening) + 1:  # past the context: the oldest exchange goes, as chat apps do
+            try:
+                model.chat_ids(messages)
+                break
+            except OptionError:
+                del messages[len(opening) : len(opening) + 2]  # (its user message and the reply; the system stays)
+                print(
+                    "note: the conversation filled the model's context: its oldest exchange was dropped",
+                    file=sys.stderr,
+                )
         answer = model.chat(messages, stream=stream, **options)
         messages.append({"role": "assistant", "content": answer})
         sys.stdout.write("\n")
