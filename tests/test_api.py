@@ -209,3 +209,25 @@ def test_python_refuses_text_where_a_number_is_declared_as_the_server_does(tiny_
     with pytest.raises(OptionError, match=r"^temperature='0.5' \(--temperature\): must be a number$"):
         model.generate("The", 2, temperature="0.5")
     assert isinstance(model.generate("The", 2, temperature=1, top_k=5, seed=0), str)  # (an int for a float: taken)
+
+
+def test_a_prompt_longer_than_the_context_is_said_not_silently_cut(tiny_run, capsys):
+    """`attnlab sample` dropped the start of a prompt longer than the context without a word (issue
+    81): the model still reads its last tokens (the window slides), and says so, in Python as a
+    Note and on the command line as one warning line."""
+    from attnlab.cli import main
+    from attnlab.errors import Note
+
+    run = tiny_run("gpt")
+    model = run.load()
+    c, text = model.config.context, "ab " * model.config.context
+    with pytest.warns(
+        Note, match=rf"^the prompt is {3 * c} tokens, more than the model's context of {c}: it reads the last {c}$"
+    ):
+        assert isinstance(model.generate(text, 2, seed=0), str)
+    capsys.readouterr()  # (what training the run said)
+    assert main(["sample", "--ckpt", str(run.out), "--prompt", text, "--max-new-tokens", "2", "--device", "cpu"]) == 0
+    assert (
+        capsys.readouterr().err
+        == f"warning: the prompt is {3 * c} tokens, more than the model's context of {c}: it reads the last {c}\n"
+    )

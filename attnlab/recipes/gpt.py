@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+import warnings
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Callable, Literal, Sequence
@@ -21,7 +22,7 @@ from .base import (
     Verbs,
     Evaluation,
 )
-from ..errors import OptionError, UnknownTokenError, a
+from ..errors import Note, OptionError, UnknownTokenError, a
 from ..options import (
     ATTRIBUTION_METHOD,
     ATTRIBUTION_STEPS,
@@ -321,8 +322,12 @@ class GPTVerbs(Verbs):
                 **sampling,
             )
         text = list(prompt) if ids else prompt or default_prompt(self.tokenizer)
-        if not ids:
-            self.tokenizer.encode(text)  # unknown characters fail here, with a clear message
+        n = len(text) if ids else len(self.tokenizer.encode(text))  # (unknown characters fail here, clearly)
+        if n > self.config.context:  # (the window slides: the model reads the prompt's last tokens only)
+            c = self.config.context
+            warnings.warn(
+                f"the prompt is {n} tokens, more than the model's context of {c}: it reads the last {c}", Note
+            )
         gen = None
         if seed is not None:
             gen = torch.Generator(device=self.device).manual_seed(seed)
