@@ -212,7 +212,8 @@ def _ckpt_copy(runs, tmp_path, name="gpt"):
         ('{"attnlab_version": "0", "model_type": "gpt", "model": {"n_layer": "four"}}', "layers (n_layer) must be int"),
         ('{"attnlab_version": "0", "model_type": "gpt", "model": {"n_lyer": 2}}', "unknown GPTConfig fields"),
         ('{"attnlab_version": "0", "model_type": "gpt", "model": {"vocab_size": 1000000000000}}', "vocab_size must be"),
-        ('{"attnlab_version": "0", "model_type": "gpt", "model": [1]}', "must be a JSON object"),
+        ('{"attnlab_version": "0", "model_type": "gpt", "model": [1]}', "has no 'model' section"),
+        ('{"attnlab_version": "0", "model_type": "gpt"}', "config.json has no 'model' section (the model's shape)"),
     ],
 )
 def test_corrupt_config_json(runs, tmp_path, capsys, config_text, expected):
@@ -245,6 +246,20 @@ def test_weights_that_are_empty_truncated_mismatched_or_nan(runs, tmp_path, caps
     save_file(tensors, str(w))
     assert "NaN" in one_line_error(capsys, ["sample", "--ckpt", str(ckpt)])
     assert "NaN" in one_line_error(capsys, ["eval", "--ckpt", str(ckpt)])
+
+
+def test_a_huggingface_config_without_a_field_its_converter_reads_is_named(tmp_path, capsys):
+    """A Llama config.json without num_attention_heads answered "unexpected KeyError" (issue 81)."""
+    transformers = pytest.importorskip("transformers")
+    config = transformers.LlamaConfig(vocab_size=32, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                                      num_attention_heads=2, num_key_value_heads=2)  # fmt: skip
+    transformers.LlamaForCausalLM(config).save_pretrained(tmp_path / "hf")
+    cfg = json.loads((tmp_path / "hf" / "config.json").read_text())
+    del cfg["num_attention_heads"]
+    (tmp_path / "hf" / "config.json").write_text(json.dumps(cfg))
+    capsys.readouterr()  # (what saving it printed)
+    err = one_line_error(capsys, ["sample", "--ckpt", str(tmp_path / "hf")])
+    assert "is an incomplete HuggingFace llama checkpoint: it has no 'num_attention_heads'" in err, err
 
 
 def test_pickled_huggingface_weights_are_refused_in_one_line(tmp_path, capsys):

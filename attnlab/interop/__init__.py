@@ -177,6 +177,9 @@ def load_hf(directory: str | Path, with_class=None, dtype=None) -> nn.Module:
                 return model.to(dtype) if dtype is not None else model
             except (RuntimeError, MemoryError) as e:  # sizes that pass the checks but do not fit in memory
                 raise does_not_fit(f"HuggingFace {mtype}", e) from None
+            except KeyError as e:  # (a field its config.json or a tensor its weights should hold)
+                raise CheckpointError(f"{d} is an incomplete HuggingFace {mtype} checkpoint: it has no {e} (a "
+                                      "config.json field or a weight its converter reads)") from None  # fmt: skip
     raise CheckpointError(
         f"{d} is a HuggingFace {mtype!r} checkpoint; attnlab reads "
         f"{', '.join(c.hf_type for c in converters())} checkpoints"

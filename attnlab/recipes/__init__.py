@@ -140,6 +140,9 @@ def load_model(
     else:
         ckpt = find_checkpoint(p)
         meta = read_config(ckpt)
+        if not isinstance(meta.get("model"), dict):  # (a damaged file: build_model would say "'model'")
+            raise CheckpointError(f"{ckpt / 'config.json'} has no 'model' section (the model's shape); the file is "
+                                  "damaged: use the run's other checkpoint (best/ or last/) or train again")  # fmt: skip
         model = build_model(meta, with_class)
         load_weights(model, ckpt)
         if dtype is not None:
