@@ -23,7 +23,7 @@ from safetensors.torch import load_file, save_file, save_model as st_save_model
 from torch import nn
 
 from . import __version__
-from .errors import CheckpointError, a
+from .errors import CheckpointError, a, one_line
 
 CONFIG = "config.json"
 WEIGHTS = "model.safetensors"
@@ -353,6 +353,13 @@ def load_trainer_state(ckpt: Path) -> tuple[dict, dict[str, torch.Tensor]]:
         tensors = load_file(str(ckpt / TRAINER_TENSORS))
     except FileNotFoundError:
         raise CheckpointError(f"{ckpt} has no trainer state (it is a weights-only checkpoint); cannot resume") from None
-    except (SafetensorError, OSError, json.JSONDecodeError) as e:
-        raise CheckpointError(f"trainer state in {ckpt} is corrupt ({e}); cannot resume from it") from None
+    except (SafetensorError, OSError, ValueError) as e:  # (JSON that is not, bytes that are not UTF-8)
+        raise CheckpointError(f"trainer state in {ckpt} is corrupt ({one_line(e)}); cannot resume from it") from None
+    numbers = [state.get(k) for k in ("step", "best_val")] if isinstance(state, dict) else [None]
+    if not isinstance(numbers[0], int) or any(
+        isinstance(v, bool) or not isinstance(v, (int, float, type(None))) for v in numbers
+    ):
+        raise CheckpointError(
+            f"trainer state in {ckpt / TRAINER_JSON} is corrupt (its step or best value is not a number); cannot resume from it"
+        )
     return state, tensors

@@ -248,6 +248,27 @@ def test_weights_that_are_empty_truncated_mismatched_or_nan(runs, tmp_path, caps
     assert "NaN" in one_line_error(capsys, ["eval", "--ckpt", str(ckpt)])
 
 
+@pytest.mark.parametrize(
+    "state, says",
+    [
+        (b"\xa4\xa5 not text", "last is corrupt ('utf-8' codec can't decode byte 0xa4"),
+        (b'{"step": "x", "best_val": null}', "last/trainer.json is corrupt (its step or best value is not a number)"),
+        (b'{"step": 2, "best_val": "low"}', "last/trainer.json is corrupt (its step or best value is not a number)"),
+        (b"[2]", "last/trainer.json is corrupt"),
+    ],
+)
+def test_a_corrupt_trainer_state_under_resume_names_its_file(runs, tmp_path, capsys, state, says):
+    """--resume on a damaged trainer.json answered "'utf-8' codec can't decode byte 0xa4..." or
+    "unexpected TypeError: '<=' not supported..." without naming the file (issue 81)."""
+    run = tmp_path / "run"
+    shutil.copytree(runs["gpt"], run)
+    (run / "last" / "trainer.json").write_bytes(state)
+    capsys.readouterr()
+    assert main(["train", "gpt", "--out", str(run), "--resume", "--max-iters", "40"]) == 2
+    err = capsys.readouterr().err.splitlines()[-1]  # (after the resume notes)
+    assert err.startswith("error: ") and says in err and err.endswith("cannot resume from it"), err
+
+
 def test_a_huggingface_config_without_a_field_its_converter_reads_is_named(tmp_path, capsys):
     """A Llama config.json without num_attention_heads answered "unexpected KeyError" (issue 81)."""
     transformers = pytest.importorskip("transformers")
