@@ -98,8 +98,10 @@ def input_lines(texts: list[str], file: str | None) -> list[str]:
         return list(texts)
     if file:
         path = Path(file)
-        if not path.is_file():
-            raise ValueError(f"--file {path} does not exist")
+        if not path.is_file():  # (a FIFO without a writer would be read forever)
+            raise ValueError(
+                f"--file {path} " + ("is not a regular file; give a text file" if path.exists() else "does not exist")
+            )
         try:
             return path.read_text(encoding="utf-8").splitlines()
         except UnicodeDecodeError as e:

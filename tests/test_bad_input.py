@@ -3,6 +3,7 @@ nothing written or deleted."""
 
 import json
 import shutil
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -377,3 +378,20 @@ def test_resume_refuses_changed_model_and_data_options(runs, capsys):
     vit = ["train", "vit", "--out", str(runs["vit"]), "--resume", "--no-progress"]
     assert "differ from the checkpoint" in one_line_error(capsys, [*vit, "--data", "mnist"])
     assert _snapshot(runs["seq2seq"]) == before
+
+
+@pytest.mark.skipif(not hasattr(__import__("os"), "mkfifo"), reason="no FIFOs here")
+@pytest.mark.parametrize("argv", [["sample", "gpt", "--prompts-file"], ["translate", "s2s", "--file"]])
+def test_a_fifo_without_a_writer_is_refused_not_read_forever(tmp_path, argv):
+    """`--prompts-file` on a FIFO with no writer blocked forever (issue 81): a file that is not a
+    regular one is refused in one line (in a child process: a regression would hang, not pass)."""
+    import os
+    import subprocess
+    import sys
+
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    ckpt = Path(__file__).parent / "fixtures" / "runs_v0_1" / argv[1]
+    r = subprocess.run([sys.executable, "-m", "attnlab", argv[0], "--ckpt", str(ckpt), argv[2], str(fifo)],
+                       capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and "is not a regular file" in r.stderr, r.stderr

@@ -1106,6 +1106,10 @@ def sample_many(
     for flag, given in given_flags:
         if given:
             raise OptionError(f"--prompts-file reads the prompts from the file; drop {flag}")
+    if Path(prompts_file).exists() and not Path(prompts_file).is_file():  # (a FIFO without a writer: read forever)
+        raise OptionError(
+            f"--prompts-file {prompts_file} is not a regular file (a folder, a FIFO, a device); give a text file"
+        )
     try:
         lines = Path(prompts_file).read_text(encoding="utf-8").splitlines()
     except (OSError, UnicodeDecodeError) as e:
