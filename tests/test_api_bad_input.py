@@ -58,7 +58,7 @@ def test_image_tensors_outside_0_1_are_refused(vit):
         (dict(seed=2**80), ["seed=", "from 0 to 2**63 - 1"]),  # was "Overflow when unpacking long long"
         (dict(temperature=float("nan")), ["temperature=nan", "not a finite number"]),
         (dict(max_new_tokens=None), ["max_new_tokens=None", "give a value"]),
-        (dict(top_k=2.5), ["top_k=2.5", "not an integer"]),
+        (dict(top_k=2.5), ["top_k=2.5", "must be an integer"]),
     ],
 )
 def test_generate_checks_its_arguments_as_the_sample_command_does(gpt, kw, words):

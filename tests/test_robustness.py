@@ -473,7 +473,7 @@ def test_options_that_would_train_nonsense_are_refused(tmp_path, capsys, monkeyp
         (dict(use_cache="no"), "use_cache='no' (--cache): must be True or False"),
         (dict(compile="yes"), "compile='yes' (--compile): must be True or False"),
         (dict(top_k=-1), "top_k=-1 (--top-k): -1 is out of range: must be 0 or more"),
-        (dict(seed="x"), "seed='x' (--seed): 'x' is not an integer"),
+        (dict(seed="x"), "seed='x' (--seed): must be an integer"),
         (dict(top_p=0), "top_p=0 (--top-p): 0 is out of range: must be in (0, 1]"),
     ],
 )
