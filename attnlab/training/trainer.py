@@ -793,7 +793,8 @@ class Trainer:
 
     def checkpoints_line(self) -> str:
         """Which evaluation best/ and last/ hold, and their validation numbers: one clause when
-        they are the same step, both when they differ (eval, predict and explore read best/)."""
+        they are the same step, both when they differ, saying by which measure best/ was chosen
+        (eval, predict and explore read best/)."""
         evals = [r for r in self.history if "val_loss" in r]
         if not evals:
             return "no evaluation yet"
@@ -807,7 +808,8 @@ class Trainer:
         last = evals[-1]
         if best["step"] == last["step"]:
             return f"best/ = last/ (step {last['step']}: {numbers(last)})"
-        return f"best/ step {best['step']} ({numbers(best)}), last/ step {last['step']} ({numbers(last)})"
+        by = f"the highest {key.replace('_', ' ')}" if key else "the lowest val loss"
+        return f"best/ step {best['step']} ({by}: {numbers(best)}), last/ step {last['step']} ({numbers(last)})"
 
     def plot(self) -> Path | None:
         from .curves import loss_curve
