@@ -114,6 +114,14 @@ class Config(metaclass=_ConfigType):
                 raise ValueError(f"--mlp-ratio must be positive, got {v}: the MLP would have no hidden units")
 
     @classmethod
+    def field_help(cls, name: str) -> str:
+        """The help of field ``name`` not declared with an :class:`~attnlab.options.Arg`: its
+        metadata's, the class's ``HELP``, else the shared vocabulary's (:data:`FIELD_HELP`); '' when
+        none says. (:func:`attnlab.options.declared` asks the class, so options imports no config.)"""
+        meta = {f.name: f.metadata for f in fields(cls)}[name]
+        return meta.get("help") or cls.HELP.get(name) or FIELD_HELP.get(name, "")
+
+    @classmethod
     def label(cls, name: str) -> str:
         """A field's name for messages, with its old names: ``context (block_size)``."""
         old = [o for o, n in cls.ALIASES.items() if n == name]
@@ -163,13 +171,6 @@ FIELD_HELP = {
     "pool": "what the classifier head reads: the class token (cls) or the mean of the patches (mean)",
     "peg": "conditional position encoding (CPVT's PEG): a depthwise convolution after the first block",
 }
-
-
-def field_help(cls, name: str) -> str:
-    """The help of config field ``name`` of ``cls``: its metadata's, its class's ``HELP``, else the
-    shared vocabulary's (:data:`FIELD_HELP`); '' when none says."""
-    meta = {f.name: f.metadata for f in fields(cls)}[name]
-    return meta.get("help") or getattr(cls, "HELP", {}).get(name) or FIELD_HELP.get(name, "")
 
 
 def option_fields(cls) -> list[str]:

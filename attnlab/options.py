@@ -374,7 +374,7 @@ def _is_config(verb: Any) -> bool:
     """Whether ``verb`` is a config dataclass (:class:`attnlab.config.Config`): its fields are options
     of ``attnlab train`` whose value None is "not given", and those of the shared vocabulary need no
     :class:`Arg` (their help is :data:`attnlab.config.FIELD_HELP`'s)."""
-    return inspect.isclass(verb) and hasattr(verb, "resolve_aliases")
+    return inspect.isclass(verb) and hasattr(verb, "field_help") and hasattr(verb, "resolve_aliases")
 
 
 def declared_parameters(verb: Callable) -> list[tuple[inspect.Parameter, Any, Arg]]:
@@ -403,9 +403,7 @@ def declared_parameters(verb: Callable) -> list[tuple[inspect.Parameter, Any, Ar
             if arg is not None:
                 found.append((param, base, arg))
         elif _is_config(verb) and _scalar(annotation) is not None and not _is_list(annotation):
-            from .config import field_help
-
-            found.append((param, annotation, Arg(field_help(verb, param.name))))
+            found.append((param, annotation, Arg(verb.field_help(param.name))))
     return found
 
 
