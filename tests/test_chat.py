@@ -599,7 +599,7 @@ def test_a_conversation_past_the_context_keeps_going_without_its_oldest_exchange
     args = ["chat", "--ckpt", str(checkpoint["path"]), "--system", "Be brief.", "--max-new-tokens", "8"]
     assert main([*args, "--ignore-eos"]) == 0
     err = capsys.readouterr().err
-    notices = err.count("note: the conversation filled the model's context: its oldest exchange was dropped")
+    notices = err.count("warning: the conversation filled the model's context: its oldest exchange was dropped\n")
     assert notices >= 1 and err.count("\n") == notices  # (nothing else said)
     assert [m[-1]["content"] for m in asked] == lines  # every message answered, each with the system message first
     assert all(m[0] == {"role": "system", "content": "Be brief."} for m in asked) and len(asked[-1]) < 2 * len(lines)

@@ -1047,10 +1047,7 @@ def chat(
                 break
             except OptionError:
                 del messages[len(opening) : len(opening) + 2]  # (its user message and the reply; the system stays)
-                print(
-                    "note: the conversation filled the model's context: its oldest exchange was dropped",
-                    file=sys.stderr,
-                )
+                warnings.warn("the conversation filled the model's context: its oldest exchange was dropped", Note)
         answer = model.chat(messages, stream=stream, **options)
         messages.append({"role": "assistant", "content": answer})
         sys.stdout.write("\n")
