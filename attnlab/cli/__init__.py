@@ -17,7 +17,7 @@ from typing import Annotated, Any, Literal
 
 from .. import __version__
 from ..errors import AttnlabError, Note, a, one_line
-from ..options import Arg, Command, DecodeDtype, Device, OptionSpecs, PatchOver, Quantize, Which
+from ..options import Arg, Command, DataDir, DecodeDtype, Device, OptionSpecs, PatchOver, Quantize, Which
 from cyclopts import App
 from cyclopts.exceptions import CycloptsError
 
@@ -115,12 +115,16 @@ def _build(argv: list[str] | None) -> tuple[App, dict[str, Command]]:
         add(sae_group, ("sae", command.name), command, _caller(command))
     from ..data.shards import prepare
 
-    prepare_command = Command(
-        "prepare", "stream a corpus into token shards", DATA_DESCRIPTION, _data_prepare, verbs=(prepare,)
-    )
-    data_group = new_app("data", "prepare a corpus larger than memory into token shards", DATA_DESCRIPTION)
+    data_commands = [
+        Command("get", "download named datasets (shakespeare, mnist, ...), checked", DATA_GET_DESCRIPTION, _data_get),
+        Command("list", "the named datasets: what each is, whether it is here, where", DATA_LIST_DESCRIPTION,
+                _data_list),
+        Command("prepare", "stream a corpus into token shards", DATA_DESCRIPTION, _data_prepare, verbs=(prepare,)),
+    ]  # fmt: skip
+    data_group = new_app("data", "get the lectures' datasets; prepare a corpus larger than memory into token shards")
     app.command(data_group)
-    add(data_group, ("data", "prepare"), prepare_command, _caller(prepare_command))
+    for command in data_commands:
+        add(data_group, ("data", command.name), command, _caller(command))
     completion = Command(
         "completion", "print a shell completion script (bash, zsh or fish)", COMPLETION_DESCRIPTION, _completion
     )
@@ -152,6 +156,16 @@ DATA_DESCRIPTION = (
     "and written as fixed-size token shards with an index (token counts, document starts, SHA-256s); memory stays "
     "bounded whatever the corpus's size, and a stopped preparation finishes where it stopped with the same bytes. "
     "Train on the folder with attnlab train gpt --data DIR."
+)
+DATA_GET_DESCRIPTION = (
+    "Download named datasets into the data folder (--data-dir or ATTNLAB_DATA) or, when none is set, the user "
+    "cache (ATTNLAB_CACHE moves it); each file is checked against its published SHA-256, and a stopped download "
+    "resumes. Without a network it says which file to put where, with the checksum it expects. A file already "
+    "here is checked, not downloaded again."
+)
+DATA_LIST_DESCRIPTION = (
+    "The named datasets the trainers read with --data NAME: what each is, how many of its files are here (checked), "
+    "where, and the command that trains on it."
 )
 COMPLETION_DESCRIPTION = (
     "Commands, options and option values completed with Tab. bash: 'eval \"$(attnlab completion bash)\"' in "
@@ -519,6 +533,63 @@ def _data_prepare(**options: Any) -> int:
 
     shards.prepare(**options)
     print(f"wrote {options['out']}: train on it with attnlab train gpt --data {options['out']}")
+    return 0
+
+
+def _data_get(
+    names: Annotated[tuple[str, ...], Arg("datasets to get (attnlab data list names them)", flags=("names",))],
+    *,
+    data_dir: DataDir = None,
+    mirror: Annotated[
+        str | None,
+        Arg("a URL laid out like the data folder to read from instead of the publishers (file:///srv/data, "
+            "a teacher's server; default: $ATTNLAB_DATA_MIRROR)"),
+    ] = None,
+) -> int:  # fmt: skip
+    from tqdm import tqdm
+
+    from ..data import sources
+
+    for name in names:  # (an unknown name before any download)
+        sources.files_of(name)
+    bar: list = []  # (the file being downloaded, its progress bar: on a terminal only)
+
+    def progress(file: str, done: int, total: int | None) -> None:
+        if not bar or bar[0] != file:
+            for _, shown in bar:
+                shown.close()
+            bar[:] = [(file, tqdm(total=total, unit="B", unit_scale=True, desc=file, leave=False, disable=None))]
+        bar[0][1].update(done - bar[0][1].n)
+
+    for name in names:
+        try:
+            paths = sources.get(name, data_dir, mirror, progress)
+        except sources.DataMissing as e:
+            if len(e.missing) > 1:  # (one file: the error line names it)
+                for url, path, checksum in e.missing:
+                    print(f"  put {url} at {path} ({checksum})", file=sys.stderr)
+            raise
+        finally:
+            for _, shown in bar:
+                shown.close()
+            bar.clear()
+        folder = os.path.commonpath([str(p.parent) for p in paths])
+        print(f"{name}: {len(paths)} file{'s' * (len(paths) > 1)} checked in {folder}; {sources.DATASETS[name].use}")
+    return 0
+
+
+def _data_list(*, data_dir: DataDir = None) -> int:
+    from ..data import sources
+
+    print(f"{'name':<12} {'here':<6} {'what':<84} where / how to get it")
+    for name, about in sources.DATASETS.items():
+        held = sources.held(name, data_dir)
+        where = str(held.folder) if held.present == held.files else f"attnlab data get {name}"
+        print(f"{name:<12} {held.present}/{held.files:<4} {about.about:<84} {where}")
+    print(
+        f"looked in {sources.where_looked(data_dir)}. Built in, nothing to get: python-docs (text), digits (images), "
+        f"scenes (captions), the synthetic tasks {', '.join(sources.SYNTHETIC)} (seq2seq)"
+    )
     return 0
 
 

@@ -20,6 +20,7 @@ from torch import Tensor
 
 from ..errors import DataError
 from ..models.configs import MAX_OBJECTS
+from . import sources
 from .images import IMAGE_SUFFIXES, channel_stats, load_image
 from .parallel import Vocab, pad_batch, read_lines
 
@@ -191,7 +192,10 @@ def read_tsv(path: Path) -> list[tuple[Path, list[str]]]:
     return list(caps.items())
 
 
-def find_captions(spec: str) -> list[tuple[Path, list[str]]]:
+def find_captions(spec: str, data_dir: str | None = None) -> list[tuple[Path, list[str]]]:
+    if spec in sources.named("captions"):  # (coco-mini: the data folder, the cache, or downloaded)
+        files = sources.resolve(spec, data_dir)
+        return read_coco(files[0])
     p = Path(spec).expanduser()
     if p.is_file() and p.suffix == ".json":
         return read_coco(p)
@@ -206,7 +210,8 @@ def find_captions(spec: str) -> list[tuple[Path, list[str]]]:
             )
         return read_coco(jsons[0], p)
     raise DataError(
-        f"unknown caption data {spec!r}: use scenes, a COCO folder or captions JSON, or an image<TAB>caption file"
+        f"unknown caption data {spec!r}: use scenes, {', '.join(sources.named('captions'))}, a COCO folder or "
+        "captions JSON, or an image<TAB>caption file"
     )
 
 

@@ -58,7 +58,7 @@ def load_corpus(spec: str | None, data_dir: str | None = None) -> tuple[str, str
     a text file, or a folder of text files (read in sorted order)."""
     if spec in (None, "", EMBEDDED):
         return EMBEDDED, embedded_corpus()
-    if spec in sources.NAMED:
+    if spec in sources.named("text"):
         paths = sources.resolve(spec, data_dir)
         return spec, "".join(read_text_file(p) for p in paths)
     if hf.is_hf(spec):
@@ -74,7 +74,7 @@ def load_corpus(spec: str | None, data_dir: str | None = None) -> tuple[str, str
     else:
         raise DataError(
             f"no such file, folder or dataset: {spec!r}; give a path to UTF-8 text, or one of "
-            f"{[EMBEDDED, *sources.NAMED]}"
+            f"{[EMBEDDED, *sources.named('text')]}"
         )
     if not text.strip():
         raise DataError(f"corpus {spec} is empty; give a file with some text in it")

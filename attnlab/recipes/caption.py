@@ -90,7 +90,9 @@ class CaptionTrainOptions(TrainOptions):
 
     data: Annotated[
         str | None,
-        Arg("scenes (embedded, generated; default) | COCO folder or captions JSON | image<TAB>caption file"),
+        Arg(
+            "scenes (embedded, generated; default) | coco-mini | COCO folder or captions JSON | image<TAB>caption file"
+        ),
     ] = None
     train_scenes: Annotated[
         int | None, Arg(f"scenes: training images to generate (default {SCENE_OPTS['n_train']})", at_least(10))
