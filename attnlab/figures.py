@@ -13,17 +13,35 @@ if "ipykernel" not in sys.modules:  # a notebook keeps its inline backend; elsew
     matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-__all__ = ["add_banner", "plt", "save_figure", "ticks_at"]
+__all__ = ["MIN_POINTS", "SLIDE_PIXELS", "add_banner", "plt", "save_figure", "slide_dpi", "ticks_at"]
+
+
+# A figure is made for a slide: shown with its long side this many pixels wide, at 100 pixels an
+# inch, its smallest text is at least MIN_POINTS (so a figure 12 inches wide needs 11-point text,
+# one 6 inches wide 5.4-point: what matters is the text's size against the figure's).
+SLIDE_PIXELS, MIN_POINTS = 1000, 9.0
+
+
+def slide_dpi(fig, tight: bool = True) -> float:
+    """The resolution that saves ``fig`` with its long side at least :data:`SLIDE_PIXELS` pixels."""
+    if tight:
+        fig.canvas.draw()
+        box = fig.get_tightbbox(fig.canvas.get_renderer())
+        inches = max(box.width, box.height) + 0.2  # (bbox_inches="tight" pads 0.1 inch a side)
+    else:
+        inches = max(fig.get_size_inches())
+    return max(float(fig.dpi), SLIDE_PIXELS / inches)
 
 
 def save_figure(fig, path: Path, tight: bool = True) -> Path:
-    """``fig`` as the PNG ``path``, written whole or not at all; ``tight``: cropped to what is drawn
-    (False for a figure whose size is set to the pixel, as :func:`add_banner`'s)."""
+    """``fig`` as the PNG ``path``, written whole or not at all, at a resolution that makes its long
+    side at least :data:`SLIDE_PIXELS` pixels; ``tight``: cropped to what is drawn (False for a figure
+    whose size is set to the pixel, as :func:`add_banner`'s)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.stem + ".tmp.png")
     try:
-        fig.savefig(tmp, bbox_inches="tight" if tight else None)
+        fig.savefig(tmp, bbox_inches="tight" if tight else None, dpi=slide_dpi(fig, tight))
         tmp.replace(path)
     finally:
         plt.close(fig)
@@ -52,17 +70,19 @@ def add_banner(path: Path, title: str, verdict: str, note: str = "") -> Path:
 
     image = plt.imread(path)
     height, width = image.shape[:2]
-    dpi, line = 100, 19  # pixels per line of 10-point text, with its spacing
-    chars = max(20, int(width / 7.5))  # (about 7 px a letter at 10 pt)
+    dpi = 100
+    points = max(10.0, MIN_POINTS * width / SLIDE_PIXELS * 1.1)  # (the figure's text rule, and a little more)
+    line = round(1.9 * points)  # pixels per line of text, with its spacing
+    chars = max(20, int(width / (0.75 * points)))  # (a letter is about 0.75 of the size, in pixels at 100 dpi)
     heading = textwrap.wrap(title, width=chars)
     verdict_lines = textwrap.wrap(verdict + (f" ({note})" if note else ""), width=int(chars * 0.85))  # (bold: wider)
     band = 16 + line * (len(heading) + len(verdict_lines))
     fig = plt.figure(figsize=(width / dpi, (height + band) / dpi), dpi=dpi)
     fig.figimage(image, 0, 0)
     total = height + band
-    fig.suptitle("\n".join(heading), x=0.5, y=1 - 6 / total, va="top", fontsize=10)
+    fig.suptitle("\n".join(heading), x=0.5, y=1 - 6 / total, va="top", fontsize=points)
     fig.canvas.draw()
     below = fig._suptitle.get_window_extent(fig.canvas.get_renderer()).y0 - 3  # (pixels from the bottom)
-    fig.text(0.5, below / total, "\n".join(verdict_lines), ha="center", va="top", fontsize=10, weight="bold",
+    fig.text(0.5, below / total, "\n".join(verdict_lines), ha="center", va="top", fontsize=points, weight="bold",
              color=BANNER_COLOURS.get(verdict, "#57606a"))  # fmt: skip
     return save_figure(fig, path, tight=False)

@@ -27,7 +27,8 @@ def judging():
 
     def judged(self, fname, *args, **kwargs):
         name = Path(str(fname)).name.replace(".tmp.png", ".png")
-        JUDGED[name] = JUDGED.get(name, []) + figure_problems(self)
+        problems = figure_problems(self, kwargs.get("dpi"), tight=kwargs.get("bbox_inches") == "tight")
+        JUDGED[name] = JUDGED.get(name, []) + problems
         TITLES[name] = figure_titles(self)
         return real(self, fname, *args, **kwargs)
 
@@ -64,9 +65,14 @@ def _drawn_tick_labels(axis) -> list:
     return [label for tick in ticks for label in (tick.label1, tick.label2) if label.get_visible() and label.get_text()]
 
 
-def figure_problems(fig) -> list[str]:
-    """Every way ``fig`` falls short of the slide standard:
+def figure_problems(fig, dpi: float | None = None, tight: bool = True) -> list[str]:
+    """Every way ``fig``, saved at ``dpi`` (None: its own) cropped to what it draws (``tight``), falls
+    short of the slide standard:
 
+    - a long side under 1,000 pixels as saved (``attnlab.figures.SLIDE_PIXELS``);
+    - text smaller than 9 points when the image is shown 1,000 pixels on its long side at 100
+      pixels an inch (``MIN_POINTS``): a figure W inches across needs text of 0.9 W points;
+    - a heat map whose colour bar does not say what its colour is;
     - no title (neither its panels' nor the figure's);
     - a numeric axis with no label;
     - a heat map without a colour bar, or with ticks between its cells (−0.5, 0.5);
@@ -87,6 +93,21 @@ def figure_problems(fig) -> list[str]:
     panels = [ax for ax in fig.axes if ax.get_visible() and not _is_colorbar(ax)]
     drawn = [ax for ax in panels if ax.axison and (ax.lines or ax.collections or ax.patches or ax.images)]
 
+    from attnlab.figures import MIN_POINTS, SLIDE_PIXELS
+
+    box = fig.get_tightbbox(renderer) if tight else fig.bbox_inches
+    inches = max(box.width, box.height) + (0.2 if tight else 0)
+    pixels = inches * (dpi or fig.dpi)
+    if pixels < SLIDE_PIXELS - 1:
+        problems.append(f"{pixels:.0f} pixels on its long side, under {SLIDE_PIXELS}")
+    smallest = SLIDE_PIXELS / 100 / inches  # (the text's scale when shown SLIDE_PIXELS across at 100 ppi)
+    small = sorted(
+        {(round(t.get_fontsize() * smallest, 1), t.get_text()[:20]) for t in fig.findobj(Text)
+         if t.get_visible() and t.get_text().strip() and t.get_fontsize() * smallest < MIN_POINTS - 0.05}
+    )  # fmt: skip
+    if small:
+        problems.append(f"text under {MIN_POINTS:g} pt on a {SLIDE_PIXELS}-pixel slide: {small[:4]} ({len(small)} in all)")
+
     if not suptitle and not any(t.get_text().strip() for t in fig.texts) and drawn:
         untitled = [ax for ax in drawn if not ax.get_title().strip()]
         if untitled:
@@ -101,10 +122,12 @@ def figure_problems(fig) -> list[str]:
             array = image.get_array()
             if array is None or getattr(array, "ndim", 0) != 2 or image.get_cmap().name == "gray":
                 continue  # a picture (RGB, or grey levels: a digit, a filter), not a heat map
-            if not any(
-                getattr(im, "colorbar", None) is not None for a in fig.axes for im in [*a.images, *a.collections]
-            ):
+            bars = [im.colorbar for a in fig.axes for im in [*a.images, *a.collections]
+                    if getattr(im, "colorbar", None) is not None]  # fmt: skip
+            if not bars:
                 problems.append(f"a heat map in {ax.get_title()[:30]!r} without a colour bar")
+            elif not any(b.ax.get_ylabel().strip() or b.ax.get_xlabel().strip() for b in bars):
+                problems.append(f"a heat map in {ax.get_title()[:30]!r} whose colour bar does not say what it shows")
             left, right, bottom, top = image.get_extent() if isinstance(image, AxesImage) else (-1e9, 1e9, -1e9, 1e9)
             for axis, (low, high), at in ((ax.xaxis, sorted((left, right)), 0), (ax.yaxis, sorted((bottom, top)), 1)):
                 values = [t.get_position()[at] for t in _drawn_tick_labels(axis) if _number(t.get_text())]
