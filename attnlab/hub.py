@@ -53,7 +53,8 @@ def resolve(path: str | Path) -> Path:
         from huggingface_hub.errors import LocalEntryNotFoundError
     except ImportError:
         raise CheckpointError(
-            f"{name} is not a folder here; to read it from the HuggingFace hub, pip install huggingface_hub"
+            f"{name} is not a folder here; to read it from the HuggingFace hub, pip install 'attnlab[hub]' "
+            "(huggingface_hub and datasets)"
         ) from None
     try:
         return Path(huggingface_hub.snapshot_download(name, allow_patterns=HUB_FILES, local_files_only=True))

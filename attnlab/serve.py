@@ -10,8 +10,9 @@ request whose settings cannot run is refused alone, the others go on.
 
 An ASGI application (Starlette, request bodies validated by pydantic) served by uvicorn: one
 loaded model shared by every endpoint (``POST /reload`` reads the checkpoint again), bodies
-bounded in size and in time (a client that stalls gets 408), JSON nesting bounded, open
-connections bounded (beyond: 503). ``pip install 'attnlab[serve]'``.
+bounded in size and in time (a client that stalls mid-head or mid-body gets 408; a body cut short,
+400 saying how short; a Content-Length that is not a byte count, 400 naming it), JSON nesting
+bounded, open connections bounded (beyond: 503). ``pip install 'attnlab[serve]'``.
 
 Bound to 127.0.0.1 by default. Requests must name this machine as their Host (against DNS
 rebinding) and, when they carry an Origin, come from this server's own pages; others get 403.
@@ -77,6 +78,7 @@ document.getElementById("g").addEventListener("submit", async (e) => {{
 
 MAX_BODY = 20_000_000  # bytes: an uploaded image, base64-encoded, with room to spare
 BODY_TIMEOUT_S = 15.0  # a client has this long to send its whole body (slow clients get 408)
+HEAD_TIMEOUT_S = 15.0  # and this long to send a request's head once it began (or, connected, to begin one)
 GENERATE_TIMEOUT_S = 600  # a request waits this long for its text, then gets 503
 MAX_CONNECTIONS = 512  # open connections beyond this are answered 503 at once (uvicorn's limit_concurrency)
 MAX_LOGPROBS = 20  # the most likely tokens a completion may ask for at each position (vLLM's limit)
@@ -917,6 +919,98 @@ async def _stream_events(w, job, chunk, first: str | None = None):
     yield "data: [DONE]\n\n"
 
 
+def http_protocol():
+    """uvicorn's HTTP/1.1 protocol (h11) with the refusals in attnlab's words: a Content-Length that
+    is not a byte count is named (uvicorn says "Invalid HTTP request received."); a body cut short
+    by the client's end of sending is answered 400 with how much came (uvicorn answers nothing);
+    and a request head that stops arriving is answered 408 after ``HEAD_TIMEOUT_S`` (uvicorn waits
+    for ever). A stalled body is the :class:`Guard`'s: 408 after ``BODY_TIMEOUT_S``."""
+    import h11
+    from uvicorn.protocols.http.h11_impl import H11Protocol
+
+    class Protocol(H11Protocol):
+        def connection_made(self, transport) -> None:
+            super().connection_made(transport)
+            self.refused: str | None = None  # (what h11 found wrong with the request, in its words)
+            self.head_timer = None
+            parse = self.conn.next_event
+
+            def next_event():
+                try:
+                    return parse()
+                except h11.RemoteProtocolError as e:
+                    self.refused = str(e)
+                    raise
+
+            self.conn.next_event = next_event
+            self.watch_head()
+
+        def data_received(self, data: bytes) -> None:
+            super().data_received(data)
+            self.watch_head()
+
+        def watch_head(self) -> None:
+            """A timer while a request's head is awaited: between requests uvicorn's keep-alive
+            timer closes the connection, and a body is the Guard's to time."""
+            if self.head_timer is not None:
+                self.head_timer.cancel()
+                self.head_timer = None
+            between = self.cycle is not None and self.conn.their_state is h11.IDLE and not self.conn.trailing_data[0]
+            if self.conn.their_state is h11.IDLE and not between and not self.transport.is_closing():
+                self.head_timer = self.loop.call_later(HEAD_TIMEOUT_S, self.head_timed_out)
+
+        def head_timed_out(self) -> None:
+            self.head_timer = None
+            if self.transport.is_closing() or self.conn.their_state is not h11.IDLE:
+                return
+            if self.conn.trailing_data[0]:  # a head begun, never finished
+                self.answer(408, f"the request's head did not arrive within {HEAD_TIMEOUT_S:g} s")
+            else:  # connected, and nothing sent
+                self.transport.close()
+
+        def send_400_response(self, msg: str) -> None:
+            why = self.refused or ""
+            if "Content-Length" in why:
+                text = (
+                    f"the request's Content-Length is not a byte count ({why}): send the body's length in bytes, "
+                    "a whole number of 0 or more"
+                )
+            else:
+                text = f"not an HTTP/1.1 request attnlab serve can read ({why or msg})"
+            self.answer(400, text)
+
+        def eof_received(self) -> None:
+            if self.conn.their_state is h11.SEND_BODY and not (self.cycle and self.cycle.response_started):
+                self.conn.receive_data(b"")  # (h11 then says how much of the body came)
+                try:
+                    self.conn.next_event()
+                except h11.RemoteProtocolError as e:
+                    self.answer(400, f"the request body ended early: {e}; send the whole body")
+
+        def connection_lost(self, exc) -> None:
+            if self.head_timer is not None:
+                self.head_timer.cancel()
+            super().connection_lost(exc)
+
+        def answer(self, status: int, text: str) -> None:
+            """``error: text`` with ``status``, then the connection closed."""
+            from http import HTTPStatus
+
+            data = f"error: {text}".encode()
+            headers = [(b"content-type", b"text/plain; charset=utf-8"), (b"content-length", str(len(data)).encode()),
+                       (b"connection", b"close")]  # fmt: skip
+            head = h11.Response(status_code=status, headers=headers, reason=HTTPStatus(status).phrase.encode())
+            try:
+                for event in (head, h11.Data(data=data),
+                              h11.EndOfMessage()):  # fmt: skip
+                    self.transport.write(self.conn.send(event))
+            except h11.LocalProtocolError:  # (a response was already under way: nothing more can be said)
+                pass
+            self.transport.close()
+
+    return Protocol
+
+
 @dataclass
 class RunningServer:
     """What ``serve``'s ``ready`` callback gets: where it listens, and how to stop it."""
@@ -980,6 +1074,7 @@ def serve(
         limit_concurrency=MAX_CONNECTIONS,
         timeout_keep_alive=5,
         lifespan="off",
+        http=http_protocol(),
     )
     server = uvicorn.Server(config)
     if ready is not None:

@@ -46,3 +46,24 @@ def test_a_bert_export_carries_its_wordpiece_tokenizer(tmp_path):
         "[MASK]",
         "[PAD]",
     )
+
+
+def test_attnlab_export_hf_writes_what_transformers_loads_to_the_same_logits(tiny_run, tmp_path, capsys):
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from attnlab.cli import main
+
+    run = tiny_run("gpt").out
+    assert main(["export", str(run), str(tmp_path / "hf")]) == 2  # (the format named: --hf)
+    assert "name the format to write: --hf" in capsys.readouterr().err
+    assert main(["export", "--hf", str(run), str(tmp_path / "hf")]) == 0
+    ours = attnlab.load(run)
+    theirs = AutoModelForCausalLM.from_pretrained(str(tmp_path / "hf")).eval()
+    ids = torch.tensor([ours.tokenizer.encode("to be or not")])
+    with torch.no_grad():
+        torch.testing.assert_close(theirs(ids).logits, ours.eval()(ids), atol=1e-5, rtol=1e-5)
+    again = attnlab.load(tmp_path / "hf")  # and back: the folder is read as it is
+    assert again.generate("to", 8, temperature=0) == ours.generate("to", 8, temperature=0)
+    assert main(["export", "--hf", str(run), str(tmp_path / "hf")]) == 2  # (nothing written over)
+    assert "is not an empty folder" in capsys.readouterr().err

@@ -490,7 +490,7 @@ def test_generate_refuses_arguments_of_the_wrong_type(kw, words):
         model.generate("The", **{"max_new_tokens": 5, **kw})
 
 
-def test_a_tokenizer_larger_than_the_models_vocabulary_is_refused_at_load(tmp_path, capsys):
+def test_a_tokenizer_that_does_not_fit_the_models_vocabulary_is_refused_at_load(tmp_path, capsys):
     """A config.json whose tokenizer does not fit the weights was accepted (issue 38): now load, sample
     and eval refuse it in one line."""
     import json
@@ -506,12 +506,21 @@ def test_a_tokenizer_larger_than_the_models_vocabulary_is_refused_at_load(tmp_pa
         cfg = json.loads(path.read_text())
         cfg["tokenizer"]["chars"] = list(cfg["tokenizer"]["chars"]) + [chr(0x4E00 + i) for i in range(400)]
         path.write_text(json.dumps(cfg))
-    with pytest.raises(CheckpointError, match="more than the model's vocabulary"):
+    says = "the tokenizer of its config.json has 478 tokens and its model a vocabulary of 78"
+    with pytest.raises(CheckpointError, match=says):
         attnlab.load(run)
     for argv in (["sample", "--ckpt", str(run), "--max-new-tokens", "3"], ["eval", "--ckpt", str(run)]):
         assert main(argv) == 2
         err = capsys.readouterr().err
-        assert "more than the model's vocabulary" in err and err.count("\n") == 1, err
+        assert says in err and err.count("\n") == 1, err
+    for name in ("best", "last"):  # one with fewer characters: the ids would decode to other letters
+        path = run / name / "config.json"
+        cfg = json.loads(path.read_text())
+        cfg["tokenizer"]["chars"] = list("abcdefghij")
+        path.write_text(json.dumps(cfg))
+    assert main(["sample", "--ckpt", str(run), "--prompt", "ab", "--max-new-tokens", "3"]) == 2
+    err = capsys.readouterr().err
+    assert f"{run}: the tokenizer of its config.json has 10 tokens and its model a vocabulary of 78" in err, err
 
 
 def test_eval_out_must_be_a_png_and_predict_refuses_nan_images(tmp_path, capsys):

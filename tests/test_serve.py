@@ -187,6 +187,47 @@ def test_hostile_bodies_get_one_line(server, raw, status, says):
     assert len(r.text.splitlines()) == 1
 
 
+def _answer(port: int, raw: bytes, end_sending: bool = False) -> tuple[bytes, bytes]:
+    """(status, body) of what the server says to ``raw`` sent as is (``end_sending``: then the
+    client's side shut, as a client that sent all it had does)."""
+    with socket.create_connection(("127.0.0.1", port), timeout=30) as s:
+        s.sendall(raw)
+        if end_sending:
+            s.shutdown(socket.SHUT_WR)
+        data = b""
+        while chunk := s.recv(4096):
+            data += chunk
+    head, _, body = data.partition(b"\r\n\r\n")
+    return head.split(b" ", 2)[1], body
+
+
+@pytest.mark.parametrize("length", ["abc", "-5", "1e3", "12, 13"])
+def test_a_content_length_that_is_no_byte_count_is_named(server, length):
+    _, _, port = server
+    status, body = _answer(port, f"POST /generate HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Length: {length}"
+                           '\r\n\r\n{"prompt": "to"}'.encode())  # fmt: skip
+    assert status == b"400" and body.startswith(b"error: the request's Content-Length is not a byte count"), body
+    assert len(body.splitlines()) == 1
+
+
+def test_a_body_cut_short_is_answered_with_how_much_came(server):
+    _, _, port = server
+    raw = f'POST /generate HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Length: 100\r\n\r\n{{"prompt": '.encode()
+    status, body = _answer(port, raw, end_sending=True)
+    assert status == b"400" and b"the request body ended early" in body and b"received 11 bytes, expected 100" in body
+
+
+def test_a_head_that_stops_arriving_is_answered_408_and_closed(server, monkeypatch):
+    from attnlab import serve as serving
+
+    _, _, port = server
+    monkeypatch.setattr(serving, "HEAD_TIMEOUT_S", 0.5)
+    status, body = _answer(port, f"POST /generate HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Ty".encode())
+    assert status == b"408" and body == b"error: the request's head did not arrive within 0.5 s"
+    with socket.create_connection(("127.0.0.1", port), timeout=30) as s:  # connected, nothing sent: let go
+        assert s.recv(1) == b""
+
+
 def test_limits_host_check_and_reload(server):
     _, url, port = server
     with socket.create_connection(("127.0.0.1", port), timeout=30) as s:  # a length declared, no body sent

@@ -233,6 +233,13 @@ def _commands(families, claims: bool = False) -> list[Command]:
                 "/detokenize and GET /tokenizer_info; POST /reload reads the run's checkpoint again. Bound to "
                 "127.0.0.1; requests from other origins are refused.",
                 _serve, verbs=(serve,)),
+        Command("export", "write a run as a HuggingFace folder (--hf) that transformers loads",
+                "Writes config.json, model.safetensors and the tokenizer (with the end-of-sequence ids, sampling "
+                "defaults and chat template the run keeps) that transformers' from_pretrained reads: a GPT as "
+                "GPT2LMHeadModel (or the Llama, Qwen, Gemma, ... family it was initialised from), a ViT as "
+                "ViTForImageClassification, a text encoder as a BERT model. Back: every attnlab command reads the "
+                "folder as it is (--ckpt OUT, --init OUT, attnlab.load(OUT)).",
+                _export),
         Command("reproduce", "check the lectures' claims on real runs; write a report",
                 "Each claim: the lecture's statement, what was run on which data, the figure or table, the measured "
                 "numbers, a stated criterion and a must-fail control run beside it; PASS (the control fails the "
@@ -519,6 +526,32 @@ def _reproduce(
     passed = sum(r.status == "PASS" for r in results.values())
     print(f"{passed} of {len(results)} claims PASS; report: {Path(options.get('out') or 'reproduce') / 'report.md'}")
     return 0 if passed == len(results) else 1
+
+
+def _export(
+    ckpt: Annotated[str, Arg("the run folder (or checkpoint) to export", flags=("ckpt",))],
+    out: Annotated[str, Arg("the folder to write (new, or empty)", flags=("out",))],
+    *,
+    hf: Annotated[bool, Arg("write a HuggingFace folder (the one format so far; say it, as later ones will)")] = False,
+    which: Which = None,
+) -> int:
+    from pathlib import Path
+
+    from ..api import load
+    from ..checkpoint import pick_checkpoint
+    from ..errors import OptionError
+    from ..interop import export_hf
+
+    if not hf:
+        raise OptionError("name the format to write: --hf (a HuggingFace folder, the one format so far)")
+    folder = Path(out).expanduser()
+    if folder.exists() and (not folder.is_dir() or any(folder.iterdir())):
+        raise OptionError(f"{out} exists and is not an empty folder; give a new folder to write")
+    model = load(pick_checkpoint(ckpt, which), device="cpu")
+    export_hf(model, folder)
+    print(f"wrote {out}: transformers' AutoModel*.from_pretrained({str(out)!r}) loads it; attnlab reads it as it is "
+          f"(--ckpt {out})")  # fmt: skip
+    return 0
 
 
 def _bench(**options: Any) -> int:

@@ -15,7 +15,10 @@ from cyclopts.exceptions import CycloptsError
 
 from ..options import Command, Option, OptionSpecs
 
-EPILOG = "Every command has --help. Data directory: --data-dir or the ATTNLAB_DATA environment variable."
+EPILOG = (
+    "Every command has --help. Data: attnlab data list (--data-dir or ATTNLAB_DATA: your own folder). Words "
+    "(nats, logit lens, must-fail control, items/s): docs/glossary.md"
+)
 HELP_STYLE = dict(help_format="plaintext", help_epilogue=EPILOG)
 
 

@@ -931,13 +931,19 @@ def corpus_ids(ckpt, meta: dict, tok, split: str, data: str | None = None, data_
 
 def tokenizer_that_fits(tokenizer, vocab_size: int, ckpt):
     """``tokenizer``, refused when it has more tokens than the model's vocabulary (an edited or mixed
-    run folder: its ids past the vocabulary would index outside the embedding)."""
+    run folder: its ids past the vocabulary would index outside the embedding), or, for attnlab's
+    character and word tokenizers (a run sizes its vocabulary to them exactly), fewer: the weights
+    would be read through another mapping of ids to text. (A BPE vocabulary may be smaller than the
+    model's: HuggingFace checkpoints pad theirs to a round size.)"""
     from ..errors import CheckpointError
 
-    if tokenizer is not None and tokenizer.vocab_size > vocab_size:
+    if tokenizer is None:
+        return tokenizer
+    exact = tokenizer.to_dict().get("type") in ("char", "word")
+    if tokenizer.vocab_size > vocab_size or (exact and tokenizer.vocab_size != vocab_size):
         raise CheckpointError(
-            f"{ckpt}: its tokenizer has {tokenizer.vocab_size} tokens, more than the model's vocabulary of "
-            f"{vocab_size}; the folder mixes two runs (train again, or restore its config.json)"
+            f"{ckpt}: the tokenizer of its config.json has {tokenizer.vocab_size} tokens and its model a vocabulary "
+            f"of {vocab_size}; the folder mixes two runs (train again, or restore its config.json)"
         )
     return tokenizer
 
