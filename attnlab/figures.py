@@ -13,7 +13,7 @@ if "ipykernel" not in sys.modules:  # a notebook keeps its inline backend; elsew
     matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-__all__ = ["MIN_POINTS", "SLIDE_PIXELS", "add_banner", "plt", "save_figure", "slide_dpi", "ticks_at"]
+__all__ = ["MIN_POINTS", "SLIDE_PIXELS", "add_banner", "plt", "raise_small_text", "save_figure", "slide_dpi", "ticks_at"]
 
 
 # A figure is made for a slide: shown with its long side this many pixels wide, at 100 pixels an
@@ -22,26 +22,62 @@ __all__ = ["MIN_POINTS", "SLIDE_PIXELS", "add_banner", "plt", "save_figure", "sl
 SLIDE_PIXELS, MIN_POINTS = 1000, 9.0
 
 
-def slide_dpi(fig, tight: bool = True) -> float:
-    """The resolution that saves ``fig`` with its long side at least :data:`SLIDE_PIXELS` pixels."""
-    if tight:
-        fig.canvas.draw()
-        box = fig.get_tightbbox(fig.canvas.get_renderer())
-        inches = max(box.width, box.height) + 0.2  # (bbox_inches="tight" pads 0.1 inch a side)
-    else:
-        inches = max(fig.get_size_inches())
-    return max(float(fig.dpi), SLIDE_PIXELS / inches)
+def long_side_inches(fig, tight: bool = True) -> float:
+    """The long side of ``fig`` as saved: cropped to what it draws (``tight``), or its set size."""
+    if not tight:
+        return float(max(fig.get_size_inches()))
+    fig.canvas.draw()
+    box = fig.get_tightbbox(fig.canvas.get_renderer())
+    return max(box.width, box.height) + 0.2  # (bbox_inches="tight" pads 0.1 inch a side)
+
+
+def smallest_points(inches: float) -> float:
+    """The smallest text, in points, that a figure ``inches`` across may carry (:data:`MIN_POINTS`
+    once it is shown :data:`SLIDE_PIXELS` pixels across at 100 pixels an inch)."""
+    return MIN_POINTS * inches / (SLIDE_PIXELS / 100)
+
+
+def raise_small_text(fig, tight: bool = True) -> float:
+    """Every text of ``fig`` at least :func:`smallest_points` for its size: one rule for every figure,
+    applied where it is saved, rather than a size chosen figure by figure (larger text can widen a
+    figure cropped to what it draws, so the size is measured again). Returns the long side, inches."""
+    from matplotlib.text import Text
+
+    inches = long_side_inches(fig, tight)
+    for _ in range(3):
+        floor = smallest_points(inches)
+        small = [t for t in fig.findobj(Text) if t.get_visible() and t.get_text().strip() and t.get_fontsize() < floor - 0.05]
+        if not small:
+            break
+        for ax in fig.axes:  # (tick labels are made again at each draw from the axis's own size)
+            for axis, which in ((ax.xaxis, "x"), (ax.yaxis, "y")):
+                labels = [t for t in axis.get_ticklabels() if t.get_text().strip()]
+                if labels and min(t.get_fontsize() for t in labels) < floor - 0.05:
+                    ax.tick_params(axis=which, labelsize=floor)
+        for t in small:
+            t.set_fontsize(floor)
+        inches = long_side_inches(fig, tight)
+    return inches
+
+
+def slide_dpi(fig, tight: bool = True, inches: float | None = None) -> float:
+    """The resolution that saves ``fig`` (``inches`` on its long side, measured when not given) with
+    its long side at least :data:`SLIDE_PIXELS` pixels."""
+    inches = inches if inches is not None else long_side_inches(fig, tight)
+    return max(float(fig.dpi), 1.01 * SLIDE_PIXELS / inches)  # (1 %: rounding at saving)
 
 
 def save_figure(fig, path: Path, tight: bool = True) -> Path:
     """``fig`` as the PNG ``path``, written whole or not at all, at a resolution that makes its long
-    side at least :data:`SLIDE_PIXELS` pixels; ``tight``: cropped to what is drawn (False for a figure
-    whose size is set to the pixel, as :func:`add_banner`'s)."""
+    side at least :data:`SLIDE_PIXELS` pixels, its text no smaller than that size allows
+    (:func:`raise_small_text`); ``tight``: cropped to what is drawn (False for a figure whose size is
+    set to the pixel, as :func:`add_banner`'s)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.stem + ".tmp.png")
     try:
-        fig.savefig(tmp, bbox_inches="tight" if tight else None, dpi=slide_dpi(fig, tight))
+        inches = raise_small_text(fig, tight)
+        fig.savefig(tmp, bbox_inches="tight" if tight else None, dpi=slide_dpi(fig, tight, inches))
         tmp.replace(path)
     finally:
         plt.close(fig)

@@ -1,13 +1,15 @@
 """Figures for a slide (issue 68): every kind of figure attnlab writes (the inspections of every
 family, the training curve, the patching map, every claim's figures) is judged as it is saved by
-tests/figure_checks.py (inside its ``judging()``) from matplotlib's own layout (``get_window_extent``), not by eye: a title,
-labelled axes, a colour bar on heat maps, bars from zero or with intervals, no text over text, over
-another panel or wider than the image. A claim's figures carry the claim and its verdict."""
+tests/figure_checks.py (inside its ``judging()``) from matplotlib's own layout (``get_window_extent``), not by eye: at
+least 1,000 pixels on the long side, text of at least 9 points when shown 1,000 pixels across, a
+title, labelled axes, a colour bar that says what it shows on heat maps, bars from zero or with
+intervals, no text over text, over another panel or wider than the image. A claim's figures carry
+the claim and its verdict (issue 81: the size and font minimums)."""
 
 import pytest
 import torch
 
-from attnlab.figures import plt
+from attnlab.figures import plt, slide_dpi
 from attnlab.inspect.plots import token_label
 from attnlab.recipes import recipes
 from figure_checks import JUDGED, TITLES, figure_problems, judging
@@ -46,17 +48,51 @@ def test_the_checker_finds_what_spoils_a_slide():
     left.set_xticks(range(4))
     left.set_yticks(range(4))
     left.set(xlabel="key", ylabel="query", title="attention")
-    fig.colorbar(im, ax=left)
+    fig.colorbar(im, ax=left, label="attention weight")
     right.bar(["a", "b"], [2.1, 2.2], yerr=[0.05, 0.05])
     right.set_ylim(2.0, 2.3)
     right.set(ylabel="loss", title="losses")
-    assert figure_problems(fig) == []
+    assert figure_problems(fig, dpi=slide_dpi(fig)) == []  # (saved at the resolution save_figure picks)
     fig.suptitle("a title " * 30)  # wider than the figure
     assert any("wider than the figure" in p for p in figure_problems(fig))
     fig.suptitle("")
     fig.text(0.9, 0.5, "runs past the right edge")
     assert any("runs off the image" in p for p in figure_problems(fig))
     plt.close(fig)
+
+
+def test_the_checker_finds_a_figure_too_small_for_a_slide_and_save_figure_mends_it(tmp_path):
+    """Under 1,000 pixels on the long side, text under 9 points once shown 1,000 pixels across, a
+    colour bar that does not say what it shows: each found on a made-up figure; save_figure writes
+    the same figure at least 1,000 pixels across with its text raised, and nothing overlaps."""
+    from PIL import Image
+
+    from attnlab.figures import save_figure
+
+    def drawn():
+        fig, (left, right) = plt.subplots(1, 2, figsize=(12, 3))
+        im = left.imshow(torch.rand(4, 4).numpy())
+        fig.colorbar(im, ax=left)
+        left.set(xticks=range(4), yticks=range(4), xlabel="key", ylabel="query", title="attention")
+        right.plot([1, 2, 3], [1, 4, 9])
+        right.set(xlabel="step", ylabel="loss", title="loss")
+        right.xaxis.label.set_fontsize(5)  # 5 points on a figure 12 inches across: 4 points on the slide
+        return fig, im
+
+    fig, im = drawn()
+    found = " | ".join(figure_problems(fig, dpi=80))
+    assert "pixels on its long side, under 1000" in found and "text under 9 pt" in found, found
+    assert "whose colour bar does not say what it shows" in found, found
+    im.colorbar.set_label("attention weight")
+    assert "does not say" not in " | ".join(figure_problems(fig))
+    plt.close(fig)
+
+    fig, im = drawn()
+    im.colorbar.set_label("attention weight")
+    with judging():
+        save_figure(fig, tmp_path / "small_view.png")
+    assert JUDGED["small_view.png"] == [], JUDGED["small_view.png"]
+    assert max(Image.open(tmp_path / "small_view.png").size) >= 1000
 
 
 @pytest.mark.slow

@@ -161,7 +161,7 @@ def sinusoidal(ctx: Context) -> Result:
     heat.set_xlabel("dimension i (sin at even i, cos at odd i)")
     heat.set_ylabel("position")
     heat.set_title("PE, 50 positions × 128 dimensions", fontsize=9)
-    fig.colorbar(shown, ax=heat, fraction=0.04)
+    fig.colorbar(shown, ax=heat, fraction=0.04, label="PE value")
     ax.plot(range(64), dist.numpy())
     ax.set_xlabel("offset k")
     ax.set_ylabel("PE(pos)·PE(pos+k)")

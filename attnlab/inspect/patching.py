@@ -380,5 +380,5 @@ def patching_figure(restored: Tensor, path, *, over: str = "resid_pre", labels: 
     ax.set_xticks(range(n), ticks, rotation=60 if over == "resid_pre" else 0, fontsize=8)
     ax.set_xlabel("position (token)" if over == "resid_pre" else "head")
     ax.set_title(title or "restored fraction of the clean metric")
-    fig.colorbar(im, ax=ax, fraction=0.04)
+    fig.colorbar(im, ax=ax, fraction=0.04, label="restored fraction (1: all of the clean metric)")
     return save_figure(fig, path)

@@ -73,7 +73,7 @@ def attention_grid_png(img, grids, path: Path, title: str = "") -> Path:
     return save_figure(fig, path)
 
 
-def overlay_png(img, heat, path: Path, title: str = "") -> Path:
+def overlay_png(img, heat, path: Path, title: str = "", label: str = "share of the largest value") -> Path:
     """The image, the heat map upsampled over it, and the heat map alone."""
     import torch
     import torch.nn.functional as F
@@ -92,7 +92,7 @@ def overlay_png(img, heat, path: Path, title: str = "") -> Path:
     axes[2].set_xticks([])
     axes[2].set_yticks([])
     axes[2].set_title("map", fontsize=8)
-    fig.colorbar(im, ax=axes[2], shrink=0.8)
+    fig.colorbar(im, ax=axes[2], shrink=0.8, label=label)
     fig.suptitle(title or "where the model looks", fontsize=9)
     return save_figure(fig, path)
 
@@ -120,34 +120,55 @@ def components_png(comps, var, path: Path) -> Path:
 
 
 def position_similarity_png(sim, grid, path: Path) -> Path:
-    """sim (N, N): for each patch position (laid out on the grid), its similarity to all others."""
+    """sim (N, N): for each patch position (laid out on the grid), its similarity to all others:
+    tile (r, c) is the cosine similarity of position (r, c)'s embedding to every position's, itself
+    laid out on the patch grid (Dosovitskiy et al. 2021, figure 7)."""
     h, w = grid
-    fig, axes = plt.subplots(h, w, figsize=(w * 0.9, h * 0.9), dpi=100, squeeze=False)
+    side = min(0.9, 7.5 / max(h, w))
+    fig, axes = plt.subplots(h, w, figsize=(w * side + 1.6, h * side + 1.4), dpi=100, squeeze=False,
+                             gridspec_kw=dict(wspace=0.08, hspace=0.08))  # fmt: skip
+    im = None
     for i in range(h):
         for j in range(w):
             ax = axes[i, j]
             im = ax.imshow(sim[i * w + j].reshape(h, w), cmap="viridis", vmin=-1, vmax=1)
             ax.set_xticks([])
             ax.set_yticks([])
+            if j == 0:
+                ax.set_ylabel(str(i + 1), rotation=0, ha="right", va="center")
+            if i == h - 1:
+                ax.set_xlabel(str(j + 1))
+    fig.supxlabel("input patch column", y=0.04)
+    fig.supylabel("input patch row", x=0.02)
     fig.colorbar(im, ax=axes, shrink=0.6, label="cosine similarity")
-    fig.suptitle("position embedding similarity", fontsize=9)
+    fig.suptitle("position embedding similarity: each tile is one position's similarity to all positions")
     return save_figure(fig, path)
 
 
 def attention_distance_png(dist, path: Path, image_size: int | None = None) -> Path:
-    """dist (L, H): mean attention distance of each head (dots) against depth."""
+    """dist (L, H): mean attention distance of each head against depth, one column per layer with
+    its heads spread across it (so that heads at the same distance do not hide each other) and the
+    layer's mean as a bar."""
     n_layers, n_heads = dist.shape
-    fig, ax = plt.subplots(figsize=(5, 3.5), dpi=100)
-    for h in range(n_heads):
-        ax.scatter(range(n_layers), dist[:, h], s=14, label=f"head {h}")
-    ax.set_xlabel("network depth (layer)")
+    dist = np.asarray(dist, dtype=float)
+    fig, ax = plt.subplots(figsize=(max(6.5, 0.9 * n_layers + 2), 4.8), dpi=100, layout="constrained")
+    spread = 0.7 * (np.arange(n_heads) - (n_heads - 1) / 2) / max(n_heads, 1)
+    for layer in range(n_layers):
+        ax.scatter(layer + spread, dist[layer], s=36, color="#3b5b92", edgecolor="white", linewidth=0.5,
+                   label="one head" if layer == 0 else None, zorder=3)  # fmt: skip
+        ax.hlines(dist[layer].mean(), layer - 0.4, layer + 0.4, color="#d1495b", linewidth=2,
+                  label="the layer's mean" if layer == 0 else None, zorder=2)  # fmt: skip
+    for layer in range(1, n_layers):
+        ax.axvline(layer - 0.5, color="0.85", linewidth=0.8, zorder=1)
+    ax.set_xlim(-0.5, n_layers - 0.5)
+    ax.set_xticks(range(n_layers), [f"layer {i}" for i in range(n_layers)], rotation=45 if n_layers > 8 else 0)
+    ax.set_xlabel("network depth: each column is one layer, its heads spread across it")
     ax.set_ylabel("mean attention distance (pixels)")
-    ax.set_title("how far each head attends, by depth", fontsize=9)
-    ax.set_xticks(range(n_layers))
+    ax.set_title("how far each head attends, by depth: the attention-weighted distance from a patch to those it attends to")
     if image_size:
         ax.set_ylim(0, image_size)
-    ax.legend(fontsize=6, ncol=2)
-    ax.grid(alpha=0.3)
+    ax.legend(loc="upper left")
+    ax.grid(axis="y", alpha=0.3)
     return save_figure(fig, path)
 
 
@@ -229,7 +250,8 @@ def line_plot_png(xs, series: dict, path: Path, xlabel: str, ylabel: str, title:
 
 
 def matrix_panel(
-    fig, ax, m, *, rows, cols, title: str = "", cell_text=None, diverging: bool = False, vmax=None, cell_size: float = 6
+    fig, ax, m, *, rows, cols, title: str = "", cell_text=None, diverging: bool = False, vmax=None, cell_size: float = 6,
+    shows: str = "",
 ):
     """One labelled heat map on ``ax``: m (R, C) with a label per row and column, optionally a
     short text in every cell (the logit lens's guesses, the tokens of an attribution). Diverging
@@ -254,7 +276,7 @@ def matrix_panel(
                 colour = "black" if light else "white"
                 ax.text(c, r, cell_text[r][c], ha="center", va="center", fontsize=cell_size, color=colour)
     ax.set_title(title, fontsize=9)
-    fig.colorbar(im, ax=ax, fraction=0.04, pad=0.02)
+    fig.colorbar(im, ax=ax, fraction=0.04, pad=0.02, label=shows)  # (``shows``: what the colour is)
     return im
 
 
@@ -277,8 +299,9 @@ def lens_png(table: dict, path: Path, title: str = "") -> Path:
         vmax=1.0,
         title=title or "logit lens: each layer's top next-token guess (colour: its probability)",
         cell_size=8,
+        shows="probability of the top guess",
     )
-    ax.set_xlabel("input token (the guess is for the token after it)", fontsize=8)
+    ax.set_xlabel("input token (the guess is for the token after it)" + marks_legend(table["tokens"]), fontsize=8)
     return save_figure(fig, path)
 
 
@@ -290,7 +313,8 @@ def token_scores_png(tokens: list[str], rows: dict, path: Path, title: str = "")
     m = np.stack([np.asarray(rows[k], dtype=float) / max(float(np.abs(rows[k]).max()), 1e-9) for k in names])
     fig, ax = plt.subplots(figsize=(2 + 0.55 * len(tokens), 0.9 + 0.45 * len(names)), dpi=110)
     shown = [repr(t)[1:-1] for t in tokens]
-    matrix_panel(fig, ax, m, rows=names, cols=shown, cell_text=[shown] * len(names), diverging=True, title=title)
+    matrix_panel(fig, ax, m, rows=names, cols=shown, cell_text=[shown] * len(names), diverging=True, title=title,
+                 shows="score / the row's largest")  # fmt: skip
     ax.set_xticks([])
     return save_figure(fig, path)
 
@@ -318,6 +342,7 @@ def head_scores_panel(fig, ax, s, title: str):
         cell_text=[[f"{v:.2f}" for v in row] for row in s],
         vmax=max(0.5, float(s.max())),
         title=title,
+        shows="score",
     )
 
 
@@ -329,7 +354,8 @@ def contributions_png(grid, path: Path, *, rows, cols, title: str = "") -> Path:
     text = [[f"{v:+.2f}" for v in row] for row in grid]
     width = max(30, int(11 * (2.2 + 0.6 * grid.shape[1])))  # (characters that fit the figure's width at 8 pt)
     wrapped = "\n".join(textwrap.fill(line, width) for line in title.split("\n"))
-    matrix_panel(fig, ax, grid, rows=rows, cols=cols, cell_text=text, diverging=True, title=wrapped)
+    matrix_panel(fig, ax, grid, rows=rows, cols=cols, cell_text=text, diverging=True, title=wrapped,
+                 shows="logit contribution")  # fmt: skip
     ax.title.set_fontsize(8)
     return save_figure(fig, path)
 
@@ -349,7 +375,7 @@ def maps_png(img, maps: dict, path: Path, title: str = "") -> Path:
         _show_image(ax, img)
         im = ax.imshow(up, cmap="jet", alpha=0.5)
         ax.set_title(name, fontsize=8)
-        fig.colorbar(im, ax=ax, shrink=0.8)  # (each map on its own scale)
+        fig.colorbar(im, ax=ax, shrink=0.8, label="relevance (this map's own scale)")
     fig.suptitle(title or "maps over the image", fontsize=9)
     return save_figure(fig, path)
 
@@ -364,7 +390,8 @@ def class_lens_png(img, probs, labels: list[str], path: Path) -> Path:
     ax_img.set_title("image", fontsize=8)
     text = [[f"{p:.2f}" for p in row] for row in probs]
     rows = [f"block {i}" for i in range(len(probs))]
-    matrix_panel(fig, ax, probs, rows=rows, cols=labels, cell_text=text, vmax=1.0, title="class lens: P(class)")
+    matrix_panel(fig, ax, probs, rows=rows, cols=labels, cell_text=text, vmax=1.0, title="class lens: P(class)",
+                 shows="probability")  # fmt: skip
     ax.set_xlabel("class", fontsize=8)
     return save_figure(fig, path)
 
@@ -380,6 +407,14 @@ def token_label(token: str) -> str:
         return "·" * min(len(text), 12) or "·"
     text = "·" * (len(text) - len(text.lstrip(" "))) + stripped + "·" * (len(text) - len(text.rstrip(" ")))
     return (text[:11] + "…") if len(text) > 12 else text or "·"
+
+
+def marks_legend(tokens: list[str]) -> str:
+    """What :func:`token_label`'s marks among ``tokens`` stand for ("  (· is a space; ⏎ a line
+    break)"), "" when they have none."""
+    marks = "".join(token_label(t) for t in tokens)
+    said = [x for x, mark in (("· is a space", "·"), ("⏎ a line break", "⏎"), ("⇥ a tab", "⇥")) if mark in marks]
+    return f"  ({'; '.join(said)})" if said else ""
 
 
 def token_attention_png(queries: list[str], keys: list[str], maps, path: Path, title: str = "") -> Path:
@@ -419,7 +454,7 @@ def token_attention_png(queries: list[str], keys: list[str], maps, path: Path, t
             else:
                 ax.set_xticks([])
     fig.supylabel("query (the token attending)", fontsize=8)
-    fig.supxlabel("key (the token attended to)", fontsize=8)
+    fig.supxlabel("key (the token attended to)" + (marks_legend([*queries, *keys]) if labelled else ""), fontsize=8)
     fig.suptitle(title + (" (each layer's mean over its heads)" if averaged else ""), fontsize=9)
     if im is not None:
         fig.colorbar(im, ax=axes.ravel().tolist(), fraction=0.03, pad=0.02, label="attention weight")
