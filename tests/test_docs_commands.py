@@ -22,7 +22,16 @@ def first_hour_commands() -> list[str]:
 
 def test_the_first_hour_covers_the_path():
     commands = " ".join(first_hour_commands())
-    for step in ("train gpt", "sample", "inspect attention", "inspect lens", "explore", "train vit", "reproduce"):
+    for step in (
+        "data get",
+        "train gpt",
+        "sample",
+        "inspect attention",
+        "inspect lens",
+        "explore",
+        "train vit",
+        "reproduce",
+    ):
         assert f"attnlab {step}" in commands, step
 
 

@@ -614,11 +614,11 @@ def _data_get(
 def _data_list(*, data_dir: DataDir = None) -> int:
     from ..data import sources
 
-    print(f"{'name':<12} {'here':<6} {'what':<84} where / how to get it")
+    print(f"{'name':<12} {'here':<6} {'what':<56} where / how to get it")
     for name, about in sources.DATASETS.items():
         held = sources.held(name, data_dir)
         where = str(held.folder) if held.present == held.files else f"attnlab data get {name}"
-        print(f"{name:<12} {held.present}/{held.files:<4} {about.about:<84} {where}")
+        print(f"{name:<12} {f'{held.present}/{held.files}':<6} {about.about:<56} {where}")
     print(
         f"looked in {sources.where_looked(data_dir)}. Built in, nothing to get: python-docs (text), digits (images), "
         f"scenes (captions), the synthetic tasks {', '.join(sources.SYNTHETIC)} (seq2seq)"

@@ -162,31 +162,31 @@ NAMED: dict[str, list[RemoteFile]] = {
 
 DATASETS: dict[str, Dataset] = {
     "shakespeare": Dataset(
-        "Tiny Shakespeare: 1.1 MB of plays, the character-level corpus of char-rnn and nanoGPT",
+        "Tiny Shakespeare: 1.1 MB of plays (char-rnn, nanoGPT)",
         "text",
         "attnlab train gpt --data shakespeare",
         "karpathy/char-rnn, MIT; the text is in the public domain",
     ),
     "mnist": Dataset(
-        "MNIST's 10,000 test digits (28x28), split into train / val / test here",
+        "MNIST's 10,000 test digits, 28x28 (1.7 MB)",
         "images",
         "attnlab train vit --data mnist",
         "LeCun and Cortes, CC BY-SA 3.0",
     ),
     "multi30k": Dataset(
-        "Multi30k task 1: 31,014 English-German image descriptions (train, val, test 2016)",
+        "Multi30k: 31,014 English-German sentence pairs (1.3 MB)",
         "pairs",
         "attnlab train seq2seq --data multi30k",
         "multi30k/dataset (Elliott et al. 2016), research and education",
     ),
     "coco-mini": Dataset(
-        "25 COCO val2017 photos with 5 captions each (those licensed CC BY / CC BY-SA)",
+        "25 COCO photos, 5 captions each, CC BY/BY-SA (4 MB)",
         "captions",
         "attnlab train caption --data coco-mini",
         "Obmutescence/COCO-MINI; captions CC BY 4.0, each photo its Flickr licence",
     ),
     "cifar10": Dataset(
-        "CIFAR-10: 60,000 colour images (32x32) of 10 classes, 170 MB",
+        "CIFAR-10: 60,000 colour images, 32x32 (170 MB)",
         "images",
         "attnlab train vit --data cifar10",
         "Krizhevsky 2009 (www.cs.toronto.edu/~kriz/cifar.html)",
