@@ -13,7 +13,16 @@ if "ipykernel" not in sys.modules:  # a notebook keeps its inline backend; elsew
     matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-__all__ = ["MIN_POINTS", "SLIDE_PIXELS", "add_banner", "plt", "raise_small_text", "save_figure", "slide_dpi", "ticks_at"]
+__all__ = [
+    "MIN_POINTS",
+    "SLIDE_PIXELS",
+    "add_banner",
+    "plt",
+    "raise_small_text",
+    "save_figure",
+    "slide_dpi",
+    "ticks_at",
+]
 
 
 # A figure is made for a slide: shown with its long side this many pixels wide, at 100 pixels an
@@ -46,7 +55,9 @@ def raise_small_text(fig, tight: bool = True) -> float:
     inches = long_side_inches(fig, tight)
     for _ in range(3):
         floor = smallest_points(inches)
-        small = [t for t in fig.findobj(Text) if t.get_visible() and t.get_text().strip() and t.get_fontsize() < floor - 0.05]
+        small = [
+            t for t in fig.findobj(Text) if t.get_visible() and t.get_text().strip() and t.get_fontsize() < floor - 0.05
+        ]
         if not small:
             break
         for ax in fig.axes:  # (tick labels are made again at each draw from the axis's own size)

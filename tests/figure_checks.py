@@ -106,7 +106,9 @@ def figure_problems(fig, dpi: float | None = None, tight: bool = True) -> list[s
          if t.get_visible() and t.get_text().strip() and t.get_fontsize() * smallest < MIN_POINTS - 0.05}
     )  # fmt: skip
     if small:
-        problems.append(f"text under {MIN_POINTS:g} pt on a {SLIDE_PIXELS}-pixel slide: {small[:4]} ({len(small)} in all)")
+        problems.append(
+            f"text under {MIN_POINTS:g} pt on a {SLIDE_PIXELS}-pixel slide: {small[:4]} ({len(small)} in all)"
+        )
 
     if not suptitle and not any(t.get_text().strip() for t in fig.texts) and drawn:
         untitled = [ax for ax in drawn if not ax.get_title().strip()]

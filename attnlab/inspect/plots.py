@@ -141,7 +141,7 @@ def position_similarity_png(sim, grid, path: Path) -> Path:
     fig.supxlabel("input patch column", y=0.04)
     fig.supylabel("input patch row", x=0.02)
     fig.colorbar(im, ax=axes, shrink=0.6, label="cosine similarity")
-    fig.suptitle("position embedding similarity: each tile is one position's similarity to all positions")
+    fig.suptitle("position embedding similarity\neach tile: one position's cosine similarity to every position")
     return save_figure(fig, path)
 
 
@@ -164,7 +164,10 @@ def attention_distance_png(dist, path: Path, image_size: int | None = None) -> P
     ax.set_xticks(range(n_layers), [f"layer {i}" for i in range(n_layers)], rotation=45 if n_layers > 8 else 0)
     ax.set_xlabel("network depth: each column is one layer, its heads spread across it")
     ax.set_ylabel("mean attention distance (pixels)")
-    ax.set_title("how far each head attends, by depth: the attention-weighted distance from a patch to those it attends to")
+    ax.set_title(
+        "how far each head attends, by depth\n(the attention-weighted distance from a patch to the patches it attends to)",
+        pad=12,
+    )
     if image_size:
         ax.set_ylim(0, image_size)
     ax.legend(loc="upper left")
@@ -184,25 +187,46 @@ def cka_png(m, path: Path, xlabel: str = "layer", ylabel: str = "layer", title: 
     return save_figure(fig, path)
 
 
+def _token_ticks(tokens: list[str], most: int = 24) -> tuple[list[int], list[str]]:
+    """Tick positions and labels for a token axis: every token up to ``most`` of them, else every
+    few positions, numbered."""
+    if len(tokens) <= most:
+        return list(range(len(tokens))), [token_label(t) for t in tokens]
+    step = -(-len(tokens) // 8)
+    at = list(range(0, len(tokens), step))
+    return at, [str(i) for i in at]
+
+
 def alignment_png(src_tokens, tgt_tokens, maps: dict, path: Path) -> Path:
     """One alignment matrix (target rows × source columns) per entry of ``maps``."""
     import math
 
     names = list(maps)
-    cols = min(4, len(names))
+    cols = min(3, len(names))
     rows = math.ceil(len(names) / cols)
-    cell = max(0.25, min(0.45, 6 / max(len(src_tokens), 1)))
-    w = max(3.0, cell * len(src_tokens) + 1.5)
-    h = max(3.0, cell * len(tgt_tokens) + 1.5)
+    # a cell of about a quarter inch, shrunk so that a panel stays under 3.5 inches whatever the length:
+    # text is sized to the whole figure (attnlab.figures), so a taller figure would need larger text
+    across = max(0.08, min(0.45, 6 / max(len(src_tokens), 1), 3.0 / max(len(src_tokens), 1)))
+    down = max(0.08, min(0.45, 3.0 / max(len(tgt_tokens), 1)))
+    w = max(2.6, across * len(src_tokens) + 0.6)
+    h = max(2.6, down * len(tgt_tokens) + 0.6)
     fig, axes = plt.subplots(
-        rows, cols, figsize=(w * cols + 0.8, h * rows), dpi=100, squeeze=False, layout="constrained"
+        rows, cols, figsize=(w * cols + 1.6, h * rows + 1.0), dpi=100, squeeze=False, layout="constrained"
     )
-    for ax, name in zip(axes.flat, names):
+    for i, (ax, name) in enumerate(zip(axes.flat, names)):
         im = ax.imshow(maps[name].numpy(), cmap="Greys", vmin=0, vmax=1, aspect="auto")
-        ax.set_xlabel("source", fontsize=8)
-        ax.set_ylabel("target", fontsize=8)
-        ax.set_xticks(range(len(src_tokens)), src_tokens, rotation=90, fontsize=7)
-        ax.set_yticks(range(len(tgt_tokens)), tgt_tokens, fontsize=7)
+        # the tokens label the first column's rows and the bottom panel of each column
+        if i % cols == 0:  # (more than 24 tokens: their positions, every few)
+            ax.set_yticks(*_token_ticks(tgt_tokens))
+            ax.set_ylabel("target token" if len(tgt_tokens) <= 24 else "target position", fontsize=8)
+        else:
+            ax.set_yticks([])
+        if i + cols >= len(names):
+            ax.set_xticks(*_token_ticks(src_tokens), rotation=90 if len(src_tokens) <= 24 else 0)
+            ax.set_xlabel("source token" + marks_legend(src_tokens) if len(src_tokens) <= 24 else "source position",
+                          fontsize=8)  # fmt: skip
+        else:
+            ax.set_xticks([])
         ax.set_title(name, fontsize=8)
     for ax in list(axes.flat)[len(names) :]:
         ax.axis("off")
@@ -250,7 +274,17 @@ def line_plot_png(xs, series: dict, path: Path, xlabel: str, ylabel: str, title:
 
 
 def matrix_panel(
-    fig, ax, m, *, rows, cols, title: str = "", cell_text=None, diverging: bool = False, vmax=None, cell_size: float = 6,
+    fig,
+    ax,
+    m,
+    *,
+    rows,
+    cols,
+    title: str = "",
+    cell_text=None,
+    diverging: bool = False,
+    vmax=None,
+    cell_size: float = 6,
     shows: str = "",
 ):
     """One labelled heat map on ``ax``: m (R, C) with a label per row and column, optionally a
