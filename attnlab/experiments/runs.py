@@ -41,8 +41,8 @@ def corpus(ctx: Context):
             "Tiny Shakespeare (from the data directory)"
             if found
             else "the embedded corpus (Python's own help text): Tiny Shakespeare was "
-            + ("not used at the tiny size" if ctx.size == "tiny" else "not found in the data directory")
-            + "; the text claims can turn on the corpus (set ATTNLAB_DATA or --data-dir for Tiny Shakespeare)"
+            + ("not used at the tiny size" if ctx.size == "tiny" else f"not in {sources.where_looked(ctx.data_dir)}")
+            + "; the text claims can turn on the corpus (attnlab data get shakespeare, then run again)"
         )
     ctx.cache.setdefault("data_used", []).append(ctx.cache["corpus_note"])
     return ctx.cache["corpus"]

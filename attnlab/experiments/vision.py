@@ -107,7 +107,8 @@ def vit_figures(ctx: Context) -> Result:
     trained = [mnist_vit(ctx, seed) for seed in seeds]
     if trained[0] is None:  # the filters need room to take a shape: never judged on the digits' 2×2 patches
         return skipped(
-            "MNIST (28×28, for filters of 7×7 pixels) is not in the data directory; set ATTNLAB_DATA or --data-dir",
+            "MNIST (28×28, for filters of 7×7 pixels) is not in the data directory nor the download cache; "
+            "attnlab data get mnist, then run again",
             "the filters' smoothness",
         )
 

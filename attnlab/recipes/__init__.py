@@ -94,6 +94,11 @@ def checkpoint_model_type(path: str | Path) -> str | None:
     from ..checkpoint import find_checkpoint, read_config
 
     p = Path(path)
+    if p.is_file():
+        from ..interop.gguf_file import is_gguf
+
+        if is_gguf(p):  # (llama.cpp's file: a decoder, read into attnlab's GPT)
+            return "gpt"
     if _is_huggingface(p):
         from ..interop import attnlab_model_type
 
@@ -133,7 +138,12 @@ def load_model(
         needs = needs or f"a {' or '.join(wanted)} model"
         raise CheckpointError(f"{path} holds {a(mtype)} model, but this command needs {needs}")
     with_class = recipe.loaded_class
-    if _is_huggingface(p):
+    if p.is_file():  # (a GGUF file: checkpoint_model_type said so)
+        from ..interop.gguf_file import load_gguf, run_meta
+
+        meta = run_meta(p)  # (its tokenizer first: a file refused is refused before the weights are read)
+        model = load_gguf(p, with_class, dtype)
+    elif _is_huggingface(p):
         from ..interop import load_hf
 
         model, meta = load_hf(p, with_class, dtype), {"model_type": None}

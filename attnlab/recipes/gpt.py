@@ -195,7 +195,7 @@ class GPTVerbs(Verbs):
         tokenizer_that_fits(self.tokenizer, self.config.vocab_size, self.checkpoint)
         # end-of-sequence ids, sampling defaults, chat template: a HuggingFace folder's files, or
         # what a run that started from one (--init) kept in its config.json
-        if meta.get("model_type") is None:
+        if meta.get("model_type") is None and meta.get("format") != "gguf":
             self.generation = read_generation(self.checkpoint)
         else:
             self.generation = GenerationSettings.from_dict(meta.get("generation"))
@@ -468,9 +468,9 @@ class GPTTrainOptions(TrainOptions):
     init: Annotated[
         str | None,
         Arg(
-            "fine-tune: start from this GPT (an attnlab run, or a HuggingFace folder or hub name of a GPT-2, Llama, "
-            "Qwen2/3, Mistral, Gemma 2/3, Phi-3 or GPT-NeoX model), keeping its shape and tokenizer; --context may "
-            "shorten it, --dropout change"
+            "fine-tune: start from this GPT (an attnlab run, a HuggingFace folder or hub name of a GPT-2, Llama, "
+            "Qwen2/3, Mistral, Gemma 2/3, Phi-3 or GPT-NeoX model, or a GGUF file of a Llama, Mistral or Qwen2/3), "
+            "keeping its shape and tokenizer; --context may shorten it, --dropout change"
         ),
     ] = None
     vocab_size: Annotated[int | None, Arg("BPE vocabulary size (default 1024)", vocab_size(2))] = None

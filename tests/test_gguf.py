@@ -1,0 +1,184 @@
+"""GGUF files in (issue 80, part 1): a small Llama GGUF written here with the ``gguf`` package, in
+each quantisation type, loads in attnlab with the same logits as ``transformers``' own GGUF loader
+(its dequantisers and its reversal of llama.cpp's query/key reordering are written independently
+of gguf-py's), the same token ids from the file's vocabulary and merges, hooks that fire, and its
+chat template; a file that is not GGUF, a truncated one and an unknown architecture are refused in
+one line. No download: the file is made from a model with random weights."""
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+import attnlab
+
+gguf = pytest.importorskip("gguf")
+transformers = pytest.importorskip("transformers")
+from gguf import GGMLQuantizationType as Q  # noqa: E402
+
+TEXTS = ["Hello world, this is attnlab.", "  two  spaces\nand a line", "numbers 12345 and ümlauts"]
+TEMPLATE = "{% for m in messages %}<|{{ m['role'] }}|>{{ m['content'] }}<|endoftext|>{% endfor %}<|assistant|>"
+
+
+def _bpe(size: int = 300):
+    """A byte-level BPE vocabulary and its merges, learned here."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=size, special_tokens=["<|endoftext|>"],
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())  # fmt: skip
+    tok.train_from_iterator([" ".join(TEXTS) * 20, "the cat sat on the mat " * 50], trainer)
+    model = json.loads(tok.to_str())["model"]
+    tokens = [t for t, _ in sorted(model["vocab"].items(), key=lambda kv: kv[1])]
+    merges = [" ".join(m) if isinstance(m, list) else m for m in model["merges"]]
+    return tokens, merges
+
+
+def _permute(w: torch.Tensor, heads: int) -> np.ndarray:
+    """llama.cpp's converter's reordering of a query or key projection (convert_hf_to_gguf.py)."""
+    w = w.numpy()
+    return w.reshape(heads, 2, w.shape[0] // heads // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
+
+
+def _k_blocks(rows: int, cols: int, qtype) -> np.ndarray:
+    """Random K-quant blocks with small finite scales (gguf-py reads K-quants but does not write them)."""
+    block, size = gguf.GGML_QUANT_SIZES[qtype]
+    raw = np.random.default_rng(0).integers(0, 256, (rows, cols // block, size), dtype=np.uint8)
+    scale = np.frombuffer(np.float16(0.002).tobytes(), dtype=np.uint8)
+    if qtype == Q.Q4_K:  # d, dmin (f16) first
+        raw[..., 0:2], raw[..., 2:4] = scale, scale
+    else:  # Q6_K: d (f16) last
+        raw[..., -2:] = scale
+    return raw.reshape(rows, -1)
+
+
+def write_gguf(path, qtype=Q.F32, arch: str = "llama"):
+    """A 2-layer Llama (grouped-query attention) as llama.cpp's converter writes it; returns the
+    HuggingFace model its weights came from."""
+    tokens, merges = _bpe()
+    config = transformers.LlamaConfig(vocab_size=len(tokens), hidden_size=256, intermediate_size=512,
+                                      num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                                      max_position_embeddings=128, rms_norm_eps=1e-5, tie_word_embeddings=False)  # fmt: skip
+    torch.manual_seed(0)
+    hf = transformers.LlamaForCausalLM(config).eval()
+    w = gguf.GGUFWriter(str(path), arch)
+    w.add_context_length(128)
+    w.add_embedding_length(256)
+    w.add_block_count(2)
+    w.add_feed_forward_length(512)
+    w.add_head_count(4)
+    w.add_head_count_kv(2)
+    w.add_layer_norm_rms_eps(1e-5)
+    w.add_rope_freq_base(10000.0)
+    w.add_rope_dimension_count(64)
+    w.add_tokenizer_model("gpt2")
+    w.add_tokenizer_pre("llama-bpe")
+    w.add_token_list(tokens)
+    w.add_token_merges(merges)
+    w.add_token_types([3 if t == "<|endoftext|>" else 1 for t in tokens])
+    w.add_bos_token_id(tokens.index("<|endoftext|>"))
+    w.add_eos_token_id(tokens.index("<|endoftext|>"))
+    w.add_chat_template(TEMPLATE)
+    names = {"model.embed_tokens.weight": "token_embd.weight", "model.norm.weight": "output_norm.weight",
+             "lm_head.weight": "output.weight"}  # fmt: skip
+    layer = {"input_layernorm": "attn_norm", "post_attention_layernorm": "ffn_norm", "self_attn.q_proj": "attn_q",
+             "self_attn.k_proj": "attn_k", "self_attn.v_proj": "attn_v", "self_attn.o_proj": "attn_output",
+             "mlp.gate_proj": "ffn_gate", "mlp.up_proj": "ffn_up", "mlp.down_proj": "ffn_down"}  # fmt: skip
+    for name, t in hf.state_dict().items():
+        if name.startswith("model.layers."):
+            i, rest = name[len("model.layers.") :].split(".", 1)
+            part = rest.rsplit(".", 1)[0]
+            gname = f"blk.{i}.{layer[part]}.weight"
+        else:
+            gname = names[name]
+        data = t.detach().float()
+        if gname.endswith("attn_q.weight"):
+            data = _permute(data, 4)
+        elif gname.endswith("attn_k.weight"):
+            data = _permute(data, 2)
+        data = np.ascontiguousarray(np.asarray(data, dtype=np.float32))
+        if data.ndim == 1 or qtype == Q.F32:
+            w.add_tensor(gname, data)
+        elif qtype in (Q.Q4_K, Q.Q6_K):
+            raw = _k_blocks(data.shape[0], data.shape[1], qtype)
+            w.add_tensor(gname, raw, raw_shape=raw.shape, raw_dtype=qtype)
+        else:
+            raw = gguf.quants.quantize(data, qtype)
+            w.add_tensor(gname, raw, raw_shape=raw.shape, raw_dtype=qtype)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return hf
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("gguf")
+    made = {}
+    for qtype in (Q.F32, Q.Q8_0, Q.Q4_0, Q.Q4_1, Q.Q4_K, Q.Q6_K):
+        path = folder / f"llama-{qtype.name}.gguf"
+        made[qtype.name] = (path, write_gguf(path, qtype))
+    return made
+
+
+@pytest.mark.parametrize("qtype", ["F32", "Q8_0", "Q4_0", "Q4_1", "Q4_K", "Q6_K"])
+def test_a_gguf_loads_with_transformers_logits_and_ids(files, qtype):
+    path, _ = files[qtype]
+    ours = attnlab.load(path)
+    theirs = transformers.AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name).eval()
+    their_tok = transformers.AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
+    for text in TEXTS:
+        ids = ours.tokenizer.encode(text)
+        assert ids == their_tok.encode(text, add_special_tokens=False), text
+        assert ours.tokenizer.decode(ids) == text
+    x = torch.tensor([ours.tokenizer.encode(TEXTS[0])])
+    with torch.no_grad():
+        torch.testing.assert_close(ours(x), theirs(x).logits.float(), atol=1e-4, rtol=1e-4)
+
+
+def test_an_unquantised_gguf_is_the_model_it_was_written_from(files):
+    """Independently of transformers' GGUF path: the float32 file gives the logits of the HuggingFace
+    model whose weights it holds (llama.cpp's query/key reordering undone)."""
+    path, hf = files["F32"]
+    ours = attnlab.load(path)
+    x = torch.randint(0, ours.config.vocab_size, (2, 17), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        torch.testing.assert_close(ours(x), hf(x).logits, atol=1e-4, rtol=1e-4)
+
+
+def test_a_quantised_gguf_keeps_every_hook_and_its_chat_template(files):
+    path, _ = files["Q4_0"]
+    model = attnlab.load(path)
+    ids = torch.tensor([model.tokenizer.encode("the cat sat")])
+    logits, cache = model.run_with_cache(ids)
+    assert cache["blocks.1.attn.hook_pattern"].shape == (1, 4, ids.shape[1], ids.shape[1])
+    assert cache["blocks.0.hook_resid_post"].shape == (1, ids.shape[1], 256)
+    assert model.eos_ids == (model.tokenizer.token_to_id("<|endoftext|>"),)
+    assert model.chat_ids([{"role": "user", "content": "hi"}]) == model.tokenizer.encode(
+        "<|user|>hi<|endoftext|><|assistant|>"
+    )
+    assert isinstance(model.generate("the cat", 5, temperature=0), str)
+
+
+def test_bad_gguf_files_are_refused_in_one_line(files, tmp_path, capsys):
+    from attnlab.cli import main
+
+    good, _ = files["Q8_0"]
+    not_gguf = tmp_path / "not.gguf"
+    not_gguf.write_bytes(b"PK\x03\x04 a zip file" * 10)
+    truncated = tmp_path / "truncated.gguf"
+    truncated.write_bytes(good.read_bytes()[: good.stat().st_size // 3])
+    other = tmp_path / "other.gguf"
+    data = bytearray(good.read_bytes())
+    at = data.index(b"llama", 0, 4096)  # general.architecture's value (same length: the file stays whole)
+    data[at : at + 5] = b"mamba"
+    other.write_bytes(bytes(data))
+    for path, says in ((not_gguf, "is not a GGUF file"), (truncated, "damaged or truncated GGUF file"),
+                       (other, "a GGUF file of architecture 'mamba'; attnlab reads llama, mistral, qwen2, qwen3")):  # fmt: skip
+        assert main(["sample", "--ckpt", str(path), "--prompt", "the", "--max-new-tokens", "2"]) == 2
+        err = capsys.readouterr().err
+        assert says in err and err.count("\n") == 1, err
