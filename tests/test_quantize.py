@@ -153,3 +153,33 @@ def test_generate_quantize_decodes_a_quantized_copy_as_sample_quantize_does(tiny
     assert model.generate("to", 12, temperature=0) == plain
     with pytest.raises(OptionError, match="quantize="):
         model.generate("to", 2, quantize="int4")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("how", ["int8", "dynamic-int8", "packed"])
+def test_every_quantize_choice_runs_with_compile(how, tiny_run, capsys):
+    """--quantize X --compile decodes the tokens --quantize X does: compiled (int8), or eager with a
+    one-line note where the compiler cannot trace the layers (packed, dynamic-int8), never a
+    compiler's traceback (issue 80)."""
+    from attnlab.generate.quantize import why_not_packed
+    from attnlab.options import QUANTIZE_CHOICES
+
+    assert set(QUANTIZE_CHOICES) == {"int8", "dynamic-int8", "packed"}  # (a new choice is tested here too)
+    if how == "packed" and why_not_packed(torch.float32):
+        pytest.skip(f"packed layers: {why_not_packed(torch.float32)}")
+    run = tiny_run("gpt")
+    argv = ["sample", "--ckpt", str(run.out), "--prompt", "to", "--max-new-tokens", "12", "--temperature", "0",
+            "--quantize", how, "--device", "cpu"]  # fmt: skip
+    capsys.readouterr()
+    assert main(argv) == 0
+    eager = capsys.readouterr().out
+    assert main([*argv, "--compile"]) == 0
+    out, err = capsys.readouterr()
+    assert out == eager
+    if how == "int8":
+        assert "compiled decode step: 1 graph(s), 0 graph breaks" in err, err
+    else:
+        assert err.strip().splitlines() == [
+            f"warning: --compile does not trace the {'packed' if how == 'packed' else 'dynamically quantised'} layers "
+            f"of --quantize {how}: this decode runs eager"
+        ], err

@@ -30,7 +30,15 @@ from torch import Tensor, nn
 
 from ..options import QUANTIZE_CHOICES
 
-__all__ = ["Int8Linear", "PackedLinear", "quantize", "quantized_copy", "QUANTIZE_CHOICES", "why_not_packed"]
+__all__ = [
+    "Int8Linear",
+    "PackedLinear",
+    "quantize",
+    "quantized_copy",
+    "QUANTIZE_CHOICES",
+    "why_not_compiled",
+    "why_not_packed",
+]
 
 
 class Int8Linear(nn.Module):
@@ -194,3 +202,16 @@ def quantized_copy(model: nn.Module, how: str) -> nn.Module:
     import copy
 
     return quantize(copy.deepcopy(model), how)
+
+
+def why_not_compiled(model: nn.Module) -> str | None:
+    """Why the compiled decode step cannot take ``model``'s layers (None when it can): the packed
+    layers call the GEMM library's own operators, and ``torch.ao``'s dynamically quantised Linear
+    a packed-parameter object, neither of which the compiler traces; fp32, bf16 and int8
+    (:class:`Int8Linear`) layers compile."""
+    for module in model.modules():
+        if isinstance(module, (PackedLinear, PackedConcat)):
+            return "--compile does not trace the packed layers of --quantize packed"
+        if type(module).__module__.startswith("torch.ao.nn.quantized"):
+            return "--compile does not trace the dynamically quantised layers of --quantize dynamic-int8"
+    return None
