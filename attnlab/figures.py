@@ -31,13 +31,25 @@ __all__ = [
 SLIDE_PIXELS, MIN_POINTS = 1000, 9.0
 
 
+PAD_INCHES = 0.1  # the margin around what a figure cropped to its drawing keeps (matplotlib's default)
+
+
+def drawn_extent(fig, tight: bool = True):
+    """The part of ``fig`` that is saved, in inches: what it draws plus :data:`PAD_INCHES` a side
+    (``tight``), or the whole figure. One draw; ``savefig`` then takes it as ``bbox_inches`` rather
+    than drawing again to find it."""
+    from matplotlib.transforms import Bbox
+
+    if not tight:
+        return Bbox.from_bounds(0, 0, *fig.get_size_inches())
+    fig.canvas.draw()
+    return fig.get_tightbbox(fig.canvas.get_renderer()).padded(PAD_INCHES)
+
+
 def long_side_inches(fig, tight: bool = True) -> float:
     """The long side of ``fig`` as saved: cropped to what it draws (``tight``), or its set size."""
-    if not tight:
-        return float(max(fig.get_size_inches()))
-    fig.canvas.draw()
-    box = fig.get_tightbbox(fig.canvas.get_renderer())
-    return max(box.width, box.height) + 0.2  # (bbox_inches="tight" pads 0.1 inch a side)
+    box = drawn_extent(fig, tight)
+    return float(max(box.width, box.height))
 
 
 def smallest_points(inches: float) -> float:
@@ -46,15 +58,16 @@ def smallest_points(inches: float) -> float:
     return MIN_POINTS * inches / (SLIDE_PIXELS / 100)
 
 
-def raise_small_text(fig, tight: bool = True) -> float:
+def raise_small_text(fig, tight: bool = True):
     """Every text of ``fig`` at least :func:`smallest_points` for its size: one rule for every figure,
     applied where it is saved, rather than a size chosen figure by figure (larger text can widen a
-    figure cropped to what it draws, so the size is measured again). Returns the long side, inches."""
+    figure cropped to what it draws, so the size is measured again). Returns the part of the figure
+    that is saved (:func:`drawn_extent`)."""
     from matplotlib.text import Text
 
-    inches = long_side_inches(fig, tight)
+    box = drawn_extent(fig, tight)
     for _ in range(3):
-        floor = smallest_points(inches)
+        floor = smallest_points(max(box.width, box.height))
         small = [
             t for t in fig.findobj(Text) if t.get_visible() and t.get_text().strip() and t.get_fontsize() < floor - 0.05
         ]
@@ -67,8 +80,8 @@ def raise_small_text(fig, tight: bool = True) -> float:
                     ax.tick_params(axis=which, labelsize=floor)
         for t in small:
             t.set_fontsize(floor)
-        inches = long_side_inches(fig, tight)
-    return inches
+        box = drawn_extent(fig, tight)
+    return box
 
 
 def slide_dpi(fig, tight: bool = True, inches: float | None = None) -> float:
@@ -87,8 +100,9 @@ def save_figure(fig, path: Path, tight: bool = True) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.stem + ".tmp.png")
     try:
-        inches = raise_small_text(fig, tight)
-        fig.savefig(tmp, bbox_inches="tight" if tight else None, dpi=slide_dpi(fig, tight, inches))
+        box = raise_small_text(fig, tight)
+        dpi = slide_dpi(fig, tight, max(box.width, box.height))
+        fig.savefig(tmp, bbox_inches=box if tight else None, dpi=dpi)
         tmp.replace(path)
     finally:
         plt.close(fig)

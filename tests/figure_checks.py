@@ -27,7 +27,7 @@ def judging():
 
     def judged(self, fname, *args, **kwargs):
         name = Path(str(fname)).name.replace(".tmp.png", ".png")
-        problems = figure_problems(self, kwargs.get("dpi"), tight=kwargs.get("bbox_inches") == "tight")
+        problems = figure_problems(self, kwargs.get("dpi"), tight=kwargs.get("bbox_inches") is not None)
         JUDGED[name] = JUDGED.get(name, []) + problems
         TITLES[name] = figure_titles(self)
         return real(self, fname, *args, **kwargs)
