@@ -267,13 +267,17 @@ def gguf_generation(meta: dict[str, Any]):
 
 
 def load_gguf(path: str | Path, with_class=None, dtype=None):
-    """The attnlab model of a GGUF file (weights dequantised to float32, then ``dtype``), read whole
-    before anything is built: a file refused is refused before any model exists."""
+    """(the attnlab model of a GGUF file, what it keeps of the file), from one read of it: the
+    weights dequantised to float32, then ``dtype``; what is kept is what an attnlab run keeps in its
+    config.json (its tokenizer, its generation settings), ``model_type`` None as for a HuggingFace
+    folder. The tokenizer and the configuration are read first: a file refused is refused before
+    any weight is dequantised or any model built."""
     from . import converters
 
     p = Path(path)
     reader = read(p)
     meta = metadata(reader)
+    tokenizer = gguf_tokenizer(meta, p)
     cfg = hf_config(meta, {t.name for t in reader.tensors}, p)
     state = hf_state(reader, cfg, p)
     converter = next(c for c in converters() if c.hf_type == cfg["model_type"])
@@ -283,19 +287,11 @@ def load_gguf(path: str | Path, with_class=None, dtype=None):
         raise does_not_fit(f"GGUF {cfg['model_type']}", e) from None
     except KeyError as e:
         raise CheckpointError(f"{p} is an incomplete GGUF {cfg['model_type']} file: it has no tensor for {e}") from None
-    return model.to(dtype) if dtype is not None else model
-
-
-def run_meta(path: str | Path) -> dict[str, Any]:
-    """What a loaded model keeps of the file (as an attnlab run keeps its config.json): its
-    tokenizer and its generation settings; ``model_type`` None, as for a HuggingFace folder."""
-    p = Path(path)
-    meta = metadata(read(p))
-    tokenizer = gguf_tokenizer(meta, p)
-    return {
+    kept = {
         "model_type": None,
         "format": "gguf",
         "architecture": meta.get("general.architecture"),
         "tokenizer": tokenizer.to_dict() if tokenizer is not None else None,
         "generation": gguf_generation(meta).to_dict(),
     }
+    return (model.to(dtype) if dtype is not None else model), kept

@@ -139,10 +139,9 @@ def load_model(
         raise CheckpointError(f"{path} holds {a(mtype)} model, but this command needs {needs}")
     with_class = recipe.loaded_class
     if p.is_file():  # (a GGUF file: checkpoint_model_type said so)
-        from ..interop.gguf_file import load_gguf, run_meta
+        from ..interop.gguf_file import load_gguf
 
-        meta = run_meta(p)  # (its tokenizer first: a file refused is refused before the weights are read)
-        model = load_gguf(p, with_class, dtype)
+        model, meta = load_gguf(p, with_class, dtype)
     elif _is_huggingface(p):
         from ..interop import load_hf
 
