@@ -28,6 +28,7 @@ import warnings
 import torch
 from torch import Tensor, nn
 
+from ..errors import Note
 from ..options import QUANTIZE_CHOICES
 
 __all__ = [
@@ -36,6 +37,7 @@ __all__ = [
     "quantize",
     "quantized_copy",
     "QUANTIZE_CHOICES",
+    "compiles",
     "why_not_compiled",
     "why_not_packed",
 ]
@@ -202,6 +204,15 @@ def quantized_copy(model: nn.Module, how: str) -> nn.Module:
     import copy
 
     return quantize(copy.deepcopy(model), how)
+
+
+def compiles(model: nn.Module, compile: bool) -> bool:
+    """``compile``, or False with a one-line :class:`~attnlab.errors.Note` when the compiled decode
+    step cannot take ``model``'s layers (:func:`why_not_compiled`): the same tokens, decoded eager."""
+    why = why_not_compiled(model) if compile else None
+    if why is not None:
+        warnings.warn(f"{why}: this decode runs eager", Note)
+    return bool(compile) and why is None
 
 
 def why_not_compiled(model: nn.Module) -> str | None:

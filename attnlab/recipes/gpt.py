@@ -321,13 +321,10 @@ class GPTVerbs(Verbs):
                 on_done=stream,
                 **sampling,
             )
-        if compile:
-            from ..generate.quantize import why_not_compiled
+        if compile:  # (layers the compiler cannot trace: decoded eager, said, not a compiler's traceback)
+            from ..generate.quantize import compiles
 
-            why = why_not_compiled(model)
-            if why is not None:  # (the same tokens, decoded eager: said, not a compiler's traceback)
-                warnings.warn(f"{why}: this decode runs eager", Note)
-                compile = False
+            compile = compiles(model, compile)
         text = list(prompt) if ids else prompt or default_prompt(self.tokenizer)
         n = len(text) if ids else len(self.tokenizer.encode(text))  # (unknown characters fail here, clearly)
         if n > self.config.context:  # (the window slides: the model reads the prompt's last tokens only)
@@ -1009,13 +1006,10 @@ def sample(
         draft_model = load_draft(draft, model.tokenizer, model.config.vocab_size, dev)
         draft_model = draft_model.to(torch_dtype) if torch_dtype is not None else draft_model
     model = as_sampled(model, quantize)
-    if options.get("compile"):
-        from ..generate.quantize import why_not_compiled
+    if options.get("compile"):  # (said once, not once a sample)
+        from ..generate.quantize import compiles
 
-        why = why_not_compiled(model)
-        if why is not None:  # (said once, not once a sample)
-            warnings.warn(f"{why}: this decode runs eager", Note)
-            options["compile"] = False
+        options["compile"] = compiles(model, True)
     out = sys.stdout
 
     def stream(piece: str) -> None:
