@@ -78,6 +78,7 @@ document.getElementById("g").addEventListener("submit", async (e) => {{
 
 MAX_BODY = 20_000_000  # bytes: an uploaded image, base64-encoded, with room to spare
 BODY_TIMEOUT_S = 15.0  # a client has this long to send its whole body (slow clients get 408)
+MISSING_EXTRA = "attnlab serve runs on Starlette, uvicorn and pydantic: pip install 'attnlab[serve]'"
 HEAD_TIMEOUT_S = 15.0  # and this long to send a request's head once it began (or, connected, to begin one)
 GENERATE_TIMEOUT_S = 600  # a request waits this long for its text, then gets 503
 MAX_CONNECTIONS = 512  # open connections beyond this are answered 503 at once (uvicorn's limit_concurrency)
@@ -788,9 +789,7 @@ def create_app(model, *, slots: int = 8, port_ref: list | None = None):
         from starlette.applications import Starlette
         from starlette.routing import Route
     except ImportError:
-        raise OptionError(
-            "attnlab serve runs on Starlette, uvicorn and pydantic: pip install 'attnlab[serve]'"
-        ) from None
+        raise OptionError(MISSING_EXTRA) from None
     r = _Routes(model, served_family(model).required_explorer_form(model.checkpoint), slots)
     routes = [
         Route("/", r.page, methods=["GET"]),
@@ -1046,9 +1045,7 @@ def serve(
     try:
         import uvicorn
     except ImportError:
-        raise OptionError(
-            "attnlab serve runs on Starlette, uvicorn and pydantic: pip install 'attnlab[serve]'"
-        ) from None
+        raise OptionError(MISSING_EXTRA) from None
     family_kind = served_family(model).explore_kind
     if kind is not None and kind != family_kind:
         raise OptionError(f"kind={kind!r}: this model's explorer is {family_kind!r}; leave kind out")
