@@ -88,7 +88,8 @@ def test_a_control_that_clears_the_criterion_makes_the_claim_inconclusive(tmp_pa
     ctx = Context(out=tmp_path, work=tmp_path / "w", size="tiny")
     report = write_report({"masks": cleared}, ctx).read_text()
     assert "0 of 1 claims PASS, 1 INCONCLUSIVE" in report
-    assert "**Control**: the model before training: as good (clears the criterion too)" in report
+    assert "**Control**: the model before training: as good (by the claim's criterion: PASS)" in report
+    assert "**Verdict**: INCONCLUSIVE: the must-fail control (the model before training) reaches the same PASS" in report
 
 
 def test_report_and_command(tmp_path, capsys):
@@ -443,26 +444,38 @@ def test_an_a_a_run_shares_the_claims_batches_and_its_spread_floors_the_claims_i
     assert paired_interval(wide, floor=aa_spread(aa)) == paired_interval(wide)
 
 
-def test_a_claim_that_reads_a_cached_run_reports_its_data_and_its_seconds_not_no_data(tmp_path):
+def design_table(**fields) -> dict:
+    """A design table for a claim a test registers (every field of attnlab/experiments/design.toml)."""
+    from attnlab.experiments.design import FIELDS
+
+    blank = {k: [] if t is list else 0 if t is int else "a test" for k, t in FIELDS.items()}
+    return {**blank, "source": "beyond the decks: a test", **fields}
+
+
+def test_a_claim_that_reads_a_cached_run_reports_its_data_and_its_seconds_not_no_data(tmp_path, monkeypatch):
     """Context.cached trains once per report; the claim that trained it counts its seconds as its own,
     a later claim that reads it names the data the training read and the run's seconds ("cached run"),
     and both are marked sized (previews below the full size)."""
     import time
 
+    from attnlab.experiments.design import designs
     from attnlab.experiments.registry import claim
     from attnlab.experiments.report import _seconds
+
+    monkeypatch.setitem(designs(), "cached-a", design_table(title="A"))
+    monkeypatch.setitem(designs(), "cached-b", design_table(title="B"))
 
     def train():
         ctx.cache["data_used"].append("the test corpus")
         time.sleep(0.6)
         return "model"
 
-    @claim("cached-a", "A", "trains", source="beyond the decks: a test", why="a test")
+    @claim("cached-a")
     def first(ctx):
         assert ctx.cached("m", train) == "model"
         return Result("trained", True, "none")
 
-    @claim("cached-b", "B", "reads", source="beyond the decks: a test", why="a test")
+    @claim("cached-b")
     def second(ctx):
         assert ctx.cached("m", train) == "model"
         return Result("read", True, "none")
@@ -521,9 +534,9 @@ def test_comparative_claims_decide_on_intervals_over_seeds():
     assert better_verdict([0.05, -0.04, 0.02], "d")[1] == "INCONCLUSIVE"  # seed noise as large as the gap
     assert better_verdict([-0.05, -0.07, -0.06], "d")[1] == "FAIL"
     assert better_verdict([0.3], "d")[1] == "INCONCLUSIVE"  # one seed decides nothing
-    assert same_verdict([0.001, -0.002, 0.0], 0.03, "d")[:2] == (True, None)
-    assert same_verdict([0.2, 0.21, 0.19], 0.03, "d")[1] == "FAIL"
-    assert same_verdict([0.0, 0.05, -0.04], 0.03, "d")[1] == "INCONCLUSIVE"
+    assert same_verdict([0.001, -0.002, 0.0], 0.03, "d", floor=0.0)[:2] == (True, None)
+    assert same_verdict([0.2, 0.21, 0.19], 0.03, "d", floor=0.0)[1] == "FAIL"
+    assert same_verdict([0.0, 0.05, -0.04], 0.03, "d", floor=0.0)[1] == "INCONCLUSIVE"
     # two seeds that both differ by 5 of 144 test texts: equal differences on a coarse scale are not zero noise
     _, low, high = paired_interval([5 / 144, 5 / 144], resolution=1 / 144)
     assert high - low == pytest.approx(2 * 12.706 * (1 / 144) / 2**0.5)
@@ -923,13 +936,14 @@ def test_a_budget_claims_verdict_along_its_runs():
     assert along_the_run({"A": a, "B": b_short}, judge).startswith("¼: FAIL, ½: INCONCLUSIVE")
 
 
-def test_every_claim_cites_the_deck_lines_it_checks_or_says_it_is_from_outside_them():
+def test_every_claim_cites_the_deck_lines_it_checks_or_says_it_is_from_outside_them(monkeypatch):
     """Each claim carries FILE:LINE references into the lecture decks (../shared/lectures) with the
     words found on that line, checked here against the decks themselves; a claim from outside the
     decks says so and where it comes from; a claim with neither is refused at registration."""
     import os
     from pathlib import Path
 
+    from attnlab.experiments.design import designs
     from attnlab.experiments.registry import DECKS, claim
 
     outside = [n for n, c in CLAIMS.items() if isinstance(c.source, str)]
@@ -938,10 +952,12 @@ def test_every_claim_cites_the_deck_lines_it_checks_or_says_it_is_from_outside_t
                         ("induction", "Olsson")):  # fmt: skip
         assert CLAIMS[name].deck_line.startswith(f"beyond the decks: {paper}"), CLAIMS[name].deck_line
     assert all(CLAIMS[n].source for n in CLAIMS)
+    monkeypatch.setitem(designs(), "x", design_table(source=[]))
     with pytest.raises(ValueError, match="give its deck lines"):
-        claim("x", "X", "nothing", source=(), why="a convention")
+        claim("x")
+    monkeypatch.setitem(designs(), "x", design_table(margin_reason=""))
     with pytest.raises(ValueError, match="say why its bars"):
-        claim("x", "X", "nothing", source="beyond the decks", why="")
+        claim("x")
     assert all(c.why for c in CLAIMS.values())  # every claim says why its bars are what they are
     data = Path(os.environ.get("ATTNLAB_DATA", Path(__file__).resolve().parents[2] / "shared" / "data"))
     lectures = data.parent / "lectures"

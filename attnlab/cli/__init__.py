@@ -500,12 +500,25 @@ def _serve(
 def _reproduce(
     *,
     list: Annotated[bool, Arg("list the claims, one line each (what it checks, where the lectures say it), and exit")] = False,  # noqa: A002
+    design: Annotated[bool, Arg("print the design of each claim (or of those named), fixed before it runs: what it measures, its criterion, the reason for its margins, its control and what that must show, its seeds, steps and data, and its hash; then exit")] = False,
     **options: Any,
 ) -> int:  # fmt: skip
-    """``attnlab reproduce``: the claims, their progress on stderr, how many PASS (``--list``: the claims)."""
+    """``attnlab reproduce``: the claims, their progress on stderr, how many PASS (``--list``: the
+    claims; ``--design``: their designs)."""
     from pathlib import Path
 
     from .. import experiments
+
+    if design:
+        from ..errors import OptionError
+        from ..experiments.design import design_text
+
+        names = [n for n in options.get("names") or () if n != "all"] or [*experiments.CLAIMS]  # (`list` is the flag)
+        unknown = [n for n in names if n not in experiments.CLAIMS]
+        if unknown:
+            raise OptionError(f"unknown claim {unknown[0]!r}; choose from {', '.join(experiments.CLAIMS)} (or all)")
+        print(design_text(names))
+        return 0
 
     if list:
         from ..experiments.registry import COURSES

@@ -11,7 +11,7 @@ import torch
 
 from ..figures import ticks_at
 from ..inspect.plots import plt, save_figure
-from .registry import Context, Control, Result, claim, deck, markdown_table
+from .registry import Context, Control, Result, claim, markdown_table
 from ..training.callbacks import quarter_steps
 from .runs import (
     LOSS_WINDOWS,
@@ -24,18 +24,11 @@ from .runs import (
     train_gpt,
     window_losses,
 )
-from .stats import WIDE, aa_control, aa_seeds, aa_spread, better_verdict, parts_verdict, seeds_for, seeds_note
+from .stats import aa_control, aa_seeds, aa_spread, better_verdict, parts_verdict, seeds_for, seeds_note
 
 
 # ---- 1-5: attention and positions, computed --------------------------------------------------------
-@claim(
-    "worked-example",
-    "The worked example",
-    "With q·k₁ = 102 and q·k₂ = 99 and d_k = 3, the scaled scores are 58.9 and 57.2 and the softmax "
-    "weights 0.85 and 0.15.",
-    source=deck("001:251 q_1 k_1^{\\mathsf{T}} = 102", "001:292 58.9", "001:294 p_{1,1} = 0.85", "001:306 57.2"),
-    why="Half the last digit the deck prints (58.9, 57.2; 0.85): any closer reading is the deck's own rounding.",
-)
+@claim("worked-example")
 def worked_example(ctx: Context) -> Result:
     from ..attention import scaled_dot_product_attention
 
@@ -66,16 +59,7 @@ def worked_example(ctx: Context) -> Result:
     )
 
 
-@claim(
-    "masks",
-    "Rows of P sum to 1; masks are exact",
-    "Each row of the attention matrix P is a probability distribution; a causal mask gives future "
-    "positions exactly zero weight, and padding is never attended to.",
-    source=deck(
-        "001:155 The softmax is applied on each row", "002:1380 Prevent vectors from looking at future vectors"
-    ),
-    why="1e-6 is a few float32 roundings of a sum of one; masked weights are set to 0, not computed, so exactly 0.",
-)
+@claim("masks")
 def masks(ctx: Context) -> Result:
     from ..attention import MultiHeadAttention
 
@@ -121,15 +105,7 @@ def _lookup(keys: torch.Tensor, values: torch.Tensor, queries: torch.Tensor) -> 
     return scaled_dot_product_attention(queries[None], keys[None], values[None])[0]
 
 
-@claim(
-    "soft-lookup",
-    "Attention is a soft dictionary lookup",
-    "Queries, keys and values come from retrieval: a query that matches one key returns that key's value (a hard "
-    "lookup), and as the match softens the result becomes a weighted average of the values, the mean of all of "
-    "them when the query matches none better than the others.",
-    source=deck("004:263 Q, K, V are originally from retrieval systems"),
-    why="At β = 256 the other keys' weights are e^(−256·gap), far below 1e-3; β = 0 is the uniform average by construction.",
-)
+@claim("soft-lookup")
 def soft_lookup(ctx: Context) -> Result:
     g = torch.Generator().manual_seed(0)
     n, d = 8, 16
@@ -208,18 +184,7 @@ def _saturates(rows: list, t: int) -> bool:
     )
 
 
-@claim(
-    "scaling",
-    "Why divide by √d_k",
-    "Dot products of d_k-dimensional random vectors have variance d_k; unscaled, the softmax saturates as "
-    "d_k grows (near one-hot, vanishing gradients); dividing by √d_k keeps it in range.",
-    source=deck(
-        "001:164 Without scaling: sharp distribution",
-        "002:942 the variance of the logits is higher",
-        "002:945 Divide by \\sqrt{D}",
-    ),
-    why="10 % of log T: near one-hot (the uniform is 100 %), the premise's bar in scaling-convergence too; 50 %: well spread; within 0.5 nats: flat across d_k; the gradient judged against the scaled softmax's own (no bar on its size).",
-)
+@claim("scaling")
 def scaling(ctx: Context) -> Result:
     torch.manual_seed(0)
     dims = [16, 32, 64, 128, 256, 512, 1024]
@@ -429,21 +394,7 @@ def _table1_checks(
     }
 
 
-@claim(
-    "table1",
-    'Table 1 of "Attention is all you need"',
-    "Per layer: self-attention costs O(n²·d), restricted self-attention O(r·n·d), recurrent O(n·d²), "
-    "convolutional O(k·n·d²); the maximum path length is O(1), O(n/r), O(n) and O(n/k) (contiguous "
-    "kernels; O(log_k n) dilated); sequential operations O(1), O(1), O(n), O(1).",
-    source=deck(
-        "000:65 Table 1: Maximum path lengths",
-        "000:68 Self-Attention",
-        "000:69 Recurrent",
-        "000:70 Convolutional",
-        "000:71 Self-Attention (restricted)",
-    ),
-    why="Exponents fitted over a few sizes 2x apart, where lower-order terms bend them: 1.7 and 1.8 for a square, 0.9-1.2 for a line. A convention, not derived.",
-)
+@claim("table1")
 def table1(ctx: Context) -> Result:
     ns, ds = [128, 256, 512, 1024], [32, 64, 128, 256]
     n_path = 64
@@ -547,14 +498,7 @@ def _largest_intermediate(fn) -> int:
     return counter.most
 
 
-@claim(
-    "attention-memory",
-    "Attention's memory grows as N × M",
-    "The attention matrix holds one weight per (query, key) pair: for N queries and M keys the layer's working "
-    "memory grows as N × M (quadratically in the length for self-attention), whatever the width.",
-    source=deck("002:1422 Requires a lot of memory", "001:629 Self-attention scales quadratically with token length"),
-    why="±0.1 around the exponents the formulas give, for fits over a few sizes: a convention, as in table1.",
-)
+@claim("attention-memory")
 def attention_memory(ctx: Context) -> Result:
     from ..attention import scaled_dot_product_attention
 
@@ -597,22 +541,10 @@ def attention_memory(ctx: Context) -> Result:
     )
 
 
-@claim(
-    "three-projections",
-    "Why three projections: tying Q = K or K = V costs",
-    "Queries, keys and values each get their own projection: with W_K = W_Q every score is symmetric (token i "
-    "attends to j as much as j to i, before masking), with W_V = W_K what a token offers to be found by is also "
-    "what it passes on; either tie makes a worse model of the same size.",
-    source=deck(
-        "004:406 It worked better, other types of attentions have been explored",
-        "004:410 Why can't we fold queries and keys into one representation?",
-        "004:417 Why can't we fold keys and values into one representation?",
-    ),
-    why="A 95 % t-interval over seeds above 0: a difference larger than seed noise, of any size; the A/A run tests the same criterion on noise.",
-)
+@claim("three-projections")
 def three_projections(ctx: Context) -> Result:
     steps = ctx.steps(20, 120, 1500)
-    seeds = seeds_for(ctx, full=WIDE)
+    seeds = seeds_for(ctx)
     names = ("W_Q, W_K, W_V", "W_K = W_Q", "W_V = W_K")
     # each tie removes a projection per layer: its MLP is widened by as many weights, so that a tied
     # model is not worse only for being smaller
@@ -659,19 +591,11 @@ def three_projections(ctx: Context) -> Result:
     )
 
 
-@claim(
-    "scaling-convergence",
-    "√d_k makes training converge faster",
-    "Without dividing by √d_k the dot products grow with d_k, the softmax saturates and its gradients vanish, so "
-    "a model with wide heads learns more slowly than the same model with scaled scores.",
-    source=deck("001:165 vanishing gradients", "001:166 faster convergence"),
-    why="The premise's 10 % of log T is the issue's bar for a saturated softmax; the difference: a 95 % t-interval over seeds above 0, as every comparison.",
-)
+@claim("scaling-convergence")
 def scaling_convergence(ctx: Context) -> Result:
     steps = ctx.steps(5, 50, 1000)
-    # (two even when tiny: one decides nothing; five at full size, where three seeds' interval, floored
-    # by the A/A run's spread, straddled 0 around a difference of +0.37: issue 66)
-    seeds = (0, 1) if ctx.size != "full" else tuple(range(WIDE))
+    # (two even when tiny: its entropy curves are drawn over seeds; every trained claim's SEEDS at full size)
+    seeds = (0, 1) if ctx.size != "full" else seeds_for(ctx)
     # one head of 256: d_k = 256. The premise needs scores large enough to saturate the softmax, which
     # the GPT's N(0, 0.02²) weights never give (unscaled scores of std ≈ 0.6). With W_Q and W_K drawn
     # from N(0, 1/256), q and k have entries of unit variance (their input is layer-normed, as the

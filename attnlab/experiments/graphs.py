@@ -7,25 +7,12 @@ import numpy as np
 import torch
 
 from ..inspect.plots import plt, save_figure
-from .registry import Context, Control, Result, claim, deck, markdown_table
+from .registry import Context, Control, Result, claim, markdown_table
 from .runs import fit
 from .stats import seed_suffix, seeds_for, seeds_note, seeds_verdict
 
 
-@claim(
-    "graphs",
-    "Transformers are GNNs on complete graphs; Laplacian eigenvectors are their positions",
-    "Self-attention treats its tokens as a set (a GNN on the complete graph): with nodes that look alike it cannot "
-    "tell two graphs apart, and attending along the edges only (message passing) still cannot tell graphs apart "
-    "that the Weisfeiler-Lehman test cannot. The Laplacian's eigenvectors, as positional encodings, let it "
-    "(Dwivedi & Bresson 2021).",
-    source=deck(
-        "000:219 Sets as complete graphs",
-        "000:224 may be viewed as Graph Neural Networks",
-        "000:450 Laplacian positional encodings",
-    ),
-    why="0.9: far above chance (0.5) on balanced classes; a convention.",
-)
+@claim("graphs")
 def graphs(ctx: Context) -> Result:
     from ..data.graphs import cycle_graphs
     from ..models.graph import GraphTransformer, GraphTransformerConfig

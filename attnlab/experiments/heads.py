@@ -12,7 +12,7 @@ import torch.nn.functional as F
 
 from ..inspect.plots import head_scores_panel, plt, save_figure
 from ..training.tasks import RepeatedSequenceTask
-from .registry import Context, Control, Result, claim, deck, markdown_table, withdrawn
+from .registry import Context, Control, Result, claim, markdown_table, withdrawn
 from .runs import LOSS_WINDOWS, corpus, fit, gpt_losses, length_gpt, loss_bars
 from .stats import aa_control, aa_seeds, aa_spread, better_verdict, seed_suffix, seeds_for, seeds_note, seeds_verdict
 
@@ -58,17 +58,7 @@ def heads_criterion(js, deltas, js0, deltas0) -> tuple[bool, float, float, float
     return bool(ok), float(off.mean()), min(vals), max(vals)
 
 
-@claim(
-    "heads",
-    "Heads attend differently",
-    "Multi-head attention lets different heads attend to different things: their maps differ, and removing "
-    "heads one at a time changes the loss by different amounts.",
-    source=deck(
-        '001:443 Run *H* Self-Attention "heads" in parallel',
-        "004:444 We are learning a different transformation per head",
-    ),
-    why="10 % above the untrained model's divergence, 0.05 nats for an ablation that matters: conventions, each far above the run-to-run noise of these numbers.",
-)
+@claim("heads")
 def heads(ctx: Context) -> Result:
     from ..models import GPT
 
@@ -135,14 +125,7 @@ def heads(ctx: Context) -> Result:
     )
 
 
-@claim(
-    "multi-head",
-    "Several heads beat one head of the same size",
-    "Splitting attention into several heads (each of width d/H, same parameters in total) works better than one "
-    "head of full width: the heads can look at different positions at once.",
-    source=deck("004:472 Why multiple heads?", "004:475 It worked better in their paper"),
-    why="A 95 % t-interval over seeds above 0, as every comparison; the same parameter count exactly.",
-)
+@claim("multi-head")
 def multi_head(ctx: Context) -> Result:
     steps = ctx.steps(20, 120, 1500)
     seeds = seeds_for(ctx)
@@ -206,14 +189,7 @@ def spike_rate(losses: np.ndarray, steps: int, window: int = 25, k: float = 4.0,
     return spikes / max(steps - start, 1)
 
 
-@claim(
-    "stability",
-    "Several heads train more stably",
-    "Several heads stabilise training: at a learning rate that pushes the model, one head of full width makes "
-    "the training loss jump back up more often and further than several heads of the same total size.",
-    source=deck("004:478 has to do with training stability"),
-    why="Withdrawn: no bar.",
-)
+@claim("stability")
 def stability(ctx: Context) -> Result:
     # Withdrawn (issue 48), with the numbers that decided it: benchmarks/stability_sweep.py
     return withdrawn(
@@ -301,17 +277,7 @@ class _UnrepeatedTokens(RepeatedSequenceTask):
         return {"data": f"random tokens, never repeated (vocabulary {self.vocab_size}, length {self.length})"}
 
 
-@claim(
-    "induction",
-    "Induction heads form in two layers (beyond the lectures: Olsson et al. 2022)",
-    "A two-layer attention-only transformer trained on sequences that repeat a random segment learns to copy: "
-    "a previous-token head in layer 0 and an induction head in layer 1 (attend to the token after the previous "
-    "occurrence of the current one), and the loss on the repeated half falls far below the first half's. The "
-    "detected heads are the circuit: ablating them costs more loss on the repeated half than ablating any other "
-    "pair of heads in the same layers.",
-    source='Olsson et al. 2022, "In-context learning and induction heads" (a mechanistic-interpretability finding the decks do not state)',
-    why="Half the first half's loss: the copy is used; 0.3 of TransformerLens's scores, where a perfect head scores 0.5 here.",
-)
+@claim("induction")
 def induction(ctx: Context) -> Result:
     from ..inspect.detectors import repeated_random_tokens
 

@@ -8,10 +8,9 @@ import random
 import numpy as np
 import torch
 
-from .registry import Context, Control, Result, claim, deck, markdown_table
+from .registry import Context, Control, Result, claim, markdown_table
 from .runs import fit, quietly, run_settings
 from .stats import (
-    WIDE,
     aa_control,
     aa_spread,
     aa_seeds,
@@ -26,14 +25,7 @@ from .stats import (
 
 
 # ---- 8: the RNN bottleneck ---------------------------------------------------------------------------
-@claim(
-    "bottleneck",
-    "The RNN bottleneck",
-    "An encoder-decoder RNN without attention must squeeze the whole input into one vector and fails on long "
-    "inputs; with attention (and in the Transformer) accuracy holds up.",
-    source=deck("002:303 Input sequence not bottlenecked through single vector"),
-    why="Half and 80 %: a collapse against a hold, far from each other; 0.5 at length 5: the model learned the task (chance is far lower). Conventions.",
-)
+@claim("bottleneck")
 def bottleneck(ctx: Context) -> Result:
     from .bottleneck import plot, run
 
@@ -113,14 +105,7 @@ def _bottleneck_checks(acc: dict, short: int, long: int, bottlenecked: str, atte
     return fails and all(holds.values()), verdicts
 
 
-@claim(
-    "alignment",
-    "Attention as alignment",
-    "A translation model's cross-attention aligns each output word with the input word it translates "
-    "(Bahdanau et al. 2015); a captioner's attention falls on the object each word describes (Xu et al. 2015).",
-    source=deck("002:360 Attention figures out different word orders", "002:807 Show, Attend, and Tell"),
-    why="80 %: most positions, where the same maps shuffled across sentences reach far fewer; captioning: an interval over the words above 0, a lead over a random object larger than the words' sampling error.",
-)
+@claim("alignment")
 def alignment(ctx: Context) -> Result:
     from ..inspect.plots import alignment_png
 
@@ -377,21 +362,9 @@ def fall_items(bottlenecked: dict, attending: dict) -> np.ndarray:
     return values * len(values)
 
 
-@claim(
-    "caption-bottleneck",
-    "Captioning: the bottleneck on long descriptions (Xu et al. 2015)",
-    "A captioner that sees the image once, as one vector, must squeeze every object into it, so its captions "
-    "suffer as descriptions grow longer; with attention (Show, Attend and Tell) the decoder looks again at the "
-    "image for every word, and long descriptions suffer less. Judged here on the direction only: from the fewest to "
-    "the most objects per scene, up to six (a caption names each object: up to 33 words), short of the deck's "
-    "descriptions of 100s of words.",
-    source=deck('002:536 Input is "bottlenecked" through c', "002:540 really long descriptions"),
-    why="0: a paired 95 % interval over seeds and test scenes above 0 (the seeds' own spread sets its width, at least "
-    "the A/A run's); half the objects named at the fewest: the captioner without attention learned the short scenes, "
-    "without which it has no fall to measure (a captioner that names nothing cannot fall).",
-)
+@claim("caption-bottleneck")
 def caption_bottleneck(ctx: Context) -> Result:
-    seeds = seeds_for(ctx, full=WIDE)
+    seeds = seeds_for(ctx)
     by_objects = {
         arch: [{int(k): v for k, v in _captioner(ctx, arch, s)["eval"]["by_objects"].items()} for s in seeds]
         for arch in ("rnn", "rnn-attention")

@@ -9,6 +9,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .design import design
+
 
 @dataclass
 class Context:
@@ -32,8 +34,16 @@ class Context:
         """The training seconds of the cached runs the running claim read, trained by earlier claims."""
         return float(sum(self.reads.values()))
 
+    claim: str | None = None  # the claim running (set by the report): its design bounds the full size
+
     def steps(self, tiny: int, quick: int, full: int) -> int:
+        """This size's steps; the full size's must be one its claim's design names (fixed before the run)."""
         self.sized = True
+        if self.claim is not None and full not in design(self.claim)["steps"]:
+            raise ValueError(
+                f"the claim {self.claim!r} runs {full} steps at full size, which its design does not name "
+                f"({design(self.claim)['steps']}): change the design first, in a commit of its own"
+            )
         return {"tiny": tiny, "quick": quick, "full": full}[self.size]
 
     def cached(self, key: str, train):
@@ -59,29 +69,75 @@ class Context:
 VERDICTS = ("PASS", "FAIL", "INCONCLUSIVE", "SKIPPED", "ERROR", "WITHDRAWN")
 
 
+CONTROL_KINDS = ("must-fail", "A/A")
+
+
 @dataclass
 class Control:
-    """The must-fail run beside a claim: the same measurement where the statement is made false
-    (the model before training, the mechanism removed, positions removed, labels shuffled, a
-    random pointer). ``cleared``: it met the claim's criterion too, so the criterion cannot tell
-    the statement from its negation here and the claim is INCONCLUSIVE."""
+    """The control run beside a claim, judged by the claim's own criterion through the same
+    measurement: ``kind`` "must-fail" (the statement made false: the model before training, the
+    mechanism removed, positions removed, a model known to be worse) or "A/A" (nothing differs but the
+    seeds). ``cleared``: it met the criterion; ``verdict``: what the criterion says of it where the
+    criterion can also be undecided (an interval straddling its bar: INCONCLUSIVE); by default FAIL
+    when it did not clear. :func:`decide` reads it."""
 
-    what: str  # the run that makes the statement false
+    what: str  # the run that makes the statement false, or where nothing differs
     measured: str  # its numbers, in a sentence
     cleared: bool
+    verdict: str | None = None
+    kind: str = "must-fail"
 
     def __post_init__(self) -> None:
         self.cleared = bool(self.cleared)  # (a NumPy comparison gives np.bool_, which JSON and `is` reject)
+        if self.kind not in CONTROL_KINDS:
+            raise ValueError(f"a control's kind is one of {CONTROL_KINDS}, not {self.kind!r}")
+
+    @property
+    def status(self) -> str:
+        """PASS, FAIL or INCONCLUSIVE: the claim's criterion on this run."""
+        return "PASS" if self.cleared else self.verdict or "FAIL"
 
     def __str__(self) -> str:
-        return f"{self.what}: {self.measured} ({'clears the criterion too' if self.cleared else 'fails it'})"
+        return f"{self.what}: {self.measured} (by the claim's criterion: {self.status})"
+
+
+def decide(own: str, control: Control | None) -> tuple[str, str]:
+    """The one verdict rule of every claim: (verdict, why). ``own``: what the claim's criterion says of
+    its run (PASS, FAIL or INCONCLUSIVE; SKIPPED, ERROR and WITHDRAWN pass through). A PASS or FAIL
+    stands only where the control does not reach the same verdict through the same measurement, of
+    the verdicts the control can speak to: an A/A run (nothing differs but the seeds) that reaches the
+    claim's PASS or its FAIL shows that seed noise alone gives it; a must-fail run that passes too
+    shows that the criterion cannot tell the statement from its negation. Either way: INCONCLUSIVE.
+    (A must-fail run that fails, as it must, says nothing against the claim's FAIL: that FAIL stands.)"""
+    if own not in ("PASS", "FAIL"):
+        return own, {
+            "INCONCLUSIVE": "the criterion cannot decide on this run (seed noise straddles its bar)",
+            "SKIPPED": "its data is absent",
+            "ERROR": "the check could not run",
+            "WITHDRAWN": "this setup cannot test the statement",
+        }.get(own, "")
+    if control is None:
+        return own, "no control run"
+    if control.status == own and (control.kind == "A/A" or own == "PASS"):
+        return "INCONCLUSIVE", (
+            f"the {control.kind} control ({control.what}) reaches the same {own} through the same measurement: "
+            + (
+                "seed noise alone gives it"
+                if control.kind == "A/A"
+                else "the criterion cannot tell the statement from its negation"
+            )
+        )
+    if own == "FAIL" and control.kind == "must-fail":
+        return own, "the statement fails its criterion; its must-fail control fails too, as it must (it guards a PASS)"
+    return own, f"its {control.kind} control reaches {control.status}, not {own}"
 
 
 @dataclass
 class Result:
-    """A claim's outcome. ``status``: PASS (the run clears the criterion and its control does not),
-    FAIL (the lecture's statement does not hold here), INCONCLUSIVE (the control clears the
-    criterion too, or seed noise straddles the bar: this setup cannot decide), SKIPPED (its data is
+    """A claim's outcome. ``status`` (:func:`decide`): PASS (the run clears the criterion and its
+    control does not), FAIL (the lecture's statement does not hold here, and its control does not
+    fail the same way), INCONCLUSIVE (the control reaches the same verdict, or seed noise straddles
+    the bar: this setup cannot decide), SKIPPED (its data is
     absent), ERROR (the check itself could not run: no verdict on the statement), WITHDRAWN (this
     setup cannot test the statement: nothing is run, and the report says why). ``verdict`` overrides what ``passed`` and the control say (an interval over seeds
     that straddles its bar; absent data)."""
@@ -98,14 +154,25 @@ class Result:
     data: str = ""  # the data it ran on, named in the report
     final: bool = True  # False: run smaller than the full size (fewer seeds or steps), a preview the full size decides
     cached_seconds: float = 0.0  # the training of the cached runs it read (trained by an earlier claim), in seconds
+    design: str = ""  # the hash of the design table it ran (design.design_hash)
+    # the result saved before under another design of this claim (its verdict, design hash and numbers):
+    # the report shows it, since a design changed after a result was seen is no longer fixed before the run
+    earlier: str = ""
+
+    @property
+    def own(self) -> str:
+        """What the criterion says of the claim's own run, before its control is consulted."""
+        return self.verdict or ("PASS" if self.passed else "FAIL")
 
     @property
     def status(self) -> str:
-        if self.verdict:
-            return self.verdict
-        if self.passed and self.control is not None and self.control.cleared:
-            return "INCONCLUSIVE"
-        return "PASS" if self.passed else "FAIL"
+        """The verdict by :func:`decide`, the one rule."""
+        return decide(self.own, self.control)[0]
+
+    @property
+    def reason(self) -> str:
+        """Why the verdict is what it is (:func:`decide`)."""
+        return decide(self.own, self.control)[1]
 
 
 def skipped(what: str, criterion: str) -> Result:
@@ -200,18 +267,23 @@ def registered() -> dict[str, Claim]:
     return CLAIMS
 
 
-def claim(name: str, title: str, statement: str, *, source: tuple[DeckLine, ...] | str, why: str):
-    """Register ``check(ctx) -> Result`` as the claim ``name`` (``attnlab reproduce NAME``);
-    ``source``: the deck lines it checks (:func:`deck`), or why it is from beyond the decks; ``why``:
-    the reason for its criterion's bars and margins (or that they are a convention)."""
+def claim(name: str):
+    """Register ``check(ctx) -> Result`` as the claim ``name`` (``attnlab reproduce NAME``), its title,
+    statement, deck lines (or why it is beyond the decks) and the reason for its bars read from its
+    design table (:mod:`.design`), where they are fixed before it runs."""
+    table = design(name)
+    source = table["source"] if isinstance(table["source"], str) else deck(*table["source"])
     if not source:
         raise ValueError(f"claim {name!r}: give its deck lines, or say where it comes from if not the decks")
-    if not why:
+    if not table["margin_reason"]:
         raise ValueError(f"claim {name!r}: say why its bars and margins are what they are")
 
     def add(fn):
         topic = fn.__module__.rsplit(".", 1)[-1]
-        CLAIMS[name] = Claim(name, title, statement, fn, f"attnlab reproduce {name}", topic, source, why)
+        CLAIMS[name] = Claim(
+            name, table["title"], table["statement"], fn, f"attnlab reproduce {name}", topic, source,
+            table["margin_reason"],
+        )  # fmt: skip
         return fn
 
     return add

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Annotated, Sequence
 
 from ..options import Arg, checked
+from .design import design_hash
 from .registry import CLAIMS, VERDICTS, Context, Control, Result, registered
 
 TOPICS = {
@@ -115,9 +116,10 @@ def load_results(out: Path, size: str) -> dict[str, Result]:
     try:
         saved = json.loads(path.read_text(encoding="utf-8"))
         results = {
-            name: Result(**{**r, "control": Control(**r["control"]) if r.get("control") else None})
+            name: result_from_json(r)
             for name, r in saved["claims"].items()
-            if name in CLAIMS and r["verdict"] != "ERROR"
+            # (a result of another design than the claim's now runs again: the design comes first)
+            if name in CLAIMS and r["verdict"] != "ERROR" and r.get("design") == design_hash(name)
         }
     except (ValueError, KeyError, TypeError) as e:
         raise OptionError(f"--resume: {path} is not a results file ({e}); drop --resume to run every claim again")
@@ -127,6 +129,24 @@ def load_results(out: Path, size: str) -> dict[str, Result]:
             f"{'--quick' if saved.get('size') == 'quick' else 'the full size (no --quick)'} or drop --resume"
         )
     return results
+
+
+def result_from_json(r: dict) -> Result:
+    """A result as :func:`save_results` wrote it (a control saved before controls kept their verdict: FAIL
+    when it did not clear)."""
+    return Result(**{**r, "control": Control(**r["control"]) if r.get("control") else None})
+
+
+def earlier_results(out: Path) -> dict[str, Result]:
+    """The results already in ``out/results.json`` at any size ({} when it is absent or unreadable): the
+    report names one whose claim's design has changed since (``Result.earlier``)."""
+    import json
+
+    try:
+        saved = json.loads((out / RESULTS).read_text(encoding="utf-8"))["claims"]
+        return {name: result_from_json(r) for name, r in saved.items() if name in CLAIMS}
+    except (OSError, ValueError, KeyError, TypeError):
+        return {}
 
 
 def save_results(out: Path, size: str, results: dict[str, Result]) -> Path:
@@ -156,6 +176,7 @@ def run_claims(names: list[str], ctx: Context, log=print, saved: dict[str, Resul
     ctx.out.mkdir(parents=True, exist_ok=True)
     ctx.work.mkdir(parents=True, exist_ok=True)
     saved = saved or {}
+    before_this_run = earlier_results(ctx.out)
     # every kept result is in the file from the start: a run stopped before reaching a kept claim
     # (one that comes after a claim being run again) must not drop it from the file
     results = dict(saved)
@@ -165,7 +186,7 @@ def run_claims(names: list[str], ctx: Context, log=print, saved: dict[str, Resul
             continue
         c = CLAIMS[name]
         t0, before = time.perf_counter(), _figures(ctx.out)
-        ctx.sized, ctx.reads = False, {}
+        ctx.sized, ctx.reads, ctx.claim = False, {}, name
         log(f"[{name}] {c.title} …")
         ctx.cache["data_used"] = []  # what the shared runs read for this claim (runs.corpus, runs.digits)
         try:
@@ -179,6 +200,14 @@ def run_claims(names: list[str], ctx: Context, log=print, saved: dict[str, Resul
                 "the check runs",
                 verdict="ERROR",
             )
+        ctx.claim = None
+        r.design = design_hash(name)
+        seen = before_this_run.get(name)
+        if seen is not None and seen.design != r.design:
+            seen_design = f"design {seen.design}" if seen.design else "no design hash (it predates the design file)"
+            r.earlier = f"{seen.status} under {seen_design}: {seen.measured}"
+        elif seen is not None:
+            r.earlier = seen.earlier  # (the same design: what was seen before it stays named)
         r.data = r.data or "; ".join(dict.fromkeys(ctx.cache["data_used"])) or "computed: no data"
         r.final = ctx.size == "full" or not ctx.sized
         r.seconds, r.cached_seconds = time.perf_counter() - t0, ctx.cached_seconds
@@ -238,12 +267,12 @@ def write_report(results: dict[str, Result], ctx: Context) -> Path:
             if ctx.size != "full"
             else []
         ),
-        "| claim | result | final | control | data | seconds |",
+        "| claim | result | final | control's verdict | data | seconds |",
         "|---|---|---|---|---|---|",
     ]
     lines += [
         f"| [{CLAIMS[n].title}](#{n}) | {r.status} | {_finality(r, ctx)} | "
-        f"{'none' if r.control is None else 'clears it too' if r.control.cleared else 'fails'} | {r.data} | "
+        f"{'none' if r.control is None else r.control.status} | {r.data} | "
         f"{_seconds(r)} |"
         for n, r in results.items()
     ]
@@ -263,7 +292,11 @@ def write_report(results: dict[str, Result], ctx: Context) -> Path:
             f"- **Measured**: {r.measured}",
             f"- **Criterion**: {r.criterion}",
             f"- **Control**: {r.control if r.control is not None else 'none'}",
+            f"- **Verdict**: {r.status}: {r.reason} (one rule for every claim: attnlab.experiments.registry.decide)",
+            f"- **Design**: {r.design or 'not recorded'} (`attnlab reproduce --design {n}`)",
         ]
+        if r.earlier:
+            lines.append(f"- **Design changed after a result was seen**: the earlier result was {r.earlier}")
         if r.note:
             lines.append(f"- **Note**: {r.note}")
         if r.table:
@@ -298,10 +331,15 @@ shows its result beside the claim's. No control relabels the measured run. Each 
 lines (FILE:LINE in the four lecture decks) that state it, or says it is beyond the decks and names
 its paper. The verdicts:
 
-- **PASS**: the run clears the criterion and the control fails it.
-- **FAIL**: the run does not clear it: the statement does not hold here, with the numbers.
-- **INCONCLUSIVE**: the control clears the criterion too (it cannot tell the statement from its
-  negation here), or, for comparative claims, the 95 % interval over seeds straddles the bar; the
+One rule decides every claim (`attnlab.experiments.registry.decide`): the claim's criterion gives
+its run PASS, FAIL or INCONCLUSIVE, and a PASS or FAIL stands only where the control, through the same
+measurement, does not reach the same verdict. The verdicts:
+
+- **PASS**: the run clears the criterion and the control does not.
+- **FAIL**: the run fails the criterion (the statement does not hold here, with the numbers) and the
+  control does not fail it the same way.
+- **INCONCLUSIVE**: the control reaches the claim's verdict too (it cannot tell the statement from
+  its control here), or, for comparative claims, the 95 % interval over seeds straddles the bar; the
   note says what would decide.
 - **SKIPPED**: the claim's data is absent (it never runs on a substitute).
 - **ERROR**: the check itself could not run (the exception, in one line): no verdict on the
@@ -309,9 +347,11 @@ its paper. The verdicts:
 - **WITHDRAWN**: this setup cannot test the statement; nothing is run, and the claim says why and
   what would decide it.
 
-Every trained claim runs three seeds at full size (five for those that three left undecided only for
-the interval's width: three-projections, scaling-convergence, cls-gap, image-positions,
-caption-bottleneck; two with
+Each claim's design (what it measures, its criterion, the reason for any margin, its control and what
+that must show, its seeds, steps and data) is fixed before it runs, in one file that `attnlab
+reproduce --design` prints; each result records the hash of the design it ran, and the report marks a
+claim whose design changed after a result was seen, with the earlier result. Every trained claim runs
+five seeds at full size (two with
 `--quick`, which the report says), each seed its own pipeline, pretraining included. `--quick` is a preview: its trained claims also run 2
 to 10 % of the full size's steps, and the report marks each verdict final or not (a claim
 that computes without training is the same at every size). Comparative claims decide on the 95 % t-interval of the

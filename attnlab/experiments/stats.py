@@ -8,6 +8,7 @@ import zlib
 
 import numpy as np
 
+from .design import design
 from .registry import Context, Control
 
 # two-sided 95 % Student t quantiles by degrees of freedom (scipy is not a dependency)
@@ -32,10 +33,14 @@ def t95(df: float) -> float:
     return T95[lo] + (1 / lo - 1 / df) / (1 / lo - 1 / hi) * (t_hi - T95[lo])
 
 
-def seeds_for(ctx: Context, full: int = 3) -> tuple[int, ...]:
-    """Seeds per side of a comparative claim: three at full size (``full``: five where three left
-    its interval too wide to decide), two at --quick (and says so), one tiny."""
+SEEDS = 5  # every trained claim's seeds at the full size: one number, fixed before any run (docs: the design)
+
+
+def seeds_for(ctx: Context) -> tuple[int, ...]:
+    """Seeds per side of a trained claim: its design's at full size (:data:`SEEDS` for every trained
+    claim, never raised after a result is seen), two at --quick (and says so), one tiny."""
     ctx.sized = True
+    full = design(ctx.claim)["seeds"] if ctx.claim is not None else SEEDS
     return {"tiny": (0,), "quick": (0, 1), "full": tuple(range(full))}[ctx.size]
 
 
@@ -46,9 +51,6 @@ def seed_suffix(seed: int) -> str:
 
 def seeds_note(ctx: Context) -> str:
     return {"tiny": " (tiny: one seed, no interval)", "quick": " (--quick: two seeds)", "full": ""}[ctx.size]
-
-
-WIDE = 5  # the full size's seeds for the claims whose interval three seeds left too wide (issue 66)
 
 
 def paired_interval(diffs, resolution: float = 0.0, items=None, floor: float = 0.0) -> tuple[float, float, float]:
@@ -136,11 +138,14 @@ def items_words(items) -> str:
 
 
 def same_verdict(
-    diffs, margin: float, what: str, resolution: float = 0.0, items=None, floor: float = 0.0
+    diffs, margin: float, what: str, resolution: float = 0.0, items=None, *, floor: float
 ) -> tuple[bool, str | None, str]:
     """A "works as well" claim: PASS when the interval of the paired differences lies inside
-    ±``margin``, FAIL when it lies wholly outside, else INCONCLUSIVE (``resolution``, ``items``
-    and ``floor``: as for :func:`paired_interval`)."""
+    ±``margin``, FAIL when it lies wholly outside, else INCONCLUSIVE (``resolution`` and ``items``:
+    as for :func:`paired_interval`). ``floor`` (:func:`aa_spread` of the claim's A/A run) is required,
+    as an equivalence is easier to reach than a difference: seeds that happen to agree closely would
+    give a narrow interval inside any margin, so the seeds' spread is taken as at least the spread of
+    one configuration against itself."""
     mean, low, high = paired_interval(diffs, resolution, items, floor)
     n = len(diffs) if items is None else len(items)
     if math.isnan(low):
@@ -242,5 +247,7 @@ def aa_control(judged: tuple[bool, str | None, str], pairing: str = PAIRED) -> C
     interval lies above 0 by chance about once in forty runs, and every time for a vacuous criterion.
     ``pairing``: how its second side differs from the first (other initial weights and the same
     batches, or other seeds where one seed sets both)."""
-    passed, _, words = judged
-    return Control(f"an A/A run: the same configuration on both sides, the second with {pairing}", words, passed)
+    passed, verdict, words = judged
+    return Control(
+        f"an A/A run: the same configuration on both sides, the second with {pairing}", words, passed, verdict, "A/A"
+    )

@@ -12,7 +12,7 @@ import torch.nn.functional as F
 
 from ..figures import ticks_at
 from ..inspect.plots import plt, save_figure
-from .registry import Context, Control, Result, claim, deck, markdown_table, skipped, withdrawn
+from .registry import Context, Control, Result, claim, markdown_table, skipped, withdrawn
 from .runs import (
     as_the_digits_vit,
     digits,
@@ -30,7 +30,6 @@ from .runs import (
     train_image_classifier,
 )
 from .stats import (
-    WIDE,
     aa_seeds,
     aa_spread,
     along_the_run,
@@ -90,14 +89,7 @@ def mnist_vit(ctx: Context, seed: int = 0):
 FILTER_BAR = 2.0  # × white noise's low-frequency share
 
 
-@claim(
-    "vit-figures",
-    "ViT: patch filters like a CNN's first layer (Dosovitskiy et al., fig. 7 left)",
-    "A ViT's patch-embedding filters become smooth basis images, edge and colour detectors like the filters of a "
-    "CNN's first layer.",
-    source=deck("001:579 edge/color detectors similar to first-layer convolutions"),
-    why="Twice white noise's low-frequency share: smooth filters where the untrained ones are noise; a convention.",
-)
+@claim("vit-figures")
 def vit_figures(ctx: Context) -> Result:
     from ..inspect import analysis as A
     from ..inspect import plots as P
@@ -164,17 +156,7 @@ def _dependence(model, image: torch.Tensor, read) -> float:
     return (grad.abs().sum(1) > 0).float().mean().item()
 
 
-@claim(
-    "receptive-field",
-    "A ViT sees the whole image after one layer",
-    "After a single self-attention layer every patch's representation can depend on every pixel of the image, "
-    "where a convolutional layer sees only its kernel's neighbourhood and needs depth to see further.",
-    source=deck(
-        "001:545 The receptive field is the whole image after just one self-attention layer",
-        "004:748 ViT starts incorporating global information much earlier",
-    ),
-    why="99 %: every pixel but rounding; 9 of 64: the 3×3 kernel's own pixels, by construction.",
-)
+@claim("receptive-field")
 def receptive_field(ctx: Context) -> Result:
     from ..models import CNN, CNNConfig, ViT
 
@@ -237,17 +219,7 @@ def locality_model(kind: str, size: int):
     return CNN(CNNConfig(num_classes=2, in_chans=2, image_size=size, widths=widths))
 
 
-@claim(
-    "locality",
-    "A CNN sees locally: distant relations need depth, attention relates them in any layer",
-    "A convolution combines only the pixels within its receptive field, so a shallow CNN cannot learn a relation "
-    "between two parts of an image that lie farther apart than that, and needs depth for its receptive field to "
-    "grow; self-attention relates any two patches in every layer.",
-    source=deck(
-        "000:235 CNNs are built around the idea of locality", "004:740 CNNs only encode local information early on"
-    ),
-    why="0.1 of accuracy on the far dots: a gap larger than the digits' test-set noise (±0.03 at 360 items); the intervals are over seeds and test items.",
-)
+@claim("locality")
 def locality(ctx: Context) -> Result:
     from ..data.images import two_dots
 
@@ -287,7 +259,7 @@ def locality(ctx: Context) -> Result:
 
     parts = judged(acc, items=right)
     passed, verdict = parts_verdict(parts)
-    control_passed, _, control_words = judged(acc, "near", right)[0]
+    control_passed, control_verdict, control_words = judged(acc, "near", right)[0]
     # the budget: the verdict on the far dots at a quarter, half and three quarters of each run
     along = along_the_run({("far", k): cs for k, cs in curves.items()}, lambda at: parts_verdict(judged(at)))
     fig, axes = plt.subplots(1, 3, figsize=(11, 3.2), dpi=100, layout="constrained", width_ratios=(1, 1.4, 1.4))
@@ -348,6 +320,7 @@ def locality(ctx: Context) -> Result:
             "the same comparison on near dots (both within one 3×3 neighbourhood: the shallow CNN sees them together)",
             control_words,
             control_passed,
+            control_verdict,
         ),
         verdict=verdict,
         data="synthetic two-dot images (attnlab.data.images.two_dots)",
@@ -382,15 +355,7 @@ def _attention_as_conv(x: torch.Tensor, kernel: torch.Tensor, alpha: float | Non
     return out.transpose(1, 2).reshape(1, -1, h, w)
 
 
-@claim(
-    "conv-expression",
-    "Self-attention can express a convolution (Cordonnier et al. 2020)",
-    "A multi-head self-attention layer with K² heads and relative positional scores can express any K×K "
-    "convolution: each head attends to one offset, and the output projection applies that offset's slice of "
-    "the kernel.",
-    source=deck("001:544 Self-attention is more general than convolution and can potentially express it"),
-    why="1e-6 of the output's scale: float32 rounding at α = 50, where the softmax is one-hot to far below it.",
-)
+@claim("conv-expression")
 def conv_expression(ctx: Context) -> Result:
     torch.manual_seed(0)
     x = torch.randn(1, 4, 8, 8, dtype=torch.float64)
@@ -445,15 +410,7 @@ def _occlusion(vit, x: torch.Tensor) -> torch.Tensor:
     return torch.stack(drops, -1)
 
 
-@claim(
-    "rollout",
-    "Attention rollout explains better than raw attention (Abnar & Zuidema 2020)",
-    "One layer's attention weights are a poor explanation of what a prediction rests on, since information also "
-    "flows through the residual connections and mixes across layers; attention rollout (each layer's attention "
-    "plus the identity, multiplied through the layers) agrees better with the input patches' actual importance.",
-    source=deck("001:584 Attention Rollout", "001:585 mixing of attention across tokens through all layers"),
-    why="95 % intervals over images above 0: a correlation larger than the images' noise.",
-)
+@claim("rollout")
 def rollout(ctx: Context) -> Result:
     from ..inspect import analysis as A
     from ..inspect import capture_attention
@@ -486,7 +443,7 @@ def rollout(ctx: Context) -> Result:
     passed, verdict = seeds_verdict((t[0] for t in trained), fails=(t[1] == "FAIL" for t in trained))
     # the control: each seed's rollout shuffled over the patches, by the same criterion: it must not agree
     controls = [judged(shuffled, last) for _, last, shuffled in per_seed]
-    control_passed, _ = seeds_verdict(c[0] for c in controls)
+    control_passed, control_verdict = seeds_verdict((c[0] for c in controls), fails=(c[1] == "FAIL" for c in controls))
     mean = lambda t: paired_interval(t.numpy())  # noqa: E731
     rows = [
         [seed, name, *(f"{v:+.3f}" for v in mean(r))]
@@ -511,21 +468,15 @@ def rollout(ctx: Context) -> Result:
             "each seed's rollout scores shuffled over each image's patches, by the same criterion",
             "; ".join(f"seed {s}: {c[2]}" for s, c in zip(seeds, controls)),
             control_passed,
+            control_verdict,
         ),
         verdict=verdict,
     )
 
 
-@claim(
-    "cls-gap",
-    "Class token or global average pooling (Dosovitskiy et al. 2021, appendix D.3)",
-    "A ViT can classify from an extra [CLS] token or from the average of its patch tokens (global average "
-    "pooling, as CNNs do): both work equally well.",
-    source=deck("004:641 GAP - global average pooling only CLS-Token"),
-    why='±0.02 of accuracy: about the digits\' test-set sampling error (±0.01-0.02 at 360 items), so "as well" means within what the test set can tell.',
-)
+@claim("cls-gap")
 def cls_gap(ctx: Context) -> Result:
-    seeds = seeds_for(ctx, full=WIDE)
+    seeds = seeds_for(ctx)
     splits, steps = digits(ctx)
     acc = {
         "class token": [digits_vit(ctx, seed=s)[1] for s in seeds],
@@ -534,18 +485,24 @@ def cls_gap(ctx: Context) -> Result:
     cls, gap = np.array(acc["class token"]), np.array(acc["average pooling"])
     step = 1 / len(splits.test[1])  # an accuracy moves in steps of one test image
     # (paired seed by seed and test item by test item: the interval holds the test set's sampling error too)
-    right = lambda **options: correct_items(ctx, [digits_vit_run(ctx, seed=s, **options) for s in seeds])  # noqa: E731
+    right = lambda seeds=seeds, **options: correct_items(ctx, [digits_vit_run(ctx, seed=s, **options) for s in seeds])  # noqa: E731
+    # the A/A run: the class-token ViT again with other seeds: the floor of the seeds' spread
+    again = aa_seeds(seeds, "cls-gap")
+    for s in again:
+        digits_vit(ctx, seed=s)
+    floor = aa_spread(right(again) - right())
     passed, verdict, words = same_verdict(
         gap - cls, 0.02, "average pooling − class token accuracy", resolution=step,
-        items=right(pool="mean") - right(),
+        items=right(pool="mean") - right(), floor=floor,
     )  # fmt: skip
     # the control: a model known to be worse, the class-token ViT trained an eighth of the steps, must not
     # count as working as well
     short = max(1, steps // 8)
     weak = np.array([digits_vit(ctx, seed=s, steps=short)[1] for s in seeds])
-    control_passed, _, control_words = same_verdict(
-        weak - cls, 0.02, f"{short}-step − class token accuracy", resolution=step, items=right(steps=short) - right()
-    )
+    control_passed, control_verdict, control_words = same_verdict(
+        weak - cls, 0.02, f"{short}-step − class token accuracy", resolution=step, items=right(steps=short) - right(),
+        floor=floor,
+    )  # fmt: skip
     loss_bars(acc, ctx.out / "cls_gap.png", f"ViT on 8×8 digits, {len(seeds)} seed(s)", ylabel="test accuracy")
     return Result(
         f"test accuracy after {steps} steps: class token {cls.mean():.3f}, average pooling {gap.mean():.3f} (means "
@@ -555,19 +512,12 @@ def cls_gap(ctx: Context) -> Result:
         "cls_gap.png",
         note="the digits ViT (4 layers, 64 wide, 2×2 patches, learned positions, no PEG), the same recipe for both; "
         "each seed sets both models' initial weights and batches" + seeds_note(ctx),
-        control=Control(f"the class-token ViT trained {short} steps", control_words, control_passed),
+        control=Control(f"the class-token ViT trained {short} steps", control_words, control_passed, control_verdict),
         verdict=verdict,
     )
 
 
-@claim(
-    "data-hunger",
-    "ViTs need more data than CNNs (Dosovitskiy et al. 2021)",
-    "Without a convolution's built-in locality and translation equivariance a ViT needs more data: trained from "
-    "scratch on little data a CNN (ResNet) leads, and the lead shrinks as the data grow.",
-    source=deck("001:546 ViTs require more data than CNNs"),
-    why="0.02 of accuracy: above the test-set sampling error; the shrinking lead: an interval above 0.",
-)
+@claim("data-hunger")
 def data_hunger(ctx: Context) -> Result:
     splits, steps = digits(ctx)
     fractions = {"tiny": (0.1, 1.0), "quick": (0.1, 1.0), "full": (0.05, 0.1, 0.3, 1.0)}[ctx.size]
@@ -585,7 +535,7 @@ def data_hunger(ctx: Context) -> Result:
     parts = judged(a, right)
     passed, verdict = parts_verdict(parts)
     null_parts = judged(null_at(a), null_at(right))
-    control_passed, _ = parts_verdict(null_parts)
+    control_passed, control_verdict = parts_verdict(null_parts)
     curves = {key: [ctx.cache["curves"][run] for run in names] for key, names in run_names.items()}
     claimed = {key: cs for key, cs in curves.items() if key[0] != "resnet again"}
     along = along_the_run(claimed, lambda at: parts_verdict(judged(at)))
@@ -606,6 +556,8 @@ def data_hunger(ctx: Context) -> Result:
             "the same criterion",
             "; ".join(w for _, _, w in null_parts),
             control_passed,
+            control_verdict,
+            "A/A",
         ),
         verdict=verdict,
         data="the embedded 8×8 digits",
@@ -618,14 +570,7 @@ def data_hunger(ctx: Context) -> Result:
     )
 
 
-@claim(
-    "vit-pretraining",
-    "ViTs catch up with CNNs after large-scale pretraining (Dosovitskiy et al. 2021)",
-    "Pretrained on a large dataset and fine-tuned on a small one, a ViT becomes competitive with a CNN: "
-    "pretraining closes the gap that training from scratch leaves.",
-    source=deck("001:547 competitive with CNNs after large-scale pretraining"),
-    why="Withdrawn: no bar.",
-)
+@claim("vit-pretraining")
 def vit_pretraining(ctx: Context) -> Result:
     return withdrawn(
         'this setup cannot test the statement. "Large-scale" is the paper\'s ImageNet-21k (14 million '
@@ -724,18 +669,10 @@ def _data_hunger_figure(a: dict, curves: dict, sizes: list, fractions, path) -> 
     save_figure(fig, path)
 
 
-@claim(
-    "image-positions",
-    "ViT positions: any kind does, none does not (Dosovitskiy et al. 2021, appendix D.4)",
-    "Without positions a ViT sees a bag of patches; a learned 1-D table, fixed 2-D sin-cos, Fourier features of the "
-    "patch coordinates and 2-D relative positions all give it the layout, and do about equally well.",
-    source="Dosovitskiy et al. 2021, appendix D.4 and table 8 (the decks name the encodings, COMP547 "
-    "000_bd2ef584872622f0.txt:420 and SUSTech lecture 002_a33fead74ad5ceec.txt:1240, but not how they compare)",
-    why='±0.03 of accuracy for "any kind does": about the test-set sampling error plus the seeds\' spread.',
-)
+@claim("image-positions")
 def image_positions(ctx: Context) -> Result:
     kinds = ("learned", "sincos", "fourier", "relative")
-    seeds = seeds_for(ctx, full=WIDE)
+    seeds = seeds_for(ctx)
     splits = digits_data(ctx)
     step = 1 / len(splits.test[1])  # an accuracy moves in steps of one test image
     acc = {pos: np.array([digits_vit(ctx, pos, seed=s)[1] for s in seeds]) for pos in (*kinds, "none")}
@@ -753,22 +690,31 @@ def image_positions(ctx: Context) -> Result:
             return None if items is None else items[a] - items[b]
 
         helps = [
-            better_verdict(at[k] - at["none"], f"{k} − none", resolution=step, items=minus(k, "none")) for k in kinds
+            better_verdict(at[k] - at["none"], f"{k} − none", resolution=step, items=minus(k, "none"), floor=floor)
+            for k in kinds
         ]
         alike = [
-            same_verdict(at[k] - at["learned"], 0.03, f"{k} − learned", resolution=step, items=minus(k, "learned"))
+            same_verdict(
+                at[k] - at["learned"], 0.03, f"{k} − learned", resolution=step, items=minus(k, "learned"), floor=floor
+            )
             for k in kinds[1:]
         ]
         return (*helps, *alike)
 
     right = {pos: correct_items(ctx, [digits_vit_run(ctx, pos, seed=s) for s in seeds]) for pos in acc}
+    # the A/A run: learned positions again with other seeds: the floor of the seeds' spread in every part
+    again = aa_seeds(seeds, "image-positions")
+    for s in again:
+        digits_vit(ctx, seed=s)
+    floor = aa_spread(correct_items(ctx, [digits_vit_run(ctx, seed=s) for s in again]) - right["learned"])
     parts = judged(acc, right)
     passed, verdict = parts_verdict(parts)
     along = along_the_run(curves, lambda at: parts_verdict(judged(at)))
     # the control: no positions judged as a fifth kind that does as well as learned (it must not)
-    control_passed, _, control_words = same_verdict(
-        acc["none"] - acc["learned"], 0.03, "none − learned", resolution=step, items=right["none"] - right["learned"]
-    )
+    control_passed, control_verdict, control_words = same_verdict(
+        acc["none"] - acc["learned"], 0.03, "none − learned", resolution=step, items=right["none"] - right["learned"],
+        floor=floor,
+    )  # fmt: skip
     means = ", ".join(f"{k} {v.mean():.3f}" for k, v in acc.items())
     return Result(
         f"test accuracy (means over seeds {', '.join(map(str, seeds))}): {means}; " + "; ".join(w for _, _, w in parts),
@@ -783,7 +729,10 @@ def image_positions(ctx: Context) -> Result:
         f"vit`; each seed sets every kind's initial weights and batches. The verdict along the runs: {along}"
         + seeds_note(ctx),
         control=Control(
-            "the ViT without positions judged as a fifth kind, against learned", control_words, control_passed
+            "the ViT without positions judged as a fifth kind, against learned",
+            control_words,
+            control_passed,
+            control_verdict,
         ),
         data="the embedded 8×8 digits",
         verdict=verdict,
@@ -807,16 +756,7 @@ def cka_gap(first_pair, second_pair, reps: int = 400) -> tuple[bool, bool, str]:
     return low > 0, high < 0, f"{mean:+.3f} [{low:+.3f}, {high:+.3f}]"
 
 
-@claim(
-    "cka",
-    "ViT vs CNN representations (beyond the decks: Raghu et al. 2021)",
-    "ViTs have more uniform representations across layers than CNNs: their lower and higher layers are more "
-    "similar (higher CKA) than a CNN's.",
-    source='Raghu et al. 2021, "Do Vision Transformers See Like Convolutional Neural Networks?", fig. 1 (the '
-    "decks, EE/CS/CNS148 004_a1df5acef988171b.txt:703-707, say that a ViT computes its low-level "
-    "representations differently and introduce CKA to measure it; this finding is the paper's)",
-    why="A 95 % bootstrap interval over the test images above 0: a difference larger than the images' sampling error.",
-)
+@claim("cka")
 def cka(ctx: Context) -> Result:
     from ..inspect import analysis as A
     from ..inspect import plots as P
@@ -870,7 +810,7 @@ def cka(ctx: Context) -> Result:
     claim_pairs = {s: (vit_pair(f["vit"]), (f["cnn"][0], f["cnn"][-1])) for s, f in per_seed.items()}
     passed, verdict, words = over_seeds(claim_pairs, "CKA(ViT) − CKA(CNN)")
     null_pairs = {s: (vit_pair(f["vit"]), vit_pair(again[s])) for s, f in per_seed.items()}
-    control_passed, _, control_words = over_seeds(null_pairs, "CKA(ViT) − CKA(ViT, another seed)")
+    control_passed, control_verdict, control_words = over_seeds(null_pairs, "CKA(ViT) − CKA(ViT, another seed)")
     pair = lambda name, i, j: float(A.linear_cka(feats[name][i], feats[name][j]))  # noqa: E731
     return Result(
         f"{words}. Seed 0's models: CKA of the matched pair: ViT (blocks {ends[0] + 1} and {ends[1] + 1} of {n_v}) "
@@ -892,6 +832,8 @@ def cka(ctx: Context) -> Result:
             "criterion",
             control_words,
             control_passed,
+            control_verdict,
+            "A/A",
         ),
         verdict=verdict,
         data="the embedded 8×8 digits",
