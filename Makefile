@@ -49,7 +49,7 @@ test: $(VENV)/.installed-test chromium
 	$(VENV)/bin/ruff check attnlab tests benchmarks notebooks
 	$(VENV)/bin/ruff format --check attnlab tests benchmarks notebooks
 	$(VENV)/bin/mypy
-	$(PY) -m pytest -n auto --maxprocesses 4 --dist loadgroup  # (one worker per core, up to 4: tests/conftest.py shares the cores out)
+	$(PY) -m pytest
 	$(MAKE) docs wheel-check
 
 # the documentation site: README, docs/, the benchmarks, the command and API references (site/)
