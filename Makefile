@@ -8,6 +8,9 @@ PY     := $(VENV)/bin/python
 PIP    := $(VENV)/bin/pip
 # torch is pinned first: pip takes the CPU build from local disk; an open range could pull a CUDA build.
 TORCH  ?= torch==2.13.0
+# --no-compile: Python compiles a module's bytecode when it is first imported, only the modules used;
+# compiling all of torch and the extras at install time took about a minute of `make test` here.
+PIPFLAGS := -q --no-compile
 
 .PHONY: demo test venv bench clean chromium docs notebooks wheel-check
 
@@ -15,16 +18,16 @@ TORCH  ?= torch==2.13.0
 $(VENV)/.installed-%: pyproject.toml
 	test -d $(VENV) || $(PYTHON) -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
-	$(PIP) install -q $(TORCH)
-	$(PIP) install -q -e ".[$*]" $(TORCH)  # (pinned again: an extra must not pull another torch)
+	$(PIP) install $(PIPFLAGS) $(TORCH)
+	$(PIP) install $(PIPFLAGS) -e ".[$*]" $(TORCH)  # (pinned again: an extra must not pull another torch)
 	touch $@
 
 # .installed-core: attnlab alone (what the demo needs: no extra)
 $(VENV)/.installed-core: pyproject.toml
 	test -d $(VENV) || $(PYTHON) -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
-	$(PIP) install -q $(TORCH)
-	$(PIP) install -q -e . $(TORCH)
+	$(PIP) install $(PIPFLAGS) $(TORCH)
+	$(PIP) install $(PIPFLAGS) -e . $(TORCH)
 	touch $@
 
 venv: $(VENV)/.installed-all

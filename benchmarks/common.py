@@ -22,3 +22,24 @@ def save_json(rows, path: str | None) -> None:
     if path:
         with open(path, "w") as f:
             json.dump(rows, f, indent=1)
+
+
+def compile_eagerly() -> None:
+    """For a --smoke run (a check of the code paths on a CPU, not a measurement): ``torch.compile``
+    with dynamo's eager backend. Dynamo still captures every graph, so the graph, break and recompile
+    counts a smoke run prints are those of the real run; only inductor's code generation, most of a
+    CPU smoke run's time, is left out."""
+    import functools
+
+    import torch
+
+    real = torch.compile
+
+    @functools.wraps(real)
+    def compile(model=None, **options):
+        kept = {k: v for k, v in options.items() if k in ("fullgraph", "dynamic", "disable")}
+        if model is None:  # (used as a decorator factory: @torch.compile(...))
+            return lambda fn: real(fn, backend="eager", **kept)
+        return real(model, backend="eager", **kept)
+
+    torch.compile = compile

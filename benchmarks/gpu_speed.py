@@ -28,7 +28,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from common import matmul_peak, print_row, print_table, sync, time_it
+from common import compile_eagerly, matmul_peak, print_row, print_table, sync, time_it
 from attnlab.generate.fast import fast_decoder
 from attnlab.generate import generate
 from attnlab.models import GPT, GPTConfig
@@ -349,6 +349,8 @@ def main() -> None:
         help="leave out the training step with the loss outside the compiled model (the trainer before issue 35)",
     )
     args = ap.parse_args()
+    if args.smoke:
+        compile_eagerly()  # (the code paths and graph counts, without inductor's minutes of code generation)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     if device.type == "cuda":
         torch.backends.cuda.matmul.allow_tf32 = True

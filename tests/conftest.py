@@ -78,7 +78,20 @@ def tiny(tmp_path_factory):
     judged at the quick and full sizes (`attnlab reproduce --quick`, the full report)."""
     from attnlab.experiments import CLAIMS, Context, run_claims
 
+    from attnlab.training.trainer import Trainer
+
     tmp = tmp_path_factory.mktemp("reproduce")
     ctx = Context(out=tmp / "out", work=tmp / "work", size="tiny")
-    with judging():  # (every claim figure judged for a slide: tests/test_figure_text.py)
-        return ctx, run_claims(list(CLAIMS), ctx, log=lambda m: None)
+    # every Trainer's device, dtype and thread count, kept in ctx.cache["trainer settings"] (the claims'
+    # training must be pinned: tests/test_reproduce.py)
+    seen, original = [], Trainer.__init__
+
+    def recording(self, model, task, cfg, *args, **kwargs):
+        seen.append((cfg.device, cfg.dtype, cfg.threads))
+        original(self, model, task, cfg, *args, **kwargs)
+
+    with pytest.MonkeyPatch.context() as mp, judging():  # (every claim figure judged for a slide: test_figure_text.py)
+        mp.setattr(Trainer, "__init__", recording)
+        results = run_claims(list(CLAIMS), ctx, log=lambda m: None)
+    ctx.cache["trainer settings"] = seen
+    return ctx, results

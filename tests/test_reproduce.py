@@ -89,7 +89,9 @@ def test_a_control_that_clears_the_criterion_makes_the_claim_inconclusive(tmp_pa
     report = write_report({"masks": cleared}, ctx).read_text()
     assert "0 of 1 claims PASS, 1 INCONCLUSIVE" in report
     assert "**Control**: the model before training: as good (by the claim's criterion: PASS)" in report
-    assert "**Verdict**: INCONCLUSIVE: the must-fail control (the model before training) reaches the same PASS" in report
+    assert (
+        "**Verdict**: INCONCLUSIVE: the must-fail control (the model before training) reaches the same PASS" in report
+    )
 
 
 def test_report_and_command(tmp_path, capsys):
@@ -839,23 +841,16 @@ def test_tied_projections_are_parameter_matched_by_a_wider_mlp(tmp_path, tiny):
 
 
 @pytest.mark.slow
-def test_every_claims_training_is_pinned_to_fp32_and_a_fixed_thread_count(tmp_path, monkeypatch):
+def test_every_claims_training_is_pinned_to_fp32_and_a_fixed_thread_count(tiny):
     """--dtype auto would pick bf16 on some CPUs only, and --threads auto changes the count (and so
-    the order of float sums) with the machine's load: a claim's numbers would depend on both."""
+    the order of float sums) with the machine's load: a claim's numbers would depend on both. Every
+    Trainer the claims started (recorded while the tiny fixture ran them all) ran fp32 on the CPU with
+    this process's cores."""
     from attnlab.training.threads import our_cores
-    from attnlab.training.trainer import Trainer
 
-    seen = []
-    original = Trainer.__init__
-
-    def recording(self, model, task, cfg, *args, **kwargs):
-        seen.append((cfg.device, cfg.dtype, cfg.threads))
-        original(self, model, task, cfg, *args, **kwargs)
-
-    monkeypatch.setattr(Trainer, "__init__", recording)
-    ctx = Context(out=tmp_path / "out", work=tmp_path / "work", size="tiny")
-    run_claims(["bottleneck", "caption-bottleneck", "mlm-pretraining", "multi-head"], ctx, log=lambda m: None)
-    assert len(seen) >= 10 and set(seen) == {("cpu", "fp32", len(our_cores()))}, set(seen)
+    ctx, _ = tiny
+    seen = ctx.cache["trainer settings"]
+    assert len(seen) >= 30 and set(seen) == {("cpu", "fp32", len(our_cores()))}, set(seen)
 
 
 def test_the_two_dots_task_and_the_shallow_cnns_blindness_to_far_pairs():
