@@ -71,7 +71,9 @@ def test_openai_completions_plain_and_streamed(server):
                     events.append(line[len("data: ") :])
         assert events[-1] == "[DONE]"
         chunks = [json.loads(e) for e in events[:-1]]
-        assert "".join(ch["choices"][0]["text"] for ch in chunks) == want and len(chunks) >= 3
+        # (at least one piece of text and the finish: tokens that come faster than the events are sent
+        # share one, so how many there are depends on the machine's load, never the text they make)
+        assert "".join(ch["choices"][0]["text"] for ch in chunks) == want and len(chunks) >= 2
         assert chunks[-1]["choices"][0]["finish_reason"] == "length"
         # errors in OpenAI's shape, one line each
         for bad, says in [
