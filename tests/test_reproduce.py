@@ -942,9 +942,9 @@ def test_every_claim_cites_the_deck_lines_it_checks_or_says_it_is_from_outside_t
     from attnlab.experiments.registry import DECKS, claim
 
     outside = [n for n, c in CLAIMS.items() if isinstance(c.source, str)]
-    assert outside == ["add-concat", "image-positions", "cka", "induction"], outside
-    for name, paper in (("add-concat", "Vaswani"), ("image-positions", "Dosovitskiy"), ("cka", "Raghu"),
-                        ("induction", "Olsson")):  # fmt: skip
+    assert outside == ["add-concat", "rollout", "cls-gap", "image-positions", "cka", "induction"], outside
+    for name, paper in (("add-concat", "Vaswani"), ("rollout", "Abnar"), ("cls-gap", "Dosovitskiy"),
+                        ("image-positions", "Dosovitskiy"), ("cka", "Raghu"), ("induction", "Olsson")):  # fmt: skip
         assert CLAIMS[name].deck_line.startswith(f"beyond the decks: {paper}"), CLAIMS[name].deck_line
     assert all(CLAIMS[n].source for n in CLAIMS)
     monkeypatch.setitem(designs(), "x", design_table(source=[]))
