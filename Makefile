@@ -8,9 +8,6 @@ PY     := $(VENV)/bin/python
 PIP    := $(VENV)/bin/pip
 # torch is pinned first: pip takes the CPU build from local disk; an open range could pull a CUDA build.
 TORCH  ?= torch==2.13.0
-# --no-compile: Python compiles a module's bytecode when it is first imported, only the modules used;
-# compiling all of torch and the extras at install time took about a minute of `make test` here.
-PIPFLAGS := -q --no-compile
 
 .PHONY: demo test venv bench clean chromium docs notebooks wheel-check
 
@@ -18,16 +15,16 @@ PIPFLAGS := -q --no-compile
 $(VENV)/.installed-%: pyproject.toml
 	test -d $(VENV) || $(PYTHON) -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
-	$(PIP) install $(PIPFLAGS) $(TORCH)
-	$(PIP) install $(PIPFLAGS) -e ".[$*]" $(TORCH)  # (pinned again: an extra must not pull another torch)
+	$(PIP) install -q $(TORCH)
+	$(PIP) install -q -e ".[$*]" $(TORCH)  # (pinned again: an extra must not pull another torch)
 	touch $@
 
 # .installed-core: attnlab alone (what the demo needs: no extra)
 $(VENV)/.installed-core: pyproject.toml
 	test -d $(VENV) || $(PYTHON) -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
-	$(PIP) install $(PIPFLAGS) $(TORCH)
-	$(PIP) install $(PIPFLAGS) -e . $(TORCH)
+	$(PIP) install -q $(TORCH)
+	$(PIP) install -q -e . $(TORCH)
 	touch $@
 
 venv: $(VENV)/.installed-all
@@ -52,7 +49,7 @@ test: $(VENV)/.installed-test chromium
 	$(VENV)/bin/ruff check attnlab tests benchmarks notebooks
 	$(VENV)/bin/ruff format --check attnlab tests benchmarks notebooks
 	$(VENV)/bin/mypy
-	$(PY) -m pytest
+	$(PY) -m pytest -n auto --maxprocesses 4 --dist loadfile  # (a worker per core, up to 4; a file's tests in one: they share its fixtures)
 	$(MAKE) docs wheel-check
 
 # the documentation site: README, docs/, the benchmarks, the command and API references (site/)

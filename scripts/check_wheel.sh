@@ -13,7 +13,7 @@ trap 'rm -rf "$work"' EXIT
 wheel="$(ls "$work"/dist/attnlab-*.whl)"
 ls "$work"/dist/attnlab-*.tar.gz >/dev/null
 "$PYTHON" -m venv "$work/venv"
-pip_install() { "$work/venv/bin/pip" install -q --no-compile "$@" >>"$work/pip.log" 2>&1 || { tail -20 "$work/pip.log"; exit 1; }; }
+pip_install() { "$work/venv/bin/pip" install -q "$@" >>"$work/pip.log" 2>&1 || { tail -20 "$work/pip.log"; exit 1; }; }
 pip_install "$TORCH"
 pip_install "$wheel" "$TORCH"   # (pinned again: the wheel must not pull another torch)
 cd "$work"   # outside the source tree: only the installed wheel can be imported

@@ -9,8 +9,12 @@ from figure_checks import judging
 # the suite fixes it, in this process and in the commands it starts, so that what else runs on the
 # machine cannot change a sum's order between two runs that must agree to the last bit
 # (tests/test_threads.py drives the adaptive choice with made-up load figures instead).
-# OMP_NUM_THREADS=1 (or 2) in the environment runs the whole suite at that count.
-torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS") or max(1, min(2, os.cpu_count() or 1))))
+# OMP_NUM_THREADS=1 (or 2) in the environment runs the whole suite at that count; otherwise each of
+# pytest-xdist's workers (`make test` runs one per core, up to four) takes its share of the cores.
+# (The count asked for is kept apart: pytest-xdist's workers inherit this process's environment.)
+_asked = os.environ.setdefault("ATTNLAB_TESTS_OMP_NUM_THREADS", os.environ.get("OMP_NUM_THREADS", ""))
+_workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT") or 1)
+torch.set_num_threads(int(_asked or max(1, min(2, (os.cpu_count() or 1) // _workers))))
 os.environ["OMP_NUM_THREADS"] = str(torch.get_num_threads())
 
 # The suite runs the same on every CPU: `--dtype auto` sees "no fast bf16" unless a test says

@@ -1,5 +1,5 @@
 """Figures for a slide (issue 68): every kind of figure attnlab writes (the inspections of every
-family, the training curve, the patching map, every claim's figures) is judged as it is saved by
+family, the training curve, the patching map; every claim's figures: tests/test_reproduce.py) is judged as it is saved by
 tests/figure_checks.py (inside its ``judging()``) from matplotlib's own layout (``get_window_extent``), not by eye: at
 least 1,000 pixels on the long side, text of at least 9 points when shown 1,000 pixels across, a
 title, labelled axes, a colour bar that says what it shows on heat maps, bars from zero or with
@@ -12,7 +12,7 @@ import torch
 from attnlab.figures import plt, slide_dpi
 from attnlab.inspect.plots import token_label
 from attnlab.recipes import recipes
-from figure_checks import JUDGED, TITLES, figure_problems, judging
+from figure_checks import JUDGED, figure_problems, judging
 
 NO_IMAGE = ("embeddings", "positions", "distance", "cka")  # (a ViT's or CNN's views of its weights or test set)
 INSPECTIONS = [(r.name, what) for r in recipes() for what in r.inspections]
@@ -139,22 +139,3 @@ def test_the_patching_map_is_a_clean_figure(tmp_path):
         patching_figure(torch.rand(3, 4), tmp_path / "patching_heads_view.png", over="head")
     assert figure_problems_of_file("patching_view.png") == []
     assert figure_problems_of_file("patching_heads_view.png") == []
-
-
-@pytest.mark.slow
-def test_every_claim_figure_is_clean_and_carries_its_claim_and_verdict(tiny):
-    from attnlab.experiments import CLAIMS
-
-    ctx, results = tiny
-    pngs = sorted(ctx.out.glob("*.png"))
-    assert len(pngs) >= 20  # (every claim with a figure: at least one each)
-    named = {r.figure for r in results.values() if r.figure}
-    assert named <= {p.name for p in pngs}
-    problems = {p.name: figure_problems_of_file(p.name) for p in pngs}
-    bad = {k: v for k, v in problems.items() if v}
-    assert bad == {}, "\n".join(f"{k}: {v}" for k, v in bad.items())
-    for png in named:  # (a figure two claims share carries the verdict of the claim that drew it)
-        banner = " ".join(TITLES[png].split())
-        owners = [(CLAIMS[n].title, r) for n, r in results.items() if r.figure == png]
-        assert any(" ".join(title.split()) in banner and r.status in banner for title, r in owners), (png, banner)
-        assert all(r.final or "a preview at the tiny size" in banner for _, r in owners), (png, banner)

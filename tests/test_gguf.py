@@ -164,6 +164,53 @@ def test_a_quantised_gguf_keeps_every_hook_and_its_chat_template(files):
     assert isinstance(model.generate("the cat", 5, temperature=0), str)
 
 
+@pytest.mark.parametrize("qtype", ["Q4_0", "Q4_1", "Q4_K"])
+def test_4_bit_weights_stay_4_bit_and_hooks_read_them_dequantised(files, qtype):
+    """A Q4_0, Q4_1 or Q4_K file's projections are kept as stored (Int4Linear: its 4-bit numbers,
+    a scale and a zero per 32 weights), the fused qkv too; their product is gguf-py's dequantised
+    weights' (the reference dequantiser, written apart from attnlab's block reading) to float32
+    rounding; a weight read through the layer is that dequantised weight; every hook still fires."""
+    from attnlab.generate.quantize import Int4Linear
+
+    path, _ = files[qtype]
+    model = attnlab.load(path)
+    kinds = {name: type(m).__name__ for name, m in model.named_modules() if name.startswith("blocks.0.")}
+    for name in ("attn.qkv", "attn.out_proj", "mlp.gate", "mlp.fc", "mlp.proj"):
+        assert kinds[f"blocks.0.{name}"] == "Int4Linear", (name, kinds)
+    reader = gguf.GGUFReader(path)
+    down = next(t for t in reader.tensors if t.name == "blk.0.ffn_down.weight")
+    want = gguf.quants.dequantize(down.data, down.tensor_type).reshape(model.blocks[0].mlp.proj.weight.shape)
+    layer = model.blocks[0].mlp.proj
+    assert isinstance(layer, Int4Linear) and layer.weight_int4.dtype == torch.uint8
+    torch.testing.assert_close(layer.weight, torch.from_numpy(np.asarray(want, dtype=np.float32)), atol=1e-6, rtol=1e-6)
+    x = torch.randn(3, layer.in_features)
+    torch.testing.assert_close(layer(x), x @ layer.weight.T, atol=1e-5, rtol=1e-5)
+    ids = torch.tensor([model.tokenizer.encode("the cat sat")])
+    _, cache = model.run_with_cache(ids)
+    assert cache["blocks.1.mlp.hook_post"].shape[-1] == 512
+
+
+def test_an_int4_layer_rounds_each_group_of_a_row_to_16_levels():
+    """Int4Linear.from_linear (the same layout for any model): each group of 32 weights of a row on 16
+    levels from its smallest to its largest, by hand on one group; the product equals the product
+    with the dequantised weight."""
+    from torch import nn
+
+    from attnlab.generate.quantize import Int4Linear
+
+    linear = nn.Linear(64, 2, bias=False)
+    with torch.no_grad():
+        linear.weight.copy_(torch.linspace(-1.0, 2.0, 128).reshape(2, 64))
+    layer = Int4Linear.from_linear(linear)
+    group = linear.weight[0, :32].detach()
+    step = (group.max() - group.min()) / 15
+    by_hand = group.min() + torch.round((group - group.min()) / step) * step
+    torch.testing.assert_close(layer.weight[0, :32], by_hand, atol=1e-6, rtol=0)
+    assert (layer.weight - linear.weight).abs().max() <= step / 2 + 1e-6
+    x = torch.randn(4, 64)
+    torch.testing.assert_close(layer(x), x @ layer.weight.T, atol=1e-5, rtol=1e-5)
+
+
 def test_bad_gguf_files_are_refused_in_one_line(files, tmp_path, capsys):
     from attnlab.cli import main
 

@@ -296,7 +296,7 @@ FIXED_WORDS = {
     "quantize": ["int8"],
 }
 # options that are a mode of their own: the command answers them without making its call
-INSTEAD_OF_THE_CALL = {"reproduce": ("list",)}
+INSTEAD_OF_THE_CALL = {"reproduce": ("list", "design")}  # (each prints and exits instead of the run)
 
 
 class Called(Exception):

@@ -1002,3 +1002,27 @@ def test_reproduce_list_and_help_say_what_each_claim_checks_and_where_the_course
     helptext = " ".join(capsys.readouterr().out.split())  # (the help wraps at the terminal's width)
     assert all(" ".join(f"{name:<20} {c.title}".split()) in helptext for name, c in CLAIMS.items())
     assert str(CLAIMS["worked-example"].source[0]).startswith("CS-433, 001_1521457a98367c77.txt:251")
+
+
+@pytest.mark.slow
+def test_every_claim_figure_is_clean_and_carries_its_claim_and_verdict(tiny):
+    """Every claim figure of the tiny run is clean for a slide (tests/test_figure_text.py's rules) and
+    carries its claim's title and verdict. (Here, beside the other tests of the tiny run: a file's
+    tests share one pytest-xdist worker, so the claims are trained once.)"""
+    from figure_checks import JUDGED, TITLES
+
+    from attnlab.experiments import CLAIMS
+
+    ctx, results = tiny
+    pngs = sorted(ctx.out.glob("*.png"))
+    assert len(pngs) >= 20  # (every claim with a figure: at least one each)
+    named = {r.figure for r in results.values() if r.figure}
+    assert named <= {p.name for p in pngs}
+    problems = {p.name: JUDGED[p.name] for p in pngs}  # (judged as each was saved: tests/figure_checks.py)
+    bad = {k: v for k, v in problems.items() if v}
+    assert bad == {}, "\n".join(f"{k}: {v}" for k, v in bad.items())
+    for png in named:  # (a figure two claims share carries the verdict of the claim that drew it)
+        banner = " ".join(TITLES[png].split())
+        owners = [(CLAIMS[n].title, r) for n, r in results.items() if r.figure == png]
+        assert any(" ".join(title.split()) in banner and r.status in banner for title, r in owners), (png, banner)
+        assert all(r.final or "a preview at the tiny size" in banner for _, r in owners), (png, banner)

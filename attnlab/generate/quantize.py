@@ -32,6 +32,7 @@ from ..errors import Note
 from ..options import QUANTIZE_CHOICES
 
 __all__ = [
+    "Int4Linear",
     "Int8Linear",
     "PackedLinear",
     "quantize",
@@ -72,6 +73,72 @@ class Int8Linear(nn.Module):
 
     def extra_repr(self) -> str:
         return f"in_features={self.in_features}, out_features={self.out_features}, int8 weights"
+
+
+INT4_GROUP = 32  # weights per scale and zero along a row: GGUF's Q4_0, Q4_1 and Q4_K blocks (and sub-blocks)
+
+
+class Int4Linear(nn.Module):
+    """A Linear layer with 4-bit weights, a scale and a zero per group of :data:`INT4_GROUP` weights
+    along each row: W[n, k] = (q[n, k] − 8)·scale[k // G, n] + zero[k // G, n], q in 0..15. GGUF's
+    Q4_0 (zero 0), Q4_1 (zero = min + 8·scale) and Q4_K (each 32-weight sub-block its own scale and
+    min) are this form exactly, so a GGUF file's 4-bit weights are kept as they are
+    (:func:`attnlab.interop.gguf_file.load_gguf`). The product runs in ATen's
+    ``_weight_int4pack_mm_for_cpu`` (the CPU kernel torchao's int4 layout uses) with float32
+    activations, scales and zeros: it reads an eighth of fp32's bytes per token, and equals the
+    dequantised weights' product up to the order of the sums. ``weight`` is the dequantised weight
+    (float32, computed when read): what a hook or an analysis that reads a weight sees.
+
+    x (..., in) -> (..., out) in x's dtype."""
+
+    def __init__(self, q: Tensor, scale: Tensor, zero: Tensor, bias: Tensor | None = None) -> None:
+        """``q`` (out, in) integers 0..15; ``scale``, ``zero`` (out, in / G); ``bias`` (out,) or None."""
+        super().__init__()
+        out_features, in_features = q.shape
+        if in_features % INT4_GROUP or scale.shape != (out_features, in_features // INT4_GROUP):
+            raise ValueError(f"int4 weights take rows of whole groups of {INT4_GROUP} with one scale each")
+        self.in_features, self.out_features = in_features, out_features
+        # (the kernel takes whole tiles of 16 rows: a vocabulary of another size gets rows of zeros, cut off again)
+        pad = -out_features % 16
+        q, scale, zero = (torch.nn.functional.pad(t, (0, 0, 0, pad)) for t in (q.to(torch.int32), scale, zero))
+        self.register_buffer("weight_int4", torch.ops.aten._convert_weight_to_int4pack_for_cpu(q, 1))
+        # (in / G, rows, 2): the kernel's layout of the scales and zeros
+        self.register_buffer("scales_and_zeros", torch.stack([scale.float().T, zero.float().T], -1).contiguous())
+        self.register_buffer("bias", None if bias is None else bias.detach().float().clone())
+
+    @classmethod
+    def from_linear(cls, linear: nn.Linear) -> Int4Linear:
+        """``linear`` rounded to 4 bits, each group of G weights of a row on its own 16 levels from its
+        smallest to its largest weight (asymmetric, as torchao's int4 weight-only quantisation)."""
+        w = linear.weight.detach().float()
+        groups = w.reshape(w.shape[0], -1, INT4_GROUP)  # (out, in / G, G)
+        low, high = groups.amin(-1), groups.amax(-1)
+        scale = ((high - low) / 15).clamp(min=1e-12)
+        q = torch.round((groups - low[..., None]) / scale[..., None]).clamp(0, 15).reshape(w.shape)
+        return cls(q, scale, low + 8 * scale, linear.bias)
+
+    def dequantized(self) -> Tensor:
+        """The weight these 4-bit numbers stand for, (out, in), in the scales' dtype (float32 unless cast)."""
+        eye = torch.eye(self.in_features, dtype=self.scales_and_zeros.dtype)
+        product = torch.ops.aten._weight_int4pack_mm_for_cpu(eye, self.weight_int4, INT4_GROUP, self.scales_and_zeros)
+        return product[:, : self.out_features].T.contiguous()  # (rows of the identity: each input's column of W)
+
+    @property
+    def weight(self) -> Tensor:
+        return self.dequantized()
+
+    def forward(self, x: Tensor) -> Tensor:
+        # (float32 scales take float32 activations; a model cast to bf16 casts its scales too)
+        rows = x.reshape(-1, self.in_features).to(self.scales_and_zeros.dtype)
+        y = torch.ops.aten._weight_int4pack_mm_for_cpu(rows, self.weight_int4, INT4_GROUP, self.scales_and_zeros)
+        y = y[:, : self.out_features] if y.shape[1] != self.out_features else y
+        y = y if self.bias is None else y + self.bias.to(y.dtype)
+        return y.reshape(*x.shape[:-1], self.out_features).to(x.dtype)
+
+    def extra_repr(self) -> str:
+        return (
+            f"in_features={self.in_features}, out_features={self.out_features}, int4 weights in groups of {INT4_GROUP}"
+        )
 
 
 def why_not_packed(dtype: torch.dtype) -> str | None:

@@ -154,11 +154,12 @@ def unpermute(w: np.ndarray, heads: int) -> np.ndarray:
     return w.reshape(heads, rows // heads // 2, 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
 
 
-def hf_state(reader, cfg: dict[str, Any], path: Path) -> dict[str, Tensor]:
-    """The file's tensors, dequantised to float32, under their HuggingFace names."""
+def hf_state(reader, cfg: dict[str, Any], path: Path) -> tuple[dict[str, Tensor], dict[str, tuple]]:
+    """The file's tensors, dequantised to float32, under their HuggingFace names; and the 4-bit ones'
+    numbers as they are stored (:func:`int4_groups`), under the same names."""
     gguf = _gguf_package()
     permuted = cfg["model_type"] in ("llama", "mistral")
-    state = {}
+    state, groups = {}, {}
     for t in reader.tensors:
         base, _, kind = t.name.rpartition(".")
         parts = base.split(".")
@@ -176,12 +177,20 @@ def hf_state(reader, cfg: dict[str, Any], path: Path) -> dict[str, Tensor]:
         except (ValueError, IndexError) as e:
             raise CheckpointError(f"{path}: tensor {t.name} is damaged or truncated ({e})") from None
         data = np.array(data, dtype=np.float32).reshape([int(n) for n in reversed(t.shape)])  # (a copy: writable)
-        if permuted and parts[-1:] == ["attn_q"] and kind == "weight":
-            data = unpermute(data, cfg["num_attention_heads"])
-        elif permuted and parts[-1:] == ["attn_k"] and kind == "weight":
-            data = unpermute(data, cfg["num_key_value_heads"])
+        stored = int4_groups(t.data, t.tensor_type.name, len(data)) if data.ndim == 2 and kind == "weight" else None
+        heads = {"attn_q": "num_attention_heads", "attn_k": "num_key_value_heads"}.get(parts[-1])
+        if permuted and heads and kind == "weight":
+            data = unpermute(data, cfg[heads])
+            if stored is not None:  # (the same rows, reordered alike)
+                stored = (
+                    unpermute(stored[0], cfg[heads]),
+                    unpermute(stored[1], cfg[heads]),
+                    unpermute(stored[2], cfg[heads]),
+                )
         state[name] = torch.from_numpy(np.ascontiguousarray(data))
-    return state
+        if stored is not None:
+            groups[name] = stored
+    return state, groups
 
 
 def bytes_to_unicode() -> dict[int, str]:
@@ -266,6 +275,63 @@ def gguf_generation(meta: dict[str, Any]):
     )
 
 
+def int4_groups(data: np.ndarray, kind: str, rows: int) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """A Q4_0, Q4_1 or Q4_K tensor's raw blocks (``data``: its ``rows`` rows' bytes, uint8) as
+    :class:`~attnlab.generate.quantize.Int4Linear` takes them: (q (rows, cols) 0..15, scale and zero
+    (rows, cols / 32)), W = (q − 8)·scale + zero exactly (the scales are float16 in the file, float32
+    here); None for any other type. Q4_0: W = (q − 8)·d; Q4_1: W = q·d + m; Q4_K: each 32-weight
+    sub-block of a 256-weight super-block W = q·(d·sc) − dmin·m, its 6-bit sc and m packed in 12 bytes
+    (llama.cpp's ggml-quants.c; gguf-py's reference dequantisers read them the same way)."""
+    f16 = lambda b: b.copy().view(np.float16).astype(np.float32)  # noqa: E731
+    if kind in ("Q4_0", "Q4_1"):
+        head = 2 if kind == "Q4_0" else 4
+        blocks = data.reshape(-1, head + 16)
+        d = f16(blocks[:, :2])[:, 0]
+        nibbles = blocks[:, head:]
+        q = np.concatenate([nibbles & 0x0F, nibbles >> 4], axis=1)  # (blocks, 32): low nibbles first
+        zero = np.zeros_like(d) if kind == "Q4_0" else f16(blocks[:, 2:4])[:, 0] + 8 * d
+        scale = d
+    elif kind == "Q4_K":
+        gguf = _gguf_package()
+        blocks = data.reshape(-1, 144)
+        d, dmin = f16(blocks[:, 0:2]), f16(blocks[:, 2:4])  # (blocks, 1)
+        sc, m = gguf.quants.Q4_K.get_scale_min(blocks[:, 4:16])  # (blocks, 8) each
+        scale, low = (d * sc.astype(np.float32)).reshape(-1), (dmin * m.astype(np.float32)).reshape(-1)
+        nibbles = blocks[:, 16:].reshape(-1, 4, 1, 32) >> np.array([0, 4], dtype=np.uint8).reshape(1, 1, 2, 1)
+        q = (nibbles & 0x0F).reshape(-1, 32)  # (sub-blocks, 32)
+        zero = 8 * scale - low
+    else:
+        return None
+    return q.reshape(rows, -1), scale.reshape(rows, -1), zero.reshape(rows, -1)
+
+
+def keep_int4(model, groups: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]]) -> int:
+    """Each Linear layer of ``model`` whose weight came from 4-bit tensors of the file (``groups``: the
+    HuggingFace name -> :func:`int4_groups`) replaced by an :class:`~attnlab.generate.quantize.Int4Linear`
+    of those numbers (the fused ``qkv`` when its three projections are all 4-bit); returns how many."""
+    from ..generate.quantize import Int4Linear
+    from .llama import key_map
+
+    c = model.config
+    pairs = [(hf, ours) for hf, ours in key_map(c.layers, c.qk_norm) if hf.endswith("_proj.weight")]
+    if not c.tie_output:
+        pairs.append(("lm_head.weight", "lm_head.weight"))
+    sources = {ours[: -len(".weight")]: [hf] for hf, ours in pairs}
+    for i in range(c.layers):
+        sources[f"blocks.{i}.attn.qkv"] = [f"model.layers.{i}.self_attn.{p}_proj.weight" for p in "qkv"]
+    kept = 0
+    for name, hf_names in sources.items():
+        if not all(h in groups for h in hf_names):
+            continue
+        parent, _, child = name.rpartition(".")
+        owner = model.get_submodule(parent) if parent else model
+        layer = getattr(owner, child)
+        q, scale, zero = (torch.from_numpy(np.concatenate([groups[h][j] for h in hf_names])) for j in range(3))
+        setattr(owner, child, Int4Linear(q, scale, zero, layer.bias))
+        kept += 1
+    return kept
+
+
 def load_gguf(path: str | Path, with_class=None, dtype=None):
     """(the attnlab model of a GGUF file, what it keeps of the file), from one read of it: the
     weights dequantised to float32, then ``dtype``; what is kept is what an attnlab run keeps in its
@@ -279,10 +345,11 @@ def load_gguf(path: str | Path, with_class=None, dtype=None):
     meta = metadata(reader)
     tokenizer = gguf_tokenizer(meta, p)
     cfg = hf_config(meta, {t.name for t in reader.tensors}, p)
-    state = hf_state(reader, cfg, p)
+    state, groups = hf_state(reader, cfg, p)
     converter = next(c for c in converters() if c.hf_type == cfg["model_type"])
     try:
         model = converter.load(cfg, state, with_class, dtype)
+        keep_int4(model, groups)  # (the 4-bit weights stay 4-bit: Int4Linear, its product on them as stored)
     except (RuntimeError, MemoryError) as e:
         raise does_not_fit(f"GGUF {cfg['model_type']}", e) from None
     except KeyError as e:
