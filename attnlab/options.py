@@ -498,10 +498,12 @@ declared_once = functools.lru_cache(maxsize=None)(declared)  # (a verb's options
 
 # ``--quantize``'s choices (attnlab.generate.quantize implements them; kept here, where no torch is imported,
 # so that building the command line stays fast)
-QUANTIZE_CHOICES = ("int8", "dynamic-int8", "packed")
+QUANTIZE_CHOICES = ("int8", "dynamic-int8", "int4", "packed")
 QUANTIZE_HELP = (
     "CPU: int8 weights for every Linear layer, a quarter of fp32's bytes per token: int8 (weights only; 3.2x "
-    "HuggingFace fp32 at GPT-2 small here) or dynamic-int8 (activations too; faster, rounds more); or packed: the "
+    "HuggingFace fp32 at GPT-2 small here) or dynamic-int8 (activations too; faster, rounds more); int4: 4-bit "
+    "weights in groups of 32 with bf16 activations, an eighth of fp32's bytes (a GGUF file's Q4_0, Q4_1 and Q4_K "
+    "weights as it stores them, any other model's rounded); or packed: the "
     "same fp32/bf16 weights in the GEMM library's packed layout (1.6-1.9x transformers on a Qwen2-0.5B's bf16 "
     "decoding here, the same tokens)"
 )

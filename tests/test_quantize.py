@@ -54,8 +54,8 @@ def test_a_quantized_gpt_predicts_what_the_fp32_one_does(how):
 
 
 def test_unknown_quantization_is_refused():
-    with pytest.raises(ValueError, match="unknown quantization 'int4'"):
-        quantize(torch.nn.Linear(2, 2), "int4")
+    with pytest.raises(ValueError, match="unknown quantization 'int3'"):
+        quantize(torch.nn.Linear(2, 2), "int3")
 
 
 def test_sample_and_eval_with_int8(tmp_path, capsys):
@@ -74,7 +74,7 @@ def test_sample_and_eval_with_int8(tmp_path, capsys):
     assert losses["dynamic-int8"] == pytest.approx(losses[None], rel=0.01)
     assert main(["sample", "--ckpt", str(run), "--max-new-tokens", "20", "--quantize", "int8"]) == 0
     assert len(capsys.readouterr().out) >= 20
-    assert main(["sample", "--ckpt", str(run), "--quantize", "int4"]) != 0
+    assert main(["sample", "--ckpt", str(run), "--quantize", "int3"]) != 0
     assert "--quantize" in capsys.readouterr().err
 
 
@@ -152,19 +152,19 @@ def test_generate_quantize_decodes_a_quantized_copy_as_sample_quantize_does(tiny
     assert not any(isinstance(m, Int8Linear) for m in model.modules())  # (the copy was quantized)
     assert model.generate("to", 12, temperature=0) == plain
     with pytest.raises(OptionError, match="quantize="):
-        model.generate("to", 2, quantize="int4")
+        model.generate("to", 2, quantize="int3")
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("how", ["int8", "dynamic-int8", "packed"])
+@pytest.mark.parametrize("how", ["int8", "dynamic-int8", "int4", "packed"])
 def test_every_quantize_choice_runs_with_compile(how, tiny_run, capsys):
-    """--quantize X --compile decodes the tokens --quantize X does: compiled (int8), or eager with a
-    one-line note where the compiler cannot trace the layers (packed, dynamic-int8), never a
+    """--quantize X --compile decodes the tokens --quantize X does: compiled (int8, int4), or eager
+    with a one-line note where the compiler cannot trace the layers (packed, dynamic-int8), never a
     compiler's traceback (issue 80)."""
     from attnlab.generate.quantize import why_not_packed
     from attnlab.options import QUANTIZE_CHOICES
 
-    assert set(QUANTIZE_CHOICES) == {"int8", "dynamic-int8", "packed"}  # (a new choice is tested here too)
+    assert set(QUANTIZE_CHOICES) == {"int8", "dynamic-int8", "int4", "packed"}  # (a new choice is tested here too)
     if how == "packed" and why_not_packed(torch.float32):
         pytest.skip(f"packed layers: {why_not_packed(torch.float32)}")
     run = tiny_run("gpt")
@@ -176,7 +176,7 @@ def test_every_quantize_choice_runs_with_compile(how, tiny_run, capsys):
     assert main([*argv, "--compile"]) == 0
     out, err = capsys.readouterr()
     assert out == eager
-    if how == "int8":
+    if how in ("int8", "int4"):
         assert "compiled decode step: 1 graph(s), 0 graph breaks" in err, err
     else:
         assert err.strip().splitlines() == [

@@ -10,6 +10,9 @@ kernel of ours:
   activations. Only the weights are rounded.
 * ``dynamic-int8``: ``torch.ao.quantization.quantize_dynamic``: the activations are quantised
   to int8 too, per call (fbgemm's int8 GEMM); faster on x86 CPUs, rounds more.
+* ``int4`` (weight-only, :class:`Int4Linear`): 4-bit weights, a scale and a zero per 32 along a row,
+  in ATen's ``_weight_int4pack_mm_for_cpu`` with bf16 activations; a GGUF file's Q4_0, Q4_1 and Q4_K
+  weights are kept as the file stores them. Layers whose input width is not a multiple of 32 stay.
 
 Both quantise the model's Linear layers (the output head included; embeddings stay as they are,
 they are read one row per token). A third choice rounds nothing:
@@ -82,12 +85,14 @@ class Int4Linear(nn.Module):
     """A Linear layer with 4-bit weights, a scale and a zero per group of :data:`INT4_GROUP` weights
     along each row: W[n, k] = (q[n, k] − 8)·scale[k // G, n] + zero[k // G, n], q in 0..15. GGUF's
     Q4_0 (zero 0), Q4_1 (zero = min + 8·scale) and Q4_K (each 32-weight sub-block its own scale and
-    min) are this form exactly, so a GGUF file's 4-bit weights are kept as they are
-    (:func:`attnlab.interop.gguf_file.load_gguf`). The product runs in ATen's
-    ``_weight_int4pack_mm_for_cpu`` (the CPU kernel torchao's int4 layout uses) with float32
-    activations, scales and zeros: it reads an eighth of fp32's bytes per token, and equals the
-    dequantised weights' product up to the order of the sums. ``weight`` is the dequantised weight
-    (float32, computed when read): what a hook or an analysis that reads a weight sees.
+    min) are this form, so ``--quantize int4`` keeps a GGUF file's 4-bit numbers as they are stored
+    (:func:`attnlab.interop.gguf_file.load_gguf`) and rounds any other model's weights to it
+    (:meth:`from_linear`). The product runs in ATen's ``_weight_int4pack_mm_for_cpu`` (the CPU
+    kernel torchao's int4 layout uses) with bf16 activations, scales and zeros: it reads an eighth of
+    fp32's bytes per token (its float32 variant is a slow reference, about 25x slower here). The
+    scales in bf16 round a GGUF file's float16 ones (by at most 2⁻⁹ of each). ``weight`` is the
+    dequantised weight (float32, computed when read): what a hook or an analysis that reads a weight
+    sees.
 
     x (..., in) -> (..., out) in x's dtype."""
 
@@ -103,7 +108,8 @@ class Int4Linear(nn.Module):
         q, scale, zero = (torch.nn.functional.pad(t, (0, 0, 0, pad)) for t in (q.to(torch.int32), scale, zero))
         self.register_buffer("weight_int4", torch.ops.aten._convert_weight_to_int4pack_for_cpu(q, 1))
         # (in / G, rows, 2): the kernel's layout of the scales and zeros
-        self.register_buffer("scales_and_zeros", torch.stack([scale.float().T, zero.float().T], -1).contiguous())
+        sz = torch.stack([scale.float().T, zero.float().T], -1).contiguous()
+        self.register_buffer("scales_and_zeros", sz.to(torch.bfloat16))
         self.register_buffer("bias", None if bias is None else bias.detach().float().clone())
 
     @classmethod
@@ -117,21 +123,39 @@ class Int4Linear(nn.Module):
         q = torch.round((groups - low[..., None]) / scale[..., None]).clamp(0, 15).reshape(w.shape)
         return cls(q, scale, low + 8 * scale, linear.bias)
 
+    def product(self, rows: Tensor) -> Tensor:
+        """rows (M, in) -> (M, out), bf16."""
+        y = torch.ops.aten._weight_int4pack_mm_for_cpu(
+            rows.to(torch.bfloat16), self.weight_int4, INT4_GROUP, self.scales_and_zeros
+        )
+        return y[:, : self.out_features] if y.shape[1] != self.out_features else y
+
     def dequantized(self) -> Tensor:
-        """The weight these 4-bit numbers stand for, (out, in), in the scales' dtype (float32 unless cast)."""
-        eye = torch.eye(self.in_features, dtype=self.scales_and_zeros.dtype)
-        product = torch.ops.aten._weight_int4pack_mm_for_cpu(eye, self.weight_int4, INT4_GROUP, self.scales_and_zeros)
-        return product[:, : self.out_features].T.contiguous()  # (rows of the identity: each input's column of W)
+        """The weight these 4-bit numbers stand for, (out, in) float32."""
+        scale, zero = self.scales_and_zeros.float().unbind(-1)  # (in / G, rows) each
+        eye = torch.eye(self.in_features, dtype=torch.bfloat16)
+        # (the kernel on the identity's rows with scale 1 and zero 0 reads q − 8 back, exact in bf16;
+        # the scales and zeros are applied here in float32)
+        levels = (
+            torch.ops.aten._weight_int4pack_mm_for_cpu(
+                eye,
+                self.weight_int4,
+                INT4_GROUP,
+                torch.stack([torch.ones_like(scale), torch.zeros_like(zero)], -1).to(torch.bfloat16),
+            )[:, : self.out_features]
+            .float()
+            .T
+        )  # (out, in): q − 8, exact in bf16
+        s = scale.T.repeat_interleave(INT4_GROUP, 1)[: self.out_features]
+        z = zero.T.repeat_interleave(INT4_GROUP, 1)[: self.out_features]
+        return levels * s + z
 
     @property
     def weight(self) -> Tensor:
         return self.dequantized()
 
     def forward(self, x: Tensor) -> Tensor:
-        # (float32 scales take float32 activations; a model cast to bf16 casts its scales too)
-        rows = x.reshape(-1, self.in_features).to(self.scales_and_zeros.dtype)
-        y = torch.ops.aten._weight_int4pack_mm_for_cpu(rows, self.weight_int4, INT4_GROUP, self.scales_and_zeros)
-        y = y[:, : self.out_features] if y.shape[1] != self.out_features else y
+        y = self.product(x.reshape(-1, self.in_features))
         y = y if self.bias is None else y + self.bias.to(y.dtype)
         return y.reshape(*x.shape[:-1], self.out_features).to(x.dtype)
 
@@ -245,6 +269,15 @@ def quantize(model: nn.Module, how: str) -> nn.Module:
     if any(p.device.type != "cpu" for p in model.parameters()):
         raise ValueError(f"--quantize {how} runs on the CPU; load the model with --device cpu")
     model.eval()
+    if how == "int4":
+        # (a GGUF file's 4-bit layers as it stores them: interop.gguf_file.load_gguf keeps their numbers)
+        stored = getattr(model, "gguf_int4", {})
+        for name, layer in list(model.named_modules()):
+            if type(layer) is nn.Linear and layer.in_features % INT4_GROUP == 0:  # (others stay as they are)
+                parent, _, child = name.rpartition(".")
+                four = Int4Linear(*stored[name], layer.bias) if name in stored else Int4Linear.from_linear(layer)
+                setattr(model.get_submodule(parent) if parent else model, child, four)
+        return model
     if how == "dynamic-int8":
         from torch.ao.quantization import quantize_dynamic
 

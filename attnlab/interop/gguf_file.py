@@ -5,7 +5,8 @@ The file's metadata becomes the HuggingFace config of its family (Llama, Mistral
 its tensors that family's weights under their HuggingFace names, so the family's one converter
 (:mod:`attnlab.interop.llama`) builds the model, as for a HuggingFace folder. Quantised tensors
 (Q8_0, Q4_0, Q4_1, the K-quants and every other type gguf-py knows) are dequantised to float32 with
-gguf-py's reference dequantisers. The tokenizer (a byte-level BPE: ``tokenizer.ggml.model`` gpt2)
+gguf-py's reference dequantisers; the Q4_0, Q4_1 and Q4_K ones are also kept as stored, which
+``--quantize int4`` decodes with as they are (4-bit weights, their product in ATen's int4 CPU kernel). The tokenizer (a byte-level BPE: ``tokenizer.ggml.model`` gpt2)
 is made from the file's vocabulary, merges and token types as ``transformers``' GGUF loader makes
 it, so the ids are the same; the chat template and end ids come from the file too.
 """
@@ -305,36 +306,30 @@ def int4_groups(data: np.ndarray, kind: str, rows: int) -> tuple[np.ndarray, np.
     return q.reshape(rows, -1), scale.reshape(rows, -1), zero.reshape(rows, -1)
 
 
-def keep_int4(model, groups: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]]) -> int:
-    """Each Linear layer of ``model`` whose weight came from 4-bit tensors of the file (``groups``: the
-    HuggingFace name -> :func:`int4_groups`) replaced by an :class:`~attnlab.generate.quantize.Int4Linear`
-    of those numbers (the fused ``qkv`` when its three projections are all 4-bit); returns how many."""
-    from ..generate.quantize import Int4Linear
+def file_int4(model, groups: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]]) -> dict[str, tuple]:
+    """{module name: (q, scale, zero) tensors}: each Linear layer of ``model`` whose weight came from
+    4-bit tensors of the file (``groups``: HuggingFace name -> :func:`int4_groups`), the fused
+    ``qkv`` when its three projections are all 4-bit, the tied output head when the token embedding
+    is. What ``--quantize int4`` keeps as the file stores it (:func:`attnlab.generate.quantize.quantize`)."""
     from .llama import key_map
 
     c = model.config
     pairs = [(hf, ours) for hf, ours in key_map(c.layers, c.qk_norm) if hf.endswith("_proj.weight")]
-    if not c.tie_output:
-        pairs.append(("lm_head.weight", "lm_head.weight"))
+    pairs.append(("model.embed_tokens.weight" if c.tie_output else "lm_head.weight", "lm_head.weight"))
     sources = {ours[: -len(".weight")]: [hf] for hf, ours in pairs}
     for i in range(c.layers):
         sources[f"blocks.{i}.attn.qkv"] = [f"model.layers.{i}.self_attn.{p}_proj.weight" for p in "qkv"]
-    kept = 0
-    for name, hf_names in sources.items():
-        if not all(h in groups for h in hf_names):
-            continue
-        parent, _, child = name.rpartition(".")
-        owner = model.get_submodule(parent) if parent else model
-        layer = getattr(owner, child)
-        q, scale, zero = (torch.from_numpy(np.concatenate([groups[h][j] for h in hf_names])) for j in range(3))
-        setattr(owner, child, Int4Linear(q, scale, zero, layer.bias))
-        kept += 1
-    return kept
+    return {
+        name: tuple(torch.from_numpy(np.concatenate([groups[h][j] for h in hf_names])) for j in range(3))
+        for name, hf_names in sources.items()
+        if all(h in groups for h in hf_names)
+    }
 
 
 def load_gguf(path: str | Path, with_class=None, dtype=None):
     """(the attnlab model of a GGUF file, what it keeps of the file), from one read of it: the
-    weights dequantised to float32, then ``dtype``; what is kept is what an attnlab run keeps in its
+    weights dequantised to float32, then ``dtype`` (the 4-bit ones also kept as stored, in
+    ``model.gguf_int4``, for ``--quantize int4``); what is kept is what an attnlab run keeps in its
     config.json (its tokenizer, its generation settings), ``model_type`` None as for a HuggingFace
     folder. The tokenizer and the configuration are read first: a file refused is refused before
     any weight is dequantised or any model built."""
@@ -349,7 +344,7 @@ def load_gguf(path: str | Path, with_class=None, dtype=None):
     converter = next(c for c in converters() if c.hf_type == cfg["model_type"])
     try:
         model = converter.load(cfg, state, with_class, dtype)
-        keep_int4(model, groups)  # (the 4-bit weights stay 4-bit: Int4Linear, its product on them as stored)
+        model.gguf_int4 = file_int4(model, groups)  # (what --quantize int4 keeps as stored)
     except (RuntimeError, MemoryError) as e:
         raise does_not_fit(f"GGUF {cfg['model_type']}", e) from None
     except KeyError as e:
