@@ -197,6 +197,21 @@ def test_quantize_int4_keeps_the_files_4_bit_weights_and_hooks_read_them_dequant
     assert isinstance(model.generate("the cat", 5, temperature=0), str)
 
 
+def test_quantize_int4_keeps_what_a_file_stores_finer_in_int8(files):
+    """A file's layers stored finer than 4 bits (here every one, Q8_0) go int8 under --quantize int4,
+    not rounded further; a model that is not from a GGUF file is rounded to 4 bits throughout."""
+    from attnlab.generate.quantize import Int4Linear, Int8Linear, quantized_copy
+
+    path, _ = files["Q8_0"]
+    dense = attnlab.load(path)
+    assert dense.gguf_int4 == {}
+    kinds = {type(m) for m in quantized_copy(dense, "int4").modules()}
+    assert Int8Linear in kinds and Int4Linear not in kinds
+    del dense.gguf_int4  # (as a model from anywhere else)
+    kinds = {type(m) for m in quantized_copy(dense, "int4").modules()}
+    assert Int4Linear in kinds and Int8Linear not in kinds
+
+
 def test_an_int4_layer_rounds_each_group_of_a_row_to_16_levels():
     """Int4Linear.from_linear (``--quantize int4`` on any model): each group of 32 weights of a row on
     16 levels from its smallest to its largest, by hand on one group (its scale and zero kept in

@@ -12,7 +12,8 @@ kernel of ours:
   to int8 too, per call (fbgemm's int8 GEMM); faster on x86 CPUs, rounds more.
 * ``int4`` (weight-only, :class:`Int4Linear`): 4-bit weights, a scale and a zero per 32 along a row,
   in ATen's ``_weight_int4pack_mm_for_cpu`` with bf16 activations; a GGUF file's Q4_0, Q4_1 and Q4_K
-  weights are kept as the file stores them. Layers whose input width is not a multiple of 32 stay.
+  weights are kept as the file stores them, and the layers it stores finer go int8 (not rounded
+  further). Layers whose input width is not a multiple of 32 stay.
 
 Both quantise the model's Linear layers (the output head included; embeddings stay as they are,
 they are read one row per token). A third choice rounds nothing:
@@ -270,13 +271,20 @@ def quantize(model: nn.Module, how: str) -> nn.Module:
         raise ValueError(f"--quantize {how} runs on the CPU; load the model with --device cpu")
     model.eval()
     if how == "int4":
-        # (a GGUF file's 4-bit layers as it stores them: interop.gguf_file.load_gguf keeps their numbers)
-        stored = getattr(model, "gguf_int4", {})
+        # a GGUF file's 4-bit layers as it stores them (interop.gguf_file.load_gguf keeps their numbers);
+        # the layers it stores finer (Q8_0, Q6_K, F16: often the embedding and output head) in int8, not
+        # rounded further; any other model's layers rounded to 4 bits
+        stored = getattr(model, "gguf_int4", None)
         for name, layer in list(model.named_modules()):
             if type(layer) is nn.Linear and layer.in_features % INT4_GROUP == 0:  # (others stay as they are)
                 parent, _, child = name.rpartition(".")
-                four = Int4Linear(*stored[name], layer.bias) if name in stored else Int4Linear.from_linear(layer)
-                setattr(model.get_submodule(parent) if parent else model, child, four)
+                if stored is None:
+                    replaced: nn.Module = Int4Linear.from_linear(layer)
+                elif name in stored:
+                    replaced = Int4Linear(*stored[name], layer.bias)
+                else:
+                    replaced = Int8Linear(layer)
+                setattr(model.get_submodule(parent) if parent else model, child, replaced)
         return model
     if how == "dynamic-int8":
         from torch.ao.quantization import quantize_dynamic
