@@ -191,6 +191,9 @@ def test_quantize_int4_keeps_the_files_4_bit_weights_and_hooks_read_them_dequant
     assert (layer.weight - want).abs().max() <= rounding
     x = torch.randn(3, layer.in_features)
     torch.testing.assert_close(layer(x), x.bfloat16().float() @ layer.weight.T, atol=2e-2, rtol=2e-2)
+    mlp = model.blocks[0].mlp  # (its gate and up as one product too: the same numbers, side by side)
+    x = torch.randn(3, mlp.gate.in_features)
+    assert isinstance(mlp.gate_up, Int4Linear) and torch.equal(mlp.gate_up(x), torch.cat([mlp.gate(x), mlp.fc(x)], -1))
     ids = torch.tensor([model.tokenizer.encode("the cat sat")])
     _, cache = model.run_with_cache(ids)
     assert cache["blocks.1.attn.hook_pattern"].shape[-1] == ids.shape[1]

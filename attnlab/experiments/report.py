@@ -259,7 +259,7 @@ def write_report(results: dict[str, Result], ctx: Context) -> Path:
         *(
             [
                 f"**The {ctx.size} size is a preview, not the judge.** A claim that trains runs two seeds where "
-                "the full size runs three or five, and 2 to 10 % of its steps: its verdict here is a preview "
+                "the full size runs five, and 2 to 10 % of its steps: its verdict here is a preview "
                 '("final": no), and can differ from the full size\'s, which decides. A claim that computes '
                 "without training runs the same at every size: its verdict here is final.",
                 "",

@@ -124,6 +124,25 @@ class Int4Linear(nn.Module):
         q = torch.round((groups - low[..., None]) / scale[..., None]).clamp(0, 15).reshape(w.shape)
         return cls(q, scale, low + 8 * scale, linear.bias)
 
+    @classmethod
+    def concatenated(cls, layers: list[Int4Linear]) -> Int4Linear:
+        """One layer whose output is the ``layers``' outputs side by side (their rows stacked): the same
+        4-bit numbers, one product where there were several. (Without biases.)"""
+        parts = [(layer.levels() + 8, *layer.scales_and_zeros.float().unbind(-1)) for layer in layers]
+        q = torch.cat([p[0] for p in parts])
+        scale = torch.cat([p[1].T[: layer.out_features] for p, layer in zip(parts, layers)])
+        zero = torch.cat([p[2].T[: layer.out_features] for p, layer in zip(parts, layers)])
+        return cls(q, scale, zero)
+
+    def levels(self) -> Tensor:
+        """q − 8 of every weight, (out, in) float32: the kernel on the identity's rows with scale 1 and
+        zero 0 (exact in bf16)."""
+        scale, zero = self.scales_and_zeros.unbind(-1)
+        eye = torch.eye(self.in_features, dtype=torch.bfloat16)
+        unit = torch.stack([torch.ones_like(scale), torch.zeros_like(zero)], -1)
+        levels = torch.ops.aten._weight_int4pack_mm_for_cpu(eye, self.weight_int4, INT4_GROUP, unit)
+        return levels[:, : self.out_features].float().T
+
     def product(self, rows: Tensor) -> Tensor:
         """rows (M, in) -> (M, out), bf16."""
         y = torch.ops.aten._weight_int4pack_mm_for_cpu(
@@ -132,24 +151,12 @@ class Int4Linear(nn.Module):
         return y[:, : self.out_features] if y.shape[1] != self.out_features else y
 
     def dequantized(self) -> Tensor:
-        """The weight these 4-bit numbers stand for, (out, in) float32."""
+        """The weight these 4-bit numbers stand for, (out, in) float32 (the scales and zeros applied in
+        float32 to :meth:`levels`)."""
         scale, zero = self.scales_and_zeros.float().unbind(-1)  # (in / G, rows) each
-        eye = torch.eye(self.in_features, dtype=torch.bfloat16)
-        # (the kernel on the identity's rows with scale 1 and zero 0 reads q − 8 back, exact in bf16;
-        # the scales and zeros are applied here in float32)
-        levels = (
-            torch.ops.aten._weight_int4pack_mm_for_cpu(
-                eye,
-                self.weight_int4,
-                INT4_GROUP,
-                torch.stack([torch.ones_like(scale), torch.zeros_like(zero)], -1).to(torch.bfloat16),
-            )[:, : self.out_features]
-            .float()
-            .T
-        )  # (out, in): q − 8, exact in bf16
         s = scale.T.repeat_interleave(INT4_GROUP, 1)[: self.out_features]
         z = zero.T.repeat_interleave(INT4_GROUP, 1)[: self.out_features]
-        return levels * s + z
+        return self.levels() * s + z
 
     @property
     def weight(self) -> Tensor:
@@ -285,6 +292,12 @@ def quantize(model: nn.Module, how: str) -> nn.Module:
                 else:
                     replaced = Int8Linear(layer)
                 setattr(model.get_submodule(parent) if parent else model, child, replaced)
+        for name, mlp in list(model.named_modules()):  # a gated MLP's gate and up: one product (they stay too)
+            pair = [getattr(mlp, "gate", None), getattr(mlp, "fc", None)]
+            if getattr(mlp, "gate_up", False) is None and all(
+                isinstance(p, Int4Linear) and p.bias is None for p in pair
+            ):
+                mlp.gate_up = Int4Linear.concatenated(pair)
         return model
     if how == "dynamic-int8":
         from torch.ao.quantization import quantize_dynamic
