@@ -81,7 +81,6 @@ def tiny(tmp_path_factory):
     statistics, its control, its figures and its report lines), not its verdict: verdicts are
     judged at the quick and full sizes (`attnlab reproduce --quick`, the full report)."""
     from attnlab.experiments import CLAIMS, Context, run_claims
-
     from attnlab.training.trainer import Trainer
 
     tmp = tmp_path_factory.mktemp("reproduce")
