@@ -1,6 +1,6 @@
 """The claims' design, fixed before they run, and the one verdict rule that decides every claim
-(issue 79): constructed cases of the rule, the design file against the registered claims, the hash a
-result records, and a design changed after a result was seen."""
+(issue 79): constructed cases of the rule, the design file against the registered claims, the hash
+and machine a result records, and a design changed after a result was seen."""
 
 import json
 
@@ -121,6 +121,7 @@ def test_a_result_records_its_design_and_a_changed_design_shows_the_earlier_resu
     first = run_claims(["worked-example"], ctx, log=lambda m: None)["worked-example"]
     saved = json.loads((out / "results.json").read_text())["claims"]["worked-example"]
     assert saved["design"] == first.design == design_hash("worked-example") and not first.earlier
+    assert saved["machine"] == first.machine and "CPU cores" in first.machine and "torch" in first.machine
     assert run_claims(["worked-example"], ctx, log=lambda m: None)["worked-example"].earlier == ""
 
     changed = {**designs()["worked-example"], "criterion": "a changed criterion"}
@@ -130,7 +131,7 @@ def test_a_result_records_its_design_and_a_changed_design_shows_the_earlier_resu
     assert second.earlier.startswith(f"PASS under design {first.design}: scaled scores 58.89")
     report = write_report({"worked-example": second}, ctx).read_text()
     assert "**Design changed after a result was seen**: the earlier result was PASS under design" in report
-    assert f"**Design**: {second.design}" in report
+    assert f"**Design**: {second.design}" in report and f"**Machine**: {second.machine}" in report
 
     from attnlab.experiments.report import load_results
 

@@ -158,6 +158,7 @@ class Result:
     # the result saved before under another design of this claim (its verdict, design hash and numbers):
     # the report shows it, since a design changed after a result was seen is no longer fixed before the run
     earlier: str = ""
+    machine: str = ""  # what ran it: the CPU's cores and model name, and torch's version (report.this_machine)
 
     @property
     def own(self) -> str:

@@ -57,8 +57,6 @@ def reproduce(
     page ``docs`` when given); ``log``: where each claim's progress line goes. Each result is saved
     in ``out/results.json`` as its claim ends; ``resume``: keep those already there at this size
     and run only the others. Returns {name: Result}."""
-    import os
-    import platform
     import tempfile
 
     from ..errors import OptionError
@@ -86,8 +84,20 @@ def reproduce(
         raise KeyboardInterrupt from None
     write_report(results, ctx)
     if docs is not None:
-        write_docs(results, ctx, docs, f"{os.cpu_count() or 1} CPU cores ({cpu_name() or platform.machine()})")
+        write_docs(results, ctx, docs, this_machine())
     return results
+
+
+def this_machine() -> str:
+    """What runs the claims, as each saved result records it: the CPU's cores and model name, a GPU's
+    name where one is used, and torch's version."""
+    import os
+    import platform
+
+    import torch
+
+    gpu = f", {torch.cuda.get_device_name()}" if torch.cuda.is_available() else ""
+    return f"{os.cpu_count() or 1} CPU cores ({cpu_name() or platform.machine()}){gpu}, torch {torch.__version__}"
 
 
 def cpu_name() -> str:
@@ -201,7 +211,7 @@ def run_claims(names: list[str], ctx: Context, log=print, saved: dict[str, Resul
                 verdict="ERROR",
             )
         ctx.claim = None
-        r.design = design_hash(name)
+        r.design, r.machine = design_hash(name), this_machine()
         seen = before_this_run.get(name)
         if seen is not None and seen.design != r.design:
             seen_design = f"design {seen.design}" if seen.design else "no design hash (it predates the design file)"
@@ -294,6 +304,7 @@ def write_report(results: dict[str, Result], ctx: Context) -> Path:
             f"- **Control**: {r.control if r.control is not None else 'none'}",
             f"- **Verdict**: {r.status}: {r.reason} (one rule for every claim: attnlab.experiments.registry.decide)",
             f"- **Design**: {r.design or 'not recorded'} (`attnlab reproduce --design {n}`)",
+            f"- **Machine**: {r.machine or 'not recorded'}",
         ]
         if r.earlier:
             lines.append(f"- **Design changed after a result was seen**: the earlier result was {r.earlier}")
