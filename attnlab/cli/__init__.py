@@ -510,14 +510,10 @@ def _reproduce(
     from .. import experiments
 
     if design:
-        from ..errors import OptionError
         from ..experiments.design import design_text
+        from ..experiments.report import claim_names
 
-        names = [n for n in options.get("names") or () if n != "all"] or [*experiments.CLAIMS]  # (`list` is the flag)
-        unknown = [n for n in names if n not in experiments.CLAIMS]
-        if unknown:
-            raise OptionError(f"unknown claim {unknown[0]!r}; choose from {', '.join(experiments.CLAIMS)} (or all)")
-        print(design_text(names))
+        print(design_text(claim_names(options.get("names"))))
         return 0
 
     if list:

@@ -59,15 +59,10 @@ def reproduce(
     and run only the others. Returns {name: Result}."""
     import tempfile
 
-    from ..errors import OptionError
     from ..outputs import output_file
     from ..training.trainer import TrainingInterrupted
 
-    registered()
-    names = [n for n in names or () if n != "all"] or list(CLAIMS)
-    unknown = [n for n in names if n not in CLAIMS]
-    if unknown:
-        raise OptionError(f"unknown claim {unknown[0]!r}; choose from {', '.join(CLAIMS)} (or all)")
+    names = claim_names(names)
     docs = output_file(docs, ".md", "--docs") if docs else None  # checked before the runs, not after
     size = "quick" if quick else "full"
     saved = load_results(Path(out), size) if resume else {}
@@ -86,6 +81,19 @@ def reproduce(
     if docs is not None:
         write_docs(results, ctx, docs, this_machine())
     return results
+
+
+def claim_names(names: Sequence[str] | None) -> list[str]:
+    """The claims ``names`` asks for, in its order (none, or "all": every claim); an unknown name is
+    refused in one line, naming the claims there are."""
+    from ..errors import OptionError
+
+    registered()
+    chosen = [n for n in names or () if n != "all"] or list(CLAIMS)
+    unknown = [n for n in chosen if n not in CLAIMS]
+    if unknown:
+        raise OptionError(f"unknown claim {unknown[0]!r}; choose from {', '.join(CLAIMS)} (or all)")
+    return chosen
 
 
 def this_machine() -> str:
@@ -186,7 +194,7 @@ def run_claims(names: list[str], ctx: Context, log=print, saved: dict[str, Resul
     ctx.out.mkdir(parents=True, exist_ok=True)
     ctx.work.mkdir(parents=True, exist_ok=True)
     saved = saved or {}
-    before_this_run = earlier_results(ctx.out)
+    before_this_run, machine = earlier_results(ctx.out), this_machine()
     # every kept result is in the file from the start: a run stopped before reaching a kept claim
     # (one that comes after a claim being run again) must not drop it from the file
     results = dict(saved)
@@ -211,7 +219,7 @@ def run_claims(names: list[str], ctx: Context, log=print, saved: dict[str, Resul
                 verdict="ERROR",
             )
         ctx.claim = None
-        r.design, r.machine = design_hash(name), this_machine()
+        r.design, r.machine = design_hash(name), machine
         seen = before_this_run.get(name)
         if seen is not None and seen.design != r.design:
             seen_design = f"design {seen.design}" if seen.design else "no design hash (it predates the design file)"

@@ -292,7 +292,7 @@ def quantize(model: nn.Module, how: str) -> nn.Module:
                 else:
                     replaced = Int8Linear(layer)
                 setattr(model.get_submodule(parent) if parent else model, child, replaced)
-        for name, mlp in list(model.named_modules()):  # a gated MLP's gate and up: one product (they stay too)
+        for mlp in list(model.modules()):  # a gated MLP's gate and up: one product (they stay too)
             pair = [getattr(mlp, "gate", None), getattr(mlp, "fc", None)]
             if getattr(mlp, "gate_up", False) is None and all(
                 isinstance(p, Int4Linear) and p.bias is None for p in pair
